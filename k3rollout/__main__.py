@@ -1,0 +1,3 @@
+from k3rollout.cli import entrypoint
+
+entrypoint()

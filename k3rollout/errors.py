@@ -1,0 +1,66 @@
+"""The one exception tree of k3rollout and the exit code each branch maps to.
+
+    K3RolloutError                 exit 70 unless a subclass says otherwise
+    ├── InputError                 exit 2: a malformed playbook, inventory, window, run dir
+    ├── LockHeld                   exit 1: another run holds (or left) the cluster lock
+    ├── RolloutHalted              exit 1: the rollout stopped by a rule (failure, window)
+    └── TransportError             a host could not be driven; carries host, command, tail
+        ├── HostUnreachable        connect failed / host did not come back in time
+        ├── ConnectionLost         the connection dropped while a command was running
+        └── CommandTimeout         a command ran past its timeout
+
+Only ``cli.main`` turns these into exit codes; nothing else catches-and-continues.
+"""
+
+from __future__ import annotations
+
+
+class K3RolloutError(Exception):
+    exit_code = 70
+
+
+class InputError(K3RolloutError):
+    """Bad input: the message names the file and line (or the field) and what to do."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None):
+        self.path = path
+        self.line = line
+        where = ""
+        if path:
+            where = f"{path}:{line}: " if line else f"{path}: "
+        super().__init__(f"{where}{message}")
+
+
+class LockHeld(K3RolloutError):
+    exit_code = 1
+
+
+class RolloutHalted(K3RolloutError):
+    exit_code = 1
+
+
+class TransportError(K3RolloutError):
+    def __init__(self, message: str, *, host: str, command: str | None = None, output_tail: str = ""):
+        self.host = host
+        self.command = command
+        self.output_tail = output_tail
+        text = f"{host}: {message}"
+        if command:
+            text += f" (command: {command})"
+        if output_tail:
+            text += f"\n  output tail: {output_tail.strip()[-400:]}"
+        super().__init__(text)
+
+
+class HostUnreachable(TransportError):
+    pass
+
+
+class ConnectionLost(TransportError):
+    pass
+
+
+class CommandTimeout(TransportError):
+    pass

@@ -1,0 +1,111 @@
+"""Ansible-style ``that:`` assertions and templated parameters, in a Jinja2 sandbox.
+
+Expressions come from the playbook author; variable *values* (inventory vars, host facts)
+are data and are never templated again, so a hostile host var cannot inject code. The
+sandbox has no access to files, the environment or Python internals, and StrictUndefined
+turns a typo into an error instead of a silently false assertion.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from jinja2 import StrictUndefined, TemplateError, UndefinedError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+
+def _vtuple(v: Any) -> tuple:
+    parts = re.findall(r"\d+|[A-Za-z]+", str(v))
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts)
+
+
+def _version_test(value: Any, other: Any, op: str = "==") -> bool:
+    """Ansible's ``version`` test (loose ordering): ``driver is version('580', '>=')``."""
+    a, b = _vtuple(value), _vtuple(other)
+    ops = {"<": a < b, "lt": a < b, "<=": a <= b, "le": a <= b, ">": a > b, "gt": a > b,
+           ">=": a >= b, "ge": a >= b, "==": a == b, "=": a == b, "eq": a == b,
+           "!=": a != b, "<>": a != b, "ne": a != b}
+    if op not in ops:
+        raise TemplateError(f"version test: unknown operator {op!r}")
+    return ops[op]
+
+
+def _regex_test(value: Any, pattern: str) -> bool:
+    return re.search(pattern, str(value)) is not None
+
+
+def _make_env() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(undefined=StrictUndefined, autoescape=False)
+    env.tests["version"] = _version_test
+    env.tests["version_compare"] = _version_test
+    env.tests["search"] = _regex_test
+    env.tests["match"] = lambda v, p: re.match(p, str(v)) is not None
+    env.filters["branch"] = lambda v: int(str(v).split(".")[0])
+    env.filters["bool"] = lambda v: str(v).lower() in ("1", "true", "yes", "on") if not isinstance(v, bool) else v
+    return env
+
+
+ENV = _make_env()
+
+
+class AssertionSyntaxError(ValueError):
+    pass
+
+
+def check_expression(expr: str) -> None:
+    """Compile once at load time so a syntax error is reported with its playbook line."""
+    if "{{" in expr or "{%" in expr:
+        raise AssertionSyntaxError(f"write `that:` entries as bare expressions, without {{{{ }}}}: {expr!r}")
+    try:
+        ENV.compile_expression(expr)
+    except TemplateError as exc:
+        raise AssertionSyntaxError(f"invalid expression {expr!r}: {exc}") from None
+
+
+def check_template(text: str) -> None:
+    try:
+        ENV.from_string(text)
+    except TemplateError as exc:
+        raise AssertionSyntaxError(f"invalid template {text!r}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class AssertionResult:
+    expr: str
+    passed: bool
+    error: str | None = None
+    value: Any = None
+
+    def to_dict(self) -> dict:
+        return {"that": self.expr, "passed": self.passed, "error": self.error}
+
+
+def evaluate(expr: str, context: dict[str, Any]) -> AssertionResult:
+    """True/False for one expression; an undefined name or a runtime error is a failure."""
+    try:
+        value = ENV.compile_expression(expr, undefined_to_none=False)(**context)
+        if isinstance(value, StrictUndefined):  # pragma: no cover - defensive
+            raise UndefinedError(f"{expr} is undefined")
+        return AssertionResult(expr, bool(value), None, value)
+    except UndefinedError as exc:
+        return AssertionResult(expr, False, f"undefined: {exc}")
+    except (TemplateError, TypeError, ValueError, ArithmeticError, AttributeError, KeyError) as exc:
+        return AssertionResult(expr, False, f"{type(exc).__name__}: {exc}")
+
+
+def render(value: Any, context: dict[str, Any]) -> Any:
+    """Render templates inside a (nested) parameter value; non-strings pass through."""
+    if isinstance(value, str):
+        if "{{" not in value and "{%" not in value:
+            return value
+        try:
+            return ENV.from_string(value).render(**context)
+        except TemplateError as exc:
+            raise AssertionSyntaxError(f"cannot render {value!r}: {exc}") from None
+    if isinstance(value, list):
+        return [render(v, context) for v in value]
+    if isinstance(value, dict):
+        return {k: render(v, context) for k, v in value.items()}
+    return value

@@ -1,0 +1,339 @@
+"""The rollout playbook: one Ansible-style play whose ``stages`` follow DOMAIN.md's order.
+
+A playbook is a YAML list holding exactly one play::
+
+    - name: ...
+      hosts: gpu_nodes           # Ansible host pattern
+      serial: [1, 2, "25%"]      # Ansible serial semantics
+      max_fail_percentage: 25    # per batch, as in Ansible (fail when exceeded)
+      min_serving: "75%"         # capacity floor: nodes (or %) that must stay in service
+      vars: {...}
+      stages:
+        - name: ...
+          stage: baseline|cordon|driver_upgrade|cuda_check|vllm_smoke|features|multinode|uncordon
+          estimate: 20m
+          pre:  {that: [...], fail_msg: ...}
+          post: {that: [...], fail_msg: ...}
+          rollback: [{action: restore_driver}, ...]
+          with: {...}            # the stage's parameters, templated with vars and facts
+
+Validation happens once, here; every error names the file and line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from k3rollout.errors import InputError
+from k3rollout.model.assertions import AssertionSyntaxError, check_expression, check_template
+from k3rollout.model.durations import parse_duration
+from k3rollout.model.yamlsrc import LDict, line_at, load_yaml, plain
+
+# DOMAIN.md "The change, in order": evidence, cordon, upgrade, CUDA init, minimal launch,
+# features and cross-node, then expansion. The order is a safety rule, not a preference.
+STAGE_ORDER = ("baseline", "cordon", "driver_upgrade", "cuda_check", "vllm_smoke",
+               "features", "multinode", "uncordon")
+StageKind = Literal["baseline", "cordon", "driver_upgrade", "cuda_check", "vllm_smoke",
+                    "features", "multinode", "uncordon"]
+
+DEFAULT_ESTIMATES = {"baseline": 120, "cordon": 300, "driver_upgrade": 1200, "cuda_check": 180,
+                     "vllm_smoke": 900, "features": 600, "multinode": 300, "uncordon": 60}
+
+# Stages whose run changes the node; a rollback is owed once one of them has started.
+DESTRUCTIVE_STAGES = frozenset({"cordon", "driver_upgrade", "vllm_smoke", "features", "uncordon"})
+BATCH_SCOPED_STAGES = frozenset({"multinode"})
+
+RollbackAction = Literal["restore_driver", "stop_test_server", "restore_serving_image",
+                         "uncordon_if_healthy"]
+# Which stage's changes each rollback action undoes (so a node is only rolled back for
+# what actually ran on it).
+ROLLBACK_UNDOES = {"restore_driver": "driver_upgrade", "stop_test_server": "vllm_smoke",
+                   "restore_serving_image": "vllm_smoke", "uncordon_if_healthy": "cordon"}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class AssertBlock(_Strict):
+    that: list[str]
+    fail_msg: str | None = None
+
+    @field_validator("that", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("that")
+    @classmethod
+    def _compiles(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("`that:` needs at least one expression")
+        for expr in v:
+            try:
+                check_expression(expr)
+            except AssertionSyntaxError as exc:
+                raise ValueError(str(exc)) from None
+        return v
+
+
+class RollbackStep(_Strict):
+    action: RollbackAction
+    reboot: bool = True
+
+
+Argv = list[str]
+
+
+class VendorSteps(_Strict):
+    apt: list[Argv] = Field(default_factory=list)
+    dnf: list[Argv] = Field(default_factory=list)
+
+    @field_validator("apt", "dnf")
+    @classmethod
+    def _templates_compile(cls, v: list[Argv]) -> list[Argv]:
+        for argv in v:
+            if not argv:
+                raise ValueError("an empty command")
+            for arg in argv:
+                try:
+                    check_template(arg)
+                except AssertionSyntaxError as exc:
+                    raise ValueError(str(exc)) from None
+        return v
+
+
+class BaselineParams(_Strict):
+    failure_containers: list[str] = Field(default_factory=lambda: ["kimi-k3"])
+    image: str = "{{ vllm_image }}"
+
+
+class CordonParams(_Strict):
+    drain_timeout: float = 600
+
+    _dur = field_validator("drain_timeout", mode="before")(lambda v: parse_duration(v))
+
+
+class DriverParams(_Strict):
+    target_driver: str = "{{ target_driver }}"
+    install: VendorSteps
+    restore: VendorSteps
+    reboot_timeout: float = 900
+
+    _dur = field_validator("reboot_timeout", mode="before")(lambda v: parse_duration(v))
+
+
+class CudaParams(_Strict):
+    image: str = "{{ vllm_image }}"
+    min_gpus: int | str = "{{ expected_gpu_count }}"
+
+
+class SmokeParams(_Strict):
+    image: str = "{{ vllm_image }}"
+    model: str = "{{ model }}"
+    args: list[str] = Field(default_factory=list)
+    port: int = 8000
+    health_timeout: float = 1800
+    prompt: str = "Say hello in one word."
+
+    _dur = field_validator("health_timeout", mode="before")(lambda v: parse_duration(v))
+
+
+class FeatureParams(_Strict):
+    image: str = "{{ vllm_image }}"
+    model: str = "{{ model }}"
+    args: list[str] = Field(default_factory=list)
+    port: int = 8000
+    health_timeout: float = 1800
+    prefix_repeats: int = Field(default=2, ge=2)
+    prefix_words: int = Field(default=2000, ge=64)
+    tool_call: bool = True
+
+    _dur = field_validator("health_timeout", mode="before")(lambda v: parse_duration(v))
+
+
+class MultinodeParams(_Strict):
+    min_busbw_gbps: float = Field(default=100.0, ge=0)
+    argv: list[str] = Field(default_factory=lambda: ["all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "8"])
+
+
+class UncordonParams(_Strict):
+    pass
+
+
+PARAMS_BY_KIND: dict[str, type[_Strict]] = {
+    "baseline": BaselineParams, "cordon": CordonParams, "driver_upgrade": DriverParams,
+    "cuda_check": CudaParams, "vllm_smoke": SmokeParams, "features": FeatureParams,
+    "multinode": MultinodeParams, "uncordon": UncordonParams,
+}
+
+
+class Stage(_Strict):
+    name: str
+    stage: StageKind
+    estimate: float | None = None
+    timeout: float | None = None
+    pre: AssertBlock | None = None
+    post: AssertBlock | None = None
+    rollback: list[RollbackStep] = Field(default_factory=list)
+    params: dict[str, Any] = Field(default_factory=dict, alias="with")
+
+    @field_validator("estimate", "timeout", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> Any:
+        return None if v is None else parse_duration(v)
+
+    @model_validator(mode="after")
+    def _params(self) -> "Stage":
+        model = PARAMS_BY_KIND[self.stage]
+        try:
+            model.model_validate(self.params)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            raise ValueError(f"stage {self.name!r} ({self.stage}): with.{where}: {err['msg']}") from None
+        return self
+
+    @property
+    def estimate_s(self) -> float:
+        return self.estimate if self.estimate is not None else DEFAULT_ESTIMATES[self.stage]
+
+    def typed_params(self) -> Any:
+        return PARAMS_BY_KIND[self.stage].model_validate(self.params)
+
+
+SerialItem = Union[int, str]
+
+
+def _check_serial_item(v: Any) -> Any:
+    if isinstance(v, bool):
+        raise ValueError("serial values are integers or percentages like \"25%\"")
+    if isinstance(v, int):
+        if v < 0:
+            raise ValueError("serial values must not be negative")
+        return v
+    if isinstance(v, str):
+        s = v.strip()
+        if s.endswith("%") and s[:-1].strip().isdigit():
+            return s
+        if s.isdigit():
+            return int(s)
+    raise ValueError(f"serial value {v!r} is neither an integer nor a percentage like \"25%\"")
+
+
+class Play(_Strict):
+    name: str
+    hosts: str
+    serial: list[SerialItem] = Field(default_factory=lambda: [1])
+    max_fail_percentage: float = Field(default=0, ge=0, le=100)
+    min_serving: int | str = 0
+    forks: int = Field(default=64, ge=1, le=4096)
+    rollback_estimate: float | None = None
+    vars: dict[str, Any] = Field(default_factory=dict)
+    stages: list[Stage]
+
+    @field_validator("serial", mode="before")
+    @classmethod
+    def _serial(cls, v: Any) -> Any:
+        if v is None:
+            return [0]
+        items = v if isinstance(v, list) else [v]
+        if not items:
+            raise ValueError("serial list must not be empty")
+        return [_check_serial_item(i) for i in items]
+
+    @field_validator("min_serving", mode="before")
+    @classmethod
+    def _min_serving(cls, v: Any) -> Any:
+        return _check_serial_item(v)
+
+    @field_validator("rollback_estimate", mode="before")
+    @classmethod
+    def _rb_duration(cls, v: Any) -> Any:
+        return None if v is None else parse_duration(v)
+
+    @field_validator("vars")
+    @classmethod
+    def _var_names(cls, v: dict[str, Any]) -> dict[str, Any]:
+        import re
+
+        for k in v:
+            if not isinstance(k, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
+                raise ValueError(f"invalid variable name {k!r}")
+            if k in ("facts", "baseline", "vars", "node"):
+                raise ValueError(f"variable name {k!r} is reserved")
+        return v
+
+    @model_validator(mode="after")
+    def _order(self) -> "Play":
+        kinds = [s.stage for s in self.stages]
+        if not kinds:
+            raise ValueError("a play needs stages")
+        for k in set(kinds):
+            if kinds.count(k) > 1:
+                raise ValueError(f"stage kind {k!r} appears {kinds.count(k)} times; each stage runs once per node")
+        if kinds[0] != "baseline":
+            raise ValueError("the first stage must be `baseline`: evidence is captured before anything changes")
+        idx = [STAGE_ORDER.index(k) for k in kinds]
+        if idx != sorted(idx):
+            raise ValueError("stages are out of order; the order is " + " -> ".join(STAGE_ORDER))
+        if "driver_upgrade" in kinds and "cordon" not in kinds:
+            raise ValueError("`driver_upgrade` needs a `cordon` stage before it: never upgrade a node in service")
+        if "cordon" in kinds and "uncordon" not in kinds:
+            raise ValueError("a play that cordons must end with `uncordon` (expansion), or nodes stay out of service")
+        return self
+
+
+class Playbook(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    path: str
+    sha256: str
+    play: Play
+
+    @property
+    def stages(self) -> list[Stage]:
+        return list(self.play.stages)
+
+
+def load_playbook(path: str | Path) -> Playbook:
+    p = Path(path)
+    data = load_yaml(p)
+    sp = str(p)
+    if data is None:
+        raise InputError("playbook is empty: expected a list with one play", path=sp, line=1)
+    if isinstance(data, dict):
+        raise InputError("a playbook is a YAML list of plays; start the play with '- name: ...'",
+                         path=sp, line=getattr(data, "line", 1))
+    if not isinstance(data, list) or not data:
+        raise InputError("a playbook is a non-empty YAML list of plays", path=sp, line=getattr(data, "line", 1))
+    if len(data) != 1:
+        raise InputError(f"k3rollout runs one play per playbook; this one has {len(data)}",
+                         path=sp, line=data.line_of(1))
+    play_data = data[0]
+    if not isinstance(play_data, dict):
+        raise InputError(f"the play must be a mapping, got {type(play_data).__name__}", path=sp,
+                         line=data.line_of(0))
+    try:
+        play = Play.model_validate(play_data)
+    except ValidationError as exc:
+        errors = exc.errors()
+        err = errors[0]
+        loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-after"))]
+        line = line_at(play_data, loc) or getattr(play_data, "line", None)
+        field = ".".join(str(x) for x in loc) or "play"
+        msg = err["msg"].removeprefix("Value error, ")
+        more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+        raise InputError(f"{field}: {msg}{more}", path=sp, line=line) from None
+    digest = hashlib.sha256(p.read_bytes()).hexdigest()
+    return Playbook(path=sp, sha256=digest, play=play)
+
+
+def play_vars(play: Play) -> dict[str, Any]:
+    return plain(dict(play.vars))
+
+
+__all__ = ["AssertBlock", "LDict", "Play", "Playbook", "RollbackStep", "Stage", "STAGE_ORDER", "load_playbook"]

@@ -1,0 +1,133 @@
+"""Line-aware YAML loading: every mapping and sequence remembers where it came from.
+
+The loaders use this so a validation error deep in a playbook can still name the file and
+line. Only YAML's safe subset is accepted; duplicate keys are an error (YAML allows the
+last one to win silently, which hides a typo in a change plan).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from k3rollout.errors import InputError
+
+
+class LDict(dict):
+    """A dict that knows the line of itself and of each key (1-based)."""
+
+    line: int = 0
+    key_lines: dict
+
+    def line_of(self, key: Any) -> int:
+        return self.key_lines.get(key, self.line)
+
+
+class LList(list):
+    line: int = 0
+    item_lines: list
+
+    def line_of(self, index: int) -> int:
+        if isinstance(index, int) and 0 <= index < len(self.item_lines):
+            return self.item_lines[index]
+        return self.line
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LDict:
+    loader.flatten_mapping(node)
+    out = LDict()
+    out.line = node.start_mark.line + 1
+    out.key_lines = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            hash(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                None, None, "found an unhashable key", key_node.start_mark
+            ) from None
+        if key in out:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (first at line {out.key_lines[key]})",
+                key_node.start_mark,
+            )
+        out[key] = loader.construct_object(value_node, deep=True)
+        out.key_lines[key] = key_node.start_mark.line + 1
+    return out
+
+
+def _construct_sequence(loader: _Loader, node: yaml.SequenceNode) -> LList:
+    out = LList(loader.construct_object(child, deep=True) for child in node.value)
+    out.line = node.start_mark.line + 1
+    out.item_lines = [child.start_mark.line + 1 for child in node.value]
+    return out
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
+
+
+def load_yaml_text(text: str, path: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader derives from SafeLoader
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else None
+        problem = exc.problem or str(exc)
+        if exc.context:
+            problem = f"{exc.context}: {problem}"
+        raise InputError(f"invalid YAML: {problem}", path=path, line=line) from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"invalid YAML: {exc}", path=path) from None
+    except RecursionError:
+        raise InputError("invalid YAML: nesting too deep", path=path) from None
+
+
+def load_yaml(path: Path) -> Any:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError("file not found", path=str(path)) from None
+    except IsADirectoryError:
+        raise InputError("is a directory, expected a YAML file", path=str(path)) from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", path=str(path)) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte {exc.start})", path=str(path)) from None
+    return load_yaml_text(text, str(path))
+
+
+def line_at(data: Any, loc: Iterable[Any]) -> int | None:
+    """The line of the deepest node of ``data`` that ``loc`` (a pydantic error loc) reaches."""
+    line = getattr(data, "line", None) or None
+    node = data
+    for part in loc:
+        if isinstance(node, LDict) and part in node:
+            line = node.line_of(part)
+            node = node[part]
+        elif isinstance(node, LList) and isinstance(part, int) and 0 <= part < len(node):
+            line = node.line_of(part)
+            node = node[part]
+        else:
+            break
+        inner = getattr(node, "line", None)
+        if inner and not isinstance(node, LList):
+            line = line or inner
+    return line
+
+
+def plain(data: Any) -> Any:
+    """Strip line info: LDict/LList -> dict/list, recursively."""
+    if isinstance(data, dict):
+        return {k: plain(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [plain(v) for v in data]
+    return data

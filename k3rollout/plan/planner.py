@@ -1,0 +1,191 @@
+"""Turn a playbook and an inventory into a plan: batches, capacity, durations, window fit.
+
+``make_plan`` is pure: the window is passed in as seconds remaining, never read from a
+clock, and no host is contacted. The engine records the plan in the journal and follows it.
+
+Rules encoded here:
+- Batches follow Ansible ``serial`` (see ``serial.py``); a batch that would take more
+  nodes out of service than ``min_serving`` allows is split into consecutive batches that
+  do not, and the plan marks them ``capped_by_capacity``.
+- A batch "fits" the window only if it can finish *or* roll back before the window ends:
+  its estimate plus the rollback estimate must fit in the time left after the batches
+  before it (DESIGN.md, "No batch starts that the plan cannot finish (or roll back)").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from k3rollout.errors import InputError
+from k3rollout.model.inventory import Inventory
+from k3rollout.model.playbook import ROLLBACK_UNDOES, Playbook
+from k3rollout.plan.serial import serial_batches
+
+
+@dataclass
+class BatchPlan:
+    index: int
+    nodes: list[str]
+    estimate_s: float
+    rollback_estimate_s: float
+    start_offset_s: float
+    end_offset_s: float
+    serving_before: int
+    serving_during: int
+    serving_floor: int
+    capped_by_capacity: bool
+    fits_window: bool | None
+    rollback_plan: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Plan:
+    play: str
+    playbook: str
+    playbook_sha256: str
+    inventory: str
+    hosts: list[str]
+    serial: list[Any]
+    max_fail_percentage: float
+    min_serving: int
+    forks: int
+    stages: list[dict[str, Any]]
+    batches: list[BatchPlan]
+    window_s: float | None
+    total_estimate_s: float
+    fits_window: bool | None
+    in_place_change: bool
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Plan":
+        d = dict(d)
+        d["batches"] = [BatchPlan(**b) for b in d["batches"]]
+        return cls(**d)
+
+
+def min_serving_count(value: int | str, total: int) -> int:
+    """A capacity floor rounds *up*: 75% of 10 nodes keeps 8 serving, not 7."""
+    if isinstance(value, str) and value.strip().endswith("%"):
+        return math.ceil(int(value.strip()[:-1]) * total / 100.0)
+    return int(value)
+
+
+def rollback_steps_preview(playbook: Playbook, host_vars: dict[str, Any]) -> list[str]:
+    """What the plan will record for a node, before baseline has read the real versions."""
+    before = host_vars.get("driver_version") or host_vars.get("sim_driver")
+    steps: list[str] = []
+    for stage in reversed(playbook.stages):
+        for rb in stage.rollback:
+            if rb.action == "restore_driver":
+                what = f"{before}" if before else "the version baseline records"
+                steps.append(f"restore_driver: reinstall driver packages recorded by baseline (expected {what})"
+                             + (", reboot, verify nvidia-smi and the kernel module" if rb.reboot else ""))
+            elif rb.action == "stop_test_server":
+                steps.append("stop_test_server: stop and remove the k3rollout test vLLM container")
+            elif rb.action == "restore_serving_image":
+                steps.append("restore_serving_image: restart the serving container on the image digest baseline records")
+            elif rb.action == "uncordon_if_healthy":
+                steps.append("uncordon_if_healthy: uncordon only if the node was schedulable before the run "
+                             "and passes GPU health checks; otherwise keep it cordoned")
+    return steps
+
+
+def rollback_estimate(playbook: Playbook) -> float:
+    if playbook.play.rollback_estimate is not None:
+        return playbook.play.rollback_estimate
+    by_kind = {s.stage: s.estimate_s for s in playbook.stages}
+    total = 0.0
+    for stage in playbook.stages:
+        for rb in stage.rollback:
+            undone = ROLLBACK_UNDOES[rb.action]
+            if rb.action == "restore_driver":
+                total += by_kind.get(undone, 0.0)
+            else:
+                total += 60.0
+    return total
+
+
+def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | None = None) -> Plan:
+    play = playbook.play
+    hosts = inventory.select(play.hosts)
+    if not hosts:
+        raise InputError(f"hosts pattern {play.hosts!r} matches no host in the inventory", path=inventory.path)
+    total = len(hosts)
+    floor = min_serving_count(play.min_serving, total)
+    if floor > total:
+        raise InputError(f"min_serving {play.min_serving!r} asks for {floor} serving nodes but the play has {total}",
+                         path=playbook.path)
+    in_place = bool(play.vars.get("allow_in_place_change", True))
+    not_serving = [h for h in hosts if inventory.hosts[h].vars.get("serving") is False]
+    serving = total - len(not_serving)
+    notes: list[str] = []
+    if not_serving:
+        notes.append(f"{len(not_serving)} node(s) already out of service per inventory: {', '.join(not_serving)}")
+    stages = [{"name": s.name, "stage": s.stage, "estimate_s": s.estimate_s} for s in playbook.stages]
+
+    raw = serial_batches(hosts, play.serial)
+    max_out = serving - floor
+    cordons = any(s.stage == "cordon" for s in playbook.stages)
+    batches_nodes: list[tuple[list[str], bool]] = []
+    if cordons and in_place:
+        if max_out < 1:
+            raise InputError(
+                f"min_serving {play.min_serving!r} keeps {floor} of {serving} serving nodes in service: "
+                "no node can be taken out. Lower min_serving or add capacity.", path=playbook.path)
+        for b in raw:
+            # split a serial batch that would cross the floor into consecutive batches
+            chunks: list[list[str]] = [[]]
+            out = 0
+            for n in b:
+                cost = 0 if n in not_serving else 1
+                if out + cost > max_out:
+                    chunks.append([])
+                    out = 0
+                chunks[-1].append(n)
+                out += cost
+            for c in chunks:
+                batches_nodes.append((c, len(chunks) > 1))
+    else:
+        batches_nodes = [(b, False) for b in raw]
+    if not in_place:
+        notes.append("allow_in_place_change is false: the run captures baseline evidence only and ends "
+                     "'no_change'; move validation to an isolated compatible environment")
+
+    per_node = sum(s.estimate_s for s in playbook.stages) if in_place else next(
+        s.estimate_s for s in playbook.stages if s.stage == "baseline")
+    rb_est = rollback_estimate(playbook) if in_place else 0.0
+    offset = 0.0
+    batches: list[BatchPlan] = []
+    for i, (nodes, capped) in enumerate(batches_nodes, start=1):
+        waves = math.ceil(len(nodes) / play.forks)
+        est = per_node * waves
+        out = len([n for n in nodes if n not in not_serving]) if (cordons and in_place) else 0
+        fits = None
+        if window_s is not None:
+            fits = offset + est + rb_est <= window_s
+        batches.append(BatchPlan(
+            index=i, nodes=list(nodes), estimate_s=est, rollback_estimate_s=rb_est,
+            start_offset_s=offset, end_offset_s=offset + est, serving_before=serving,
+            serving_during=serving - out, serving_floor=floor, capped_by_capacity=capped,
+            fits_window=fits,
+            rollback_plan=[{"node": n, "steps": rollback_steps_preview(playbook, inventory.hosts[n].vars)}
+                           for n in nodes] if in_place else [],
+        ))
+        offset += est
+    fits_all = None if window_s is None else all(b.fits_window for b in batches)
+    if window_s is not None and not fits_all:
+        n_fit = sum(1 for b in batches if b.fits_window)
+        notes.append(f"only {n_fit} of {len(batches)} batch(es) fit the window; the run stops before the first "
+                     "that does not and leaves its nodes pending")
+    return Plan(
+        play=play.name, playbook=playbook.path, playbook_sha256=playbook.sha256, inventory=inventory.path,
+        hosts=hosts, serial=list(play.serial), max_fail_percentage=play.max_fail_percentage,
+        min_serving=floor, forks=play.forks, stages=stages, batches=batches, window_s=window_s,
+        total_estimate_s=offset, fits_window=fits_all, in_place_change=in_place, notes=notes,
+    )

@@ -1,0 +1,42 @@
+"""Run a simulated-node command as a plain executable.
+
+``k3rollout-sim nvidia-smi --query-gpu=...`` or, via a symlink named after the command
+(``nvidia-smi -> k3rollout-sim``), plain ``nvidia-smi ...``. The host is the state
+directory in ``$K3SIM_STATE``. This is how the sim answers behind a real sshd: a dropped
+connection is a killed session (SIGKILL to the parent shell), as on a real network.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+from k3rollout.sim.dispatch import dispatch
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv if argv is None else argv)
+    prog = os.path.basename(argv[0])
+    args = argv[1:] if prog not in ("k3rollout-sim", "__main__.py", "-m") else argv[1:]
+    if prog not in ("k3rollout-sim", "__main__.py", "-m"):
+        args = [prog, *argv[1:]]
+    state = os.environ.get("K3SIM_STATE")
+    if not state or not Path(state, "state.json").is_file():
+        sys.stderr.write("k3rollout-sim: K3SIM_STATE must name a simulated host's state directory\n")
+        return 2
+    stdin = None if sys.stdin is None or sys.stdin.isatty() else sys.stdin.buffer.read()
+    res = dispatch(Path(state), args, stdin)
+    sys.stdout.write(res.stdout)
+    sys.stderr.write(res.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if res.dropped:
+        os.kill(os.getppid(), signal.SIGKILL)
+        return 255
+    return 255 if res.unreachable else res.rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,426 @@
+"""Container-side commands of the simulated node: docker, and curl to local servers.
+
+``docker run`` applies the checks the NVIDIA container stack applies, in the same order:
+GPU device driver present (``could not select device driver``), kernel driver loaded,
+the image's ``NVIDIA_REQUIRE_CUDA`` against the driver's CUDA version, then the process
+itself (CUDA init, model load) with vLLM's and PyTorch's own error lines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from typing import Any
+from urllib.parse import urlparse
+
+from k3rollout.sim import vllm
+from k3rollout.sim.gpu import driver_cuda
+from k3rollout.sim.state import REGISTRY
+
+Out = tuple[int, str, str]
+
+
+def _vt(v: str | None) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", v or "0")[:2])
+
+
+def image_env(img: dict[str, Any]) -> list[str]:
+    major_minor = ".".join(img["cuda"].split(".")[:2])
+    return ["PATH=/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin",
+            "NVARCH=x86_64", f"NVIDIA_REQUIRE_CUDA=cuda>={major_minor}",
+            f"CUDA_VERSION={img['cuda']}", "NVIDIA_VISIBLE_DEVICES=all",
+            "NVIDIA_DRIVER_CAPABILITIES=compute,utility", "VLLM_USAGE_SOURCE=production-docker-image"]
+
+
+def _inspect_image(ref: str, img: dict[str, Any]) -> dict[str, Any]:
+    repo = ref.split(":")[0]
+    return {
+        "Id": img["id"], "RepoTags": [ref], "RepoDigests": [f"{repo}@{img['digest']}"], "Parent": "",
+        "Created": img["created"], "DockerVersion": "", "Architecture": "amd64", "Os": "linux",
+        "Size": 21474836480 if "k3" in ref else 18253611008,
+        "Config": {"Env": image_env(img), "Entrypoint": ["vllm", "serve"], "Cmd": None,
+                   "Labels": {"maintainer": "vLLM", "org.opencontainers.image.source": "https://github.com/vllm-project/vllm",
+                              "org.opencontainers.image.version": img["vllm"],
+                              "org.opencontainers.image.ref.name": "ubuntu"}},
+        "RootFS": {"Type": "layers", "Layers": [f"sha256:{hashlib.sha256((ref + str(i)).encode()).hexdigest()}"
+                                                for i in range(3)]},
+    }
+
+
+def _go_template(fmt: str, obj: Any) -> str:
+    def repl(m: re.Match) -> str:
+        expr = m.group(1).strip()
+        as_json = expr.startswith("json ")
+        path = expr[5:].strip() if as_json else expr
+        cur = obj
+        for part in [p for p in path.split(".") if p]:
+            cur = cur.get(part) if isinstance(cur, dict) else None
+        if as_json:
+            return json.dumps(cur, separators=(",", ":"))
+        return "<no value>" if cur is None else str(cur)
+
+    return re.sub(r"\{\{(.*?)\}\}", repl, fmt)
+
+
+def _container_json(name: str, c: dict[str, Any]) -> dict[str, Any]:
+    return {"Name": "/" + name, "Config": {"Image": c["image"], "Env": [f"{k}={v}" for k, v in c["env"].items()]},
+            "Image": c["image"], "State": {"Status": c["status"], "Running": c["status"] == "running",
+                                           "ExitCode": c["exit_code"]},
+            "Args": c["args"], "HostConfig": {"RestartPolicy": {"Name": c.get("restart", "no")}}}
+
+
+def docker(state: dict[str, Any], args: list[str]) -> Out:
+    if not args:
+        return 1, "", "Usage:  docker [OPTIONS] COMMAND\n"
+    d = state["docker"]
+    cmd, rest = args[0], args[1:]
+    fmt = None
+    if "--format" in rest:
+        fmt = rest[rest.index("--format") + 1]
+        rest = [a for i, a in enumerate(rest) if a != "--format" and (i == 0 or rest[i - 1] != "--format")]
+    elif "-f" in rest and cmd in ("inspect", "info"):
+        fmt = rest[rest.index("-f") + 1]
+        rest = [a for i, a in enumerate(rest) if a != "-f" and (i == 0 or rest[i - 1] != "-f")]
+    if cmd == "info":
+        runtimes = {"io.containerd.runc.v2": {"path": "runc"}, "runc": {"path": "runc"}}
+        if d["nvidia_runtime"]:
+            runtimes["nvidia"] = {"path": "nvidia-container-runtime"}
+        info = {"ServerVersion": "28.2.2", "Driver": "overlay2", "CgroupDriver": "systemd", "CgroupVersion": "2",
+                "Runtimes": runtimes, "DefaultRuntime": "runc", "OperatingSystem": "Ubuntu 22.04.5 LTS",
+                "KernelVersion": state["kernel"], "NCPU": 224, "MemTotal": 2164154613760, "Name": state["name"],
+                "Containers": len(d["containers"]),
+                "ContainersRunning": sum(1 for c in d["containers"].values() if c["status"] == "running"),
+                "Images": len(d["images"]), "CDISpecDirs": ["/etc/cdi", "/var/run/cdi"]}
+        return 0, (_go_template(fmt, info) if fmt else json.dumps(info)) + "\n", ""
+    if cmd == "image" and rest[:1] == ["inspect"] or cmd == "inspect" and rest and rest[-1] in d["images"]:
+        refs = [a for a in (rest[1:] if cmd == "image" else rest) if not a.startswith("-")]
+        found, missing = [], []
+        for r in refs:
+            (found.append(_inspect_image(r, d["images"][r])) if r in d["images"] else missing.append(r))
+        if fmt:
+            out = "".join(_go_template(fmt, o) + "\n" for o in found)
+        else:
+            out = json.dumps(found, indent=4) + "\n"
+        err = "".join(f"Error response from daemon: No such image: {m}\n" for m in missing)
+        return (1 if missing else 0), out, err
+    if cmd == "inspect":
+        names = [a for a in rest if not a.startswith("-")]
+        out, err = [], ""
+        for n in names:
+            if n in d["containers"]:
+                o = _container_json(n, d["containers"][n])
+                out.append(_go_template(fmt, o) if fmt else json.dumps([o], indent=4))
+            else:
+                err += f"Error: No such object: {n}\n"
+        return (1 if err else 0), "".join(x + "\n" for x in out), err
+    if cmd == "ps":
+        lines = []
+        for n, c in d["containers"].items():
+            if c["status"] != "running" and "-a" not in rest:
+                continue
+            row = {"Command": '"vllm serve"', "ID": hashlib.sha1(n.encode()).hexdigest()[:12], "Image": c["image"],
+                   "Names": n, "State": c["status"],
+                   "Status": "Up 2 hours" if c["status"] == "running" else f"Exited ({c['exit_code']}) 1 hour ago",
+                   "Ports": f"0.0.0.0:{c.get('port', 8000)}->{c.get('port', 8000)}/tcp"}
+            lines.append(_go_template(fmt, row) if fmt else f"{row['ID']}   {row['Image']}   {row['Status']}   {n}")
+        return 0, "".join(x + "\n" for x in lines), ""
+    if cmd == "logs":
+        names = [a for a in rest if not a.startswith("-")]
+        if not names or names[0] not in d["containers"]:
+            return 1, "", f"Error response from daemon: No such container: {names[0] if names else ''}\n"
+        c = d["containers"][names[0]]
+        logs = c["logs"] if c["logs"] is not None else _late_logs(c)
+        return 0, "", "\n".join(logs) + "\n"  # vLLM logs to stderr, so docker logs shows them there
+    if cmd == "pull":
+        return _pull(state, rest[-1] if rest else "")
+    if cmd in ("rm", "stop"):
+        names = [a for a in rest if not a.startswith("-")]
+        err = ""
+        for n in names:
+            c = d["containers"].get(n)
+            if c is None:
+                if cmd == "stop" or "-f" not in rest:
+                    err += f"Error response from daemon: No such container: {n}\n"
+                continue
+            if cmd == "rm" and c["status"] == "running" and "-f" not in rest:
+                err += (f"Error response from daemon: cannot remove container \"/{n}\": container is running: "
+                        "stop the container before removing or force remove\n")
+                continue
+            _stop(state, n)
+            if cmd == "rm":
+                del d["containers"][n]
+        return (1 if err else 0), "".join(n + "\n" for n in names), err
+    if cmd == "start":
+        names = [a for a in rest if not a.startswith("-")]
+        for n in names:
+            if n not in d["containers"]:
+                return 1, "", f"Error response from daemon: No such container: {n}\nError: failed to start containers: {n}\n"
+            rc, out, err = _start(state, n)
+            if rc:
+                return rc, out, err
+        return 0, "".join(n + "\n" for n in names), ""
+    if cmd == "run":
+        return _run(state, rest)
+    return 1, "", f"docker: '{cmd}' is not a docker command.\n"
+
+
+def _late_logs(c: dict[str, Any]) -> list[str]:
+    opts, _ = vllm.parse_serve_args(c["args"])
+    return vllm.startup_logs(opts or {"model": "?", "tensor_parallel_size": "8"}, "0.23.1") + vllm.cuda_insufficient_logs()
+
+
+def _pull(state: dict[str, Any], ref: str) -> Out:
+    if ref not in REGISTRY:
+        return 1, "", (f"Error response from daemon: manifest for {ref} not found: manifest unknown: "
+                       "manifest unknown\n")
+    img = REGISTRY[ref]
+    state["docker"]["images"][ref] = dict(img)
+    tag = ref.split(":")[-1]
+    return 0, (f"{tag}: Pulling from {ref.split(':')[0]}\nDigest: {img['digest']}\n"
+               f"Status: Downloaded newer image for {ref}\ndocker.io/{ref}\n"), ""
+
+
+def _stop(state: dict[str, Any], name: str) -> None:
+    c = state["docker"]["containers"][name]
+    if c["status"] == "running":
+        c["status"], c["exit_code"] = "exited", 0
+    for port, srv in list(state["servers"].items()):
+        if srv["container"] == name:
+            del state["servers"][port]
+
+
+def _gpu_checks(state: dict[str, Any], img: dict[str, Any], env: dict[str, str]) -> Out | None:
+    if not state["docker"]["nvidia_runtime"]:
+        return 125, "", ('docker: Error response from daemon: could not select device driver "" with '
+                         "capabilities: [[gpu]].\n\nRun 'docker run --help' for more information\n")
+    hook = ("docker: Error response from daemon: failed to create task for container: failed to create shim "
+            "task: OCI runtime create failed: runc create failed: unable to start container process: error during "
+            "container init: error running prestart hook #0: exit status 1, stdout: , stderr: Auto-detected mode "
+            "as 'legacy'\n")
+    if not state["loaded_driver"]:
+        return 125, "", hook + "nvidia-container-cli: initialization error: nvml error: driver not loaded: unknown\n"
+    need = ".".join(img["cuda"].split(".")[:2])
+    have = driver_cuda(state["loaded_driver"])
+    if _vt(have) < _vt(need) and env.get("NVIDIA_DISABLE_REQUIRE", "").lower() not in ("1", "true"):
+        return 125, "", hook + (f"nvidia-container-cli: requirement error: unsatisfied condition: cuda>={need}, "
+                                "please update your driver to a newer version, or use an earlier cuda container: "
+                                "unknown\n")
+    return None
+
+
+def _parse_run(args: list[str]) -> tuple[dict[str, Any], str | None, list[str]]:
+    opts: dict[str, Any] = {"env": {}, "detach": False, "rm": False, "gpus": None, "name": None,
+                            "entrypoint": None, "restart": "no", "publish": []}
+    with_val = {"--name", "-e", "--env", "--gpus", "--entrypoint", "-p", "--publish", "--ipc", "--shm-size",
+                "--network", "--net", "-v", "--volume", "--runtime", "--restart", "--ulimit", "-u", "--user"}
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if not a.startswith("-"):
+            return opts, a, args[i + 1:]
+        key, eq, val = a.partition("=")
+        if key in with_val:
+            if not eq:
+                i += 1
+                val = args[i] if i < len(args) else ""
+            if key in ("-e", "--env"):
+                k, _, v = val.partition("=")
+                opts["env"][k] = v
+            elif key in ("-p", "--publish"):
+                opts["publish"].append(val)
+            elif key in ("--name", "--gpus", "--entrypoint", "--restart"):
+                opts[key.lstrip("-")] = val
+        elif a in ("-d", "--detach"):
+            opts["detach"] = True
+        elif a == "--rm":
+            opts["rm"] = True
+        elif a in ("-it", "-i", "-t", "--init", "--privileged"):
+            pass
+        i += 1
+    return opts, None, []
+
+
+def _run(state: dict[str, Any], args: list[str]) -> Out:
+    d = state["docker"]
+    opts, ref, cargs = _parse_run(args)
+    if not ref:
+        return 125, "", '"docker run" requires at least 1 argument.\n'
+    pulled = ""
+    if ref not in d["images"]:
+        rc, out, err = _pull(state, ref)
+        if rc:
+            return 125, "", f"Unable to find image '{ref}' locally\ndocker: {err}"
+        pulled = f"Unable to find image '{ref}' locally\n" + out
+    img = d["images"][ref]
+    name = opts["name"] or f"sim_{hashlib.sha1(repr(args).encode()).hexdigest()[:8]}"
+    if name in d["containers"]:
+        return 125, pulled, (f'docker: Error response from daemon: Conflict. The container name "/{name}" is '
+                             f"already in use by container \"{hashlib.sha1(name.encode()).hexdigest()}\". You have "
+                             "to remove (or rename) that container to be able to reuse that name.\n")
+    if opts["gpus"]:
+        bad = _gpu_checks(state, img, opts["env"])
+        if bad:
+            return bad[0], pulled + bad[1], bad[2]
+    entry = opts["entrypoint"]
+    if entry:
+        rc, out, err = _oneshot(state, img, entry, cargs, gpus=bool(opts["gpus"]))
+        return rc, pulled + out, err
+    c = {"image": ref, "status": "created", "exit_code": 0, "restart": opts["restart"], "args": cargs,
+         "env": opts["env"], "started": time.time(), "logs": [], "port": 8000, "gpus": bool(opts["gpus"])}
+    d["containers"][name] = c
+    rc, out, err = _start(state, name)
+    if rc == 0 and not opts["detach"]:
+        out = out + "\n".join(c["logs"]) + "\n"
+    if opts["rm"] and c["status"] != "running":
+        del d["containers"][name]
+    cid = hashlib.sha256(name.encode()).hexdigest()
+    return rc, pulled + (cid + "\n" if opts["detach"] and rc == 0 else out), err
+
+
+def _start(state: dict[str, Any], name: str) -> Out:
+    """Start (or restart) a vLLM container; the process outcome lands in its status and logs."""
+    c = state["docker"]["containers"][name]
+    img = state["docker"]["images"].get(c["image"])
+    if img is None:
+        return 125, "", f"Error response from daemon: No such image: {c['image']}\n"
+    if c.get("gpus", True):
+        bad = _gpu_checks(state, img, c["env"])
+        if bad:
+            c["status"], c["exit_code"] = "created", 128
+            return bad
+    opts, err = vllm.parse_serve_args(c["args"])
+    c["status"] = "running"
+    if err:
+        c["logs"], c["status"], c["exit_code"] = [err], "exited", 2
+        return 0, "", ""
+    c["port"] = opts["port"]
+    logs = vllm.startup_logs(opts, img["vllm"])
+    if _vt(driver_cuda(state["loaded_driver"])) < _vt(img["cuda"]):
+        c["logs"], c["status"], c["exit_code"] = logs + vllm.cuda_insufficient_logs(), "exited", 1
+        return 0, "", ""
+    if "cuda_init_fails" in state["faults"]:
+        c["logs"], c["status"], c["exit_code"] = logs + vllm.cuda_not_ready_logs(), "exited", 1
+        return 0, "", ""
+    tp = int(opts.get("tensor_parallel_size", 1))
+    if tp > state["gpu"]["count"]:
+        c["logs"] = logs + [f"ValueError: The number of required GPUs exceeds the total number of available GPUs "
+                            f"in the placement group. (requested {tp}, available {state['gpu']['count']})"]
+        c["status"], c["exit_code"] = "exited", 1
+        return 0, "", ""
+    if "vllm_oom" in state["faults"] and "k3" in c["image"]:
+        c["logs"], c["status"], c["exit_code"] = logs + vllm.oom_logs(state["gpu"]["mem_gib"]), "exited", 1
+        return 0, "", ""
+    c["logs"] = logs + vllm.ready_logs(opts)
+    state["servers"][str(opts["port"])] = vllm.new_server(name, opts, state["faults"])
+    return 0, "", ""
+
+
+def _oneshot(state: dict[str, Any], img: dict[str, Any], entry: str, args: list[str], gpus: bool) -> Out:
+    if entry == "nvidia-smi":
+        from k3rollout.sim.gpu import nvidia_smi
+
+        return nvidia_smi(state, args)
+    if entry in ("python3", "python") and len(args) >= 2 and args[0] == "-c":
+        code = args[1]
+        if "torch.cuda" not in code:
+            return 0, "", ""
+        tb = ('Traceback (most recent call last):\n  File "<string>", line 1, in <module>\n'
+              '  File "/usr/local/lib/python3.12/dist-packages/torch/cuda/__init__.py", line 412, in _lazy_init\n'
+              "    torch._C._cuda_init()\n")
+        if not gpus:
+            return 1, "", tb + "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an " \
+                               "NVIDIA GPU and installed a driver from http://www.nvidia.com/Download/index.aspx\n"
+        have = driver_cuda(state["loaded_driver"])
+        if _vt(have) < _vt(img["cuda"]):
+            found = "".join(f"{int(x):d}" for x in [have.split(".")[0]]) + f"{int(have.split('.')[1]) * 10:03d}"
+            return 1, "", tb + (f"RuntimeError: The NVIDIA driver on your system is too old (found version {found}). "
+                                "Please update your GPU driver by downloading and installing a new version from the "
+                                "URL: http://www.nvidia.com/Download/index.aspx Alternatively, go to: "
+                                "https://pytorch.org to install a PyTorch version that has been compiled with your "
+                                "version of the CUDA driver.\n")
+        if "cuda_init_fails" in state["faults"]:
+            return 1, "", tb + "RuntimeError: CUDA driver initialization failed, you might not have a CUDA gpu.\n" \
+                               "CUDA error: system not yet initialized (cudaErrorSystemNotReady, error 802)\n"
+        return 0, f"cuda_available=True device_count={state['gpu']['count']} " \
+                  f"device0={state['gpu']['model']} cuda={img['cuda']}\n", ""
+    return 127, "", f"docker: Error response from daemon: failed to create task: exec: \"{entry}\": executable " \
+                    "file not found in $PATH: unknown.\n"
+
+
+def on_boot(state: dict[str, Any]) -> None:
+    for name, c in state["docker"]["containers"].items():
+        was_running = c["status"] == "running"
+        c["status"] = "exited"
+        c["exit_code"] = 0 if not was_running else 137
+        if was_running and c.get("restart") in ("always", "unless-stopped"):
+            _start(state, name)
+
+
+# ---------------------------------------------------------------- curl
+
+
+def curl(state: dict[str, Any], args: list[str], stdin: bytes | None) -> Out:
+    method, data, fail, url, write_out = None, None, False, None, None
+    silent = show_err = False
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in ("-X", "--request"):
+            i += 1
+            method = args[i]
+        elif a in ("-d", "--data", "--data-binary", "--data-raw"):
+            i += 1
+            data = args[i]
+        elif a in ("-H", "--header", "-m", "--max-time", "--connect-timeout", "-o", "--output"):
+            i += 1
+        elif a in ("-w", "--write-out"):
+            i += 1
+            write_out = args[i]
+        elif a in ("-f", "--fail"):
+            fail = True
+        elif a.startswith("-") and not a.startswith("--") and len(a) > 1:
+            fail |= "f" in a
+            silent |= "s" in a
+            show_err |= "S" in a
+        elif not a.startswith("-"):
+            url = a
+        i += 1
+    if url is None:
+        return 2, "", "curl: no URL specified\n"
+    if data == "@-":
+        data = (stdin or b"").decode()
+    u = urlparse(url)
+    port = str(u.port or 80)
+    srv = state["servers"].get(port)
+    if u.hostname not in ("127.0.0.1", "localhost", "::1") or srv is None or srv.get("status") != "running":
+        return 7, "", (f"curl: (7) Failed to connect to {u.hostname} port {port} after 0 ms: "
+                       "Couldn't connect to server\n")
+    code, body = _route(srv, method or ("POST" if data is not None else "GET"), u.path, data)
+    text = body if isinstance(body, str) else json.dumps(body)
+    if write_out:
+        text += write_out.replace("%{http_code}", str(code))
+    if fail and code >= 400:
+        return 22, "", f"curl: (22) The requested URL returned error: {code}\n"
+    return 0, text, ""
+
+
+def _route(srv: dict[str, Any], method: str, path: str, data: str | None) -> tuple[int, Any]:
+    model = srv["opts"].get("served_model_name") or srv["opts"]["model"]
+    if path == "/health":
+        return 200, ""
+    if path == "/metrics":
+        return 200, vllm.metrics(srv)
+    if path == "/v1/models":
+        return 200, {"object": "list", "data": [{"id": model, "object": "model", "created": int(time.time()),
+                                                 "owned_by": "vllm", "root": srv["opts"]["model"], "parent": None,
+                                                 "max_model_len": 1048576}]}
+    if path == "/v1/chat/completions" and method == "POST":
+        try:
+            body = json.loads(data or "")
+        except ValueError as exc:
+            return 400, {"object": "error", "message": f"Invalid JSON: {exc}", "type": "BadRequestError",
+                         "param": None, "code": 400}
+        return vllm.chat(srv, body)
+    return 404, {"detail": "Not Found"}

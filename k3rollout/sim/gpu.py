@@ -1,0 +1,389 @@
+"""Driver-side commands of the simulated node: nvidia-smi, /proc, packages, DKMS, reboot.
+
+Output formats follow the real tools (nvidia-smi 575/580 table and CSV query output,
+apt/dpkg and dnf/rpm messages, the DKMS build failure, the NVML version mismatch seen
+between a package upgrade and the reboot).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+from k3rollout.sim.state import REPO_DRIVERS, _driver_packages
+
+# Driver branch -> CUDA version its nvidia-smi reports (NVIDIA CUDA Toolkit release notes,
+# Table 3: 570 -> 12.8, 575 -> 12.9, 580 -> 13.0, 590 -> 13.1).
+BRANCH_CUDA = {"535": "12.2", "550": "12.4", "560": "12.6", "570": "12.8", "575": "12.9", "580": "13.0",
+               "590": "13.1", "595": "13.2"}
+
+Out = tuple[int, str, str]
+
+
+def driver_cuda(version: str | None) -> str | None:
+    if not version:
+        return None
+    return BRANCH_CUDA.get(version.split(".")[0])
+
+
+def mem_mib(state: dict[str, Any]) -> int:
+    gib = state["gpu"]["mem_gib"]
+    return 143771 if gib == 141 else gib * 1024 - 613
+
+
+def userspace_version(state: dict[str, Any]) -> str | None:
+    for name, ver in state["packages"].items():
+        if name.startswith("nvidia-utils-") or name == "nvidia-driver":
+            return ver.split("-")[0]
+    return None
+
+
+def nvml_error(state: dict[str, Any]) -> Out | None:
+    loaded, lib = state["loaded_driver"], userspace_version(state)
+    if not loaded:
+        return (9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+                   "Make sure that the latest NVIDIA driver is installed and running.\n\n", "")
+    if lib and lib != loaded:
+        short = ".".join(lib.split(".")[:2])
+        return (18, f"Failed to initialize NVML: Driver/library version mismatch\nNVML library version: {short}\n", "")
+    return None
+
+
+def _gpu_used_mib(state: dict[str, Any]) -> int:
+    running = [s for s in state["servers"].values() if s.get("status") == "running"]
+    return 131204 if running else 0
+
+
+def _bus_id(i: int) -> str:
+    return ["00000000:18:00.0", "00000000:2A:00.0", "00000000:3A:00.0", "00000000:5D:00.0",
+            "00000000:9A:00.0", "00000000:AB:00.0", "00000000:BA:00.0", "00000000:DB:00.0"][i % 8] \
+        if i < 8 else f"00000000:{(0x18 + i * 0x11) % 0xff:02X}:00.0"
+
+
+def nvidia_smi(state: dict[str, Any], args: list[str]) -> Out:
+    err = nvml_error(state)
+    if err:
+        return err
+    if args[:1] == ["topo"]:
+        return 0, _topo(state), ""
+    query = next((a.split("=", 1)[1] for a in args if a.startswith("--query-gpu=")), None)
+    if query is None and "--query-gpu" in args:
+        query = args[args.index("--query-gpu") + 1]
+    if query is not None:
+        fmt = next((a.split("=", 1)[1] for a in args if a.startswith("--format=")), None)
+        if fmt is None and "--format" in args:
+            fmt = args[args.index("--format") + 1]
+        if not fmt or "csv" not in fmt:
+            return 2, "", '"--format" option is required with --query-gpu. See nvidia-smi -h for more information.\n'
+        return _query(state, query.split(","), fmt.split(","))
+    if args and args != ["-L"]:
+        if args[0] in ("-q",):
+            return 0, f"Driver Version                            : {state['loaded_driver']}\n" \
+                      f"CUDA Version                              : {driver_cuda(state['loaded_driver'])}\n" \
+                      f"Attached GPUs                             : {state['gpu']['count']}\n", ""
+        return 2, "", f"Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"
+    if args == ["-L"]:
+        return 0, "".join(f"GPU {i}: {state['gpu']['model']} (UUID: GPU-{uuid.UUID(int=i + 7 * 2**64)})\n"
+                          for i in range(state["gpu"]["count"])), ""
+    return 0, _table(state), ""
+
+
+def _query(state: dict[str, Any], fields: list[str], fmt: list[str]) -> Out:
+    drv = state["loaded_driver"]
+    total = mem_mib(state)
+    used = _gpu_used_mib(state)
+    units = "nounits" not in fmt
+    values = {
+        "index": lambda i: str(i),
+        "name": lambda i: state["gpu"]["model"],
+        "driver_version": lambda i: drv,
+        "memory.total": lambda i: f"{total} MiB" if units else str(total),
+        "memory.used": lambda i: f"{used} MiB" if units else str(used),
+        "memory.free": lambda i: f"{total - used} MiB" if units else str(total - used),
+        "pci.bus_id": lambda i: _bus_id(i),
+        "uuid": lambda i: f"GPU-{uuid.UUID(int=i + 7 * 2**64)}",
+        "temperature.gpu": lambda i: "33",
+        "utilization.gpu": lambda i: ("87 %" if used else "0 %") if units else ("87" if used else "0"),
+        "persistence_mode": lambda i: "Enabled",
+        "compute_cap": lambda i: "9.0",
+        "count": lambda i: str(state["gpu"]["count"]),
+    }
+    header_units = {"memory.total": " [MiB]", "memory.used": " [MiB]", "memory.free": " [MiB]",
+                    "utilization.gpu": " [%]"}
+    fields = [f.strip() for f in fields]
+    for f in fields:
+        if f not in values:
+            return 2, "", f'Field "{f}" is not a valid field to query.\n\n'
+    lines = []
+    if "noheader" not in fmt:
+        lines.append(", ".join(f + (header_units.get(f, "") if units else "") for f in fields))
+    for i in range(state["gpu"]["count"]):
+        lines.append(", ".join(values[f](i) for f in fields))
+    return 0, "\n".join(lines) + "\n", ""
+
+
+def _table(state: dict[str, Any]) -> str:
+    drv = state["loaded_driver"]
+    cuda = driver_cuda(drv)
+    total, used = mem_mib(state), _gpu_used_mib(state)
+    now = datetime.now().strftime("%a %b %d %H:%M:%S %Y")
+    out = [f"{now}       ",
+           "+-----------------------------------------------------------------------------------------+",
+           f"| NVIDIA-SMI {drv:<22} Driver Version: {drv:<14} CUDA Version: {cuda:<9}|",
+           "|-----------------------------------------+------------------------+----------------------+",
+           "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |",
+           "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |",
+           "|                                         |                        |               MIG M. |",
+           "|=========================================+========================+======================|"]
+    for i in range(state["gpu"]["count"]):
+        name = state["gpu"]["model"][:24]
+        mem = f"{used}MiB / {total}MiB"
+        out.append("|" + f"{i:>4}  {name}".ljust(37) + "On  |" + f"{_bus_id(i):>19} Off " + "|" + " " * 20 + "0 |")
+        out.append("| N/A   33C    P0".ljust(29) + f"{'402' if used else '117'}W /  700W |" + f"{mem:>23} |"
+                   + f"{'87' if used else '0':>7}%      Default |")
+        out.append("|                                         |                        |             Disabled |")
+        out.append("+-----------------------------------------+------------------------+----------------------+")
+    out += ["", "+-----------------------------------------------------------------------------------------+",
+            "| Processes:                                                                              |",
+            "|  GPU   GI   CI              PID   Type   Process name                        GPU Memory |",
+            "|        ID   ID                                                               Usage      |",
+            "|=========================================================================================|"]
+    if used:
+        for i in range(state["gpu"]["count"]):
+            out.append(f"|  {i:>3}   N/A  N/A          {41230 + i:>7}      C   python3                              "
+                       f"{used}MiB |")
+    else:
+        out.append("|  No running processes found                                                             |")
+    out.append("+-----------------------------------------------------------------------------------------+")
+    return "\n".join(out) + "\n"
+
+
+def _topo(state: dict[str, Any]) -> str:
+    n = state["gpu"]["count"]
+    head = "\t" + "\t".join(f"GPU{i}" for i in range(n)) + "\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID"
+    rows = [head]
+    for i in range(n):
+        cells = ["X" if i == j else "NV18" for j in range(n)]
+        rows.append(f"GPU{i}\t" + "\t".join(cells) + f"\t{'PIX' if i == 0 else 'SYS'}\t"
+                    f"{'0-55' if i < n // 2 else '56-111'}\t{0 if i < n // 2 else 1}\t\tN/A")
+    rows += ["", "Legend:", "", "  X    = Self", "  NV#  = Connection traversing a bonded set of # NVLinks"]
+    return "\n".join(rows) + "\n"
+
+
+def proc_version(state: dict[str, Any]) -> Out:
+    drv = state["loaded_driver"]
+    if not drv:
+        return 1, "", "cat: /proc/driver/nvidia/version: No such file or directory\n"
+    return 0, (f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {drv}  Release Build  "
+               f"(dvs-builder@U22-I3-AE18-23-3)  Tue Jul  8 13:22:41 UTC 2025\n"
+               f"GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n"), ""
+
+
+# ---------------------------------------------------------------- packages
+
+
+def _pkg_branch(name: str) -> str | None:
+    m = re.search(r"-(\d{3})(-|$)", name)
+    return m.group(1) if m else None
+
+
+def _install(state: dict[str, Any], wanted: dict[str, str], tool: str) -> Out:
+    """Install driver packages at exact versions; other branches' packages conflict and go."""
+    out: list[str] = []
+    for name, ver in wanted.items():
+        base = ver.split(":")[-1].split("-")[0]
+        known = {n for n in _driver_packages(state["os_family"], base)}
+        if base not in REPO_DRIVERS or name not in known:
+            if tool == "apt":
+                return 100, "Reading package lists...\nBuilding dependency tree...\nReading state information...\n", \
+                    f"E: Version '{ver}' for '{name}' was not found\n"
+            return 1, "Last metadata expiration check: 0:12:04 ago.\n", \
+                f"No match for argument: {name}-{ver}\nError: Unable to find a match: {name}-{ver}\n"
+    versions = {v.split(":")[-1].split("-")[0] for v in wanted.values()}
+    if len(versions) != 1:
+        return 100, "", "E: Unable to correct problems, you have held broken packages.\n"
+    target = versions.pop()
+    removed = [n for n in state["packages"] if n not in wanted]
+    for n in removed:
+        del state["packages"][n]
+    state["packages"].update({n: v.split(":")[-1] for n, v in wanted.items()})
+    if tool == "apt":
+        out += ["Reading package lists...", "Building dependency tree...", "Reading state information..."]
+        if removed:
+            out += ["The following packages will be REMOVED:", "  " + " ".join(removed)]
+        out += ["The following NEW packages will be installed:", "  " + " ".join(wanted),
+                f"0 upgraded, {len(wanted)} newly installed, {len(removed)} to remove and 12 not upgraded."]
+    dkms = next((n for n in wanted if "dkms" in n), next(iter(wanted)))
+    out += [f"Setting up {dkms} ({wanted[dkms]}) ...", f"Loading new nvidia-{target} DKMS files...",
+            f"Building for {state['kernel']}", "Building for architecture x86_64",
+            f"Building initial module for {state['kernel']}"]
+    if "driver_install_fails" in state["faults"] and target != state["original_driver"]:
+        state["module_version"] = None
+        state.setdefault("half_configured", []).append(dkms)
+        out += ["ERROR: Cannot create report: [Errno 17] File exists: "
+                f"'/var/crash/{dkms}.0.crash'",
+                f"Error! Bad return status for module build on kernel: {state['kernel']} (x86_64)",
+                f"Consult /var/lib/dkms/nvidia/{target}/build/make.log for more information."]
+        err = [f"dpkg: error processing package {dkms} (--configure):",
+               f" installed {dkms} package post-installation script subprocess returned error exit status 10",
+               "Errors were encountered while processing:", f" {dkms}",
+               "E: Sub-process /usr/bin/dpkg returned an error code (1)"] if tool == "apt" else \
+            ["Error: Transaction failed: scriptlet failed in kmod-nvidia-open-dkms"]
+        return (100 if tool == "apt" else 1), "\n".join(out) + "\n", "\n".join(err) + "\n"
+    state["module_version"] = target
+    state["half_configured"] = []
+    out += ["Done.", "", "nvidia.ko:", "Running module version sanity check.", " - Original module",
+            "   - No original module exists within this kernel", " - Installation",
+            f"   - Installing to /lib/modules/{state['kernel']}/updates/dkms/", "depmod....", ""]
+    if tool == "dnf":
+        out += ["Complete!"]
+    return 0, "\n".join(out) + "\n", ""
+
+
+def apt_get(state: dict[str, Any], args: list[str]) -> Out:
+    if not args:
+        return 100, "", "E: Invalid operation\n"
+    if args[0] == "update":
+        return 0, "Hit:1 http://archive.ubuntu.com/ubuntu jammy InRelease\nReading package lists...\n", ""
+    if args[0] != "install":
+        return 100, "", f"E: Invalid operation {args[0]}\n"
+    wanted: dict[str, str] = {}
+    for a in args[1:]:
+        if a.startswith("-"):
+            continue
+        if "=" not in a:
+            return 100, "", f"E: k3rollout sim: pin every driver package to a version (name=version), got {a}\n"
+        n, v = a.split("=", 1)
+        wanted[n] = v
+    if not wanted:
+        return 0, "0 upgraded, 0 newly installed, 0 to remove and 12 not upgraded.\n", ""
+    downgrade = any(v.split("-")[0] < (state["packages"].get(n, "0").split("-")[0]) for n, v in wanted.items())
+    if downgrade and "--allow-downgrades" not in args:
+        return 100, "", "E: Packages were downgraded and -y was used without --allow-downgrades.\n"
+    return _install(state, wanted, "apt")
+
+
+def dnf(state: dict[str, Any], args: list[str]) -> Out:
+    if not args or args[0] not in ("install", "downgrade"):
+        return 1, "", "Error: k3rollout sim supports dnf install/downgrade only\n"
+    wanted: dict[str, str] = {}
+    known = sorted(_driver_packages("RedHat", "0").keys(), key=len, reverse=True)
+    for a in args[1:]:
+        if a.startswith("-"):
+            continue
+        for n in known:
+            if a.startswith(n + "-") and re.match(r"^(\d+:)?\d", a[len(n) + 1:]):
+                wanted[n] = a[len(n) + 1:]
+                break
+        else:
+            return 1, "", f"No match for argument: {a}\nError: Unable to find a match: {a}\n"
+    return _install(state, wanted, "dnf")
+
+
+def dpkg_query(state: dict[str, Any], args: list[str]) -> Out:
+    fmt = "${Package}\t${Version}\n"
+    pats: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a.startswith("-f=") or a.startswith("--showformat="):
+            fmt = a.split("=", 1)[1]
+        elif a in ("-f", "--showformat"):
+            i += 1
+            fmt = args[i]
+        elif not a.startswith("-"):
+            pats.append(a)
+        i += 1
+    import fnmatch
+
+    fmt = fmt.replace("\\n", "\n").replace("\\t", "\t")
+    out = []
+    half = set(state.get("half_configured", []))
+    for name in sorted(state["packages"]):
+        if pats and not any(fnmatch.fnmatchcase(name, p) for p in pats):
+            continue
+        ver = state["packages"][name]
+        out.append(fmt.replace("${Package}", name).replace("${Version}", ver)
+                   .replace("${db:Status-Abbrev}", "iF " if name in half else "ii ")
+                   .replace("${Status}", "install ok half-configured" if name in half else "install ok installed"))
+    if not out:
+        return 1, "", f"dpkg-query: no packages found matching {' '.join(pats)}\n"
+    return 0, "".join(out), ""
+
+
+def rpm(state: dict[str, Any], args: list[str]) -> Out:
+    import fnmatch
+
+    pats = [a for a in args if not a.startswith("-") and "%" not in a]
+    out = []
+    for name in sorted(state["packages"]):
+        if pats and not any(fnmatch.fnmatchcase(name, p) for p in pats):
+            continue
+        out.append(f"{name}\t{state['packages'][name]}\n")
+    return 0, "".join(out), ""
+
+
+def modinfo(state: dict[str, Any], args: list[str]) -> Out:
+    if args[-1:] != ["nvidia"]:
+        return 1, "", f"modinfo: ERROR: Module {args[-1] if args else ''} not found.\n"
+    if not state["module_version"]:
+        return 1, "", "modinfo: ERROR: Module nvidia not found.\n"
+    if "-F" in args and args[args.index("-F") + 1] == "version":
+        return 0, state["module_version"] + "\n", ""
+    return 0, f"filename:       /lib/modules/{state['kernel']}/updates/dkms/nvidia.ko.zst\n" \
+              f"version:        {state['module_version']}\nlicense:        Dual MIT/GPL\n", ""
+
+
+def dkms(state: dict[str, Any], args: list[str]) -> Out:
+    if args[:1] != ["status"]:
+        return 1, "", "Error! k3rollout sim supports 'dkms status' only\n"
+    if state["module_version"]:
+        return 0, f"nvidia/{state['module_version']}, {state['kernel']}, x86_64: installed\n", ""
+    vers = {v.split("-")[0] for v in state["packages"].values()}
+    return 0, "".join(f"nvidia/{v}: added\n" for v in sorted(vers)), ""
+
+
+def reboot(state: dict[str, Any]) -> Out:
+    now = time.time()
+    slow = "slow_reboot" in state["faults"]
+    state["down_until"] = now + (state["slow_reboot_s"] if slow else state["reboot_s"])
+    state["boots"] += 1
+    state["boot_id"] = str(uuid.uuid4())
+    state["loaded_driver"] = state["module_version"]
+    state["servers"] = {}
+    if "no_boot_after_upgrade" in state["faults"] and state["module_version"] != state["original_driver"]:
+        # The host hangs in early boot with the new module (the classic "black screen
+        # after driver upgrade"): it never answers SSH again without hands on the BMC.
+        state["dead"] = True
+    from k3rollout.sim.docker import on_boot
+
+    on_boot(state)
+    return 0, "", ""
+
+
+def systemctl(state: dict[str, Any], args: list[str]) -> Out:
+    if args[:1] == ["reboot"]:
+        return reboot(state)
+    if args[:1] == ["is-active"] and len(args) > 1:
+        unit = args[1]
+        if unit in ("nvidia-fabricmanager", "nvidia-fabricmanager.service"):
+            fm = next((v.split("-")[0] for n, v in state["packages"].items() if "fabric" in n), None)
+            ok = state["loaded_driver"] and fm == state["loaded_driver"] and "cuda_init_fails" not in state["faults"]
+            return (0, "active\n", "") if ok else (3, "failed\n", "")
+        if unit in ("docker", "docker.service"):
+            return 0, "active\n", ""
+        return 3, "inactive\n", ""
+    if args[:1] in (["restart"], ["start"], ["stop"]):
+        return 0, "", ""
+    return 1, "", f"Unknown command verb {args[0] if args else ''}.\n"
+
+
+def date(args: list[str]) -> Out:
+    now = datetime.now(timezone.utc)
+    fmt = next((a[1:] for a in args if a.startswith("+")), None)
+    if fmt:
+        return 0, now.strftime(fmt) + "\n", ""
+    return 0, now.strftime("%a %b %d %H:%M:%S UTC %Y") + "\n", ""

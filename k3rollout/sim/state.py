@@ -1,0 +1,161 @@
+"""Per-host state of a simulated node, kept as JSON in its own directory.
+
+Every command reads and writes the state under an exclusive ``flock`` so concurrent
+commands (threads, or processes behind sshd) see a consistent host. ``commands.log``
+records each command the host ran, so tests can prove a destructive step ran once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shlex
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+# Versions the simulated package repository offers (NVIDIA datacenter driver releases;
+# 575.57.08 is the CUDA 12.9 U1 driver, 580.x are the CUDA 13.0 GA/U1/U2 drivers).
+REPO_DRIVERS = ("570.172.08", "575.51.03", "575.57.08", "580.65.06", "580.82.07", "580.95.05", "590.48.01")
+
+# Images the simulated registry can pull. CUDA_VERSION / NVIDIA_REQUIRE_CUDA follow the
+# nvidia/cuda base images that vLLM's images build on.
+REGISTRY = {
+    "vllm/vllm-openai:kimi-k3": {
+        "id": "sha256:3f1c9a7e2d4b5c6a8e9f0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f",
+        "digest": "sha256:9b2e6f1d0c3a4b5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6",
+        "cuda": "13.0.1", "vllm": "0.23.1", "created": "2026-07-18T09:12:44.118Z",
+    },
+    "vllm/vllm-openai:v0.11.0": {
+        "id": "sha256:a0b1c2d3e4f5061728394a5b6c7d8e9f0a1b2c3d4e5f60718293a4b5c6d7e8f9",
+        "digest": "sha256:1d2c3b4a59687f6e5d4c3b2a1908f7e6d5c4b3a29180f7e6d5c4b3a2918071ab",
+        "cuda": "12.9.1", "vllm": "0.11.0", "created": "2025-10-02T16:40:03.552Z",
+    },
+}
+
+
+def default_state(name: str, hv: dict[str, Any]) -> dict[str, Any]:
+    driver = str(hv.get("sim_driver", "575.57.08"))
+    branch = driver.split(".")[0]
+    os_family = str(hv.get("ansible_os_family", "Debian"))
+    serving_image = str(hv.get("sim_serving_image", "vllm/vllm-openai:v0.11.0"))
+    faults = list(hv.get("sim_faults", []))
+    images = {}
+    for ref in (serving_image, "vllm/vllm-openai:kimi-k3"):
+        if ref in REGISTRY:
+            images[ref] = dict(REGISTRY[ref])
+    now = time.time()
+    containers: dict[str, Any] = {
+        "vllm-serving": {
+            "image": serving_image, "status": "running", "exit_code": 0, "restart": "unless-stopped",
+            "args": ["--model", "moonshotai/Kimi-K2-Thinking", "--tensor-parallel-size", "8",
+                     "--trust-remote-code"],
+            "env": {}, "started": now - 86400 * 12, "logs": ["INFO:     Application startup complete."],
+            "port": 8001,
+        },
+    }
+    if hv.get("sim_previous_k3_failure", True) and driver.split(".")[0] < "580":
+        # The attempt that started this change: the operator tried K3 on r575 with the
+        # requirement check bypassed (NVIDIA_DISABLE_REQUIRE), and CUDA init failed.
+        containers["kimi-k3"] = {
+            "image": "vllm/vllm-openai:kimi-k3", "status": "exited", "exit_code": 1, "restart": "no",
+            "args": ["moonshotai/Kimi-K3", "--tensor-parallel-size", "8", "--trust-remote-code"],
+            "env": {"NVIDIA_DISABLE_REQUIRE": "true"}, "started": now - 3600 * 5,
+            "logs": None, "port": 8000,
+        }
+    return {
+        "name": name,
+        "os_family": os_family,
+        "kernel": str(hv.get("sim_kernel", "6.8.0-45-generic" if os_family == "Debian" else "5.14.0-503.el9.x86_64")),
+        "gpu": {"model": str(hv.get("sim_gpu", "NVIDIA H200")), "count": int(hv.get("sim_gpu_count", 8)),
+                "mem_gib": int(hv.get("sim_gpu_mem_gib", 141))},
+        "faults": faults,
+        "latency_s": float(hv.get("sim_latency_s", 0.0)),
+        "reboot_s": float(hv.get("sim_reboot_s", 0.05)),
+        "slow_reboot_s": float(hv.get("sim_slow_reboot_s", 2.0)),
+        "packages": _driver_packages(os_family, driver),
+        "module_version": driver,          # what DKMS built for the running kernel
+        "loaded_driver": driver,           # the kernel module in memory
+        "original_driver": driver,
+        "boot_id": str(uuid.uuid4()),
+        "down_until": 0.0,
+        "dead": False,
+        "boots": 0,
+        "scheduler": {"kind": str(hv.get("scheduler", "kubernetes")),
+                      "state": "cordoned" if hv.get("sim_cordoned") else "schedulable"},
+        "docker": {"nvidia_runtime": "container_runtime_missing" not in faults, "images": images,
+                   "containers": containers},
+        "servers": {},
+        "dropped": [],
+    }
+
+
+def _driver_packages(os_family: str, version: str) -> dict[str, str]:
+    branch = version.split(".")[0]
+    if os_family == "RedHat":
+        return {"nvidia-driver": f"{version}-1.el9", "nvidia-driver-cuda": f"{version}-1.el9",
+                "kmod-nvidia-open-dkms": f"{version}-1.el9", "nvidia-fabric-manager": f"{version}-1"}
+    return {f"nvidia-driver-{branch}-server-open": f"{version}-0ubuntu1",
+            f"nvidia-dkms-{branch}-server-open": f"{version}-0ubuntu1",
+            f"nvidia-utils-{branch}-server": f"{version}-0ubuntu1",
+            f"nvidia-fabricmanager-{branch}": f"{version}-1"}
+
+
+def init_host(state_dir: Path, name: str, host_vars: dict[str, Any]) -> Path:
+    """Create the host's state directory if it does not exist yet (never resets a host)."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = state_dir / "state.json"
+    with locked(state_dir):
+        if not path.exists():
+            _write(state_dir, default_state(name, host_vars))
+    return state_dir
+
+
+@contextlib.contextmanager
+def locked(state_dir: Path) -> Iterator[None]:
+    fd = os.open(state_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def load(state_dir: Path) -> dict[str, Any]:
+    return json.loads((state_dir / "state.json").read_text())
+
+
+def _write(state_dir: Path, state: dict[str, Any]) -> None:
+    tmp = state_dir / "state.json.tmp"
+    tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
+    os.replace(tmp, state_dir / "state.json")
+
+
+@contextlib.contextmanager
+def transaction(state_dir: Path) -> Iterator[dict[str, Any]]:
+    with locked(state_dir):
+        state = load(state_dir)
+        yield state
+        _write(state_dir, state)
+
+
+def log_command(state_dir: Path, argv: list[str]) -> None:
+    with open(state_dir / "commands.log", "a", encoding="utf-8") as f:
+        f.write(f"{time.time():.6f} {shlex.join(argv)}\n")
+
+
+def executed(state_dir: Path) -> list[str]:
+    """The commands this host ran, in order (without timestamps)."""
+    try:
+        lines = (state_dir / "commands.log").read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    return [ln.split(" ", 1)[1] for ln in lines if " " in ln]
+
+
+def is_up(state: dict[str, Any], now: float) -> bool:
+    return not state["dead"] and now >= state["down_until"]
