@@ -43,6 +43,8 @@ def _make_env() -> ImmutableSandboxedEnvironment:
     env.tests["search"] = _regex_test
     env.tests["match"] = lambda v, p: re.match(p, str(v)) is not None
     env.filters["branch"] = lambda v: int(str(v).split(".")[0])
+    env.filters["apt_pin"] = lambda p: f"{p['name']}={p['version']}"
+    env.filters["dnf_pin"] = lambda p: f"{p['name']}-{p['version']}"
     env.filters["bool"] = lambda v: str(v).lower() in ("1", "true", "yes", "on") if not isinstance(v, bool) else v
     return env
 
@@ -95,11 +97,30 @@ def evaluate(expr: str, context: dict[str, Any]) -> AssertionResult:
         return AssertionResult(expr, False, f"{type(exc).__name__}: {exc}")
 
 
+_WHOLE = re.compile(r"^\{\{(.*)\}\}$", re.S)
+
+
 def render(value: Any, context: dict[str, Any]) -> Any:
-    """Render templates inside a (nested) parameter value; non-strings pass through."""
+    """Render templates inside a (nested) parameter value; non-strings pass through.
+
+    A string that is one whole ``{{ expr }}`` keeps the expression's type, so
+    ``"{{ baseline.driver_packages | map('apt_pin') | list }}"`` renders to a list that
+    ``render_argv`` splices as separate arguments (never re-split by a shell).
+    """
     if isinstance(value, str):
         if "{{" not in value and "{%" not in value:
             return value
+        m = _WHOLE.match(value.strip())
+        if m and "{{" not in m.group(1) and "}}" not in m.group(1):
+            try:
+                out = ENV.compile_expression(m.group(1).strip(), undefined_to_none=False)(**context)
+            except TemplateError as exc:
+                raise AssertionSyntaxError(f"cannot render {value!r}: {exc}") from None
+            if isinstance(out, StrictUndefined):
+                raise AssertionSyntaxError(f"cannot render {value!r}: undefined")
+            if isinstance(out, (list, tuple)):
+                return [str(x) for x in out]
+            return str(out) if not isinstance(out, (int, float, bool, dict)) else out
         try:
             return ENV.from_string(value).render(**context)
         except TemplateError as exc:
@@ -109,3 +130,14 @@ def render(value: Any, context: dict[str, Any]) -> Any:
     if isinstance(value, dict):
         return {k: render(v, context) for k, v in value.items()}
     return value
+
+
+def render_argv(argv: list[str], context: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    for arg in argv:
+        val = render(arg, context)
+        if isinstance(val, list):
+            out.extend(str(v) for v in val)
+        else:
+            out.append(str(val))
+    return out

@@ -85,7 +85,8 @@ def all_reduce_perf(state_dir: Path, state: dict[str, Any], args: list[str], hos
             peer = st.load(pdir)
         if not st.is_up(peer, time.time()):
             broken.append((h, "down"))
-        elif "nccl_broken" in peer["faults"]:
+        elif "nccl_broken" in peer["faults"] and len(hosts) > 1:
+            # the fault is in the inter-node fabric (IB/RoCE); NVLink inside one node still works
             broken.append((h, "nccl"))
         elif not peer["loaded_driver"]:
             broken.append((h, "nodriver"))

@@ -1,0 +1,154 @@
+"""Parsers for the facts the stages read. Each ``*_ARGV`` is the command; each function is pure.
+
+Formats: nvidia-smi (plain table and ``--query-gpu`` CSV), /proc/driver/nvidia/version,
+dpkg-query / rpm package lists, docker info / image inspect / inspect JSON, scheduler
+state (kubectl, scontrol), nccl-tests ``all_reduce_perf`` tables, and vLLM's Prometheus
+``/metrics`` (through prometheus_client's own text parser).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from typing import Any
+
+GPU_QUERY_FIELDS = ("index", "name", "driver_version", "memory.total", "memory.used", "pci.bus_id")
+GPU_QUERY_ARGV = ["nvidia-smi", f"--query-gpu={','.join(GPU_QUERY_FIELDS)}", "--format=csv,noheader,nounits"]
+
+
+class ParseError(ValueError):
+    pass
+
+
+def parse_gpu_query(text: str, fields: tuple[str, ...] = GPU_QUERY_FIELDS) -> list[dict[str, str]]:
+    rows = []
+    for row in csv.reader(io.StringIO(text.strip())):
+        if not row:
+            continue
+        row = [c.strip() for c in row]
+        if len(row) != len(fields):
+            raise ParseError(f"nvidia-smi CSV row has {len(row)} columns, expected {len(fields)}: {row!r}")
+        rows.append(dict(zip(fields, row)))
+    if not rows:
+        raise ParseError("nvidia-smi returned no GPU rows")
+    return rows
+
+
+def gpu_facts(rows: list[dict[str, str]]) -> dict[str, Any]:
+    drivers = sorted({r["driver_version"] for r in rows})
+    models = sorted({r["name"] for r in rows})
+    if len(drivers) != 1:
+        raise ParseError(f"GPUs report different driver versions: {drivers}")
+    return {"gpu_count": len(rows), "gpu_model": models[0] if len(models) == 1 else ", ".join(models),
+            "driver_version": drivers[0], "driver_branch": int(drivers[0].split(".")[0]),
+            "gpu_mem_total_mib": int(float(rows[0]["memory.total"])) if "memory.total" in rows[0] else None,
+            "gpu_mem_used_mib": max(int(float(r.get("memory.used", 0) or 0)) for r in rows)}
+
+
+_SMI_HEAD = re.compile(r"NVIDIA-SMI\s+(\S+)\s+Driver Version:\s+(\S+)\s+CUDA Version:\s+(\S+)")
+
+
+def parse_smi_table(text: str) -> dict[str, Any]:
+    m = _SMI_HEAD.search(text)
+    if not m:
+        raise ParseError("no 'Driver Version ... CUDA Version' header in nvidia-smi output")
+    gpus = re.findall(r"^\|\s+(\d+)\s+(.+?)\s+(On|Off)\s+\|", text, re.M)
+    return {"smi_version": m.group(1), "driver_version": m.group(2), "cuda_version": m.group(3),
+            "gpu_count": len(gpus)}
+
+
+def parse_proc_version(text: str) -> str:
+    m = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
+    if not m:
+        raise ParseError("no kernel module version in /proc/driver/nvidia/version")
+    return m.group(1)
+
+
+DPKG_ARGV = ["dpkg-query", "-W", "-f=${Package}\t${Version}\t${db:Status-Abbrev}\n", "nvidia-*"]
+RPM_ARGV = ["rpm", "-qa", "--qf", "%{NAME}\t%{VERSION}-%{RELEASE}\n", "nvidia*", "kmod-nvidia*"]
+
+
+def parse_packages(text: str) -> list[dict[str, str]]:
+    out = []
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if len(parts) < 2 or not parts[0].strip():
+            continue
+        status = parts[2].strip() if len(parts) > 2 else "ii"
+        out.append({"name": parts[0].strip(), "version": parts[1].strip(), "status": status})
+    return out
+
+
+def parse_json(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ParseError(f"{what}: not JSON ({exc})") from None
+
+
+def docker_info_facts(info: dict[str, Any]) -> dict[str, Any]:
+    runtimes = sorted((info.get("Runtimes") or {}).keys())
+    return {"docker_version": info.get("ServerVersion"), "container_runtimes": runtimes,
+            "nvidia_runtime": "nvidia" in runtimes or bool(info.get("CDISpecDirs")) and "nvidia" in runtimes,
+            "default_runtime": info.get("DefaultRuntime")}
+
+
+def image_facts(inspect: list[dict[str, Any]]) -> dict[str, Any]:
+    from k3rollout.checks.cuda_table import image_cuda
+
+    if not inspect:
+        raise ParseError("docker image inspect returned no image")
+    img = inspect[0]
+    env = (img.get("Config") or {}).get("Env") or []
+    labels = (img.get("Config") or {}).get("Labels") or {}
+    digests = img.get("RepoDigests") or []
+    return {"id": img.get("Id"), "tags": img.get("RepoTags") or [], "digest": digests[0] if digests else None,
+            "cuda": image_cuda(env), "created": img.get("Created"),
+            "vllm_version": labels.get("org.opencontainers.image.version"),
+            "source": labels.get("org.opencontainers.image.source")}
+
+
+def scheduler_state(kind: str, text: str) -> str:
+    if kind == "kubernetes":
+        return "cordoned" if text.strip() == "true" else "schedulable"
+    if kind == "slurm":
+        m = re.search(r"State=(\S+)", text)
+        if not m:
+            raise ParseError("no State= in scontrol output")
+        return "cordoned" if ("DRAIN" in m.group(1) or "DOWN" in m.group(1)) else "schedulable"
+    return "unmanaged"
+
+
+_NCCL_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)"
+                       r"\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)")
+
+
+def parse_nccl_tests(text: str) -> dict[str, Any]:
+    rows = []
+    for line in text.splitlines():
+        m = _NCCL_ROW.match(line)
+        if m:
+            rows.append({"size": int(m.group(1)), "time_us": float(m.group(6)), "algbw": float(m.group(7)),
+                         "busbw": float(m.group(8)), "wrong": m.group(9), "busbw_inplace": float(m.group(12))})
+    avg = re.search(r"#\s*Avg bus bandwidth\s*:\s*([\d.]+)", text)
+    if not rows or not avg:
+        raise ParseError("no all_reduce_perf result table / '# Avg bus bandwidth' line")
+    wrong = [r for r in rows if r["wrong"] not in ("0", "N/A")]
+    return {"rows": rows, "avg_busbw": float(avg.group(1)), "max_busbw": max(r["busbw"] for r in rows),
+            "largest_size": rows[-1]["size"], "largest_busbw": rows[-1]["busbw"], "wrong_rows": len(wrong)}
+
+
+def parse_vllm_metrics(text: str) -> dict[str, float]:
+    """Sum each vLLM metric family over its labels, using prometheus_client's parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, float] = {}
+    try:
+        for fam in text_string_to_metric_families(text):
+            for s in fam.samples:
+                out[s.name] = out.get(s.name, 0.0) + float(s.value)
+    except ValueError as exc:
+        raise ParseError(f"vLLM /metrics: {exc}") from None
+    return out

@@ -1,0 +1,326 @@
+"""The k3rollout command line: the one place exceptions become exit codes.
+
+Exit codes: 0 success; 1 a rollout that halted or failed (or a lock held by another
+run); 2 bad input (file:line in the message); 70 internal error, traceback in the run's
+``debug.log``. argparse was chosen over click deliberately: it is in the standard
+library and lets ``main(argv) -> int`` own every exit code, including usage errors (2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+from k3rollout import __version__
+from k3rollout.engine.clock import Clock, parse_iso
+from k3rollout.errors import InputError, K3RolloutError
+from k3rollout.model.durations import format_duration, parse_duration
+
+EXIT_OK, EXIT_HALTED, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 70
+
+
+def _project_root() -> Path:
+    return Path(__file__).resolve().parent.parent
+
+
+def default_paths() -> tuple[Path, Path]:
+    root = _project_root()
+    return root / "playbooks" / "k3-driver-rollout.yml", root / "inventories" / "sim" / "hosts.yml"
+
+
+def _window_seconds(args: argparse.Namespace, clock: Clock) -> tuple[float | None, float | None]:
+    """(seconds left, absolute end) from --window / --window-end."""
+    if getattr(args, "window", None) and getattr(args, "window_end", None):
+        raise InputError("give either --window or --window-end, not both")
+    if getattr(args, "window", None):
+        try:
+            secs = parse_duration(args.window)
+        except ValueError as exc:
+            raise InputError(f"--window: {exc}") from None
+        return secs, clock.now() + secs
+    if getattr(args, "window_end", None):
+        try:
+            end = parse_iso(args.window_end)
+        except ValueError as exc:
+            raise InputError(f"--window-end: {exc}") from None
+        left = end - clock.now()
+        if left <= 0:
+            raise InputError(f"--window-end {args.window_end} is in the past")
+        return left, end
+    return None, None
+
+
+def _load(args: argparse.Namespace):
+    from k3rollout.model import load_inventory, load_playbook
+
+    playbook = load_playbook(args.playbook)
+    inventory = load_inventory(args.inventory)
+    return playbook, inventory
+
+
+def cmd_validate(args: argparse.Namespace, clock: Clock) -> int:
+    from k3rollout.plan import make_plan
+
+    playbook, inventory = _load(args)
+    plan = make_plan(playbook, inventory)
+    print(f"ok: {playbook.path}: play {playbook.play.name!r}, {len(playbook.stages)} stages; "
+          f"{inventory.path}: {len(inventory.hosts)} hosts, {len(plan.hosts)} in the play, {len(plan.batches)} batches")
+    return EXIT_OK
+
+
+def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
+    from k3rollout.plan import make_plan
+
+    playbook, inventory = _load(args)
+    window_s, _ = _window_seconds(args, clock)
+    plan = make_plan(playbook, inventory, window_s=window_s)
+    if args.json:
+        print(json.dumps(plan.to_dict(), indent=2))
+        return EXIT_OK
+    print(f"Plan: {plan.play}  ({len(plan.hosts)} nodes, serial {plan.serial}, "
+          f"max_fail_percentage {plan.max_fail_percentage:g}%, min_serving {plan.min_serving})")
+    print("Stages per node: " + " -> ".join(s["stage"] for s in plan.stages))
+    for note in plan.notes:
+        print(f"note: {note}")
+    print(f"{'batch':>5}  {'start':>7}  {'takes':>7}  {'+rollback':>9}  {'serving':>9}  {'window':>6}  nodes")
+    for b in plan.batches:
+        fit = "-" if b.fits_window is None else ("fits" if b.fits_window else "NO")
+        cap = " (split by min_serving)" if b.capped_by_capacity else ""
+        print(f"{b.index:>5}  {format_duration(b.start_offset_s):>7}  {format_duration(b.estimate_s):>7}  "
+              f"{format_duration(b.rollback_estimate_s):>9}  {b.serving_during:>4}/{b.serving_before:<4}  {fit:>6}  "
+              f"{', '.join(b.nodes)}{cap}")
+    print(f"total {format_duration(plan.total_estimate_s)}"
+          + ("" if window_s is None else f" in a {format_duration(window_s)} window: "
+             + ("fits" if plan.fits_window else "does NOT fit")))
+    if args.rollback:
+        for b in plan.batches:
+            for rp in b.rollback_plan:
+                print(f"  batch {b.index} {rp['node']}:")
+                for s in rp["steps"]:
+                    print(f"    - {s}")
+    return EXIT_OK
+
+
+def _run_dir(args: argparse.Namespace, clock: Clock) -> Path:
+    if args.run_dir:
+        return Path(args.run_dir)
+    from k3rollout.engine.session import new_run_id
+
+    return Path("runs") / new_run_id(clock)
+
+
+def _start_run(playbook_path: str, inventory_path: str, run_dir: Path, args: argparse.Namespace,
+               clock: Clock) -> int:
+    from k3rollout import logsetup
+    from k3rollout.engine.session import Session
+    from k3rollout.model import load_inventory, load_playbook
+    from k3rollout.plan import make_plan
+    from k3rollout.progress import LineProgress
+
+    playbook = load_playbook(playbook_path)
+    inventory = load_inventory(inventory_path)
+    window_s, window_end = _window_seconds(args, clock)
+    plan = make_plan(playbook, inventory, window_s=window_s)
+    if not getattr(args, "yes", True) and sys.stdin.isatty():
+        print(f"About to change {len(plan.hosts)} node(s) in {len(plan.batches)} batch(es). Type 'yes' to go on: ",
+              end="", flush=True)
+        if sys.stdin.readline().strip() != "yes":
+            print("not confirmed; nothing changed")
+            return EXIT_INPUT
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _CURRENT_RUN_DIR[0] = run_dir
+    logsetup.configure(run_dir / "events.jsonl")
+    status = Session(run_dir, clock).start(playbook, inventory, plan, window_end, on_event=LineProgress(
+        window_end=window_end))
+    return _report_and_code(run_dir, status)
+
+
+def _report_and_code(run_dir: Path, status: str) -> int:
+    print(f"status: {status}")
+    print(f"report: {run_dir / 'report.html'}")
+    print(f"        {run_dir / 'report.md'}")
+    print(f"result: {run_dir / 'result.json'}")
+    return EXIT_OK if status in ("completed", "no_change") else EXIT_HALTED
+
+
+def cmd_run(args: argparse.Namespace, clock: Clock) -> int:
+    return _start_run(args.playbook, args.inventory, _run_dir(args, clock), args, clock)
+
+
+def cmd_demo(args: argparse.Namespace, clock: Clock) -> int:
+    playbook, inventory = default_paths()
+    args.yes = True
+    return _start_run(str(playbook), str(inventory), _run_dir(args, clock), args, clock)
+
+
+def _existing_run_dir(path: str) -> Path:
+    p = Path(path)
+    if not (p / "journal.jsonl").is_file():
+        raise InputError("not a k3rollout run directory (no journal.jsonl)", path=str(p))
+    _CURRENT_RUN_DIR[0] = p
+    return p
+
+
+def cmd_resume(args: argparse.Namespace, clock: Clock) -> int:
+    from k3rollout import logsetup
+    from k3rollout.engine.session import Session
+    from k3rollout.progress import LineProgress
+
+    run_dir = _existing_run_dir(args.run_dir)
+    logsetup.configure(run_dir / "events.jsonl")
+    status = Session(run_dir, clock).resume(on_event=LineProgress())
+    return _report_and_code(run_dir, status)
+
+
+def cmd_rollback(args: argparse.Namespace, clock: Clock) -> int:
+    from k3rollout import logsetup
+    from k3rollout.engine.session import Session
+    from k3rollout.progress import LineProgress
+
+    run_dir = _existing_run_dir(args.run_dir)
+    logsetup.configure(run_dir / "events.jsonl")
+    ok = Session(run_dir, clock).rollback(args.batch, on_event=LineProgress())
+    print(f"rollback: {'done' if ok else 'FAILED on at least one node (kept cordoned)'}")
+    print(f"report: {run_dir / 'report.html'}")
+    return EXIT_OK if ok else EXIT_HALTED
+
+
+def cmd_report(args: argparse.Namespace, clock: Clock) -> int:
+    from k3rollout.report.render import render, write_reports
+
+    run_dir = _existing_run_dir(args.run_dir)
+    if args.format:
+        sys.stdout.write(render(run_dir, args.format))
+    else:
+        write_reports(run_dir)
+        print(f"report: {run_dir / 'report.html'}")
+    return EXIT_OK
+
+
+def cmd_triage(args: argparse.Namespace, clock: Clock) -> int:
+    from k3rollout.checks.triage import classify
+
+    out = []
+    for f in args.logfile:
+        p = Path(f)
+        try:
+            text = p.read_bytes().decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            raise InputError("log file not found", path=f) from None
+        except OSError as exc:
+            raise InputError(f"cannot read log: {exc.strerror}", path=f) from None
+        out.append(classify(text, driver=args.driver, image_cuda=args.image_cuda).to_dict(file=f))
+    if args.json:
+        for o in out:
+            print(json.dumps(o))
+    else:
+        for o in out:
+            print(f"{o['file']}: {o['category']}")
+            for line in o["evidence"][:5]:
+                print(f"  > {line}")
+            for s in o["next_steps"]:
+                print(f"  - {s}")
+    return EXIT_OK
+
+
+def cmd_states(args: argparse.Namespace, clock: Clock) -> int:
+    from k3rollout.engine.states import build_table, render_table
+    from k3rollout.model import load_playbook
+
+    playbook = load_playbook(args.playbook)
+    sys.stdout.write(render_table(build_table([s.stage for s in playbook.stages])))
+    return EXIT_OK
+
+
+_CURRENT_RUN_DIR: list[Path | None] = [None]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="k3rollout", description="Staged NVIDIA driver + Kimi K3 vLLM rollouts.")
+    p.add_argument("--version", action="version", version=f"k3rollout {__version__}")
+    sub = p.add_subparsers(dest="verb", required=True)
+
+    def pb_inv(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("playbook")
+        sp.add_argument("-i", "--inventory", required=True)
+
+    def window(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--window", help="maintenance window length from now, e.g. 2h, 90m")
+        sp.add_argument("--window-end", help="maintenance window end, ISO 8601 with zone, e.g. 2026-12-03T04:00Z")
+
+    sp = sub.add_parser("validate", help="check a playbook and inventory")
+    pb_inv(sp)
+    sp.set_defaults(fn=cmd_validate)
+    sp = sub.add_parser("plan", help="dry run: batches, durations, capacity, window fit, rollback plans")
+    pb_inv(sp)
+    window(sp)
+    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--rollback", action="store_true", help="also list each node's rollback plan")
+    sp.set_defaults(fn=cmd_plan)
+    sp = sub.add_parser("run", help="execute the rollout")
+    pb_inv(sp)
+    window(sp)
+    sp.add_argument("--run-dir")
+    sp.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    sp.set_defaults(fn=cmd_run)
+    sp = sub.add_parser("resume", help="continue a run that was interrupted")
+    sp.add_argument("run_dir")
+    sp.set_defaults(fn=cmd_resume)
+    sp = sub.add_parser("rollback", help="execute the recorded rollback plans")
+    sp.add_argument("run_dir")
+    sp.add_argument("--batch", type=int)
+    sp.set_defaults(fn=cmd_rollback)
+    sp = sub.add_parser("report", help="(re)generate or print a run's report")
+    sp.add_argument("run_dir")
+    sp.add_argument("--format", choices=["html", "md", "json"])
+    sp.set_defaults(fn=cmd_report)
+    sp = sub.add_parser("triage", help="classify failure logs by the decision tree")
+    sp.add_argument("logfile", nargs="+")
+    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--driver", help="host driver version, e.g. 575.57.08 (live fact)")
+    sp.add_argument("--image-cuda", help="image CUDA version, e.g. 13.0.1 (live fact)")
+    sp.set_defaults(fn=cmd_triage)
+    sp = sub.add_parser("demo", help="a whole rollout on the embedded simulated cluster")
+    sp.add_argument("--run-dir")
+    window(sp)
+    sp.set_defaults(fn=cmd_demo)
+    sp = sub.add_parser("states", help="print the node state machine for a playbook")
+    sp.add_argument("playbook")
+    sp.set_defaults(fn=cmd_states)
+    return p
+
+
+def main(argv: list[str] | None = None, clock: Clock | None = None) -> int:
+    clock = clock or Clock()
+    _CURRENT_RUN_DIR[0] = None
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    try:
+        return args.fn(args, clock)
+    except K3RolloutError as exc:
+        print(f"k3rollout: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("k3rollout: interrupted; continue with `k3rollout resume RUN_DIR`", file=sys.stderr)
+        return EXIT_HALTED
+    except Exception:  # noqa: BLE001 - the one place an internal error becomes exit 70
+        run_dir = _CURRENT_RUN_DIR[0]
+        if run_dir is not None and run_dir.is_dir():
+            path = run_dir / "debug.log"
+        else:
+            path = Path(tempfile.gettempdir()) / "k3rollout-debug.log"
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(traceback.format_exc())
+        print(f"k3rollout: internal error; traceback in {path}. The journal is intact: "
+              "`k3rollout resume RUN_DIR` continues the run.", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def entrypoint() -> None:
+    sys.exit(main())

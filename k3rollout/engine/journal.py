@@ -1,0 +1,113 @@
+"""The append-only JSONL journal: the run's memory, written before and after each action.
+
+Every record is one JSON object on one line with a monotonically increasing ``seq``;
+``append`` writes and fsyncs before returning, so a record on disk means "this happened
+or was about to happen". On open, a torn last line (the process died mid-write) is
+detected, its bytes are kept in ``journal.torn.<offset>``, the file is cut back to the last
+complete record and a ``journal_repaired`` record says so. Damage anywhere else is an
+error: a journal with a hole in the middle cannot be trusted to resume from.
+
+Fault injection for the crash tests: ``K3ROLLOUT_KILL_AT_SEQ=N`` SIGKILLs the process
+right after record N is durable; ``K3ROLLOUT_TEAR_AT_SEQ=N`` writes half of record N and
+then SIGKILLs, leaving a torn line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from k3rollout.errors import InputError
+
+
+class Journal:
+    def __init__(self, path: Path, now_iso: Callable[[], str]):
+        self.path = Path(path)
+        self.now_iso = now_iso
+        self.records: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._kill_at = int(os.environ.get("K3ROLLOUT_KILL_AT_SEQ", "0") or 0)
+        self._tear_at = int(os.environ.get("K3ROLLOUT_TEAR_AT_SEQ", "0") or 0)
+        self.repaired: str | None = None
+        if self.path.exists():
+            self._load()
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        if self.repaired:
+            self.append("journal_repaired", torn_bytes_file=self.repaired)
+
+    @staticmethod
+    def read(path: Path) -> list[dict[str, Any]]:
+        """Parse a journal without repairing it (reports use this). A torn tail is skipped."""
+        records, _, _ = _parse(Path(path))
+        return records
+
+    def _load(self) -> None:
+        records, good_len, torn = _parse(self.path)
+        if torn is not None:
+            keep = self.path.with_name(f"journal.torn.{good_len}")
+            keep.write_bytes(torn)
+            with open(self.path, "r+b") as f:
+                f.truncate(good_len)
+                f.flush()
+                os.fsync(f.fileno())
+            self.repaired = keep.name
+        self.records = records
+
+    @property
+    def next_seq(self) -> int:
+        return (self.records[-1]["seq"] + 1) if self.records else 1
+
+    def append(self, type_: str, **data: Any) -> dict[str, Any]:
+        with self._lock:
+            rec = {"seq": self.next_seq, "ts": self.now_iso(), "type": type_, **data}
+            line = (json.dumps(rec, sort_keys=False, default=str, ensure_ascii=False) + "\n").encode("utf-8")
+            if self._tear_at and rec["seq"] == self._tear_at:
+                os.write(self._fd, line[: max(1, len(line) // 2)])
+                os.fsync(self._fd)
+                os.kill(os.getpid(), signal.SIGKILL)
+            os.write(self._fd, line)
+            os.fsync(self._fd)
+            self.records.append(rec)
+            if self._kill_at and rec["seq"] == self._kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return rec
+
+    def close(self) -> None:
+        try:
+            os.close(self._fd)
+        except OSError:
+            pass
+
+
+def _parse(path: Path) -> tuple[list[dict[str, Any]], int, bytes | None]:
+    raw = path.read_bytes()
+    records: list[dict[str, Any]] = []
+    pos = 0
+    lineno = 0
+    while pos < len(raw):
+        nl = raw.find(b"\n", pos)
+        lineno += 1
+        if nl == -1:
+            # no newline: the writer died mid-record
+            return records, pos, raw[pos:]
+        chunk = raw[pos:nl]
+        try:
+            rec = json.loads(chunk.decode("utf-8"))
+            if not isinstance(rec, dict) or "seq" not in rec or "type" not in rec:
+                raise ValueError("not a journal record")
+        except (ValueError, UnicodeDecodeError) as exc:
+            if nl == len(raw) - 1:
+                return records, pos, raw[pos:]
+            raise InputError(f"journal is damaged before its end ({exc}); it cannot be resumed safely. "
+                             "Keep the run directory for the audit and roll back by hand per runbooks/.",
+                             path=str(path), line=lineno) from None
+        if records and rec["seq"] != records[-1]["seq"] + 1:
+            raise InputError(f"journal sequence jumps from {records[-1]['seq']} to {rec['seq']}",
+                             path=str(path), line=lineno)
+        records.append(rec)
+        pos = nl + 1
+    return records, pos, None

@@ -1,0 +1,451 @@
+"""The rollout engine: batches, the per-node state machine, rollbacks and halt decisions.
+
+Journal first: every transition, step and fact is appended (and fsynced) before the side
+effect starts and again after it ends; the engine's own state is the fold of its journal
+(``report.state``), so a resumed run and a fresh one decide from the same data.
+
+Per batch: every node walks its stages in parallel (``forks``) up to the batch-scoped
+multinode stage, which runs once for the batch; then the nodes finish; then nodes that
+failed are rolled back by their recorded plan. The batch verdict is checked against
+``max_fail_percentage`` (Ansible's rule: halt when failed/batch > the percentage), and a
+rollback that itself failed always halts. Before a batch starts, the window and the
+capacity floor are checked against the batch's estimate plus its rollback estimate.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+import structlog
+
+from k3rollout.checks.parsers import ParseError
+from k3rollout.checks.triage import classify
+from k3rollout.engine.clock import Clock
+from k3rollout.engine.journal import Journal
+from k3rollout.engine.states import STAGE_STATE, STATE_STAGE, Event, NodeState, build_table, step as fsm_step
+from k3rollout.errors import CommandTimeout, ConnectionLost, HostUnreachable, TransportError
+from k3rollout.evidence.store import EvidenceStore
+from k3rollout.model.assertions import AssertionSyntaxError, evaluate, render
+from k3rollout.model.inventory import Inventory
+from k3rollout.model.playbook import BATCH_SCOPED_STAGES, Playbook, Stage, play_vars
+from k3rollout.report.state import RunView, apply, fold
+from k3rollout.stages import rollback as rb
+from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
+from k3rollout.stages.multinode import run_group
+from k3rollout.stages.registry import STAGES
+from k3rollout.transport.base import CommandResult, Executor
+
+SECRET_HINTS = ("pass", "secret", "token", "key_data", "api_key", "credential")
+DONE_BATCH = ("passed", "failed", "rolled_back")
+VERBATIM_PARAMS = frozenset({"install", "restore"})
+
+
+def secret_values(*var_maps: dict[str, Any]) -> list[str]:
+    out: set[str] = set()
+    for m in var_maps:
+        for k, v in m.items():
+            if any(h in k.lower() for h in SECRET_HINTS) and isinstance(v, (str, int)) and len(str(v)) >= 4 \
+                    and not k.endswith("_file"):
+                out.add(str(v))
+    return sorted(out, key=len, reverse=True)
+
+
+class Redactor:
+    def __init__(self, secrets: list[str]):
+        self.secrets = secrets
+
+    def __call__(self, text: str) -> str:
+        for s in self.secrets:
+            text = text.replace(s, "********")
+        return text
+
+
+class Engine:
+    def __init__(self, *, playbook: Playbook, inventory: Inventory, executor: Executor, journal: Journal,
+                 evidence: EvidenceStore, clock: Clock, run_id: str, log: Any = None,
+                 on_event: Callable[[dict], None] | None = None):
+        self.playbook = playbook
+        self.inventory = inventory
+        self.executor = executor
+        self.journal = journal
+        self.evidence = evidence
+        self.clock = clock
+        self.run_id = run_id
+        self.view: RunView = fold(journal.records)
+        self.stages: list[Stage] = playbook.stages
+        self.kinds = [s.stage for s in self.stages]
+        self.table = build_table(self.kinds)
+        self.play_vars = play_vars(playbook.play)
+        self.log = (log or structlog.get_logger("k3rollout")).bind(run_id=run_id)
+        self.on_event = on_event
+        self._lock = threading.Lock()
+        hv = [inventory.hosts[h].vars for h in inventory.hosts]
+        self.redact = Redactor(secret_values(self.play_vars, *hv))
+        self.in_place = bool(self.play_vars.get("allow_in_place_change", True))
+
+    # ------------------------------------------------------------------ journal
+
+    def record(self, type_: str, **data: Any) -> dict:
+        rec = self.journal.append(type_, **data)
+        with self._lock:
+            apply(self.view, rec)
+        if self.on_event:
+            self.on_event(rec)
+        return rec
+
+    def transition(self, node: str, event: Event, stage: str | None = None) -> NodeState:
+        cur = NodeState(self.view.node(node).state)
+        nxt = fsm_step(self.table, cur, event)
+        self.record("node_state", node=node, batch=self.view.node(node).batch, **{"from": cur.value},
+                    to=nxt.value, event=event.value, stage=stage or STATE_STAGE.get(nxt))
+        return nxt
+
+    # ------------------------------------------------------------------ contexts
+
+    def tvars(self, node: str) -> dict[str, Any]:
+        # Ansible precedence: play vars override inventory vars
+        return {**self.inventory.hosts[node].vars, **self.play_vars, "inventory_hostname": node}
+
+    def ctx(self, node: str, stage: Stage | None, folder: str, params: Any = None) -> NodeCtx:
+        n = self.view.node(node)
+        return NodeCtx(node=node, run_id=self.run_id, stage=stage.stage if stage else "rollback", folder=folder,
+                       params=params, vars=self.tvars(node), facts=n.facts, baseline=n.baseline, runner=self)
+
+    def folder(self, stage: Stage) -> str:
+        return f"{self.kinds.index(stage.stage) + 1:02d}-{stage.stage}"
+
+    def assertion_context(self, node: str) -> dict[str, Any]:
+        n = self.view.node(node)
+        return {**self.tvars(node), "facts": dict(n.facts), "baseline": dict(n.baseline), "node": node,
+                "vars": self.tvars(node)}
+
+    def render_params(self, stage: Stage, node: str) -> Any:
+        typed = stage.typed_params()
+        data = typed.model_dump()
+        ctx = self.assertion_context(node)
+        # vendor command templates are rendered per argv element when used (render_argv)
+        rendered = {k: (v if k in VERBATIM_PARAMS else render(v, ctx)) for k, v in data.items()}
+        return type(typed).model_validate(rendered)
+
+    # ------------------------------------------------------------------ StepRunner
+
+    def step(self, ctx: NodeCtx, name: str, argv: list[str], *, once: bool = False,
+             probe: Callable[[NodeCtx], bool] | None = None, stdin: bytes | None = None, timeout: float = 600.0,
+             evidence: bool = True, _retry: bool = True) -> CommandResult:
+        key = f"{ctx.folder}/{name}"
+        node = ctx.node
+        shown = [self.redact(a) for a in argv]
+        if once:
+            done = self.view.steps_done.get((node, key))
+            if done is not None:
+                return CommandResult(node, tuple(argv), int(done.get("rc", 0)), "", "", 0.0)
+            if (node, key) in self.view.steps_started:
+                took = probe(ctx) if probe else None
+                if took is None:
+                    raise StepFailed(f"{node}: '{shlex.join(shown)}' was interrupted and k3rollout cannot tell "
+                                     "whether it took effect; check the node by hand (runbooks/)")
+                self.record("step_settled", node=node, stage=ctx.stage, step=name, key=key, took_effect=took,
+                            how="probe after an interrupted run")
+                if took:
+                    return CommandResult(node, tuple(argv), 0, "", "", 0.0)
+        self.record("step_started", node=node, stage=ctx.stage, step=name, key=key, argv=shown, once=once)
+        try:
+            res = self.executor.run(node, argv, stdin=stdin, timeout=timeout)
+        except ConnectionLost as exc:
+            self.record("step_error", node=node, stage=ctx.stage, step=name, key=key, error="connection_lost",
+                        message=self.redact(str(exc)))
+            if once and probe and _retry:
+                try:
+                    self.executor.wait_for_host(node, 120.0)
+                except TransportError as exc2:
+                    raise StepFailed(self.redact(str(exc2))) from None
+                took = probe(ctx)
+                self.record("step_settled", node=node, stage=ctx.stage, step=name, key=key, took_effect=took,
+                            how="probe after the connection dropped")
+                if took:
+                    return CommandResult(node, tuple(argv), 0, "", "", 0.0)
+                return self.step(ctx, name, argv, once=once, probe=probe, stdin=stdin, timeout=timeout,
+                                 evidence=evidence, _retry=False)
+            raise StepFailed(self.redact(str(exc)), self.redact(exc.output_tail)) from None
+        except (HostUnreachable, CommandTimeout, TransportError) as exc:
+            self.record("step_error", node=node, stage=ctx.stage, step=name, key=key,
+                        error=type(exc).__name__, message=self.redact(str(exc)))
+            raise StepFailed(self.redact(str(exc)), self.redact(exc.output_tail)) from None
+        ref = None
+        if evidence:
+            body = (f"$ {shlex.join(shown)}\n# host={node} rc={res.rc} duration_s={res.duration_s:.3f}\n"
+                    f"--- stdout ---\n{self.redact(res.stdout)}\n--- stderr ---\n{self.redact(res.stderr)}")
+            ref = self.evidence.write(node, ctx.folder, name, body)
+        self.record("step_done", node=node, stage=ctx.stage, step=name, key=key, rc=res.rc, once=once,
+                    duration_s=round(res.duration_s, 4), evidence=ref.path if ref else None,
+                    sha256=ref.sha256 if ref else None)
+        return res
+
+    def wait_for_host(self, ctx: NodeCtx, timeout: float) -> float:
+        try:
+            return self.executor.wait_for_host(ctx.node, timeout)
+        except TransportError as exc:
+            self.record("step_error", node=ctx.node, stage=ctx.stage, step="wait-for-host",
+                        key=f"{ctx.folder}/wait-for-host", error=type(exc).__name__, message=str(exc))
+            raise StepFailed(str(exc)) from None
+
+    def record_evidence(self, ctx: NodeCtx, name: str, content: str) -> dict:
+        ref = self.evidence.write(ctx.node, ctx.folder, name, self.redact(content))
+        self.record("evidence", node=ctx.node, stage=ctx.stage, name=name, path=ref.path, sha256=ref.sha256)
+        return ref.to_dict()
+
+    # ------------------------------------------------------------------ stages
+
+    def check(self, node: str, stage: Stage, phase: str) -> tuple[bool, str]:
+        block = stage.pre if phase == "pre" else stage.post
+        if block is None:
+            return True, ""
+        ctx = self.assertion_context(node)
+        results = [evaluate(e, ctx) for e in block.that]
+        passed = all(r.passed for r in results)
+        self.record("assertions", node=node, stage=stage.stage, phase=phase, passed=passed,
+                    results=[r.to_dict() for r in results])
+        if passed:
+            return True, ""
+        failed = next(r for r in results if not r.passed)
+        msg = f"{phase}-assertion failed: {failed.expr}" + (f" ({failed.error})" if failed.error else "")
+        if block.fail_msg:
+            msg += f" - {block.fail_msg}"
+        return False, msg
+
+    def finish_stage(self, node: str, stage: Stage, out: StageOutcome) -> None:
+        if out.facts:
+            self.record("facts", node=node, stage=stage.stage, facts=out.facts)
+        if out.passed:
+            ok, why = self.check(node, stage, "post")
+            if not ok:
+                out = StageOutcome(False, why, {}, out.logs + "\n" + why)
+        if not out.passed:
+            f = self.view.node(node).facts
+            image_cuda = f.get("image_cuda") if stage.stage in ("cuda_check", "vllm_smoke", "features") else None
+            tri = classify(out.logs or out.reason, driver=f.get("driver_version") if image_cuda else None,
+                           image_cuda=image_cuda)
+            self.record("triage", node=node, stage=stage.stage, **tri.to_dict())
+        self.record("stage_done", node=node, stage=stage.stage, passed=out.passed, reason=self.redact(out.reason))
+        self.log.info("stage_done", node=node, stage=stage.stage, passed=out.passed, reason=out.reason)
+
+    def run_stage(self, node: str, stage: Stage) -> StageOutcome:
+        self.record("stage_started", node=node, stage=stage.stage, name=stage.name)
+        ok, why = self.check(node, stage, "pre")
+        if not ok:
+            return StageOutcome(False, why, logs=why)
+        try:
+            params = self.render_params(stage, node)
+        except (AssertionSyntaxError, ValueError) as exc:
+            return StageOutcome(False, f"stage parameters: {exc}")
+        ctx = self.ctx(node, stage, self.folder(stage), params)
+        try:
+            return STAGES[stage.stage](ctx)
+        except StepFailed as exc:
+            return StageOutcome(False, str(exc), logs=f"{exc}\n{exc.logs}")
+        except ParseError as exc:
+            return StageOutcome(False, f"unexpected output: {exc}", logs=str(exc))
+
+    def advance(self, node: str) -> None:
+        """Walk one node forward until it is done, failed, or waiting at a batch barrier."""
+        while True:
+            state = NodeState(self.view.node(node).state)
+            if state == NodeState.PENDING:
+                self.transition(node, Event.START)
+                continue
+            kind = STATE_STAGE.get(state)
+            if kind is None or kind in BATCH_SCOPED_STAGES:
+                return
+            stage = self.stages[self.kinds.index(kind)]
+            self.finish_stage(node, stage, self.run_stage(node, stage))
+            passed = self._last_stage_passed(node, kind)
+            if passed and kind == "baseline":
+                self.record_rollback_plan(node)
+                if not self.in_place:
+                    self.transition(node, Event.HOLD)
+                    return
+            self.transition(node, Event.PASSED if passed else Event.FAILED)
+
+    def _last_stage_passed(self, node: str, kind: str) -> bool:
+        for span in reversed(self.view.node(node).timeline):
+            if span["stage"] == kind:
+                return bool(span["passed"])
+        return False
+
+    def record_rollback_plan(self, node: str) -> None:
+        n = self.view.node(node)
+        if n.rollback_plan is not None:
+            return
+        steps = rb.plan_rollback(self.playbook, node, n.baseline, self.tvars(node))
+        self.record("rollback_plan", node=node, batch=n.batch, steps=steps,
+                    described=[self.redact(rb.describe(s)) for s in steps])
+
+    def run_barrier(self, nodes: list[str], kind: str) -> None:
+        waiting = [n for n in nodes if STATE_STAGE.get(NodeState(self.view.node(n).state)) == kind]
+        if not waiting:
+            return
+        stage = self.stages[self.kinds.index(kind)]
+        lead = waiting[0]
+        for n in waiting:
+            self.record("stage_started", node=n, stage=kind, name=stage.name)
+        ready = []
+        for n in waiting:
+            ok, why = self.check(n, stage, "pre")
+            if ok:
+                ready.append(n)
+            else:
+                self.finish_stage(n, stage, StageOutcome(False, why, logs=why))
+        outcomes: dict[str, StageOutcome] = {}
+        if ready:
+            try:
+                params = self.render_params(stage, lead)
+                ctx = self.ctx(ready[0], stage, self.folder(stage), params)
+                outcomes = run_group(ctx, ready)
+            except StepFailed as exc:
+                outcomes = {n: StageOutcome(False, str(exc), logs=f"{exc}\n{exc.logs}") for n in ready}
+            except (AssertionSyntaxError, ValueError) as exc:
+                outcomes = {n: StageOutcome(False, f"stage parameters: {exc}") for n in ready}
+        for n in ready:
+            self.finish_stage(n, stage, outcomes[n])
+        for n in waiting:
+            self.transition(n, Event.PASSED if self._last_stage_passed(n, kind) else Event.FAILED)
+
+    # ------------------------------------------------------------------ rollback
+
+    def rollback(self, node: str, reason: str) -> bool:
+        n = self.view.node(node)
+        mid = n.timeline and n.timeline[-1]["stage"] == "rollback" and n.timeline[-1]["end"] is None
+        attempt = n.rollback_attempts if mid else n.rollback_attempts + 1
+        if not mid:
+            self.record("rollback_started", node=node, attempt=attempt, reason=self.redact(reason))
+        self.log.warning("rollback_started", node=node, reason=reason)
+        ctx = self.ctx(node, None, f"rollback-{attempt}")
+        if n.rollback_plan is None:
+            ok, results = False, [{"action": "none", "status": "failed", "detail": "no rollback plan was recorded"}]
+        else:
+            ok, results = rb.execute(ctx, n.rollback_plan, set(n.entered))
+        self.record("rollback_done", node=node, attempt=attempt, ok=ok, results=results)
+        self.transition(node, Event.ROLLBACK_DONE if ok else Event.ROLLBACK_FAILED)
+        if not ok:
+            self.log.error("rollback_failed", node=node, results=results)
+        return ok
+
+    # ------------------------------------------------------------------ batches
+
+    def pool(self, fn: Callable[[str], Any], nodes: list[str]) -> None:
+        if not nodes:
+            return
+        workers = max(1, min(self.playbook.play.forks, len(nodes)))
+        if workers == 1:
+            for n in nodes:
+                fn(n)
+            return
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="k3node") as ex:
+            for fut in [ex.submit(fn, n) for n in nodes]:
+                fut.result()
+
+    def run_batch(self, nodes: list[str]) -> None:
+        self.pool(self.advance, nodes)
+        for kind in self.kinds:
+            if kind in BATCH_SCOPED_STAGES:
+                self.run_barrier(nodes, kind)
+        self.pool(self.advance, nodes)
+        need = [n for n in nodes if self.view.node(n).state == NodeState.ROLLBACK_REQUIRED.value]
+        self.pool(lambda n: self.rollback(n, self.view.node(n).reason or "stage failed"), need)
+
+    def out_of_service(self) -> set[str]:
+        out = {n for n, v in self.view.nodes.items() if v.state == NodeState.ROLLBACK_FAILED.value}
+        out |= {h for h in self.view.plan["hosts"] if self.inventory.hosts[h].vars.get("serving") is False}
+        return out
+
+    def preflight(self, batch: dict) -> tuple[str, str] | None:
+        """Why the batch must not start, or None."""
+        if self.view.window_end is not None:
+            need = batch["estimate_s"] + batch["rollback_estimate_s"]
+            left = self.view.window_end - self.clock.now()
+            if need > left:
+                return "window", (f"batch {batch['index']} needs {math.ceil(need / 60)} min (including its rollback) "
+                                  f"but the window has {max(0, int(left // 60))} min left")
+        if self.in_place and "cordon" in self.kinds:
+            plan = self.view.plan
+            out = self.out_of_service()
+            serving = len(plan["hosts"]) - len(out)
+            taking = len([n for n in batch["nodes"] if n not in out])
+            if serving - taking < plan["min_serving"]:
+                return "capacity", (f"batch {batch['index']} would leave {serving - taking} node(s) serving, below "
+                                    f"min_serving {plan['min_serving']} ({len(out)} out of service: "
+                                    f"{', '.join(sorted(out)) or 'none'})")
+        return None
+
+    def verdict(self, batch: dict) -> tuple[str, list[str], tuple[str, str] | None]:
+        nodes = batch["nodes"]
+        states = {n: self.view.node(n).state for n in nodes}
+        failed = [n for n, s in states.items() if s not in (NodeState.UPGRADE_DONE.value, NodeState.SKIPPED.value)]
+        status = "failed" if failed else "passed"
+        halt = None
+        rb_failed = [n for n, s in states.items() if s == NodeState.ROLLBACK_FAILED.value]
+        pct = 100.0 * len(failed) / len(nodes)
+        if rb_failed:
+            halt = ("rollback_failed", f"ROLLBACK FAILED on {', '.join(rb_failed)}: node(s) kept cordoned and need "
+                                       "hands-on recovery (see runbooks/ and the node's rollback evidence)")
+        elif pct > self.playbook.play.max_fail_percentage:
+            halt = ("failure", f"batch {batch['index']}: {len(failed)} of {len(nodes)} node(s) failed ({pct:.0f}%), "
+                               f"above max_fail_percentage {self.playbook.play.max_fail_percentage:g}%")
+        return status, failed, halt
+
+    def run(self) -> str:
+        plan = self.view.plan
+        for batch in plan["batches"]:
+            idx = batch["index"]
+            b = self.view.batches[idx]
+            if b["status"] in DONE_BATCH:
+                continue
+            if b["status"] == "not_started":
+                stop = self.preflight(batch)
+                if stop:
+                    kind, reason = stop
+                    self.record("run_halted", kind=kind, reason=reason, batch=idx)
+                    self.log.error("run_halted", kind=kind, reason=reason)
+                    return self.finish("halted")
+                self.record("batch_started", batch=idx, nodes=batch["nodes"])
+                self.log.info("batch_started", batch=idx, nodes=batch["nodes"])
+            self.run_batch(batch["nodes"])
+            status, failed, halt = self.verdict(batch)
+            self.record("batch_done", batch=idx, status=status, failed=failed)
+            self.log.info("batch_done", batch=idx, status=status, failed=failed)
+            if halt:
+                self.record("run_halted", kind=halt[0], reason=halt[1], batch=idx)
+                self.log.error("run_halted", kind=halt[0], reason=halt[1])
+                return self.finish("halted")
+        return self.finish("completed" if self.in_place else "no_change")
+
+    def finish(self, status: str) -> str:
+        self.record("run_finished", status=status)
+        return status
+
+    def rollback_batches(self, batches: list[int]) -> bool:
+        """Operator-requested rollback of whole batches, by the recorded plans."""
+        ok_all = True
+        for idx in batches:
+            nodes = self.view.batches[idx]["nodes"]
+            todo = []
+            for n in nodes:
+                st = NodeState(self.view.node(n).state)
+                if st in (NodeState.PENDING, NodeState.ROLLED_BACK, NodeState.FAILED, NodeState.SKIPPED,
+                          NodeState.BASELINE_REQUIRED):
+                    continue
+                if st != NodeState.ROLLBACK_REQUIRED:
+                    self.transition(n, Event.ROLLBACK_REQUESTED)
+                todo.append(n)
+            results: dict[str, bool] = {}
+            self.pool(lambda n: results.__setitem__(n, self.rollback(n, "operator requested rollback")), todo)
+            ok = all(results.values())
+            ok_all &= ok
+            self.record("batch_rolled_back", batch=idx, ok=ok, nodes=todo)
+        if self.view.status == "running":
+            self.finish("aborted")
+        return ok_all

@@ -1,0 +1,160 @@
+"""A run on disk: create or reopen a run directory, take the cluster lock, drive the engine.
+
+This is the only place that knows the run directory layout::
+
+    RUN_DIR/
+      journal.jsonl         append-only, fsynced (the source of truth)
+      evidence/             write-once outputs + MANIFEST.sha256
+      events.jsonl          structlog JSON events
+      inputs.json           where the playbook and inventory were, and their digests
+      result.json report.md report.html report.json   regenerated from the journal
+      sim-hosts/            state of simulated hosts (k3sim transport only)
+      debug.log             traceback of an internal error, if any
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+from k3rollout.engine.clock import Clock
+from k3rollout.engine.journal import Journal
+from k3rollout.engine.lock import RunLock
+from k3rollout.engine.runner import Engine
+from k3rollout.errors import InputError
+from k3rollout.evidence.store import EvidenceStore
+from k3rollout.model.inventory import Inventory, load_inventory
+from k3rollout.model.playbook import Playbook, load_playbook
+from k3rollout.plan.planner import Plan
+from k3rollout.report.render import write_reports
+from k3rollout.transport.sim import make_executor
+
+
+def new_run_id(clock: Clock) -> str:
+    return clock.iso().replace(":", "").replace("-", "")[:15] + "-" + uuid.uuid4().hex[:6]
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    os.replace(tmp, path)
+
+
+class Session:
+    def __init__(self, run_dir: Path, clock: Clock | None = None):
+        self.run_dir = Path(run_dir)
+        self.clock = clock or Clock()
+
+    @property
+    def journal_path(self) -> Path:
+        return self.run_dir / "journal.jsonl"
+
+    def start(self, playbook: Playbook, inventory: Inventory, plan: Plan, window_end: float | None,
+              on_event: Callable[[dict], None] | None = None, log: Any = None) -> str:
+        if self.journal_path.exists() and self.journal_path.stat().st_size > 0:
+            raise InputError(f"run directory already holds a run; use `k3rollout resume {self.run_dir}` or pick "
+                             "another --run-dir", path=str(self.run_dir))
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        run_id = new_run_id(self.clock)
+        lock = RunLock(inventory.path, self.run_dir, self.clock.iso())
+        lock.acquire()
+        try:
+            inv_digest = hashlib.sha256(Path(inventory.path).read_bytes()).hexdigest()
+            _write_json(self.run_dir / "inputs.json", {
+                "playbook": str(Path(playbook.path).resolve()), "playbook_sha256": playbook.sha256,
+                "inventory": str(Path(inventory.path).resolve()), "inventory_sha256": inv_digest})
+            journal = Journal(self.journal_path, self.clock.iso)
+            evidence = EvidenceStore(self.run_dir / "evidence")
+            ref = evidence.write("_run", "inputs", Path(playbook.path).name, Path(playbook.path).read_bytes())
+            executor = make_executor({h: inventory.hosts[h] for h in plan.hosts}, self.run_dir)
+            engine = Engine(playbook=playbook, inventory=inventory, executor=executor, journal=journal,
+                            evidence=evidence, clock=self.clock, run_id=run_id, log=log, on_event=on_event)
+            engine.record("run_started", run_id=run_id, plan=plan.to_dict(), playbook=str(playbook.path),
+                          playbook_sha256=playbook.sha256, inventory=inventory.path, inventory_sha256=inv_digest,
+                          window_end=window_end,
+                          window_end_iso=self.clock.iso(window_end) if window_end is not None else None,
+                          transport=executor.kind, pid=os.getpid(), playbook_evidence=ref.path)
+            try:
+                return engine.run()
+            finally:
+                journal.close()
+                executor.close()
+                self.write_outputs()
+        finally:
+            lock.release()
+
+    def reopen(self) -> tuple[Playbook, Inventory, Journal, dict]:
+        if not self.journal_path.exists():
+            raise InputError("no journal.jsonl: not a k3rollout run directory", path=str(self.run_dir))
+        try:
+            inputs = json.loads((self.run_dir / "inputs.json").read_text())
+        except (FileNotFoundError, ValueError) as exc:
+            raise InputError(f"inputs.json missing or damaged ({exc})", path=str(self.run_dir)) from None
+        playbook = load_playbook(inputs["playbook"])
+        if playbook.sha256 != inputs["playbook_sha256"]:
+            raise InputError("the playbook changed since this run started (sha256 differs); a run continues "
+                             "only with the playbook it was approved with", path=inputs["playbook"])
+        inventory = load_inventory(inputs["inventory"])
+        journal = Journal(self.journal_path, self.clock.iso)
+        if not journal.records or journal.records[0]["type"] != "run_started":
+            journal.close()
+            raise InputError("journal does not start with run_started", path=str(self.journal_path))
+        return playbook, inventory, journal, inputs
+
+    def _engine(self, on_event: Callable[[dict], None] | None, log: Any) -> tuple[Engine, Journal, RunLock]:
+        playbook, inventory, journal, _ = self.reopen()
+        first = journal.records[0]
+        lock = RunLock(inventory.path, self.run_dir, self.clock.iso())
+        try:
+            lock.acquire(takeover_own_stale=True)
+        except Exception:
+            journal.close()
+            raise
+        plan_hosts = first["plan"]["hosts"]
+        missing = [h for h in plan_hosts if h not in inventory.hosts]
+        if missing:
+            lock.release()
+            journal.close()
+            raise InputError(f"host(s) {missing} of this run are no longer in the inventory", path=inventory.path)
+        executor = make_executor({h: inventory.hosts[h] for h in plan_hosts}, self.run_dir)
+        engine = Engine(playbook=playbook, inventory=inventory, executor=executor, journal=journal,
+                        evidence=EvidenceStore(self.run_dir / "evidence"), clock=self.clock, run_id=first["run_id"],
+                        log=log, on_event=on_event)
+        return engine, journal, lock
+
+    def resume(self, on_event: Callable[[dict], None] | None = None, log: Any = None) -> str:
+        engine, journal, lock = self._engine(on_event, log)
+        try:
+            if engine.view.status != "running":
+                return engine.view.status
+            engine.record("run_resumed", pid=os.getpid())
+            return engine.run()
+        finally:
+            journal.close()
+            lock.release()
+            self.write_outputs()
+
+    def rollback(self, batch: int | None, on_event: Callable[[dict], None] | None = None, log: Any = None) -> bool:
+        engine, journal, lock = self._engine(on_event, log)
+        try:
+            started = [i for i, b in sorted(engine.view.batches.items()) if b["status"] != "not_started"]
+            if batch is not None:
+                if batch not in engine.view.batches:
+                    raise InputError(f"no batch {batch}; this run has batches 1..{len(engine.view.batches)}")
+                targets = [batch]
+            else:
+                targets = list(reversed(started))
+            if not targets:
+                raise InputError("no batch of this run has started: nothing to roll back")
+            return engine.rollback_batches(targets)
+        finally:
+            journal.close()
+            lock.release()
+            self.write_outputs()
+
+    def write_outputs(self) -> dict:
+        return write_reports(self.run_dir)

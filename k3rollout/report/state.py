@@ -1,0 +1,141 @@
+"""Fold journal records into the state of a run. Pure: records in, a RunView out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class NodeView:
+    name: str
+    batch: int | None = None
+    state: str = "pending"
+    stage: str | None = None
+    facts: dict[str, Any] = field(default_factory=dict)
+    baseline: dict[str, Any] = field(default_factory=dict)
+    entered: list[str] = field(default_factory=list)
+    failed_stage: str | None = None
+    reason: str = ""
+    triage: dict[str, Any] | None = None
+    rollback_plan: list[dict] | None = None
+    rollback_described: list[str] = field(default_factory=list)
+    rollback_attempts: int = 0
+    rollback_results: list[dict] = field(default_factory=list)
+    rollback_reason: str = ""
+    timeline: list[dict] = field(default_factory=list)   # stage spans: {stage, start, end, passed}
+
+
+@dataclass
+class RunView:
+    run_id: str | None = None
+    plan: dict[str, Any] | None = None
+    started: str | None = None
+    finished: str | None = None
+    window_end: float | None = None
+    window_end_iso: str | None = None
+    status: str = "running"
+    halt: dict[str, Any] | None = None
+    nodes: dict[str, NodeView] = field(default_factory=dict)
+    batches: dict[int, dict[str, Any]] = field(default_factory=dict)
+    steps_done: dict[tuple[str, str], dict] = field(default_factory=dict)
+    steps_started: dict[tuple[str, str], dict] = field(default_factory=dict)
+    steps_settled: dict[tuple[str, str], dict] = field(default_factory=dict)
+    evidence: list[dict] = field(default_factory=list)
+    resumes: int = 0
+    manual_rollbacks: list[dict] = field(default_factory=list)
+    repaired: list[str] = field(default_factory=list)
+    last_ts: str | None = None
+
+    def node(self, name: str) -> NodeView:
+        if name not in self.nodes:
+            self.nodes[name] = NodeView(name)
+        return self.nodes[name]
+
+
+def fold(records: list[dict[str, Any]]) -> RunView:
+    v = RunView()
+    for r in records:
+        apply(v, r)
+    return v
+
+
+def apply(v: RunView, r: dict[str, Any]) -> None:
+    """Apply one record to the view (the engine calls this for each record it appends)."""
+    t = r["type"]
+    v.last_ts = r.get("ts", v.last_ts)
+    n = v.node(r["node"]) if "node" in r and r["node"] else None
+    if t == "run_started":
+        v.run_id, v.plan, v.started = r["run_id"], r["plan"], r["ts"]
+        v.window_end, v.window_end_iso = r.get("window_end"), r.get("window_end_iso")
+        for b in r["plan"]["batches"]:
+            v.batches[b["index"]] = {"index": b["index"], "nodes": list(b["nodes"]), "status": "not_started",
+                                     "started": None, "finished": None, "failed": [], "rollback_ran": False}
+            for node in b["nodes"]:
+                v.node(node).batch = b["index"]
+    elif t == "run_resumed":
+        v.resumes += 1
+        v.status = "running"
+    elif t == "batch_started":
+        v.batches[r["batch"]].update(status="running", started=r["ts"])
+    elif t == "node_state":
+        n.state = r["to"]
+        if r.get("stage"):
+            n.stage = r["stage"]
+    elif t == "stage_started":
+        if r["stage"] not in n.entered:
+            n.entered.append(r["stage"])
+        n.stage = r["stage"]
+        n.timeline.append({"stage": r["stage"], "start": r["ts"], "end": None, "passed": None})
+    elif t == "stage_done":
+        for span in reversed(n.timeline):
+            if span["stage"] == r["stage"] and span["end"] is None:
+                span.update(end=r["ts"], passed=r["passed"])
+                break
+        if not r["passed"]:
+            n.failed_stage, n.reason = r["stage"], r.get("reason", "")
+    elif t == "facts":
+        n.facts.update(r["facts"])
+        if r["stage"] == "baseline":
+            n.baseline.update(r["facts"])
+    elif t == "triage":
+        n.triage = {k: r[k] for k in ("category", "evidence", "reasons", "next_steps", "stage") if k in r}
+    elif t == "rollback_plan":
+        n.rollback_plan, n.rollback_described = r["steps"], r.get("described", [])
+    elif t == "rollback_started":
+        n.rollback_attempts = r["attempt"]
+        n.rollback_reason = r.get("reason", "")
+        n.timeline.append({"stage": "rollback", "start": r["ts"], "end": None, "passed": None})
+    elif t == "rollback_done":
+        n.rollback_results = r["results"]
+        for span in reversed(n.timeline):
+            if span["stage"] == "rollback" and span["end"] is None:
+                span.update(end=r["ts"], passed=r["ok"])
+                break
+        if n.batch in v.batches:
+            v.batches[n.batch]["rollback_ran"] = True
+    elif t == "step_started":
+        v.steps_started[(r["node"], r["key"])] = r
+    elif t == "step_done":
+        v.steps_done[(r["node"], r["key"])] = r
+        if r.get("evidence"):
+            v.evidence.append({"node": r["node"], "stage": r["stage"], "path": r["evidence"],
+                               "sha256": r["sha256"], "step": r["step"]})
+    elif t == "step_settled":
+        v.steps_settled[(r["node"], r["key"])] = r
+        if r["took_effect"]:
+            v.steps_done[(r["node"], r["key"])] = {**r, "rc": 0}
+    elif t == "evidence":
+        v.evidence.append({"node": r["node"], "stage": r["stage"], "path": r["path"], "sha256": r["sha256"],
+                           "step": r.get("name")})
+    elif t == "batch_done":
+        v.batches[r["batch"]].update(status=r["status"], finished=r["ts"], failed=r.get("failed", []))
+    elif t == "batch_rolled_back":
+        v.batches[r["batch"]].update(status="rolled_back")
+        v.manual_rollbacks.append({"batch": r["batch"], "ts": r["ts"], "ok": r.get("ok")})
+    elif t == "run_halted":
+        v.halt = {"reason": r["reason"], "kind": r["kind"], "ts": r["ts"]}
+    elif t == "run_finished":
+        v.status, v.finished = r["status"], r["ts"]
+    elif t == "journal_repaired":
+        v.repaired.append(r["torn_bytes_file"])

@@ -1,0 +1,120 @@
+"""What a stage gets and returns: ``NodeCtx`` in, ``StageOutcome`` out.
+
+``ctx.step(name, argv, once=...)`` is the only way a stage touches a host. The engine
+behind it journals the step before and after, stores the output as evidence, and, for a
+``once`` step (cordon, driver install, reboot, uncordon), never runs it a second time
+after a crash: a completed one is replayed from the journal, an interrupted one is
+settled by its ``probe`` (did it take effect on the host?).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from k3rollout.checks import parsers
+from k3rollout.transport.base import CommandResult
+
+
+class StepFailed(Exception):
+    """A command could not be run (host unreachable, connection lost and not settled)."""
+
+    def __init__(self, message: str, logs: str = ""):
+        super().__init__(message)
+        self.logs = logs
+
+
+class StepRunner(Protocol):
+    def step(self, ctx: "NodeCtx", name: str, argv: list[str], *, once: bool = False,
+             probe: Callable[["NodeCtx"], bool] | None = None, stdin: bytes | None = None,
+             timeout: float = 600.0, evidence: bool = True) -> CommandResult: ...
+
+    def wait_for_host(self, ctx: "NodeCtx", timeout: float) -> float: ...
+
+    def record_evidence(self, ctx: "NodeCtx", name: str, content: str) -> dict: ...
+
+
+@dataclass
+class StageOutcome:
+    passed: bool
+    reason: str = ""
+    facts: dict[str, Any] = field(default_factory=dict)
+    logs: str = ""                 # text the triage classifier reads on failure
+
+
+@dataclass
+class NodeCtx:
+    node: str
+    run_id: str
+    stage: str                      # stage kind, or "rollback"
+    folder: str                     # evidence folder, e.g. "03-driver_upgrade"
+    params: Any
+    vars: dict[str, Any]
+    facts: dict[str, Any]
+    baseline: dict[str, Any]
+    runner: StepRunner
+    peers: list[str] = field(default_factory=list)
+
+    def step(self, name: str, argv: list[str], **kw: Any) -> CommandResult:
+        return self.runner.step(self, name, argv, **kw)
+
+    def evidence(self, name: str, content: str) -> dict:
+        return self.runner.record_evidence(self, name, content)
+
+    # ---- shared fact readers (command + parser pairs) ----
+
+    def read_gpu(self) -> dict[str, Any]:
+        res = self.step("nvidia-smi-query", parsers.GPU_QUERY_ARGV)
+        if not res.ok:
+            return {"gpu_error": res.tail(300), "driver_version": None}
+        return parsers.gpu_facts(parsers.parse_gpu_query(res.stdout))
+
+    def read_packages(self) -> list[dict[str, str]]:
+        family = self.facts.get("os_family") or self.baseline.get("os_family") or "Debian"
+        argv = parsers.RPM_ARGV if family == "RedHat" else parsers.DPKG_ARGV
+        res = self.step("driver-packages", argv)
+        return parsers.parse_packages(res.stdout) if res.ok else []
+
+    def read_scheduler(self) -> str:
+        kind = self.vars.get("scheduler", "kubernetes")
+        if kind == "kubernetes":
+            res = self.step("scheduler-state", ["kubectl", "get", "node", self.node, "-o",
+                                                "jsonpath={.spec.unschedulable}"])
+        elif kind == "slurm":
+            res = self.step("scheduler-state", ["scontrol", "show", "node", self.node])
+        else:
+            return "unmanaged"
+        if not res.ok:
+            return "unknown"
+        return parsers.scheduler_state(kind, res.stdout)
+
+    def read_boot_id(self) -> str:
+        res = self.step("boot-id", ["cat", "/proc/sys/kernel/random/boot_id"])
+        return res.stdout.strip() if res.ok else ""
+
+    def image_facts(self, image: str, name: str = "image-inspect") -> dict[str, Any] | None:
+        res = self.step(name, ["docker", "image", "inspect", image])
+        if not res.ok:
+            return None
+        return parsers.image_facts(parsers.parse_json(res.stdout, "docker image inspect"))
+
+    def http(self, name: str, port: int, path: str, body: dict | None = None,
+             timeout_s: int = 120) -> tuple[int, Any]:
+        """An HTTP request made *on the node* (the vLLM port is local to it), via curl."""
+        argv = ["curl", "-sS", "-m", str(timeout_s), "-H", "Content-Type: application/json"]
+        stdin = None
+        if body is not None:
+            argv += ["-d", "@-"]
+            stdin = json.dumps(body).encode()
+        argv.append(f"http://127.0.0.1:{port}{path}")
+        res = self.step(name, argv, stdin=stdin, timeout=timeout_s + 30)
+        if not res.ok:
+            return res.rc, res.tail(300)
+        try:
+            return 0, json.loads(res.stdout) if res.stdout.strip().startswith(("{", "[")) else res.stdout
+        except ValueError:
+            return 0, res.stdout
+
+
+Stage = Callable[[NodeCtx], StageOutcome]

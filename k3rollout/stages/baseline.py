@@ -1,0 +1,88 @@
+"""Stage 1: capture the baseline before anything changes (DOMAIN.md "Evidence first").
+
+Read-only. Captures date, nvidia-smi (table, CSV, topology), the kernel module version,
+driver packages, kernel, container runtime, images (tag, digest, CUDA), containers and
+the logs of the failed K3 attempt, scheduler state and fabric manager state. Every output
+goes to evidence; the parsed facts become the node's baseline, which the rollback plan
+restores to.
+"""
+
+from __future__ import annotations
+
+import json
+
+from k3rollout.checks import parsers
+from k3rollout.checks.cuda_table import compat_verdict
+from k3rollout.checks.triage import classify
+from k3rollout.stages.base import NodeCtx, StageOutcome
+
+
+def run(ctx: NodeCtx) -> StageOutcome:
+    p = ctx.params
+    f: dict = {}
+    ctx.step("date", ["date", "-u", "+%Y-%m-%dT%H:%M:%SZ"])
+    osr = ctx.step("os-release", ["cat", "/etc/os-release"])
+    f["os_family"] = "RedHat" if any(x in osr.stdout for x in ('ID="rocky"', 'ID="rhel"', "ID=rhel", 'ID="almalinux"')) \
+        else "Debian"
+    f["pkg_mgr"] = "dnf" if f["os_family"] == "RedHat" else "apt"
+    ctx.facts.update(f)
+    table = ctx.step("nvidia-smi", ["nvidia-smi"])
+    if not table.ok:
+        return StageOutcome(False, f"nvidia-smi fails before any change (rc {table.rc}); the node is not a sound "
+                                   "baseline", f, table.stdout + table.stderr)
+    smi = parsers.parse_smi_table(table.stdout)
+    f["cuda_driver_version"] = smi["cuda_version"]
+    f.update(ctx.read_gpu())
+    proc = ctx.step("proc-driver-version", ["cat", "/proc/driver/nvidia/version"])
+    f["module_version"] = parsers.parse_proc_version(proc.stdout) if proc.ok else None
+    f["kernel"] = ctx.step("kernel", ["uname", "-r"]).stdout.strip()
+    f["boot_id"] = ctx.read_boot_id()
+    ctx.facts.update(f)
+    f["driver_packages"] = [pk for pk in ctx.read_packages() if pk["status"].startswith("ii")]
+    ctx.step("nvidia-topology", ["nvidia-smi", "topo", "-m"])
+    fm = ctx.step("fabricmanager", ["systemctl", "is-active", "nvidia-fabricmanager"])
+    f["fabricmanager"] = fm.stdout.strip() or "unknown"
+
+    info = ctx.step("docker-info", ["docker", "info", "--format", "{{json .}}"])
+    if info.ok:
+        f.update(parsers.docker_info_facts(parsers.parse_json(info.stdout, "docker info")))
+    else:
+        f["nvidia_runtime"] = False
+    ps = ctx.step("docker-ps", ["docker", "ps", "-a", "--format", "{{json .}}"])
+    containers = [json.loads(line) for line in ps.stdout.splitlines() if line.strip().startswith("{")]
+    f["containers"] = [{"name": c["Names"], "image": c["Image"], "state": c["State"]} for c in containers]
+
+    target = ctx.image_facts(p.image, "target-image-inspect")
+    f["target_image"] = p.image
+    f["target_image_cached"] = target is not None
+    f["target_image_digest"] = target["digest"] if target else None
+    f["target_image_cuda"] = target["cuda"] if target else None
+    if target and target["cuda"] and f.get("driver_version"):
+        f["target_image_compat"] = compat_verdict(f["driver_version"], target["cuda"])
+
+    serving = []
+    for c in containers:
+        if c["State"] != "running" or c["Names"].startswith("k3rollout-"):
+            continue
+        img = ctx.image_facts(c["Image"], f"image-inspect-{c['Names']}")
+        ins = ctx.step(f"container-inspect-{c['Names']}", ["docker", "inspect", c["Names"]])
+        serving.append({"name": c["Names"], "image": c["Image"], "digest": img["digest"] if img else None,
+                        "cuda": img["cuda"] if img else None, "inspect_ok": ins.ok})
+    f["serving_containers"] = serving
+
+    failures = []
+    names = {c["Names"] for c in containers}
+    for name in p.failure_containers:
+        if name not in names:
+            continue
+        ins = ctx.step(f"failed-container-inspect-{name}", ["docker", "inspect", name])
+        logs = ctx.step(f"failed-container-logs-{name}", ["docker", "logs", name])
+        text = logs.stdout + logs.stderr
+        tri = classify(text)
+        failures.append({"container": name, "triage": tri.category, "evidence": tri.evidence[:3],
+                         "inspect_saved": ins.ok})
+    f["prior_failures"] = failures
+
+    f["scheduler"] = ctx.vars.get("scheduler", "kubernetes")
+    f["scheduler_state"] = ctx.read_scheduler()
+    return StageOutcome(True, "", f)

@@ -1,0 +1,114 @@
+"""Stage 3: upgrade the NVIDIA driver with the operator's vendor steps, reboot, verify.
+
+The install commands come from the playbook (``with.install.apt`` / ``.dnf``), rendered
+with vars; k3rollout does not invent OS commands (DOMAIN.md). Both the install and the
+reboot are ``once`` steps: after a crash they are settled by probes (packages at target;
+boot id changed), never blindly repeated. Verification after the reboot: nvidia-smi
+reports the target, the loaded kernel module matches, DKMS built it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from k3rollout.checks import parsers
+from k3rollout.model.assertions import render_argv
+from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
+
+
+def template_context(ctx: NodeCtx) -> dict[str, Any]:
+    return {**ctx.vars, "facts": ctx.facts, "baseline": ctx.baseline, "node": ctx.node,
+            "inventory_hostname": ctx.node}
+
+
+def pinned(argv: list[str]) -> dict[str, str]:
+    """``name=version`` (apt) or ``name-version`` (dnf) arguments of an install command."""
+    out = {}
+    rpm_style = bool(argv) and argv[0] in ("dnf", "yum")
+    for a in argv[1:]:
+        if a.startswith("-"):
+            continue
+        if "=" in a:
+            n, v = a.split("=", 1)
+            out[n] = v
+        elif rpm_style:
+            m = re.match(r"^(.+?)-(?:\d+:)?(\d[\w.~+]*-[\w.~+]+)$", a)
+            if m:
+                out[m.group(1)] = m.group(2)
+    return out
+
+
+def packages_at(ctx: NodeCtx, wanted: dict[str, str]) -> bool:
+    have = {p["name"]: p["version"] for p in ctx.read_packages() if p["status"].startswith("ii")}
+    return bool(wanted) and all(have.get(n) == v for n, v in wanted.items())
+
+
+def reboot_and_wait(ctx: NodeCtx, name: str, timeout: float) -> tuple[bool, str, float]:
+    before = ctx.facts.get("boot_id") or ctx.read_boot_id()
+
+    def rebooted(c: NodeCtx) -> bool:
+        try:
+            c.runner.wait_for_host(c, timeout)
+        except StepFailed:
+            return False
+        now = c.read_boot_id()
+        return bool(now) and now != before
+
+    ctx.step(name, ["reboot"], once=True, probe=rebooted)
+    try:
+        waited = ctx.runner.wait_for_host(ctx, timeout)
+    except StepFailed as exc:
+        return False, str(exc), timeout
+    boot_id = ctx.read_boot_id()
+    ctx.facts["boot_id"] = boot_id
+    if boot_id == before:
+        return False, "host answered but did not reboot (boot id unchanged)", waited
+    return True, "", waited
+
+
+def verify_driver(ctx: NodeCtx, expected: str) -> tuple[bool, str, dict[str, Any]]:
+    f: dict[str, Any] = {}
+    gpu = ctx.read_gpu()
+    f.update(gpu)
+    proc = ctx.step("proc-driver-version", ["cat", "/proc/driver/nvidia/version"])
+    f["module_version"] = parsers.parse_proc_version(proc.stdout) if proc.ok else None
+    ctx.step("dkms-status", ["dkms", "status"])
+    fm = ctx.step("fabricmanager", ["systemctl", "is-active", "nvidia-fabricmanager"])
+    f["fabricmanager"] = fm.stdout.strip() or "unknown"
+    f["driver_packages"] = [p for p in ctx.read_packages() if p["status"].startswith("ii")]
+    if gpu.get("driver_version") != expected:
+        why = gpu.get("gpu_error") or f"nvidia-smi reports {gpu.get('driver_version')}"
+        return False, f"driver is not {expected} after reboot: {why}", f
+    if f["module_version"] != expected:
+        return False, f"loaded kernel module is {f['module_version']}, expected {expected}", f
+    return True, "", f
+
+
+def run(ctx: NodeCtx) -> StageOutcome:
+    p = ctx.params
+    target = p.target_driver
+    if ctx.facts.get("driver_version") == target and ctx.facts.get("module_version") == target:
+        return StageOutcome(True, f"already at {target}: nothing to install", {"driver_upgrade": "already-at-target"})
+    mgr = ctx.facts.get("pkg_mgr") or ctx.baseline.get("pkg_mgr", "apt")
+    steps = getattr(p.install, mgr)
+    if not steps:
+        return StageOutcome(False, f"the playbook has no `with.install.{mgr}` vendor steps for this node's package "
+                                   "manager")
+    tctx = template_context(ctx)
+    logs = []
+    for i, tmpl in enumerate(steps, start=1):
+        argv = render_argv(tmpl, tctx)
+        wanted = pinned(argv)
+        res = ctx.step(f"vendor-step-{i}", argv, once=bool(wanted),
+                       probe=(lambda c, w=wanted: packages_at(c, w)) if wanted else None, timeout=3600)
+        logs.append(res.stdout + res.stderr)
+        if not res.ok:
+            return StageOutcome(False, f"vendor step {i} failed (rc {res.rc}): {res.command}",
+                                {"driver_packages": ctx.read_packages()}, "\n".join(logs))
+    ok, why, waited = reboot_and_wait(ctx, "reboot", p.reboot_timeout)
+    if not ok:
+        return StageOutcome(False, f"reboot: {why}", {"reboot_wait_s": waited}, "\n".join(logs) + "\n" + why)
+    ok, why, facts = verify_driver(ctx, target)
+    facts["reboot_wait_s"] = round(waited, 3)
+    return StageOutcome(ok, why, facts, "" if ok else "\n".join(logs) + "\n" + why + "\n" + str(facts.get("gpu_error", "")))

@@ -1,0 +1,172 @@
+"""Rollback: the per-node plan recorded after baseline, and its execution.
+
+The plan is built once, from baseline facts, before any change (driver back to the exact
+packages baseline saw, serving containers back on their original image digest, node back
+to its prior scheduler state) and written to the journal. Execution runs the recorded
+plan, never a re-derived one, in a fixed safe order, and only the actions whose stage
+actually started on the node. A step that cannot be proven done fails the rollback: the
+node stays cordoned and is reported ``rollback_failed``.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from k3rollout.model.assertions import AssertionSyntaxError, render_argv
+from k3rollout.model.playbook import ROLLBACK_UNDOES, Playbook
+from k3rollout.stages import uncordon as uncordon_stage
+from k3rollout.stages.base import NodeCtx, StepFailed
+from k3rollout.stages.driver_upgrade import packages_at, pinned, reboot_and_wait
+
+ORDER = ("stop_test_server", "restore_driver", "restore_serving_image", "uncordon_if_healthy")
+TEST_CONTAINERS = ("k3rollout-smoke", "k3rollout-features")
+
+
+def plan_rollback(playbook: Playbook, node: str, baseline: dict[str, Any], tvars: dict[str, Any]) -> list[dict]:
+    declared: dict[str, Any] = {}
+    reboot_timeout = 900.0
+    restore = None
+    for stage in playbook.stages:
+        for rb in stage.rollback:
+            declared[rb.action] = rb
+        if stage.stage == "driver_upgrade":
+            params = stage.typed_params()
+            restore = params.restore
+            reboot_timeout = params.reboot_timeout
+    steps: list[dict] = []
+    for action in ORDER:
+        if action not in declared:
+            continue
+        step: dict[str, Any] = {"action": action, "undoes": ROLLBACK_UNDOES[action]}
+        if action == "stop_test_server":
+            step["commands"] = [["docker", "rm", "-f", c] for c in TEST_CONTAINERS]
+        elif action == "restore_driver":
+            mgr = baseline.get("pkg_mgr", "apt")
+            tmpl = getattr(restore, mgr) if restore else []
+            ctx = {**tvars, "baseline": baseline, "facts": baseline, "node": node, "inventory_hostname": node}
+            try:
+                cmds = [render_argv(t, ctx) for t in tmpl]
+            except AssertionSyntaxError as exc:
+                cmds = []
+                step["error"] = str(exc)
+            step.update({"to_version": baseline.get("driver_version"), "commands": cmds,
+                         "reboot": declared[action].reboot, "reboot_timeout": reboot_timeout,
+                         "packages": baseline.get("driver_packages", [])})
+            if not cmds:
+                step.setdefault("error", f"no `restore.{mgr}` steps in the driver_upgrade stage")
+        elif action == "restore_serving_image":
+            step["containers"] = [{"name": c["name"], "image": c["image"], "digest": c.get("digest")}
+                                  for c in baseline.get("serving_containers", [])]
+        elif action == "uncordon_if_healthy":
+            step["prior_state"] = baseline.get("scheduler_state")
+            step["expect_driver"] = baseline.get("driver_version")
+            step["expect_gpus"] = baseline.get("gpu_count")
+        steps.append(step)
+    return steps
+
+
+def describe(step: dict) -> str:
+    a = step["action"]
+    if a == "stop_test_server":
+        return "stop_test_server: " + "; ".join(shlex.join(c) for c in step["commands"])
+    if a == "restore_driver":
+        cmds = "; ".join(shlex.join(c) for c in step.get("commands", [])) or f"NONE ({step.get('error')})"
+        return (f"restore_driver to {step.get('to_version')}: {cmds}"
+                + ("; reboot; verify nvidia-smi and kernel module report " + str(step.get("to_version"))
+                   if step.get("reboot") else ""))
+    if a == "restore_serving_image":
+        items = ", ".join(f"{c['name']} on {c['image']}@{(c.get('digest') or '?').split('@')[-1][:19]}"
+                          for c in step["containers"]) or "none were running"
+        return f"restore_serving_image: restart {items}"
+    if a == "uncordon_if_healthy":
+        if step.get("prior_state") != "schedulable":
+            return f"uncordon_if_healthy: keep cordoned (was {step.get('prior_state')} before the run)"
+        return (f"uncordon_if_healthy: uncordon only if nvidia-smi shows {step.get('expect_gpus')} GPUs on "
+                f"{step.get('expect_driver')}; otherwise keep cordoned")
+    return a
+
+
+def execute(ctx: NodeCtx, steps: list[dict], entered: set[str]) -> tuple[bool, list[dict]]:
+    """Run the recorded plan; returns (all ok, per-action results)."""
+    results = []
+    ok_all = True
+    for step in steps:
+        a = step["action"]
+        if step["undoes"] not in entered:
+            results.append({"action": a, "status": "not_needed", "detail": f"{step['undoes']} never started"})
+            continue
+        try:
+            ok, detail = _ACTIONS[a](ctx, step)
+        except StepFailed as exc:
+            ok, detail = False, str(exc)
+        results.append({"action": a, "status": "done" if ok else "failed", "detail": detail})
+        if not ok:
+            ok_all = False
+            if a == "restore_driver":
+                # Without a sound driver the node must stay out of service: skip the rest
+                # except keeping it cordoned, which it already is.
+                for rest in steps[steps.index(step) + 1:]:
+                    results.append({"action": rest["action"], "status": "skipped",
+                                    "detail": "driver restore failed; node kept cordoned"})
+                break
+    return ok_all, results
+
+
+def _stop_test(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
+    for i, argv in enumerate(step["commands"], start=1):
+        ctx.step(f"stop-test-{i}", argv)
+    return True, "test containers removed"
+
+
+def _restore_driver(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
+    if step.get("error"):
+        return False, step["error"]
+    want = step.get("to_version")
+    gpu = ctx.read_gpu()
+    if gpu.get("driver_version") == want:
+        wanted = {p["name"]: p["version"] for p in step.get("packages", [])}
+        if not wanted or packages_at(ctx, wanted):
+            return True, f"driver already at {want}: nothing to restore"
+    for i, argv in enumerate(step["commands"], start=1):
+        wanted = pinned(argv)
+        res = ctx.step(f"restore-step-{i}", argv, once=True,
+                       probe=(lambda c, w=wanted: packages_at(c, w)) if wanted else None, timeout=3600)
+        if not res.ok:
+            return False, f"restore step {i} failed (rc {res.rc}): {res.tail(300)}"
+    if step.get("reboot", True):
+        ok, why, _ = reboot_and_wait(ctx, "restore-reboot", float(step.get("reboot_timeout", 900)))
+        if not ok:
+            return False, f"reboot after restore: {why}"
+    gpu = ctx.read_gpu()
+    if gpu.get("driver_version") != want:
+        return False, f"after restore nvidia-smi reports {gpu.get('driver_version')} ({gpu.get('gpu_error', '')})"
+    return True, f"driver restored to {want}"
+
+
+def _restore_serving(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
+    bad = []
+    for c in step["containers"]:
+        ctx.step(f"start-{c['name']}", ["docker", "start", c["name"]])
+        st = ctx.step(f"state-{c['name']}", ["docker", "inspect", "-f", "{{.State.Status}} {{.Config.Image}}",
+                                              c["name"]])
+        img = ctx.image_facts(c["image"], f"image-inspect-{c['name']}")
+        if not st.stdout.startswith("running") or (c.get("digest") and (img or {}).get("digest") != c["digest"]):
+            bad.append(c["name"])
+    if bad:
+        return False, f"not running on the original image digest: {', '.join(bad)}"
+    return True, "serving containers running on their original images"
+
+
+def _uncordon(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
+    gpu = ctx.read_gpu()
+    healthy = gpu.get("driver_version") == step.get("expect_driver") and gpu.get("gpu_count") == step.get("expect_gpus")
+    if not healthy:
+        return False, (f"node unhealthy after rollback (driver {gpu.get('driver_version')}, "
+                       f"{gpu.get('gpu_count')} GPUs): kept cordoned")
+    ok, why = uncordon_stage.uncordon(ctx, "rollback-uncordon")
+    return ok, why or "uncordoned"
+
+
+_ACTIONS = {"stop_test_server": _stop_test, "restore_driver": _restore_driver,
+            "restore_serving_image": _restore_serving, "uncordon_if_healthy": _uncordon}

@@ -1,0 +1,44 @@
+"""Stage 7: return the node to service (expansion), restoring what it ran before.
+
+Restarts the serving containers the smoke test stopped (a regression check of the
+existing CUDA 12 workloads on the new driver) and uncordons only a node that was
+schedulable before the run: what k3rollout did not cordon, it does not uncordon.
+"""
+
+from __future__ import annotations
+
+from k3rollout.stages.base import NodeCtx, StageOutcome
+
+
+def restart_serving(ctx: NodeCtx) -> list[str]:
+    failed = []
+    for name in ctx.facts.get("stopped_serving", []):
+        res = ctx.step(f"start-{name}", ["docker", "start", name])
+        st = ctx.step(f"state-{name}", ["docker", "inspect", "-f", "{{.State.Status}}", name])
+        if not res.ok or st.stdout.strip() != "running":
+            failed.append(name)
+    return failed
+
+
+def uncordon(ctx: NodeCtx, name: str = "uncordon") -> tuple[bool, str]:
+    kind = ctx.vars.get("scheduler", "kubernetes")
+    if ctx.baseline.get("scheduler_state") != "schedulable":
+        return True, f"left out of service: it was {ctx.baseline.get('scheduler_state')} before the run"
+    if kind == "kubernetes":
+        res = ctx.step(name, ["kubectl", "uncordon", ctx.node], once=True,
+                       probe=lambda c: c.read_scheduler() == "schedulable")
+    elif kind == "slurm":
+        res = ctx.step(name, ["scontrol", "update", f"NodeName={ctx.node}", "State=RESUME"], once=True,
+                       probe=lambda c: c.read_scheduler() == "schedulable")
+    else:
+        return True, "scheduler 'none'"
+    return res.ok, "" if res.ok else f"uncordon failed (rc {res.rc}): {res.tail(200)}"
+
+
+def run(ctx: NodeCtx) -> StageOutcome:
+    failed = restart_serving(ctx)
+    if failed:
+        return StageOutcome(False, f"existing workloads did not restart on the new driver: {', '.join(failed)}",
+                            {"restarted_serving_failed": failed})
+    ok, why = uncordon(ctx)
+    return StageOutcome(ok, why, {"scheduler_state": ctx.read_scheduler()})

@@ -1,0 +1,38 @@
+"""Stage 5: smoke test with only the recipe's minimal launch flags (DOMAIN.md step 5).
+
+Stops the node's existing serving containers (their GPUs are needed; the uncordon stage
+or the rollback restarts them), launches the target image with the minimal flags, waits
+for /health and sends one short chat request. "The server answers" is proven here;
+"the cache hits" is the feature stage's job.
+"""
+
+from __future__ import annotations
+
+from k3rollout.stages import vllm_server
+from k3rollout.stages.base import NodeCtx, StageOutcome
+
+NAME = "k3rollout-smoke"
+
+
+def run(ctx: NodeCtx) -> StageOutcome:
+    p = ctx.params
+    stopped = []
+    for c in ctx.baseline.get("serving_containers", []):
+        res = ctx.step(f"stop-{c['name']}", ["docker", "stop", c["name"]])
+        if res.ok:
+            stopped.append(c["name"])
+    f = {"stopped_serving": stopped, "smoke_args": list(p.args)}
+    ok, why, logs = vllm_server.launch(ctx, NAME, p.image, p.model, list(p.args), p.port, p.health_timeout)
+    f["smoke_healthy"] = ok
+    if not ok:
+        ctx.step(f"{NAME}-remove", ["docker", "rm", "-f", NAME])
+        return StageOutcome(False, why, f, logs)
+    good, resp = vllm_server.chat(ctx, "short-request", p.port, {
+        "model": p.model, "messages": [{"role": "user", "content": p.prompt}], "max_tokens": 16})
+    text = resp["choices"][0]["message"].get("content") if good else None
+    f["smoke_request_ok"] = bool(good and text)
+    f["smoke_reply"] = (text or "")[:200]
+    vllm_server.stop(ctx, NAME)
+    if not f["smoke_request_ok"]:
+        return StageOutcome(False, f"short request failed: {str(resp)[:300]}", f, str(resp))
+    return StageOutcome(True, "", f)
