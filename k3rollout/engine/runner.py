@@ -328,6 +328,13 @@ class Engine:
             ok, results = False, [{"action": "none", "status": "failed", "detail": "no rollback plan was recorded"}]
         else:
             ok, results = rb.execute(ctx, n.rollback_plan, set(n.entered))
+        try:
+            after = ctx.read_gpu()
+        except StepFailed as exc:
+            after = {"driver_version": None, "gpu_error": str(exc)}
+        self.record("facts", node=node, stage="rollback", facts={
+            "driver_version": after.get("driver_version"), "driver_branch": after.get("driver_branch"),
+            "gpu_count": after.get("gpu_count"), "gpu_error": after.get("gpu_error")})
         self.record("rollback_done", node=node, attempt=attempt, ok=ok, results=results)
         self.transition(node, Event.ROLLBACK_DONE if ok else Event.ROLLBACK_FAILED)
         if not ok:

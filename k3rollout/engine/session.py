@@ -77,7 +77,8 @@ class Session:
                           playbook_sha256=playbook.sha256, inventory=inventory.path, inventory_sha256=inv_digest,
                           window_end=window_end,
                           window_end_iso=self.clock.iso(window_end) if window_end is not None else None,
-                          transport=executor.kind, pid=os.getpid(), playbook_evidence=ref.path)
+                          transport=executor.kind, pid=os.getpid(), playbook_evidence=ref.path,
+                          playbook_evidence_sha256=ref.sha256)
             try:
                 return engine.run()
             finally:

@@ -73,6 +73,9 @@ def apply(v: RunView, r: dict[str, Any]) -> None:
                                      "started": None, "finished": None, "failed": [], "rollback_ran": False}
             for node in b["nodes"]:
                 v.node(node).batch = b["index"]
+        if r.get("playbook_evidence"):
+            v.evidence.append({"node": "_run", "stage": "inputs", "path": r["playbook_evidence"],
+                               "sha256": r.get("playbook_evidence_sha256"), "step": "playbook"})
     elif t == "run_resumed":
         v.resumes += 1
         v.status = "running"
