@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from k3rollout.errors import InputError
 from k3rollout.model.assertions import AssertionSyntaxError, check_expression, check_template
@@ -59,8 +59,19 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+def _compiles(expr: str) -> str:
+    try:
+        check_expression(expr)
+    except AssertionSyntaxError as exc:
+        raise ValueError(str(exc)) from None
+    return expr
+
+
+Expression = Annotated[str, AfterValidator(_compiles)]
+
+
 class AssertBlock(_Strict):
-    that: list[str]
+    that: list[Expression]
     fail_msg: str | None = None
 
     @field_validator("that", mode="before")
@@ -70,14 +81,9 @@ class AssertBlock(_Strict):
 
     @field_validator("that")
     @classmethod
-    def _compiles(cls, v: list[str]) -> list[str]:
+    def _not_empty(cls, v: list[str]) -> list[str]:
         if not v:
             raise ValueError("`that:` needs at least one expression")
-        for expr in v:
-            try:
-                check_expression(expr)
-            except AssertionSyntaxError as exc:
-                raise ValueError(str(exc)) from None
         return v
 
 
@@ -187,17 +193,6 @@ class Stage(_Strict):
     def _duration(cls, v: Any) -> Any:
         return None if v is None else parse_duration(v)
 
-    @model_validator(mode="after")
-    def _params(self) -> "Stage":
-        model = PARAMS_BY_KIND[self.stage]
-        try:
-            model.model_validate(self.params)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"])
-            raise ValueError(f"stage {self.name!r} ({self.stage}): with.{where}: {err['msg']}") from None
-        return self
-
     @property
     def estimate_s(self) -> float:
         return self.estimate if self.estimate is not None else DEFAULT_ESTIMATES[self.stage]
@@ -268,25 +263,6 @@ class Play(_Strict):
                 raise ValueError(f"variable name {k!r} is reserved")
         return v
 
-    @model_validator(mode="after")
-    def _order(self) -> "Play":
-        kinds = [s.stage for s in self.stages]
-        if not kinds:
-            raise ValueError("a play needs stages")
-        for k in set(kinds):
-            if kinds.count(k) > 1:
-                raise ValueError(f"stage kind {k!r} appears {kinds.count(k)} times; each stage runs once per node")
-        if kinds[0] != "baseline":
-            raise ValueError("the first stage must be `baseline`: evidence is captured before anything changes")
-        idx = [STAGE_ORDER.index(k) for k in kinds]
-        if idx != sorted(idx):
-            raise ValueError("stages are out of order; the order is " + " -> ".join(STAGE_ORDER))
-        if "driver_upgrade" in kinds and "cordon" not in kinds:
-            raise ValueError("`driver_upgrade` needs a `cordon` stage before it: never upgrade a node in service")
-        if "cordon" in kinds and "uncordon" not in kinds:
-            raise ValueError("a play that cordons must end with `uncordon` (expansion), or nodes stay out of service")
-        return self
-
 
 class Playbook(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -328,8 +304,51 @@ def load_playbook(path: str | Path) -> Playbook:
         msg = err["msg"].removeprefix("Value error, ")
         more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
         raise InputError(f"{field}: {msg}{more}", path=sp, line=line) from None
+    _check_stages(play, play_data, sp)
     digest = hashlib.sha256(p.read_bytes()).hexdigest()
     return Playbook(path=sp, sha256=digest, play=play)
+
+
+def _check_stages(play: Play, play_data: Any, path: str) -> None:
+    """Stage order, uniqueness and parameters, with the line of the offending stage."""
+    raw = play_data.get("stages") if isinstance(play_data, dict) else None
+
+    def line(i: int | None, *loc: Any) -> int | None:
+        if raw is None or i is None:
+            return getattr(play_data, "line", None)
+        return line_at(raw, [i, *loc]) or raw.line_of(i)
+
+    kinds = [s.stage for s in play.stages]
+    if not kinds:
+        raise InputError("stages: a play needs stages", path=path, line=line(None))
+    for i, k in enumerate(kinds):
+        if kinds.index(k) != i:
+            raise InputError(f"stages.{i}: stage kind {k!r} appears twice; each stage runs once per node",
+                             path=path, line=line(i))
+    if kinds[0] != "baseline":
+        raise InputError("stages.0: the first stage must be `baseline`: evidence is captured before anything "
+                         "changes", path=path, line=line(0))
+    for i in range(1, len(kinds)):
+        if STAGE_ORDER.index(kinds[i]) < STAGE_ORDER.index(kinds[i - 1]):
+            raise InputError(f"stages.{i}: `{kinds[i]}` cannot come after `{kinds[i - 1]}`; the order is "
+                             + " -> ".join(STAGE_ORDER), path=path, line=line(i))
+    if "driver_upgrade" in kinds and "cordon" not in kinds:
+        i = kinds.index("driver_upgrade")
+        raise InputError(f"stages.{i}: `driver_upgrade` needs a `cordon` stage before it: never upgrade a node in "
+                         "service", path=path, line=line(i))
+    if "cordon" in kinds and "uncordon" not in kinds:
+        i = kinds.index("cordon")
+        raise InputError(f"stages.{i}: a play that cordons must end with `uncordon`, or nodes stay out of service",
+                         path=path, line=line(i))
+    for i, stage in enumerate(play.stages):
+        try:
+            PARAMS_BY_KIND[stage.stage].model_validate(stage.params)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(x) for x in err["loc"])
+            msg = err["msg"].removeprefix("Value error, ")
+            raise InputError(f"stages.{i}.with.{where}: {msg}", path=path,
+                             line=line(i, "with", *err["loc"])) from None
 
 
 def play_vars(play: Play) -> dict[str, Any]:

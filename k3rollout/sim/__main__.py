@@ -19,9 +19,9 @@ from k3rollout.sim.dispatch import dispatch
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv if argv is None else argv)
     prog = os.path.basename(argv[0])
-    args = argv[1:] if prog not in ("k3rollout-sim", "__main__.py", "-m") else argv[1:]
-    if prog not in ("k3rollout-sim", "__main__.py", "-m"):
-        args = [prog, *argv[1:]]
+    # invoked as k3rollout-sim / python -m: the command is the first argument;
+    # invoked through a symlink named after the command: the command is argv[0]
+    args = argv[1:] if prog in ("k3rollout-sim", "__main__.py") else [prog, *argv[1:]]
     state = os.environ.get("K3SIM_STATE")
     if not state or not Path(state, "state.json").is_file():
         sys.stderr.write("k3rollout-sim: K3SIM_STATE must name a simulated host's state directory\n")

@@ -1,0 +1,70 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import PLAYBOOK, SIM_INVENTORY, write_inventory, write_playbook
+from k3rollout.cli import main
+from k3rollout.errors import InputError
+from k3rollout.model import load_inventory, load_playbook
+from k3rollout.plan import make_plan
+
+
+def plan_for(tmp_path, n=8, window_s=None, **over):
+    inv = load_inventory(write_inventory(tmp_path / "inv", {f"gpu-{i:02d}": {} for i in range(1, n + 1)}))
+    pb = load_playbook(write_playbook(tmp_path / "pb.yml", **over)) if over else load_playbook(PLAYBOOK)
+    return make_plan(pb, inv, window_s=window_s)
+
+
+def test_plan_shows_batches_stages_durations_and_rollback_plans():
+    plan = make_plan(load_playbook(PLAYBOOK), load_inventory(SIM_INVENTORY), window_s=None)
+    assert [len(b.nodes) for b in plan.batches] == [1, 2, 4, 4, 4, 1]
+    assert [s["stage"] for s in plan.stages] == ["baseline", "cordon", "driver_upgrade", "cuda_check",
+                                                  "vllm_smoke", "features", "multinode", "uncordon"]
+    b1 = plan.batches[0]
+    assert b1.estimate_s == sum(s["estimate_s"] for s in plan.stages)
+    assert b1.serving_during == 15 and b1.serving_floor == 8
+    steps = b1.rollback_plan[0]["steps"]
+    assert any("575.57.08" in s and s.startswith("restore_driver") for s in steps)
+    assert steps[-1].startswith("uncordon_if_healthy")
+
+
+def test_window_fit_counts_the_rollback_reserve(tmp_path):
+    # per batch 78 min, rollback reserve 25 min + 3 x 1 min: a 2 h window fits batch 1 only
+    plan = plan_for(tmp_path, n=4, window_s=2 * 3600, serial=1)
+    assert [b.fits_window for b in plan.batches] == [True, False, False, False]
+    assert plan.fits_window is False
+    assert any("only 1 of 4" in n for n in plan.notes)
+    # 106 min (78 + 28) is the least a one-batch window needs
+    tight = plan_for(tmp_path, n=1, window_s=105 * 60, serial=1, min_serving=0)
+    assert tight.batches[0].fits_window is False
+    ok = plan_for(tmp_path, n=1, window_s=106 * 60, serial=1, min_serving=0)
+    assert ok.batches[0].fits_window is True
+
+
+def test_capacity_floor_splits_batches_that_would_cross_it(tmp_path):
+    plan = plan_for(tmp_path, n=8, serial=4, min_serving=6)
+    assert [len(b.nodes) for b in plan.batches] == [2, 2, 2, 2]
+    assert all(b.capped_by_capacity for b in plan.batches)
+    assert all(b.serving_during >= 6 for b in plan.batches)
+
+
+def test_capacity_floor_that_leaves_nothing_to_upgrade_is_bad_input(tmp_path):
+    with pytest.raises(InputError, match="no node can be taken out"):
+        plan_for(tmp_path, n=4, min_serving="100%")
+
+
+def test_plan_json_cli_touches_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["plan", str(PLAYBOOK), "-i", str(SIM_INVENTORY), "--json", "--window", "8h"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["window_s"] == 8 * 3600
+    assert len(data["batches"]) == 6 and data["batches"][0]["nodes"] == ["gpu-a01"]
+    assert [p.name for p in Path(tmp_path).iterdir() if p.name != "locks"] == []
+
+
+def test_plan_text_says_whether_each_batch_fits(capsys):
+    assert main(["plan", str(PLAYBOOK), "-i", str(SIM_INVENTORY), "--window", "3h", "--rollback"]) == 0
+    out = capsys.readouterr().out
+    assert "does NOT fit" in out
+    assert "restore_driver" in out
