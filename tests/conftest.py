@@ -35,10 +35,13 @@ def write_inventory(path: Path, hosts: dict[str, dict], group_vars: dict | None 
     return f
 
 
-def write_playbook(path: Path, **play_overrides) -> Path:
+def write_playbook(path: Path, reboot_timeout: str | int | None = None, **play_overrides) -> Path:
     """The shipped playbook with some play keys replaced (serial, max_fail_percentage ...)."""
     data = yaml.safe_load(PLAYBOOK.read_text())
     play = data[0]
+    if reboot_timeout is not None:
+        stage = next(s for s in play["stages"] if s["stage"] == "driver_upgrade")
+        stage["with"]["reboot_timeout"] = reboot_timeout
     for k, v in play_overrides.items():
         if k == "vars":
             play["vars"].update(v)

@@ -327,7 +327,13 @@ class Engine:
         if n.rollback_plan is None:
             ok, results = False, [{"action": "none", "status": "failed", "detail": "no rollback plan was recorded"}]
         else:
-            ok, results = rb.execute(ctx, n.rollback_plan, set(n.entered))
+            # a node that failed mid-reboot may still be booting: give it its reboot timeout
+            patience = max([float(s["reboot_timeout"]) for s in n.rollback_plan if "reboot_timeout" in s] or [60.0])
+            try:
+                self.wait_for_host(ctx, patience)
+                ok, results = rb.execute(ctx, n.rollback_plan, set(n.entered))
+            except StepFailed as exc:
+                ok, results = False, [{"action": "reach_host", "status": "failed", "detail": str(exc)}]
         try:
             after = ctx.read_gpu()
         except StepFailed as exc:

@@ -1,0 +1,263 @@
+"""End-to-end rollouts on the simulated cluster, asserting on result.json, the journal,
+the evidence store and the simulated hosts themselves."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+from conftest import PLAYBOOK, SIM_INVENTORY, commands, journal, result, sim_state, write_inventory, write_playbook
+from k3rollout.cli import main
+from k3rollout.engine.clock import Clock
+
+
+def run(tmp_path, inventory, playbook=PLAYBOOK, *extra) -> tuple[int, Path]:
+    run_dir = tmp_path / "run"
+    code = main(["run", str(playbook), "-i", str(inventory), "--yes", "--run-dir", str(run_dir), *extra])
+    return code, run_dir
+
+
+def test_demo_rollout_upgrades_all_but_the_faulty_node_and_rolls_it_back(tmp_path, capsys):
+    run_dir = tmp_path / "demo"
+    assert main(["demo", "--run-dir", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert f"report: {run_dir / 'report.html'}" in out
+    r = result(run_dir)
+    assert r["status"] == "completed"
+    assert len(r["nodes"]) == 16
+    b03 = r["nodes"]["gpu-b03"]
+    assert b03["final"] == "rolled_back"
+    assert b03["failed_stage"] == "cuda_check"
+    assert b03["triage"] == "container_runtime"
+    assert (b03["driver_before"], b03["driver_after"]) == ("575.57.08", "575.57.08")
+    others = {n: v for n, v in r["nodes"].items() if n != "gpu-b03"}
+    assert {v["final"] for v in others.values()} == {"upgraded"}
+    assert {v["driver_after"] for v in others.values()} == {"580.95.05"}
+    assert [b["status"] for b in r["batches"]] == ["passed", "passed", "passed", "failed", "passed", "passed"]
+    assert r["batches"][3]["rollback_ran"] is True
+    # every batch carries a rollback plan for each of its nodes, recorded at baseline
+    for b in r["batches"]:
+        assert [p["node"] for p in b["rollback_plan"]] == b["nodes"]
+        for p in b["rollback_plan"]:
+            assert any("575.57.08" in s for s in p["steps"])
+    # the hosts themselves: the rolled-back node is on 575 and schedulable again
+    st = sim_state(run_dir, "gpu-b03")
+    assert st["loaded_driver"] == "575.57.08" and st["scheduler"]["state"] == "schedulable"
+    assert sim_state(run_dir, "gpu-a01")["loaded_driver"] == "580.95.05"
+    for f in ("journal.jsonl", "result.json", "report.md", "report.html", "report.json", "evidence/MANIFEST.sha256"):
+        assert (run_dir / f).is_file(), f
+
+
+def test_journal_pairs_every_step_and_evidence_verifies(tmp_path):
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {"sim_faults": ["vllm_oom"]}})
+    pb = write_playbook(tmp_path / "pb.yml", serial=2, max_fail_percentage=50, min_serving=0)
+    code, run_dir = run(tmp_path, inv, pb)
+    assert code == 0
+    recs = journal(run_dir)
+    assert [r["seq"] for r in recs] == list(range(1, len(recs) + 1))
+    started = {(r["node"], r["key"]) for r in recs if r["type"] == "step_started"}
+    ended = {(r["node"], r["key"]) for r in recs if r["type"] in ("step_done", "step_error")}
+    assert started <= ended
+    # journal first: each stage's stage_started precedes its first step
+    first_step = next(i for i, r in enumerate(recs) if r["type"] == "step_started")
+    assert any(r["type"] == "stage_started" for r in recs[:first_step])
+    ev = run_dir / "evidence"
+    check = subprocess.run(["sha256sum", "-c", "--quiet", "MANIFEST.sha256"], cwd=ev, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    files = [p for p in ev.rglob("*.txt")]
+    assert files and all(not (p.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)) for p in files)
+    r = result(run_dir)
+    assert r["nodes"]["gpu-02"]["triage"] == "model_load_capacity"
+    assert r["nodes"]["gpu-02"]["failed_stage"] == "vllm_smoke"
+    # the baseline kept the original r575 failure logs of the K3 container
+    logs = (ev / "gpu-01" / "01-baseline" / "failed-container-logs-kimi-k3.txt").read_text()
+    assert "CUDA driver version is insufficient for CUDA runtime version" in logs
+
+
+def test_canary_failure_halts_rollout_and_rolls_back(tmp_path):
+    hosts = {f"gpu-{i:02d}": {} for i in range(1, 6)}
+    hosts["gpu-01"] = {"sim_faults": ["driver_install_fails"]}
+    code, run_dir = run(tmp_path, write_inventory(tmp_path / "inv", hosts))
+    assert code == 1
+    r = result(run_dir)
+    assert r["status"] == "halted" and r["halt"]["kind"] == "failure"
+    n = r["nodes"]["gpu-01"]
+    assert (n["final"], n["failed_stage"], n["driver_after"]) == ("rolled_back", "driver_upgrade", "575.57.08")
+    assert all(r["nodes"][h]["final"] == "pending" for h in ("gpu-02", "gpu-03", "gpu-04", "gpu-05"))
+    assert [b["status"] for b in r["batches"]] == ["failed", "not_started", "not_started", "not_started"]
+    # nothing was done to the nodes of batches that never started
+    assert not (run_dir / "sim-hosts" / "gpu-02" / "commands.log").exists() or commands(run_dir, "gpu-02") == []
+    st = sim_state(run_dir, "gpu-01")
+    assert st["loaded_driver"] == "575.57.08" and st["scheduler"]["state"] == "schedulable"
+    installs = [c for c in commands(run_dir, "gpu-01") if c.startswith("apt-get install")]
+    assert len(installs) == 2 and "575.57.08" in installs[1]
+
+
+def test_failed_rollback_keeps_node_cordoned_and_halts_loudly(tmp_path, capsys):
+    hosts = {"gpu-01": {"sim_faults": ["no_boot_after_upgrade"]}, "gpu-02": {}}
+    pb = write_playbook(tmp_path / "pb.yml", serial=1, max_fail_percentage=100, reboot_timeout=1)
+    code, run_dir = run(tmp_path, write_inventory(tmp_path / "inv", hosts, {"sim_reboot_s": 0.01}), pb)
+    assert code == 1
+    r = result(run_dir)
+    assert r["nodes"]["gpu-01"]["final"] == "rollback_failed"
+    assert r["halt"]["kind"] == "rollback_failed"       # even though max_fail_percentage is 100
+    assert r["nodes"]["gpu-02"]["final"] == "pending"
+    assert "ROLLBACK FAILED" in capsys.readouterr().err
+    assert sim_state(run_dir, "gpu-01")["scheduler"]["state"] == "drained"
+
+
+def test_max_fail_percentage_decides_whether_the_rollout_goes_on(tmp_path):
+    hosts = {f"gpu-{i:02d}": {} for i in range(1, 9)}
+    hosts["gpu-02"] = {"sim_faults": ["prefix_cache_miss"]}
+    inv = write_inventory(tmp_path / "inv", hosts)
+    # 1 of 4 failed = 25%: allowed at 25 (Ansible halts only when the percentage is exceeded)
+    code, run_dir = run(tmp_path / "a", inv, write_playbook(tmp_path / "a.yml", serial=4, max_fail_percentage=25))
+    r = result(run_dir)
+    assert code == 0 and r["status"] == "completed"
+    assert r["nodes"]["gpu-02"]["final"] == "rolled_back" and r["nodes"]["gpu-02"]["failed_stage"] == "features"
+    assert r["nodes"]["gpu-08"]["final"] == "upgraded"
+    code, run_dir = run(tmp_path / "b", inv, write_playbook(tmp_path / "b.yml", serial=4, max_fail_percentage=24))
+    r = result(run_dir)
+    assert code == 1 and r["status"] == "halted"
+    assert r["nodes"]["gpu-08"]["final"] == "pending"
+
+
+class FastClock(Clock):
+    """Wall time running 3600x faster: one real second is one hour of the window."""
+
+    def __init__(self) -> None:
+        self.t0 = time.time()
+
+    def now(self) -> float:
+        return self.t0 + (time.time() - self.t0) * 3600
+
+
+def test_window_too_short_starts_no_new_batch_and_leaves_nodes_pending(tmp_path):
+    inv = write_inventory(tmp_path / "inv", {f"gpu-{i:02d}": {} for i in range(1, 4)})
+    pb = write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0)
+    run_dir = tmp_path / "run"
+    # 78 min per batch + 28 min rollback reserve: batch 1 fits a 2 h window, and once it
+    # has used real (here: accelerated) time, batch 2 no longer does
+    code = main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), "--window", "2h"],
+                clock=FastClock())
+    assert code == 1
+    r = result(run_dir)
+    assert r["status"] == "halted" and r["halt"]["kind"] == "window"
+    assert r["nodes"]["gpu-01"]["final"] == "upgraded"
+    assert [r["nodes"][h]["final"] for h in ("gpu-02", "gpu-03")] == ["pending", "pending"]
+    assert r["window_end"] is not None
+
+
+def test_second_concurrent_run_is_refused_naming_the_lock_holder(tmp_path, capsys):
+    from k3rollout.engine.lock import RunLock
+
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}})
+    holder = RunLock(str(inv), tmp_path / "other-run", "2026-12-02T01:00:00Z")
+    holder.acquire()
+    try:
+        code, run_dir = run(tmp_path, inv, write_playbook(tmp_path / "pb.yml", min_serving=0))
+        assert code == 1
+        err = capsys.readouterr().err
+        assert f"pid {os.getpid()}" in err and "other-run" in err
+        assert not (run_dir / "journal.jsonl").exists()
+    finally:
+        holder.release()
+
+
+def test_stale_lock_is_reported_with_how_to_clear_it_never_stolen(tmp_path, capsys):
+    import json
+
+    from k3rollout.engine.lock import lock_path
+
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}})
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    path = lock_path(str(inv))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    import socket
+
+    path.write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname(), "user": "ops",
+                                "run_dir": "/runs/old", "started": "2026-12-01T02:00:00Z"}))
+    code, _ = run(tmp_path, inv, write_playbook(tmp_path / "pb.yml", min_serving=0))
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "stale" in err and "k3rollout resume /runs/old" in err and f"rm {path}" in err
+    assert path.exists()
+
+
+def test_node_cordoned_before_the_run_stays_cordoned(tmp_path):
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {"sim_cordoned": True}, "gpu-02": {}})
+    code, run_dir = run(tmp_path, inv, write_playbook(tmp_path / "pb.yml", serial=2, min_serving=0))
+    assert code == 0
+    assert result(run_dir)["nodes"]["gpu-01"]["final"] == "upgraded"
+    assert sim_state(run_dir, "gpu-01")["scheduler"]["state"] != "schedulable"
+    assert sim_state(run_dir, "gpu-02")["scheduler"]["state"] == "schedulable"
+    assert not any(c.startswith("kubectl uncordon") for c in commands(run_dir, "gpu-01"))
+
+
+def test_no_in_place_change_captures_evidence_only(tmp_path):
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {}})
+    pb = write_playbook(tmp_path / "pb.yml", vars={"allow_in_place_change": False})
+    code, run_dir = run(tmp_path, inv, pb)
+    assert code == 0
+    r = result(run_dir)
+    assert r["status"] == "no_change"
+    assert {n["final"] for n in r["nodes"].values()} == {"skipped"}
+    for h in ("gpu-01", "gpu-02"):
+        cmds = commands(run_dir, h)
+        assert cmds and not any(c.split()[0] in ("apt-get", "reboot", "kubectl") and "get" not in c for c in cmds)
+        assert sim_state(run_dir, h)["loaded_driver"] == "575.57.08"
+
+
+def test_rollback_command_restores_a_completed_batch(tmp_path, capsys):
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {}})
+    code, run_dir = run(tmp_path, inv, write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0))
+    assert code == 0
+    assert main(["rollback", str(run_dir), "--batch", "2"]) == 0
+    r = result(run_dir)
+    assert r["nodes"]["gpu-02"]["final"] == "rolled_back" and r["nodes"]["gpu-02"]["driver_after"] == "575.57.08"
+    assert r["nodes"]["gpu-01"]["final"] == "upgraded"
+    assert r["batches"][1]["status"] == "rolled_back"
+    assert sim_state(run_dir, "gpu-02")["loaded_driver"] == "575.57.08"
+    assert sim_state(run_dir, "gpu-02")["scheduler"]["state"] == "schedulable"
+    assert main(["rollback", str(run_dir), "--batch", "7"]) == 2
+
+
+def test_dropped_connection_during_install_is_settled_not_repeated(tmp_path):
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {"sim_faults": ["ssh_drops"]}})
+    code, run_dir = run(tmp_path, inv, write_playbook(tmp_path / "pb.yml", min_serving=0))
+    assert code == 0
+    assert result(run_dir)["nodes"]["gpu-01"]["final"] == "upgraded"
+    installs = [c for c in commands(run_dir, "gpu-01") if c.startswith("apt-get install")]
+    assert len(installs) == 1
+    recs = journal(run_dir)
+    assert any(r["type"] == "step_error" and r["error"] == "connection_lost" for r in recs)
+    assert any(r["type"] == "step_settled" and r["took_effect"] for r in recs)
+
+
+def test_slow_reboot_within_its_timeout_is_waited_for(tmp_path):
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {"sim_faults": ["slow_reboot"], "sim_slow_reboot_s": 1.0}})
+    code, run_dir = run(tmp_path, inv, write_playbook(tmp_path / "pb.yml", min_serving=0, reboot_timeout=5))
+    assert code == 0
+    assert result(run_dir)["nodes"]["gpu-01"]["final"] == "upgraded"
+    waits = [r["facts"]["reboot_wait_s"] for r in journal(run_dir)
+             if r["type"] == "facts" and "reboot_wait_s" in r["facts"]]
+    assert waits and waits[0] >= 0.9
+
+
+def test_reboot_slower_than_its_timeout_fails_and_the_node_stays_cordoned(tmp_path):
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {"sim_faults": ["slow_reboot"], "sim_slow_reboot_s": 1.5}})
+    code, run_dir = run(tmp_path, inv, write_playbook(tmp_path / "pb.yml", min_serving=0, reboot_timeout=1))
+    assert code == 1
+    n = result(run_dir)["nodes"]["gpu-01"]
+    assert n["failed_stage"] == "driver_upgrade" and "did not come back within 1s" in n["reason"]
+    # the rollback's own reboot is just as slow: it cannot prove the restore, so the
+    # node is rollback_failed and stays out of service rather than being uncordoned blind
+    assert n["final"] == "rollback_failed"
+    restore = {x["action"]: x for x in n["rollback"]["results"]}
+    assert restore["restore_driver"]["status"] == "failed"
+    assert restore["uncordon_if_healthy"]["status"] == "skipped"
+    assert sim_state(run_dir, "gpu-01")["scheduler"]["state"] == "drained"
