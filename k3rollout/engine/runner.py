@@ -113,7 +113,8 @@ class Engine:
     def ctx(self, node: str, stage: Stage | None, folder: str, params: Any = None) -> NodeCtx:
         n = self.view.node(node)
         return NodeCtx(node=node, run_id=self.run_id, stage=stage.stage if stage else "rollback", folder=folder,
-                       params=params, vars=self.tvars(node), facts=n.facts, baseline=n.baseline, runner=self)
+                       params=params, vars=self.tvars(node), facts=dict(n.facts), baseline=dict(n.baseline),
+                       runner=self)
 
     def folder(self, stage: Stage) -> str:
         return f"{self.kinds.index(stage.stage) + 1:02d}-{stage.stage}"
@@ -133,9 +134,15 @@ class Engine:
 
     # ------------------------------------------------------------------ StepRunner
 
+    def prior_meta(self, ctx: NodeCtx, name: str) -> dict | None:
+        """The meta journaled with an earlier start of this step (before a crash), if any."""
+        rec = self.view.steps_started.get((ctx.node, f"{ctx.folder}/{name}"))
+        return rec.get("meta") if rec else None
+
     def step(self, ctx: NodeCtx, name: str, argv: list[str], *, once: bool = False,
-             probe: Callable[[NodeCtx], bool] | None = None, stdin: bytes | None = None, timeout: float = 600.0,
-             evidence: bool = True, _retry: bool = True) -> CommandResult:
+             probe: Callable[[NodeCtx, dict], bool] | None = None, stdin: bytes | None = None,
+             timeout: float = 600.0, evidence: bool = True, meta: dict | None = None,
+             _retry: bool = True) -> CommandResult:
         key = f"{ctx.folder}/{name}"
         node = ctx.node
         shown = [self.redact(a) for a in argv]
@@ -144,7 +151,8 @@ class Engine:
             if done is not None:
                 return CommandResult(node, tuple(argv), int(done.get("rc", 0)), "", "", 0.0)
             if (node, key) in self.view.steps_started:
-                took = probe(ctx) if probe else None
+                prior = self.view.steps_started[(node, key)].get("meta") or {}
+                took = probe(ctx, prior) if probe else None
                 if took is None:
                     raise StepFailed(f"{node}: '{shlex.join(shown)}' was interrupted and k3rollout cannot tell "
                                      "whether it took effect; check the node by hand (runbooks/)")
@@ -152,7 +160,8 @@ class Engine:
                             how="probe after an interrupted run")
                 if took:
                     return CommandResult(node, tuple(argv), 0, "", "", 0.0)
-        self.record("step_started", node=node, stage=ctx.stage, step=name, key=key, argv=shown, once=once)
+        self.record("step_started", node=node, stage=ctx.stage, step=name, key=key, argv=shown, once=once,
+                    **({"meta": meta} if meta else {}))
         try:
             res = self.executor.run(node, argv, stdin=stdin, timeout=timeout)
         except ConnectionLost as exc:
@@ -163,13 +172,13 @@ class Engine:
                     self.executor.wait_for_host(node, 120.0)
                 except TransportError as exc2:
                     raise StepFailed(self.redact(str(exc2))) from None
-                took = probe(ctx)
+                took = probe(ctx, meta or {})
                 self.record("step_settled", node=node, stage=ctx.stage, step=name, key=key, took_effect=took,
                             how="probe after the connection dropped")
                 if took:
                     return CommandResult(node, tuple(argv), 0, "", "", 0.0)
                 return self.step(ctx, name, argv, once=once, probe=probe, stdin=stdin, timeout=timeout,
-                                 evidence=evidence, _retry=False)
+                                 evidence=evidence, meta=meta, _retry=False)
             raise StepFailed(self.redact(str(exc)), self.redact(exc.output_tail)) from None
         except (HostUnreachable, CommandTimeout, TransportError) as exc:
             self.record("step_error", node=node, stage=ctx.stage, step=name, key=key,
@@ -318,6 +327,10 @@ class Engine:
 
     def rollback(self, node: str, reason: str) -> bool:
         n = self.view.node(node)
+        if n.rollback_done_seq > n.rollback_requested_seq:
+            # the rollback ran to its end before a crash; only its transition is missing
+            self.transition(node, Event.ROLLBACK_DONE if n.rollback_ok else Event.ROLLBACK_FAILED)
+            return bool(n.rollback_ok)
         mid = n.timeline and n.timeline[-1]["stage"] == "rollback" and n.timeline[-1]["end"] is None
         attempt = n.rollback_attempts if mid else n.rollback_attempts + 1
         if not mid:

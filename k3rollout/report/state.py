@@ -23,6 +23,9 @@ class NodeView:
     rollback_attempts: int = 0
     rollback_results: list[dict] = field(default_factory=list)
     rollback_reason: str = ""
+    rollback_requested_seq: int = 0
+    rollback_done_seq: int = 0
+    rollback_ok: bool | None = None
     timeline: list[dict] = field(default_factory=list)   # stage spans: {stage, start, end, passed}
 
 
@@ -83,6 +86,8 @@ def apply(v: RunView, r: dict[str, Any]) -> None:
         v.batches[r["batch"]].update(status="running", started=r["ts"])
     elif t == "node_state":
         n.state = r["to"]
+        if r["to"] == "rollback-required":
+            n.rollback_requested_seq = r["seq"]
         if r.get("stage"):
             n.stage = r["stage"]
     elif t == "stage_started":
@@ -111,6 +116,7 @@ def apply(v: RunView, r: dict[str, Any]) -> None:
         n.timeline.append({"stage": "rollback", "start": r["ts"], "end": None, "passed": None})
     elif t == "rollback_done":
         n.rollback_results = r["results"]
+        n.rollback_done_seq, n.rollback_ok = r["seq"], r["ok"]
         for span in reversed(n.timeline):
             if span["stage"] == "rollback" and span["end"] is None:
                 span.update(end=r["ts"], passed=r["ok"])

@@ -52,7 +52,7 @@ def default_state(name: str, hv: dict[str, Any]) -> dict[str, Any]:
         "vllm-serving": {
             "image": serving_image, "status": "running", "exit_code": 0, "restart": "unless-stopped",
             "args": ["--model", "moonshotai/Kimi-K2-Thinking", "--tensor-parallel-size", "8",
-                     "--trust-remote-code"],
+                     "--trust-remote-code", "--port", "8001"],
             "env": {}, "started": now - 86400 * 12, "logs": ["INFO:     Application startup complete."],
             "port": 8001,
         },

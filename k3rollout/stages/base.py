@@ -4,7 +4,8 @@
 behind it journals the step before and after, stores the output as evidence, and, for a
 ``once`` step (cordon, driver install, reboot, uncordon), never runs it a second time
 after a crash: a completed one is replayed from the journal, an interrupted one is
-settled by its ``probe`` (did it take effect on the host?).
+settled by its ``probe(ctx, meta)`` (did it take effect on the host?), where ``meta`` is
+what the step journaled when it started (e.g. the boot id before a reboot).
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ class StepFailed(Exception):
 
 class StepRunner(Protocol):
     def step(self, ctx: "NodeCtx", name: str, argv: list[str], *, once: bool = False,
-             probe: Callable[["NodeCtx"], bool] | None = None, stdin: bytes | None = None,
-             timeout: float = 600.0, evidence: bool = True) -> CommandResult: ...
+             probe: Callable[["NodeCtx", dict], bool] | None = None, stdin: bytes | None = None,
+             timeout: float = 600.0, evidence: bool = True, meta: dict | None = None) -> CommandResult: ...
+
+    def prior_meta(self, ctx: "NodeCtx", name: str) -> dict | None: ...
 
     def wait_for_host(self, ctx: "NodeCtx", timeout: float) -> float: ...
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from k3rollout.stages.base import NodeCtx, StageOutcome
 
 
-def _is_out(ctx: NodeCtx) -> bool:
+def _is_out(ctx: NodeCtx, meta: dict | None = None) -> bool:
     return ctx.read_scheduler() in ("cordoned", "drained")
 
 

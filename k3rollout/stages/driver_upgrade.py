@@ -45,24 +45,28 @@ def packages_at(ctx: NodeCtx, wanted: dict[str, str]) -> bool:
 
 
 def reboot_and_wait(ctx: NodeCtx, name: str, timeout: float) -> tuple[bool, str, float]:
-    before = ctx.facts.get("boot_id") or ctx.read_boot_id()
+    """Reboot once, wait for the host, prove it rebooted (the boot id changed).
 
-    def rebooted(c: NodeCtx) -> bool:
+    The boot id before the reboot is journaled with the step, so after a crash the probe
+    compares against the id the host had when *this* reboot was issued.
+    """
+    prior = ctx.runner.prior_meta(ctx, name)
+    before = prior["boot_id_before"] if prior and "boot_id_before" in prior else ctx.read_boot_id()
+
+    def rebooted(c: NodeCtx, meta: dict) -> bool:
         try:
             c.runner.wait_for_host(c, timeout)
         except StepFailed:
             return False
         now = c.read_boot_id()
-        return bool(now) and now != before
+        return bool(now) and now != meta.get("boot_id_before", before)
 
-    ctx.step(name, ["reboot"], once=True, probe=rebooted)
+    ctx.step(name, ["reboot"], once=True, probe=rebooted, meta={"boot_id_before": before})
     try:
         waited = ctx.runner.wait_for_host(ctx, timeout)
     except StepFailed as exc:
         return False, str(exc), timeout
-    boot_id = ctx.read_boot_id()
-    ctx.facts["boot_id"] = boot_id
-    if boot_id == before:
+    if ctx.read_boot_id() == before:
         return False, "host answered but did not reboot (boot id unchanged)", waited
     return True, "", waited
 
@@ -101,7 +105,7 @@ def run(ctx: NodeCtx) -> StageOutcome:
         argv = render_argv(tmpl, tctx)
         wanted = pinned(argv)
         res = ctx.step(f"vendor-step-{i}", argv, once=bool(wanted),
-                       probe=(lambda c, w=wanted: packages_at(c, w)) if wanted else None, timeout=3600)
+                       probe=(lambda c, m, w=wanted: packages_at(c, w)) if wanted else None, timeout=3600)
         logs.append(res.stdout + res.stderr)
         if not res.ok:
             return StageOutcome(False, f"vendor step {i} failed (rc {res.rc}): {res.command}",

@@ -131,7 +131,7 @@ def _restore_driver(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
     for i, argv in enumerate(step["commands"], start=1):
         wanted = pinned(argv)
         res = ctx.step(f"restore-step-{i}", argv, once=True,
-                       probe=(lambda c, w=wanted: packages_at(c, w)) if wanted else None, timeout=3600)
+                       probe=(lambda c, m, w=wanted: packages_at(c, w)) if wanted else None, timeout=3600)
         if not res.ok:
             return False, f"restore step {i} failed (rc {res.rc}): {res.tail(300)}"
     if step.get("reboot", True):

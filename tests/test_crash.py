@@ -1,0 +1,123 @@
+"""Kill the real CLI with SIGKILL at chosen journal records, resume, and compare with an
+uninterrupted run: same outcome, no destructive step run twice, nothing forgotten."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import cli, commands, journal, result, write_inventory, write_playbook
+
+ONCE = re.compile(r"^(apt-get install|reboot|kubectl drain|kubectl uncordon)\b")
+
+
+def scenario(base: Path) -> tuple[Path, Path]:
+    # gpu-02 fails its smoke test (OOM) and is rolled back: the run exercises every
+    # destructive step and the rollback, one node at a time so journal order is fixed
+    inv = write_inventory(base / "inv", {"gpu-01": {}, "gpu-02": {"sim_faults": ["vllm_oom"]}})
+    pb = write_playbook(base / "pb.yml", serial=1, min_serving=0, max_fail_percentage=100)
+    return inv, pb
+
+
+def outcome(run_dir: Path) -> dict:
+    r = result(run_dir)
+    return {"status": r["status"],
+            "nodes": {n: (v["final"], v["driver_after"], v["failed_stage"], v["triage"]) for n, v in r["nodes"].items()},
+            "batches": [b["status"] for b in r["batches"]]}
+
+
+def destructive(run_dir: Path, host: str) -> list[str]:
+    return [c.split(" --")[0].split(" nvidia")[0] for c in commands(run_dir, host) if ONCE.match(c)]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    base = tmp_path_factory.mktemp("ref")
+    inv, pb = scenario(base)
+    run_dir = base / "run"
+    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
+            env={"K3ROLLOUT_LOCK_DIR": str(base / "locks")})
+    assert p.returncode == 0, p.stderr
+    recs = journal(run_dir)
+    return {"run_dir": run_dir, "records": recs, "outcome": outcome(run_dir),
+            "destructive": {h: destructive(run_dir, h) for h in ("gpu-01", "gpu-02")}}
+
+
+def kill_points(records: list[dict]) -> list[tuple[str, int, str]]:
+    """Every destructive step (before it runs, after it is recorded, and torn mid-record),
+    every rollback record, and one of each transition kind."""
+    points: list[tuple[str, int, str]] = []
+    seen_transitions: set[tuple[str, str]] = set()
+    for r in records:
+        label = f"{r['seq']}:{r['type']}:{r.get('node', '')}:{r.get('key', r.get('to', ''))}"
+        if r["type"] in ("step_started", "step_done") and r.get("once"):
+            points.append(("KILL", r["seq"], label))
+            if r["type"] == "step_done":
+                points.append(("TEAR", r["seq"], label))
+        elif r["type"] in ("rollback_plan", "rollback_started", "rollback_done", "batch_started", "batch_done",
+                           "triage"):
+            points.append(("KILL", r["seq"], label))
+        elif r["type"] == "node_state" and (r["from"], r["to"]) not in seen_transitions:
+            seen_transitions.add((r["from"], r["to"]))
+            points.append(("KILL", r["seq"], label))
+    return points
+
+
+def test_reference_run_has_the_shape_the_matrix_needs(reference):
+    o = reference["outcome"]
+    assert o["nodes"]["gpu-01"][0] == "upgraded" and o["nodes"]["gpu-02"][0] == "rolled_back"
+    assert reference["destructive"]["gpu-02"].count("reboot") == 2
+    assert len(kill_points(reference["records"])) >= 25
+
+
+def test_every_kill_point_resumes_to_the_same_result(reference, tmp_path):
+    failures = []
+    for mode, seq, label in kill_points(reference["records"]):
+        base = tmp_path / f"{mode}-{seq}"
+        inv, pb = scenario(base)
+        run_dir = base / "run"
+        locks = {"K3ROLLOUT_LOCK_DIR": str(base / "locks")}
+        p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
+                env={**locks, f"K3ROLLOUT_{mode}_AT_SEQ": str(seq)})
+        if p.returncode != -9:
+            failures.append(f"{label}: expected SIGKILL, got {p.returncode}")
+            continue
+        # while the crashed run holds the lock, a new run on the cluster is refused
+        other = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(base / "other"), env=locks)
+        if other.returncode != 1 or "stale" not in other.stderr:
+            failures.append(f"{label}: second run not refused as stale: {other.stderr[-300:]}")
+        r = cli("resume", str(run_dir), env=locks)
+        if r.returncode != 0:
+            failures.append(f"{label}: resume -> {r.returncode}: {r.stderr[-500:]}")
+            continue
+        got = outcome(run_dir)
+        if got != reference["outcome"]:
+            failures.append(f"{label}: outcome {got} != {reference['outcome']}")
+        for h in ("gpu-01", "gpu-02"):
+            d = destructive(run_dir, h)
+            if d != reference["destructive"][h]:
+                failures.append(f"{label}: {h} destructive steps {d} != {reference['destructive'][h]}")
+        recs = journal(run_dir)
+        if [x["seq"] for x in recs] != list(range(1, len(recs) + 1)):
+            failures.append(f"{label}: journal sequence has a gap")
+        if mode == "TEAR":
+            if not any(x["type"] == "journal_repaired" for x in recs) or not list(run_dir.glob("journal.torn.*")):
+                failures.append(f"{label}: torn line not detected and kept")
+        if not (run_dir / "report.html").exists():
+            failures.append(f"{label}: no report after resume")
+        shutil.rmtree(base / "other", ignore_errors=True)
+    assert not failures, "\n".join(failures)
+
+
+def test_damaged_journal_middle_is_refused_with_its_line(reference, tmp_path):
+    run_dir = tmp_path / "copy"
+    shutil.copytree(reference["run_dir"], run_dir)
+    lines = (run_dir / "journal.jsonl").read_text().splitlines(keepends=True)
+    lines[5] = lines[5][:10] + "\n"
+    (run_dir / "journal.jsonl").write_text("".join(lines))
+    p = cli("resume", str(run_dir), env={"K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")})
+    assert p.returncode == 2
+    assert "journal.jsonl:6:" in p.stderr and "damaged" in p.stderr

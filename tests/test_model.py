@@ -1,0 +1,96 @@
+"""Inventory semantics (Ansible's), assertions and the Jinja2 sandbox."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import PLAYBOOK, SIM_INVENTORY
+from k3rollout.model import load_inventory, load_playbook
+from k3rollout.model.assertions import evaluate, render, render_argv
+from k3rollout.model.inventory import expand_hostname
+
+
+def test_sim_inventory_has_16_h200_nodes_in_two_racks_with_one_fault():
+    inv = load_inventory(SIM_INVENTORY)
+    hosts = inv.select("gpu_nodes")
+    assert len(hosts) == 16 and hosts[0] == "gpu-a01" and hosts[-1] == "gpu-b08"
+    assert inv.group_hosts("rack_a") == [f"gpu-a{i:02d}" for i in range(1, 9)]
+    for h in hosts:
+        v = inv.hosts[h].vars
+        assert (v["sim_gpu"], v["sim_gpu_count"], v["sim_driver"]) == ("NVIDIA H200", 8, "575.57.08")
+    faulty = [h for h in hosts if inv.hosts[h].vars["sim_faults"]]
+    assert faulty == ["gpu-b03"]
+    assert set(inv.hosts["gpu-b03"].groups) == {"gpu_nodes", "rack_b"}
+
+
+def test_variable_precedence_follows_ansible(tmp_path):
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "host_vars").mkdir()
+    (tmp_path / "hosts.yml").write_text(
+        "all:\n  vars:\n    a: inv_all\n    b: inv_all\n    c: inv_all\n    d: inv_all\n"
+        "  children:\n    parent:\n      vars:\n        b: inv_parent\n      children:\n        child:\n"
+        "          vars:\n            c: inv_child\n          hosts:\n            n1:\n              d: inv_host\n")
+    (tmp_path / "group_vars" / "all.yml").write_text("a: gv_all\nb: gv_all\nc: gv_all\nd: gv_all\n")
+    (tmp_path / "group_vars" / "parent.yml").write_text("e: gv_parent\nc: gv_parent\n")
+    (tmp_path / "group_vars" / "child.yml").write_text("e: gv_child\n")
+    (tmp_path / "host_vars" / "n1.yml").write_text("f: hv\n")
+    v = load_inventory(tmp_path / "hosts.yml").hosts["n1"].vars
+    # inventory-file group vars < group_vars/all < group_vars/<group> (parent < child)
+    # < inventory-file host vars < host_vars/<host>
+    assert v["a"] == "gv_all" and v["b"] == "gv_all"
+    assert v["c"] == "gv_parent" and v["e"] == "gv_child"
+    assert v["d"] == "inv_host" and v["f"] == "hv"
+
+
+@pytest.mark.parametrize("pattern,expected", [
+    ("gpu-[01:03]", ["gpu-01", "gpu-02", "gpu-03"]),
+    ("n[a:c]", ["na", "nb", "nc"]),
+    ("x[1:7:3]", ["x1", "x4", "x7"]),
+    ("r[1:2]-g[1:2]", ["r1-g1", "r1-g2", "r2-g1", "r2-g2"]),
+])
+def test_host_ranges_expand_like_ansible(pattern, expected):
+    assert expand_hostname(pattern) == expected
+
+
+def test_host_patterns_union_intersection_exclusion():
+    inv = load_inventory(SIM_INVENTORY)
+    assert inv.select("rack_a:&gpu-a0[1-2]") == ["gpu-a01", "gpu-a02"]
+    assert inv.select("gpu_nodes:!rack_b") == inv.group_hosts("rack_a")
+    assert inv.select("gpu-b08:gpu-a01") == ["gpu-b08", "gpu-a01"]
+
+
+def test_assertions_are_strict_and_support_ansible_version_test():
+    ctx = {"facts": {"driver_version": "580.95.05", "gpu_count": 8}}
+    assert evaluate("facts.driver_version is version('580', '>=')", ctx).passed
+    assert not evaluate("facts.driver_version is version('580.95.10', '>=')", ctx).passed
+    missing = evaluate("facts.gpu_cuont == 8", ctx)
+    assert not missing.passed and "undefined" in missing.error
+    assert not evaluate("facts.gpu_count / 0", ctx).passed
+
+
+def test_sandbox_blocks_python_internals_and_io():
+    for expr in ("().__class__.__bases__[0].__subclasses__()", "facts.__class__.__init__.__globals__",
+                 "lipsum.__globals__.os.environ"):
+        r = evaluate(expr, {"facts": {}})
+        assert not r.passed and r.error, expr
+
+
+def test_host_data_is_never_templated_again():
+    hostile = {"pkg": "{{ lipsum.__globals__ }}", "name": "x; rm -rf / #", "nl": "a\nb"}
+    argv = render_argv(["echo", "{{ pkg }}", "{{ name }}", "{{ nl }}"], hostile)
+    assert argv == ["echo", "{{ lipsum.__globals__ }}", "x; rm -rf / #", "a\nb"]
+    assert render("{{ name }}-suffix", hostile) == "x; rm -rf / #-suffix"
+
+
+def test_shipped_playbook_loads_with_the_seven_domain_steps_in_order():
+    pb = load_playbook(PLAYBOOK)
+    kinds = [s.stage for s in pb.stages]
+    assert kinds == ["baseline", "cordon", "driver_upgrade", "cuda_check", "vllm_smoke", "features", "multinode",
+                     "uncordon"]
+    for s in pb.stages:
+        if s.stage != "baseline":
+            assert s.post is not None, s.stage
+    features = next(s for s in pb.stages if s.stage == "features").typed_params()
+    assert "--enable-prefix-caching" in features.args
+    smoke = next(s for s in pb.stages if s.stage == "vllm_smoke").typed_params()
+    assert "--enable-prefix-caching" not in smoke.args
