@@ -50,3 +50,42 @@ def test_report_checklist_is_ticked_only_from_evidence(tmp_path):
     assert items[1]["status"] == "done" and items[1]["evidence"]
     for n in (3, 4, 5, 6):
         assert items[n]["status"] == "missing", items[n]
+
+
+def test_planted_secret_never_reaches_journal_evidence_events_or_reports(tmp_path):
+    secret = "planted-S3cret-4242"
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {"ansible_become_password": "hv-" + secret}})
+    pb = write_playbook(tmp_path / "pb.yml", min_serving=0, vars={"proxy_password": secret})
+    data = yaml.safe_load(pb.read_text())
+    up = next(s for s in data[0]["stages"] if s["stage"] == "driver_upgrade")
+    up["with"]["install"]["apt"][0] = ["apt-get", "-o", "Acquire::http::Proxy=http://ops:{{ proxy_password }}@proxy",
+                                      "update"]
+    pb.write_text(yaml.safe_dump(data, sort_keys=False))
+    run_dir = tmp_path / "run"
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
+    used = [line for line in (run_dir / "journal.jsonl").read_text().splitlines() if "Acquire::http::Proxy" in line]
+    assert used and all("********" in line for line in used)
+    leaks = []
+    for p in run_dir.rglob("*"):
+        # sim-hosts/ is the simulated machines' own disk, not something k3rollout writes
+        if p.is_file() and "sim-hosts" not in p.parts and secret in p.read_text(errors="replace"):
+            leaks.append(str(p.relative_to(run_dir)))
+    assert leaks == []
+
+
+def test_internal_error_exits_70_with_traceback_in_debug_log(tmp_path, monkeypatch, capsys):
+    from k3rollout.engine import runner
+
+    def boom(self):
+        raise RuntimeError("simulated bug")
+
+    monkeypatch.setattr(runner.Engine, "run", boom)
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}})
+    run_dir = tmp_path / "run"
+    code = main(["run", str(write_playbook(tmp_path / "pb.yml", min_serving=0)), "-i", str(inv), "--yes",
+                 "--run-dir", str(run_dir)])
+    assert code == 70
+    err = capsys.readouterr().err
+    assert "debug.log" in err and "Traceback" not in err
+    assert "RuntimeError: simulated bug" in (run_dir / "debug.log").read_text()
+    assert (run_dir / "journal.jsonl").read_text().count("run_started") == 1

@@ -69,10 +69,13 @@ class Session:
                 "inventory": str(Path(inventory.path).resolve()), "inventory_sha256": inv_digest})
             journal = Journal(self.journal_path, self.clock.iso)
             evidence = EvidenceStore(self.run_dir / "evidence")
-            ref = evidence.write("_run", "inputs", Path(playbook.path).name, Path(playbook.path).read_bytes())
             executor = make_executor({h: inventory.hosts[h] for h in plan.hosts}, self.run_dir)
             engine = Engine(playbook=playbook, inventory=inventory, executor=executor, journal=journal,
                             evidence=evidence, clock=self.clock, run_id=run_id, log=log, on_event=on_event)
+            # the approved playbook as evidence, with secret values masked (its sha256 in
+            # run_started is of the original file)
+            ref = evidence.write("_run", "inputs", Path(playbook.path).name,
+                                 engine.redact(Path(playbook.path).read_text(encoding="utf-8")))
             engine.record("run_started", run_id=run_id, plan=plan.to_dict(), playbook=str(playbook.path),
                           playbook_sha256=playbook.sha256, inventory=inventory.path, inventory_sha256=inv_digest,
                           window_end=window_end,

@@ -244,6 +244,13 @@ def _install(state: dict[str, Any], wanted: dict[str, str], tool: str) -> Out:
 
 
 def apt_get(state: dict[str, Any], args: list[str]) -> Out:
+    # options may come before the operation; -o/-c take a value
+    opts: list[str] = []
+    while args and args[0].startswith("-"):
+        opts.append(args.pop(0))
+        if opts[-1] in ("-o", "--option", "-c", "--config-file") and args:
+            opts.append(args.pop(0))
+    args = [*args[:1], *opts, *args[1:]]
     if not args:
         return 100, "", "E: Invalid operation\n"
     if args[0] == "update":
@@ -251,8 +258,10 @@ def apt_get(state: dict[str, Any], args: list[str]) -> Out:
     if args[0] != "install":
         return 100, "", f"E: Invalid operation {args[0]}\n"
     wanted: dict[str, str] = {}
+    skip = False
     for a in args[1:]:
-        if a.startswith("-"):
+        if skip or a.startswith("-"):
+            skip = a in ("-o", "--option", "-c", "--config-file")
             continue
         if "=" not in a:
             return 100, "", f"E: k3rollout sim: pin every driver package to a version (name=version), got {a}\n"
