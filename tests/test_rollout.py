@@ -261,3 +261,19 @@ def test_reboot_slower_than_its_timeout_fails_and_the_node_stays_cordoned(tmp_pa
     assert restore["restore_driver"]["status"] == "failed"
     assert restore["uncordon_if_healthy"]["status"] == "skipped"
     assert sim_state(run_dir, "gpu-01")["scheduler"]["state"] == "drained"
+
+
+def test_faults_fail_the_right_stage_with_the_right_triage(tmp_path):
+    hosts = {"gpu-01": {}, "gpu-02": {"sim_faults": ["container_runtime_missing"]},
+             "gpu-03": {}, "gpu-04": {"sim_faults": ["nccl_broken"]}}
+    pb = write_playbook(tmp_path / "pb.yml", serial=4, min_serving=0, max_fail_percentage=50)
+    code, run_dir = run(tmp_path, write_inventory(tmp_path / "inv", hosts), pb)
+    assert code == 0
+    n = result(run_dir)["nodes"]
+    assert (n["gpu-02"]["failed_stage"], n["gpu-02"]["triage"]) == ("cuda_check", "container_runtime")
+    # the batch-wide all_reduce fails; pairs clear gpu-01 and gpu-03 and blame gpu-04
+    assert (n["gpu-04"]["failed_stage"], n["gpu-04"]["triage"]) == ("multinode", "communication")
+    assert n["gpu-01"]["final"] == n["gpu-03"]["final"] == "upgraded"
+    assert n["gpu-02"]["final"] == n["gpu-04"]["final"] == "rolled_back"
+    pairs = [r["key"] for r in journal(run_dir) if r["type"] == "step_started" and "all-reduce-pair" in r["key"]]
+    assert pairs

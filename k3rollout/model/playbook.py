@@ -26,7 +26,7 @@ import hashlib
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from k3rollout.errors import InputError
 from k3rollout.model.assertions import AssertionSyntaxError, check_expression, check_template
@@ -113,53 +113,47 @@ class VendorSteps(_Strict):
         return v
 
 
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
 class BaselineParams(_Strict):
     failure_containers: list[str] = Field(default_factory=lambda: ["kimi-k3"])
     image: str = "{{ vllm_image }}"
 
 
 class CordonParams(_Strict):
-    drain_timeout: float = 600
-
-    _dur = field_validator("drain_timeout", mode="before")(lambda v: parse_duration(v))
+    drain_timeout: Duration = 600
 
 
 class DriverParams(_Strict):
     target_driver: str = "{{ target_driver }}"
     install: VendorSteps
     restore: VendorSteps
-    reboot_timeout: float = 900
-
-    _dur = field_validator("reboot_timeout", mode="before")(lambda v: parse_duration(v))
+    reboot_timeout: Duration = 900
 
 
 class CudaParams(_Strict):
     image: str = "{{ vllm_image }}"
-    min_gpus: int | str = "{{ expected_gpu_count }}"
 
 
-class SmokeParams(_Strict):
+class ServerParams(_Strict):
+    """A vLLM test server: image, model, launch flags, port, and how long to wait for /health."""
+
     image: str = "{{ vllm_image }}"
     model: str = "{{ model }}"
     args: list[str] = Field(default_factory=list)
-    port: int = 8000
-    health_timeout: float = 1800
+    port: int = Field(default=8000, ge=1, le=65535)
+    health_timeout: Duration = 1800
+
+
+class SmokeParams(ServerParams):
     prompt: str = "Say hello in one word."
 
-    _dur = field_validator("health_timeout", mode="before")(lambda v: parse_duration(v))
 
-
-class FeatureParams(_Strict):
-    image: str = "{{ vllm_image }}"
-    model: str = "{{ model }}"
-    args: list[str] = Field(default_factory=list)
-    port: int = 8000
-    health_timeout: float = 1800
+class FeatureParams(ServerParams):
     prefix_repeats: int = Field(default=2, ge=2)
     prefix_words: int = Field(default=2000, ge=64)
     tool_call: bool = True
-
-    _dur = field_validator("health_timeout", mode="before")(lambda v: parse_duration(v))
 
 
 class MultinodeParams(_Strict):

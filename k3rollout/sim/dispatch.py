@@ -69,52 +69,48 @@ def dispatch(state_dir: Path, argv: list[str], stdin: bytes | None = None) -> Re
         if state["latency_s"]:
             time.sleep(state["latency_s"])
         drop = _drops_here(state, [name, *args])
-        if name == "nvidia-smi":
-            rc, out, err = gpu.nvidia_smi(state, args)
-        elif name == "cat":
-            rc, out, err = _cat(state, args)
-        elif name == "uname":
-            rc, out, err = 0, (state["kernel"] if "-r" in args else "Linux") + "\n", ""
-        elif name == "hostname":
-            rc, out, err = 0, state["name"] + "\n", ""
-        elif name == "date":
-            rc, out, err = gpu.date(args)
-        elif name in ("apt-get", "apt"):
-            rc, out, err = gpu.apt_get(state, args)
-        elif name == "dnf":
-            rc, out, err = gpu.dnf(state, args)
-        elif name == "dpkg-query":
-            rc, out, err = gpu.dpkg_query(state, args)
-        elif name == "rpm":
-            rc, out, err = gpu.rpm(state, args)
-        elif name == "modinfo":
-            rc, out, err = gpu.modinfo(state, args)
-        elif name == "dkms":
-            rc, out, err = gpu.dkms(state, args)
-        elif name == "reboot" or (name == "shutdown" and "-r" in args):
-            rc, out, err = gpu.reboot(state)
-        elif name == "systemctl":
-            rc, out, err = gpu.systemctl(state, args)
-        elif name == "docker":
-            rc, out, err = dk.docker(state, args)
-        elif name == "curl":
-            rc, out, err = dk.curl(state, args, stdin)
-        elif name == "kubectl":
-            rc, out, err = sched.kubectl(state, args)
-        elif name == "scontrol":
-            rc, out, err = sched.scontrol(state, args)
-        elif name == "mpirun":
-            rc, out, err = nccl.mpirun(state_dir, state, args)
-        elif name == "all_reduce_perf":
-            rc, out, err = nccl.all_reduce_perf(state_dir, state, args, None)
-        elif name == "true":
-            rc, out, err = 0, "", ""
-        else:
+        handler = HANDLERS.get(name)
+        if handler is None:
             rc, out, err = 127, "", f"bash: line 1: {name}: command not found\n"
+        else:
+            rc, out, err = handler(state_dir, state, args, stdin)
         if drop:
             state["dropped"].append(" ".join([name, *args]))
             return Result(-1, out, err + "Connection reset by peer\n", dropped=True)
         return Result(rc, out, err)
+
+
+def _reboot(state_dir: Path, state: dict, args: list[str], stdin: bytes | None) -> tuple[int, str, str]:
+    if args and "-r" not in args and args != ["now"]:
+        return 1, "", "shutdown: only reboots are simulated\n"
+    return gpu.reboot(state)
+
+
+# command name -> handler(state_dir, state, args, stdin)
+HANDLERS = {
+    "nvidia-smi": lambda d, s, a, i: gpu.nvidia_smi(s, a),
+    "cat": lambda d, s, a, i: _cat(s, a),
+    "uname": lambda d, s, a, i: (0, (s["kernel"] if "-r" in a else "Linux") + "\n", ""),
+    "hostname": lambda d, s, a, i: (0, s["name"] + "\n", ""),
+    "date": lambda d, s, a, i: gpu.date(a),
+    "apt-get": lambda d, s, a, i: gpu.apt_get(s, a),
+    "apt": lambda d, s, a, i: gpu.apt_get(s, a),
+    "dnf": lambda d, s, a, i: gpu.dnf(s, a),
+    "dpkg-query": lambda d, s, a, i: gpu.dpkg_query(s, a),
+    "rpm": lambda d, s, a, i: gpu.rpm(s, a),
+    "modinfo": lambda d, s, a, i: gpu.modinfo(s, a),
+    "dkms": lambda d, s, a, i: gpu.dkms(s, a),
+    "reboot": _reboot,
+    "shutdown": _reboot,
+    "systemctl": lambda d, s, a, i: gpu.systemctl(s, a),
+    "docker": lambda d, s, a, i: dk.docker(s, a),
+    "curl": lambda d, s, a, i: dk.curl(s, a, i),
+    "kubectl": lambda d, s, a, i: sched.kubectl(s, a),
+    "scontrol": lambda d, s, a, i: sched.scontrol(s, a),
+    "mpirun": lambda d, s, a, i: nccl.mpirun(d, s, a),
+    "all_reduce_perf": lambda d, s, a, i: nccl.all_reduce_perf(d, s, a, None),
+    "true": lambda d, s, a, i: (0, "", ""),
+}
 
 
 def init_cluster(root: Path, hosts: dict[str, dict]) -> dict[str, Path]:

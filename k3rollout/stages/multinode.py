@@ -55,18 +55,15 @@ def run_group(ctx: NodeCtx, nodes: list[str]) -> dict[str, StageOutcome]:
             pair_ok, _, _ = _test(ctx, [a, b], f"all-reduce-pair-{a}-{b}")
             if pair_ok:
                 cleared.update((a, b))
-    out = {}
-    for n in nodes:
-        if n in cleared:
-            out[n] = StageOutcome(True, "passed with a peer; the batch-wide failure lies elsewhere",
-                                  {"nccl_ok": True, "nccl_nodes": nodes})
-        else:
-            out[n] = StageOutcome(False, "all_reduce_perf fails with every peer", {"nccl_ok": False,
-                                                                                     "nccl_nodes": nodes}, logs)
-    if all(o.passed for o in out.values()):
+    blamed = [n for n in nodes if n not in cleared]
+    if not blamed:
         # every pair works but the whole batch does not: blame no single node, fail them all
-        out = {n: StageOutcome(False, "batch-wide all_reduce failed although every pair passed", {"nccl_ok": False},
-                               logs) for n in nodes}
+        return {n: StageOutcome(False, "batch-wide all_reduce failed although every pair passed",
+                                {"nccl_ok": False, "nccl_nodes": nodes}, logs) for n in nodes}
+    out = {n: StageOutcome(False, "all_reduce_perf fails with every peer", {"nccl_ok": False, "nccl_nodes": nodes},
+                           logs) for n in blamed}
+    # measure the nodes that remain, together, so their numbers are real (and still floor-checked)
+    out.update(run_group(ctx, [n for n in nodes if n in cleared]) if cleared else {})
     return out
 
 
