@@ -88,8 +88,7 @@ def test_shipped_playbook_loads_with_the_seven_domain_steps_in_order():
     assert kinds == ["baseline", "cordon", "driver_upgrade", "cuda_check", "vllm_smoke", "features", "multinode",
                      "uncordon"]
     for s in pb.stages:
-        if s.stage != "baseline":
-            assert s.post is not None, s.stage
+        assert s.pre is not None and s.post is not None, s.stage
     features = next(s for s in pb.stages if s.stage == "features").typed_params()
     assert "--enable-prefix-caching" in features.args
     smoke = next(s for s in pb.stages if s.stage == "vllm_smoke").typed_params()

@@ -277,3 +277,21 @@ def test_faults_fail_the_right_stage_with_the_right_triage(tmp_path):
     assert n["gpu-02"]["final"] == n["gpu-04"]["final"] == "rolled_back"
     pairs = [r["key"] for r in journal(run_dir) if r["type"] == "step_started" and "all-reduce-pair" in r["key"]]
     assert pairs
+
+
+def test_unofficial_image_without_recorded_source_stops_before_any_change(tmp_path):
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {}})
+    pb = write_playbook(tmp_path / "pb.yml", min_serving=0, vars={"vllm_image": "registry.local/vllm:k3-cu129"})
+    code, run_dir = run(tmp_path, inv, pb)
+    assert code == 1
+    n = result(run_dir)["nodes"]["gpu-01"]
+    assert (n["final"], n["failed_stage"]) == ("failed", "baseline")
+    assert "self_built_source" in n["reason"] and n["rollback"] is None
+    assert not any(c.startswith(("kubectl drain", "apt-get install")) for c in commands(run_dir, "gpu-01"))
+    pb2 = write_playbook(tmp_path / "pb2.yml", min_serving=0, serial=2,
+                         vars={"vllm_image": "registry.local/vllm:k3-cu129",
+                               "self_built_source": "git+https://github.com/vllm-project/vllm@v0.23.1 (cu129 build)"})
+    code, run_dir = run(tmp_path / "b", inv, pb2)
+    # the self-built image passes the pre-check, then cannot be pulled: a clear cuda_check failure
+    n = result(run_dir)["nodes"]["gpu-01"]
+    assert n["failed_stage"] == "cuda_check" and "cannot be pulled" in n["reason"]
