@@ -169,10 +169,10 @@ class Engine:
                         message=self.redact(str(exc)))
             if once and probe and _retry:
                 try:
-                    self.executor.wait_for_host(node, 120.0)
+                    self.executor.wait_for_host(node, min(timeout, 300.0))
+                    took = probe(ctx, meta or {})
                 except TransportError as exc2:
                     raise StepFailed(self.redact(str(exc2))) from None
-                took = probe(ctx, meta or {})
                 self.record("step_settled", node=node, stage=ctx.stage, step=name, key=key, took_effect=took,
                             how="probe after the connection dropped")
                 if took:

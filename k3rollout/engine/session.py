@@ -31,7 +31,7 @@ from k3rollout.model.inventory import Inventory, load_inventory
 from k3rollout.model.playbook import Playbook, load_playbook
 from k3rollout.plan.planner import Plan
 from k3rollout.report.render import write_reports
-from k3rollout.transport.sim import make_executor
+from k3rollout.transport.factory import make_executor
 
 
 def new_run_id(clock: Clock) -> str:

@@ -32,8 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     sys.stderr.write(res.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
-    if res.dropped:
+    if (res.dropped or res.unreachable) and os.environ.get("SSH_CONNECTION"):
+        # behind sshd: a dropped connection (or a host that is down) is a killed session
         os.kill(os.getppid(), signal.SIGKILL)
+    if res.dropped or res.unreachable:
         return 255
     return 255 if res.unreachable else res.rc
 

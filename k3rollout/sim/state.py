@@ -88,7 +88,10 @@ def default_state(name: str, hv: dict[str, Any]) -> dict[str, Any]:
                       "state": "cordoned" if hv.get("sim_cordoned") else "schedulable"},
         "docker": {"nvidia_runtime": "container_runtime_missing" not in faults, "images": images,
                    "containers": containers},
-        "servers": {},
+        "servers": {"8001": {"container": "vllm-serving", "status": "running", "faults": [], "blocks": [],
+                             "opts": {"model": "moonshotai/Kimi-K2-Thinking", "tensor_parallel_size": "8",
+                                      "trust_remote_code": True, "port": 8001},
+                             "m": {"queries": 0, "hits": 0, "prompt": 0, "gen": 0, "ok": 0, "lat": []}}},
         "dropped": [],
     }
 

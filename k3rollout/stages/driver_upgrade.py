@@ -10,6 +10,7 @@ reports the target, the loaded kernel module matches, DKMS built it.
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 from k3rollout.checks import parsers
@@ -44,6 +45,30 @@ def packages_at(ctx: NodeCtx, wanted: dict[str, str]) -> bool:
     return bool(wanted) and all(have.get(n) == v for n, v in wanted.items())
 
 
+def wait_for_new_boot(ctx: NodeCtx, before: str, timeout: float) -> tuple[bool, str, float]:
+    """Poll until the host answers with a boot id other than ``before``.
+
+    Right after ``reboot`` a host may still answer for a moment with its old boot id, or
+    drop a connection mid-command: both mean "not yet", until the timeout.
+    """
+    started = time.monotonic()
+    last = "no answer"
+    while True:
+        left = timeout - (time.monotonic() - started)
+        if left <= 0:
+            return False, f"did not come back within {timeout:.0f}s after reboot ({last})", timeout
+        try:
+            ctx.runner.wait_for_host(ctx, left)
+            now = ctx.read_boot_id()
+        except StepFailed as exc:
+            last = str(exc).splitlines()[0]
+            continue
+        if now and now != before:
+            return True, "", time.monotonic() - started
+        last = "host answered with its old boot id"
+        time.sleep(min(0.2, max(0.0, left)))
+
+
 def reboot_and_wait(ctx: NodeCtx, name: str, timeout: float) -> tuple[bool, str, float]:
     """Reboot once, wait for the host, prove it rebooted (the boot id changed).
 
@@ -54,21 +79,10 @@ def reboot_and_wait(ctx: NodeCtx, name: str, timeout: float) -> tuple[bool, str,
     before = prior["boot_id_before"] if prior and "boot_id_before" in prior else ctx.read_boot_id()
 
     def rebooted(c: NodeCtx, meta: dict) -> bool:
-        try:
-            c.runner.wait_for_host(c, timeout)
-        except StepFailed:
-            return False
-        now = c.read_boot_id()
-        return bool(now) and now != meta.get("boot_id_before", before)
+        return wait_for_new_boot(c, meta.get("boot_id_before", before), timeout)[0]
 
-    ctx.step(name, ["reboot"], once=True, probe=rebooted, meta={"boot_id_before": before})
-    try:
-        waited = ctx.runner.wait_for_host(ctx, timeout)
-    except StepFailed as exc:
-        return False, str(exc), timeout
-    if ctx.read_boot_id() == before:
-        return False, "host answered but did not reboot (boot id unchanged)", waited
-    return True, "", waited
+    ctx.step(name, ["reboot"], once=True, probe=rebooted, meta={"boot_id_before": before}, timeout=timeout)
+    return wait_for_new_boot(ctx, before, timeout)
 
 
 def verify_driver(ctx: NodeCtx, expected: str) -> tuple[bool, str, dict[str, Any]]:

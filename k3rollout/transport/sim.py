@@ -53,15 +53,3 @@ class SimExecutor:
 
     def close(self) -> None:
         pass
-
-
-def make_executor(inventory_hosts: dict[str, Any], run_dir: Path) -> SimExecutor:
-    """Pick the transport from ``ansible_connection`` (only ``k3sim`` is built in here)."""
-    from k3rollout.errors import InputError
-
-    kinds = {h.vars.get("ansible_connection", "k3sim") for h in inventory_hosts.values()}
-    if kinds != {"k3sim"}:
-        bad = sorted(kinds - {"k3sim"})
-        raise InputError(f"ansible_connection {bad} is not available in this build; use k3sim "
-                         "(the simulated cluster)")
-    return SimExecutor(run_dir / "sim-hosts", {n: h.vars for n, h in inventory_hosts.items()})

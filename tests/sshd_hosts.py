@@ -1,0 +1,193 @@
+"""Real sshd test hosts on loopback, each serving one simulated GPU node.
+
+Each host is an ``sshd -D`` on 127.0.0.1:<free port> with its own host key, a shared
+authorised client key, and ``SetEnv`` putting the simulator's commands first on PATH over
+the host's own state directory. A supervisor thread makes reboots real at the network
+level: while the simulated host is down its sshd and every session of it are killed
+(connections drop, new ones are refused); when it is up again sshd is restarted with the
+same key. Only processes this module started (by pid) are ever signalled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from k3rollout.sim.dispatch import HANDLERS
+from k3rollout.sim.state import init_host
+
+ROOT = Path(__file__).resolve().parent.parent
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+
+
+def sshd_available() -> bool:
+    return Path(SSHD).is_file() and shutil.which("ssh-keygen") is not None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _keygen(path: Path) -> str:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    return path.with_suffix(".pub").read_text().split()[1]
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+                ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == pid:
+                out.append(int(d.name))
+    return out
+
+
+def _kill_tree(pid: int) -> None:
+    for child in _children(pid):
+        _kill_tree(child)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+@dataclass
+class SSHDHost:
+    name: str
+    port: int
+    dir: Path
+    state: Path
+    config: Path
+    host_pub: str
+    proc: subprocess.Popen | None = None
+    log: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.log = self.dir / "sshd.log"
+
+    def start(self) -> None:
+        with open(self.log, "a") as log:
+            self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.config)], stdout=log, stderr=log,
+                                         start_new_session=True)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"sshd for {self.name} exited: {self.log.read_text()[-2000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.02)
+        raise RuntimeError(f"sshd for {self.name} did not listen on {self.port}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            _kill_tree(self.proc.pid)
+            self.proc.wait(timeout=5)
+        self.proc = None
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+class SSHDCluster:
+    def __init__(self, base: Path, hosts: dict[str, dict]):
+        self.base = base
+        self.hosts: dict[str, SSHDHost] = {}
+        keys = base / "keys"
+        keys.mkdir(parents=True)
+        self.client_key = keys / "id_ed25519"
+        client_pub = _keygen(self.client_key)
+        self.authorized = keys / "authorized_keys"
+        self.authorized.write_text(f"ssh-ed25519 {client_pub} k3rollout-tests\n")
+        self.bin = base / "bin"
+        self.bin.mkdir()
+        for cmd in [*HANDLERS, "sudo"]:
+            script = self.bin / cmd
+            script.write_text(f"#!{sys.executable}\nimport sys\nfrom k3rollout.sim.__main__ import main\n"
+                              "sys.exit(main())\n")
+            script.chmod(0o755)
+        self.home = base / "home"
+        self.home.mkdir()
+        self.known_hosts = base / "known_hosts"
+        Path("/run/sshd").mkdir(parents=True, exist_ok=True)
+        lines = []
+        for name, hv in hosts.items():
+            d = base / "hosts" / name
+            d.mkdir(parents=True)
+            state = init_host(d / "state", name, hv)
+            host_pub = _keygen(d / "ssh_host_ed25519_key")
+            port = _free_port()
+            cfg = d / "sshd_config"
+            cfg.write_text("\n".join([
+                f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {d / 'ssh_host_ed25519_key'}",
+                f"PidFile {d / 'sshd.pid'}", f"AuthorizedKeysFile {self.authorized}", "PasswordAuthentication no",
+                "KbdInteractiveAuthentication no", "PubkeyAuthentication yes", "PermitRootLogin prohibit-password",
+                "StrictModes no", "UsePAM no", "MaxStartups 200:30:400", "LogLevel ERROR",
+                # an empty HOME: the login user's shell startup files must not run on every command
+                f"SetEnv K3SIM_STATE={state} PATH={self.bin}:/usr/bin:/bin PYTHONPATH={ROOT} HOME={self.home}",
+                ""]))
+            self.hosts[name] = SSHDHost(name, port, d, state, cfg, host_pub)
+            lines.append(f"[127.0.0.1]:{port} ssh-ed25519 {host_pub}")
+        self.known_hosts.write_text("\n".join(lines) + "\n")
+        self._stop = threading.Event()
+        self._supervisor = threading.Thread(target=self._supervise, daemon=True)
+
+    def __enter__(self) -> "SSHDCluster":
+        for h in self.hosts.values():
+            h.start()
+        self._supervisor.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._supervisor.join(timeout=5)
+        for h in self.hosts.values():
+            h.stop()
+
+    def _supervise(self) -> None:
+        while not self._stop.is_set():
+            now = time.time()
+            for h in self.hosts.values():
+                try:
+                    st = json.loads((h.state / "state.json").read_text())
+                except (OSError, ValueError):
+                    continue
+                down = st["dead"] or now < st["down_until"]
+                if down and h.running:
+                    h.stop()
+                elif not down and not h.running and not self._stop.is_set():
+                    h.start()
+            self._stop.wait(0.03)
+
+    def inventory(self, path: Path, extra_vars: dict | None = None, host_vars: dict | None = None) -> Path:
+        import yaml
+
+        hosts = {}
+        for name, h in self.hosts.items():
+            hosts[name] = {"ansible_host": "127.0.0.1", "ansible_port": h.port, **(host_vars or {}).get(name, {})}
+        inv = {"all": {"vars": {"ansible_connection": "ssh", "ansible_user": "root",
+                                "ansible_ssh_private_key_file": str(self.client_key),
+                                "k3_known_hosts_file": str(self.known_hosts), "scheduler": "kubernetes",
+                                **(extra_vars or {})},
+                       "children": {"gpu_nodes": {"hosts": hosts}}}}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(inv, sort_keys=False))
+        return path
