@@ -78,3 +78,28 @@ def commands(run_dir: Path, host: str) -> list[str]:
     from k3rollout.sim.state import executed
 
     return executed(run_dir / "sim-hosts" / host)
+
+
+@pytest.fixture
+def sshd_cluster(tmp_path_factory):
+    """Factory: ``with sshd_cluster({"gpu-01": {...}}) as c`` starts real sshd hosts on loopback.
+
+    Under CI=true a missing sshd fails the test: a quiet skip would hide the install step.
+    """
+    from sshd_hosts import SSHDCluster, sshd_available
+
+    if not sshd_available():
+        if os.environ.get("CI") == "true":
+            pytest.fail("sshd/ssh-keygen not installed: scripts/test.sh installs openssh-server")
+        pytest.skip("sshd not installed (scripts/test.sh installs openssh-server)")
+    if os.geteuid() != 0:
+        pytest.skip("sshd test hosts need root (sshd's privilege separation)")
+
+    def make(hosts: dict[str, dict]) -> "SSHDCluster":
+        import tempfile
+
+        # outside pytest's 0700 tmp tree, so sshd's unprivileged children can read it
+        base = Path(tempfile.mkdtemp(prefix="k3sshd-"))
+        return SSHDCluster(base, hosts)
+
+    return make

@@ -132,7 +132,8 @@ class SSHDCluster:
         for name, hv in hosts.items():
             d = base / "hosts" / name
             d.mkdir(parents=True)
-            state = init_host(d / "state", name, hv)
+            # state dirs are siblings, as the simulator finds NCCL peers by name next to its own
+            state = init_host(base / "states" / name, name, hv)
             host_pub = _keygen(d / "ssh_host_ed25519_key")
             port = _free_port()
             cfg = d / "sshd_config"

@@ -133,7 +133,7 @@ class SSHExecutor:
             except (socket.timeout, TimeoutError) as exc:
                 client.close()
                 raise HostUnreachable(f"connect to {t.address}:{t.port} timed out ({exc})", host=t.name) from None
-            except (paramiko.ssh_exception.NoValidConnectionsError, OSError) as exc:
+            except (paramiko.ssh_exception.NoValidConnectionsError, OSError, EOFError) as exc:
                 client.close()
                 raise HostUnreachable(f"cannot connect to {t.address}:{t.port}: {exc}", host=t.name) from None
         raise HostUnreachable("SSH handshake kept failing", host=t.name)
