@@ -410,6 +410,8 @@ def load_inventory(path: str | Path) -> Inventory:
         origins: dict[str, Origin] = {}
         for g in gs:
             for k, v in b.groups[g].vars.items():
+                if k == "ansible_group_priority":   # a property of the group, not a host var
+                    continue
                 merged[k] = v
                 origins[k] = Origin(str(p), b.groups[g].var_lines.get(k))
         for g in gs:
