@@ -39,9 +39,11 @@ def write_playbook(path: Path, reboot_timeout: str | int | None = None, **play_o
     """The shipped playbook with some play keys replaced (serial, max_fail_percentage ...)."""
     data = yaml.safe_load(PLAYBOOK.read_text())
     play = data[0]
+    upgrade = next(s for s in play["stages"] if s["stage"] == "driver_upgrade")
+    # the vendor task files stay where the shipped playbook keeps them
+    upgrade["with"]["tasks"] = {k: str(PLAYBOOK.parent / v) for k, v in upgrade["with"]["tasks"].items()}
     if reboot_timeout is not None:
-        stage = next(s for s in play["stages"] if s["stage"] == "driver_upgrade")
-        stage["with"]["reboot_timeout"] = reboot_timeout
+        upgrade["with"]["reboot_timeout"] = reboot_timeout
     for k, v in play_overrides.items():
         if k == "vars":
             play["vars"].update(v)

@@ -185,6 +185,10 @@ class SSHDCluster:
         for name, h in self.hosts.items():
             hosts[name] = {"ansible_host": "127.0.0.1", "ansible_port": h.port, **(host_vars or {}).get(name, {})}
         inv = {"all": {"vars": {"ansible_connection": "ssh", "ansible_user": "root",
+                                # the reboot module must find the simulator's shutdown, never the
+                                # test machine's own
+                                "k3_reboot_search_paths": [str(self.bin)],
+                                "ansible_python_interpreter": "/usr/bin/python3",
                                 "ansible_ssh_private_key_file": str(self.client_key),
                                 "k3_known_hosts_file": str(self.known_hosts), "scheduler": "kubernetes",
                                 **(extra_vars or {})},

@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 import shlex
 import threading
+import time
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -41,7 +43,7 @@ from k3rollout.transport.base import CommandResult, Executor
 
 SECRET_HINTS = ("pass", "secret", "token", "key_data", "api_key", "credential")
 DONE_BATCH = ("passed", "failed", "rolled_back")
-VERBATIM_PARAMS = frozenset({"install", "restore"})
+VERBATIM_PARAMS = frozenset({"install", "restore", "tasks"})
 
 
 def secret_values(*var_maps: dict[str, Any]) -> list[str]:
@@ -86,6 +88,7 @@ class Engine:
         hv = [inventory.hosts[h].vars for h in inventory.hosts]
         self.redact = Redactor(secret_values(self.play_vars, *hv))
         self.in_place = bool(self.play_vars.get("allow_in_place_change", True))
+        self.playbook_dir = str(Path(playbook.path).resolve().parent)
 
     # ------------------------------------------------------------------ journal
 
@@ -108,7 +111,8 @@ class Engine:
 
     def tvars(self, node: str) -> dict[str, Any]:
         # Ansible precedence: play vars override inventory vars
-        return {**self.inventory.hosts[node].vars, **self.play_vars, "inventory_hostname": node}
+        return {**self.inventory.hosts[node].vars, **self.play_vars, "inventory_hostname": node,
+                "playbook_dir": self.playbook_dir}
 
     def ctx(self, node: str, stage: Stage | None, folder: str, params: Any = None) -> NodeCtx:
         n = self.view.node(node)
@@ -193,6 +197,68 @@ class Engine:
                     duration_s=round(res.duration_s, 4), evidence=ref.path if ref else None,
                     sha256=ref.sha256 if ref else None)
         return res
+
+    @property
+    def can_run_ansible(self) -> bool:
+        from k3rollout.transport import ansible as ansible_transport
+
+        return getattr(self.executor, "kind", "") == "ssh" and ansible_transport.available()
+
+    def ansible_step(self, ctx: NodeCtx, name: str, tasks_file: Path, extravars: dict[str, Any], *,
+                     probe: Callable[[NodeCtx, dict], bool], timeout: float, _retry: bool = True) -> CommandResult:
+        """Run a vendor task file via ansible-runner as one destructive (``once``) step."""
+        from k3rollout.transport import ansible as ansible_transport
+
+        key = f"{ctx.folder}/{name}"
+        node = ctx.node
+        argv = ["ansible-playbook", str(tasks_file)]
+        done = self.view.steps_done.get((node, key))
+        if done is not None:
+            return CommandResult(node, tuple(argv), int(done.get("rc", 0)), "", "", 0.0)
+        if (node, key) in self.view.steps_started and _retry:
+            took = probe(ctx, {})
+            self.record("step_settled", node=node, stage=ctx.stage, step=name, key=key, took_effect=took,
+                        how="probe after an interrupted run")
+            if took:
+                return CommandResult(node, tuple(argv), 0, "", "", 0.0)
+        self.record("step_started", node=node, stage=ctx.stage, step=name, key=key, argv=argv, once=True)
+        attempt = sum(1 for (n, k) in self.view.steps_started if n == node and k == key)
+        private = self.evidence.root.parent / "ansible" / node / f"{ctx.folder}-{name}-{attempt}"
+
+        def on_event(ev: dict) -> None:
+            self.record("ansible_event", node=node, stage=ctx.stage, step=name, key=key,
+                        **{k: (self.redact(v) if isinstance(v, str) else v) for k, v in ev.items() if k != "host"})
+            self.log.info("ansible_event", node=node, stage=ctx.stage, ansible_event=ev.get("event"),
+                          task=ev.get("task"))
+
+        started = time.monotonic()
+        res = ansible_transport.run_tasks(self.executor.targets[node], self.inventory.hosts[node].vars, tasks_file,
+                                          extravars, private, timeout=timeout, on_event=on_event)
+        if res.unreachable and _retry:
+            # the connection dropped mid-play: settle by probing the host; vendor task files
+            # are idempotent by contract (pinned versions), so an unfinished one is re-run once
+            self.record("step_error", node=node, stage=ctx.stage, step=name, key=key, error="unreachable",
+                        message=f"ansible: host unreachable during {res.failed_task!r}")
+            try:
+                self.executor.wait_for_host(node, min(timeout, 300.0))
+                took = probe(ctx, {})
+            except (TransportError, StepFailed) as exc:
+                raise StepFailed(self.redact(str(exc))) from None
+            self.record("step_settled", node=node, stage=ctx.stage, step=name, key=key, took_effect=took,
+                        how="probe after ansible lost the host")
+            if took:
+                return CommandResult(node, tuple(argv), 0, "", "", time.monotonic() - started)
+            return self.ansible_step(ctx, name, tasks_file, extravars, probe=probe, timeout=timeout, _retry=False)
+        ref = self.evidence.write(node, ctx.folder, name, f"$ {shlex.join(argv)}\n# host={node} rc={res.rc} "
+                                  f"status={res.status} artifacts={res.artifacts}\n--- stdout ---\n"
+                                  f"{self.redact(res.stdout)}")
+        self.record("step_done", node=node, stage=ctx.stage, step=name, key=key, rc=res.rc, once=True,
+                    duration_s=round(time.monotonic() - started, 3), evidence=ref.path, sha256=ref.sha256,
+                    ansible_status=res.status, failed_task=res.failed_task, unreachable=res.unreachable)
+        tail = "\n".join(f"{e.get('task')}: {e.get('msg') or e.get('stderr') or ''}" for e in res.events
+                         if e["event"] in ("runner_on_failed", "runner_on_unreachable"))
+        return CommandResult(node, tuple(argv), res.rc, self.redact(res.stdout), self.redact(tail),
+                             time.monotonic() - started)
 
     def wait_for_host(self, ctx: NodeCtx, timeout: float) -> float:
         try:

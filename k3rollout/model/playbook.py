@@ -125,8 +125,17 @@ class CordonParams(_Strict):
     drain_timeout: Duration = 600
 
 
+class VendorTasks(_Strict):
+    """Ansible task files (paths relative to the playbook) per package manager."""
+
+    apt: str | None = None
+    dnf: str | None = None
+
+
 class DriverParams(_Strict):
     target_driver: str = "{{ target_driver }}"
+    target_branch: int | str = "{{ target_branch }}"
+    tasks: VendorTasks = Field(default_factory=VendorTasks)
     install: VendorSteps
     restore: VendorSteps
     reboot_timeout: Duration = 900
@@ -336,13 +345,19 @@ def _check_stages(play: Play, play_data: Any, path: str) -> None:
                          path=path, line=line(i))
     for i, stage in enumerate(play.stages):
         try:
-            PARAMS_BY_KIND[stage.stage].model_validate(stage.params)
+            params = PARAMS_BY_KIND[stage.stage].model_validate(stage.params)
         except ValidationError as exc:
             err = exc.errors()[0]
             where = ".".join(str(x) for x in err["loc"])
             msg = err["msg"].removeprefix("Value error, ")
             raise InputError(f"stages.{i}.with.{where}: {msg}", path=path,
                              line=line(i, "with", *err["loc"])) from None
+        if isinstance(params, DriverParams):
+            for mgr in ("apt", "dnf"):
+                rel = getattr(params.tasks, mgr)
+                if rel and not (Path(path).parent / rel).is_file():
+                    raise InputError(f"stages.{i}.with.tasks.{mgr}: task file {rel} not found next to the playbook",
+                                     path=path, line=line(i, "with", "tasks", mgr))
 
 
 def play_vars(play: Play) -> dict[str, Any]:

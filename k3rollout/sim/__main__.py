@@ -16,6 +16,21 @@ from pathlib import Path
 from k3rollout.sim.dispatch import dispatch
 
 
+def _session_pid() -> int:
+    """The sshd session process above us (the parent, when no shell or module sits between)."""
+    pid = os.getppid()
+    while pid > 1:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        if comm.startswith("sshd"):
+            return pid
+        pid = int(stat[stat.rindex(")") + 2:].split()[1])
+    return os.getppid()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv if argv is None else argv)
     prog = os.path.basename(argv[0])
@@ -34,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.stderr.flush()
     if (res.dropped or res.unreachable) and os.environ.get("SSH_CONNECTION"):
         # behind sshd: a dropped connection (or a host that is down) is a killed session
-        os.kill(os.getppid(), signal.SIGKILL)
+        os.kill(_session_pid(), signal.SIGKILL)
     if res.dropped or res.unreachable:
         return 255
     return 255 if res.unreachable else res.rc

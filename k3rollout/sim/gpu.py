@@ -202,6 +202,13 @@ def _install(state: dict[str, Any], wanted: dict[str, str], tool: str) -> Out:
                     f"E: Version '{ver}' for '{name}' was not found\n"
             return 1, "Last metadata expiration check: 0:12:04 ago.\n", \
                 f"No match for argument: {name}-{ver}\nError: Unable to find a match: {name}-{ver}\n"
+    half = set(state.get("half_configured", []))
+    if all(state["packages"].get(n) == v.split(":")[-1] and n not in half for n, v in wanted.items()) \
+            and state["module_version"]:
+        # already installed at exactly these versions: apt/dnf do nothing
+        return 0, ("Reading package lists...\nBuilding dependency tree...\nReading state information...\n" +
+                   "".join(f"{n} is already the newest version ({v}).\n" for n, v in wanted.items()) +
+                   "0 upgraded, 0 newly installed, 0 to remove and 12 not upgraded.\n"), ""
     versions = {v.split(":")[-1].split("-")[0] for v in wanted.values()}
     if len(versions) != 1:
         return 100, "", "E: Unable to correct problems, you have held broken packages.\n"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 from k3rollout.checks import parsers
@@ -45,14 +46,23 @@ def packages_at(ctx: NodeCtx, wanted: dict[str, str]) -> bool:
     return bool(wanted) and all(have.get(n) == v for n, v in wanted.items())
 
 
-def wait_for_new_boot(ctx: NodeCtx, before: str, timeout: float) -> tuple[bool, str, float]:
+# How long a host may keep answering with its old boot id after ``reboot`` before we
+# conclude the reboot did not happen (sshd stops within seconds of a real reboot).
+SAME_BOOT_GRACE_S = 10.0
+
+
+def wait_for_new_boot(ctx: NodeCtx, before: str, timeout: float,
+                      same_id_grace: float | None = None) -> tuple[bool, str, float]:
     """Poll until the host answers with a boot id other than ``before``.
 
     Right after ``reboot`` a host may still answer for a moment with its old boot id, or
-    drop a connection mid-command: both mean "not yet", until the timeout.
+    drop a connection mid-command: both mean "not yet", until the timeout. With
+    ``same_id_grace``, a host that keeps answering with the old id for that long did not
+    reboot (used to settle an interrupted reboot step without rebooting twice).
     """
     started = time.monotonic()
     last = "no answer"
+    old_since: float | None = None
     while True:
         left = timeout - (time.monotonic() - started)
         if left <= 0:
@@ -66,6 +76,9 @@ def wait_for_new_boot(ctx: NodeCtx, before: str, timeout: float) -> tuple[bool, 
         if now and now != before:
             return True, "", time.monotonic() - started
         last = "host answered with its old boot id"
+        old_since = old_since or time.monotonic()
+        if same_id_grace is not None and time.monotonic() - old_since >= same_id_grace:
+            return False, "the host did not reboot", time.monotonic() - started
         time.sleep(min(0.2, max(0.0, left)))
 
 
@@ -79,7 +92,8 @@ def reboot_and_wait(ctx: NodeCtx, name: str, timeout: float) -> tuple[bool, str,
     before = prior["boot_id_before"] if prior and "boot_id_before" in prior else ctx.read_boot_id()
 
     def rebooted(c: NodeCtx, meta: dict) -> bool:
-        return wait_for_new_boot(c, meta.get("boot_id_before", before), timeout)[0]
+        return wait_for_new_boot(c, meta.get("boot_id_before", before), timeout,
+                                 same_id_grace=min(timeout, SAME_BOOT_GRACE_S))[0]
 
     ctx.step(name, ["reboot"], once=True, probe=rebooted, meta={"boot_id_before": before}, timeout=timeout)
     return wait_for_new_boot(ctx, before, timeout)
@@ -109,6 +123,9 @@ def run(ctx: NodeCtx) -> StageOutcome:
     if ctx.facts.get("driver_version") == target and ctx.facts.get("module_version") == target:
         return StageOutcome(True, f"already at {target}: nothing to install", {"driver_upgrade": "already-at-target"})
     mgr = ctx.facts.get("pkg_mgr") or ctx.baseline.get("pkg_mgr", "apt")
+    tasks = getattr(p.tasks, mgr)
+    if tasks and getattr(ctx.runner, "can_run_ansible", False):
+        return run_ansible(ctx, Path(ctx.vars["playbook_dir"]) / tasks)
     steps = getattr(p.install, mgr)
     if not steps:
         return StageOutcome(False, f"the playbook has no `with.install.{mgr}` vendor steps for this node's package "
@@ -130,3 +147,29 @@ def run(ctx: NodeCtx) -> StageOutcome:
     ok, why, facts = verify_driver(ctx, target)
     facts["reboot_wait_s"] = round(waited, 3)
     return StageOutcome(ok, why, facts, "" if ok else "\n".join(logs) + "\n" + why + "\n" + str(facts.get("gpu_error", "")))
+
+
+def run_ansible(ctx: NodeCtx, tasks_file: Path) -> StageOutcome:
+    """The vendor steps as a real Ansible task file (install, DKMS check, reboot module, wait)."""
+    p = ctx.params
+    target = p.target_driver
+
+    def upgraded(c: NodeCtx, meta: dict) -> bool:
+        try:
+            c.runner.wait_for_host(c, p.reboot_timeout)
+        except StepFailed:
+            return False
+        return verify_driver(c, target)[0]
+
+    res = ctx.runner.ansible_step(ctx, "vendor-tasks", tasks_file, {
+        "k3_target_driver": target, "k3_target_branch": str(p.target_branch),
+        "k3_reboot_timeout": int(p.reboot_timeout)}, probe=upgraded, timeout=p.reboot_timeout + 3600)
+    if not res.ok:
+        return StageOutcome(False, f"vendor tasks {tasks_file.name} failed (rc {res.rc}): {res.stderr[-300:]}",
+                            {"driver_packages": ctx.read_packages()}, res.stdout[-4000:] + "\n" + res.stderr)
+    try:
+        ctx.runner.wait_for_host(ctx, p.reboot_timeout)
+    except StepFailed as exc:
+        return StageOutcome(False, f"reboot: {exc}", {}, str(exc))
+    ok, why, facts = verify_driver(ctx, target)
+    return StageOutcome(ok, why, facts, "" if ok else res.stdout[-4000:] + "\n" + why)

@@ -1,0 +1,111 @@
+"""Run a vendor task file on one host through ansible-runner (real ``ansible-playbook``).
+
+The host is reached with the same settings as the SSH transport, and host-key checking
+stays strict: ansible-runner sets ``ANSIBLE_HOST_KEY_CHECKING=False`` unless it is already
+set, so it is set to ``True`` here, with the run's known_hosts file. Each run gets a fresh
+ControlPath directory (ControlPersist sockets outlive the process). The event stream is
+handed to the caller (the engine journals it); artifacts stay in the private data dir.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from k3rollout.errors import InputError
+from k3rollout.transport.ssh import SSHTarget
+
+EVENTS = ("runner_on_ok", "runner_on_failed", "runner_on_unreachable", "runner_on_skipped", "playbook_on_task_start",
+          "playbook_on_stats")
+
+
+def available() -> bool:
+    try:
+        import ansible_runner  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass
+class AnsibleResult:
+    rc: int
+    status: str
+    stdout: str
+    events: list[dict[str, Any]]
+    failed_task: str | None
+    unreachable: bool
+    artifacts: str
+
+
+def _event_summary(ev: dict[str, Any]) -> dict[str, Any]:
+    data = ev.get("event_data") or {}
+    res = data.get("res") or {}
+    out = {"event": ev.get("event"), "task": data.get("task"), "host": data.get("host")}
+    for k in ("rc", "msg", "changed", "elapsed"):
+        if k in res:
+            out[k] = res[k] if not isinstance(res[k], str) else res[k][-500:]
+    if res.get("stderr"):
+        out["stderr"] = res["stderr"][-500:]
+    return out
+
+
+def run_tasks(target: SSHTarget, host_vars: dict[str, Any], tasks_file: Path, extravars: dict[str, Any],
+              private_dir: Path, *, timeout: float, on_event: Callable[[dict], None]) -> AnsibleResult:
+    import ansible_runner
+
+    if not tasks_file.is_file():
+        raise InputError("vendor task file not found", path=str(tasks_file))
+    private_dir.mkdir(parents=True, exist_ok=True)
+    (private_dir / "project").mkdir(exist_ok=True)
+    play = [{"name": f"k3rollout vendor steps: {tasks_file.name}", "hosts": "all", "gather_facts": False,
+             "tasks": [{"name": "vendor steps", "ansible.builtin.import_tasks": str(tasks_file.resolve())}]}]
+    (private_dir / "project" / "k3-vendor.yml").write_text(yaml.safe_dump(play, sort_keys=False))
+    ssh_args = f"-o UserKnownHostsFile={shlex.quote(target.known_hosts)} -o StrictHostKeyChecking=yes"
+    hv: dict[str, Any] = {"ansible_host": target.address, "ansible_port": target.port, "ansible_user": target.user,
+                          "ansible_ssh_common_args": ssh_args, "ansible_connection": "ssh"}
+    if target.key_file:
+        hv["ansible_ssh_private_key_file"] = target.key_file
+    if target.become:
+        hv["ansible_become"] = True
+        if target.become_password:
+            hv["ansible_become_password"] = target.become_password
+    for k, v in host_vars.items():
+        if k.startswith("k3_") or k in ("ansible_python_interpreter",):
+            hv[k] = v
+    inventory = {"all": {"hosts": {target.name: hv}}}
+    (private_dir / "inventory").mkdir(exist_ok=True)
+    (private_dir / "inventory" / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
+    # ControlPath is a unix socket (108-byte limit): keep it short, fresh per run, and removed after
+    control = Path(tempfile.mkdtemp(prefix="k3cp-"))
+    envvars = {"ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_PIPELINING": "True", "ANSIBLE_NOCOLOR": "1",
+               "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control), "ANSIBLE_RETRY_FILES_ENABLED": "False",
+               "ANSIBLE_PYTHON_INTERPRETER": str(host_vars.get("ansible_python_interpreter", "auto_silent"))}
+    events: list[dict[str, Any]] = []
+
+    def handler(ev: dict[str, Any]) -> bool:
+        if ev.get("event") in EVENTS:
+            s = _event_summary(ev)
+            events.append(s)
+            on_event(s)
+        return True
+
+    try:
+        r = ansible_runner.run(private_data_dir=str(private_dir), playbook="k3-vendor.yml", extravars=extravars,
+                               envvars=envvars, event_handler=handler, quiet=True, timeout=int(timeout),
+                               limit=target.name)
+    finally:
+        shutil.rmtree(control, ignore_errors=True)
+    stdout = r.stdout.read() if hasattr(r.stdout, "read") else str(r.stdout)
+    failed = next((e.get("task") for e in events if e["event"] in ("runner_on_failed", "runner_on_unreachable")), None)
+    unreachable = any(e["event"] == "runner_on_unreachable" for e in events)
+    (private_dir / "k3-events.json").write_text(json.dumps(events, indent=1))
+    return AnsibleResult(rc=int(r.rc if r.rc is not None else 1), status=str(r.status), stdout=stdout, events=events,
+                         failed_task=failed, unreachable=unreachable, artifacts=str(private_dir / "artifacts"))
