@@ -252,6 +252,11 @@ class Engine:
         ref = self.evidence.write(node, ctx.folder, name, f"$ {shlex.join(argv)}\n# host={node} rc={res.rc} "
                                   f"status={res.status} artifacts={res.artifacts}\n--- stdout ---\n"
                                   f"{self.redact(res.stdout)}")
+        # ansible-runner's artifacts (events, stdout, status, rc) become evidence too
+        art = Path(res.artifacts)
+        for f in sorted(p for p in art.rglob("*") if p.is_file()) if art.is_dir() else []:
+            self.evidence.write(node, ctx.folder, f"{name}-{attempt}-" + "_".join(f.relative_to(art).parts[1:]),
+                                self.redact(f.read_text(errors="replace")))
         self.record("step_done", node=node, stage=ctx.stage, step=name, key=key, rc=res.rc, once=True,
                     duration_s=round(time.monotonic() - started, 3), evidence=ref.path, sha256=ref.sha256,
                     ansible_status=res.status, failed_task=res.failed_task, unreachable=res.unreachable)

@@ -46,6 +46,28 @@ def _cat(state: dict, args: list[str]) -> tuple[int, str, str]:
     return 0, "".join(out), ""
 
 
+def _sudo(state_dir: Path, args: list[str], stdin: bytes | None) -> Result:
+    """sudo [-n] [-S] [-p PROMPT] [--] CMD...: with -S the password is stdin's first line."""
+    i = 0
+    read_password = False
+    while i < len(args) and args[i].startswith("-"):
+        if args[i] == "--":
+            i += 1
+            break
+        if args[i] == "-S":
+            read_password = True
+        if args[i] == "-p":
+            i += 1
+        i += 1
+    if read_password:
+        password, _, rest = (stdin or b"").partition(b"\n")
+        expected = st.load(state_dir).get("sudo_password")
+        if expected is not None and password.decode() != expected:
+            return Result(1, "", "sudo: 1 incorrect password attempt\n")
+        stdin = rest
+    return dispatch(state_dir, args[i:], stdin)
+
+
 def _drops_here(state: dict, argv: list[str]) -> bool:
     """ssh_drops: the first driver package install loses its connection once."""
     if "ssh_drops" not in state["faults"] or state["dropped"]:
@@ -59,7 +81,7 @@ def dispatch(state_dir: Path, argv: list[str], stdin: bytes | None = None) -> Re
     name = os.path.basename(argv[0])
     args = list(argv[1:])
     if name == "sudo":
-        return dispatch(state_dir, [a for a in args if a not in ("-n", "-H", "-E")], stdin)
+        return _sudo(state_dir, args, stdin)
     with st.transaction(state_dir) as state:
         if not st.is_up(state, time.time()):
             return Result(255, "", f"ssh: connect to host {state['name']} port 22: "

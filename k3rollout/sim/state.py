@@ -93,6 +93,7 @@ def default_state(name: str, hv: dict[str, Any]) -> dict[str, Any]:
                                       "trust_remote_code": True, "port": 8001},
                              "m": {"queries": 0, "hits": 0, "prompt": 0, "gen": 0, "ok": 0, "lat": []}}},
         "dropped": [],
+        "sudo_password": hv.get("sim_sudo_password"),
     }
 
 

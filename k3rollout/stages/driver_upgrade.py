@@ -165,8 +165,13 @@ def run_ansible(ctx: NodeCtx, tasks_file: Path) -> StageOutcome:
         "k3_target_driver": target, "k3_target_branch": str(p.target_branch),
         "k3_reboot_timeout": int(p.reboot_timeout)}, probe=upgraded, timeout=p.reboot_timeout + 3600)
     if not res.ok:
+        facts = {}
+        try:
+            facts["driver_packages"] = ctx.read_packages()
+        except StepFailed:
+            pass   # the host may be down: the reason below already says why
         return StageOutcome(False, f"vendor tasks {tasks_file.name} failed (rc {res.rc}): {res.stderr[-300:]}",
-                            {"driver_packages": ctx.read_packages()}, res.stdout[-4000:] + "\n" + res.stderr)
+                            facts, res.stdout[-4000:] + "\n" + res.stderr)
     try:
         ctx.runner.wait_for_host(ctx, p.reboot_timeout)
     except StepFailed as exc:

@@ -73,19 +73,25 @@ def run_tasks(target: SSHTarget, host_vars: dict[str, Any], tasks_file: Path, ex
                           "ansible_ssh_common_args": ssh_args, "ansible_connection": "ssh"}
     if target.key_file:
         hv["ansible_ssh_private_key_file"] = target.key_file
+    # ControlPath is a unix socket (108-byte limit): keep it short, fresh per run, and removed after
+    control = Path(tempfile.mkdtemp(prefix="k3cp-"))
+    envvars: dict[str, str] = {}
     if target.become:
         hv["ansible_become"] = True
         if target.become_password:
-            hv["ansible_become_password"] = target.become_password
+            # never in the inventory or extravars ansible-runner writes to disk: a 0600 file
+            # outside the run directory, removed with the control dir
+            pw = control / "become"
+            pw.touch(mode=0o600)
+            pw.write_text(target.become_password)
+            envvars["ANSIBLE_BECOME_PASSWORD_FILE"] = str(pw)
     for k, v in host_vars.items():
         if k.startswith("k3_") or k in ("ansible_python_interpreter",):
             hv[k] = v
     inventory = {"all": {"hosts": {target.name: hv}}}
     (private_dir / "inventory").mkdir(exist_ok=True)
     (private_dir / "inventory" / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
-    # ControlPath is a unix socket (108-byte limit): keep it short, fresh per run, and removed after
-    control = Path(tempfile.mkdtemp(prefix="k3cp-"))
-    envvars = {"ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_PIPELINING": "True", "ANSIBLE_NOCOLOR": "1",
+    envvars |= {"ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_PIPELINING": "True", "ANSIBLE_NOCOLOR": "1",
                "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control), "ANSIBLE_RETRY_FILES_ENABLED": "False",
                "ANSIBLE_PYTHON_INTERPRETER": str(host_vars.get("ansible_python_interpreter", "auto_silent"))}
     events: list[dict[str, Any]] = []
