@@ -100,15 +100,9 @@ def rollback_estimate(playbook: Playbook) -> float:
     if playbook.play.rollback_estimate is not None:
         return playbook.play.rollback_estimate
     by_kind = {s.stage: s.estimate_s for s in playbook.stages}
-    total = 0.0
-    for stage in playbook.stages:
-        for rb in stage.rollback:
-            undone = ROLLBACK_UNDOES[rb.action]
-            if rb.action == "restore_driver":
-                total += by_kind.get(undone, 0.0)
-            else:
-                total += 60.0
-    return total
+    # each action runs once per node however many stages declare it
+    actions = {rb.action for stage in playbook.stages for rb in stage.rollback}
+    return sum(by_kind.get(ROLLBACK_UNDOES[a], 0.0) if a == "restore_driver" else 60.0 for a in actions)
 
 
 def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | None = None) -> Plan:

@@ -1,33 +1,59 @@
 """Render a run directory into result.json, report.json, report.md and report.html.
 
 Pure over the run directory: reads the journal (never repairs it) and writes the reports;
-running it again gives the same reports. The HTML is one self-contained file (inline CSS,
-no fetches) and Jinja2's autoescape escapes every string that came from a host.
+running it again gives the same reports. The HTML is one self-contained file (inline CSS
+and SVG, a CSP that forbids every fetch) and Jinja2's autoescape escapes every string
+that came from a host. ``render_plan`` renders a dry-run plan the same way, for review
+before the window.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, PackageLoader, select_autoescape
+from jinja2 import Environment, PackageLoader
 
+from k3rollout.checks.cuda_table import BRANCH_MAX_CUDA
 from k3rollout.engine.journal import Journal
 from k3rollout.model.durations import format_duration
 from k3rollout.report import checklist
 from k3rollout.report.result import build_result
-from k3rollout.report.state import fold
+from k3rollout.report.state import RunView, fold
+from k3rollout.report.timeline import render_svg
 
-_ENV = Environment(loader=PackageLoader("k3rollout.report", "templates"),
-                   autoescape=select_autoescape(["html", "j2"], default_for_string=False),
-                   trim_blocks=True, lstrip_blocks=True)
-_ENV.filters["dur"] = lambda s: format_duration(s) if s is not None else "-"
-_ENV_MD = Environment(loader=PackageLoader("k3rollout.report", "templates"), autoescape=False,
+RUNBOOKS = Path(__file__).resolve().parent.parent.parent / "runbooks"
+RUNBOOK_FILES = {"baseline": "01-baseline.md", "cordon": "02-cordon.md", "driver_upgrade": "03-driver-upgrade.md",
+                 "cuda_check": "04-cuda-check.md", "vllm_smoke": "05-vllm-smoke.md",
+                 "features": "06-features-multinode.md", "multinode": "06-features-multinode.md",
+                 "uncordon": "07-uncordon.md", "rollback": "rollback.md", "index": "README.md"}
+
+
+def _env(autoescape: bool) -> Environment:
+    env = Environment(loader=PackageLoader("k3rollout.report", "templates"), autoescape=autoescape,
                       trim_blocks=True, lstrip_blocks=True)
-_ENV_MD.filters["dur"] = _ENV.filters["dur"]
-_ENV_MD.filters["md"] = lambda s: str(s).replace("|", "\\|").replace("\n", " ").replace("<", "&lt;")
+    env.filters["dur"] = lambda s: format_duration(s) if s is not None else "-"
+    env.filters["md"] = lambda s: str(s).replace("|", "\\|").replace("\n", " ").replace("<", "&lt;")
+    return env
+
+
+_HTML, _MD = _env(True), _env(False)
+
+
+def _ts(text: str | None) -> float | None:
+    return datetime.fromisoformat(text).timestamp() if text else None
+
+
+def _cuda(driver: str | None) -> str | None:
+    if not driver:
+        return None
+    try:
+        return BRANCH_MAX_CUDA.get(int(str(driver).split(".")[0]))
+    except ValueError:
+        return None
 
 
 def _play_vars(run_dir: Path) -> dict[str, Any]:
@@ -36,8 +62,62 @@ def _play_vars(run_dir: Path) -> dict[str, Any]:
         from k3rollout.model.playbook import load_playbook, play_vars
 
         return play_vars(load_playbook(inputs["playbook"]).play)
-    except Exception:  # noqa: BLE001 - the report must render even when inputs moved
+    except Exception:  # noqa: BLE001 - the report must render even when the inputs moved
         return {}
+
+
+def runbook_links() -> dict[str, str]:
+    return {k: (RUNBOOKS / v).as_uri() for k, v in RUNBOOK_FILES.items()}
+
+
+def _node_rows(v: RunView, result: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for name, r in result["nodes"].items():
+        n = v.nodes[name]
+        serving = n.baseline.get("serving_containers") or []
+        before_img = serving[0]["image"] + "@" + (serving[0].get("digest") or "?").split("@")[-1][:19] \
+            if serving else None
+        after_img = (f"{n.facts.get('image')}@{(n.facts.get('image_digest') or '?').split('@')[-1][:19]}"
+                     if n.facts.get("image_digest") and r["final"] == "upgraded" else before_img)
+        rows.append({"name": name, **r, "cuda_before": n.baseline.get("cuda_driver_version") or _cuda(r["driver_before"]),
+                     "cuda_after": _cuda(r["driver_after"]), "image_before": before_img,
+                     "image_after": after_img if r["final"] != "pending" else None,
+                     "gpus_before": n.baseline.get("gpu_count"),
+                     "gpus_after": n.facts.get("gpu_count") if r["final"] != "pending" else None})
+    return rows
+
+
+def _batches(v: RunView, result: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    plan_batches = {b["index"]: b for b in (v.plan or {}).get("batches", [])}
+    for b in result["batches"]:
+        pb = plan_batches.get(b["index"], {})
+        groups: dict[tuple, list[str]] = {}
+        for rp in b["rollback_plan"]:
+            # the same steps for several nodes read once: the node name only appears in commands
+            key = tuple(s.replace(rp["node"], "NODE") for s in rp["steps"])
+            groups.setdefault(key, []).append(rp["node"])
+        plans = [{"nodes": nodes, "steps": [s.replace("NODE", nodes[0]) if len(nodes) == 1 else s for s in steps]}
+                 for steps, nodes in groups.items()]
+        ran = [{"name": n, "final": result["nodes"][n]["final"], "results": result["nodes"][n]["rollback"]["results"]}
+               for n in b["nodes"] if result["nodes"].get(n, {}).get("rollback")]
+        took = (_ts(b["finished"]) - _ts(b["started"])) if b["started"] and b["finished"] else None
+        out.append({**b, "planned": pb.get("estimate_s"), "planned_start": pb.get("start_offset_s"), "took": took,
+                    "serving_during": pb.get("serving_during"), "serving_floor": pb.get("serving_floor"),
+                    "plans": plans, "ran": ran})
+    return out
+
+
+def _window(v: RunView, result: dict[str, Any]) -> dict[str, Any]:
+    start, end = _ts(result["started"]), _ts(result["finished"]) or _ts(v.last_ts)
+    used = (end - start) if start and end else None
+    booked = (v.window_end - start) if (v.window_end and start) else None
+    if booked is None:
+        text = f"none booked; the run took {format_duration(used) if used is not None else '-'}"
+    else:
+        text = (f"booked {format_duration(booked)} (ends {result['window_end']}), used "
+                f"{format_duration(used) if used is not None else '-'}")
+    return {"used_s": used, "booked_s": booked, "text": text}
 
 
 def model(run_dir: Path) -> dict[str, Any]:
@@ -51,19 +131,25 @@ def model(run_dir: Path) -> dict[str, Any]:
         counts[n["final"]] = counts.get(n["final"], 0) + 1
     verdict = {"completed": "Rollout completed", "halted": "Rollout HALTED", "aborted": "Rollout ABORTED",
                "no_change": "No in-place change (evidence only)", "running": "Run did not finish (resume it)"}
+    batches = _batches(v, result)
     return {"result": result, "view": v, "checklist": items, "triage": triage, "counts": counts,
-            "verdict": verdict.get(result["status"], result["status"]), "plan": v.plan or {},
-            "nodes": v.nodes, "records": len(records)}
+            "verdict": verdict.get(result["status"], result["status"]), "plan": v.plan or {}, "nodes": v.nodes,
+            "records": len(records), "batches": batches, "node_rows": _node_rows(v, result),
+            "window": _window(v, result), "runbooks": runbook_links(),
+            "timeline_svg": render_svg(result["batches"], v.nodes, result["finished"])}
+
+
+def _json(m: dict[str, Any]) -> str:
+    return json.dumps({"result": m["result"], "checklist": m["checklist"], "triage": m["triage"],
+                       "window": m["window"]}, indent=2, default=str)
 
 
 def write_reports(run_dir: Path) -> dict[str, Any]:
     run_dir = Path(run_dir)
     m = model(run_dir)
-    out = {"result.json": json.dumps(m["result"], indent=2, default=str),
-           "report.json": json.dumps({"result": m["result"], "checklist": m["checklist"], "triage": m["triage"]},
-                                     indent=2, default=str),
-           "report.md": _ENV_MD.get_template("report.md.j2").render(**m),
-           "report.html": _ENV.get_template("report.html.j2").render(**m)}
+    out = {"result.json": json.dumps(m["result"], indent=2, default=str), "report.json": _json(m),
+           "report.md": _MD.get_template("report.md.j2").render(**m),
+           "report.html": _HTML.get_template("report.html.j2").render(**m)}
     for name, text in out.items():
         tmp = run_dir / (name + ".tmp")
         tmp.write_text(text, encoding="utf-8")
@@ -74,6 +160,11 @@ def write_reports(run_dir: Path) -> dict[str, Any]:
 def render(run_dir: Path, fmt: str) -> str:
     m = model(Path(run_dir))
     if fmt == "json":
-        return json.dumps({"result": m["result"], "checklist": m["checklist"], "triage": m["triage"]}, indent=2,
-                          default=str)
-    return (_ENV_MD if fmt == "md" else _ENV).get_template(f"report.{fmt}.j2").render(**m)
+        return _json(m)
+    return (_MD if fmt == "md" else _HTML).get_template(f"report.{fmt}.j2").render(**m)
+
+
+def render_plan(plan: dict[str, Any], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(plan, indent=2)
+    return (_MD if fmt == "md" else _HTML).get_template(f"plan.{fmt}.j2").render(plan=plan)

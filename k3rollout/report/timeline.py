@@ -1,0 +1,69 @@
+"""The SVG timeline of a run: batches as lanes, each node's stages as bars by outcome.
+
+Pure: journal-derived spans in, SVG text out. Every label is escaped; the SVG is inline,
+so the HTML report stays one self-contained file.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from html import escape
+from typing import Any
+
+COLOURS = {True: "#2da44e", False: "#cf222e", None: "#8c959f"}
+ROLLBACK = {True: "#bf8700", False: "#82071e", None: "#8c959f"}
+ROW, LANE_GAP, LEFT, WIDTH = 16, 14, 120, 860
+
+
+def _t(ts: str | None) -> float | None:
+    return datetime.fromisoformat(ts).timestamp() if ts else None
+
+
+def render_svg(batches: list[dict[str, Any]], nodes: dict[str, Any], finished: str | None) -> str:
+    spans = [(n, s) for n in nodes.values() for s in n.timeline]
+    starts = [_t(s["start"]) for _, s in spans if s["start"]]
+    if not starts:
+        return '<svg xmlns="http://www.w3.org/2000/svg" width="400" height="30" role="img" aria-label="no timeline">' \
+               '<text x="4" y="20" font-size="12">No stage ran.</text></svg>'
+    t0 = min(starts)
+    ends = [_t(s["end"]) for _, s in spans if s["end"]] + starts
+    t1 = max(ends + ([_t(finished)] if finished else []))
+    scale = WIDTH / max(t1 - t0, 1e-3)
+    out: list[str] = []
+    y = 20
+    for b in batches:
+        members = [n for n in b["nodes"] if n in nodes and nodes[n].timeline]
+        if not members:
+            continue
+        out.append(f'<text x="2" y="{y + 10}" font-size="11" font-weight="600">batch {b["index"]}</text>')
+        y += 14
+        for name in members:
+            out.append(f'<text x="8" y="{y + 11}" font-size="11">{escape(name)}</text>')
+            for s in nodes[name].timeline:
+                a = _t(s["start"])
+                e = _t(s["end"]) or t1
+                x = LEFT + (a - t0) * scale
+                w = max((e - a) * scale, 2.0)
+                rb = s["stage"] == "rollback"
+                colour = (ROLLBACK if rb else COLOURS)[s["passed"]]
+                label = f'{s["stage"]}: {"passed" if s["passed"] else "failed" if s["passed"] is False else "unfinished"}'
+                stroke = ' stroke="#000" stroke-dasharray="2,1"' if rb else ""
+                title = f'{escape(name)} {escape(label)} {escape(s["start"] or "")}'
+                out.append(f'<rect x="{x:.1f}" y="{y + 2}" width="{w:.1f}" height="{ROW - 4}" fill="{colour}"'
+                           f'{stroke}><title>{title}</title></rect>')
+            y += ROW
+        y += LANE_GAP
+    legend_y = y + 4
+    legend = [("passed", COLOURS[True]), ("failed", COLOURS[False]), ("rollback", ROLLBACK[True]),
+              ("rollback failed", ROLLBACK[False])]
+    x = LEFT
+    for text, colour in legend:
+        out.append(f'<rect x="{x}" y="{legend_y}" width="10" height="10" fill="{colour}"/>'
+                   f'<text x="{x + 14}" y="{legend_y + 9}" font-size="11">{text}</text>')
+        x += 110
+    out.append(f'<text x="{LEFT}" y="12" font-size="10" fill="#57606a">0 s</text>'
+               f'<text x="{LEFT + WIDTH - 60}" y="12" font-size="10" fill="#57606a">{t1 - t0:.1f} s</text>')
+    height = legend_y + 20
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" id="timeline-svg" width="{LEFT + WIDTH + 10}" '
+            f'height="{height}" role="img" aria-label="run timeline" font-family="sans-serif">'
+            + "".join(out) + "</svg>")
