@@ -78,8 +78,16 @@ def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
     playbook, inventory = _load(args)
     window_s, _ = _window_seconds(args, clock)
     plan = make_plan(playbook, inventory, window_s=window_s)
-    if args.json:
-        print(json.dumps(plan.to_dict(), indent=2))
+    fmt = "json" if args.json else args.format
+    if fmt in ("json", "md", "html"):
+        from k3rollout.report.render import render_plan
+
+        text = render_plan(plan.to_dict(), fmt)
+        if args.output:
+            Path(args.output).write_text(text, encoding="utf-8")
+            print(f"plan: {args.output}")
+        else:
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return EXIT_OK
     print(f"Plan: {plan.play}  ({len(plan.hosts)} nodes, serial {plan.serial}, "
           f"max_fail_percentage {plan.max_fail_percentage:g}%, min_serving {plan.min_serving})")
@@ -119,7 +127,7 @@ def _start_run(playbook_path: str, inventory_path: str, run_dir: Path, args: arg
     from k3rollout.engine.session import Session
     from k3rollout.model import load_inventory, load_playbook
     from k3rollout.plan import make_plan
-    from k3rollout.progress import LineProgress
+    from k3rollout.progress import make_progress
 
     playbook = load_playbook(playbook_path)
     inventory = load_inventory(inventory_path)
@@ -134,8 +142,8 @@ def _start_run(playbook_path: str, inventory_path: str, run_dir: Path, args: arg
     run_dir.mkdir(parents=True, exist_ok=True)
     _CURRENT_RUN_DIR[0] = run_dir
     logsetup.configure(run_dir / "events.jsonl")
-    status = Session(run_dir, clock).start(playbook, inventory, plan, window_end, on_event=LineProgress(
-        window_end=window_end))
+    status = Session(run_dir, clock).start(playbook, inventory, plan, window_end, on_event=make_progress(
+        window_end, len(plan.batches), getattr(args, "plain", False)))
     return _report_and_code(run_dir, status)
 
 
@@ -168,22 +176,22 @@ def _existing_run_dir(path: str) -> Path:
 def cmd_resume(args: argparse.Namespace, clock: Clock) -> int:
     from k3rollout import logsetup
     from k3rollout.engine.session import Session
-    from k3rollout.progress import LineProgress
+    from k3rollout.progress import make_progress
 
     run_dir = _existing_run_dir(args.run_dir)
     logsetup.configure(run_dir / "events.jsonl")
-    status = Session(run_dir, clock).resume(on_event=LineProgress())
+    status = Session(run_dir, clock).resume(on_event=make_progress(plain=args.plain))
     return _report_and_code(run_dir, status)
 
 
 def cmd_rollback(args: argparse.Namespace, clock: Clock) -> int:
     from k3rollout import logsetup
     from k3rollout.engine.session import Session
-    from k3rollout.progress import LineProgress
+    from k3rollout.progress import make_progress
 
     run_dir = _existing_run_dir(args.run_dir)
     logsetup.configure(run_dir / "events.jsonl")
-    ok = Session(run_dir, clock).rollback(args.batch, on_event=LineProgress())
+    ok = Session(run_dir, clock).rollback(args.batch, on_event=make_progress(plain=args.plain))
     print(f"rollback: {'done' if ok else 'FAILED on at least one node (kept cordoned)'}")
     print(f"report: {run_dir / 'report.html'}")
     return EXIT_OK if ok else EXIT_HALTED
@@ -258,7 +266,10 @@ def parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("plan", help="dry run: batches, durations, capacity, window fit, rollback plans")
     pb_inv(sp)
     window(sp)
-    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--json", action="store_true", help="same as --format json")
+    sp.add_argument("--format", choices=["text", "json", "md", "html"], default="text",
+                    help="html/md: a plan report reviewers can approve before the window")
+    sp.add_argument("--output", help="write the plan report to this file")
     sp.add_argument("--rollback", action="store_true", help="also list each node's rollback plan")
     sp.set_defaults(fn=cmd_plan)
     sp = sub.add_parser("run", help="execute the rollout")
@@ -266,13 +277,16 @@ def parser() -> argparse.ArgumentParser:
     window(sp)
     sp.add_argument("--run-dir")
     sp.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    sp.add_argument("--plain", action="store_true", help="one line per event, even on a terminal")
     sp.set_defaults(fn=cmd_run)
     sp = sub.add_parser("resume", help="continue a run that was interrupted")
     sp.add_argument("run_dir")
+    sp.add_argument("--plain", action="store_true", help="one line per event, even on a terminal")
     sp.set_defaults(fn=cmd_resume)
     sp = sub.add_parser("rollback", help="execute the recorded rollback plans")
     sp.add_argument("run_dir")
     sp.add_argument("--batch", type=int)
+    sp.add_argument("--plain", action="store_true", help="one line per event, even on a terminal")
     sp.set_defaults(fn=cmd_rollback)
     sp = sub.add_parser("report", help="(re)generate or print a run's report")
     sp.add_argument("run_dir")
@@ -286,6 +300,7 @@ def parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_triage)
     sp = sub.add_parser("demo", help="a whole rollout on the embedded simulated cluster")
     sp.add_argument("--run-dir")
+    sp.add_argument("--plain", action="store_true", help="one line per event, even on a terminal")
     window(sp)
     sp.set_defaults(fn=cmd_demo)
     sp = sub.add_parser("states", help="print the node state machine for a playbook")

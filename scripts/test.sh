@@ -3,13 +3,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-# System packages the tests need: openssh-server for the real sshd test hosts.
-if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
+# System packages the tests need: openssh-server (real sshd test hosts) and chromium
+# (the HTML report is checked in a real headless browser).
+need=()
+command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need+=(openssh-server)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
   else
-    echo "scripts/test.sh: openssh-server is missing; install it (apt-get install openssh-server)" >&2
+    echo "scripts/test.sh: missing system packages: ${need[*]} (apt-get install ${need[*]})" >&2
     [ "${CI:-}" = true ] && exit 1
   fi
 fi
