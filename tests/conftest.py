@@ -35,7 +35,8 @@ def write_inventory(path: Path, hosts: dict[str, dict], group_vars: dict | None 
     return f
 
 
-def write_playbook(path: Path, reboot_timeout: str | int | None = None, **play_overrides) -> Path:
+def write_playbook(path: Path, reboot_timeout: str | int | None = None, reboot_grace: str | int | None = None,
+                   **play_overrides) -> Path:
     """The shipped playbook with some play keys replaced (serial, max_fail_percentage ...)."""
     data = yaml.safe_load(PLAYBOOK.read_text())
     play = data[0]
@@ -44,6 +45,8 @@ def write_playbook(path: Path, reboot_timeout: str | int | None = None, **play_o
     upgrade["with"]["tasks"] = {k: str(PLAYBOOK.parent / v) for k, v in upgrade["with"]["tasks"].items()}
     if reboot_timeout is not None:
         upgrade["with"]["reboot_timeout"] = reboot_timeout
+    if reboot_grace is not None:
+        upgrade["with"]["reboot_grace"] = reboot_grace
     for k, v in play_overrides.items():
         if k == "vars":
             play["vars"].update(v)

@@ -18,7 +18,8 @@ def scenario(base: Path) -> tuple[Path, Path]:
     # gpu-02 fails its smoke test (OOM) and is rolled back: the run exercises every
     # destructive step and the rollback, one node at a time so journal order is fixed
     inv = write_inventory(base / "inv", {"gpu-01": {}, "gpu-02": {"sim_faults": ["vllm_oom"]}})
-    pb = write_playbook(base / "pb.yml", serial=1, min_serving=0, max_fail_percentage=100)
+    # the simulator reboots at once: a host still on its old boot id after 1 s did not reboot
+    pb = write_playbook(base / "pb.yml", serial=1, min_serving=0, max_fail_percentage=100, reboot_grace=1)
     return inv, pb
 
 

@@ -139,6 +139,9 @@ class DriverParams(_Strict):
     install: VendorSteps
     restore: VendorSteps
     reboot_timeout: Duration = 900
+    # after a crash mid-reboot: how long a host may keep its old boot id before we decide
+    # the reboot never happened (sshd stops within seconds of a real reboot)
+    reboot_grace: Duration = 10
 
 
 class CudaParams(_Strict):

@@ -46,11 +46,6 @@ def packages_at(ctx: NodeCtx, wanted: dict[str, str]) -> bool:
     return bool(wanted) and all(have.get(n) == v for n, v in wanted.items())
 
 
-# How long a host may keep answering with its old boot id after ``reboot`` before we
-# conclude the reboot did not happen (sshd stops within seconds of a real reboot).
-SAME_BOOT_GRACE_S = 10.0
-
-
 def wait_for_new_boot(ctx: NodeCtx, before: str, timeout: float,
                       same_id_grace: float | None = None) -> tuple[bool, str, float]:
     """Poll until the host answers with a boot id other than ``before``.
@@ -82,7 +77,7 @@ def wait_for_new_boot(ctx: NodeCtx, before: str, timeout: float,
         time.sleep(min(0.2, max(0.0, left)))
 
 
-def reboot_and_wait(ctx: NodeCtx, name: str, timeout: float) -> tuple[bool, str, float]:
+def reboot_and_wait(ctx: NodeCtx, name: str, timeout: float, grace: float = 10.0) -> tuple[bool, str, float]:
     """Reboot once, wait for the host, prove it rebooted (the boot id changed).
 
     The boot id before the reboot is journaled with the step, so after a crash the probe
@@ -93,7 +88,7 @@ def reboot_and_wait(ctx: NodeCtx, name: str, timeout: float) -> tuple[bool, str,
 
     def rebooted(c: NodeCtx, meta: dict) -> bool:
         return wait_for_new_boot(c, meta.get("boot_id_before", before), timeout,
-                                 same_id_grace=min(timeout, SAME_BOOT_GRACE_S))[0]
+                                 same_id_grace=min(timeout, grace))[0]
 
     ctx.step(name, ["reboot"], once=True, probe=rebooted, meta={"boot_id_before": before}, timeout=timeout)
     return wait_for_new_boot(ctx, before, timeout)
@@ -141,7 +136,7 @@ def run(ctx: NodeCtx) -> StageOutcome:
         if not res.ok:
             return StageOutcome(False, f"vendor step {i} failed (rc {res.rc}): {res.command}",
                                 {"driver_packages": ctx.read_packages()}, "\n".join(logs))
-    ok, why, waited = reboot_and_wait(ctx, "reboot", p.reboot_timeout)
+    ok, why, waited = reboot_and_wait(ctx, "reboot", p.reboot_timeout, p.reboot_grace)
     if not ok:
         return StageOutcome(False, f"reboot: {why}", {"reboot_wait_s": waited}, "\n".join(logs) + "\n" + why)
     ok, why, facts = verify_driver(ctx, target)

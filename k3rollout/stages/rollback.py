@@ -25,7 +25,7 @@ TEST_CONTAINERS = ("k3rollout-smoke", "k3rollout-features")
 
 def plan_rollback(playbook: Playbook, node: str, baseline: dict[str, Any], tvars: dict[str, Any]) -> list[dict]:
     declared: dict[str, Any] = {}
-    reboot_timeout = 900.0
+    reboot_timeout, reboot_grace = 900.0, 10.0
     restore = None
     for stage in playbook.stages:
         for rb in stage.rollback:
@@ -34,6 +34,7 @@ def plan_rollback(playbook: Playbook, node: str, baseline: dict[str, Any], tvars
             params = stage.typed_params()
             restore = params.restore
             reboot_timeout = params.reboot_timeout
+            reboot_grace = params.reboot_grace
     steps: list[dict] = []
     for action in ORDER:
         if action not in declared:
@@ -52,6 +53,7 @@ def plan_rollback(playbook: Playbook, node: str, baseline: dict[str, Any], tvars
                 step["error"] = str(exc)
             step.update({"to_version": baseline.get("driver_version"), "commands": cmds,
                          "reboot": declared[action].reboot, "reboot_timeout": reboot_timeout,
+                         "reboot_grace": reboot_grace,
                          "packages": baseline.get("driver_packages", [])})
             if not cmds:
                 step.setdefault("error", f"no `restore.{mgr}` steps in the driver_upgrade stage")
@@ -135,7 +137,8 @@ def _restore_driver(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
         if not res.ok:
             return False, f"restore step {i} failed (rc {res.rc}): {res.tail(300)}"
     if step.get("reboot", True):
-        ok, why, _ = reboot_and_wait(ctx, "restore-reboot", float(step.get("reboot_timeout", 900)))
+        ok, why, _ = reboot_and_wait(ctx, "restore-reboot", float(step.get("reboot_timeout", 900)),
+                                     float(step.get("reboot_grace", 10)))
         if not ok:
             return False, f"reboot after restore: {why}"
     gpu = ctx.read_gpu()
