@@ -151,19 +151,9 @@ class Engine:
         node = ctx.node
         shown = [self.redact(a) for a in argv]
         if once:
-            done = self.view.steps_done.get((node, key))
-            if done is not None:
-                return CommandResult(node, tuple(argv), int(done.get("rc", 0)), "", "", 0.0)
-            if (node, key) in self.view.steps_started:
-                prior = self.view.steps_started[(node, key)].get("meta") or {}
-                took = probe(ctx, prior) if probe else None
-                if took is None:
-                    raise StepFailed(f"{node}: '{shlex.join(shown)}' was interrupted and k3rollout cannot tell "
-                                     "whether it took effect; check the node by hand (runbooks/)")
-                self.record("step_settled", node=node, stage=ctx.stage, step=name, key=key, took_effect=took,
-                            how="probe after an interrupted run")
-                if took:
-                    return CommandResult(node, tuple(argv), 0, "", "", 0.0)
+            earlier = self._replay_or_settle(ctx, name, key, argv, probe)
+            if earlier is not None:
+                return earlier
         self.record("step_started", node=node, stage=ctx.stage, step=name, key=key, argv=shown, once=once,
                     **({"meta": meta} if meta else {}))
         try:
@@ -198,6 +188,25 @@ class Engine:
                     sha256=ref.sha256 if ref else None)
         return res
 
+    def _replay_or_settle(self, ctx: NodeCtx, name: str, key: str, argv: list[str],
+                          probe: Callable[[NodeCtx, dict], bool] | None) -> CommandResult | None:
+        """For a ``once`` step: its recorded result if it completed before, a settled result
+        if it was interrupted but the probe shows it took effect, else None (run it)."""
+        node = ctx.node
+        done = self.view.steps_done.get((node, key))
+        if done is not None:
+            return CommandResult(node, tuple(argv), int(done.get("rc", 0)), "", "", 0.0)
+        started = self.view.steps_started.get((node, key))
+        if started is None:
+            return None
+        if probe is None:
+            raise StepFailed(f"{node}: '{shlex.join(self.redact(a) for a in argv)}' was interrupted and k3rollout "
+                             "cannot tell whether it took effect; check the node by hand (runbooks/)")
+        took = probe(ctx, started.get("meta") or {})
+        self.record("step_settled", node=node, stage=ctx.stage, step=name, key=key, took_effect=took,
+                    how="probe after an interrupted run")
+        return CommandResult(node, tuple(argv), 0, "", "", 0.0) if took else None
+
     @property
     def can_run_ansible(self) -> bool:
         from k3rollout.transport import ansible as ansible_transport
@@ -212,15 +221,10 @@ class Engine:
         key = f"{ctx.folder}/{name}"
         node = ctx.node
         argv = ["ansible-playbook", str(tasks_file)]
-        done = self.view.steps_done.get((node, key))
-        if done is not None:
-            return CommandResult(node, tuple(argv), int(done.get("rc", 0)), "", "", 0.0)
-        if (node, key) in self.view.steps_started and _retry:
-            took = probe(ctx, {})
-            self.record("step_settled", node=node, stage=ctx.stage, step=name, key=key, took_effect=took,
-                        how="probe after an interrupted run")
-            if took:
-                return CommandResult(node, tuple(argv), 0, "", "", 0.0)
+        if _retry:
+            earlier = self._replay_or_settle(ctx, name, key, argv, probe)
+            if earlier is not None:
+                return earlier
         self.record("step_started", node=node, stage=ctx.stage, step=name, key=key, argv=argv, once=True)
         attempt = sum(1 for (n, k) in self.view.steps_started if n == node and k == key)
         private = self.evidence.root.parent / "ansible" / node / f"{ctx.folder}-{name}-{attempt}"
