@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import tempfile
 import traceback
@@ -316,6 +317,10 @@ def main(argv: list[str] | None = None, clock: Clock | None = None) -> int:
         args = parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+    if args.verb in ("run", "demo", "resume", "rollback"):
+        # SIGTERM (a closed window, a killed tmux) unwinds like Ctrl-C: the lock is released
+        # and the reports are written; the journal already holds everything done so far
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         return args.fn(args, clock)
     except K3RolloutError as exc:
@@ -335,6 +340,10 @@ def main(argv: list[str] | None = None, clock: Clock | None = None) -> int:
         print(f"k3rollout: internal error; traceback in {path}. The journal is intact: "
               "`k3rollout resume RUN_DIR` continues the run.", file=sys.stderr)
         return EXIT_INTERNAL
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def entrypoint() -> None:

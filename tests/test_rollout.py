@@ -295,3 +295,32 @@ def test_unofficial_image_without_recorded_source_stops_before_any_change(tmp_pa
     # the self-built image passes the pre-check, then cannot be pulled: a clear cuda_check failure
     n = result(run_dir)["nodes"]["gpu-01"]
     assert n["failed_stage"] == "cuda_check" and "cannot be pulled" in n["reason"]
+
+
+def test_sigterm_releases_the_lock_and_resume_finishes(tmp_path):
+    import signal as sig
+    import sys
+
+    from conftest import ROOT
+
+    inv = write_inventory(tmp_path / "inv", {f"gpu-{i:02d}": {"sim_latency_s": 0.01} for i in range(1, 4)})
+    pb = write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0)
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")}
+    p = subprocess.Popen([sys.executable, "-m", "k3rollout", "run", str(pb), "-i", str(inv), "--yes", "--run-dir",
+                          str(run_dir)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        j = run_dir / "journal.jsonl"
+        if j.exists() and j.read_text().count("\n") > 40:
+            break
+        time.sleep(0.05)
+    p.send_signal(sig.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 1 and b"resume" in err
+    assert not list((tmp_path / "locks").glob("*.lock"))          # released, not left stale
+    assert (run_dir / "report.html").exists()
+    r = subprocess.run([sys.executable, "-m", "k3rollout", "resume", str(run_dir)], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-1000:]
+    assert {n["final"] for n in result(run_dir)["nodes"].values()} == {"upgraded"}

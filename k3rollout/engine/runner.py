@@ -85,6 +85,7 @@ class Engine:
         self.log = (log or structlog.get_logger("k3rollout")).bind(run_id=run_id)
         self.on_event = on_event
         self._lock = threading.Lock()
+        self.stopping = threading.Event()
         hv = [inventory.hosts[h].vars for h in inventory.hosts]
         self.redact = Redactor(secret_values(self.play_vars, *hv))
         self.in_place = bool(self.play_vars.get("allow_in_place_change", True))
@@ -336,7 +337,7 @@ class Engine:
 
     def advance(self, node: str) -> None:
         """Walk one node forward until it is done, failed, or waiting at a batch barrier."""
-        while True:
+        while not self.stopping.is_set():
             state = NodeState(self.view.node(node).state)
             if state == NodeState.PENDING:
                 self.transition(node, Event.START)
@@ -446,8 +447,14 @@ class Engine:
                 fn(n)
             return
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="k3node") as ex:
-            for fut in [ex.submit(fn, n) for n in nodes]:
-                fut.result()
+            futures = [ex.submit(fn, n) for n in nodes]
+            try:
+                for fut in futures:
+                    fut.result()
+            except KeyboardInterrupt:
+                # stop at the next stage boundary; what is running now finishes and is journaled
+                self.stopping.set()
+                raise
 
     def run_batch(self, nodes: list[str]) -> None:
         self.pool(self.advance, nodes)

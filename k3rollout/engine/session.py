@@ -128,6 +128,11 @@ class Session:
         engine = Engine(playbook=playbook, inventory=inventory, executor=executor, journal=journal,
                         evidence=EvidenceStore(self.run_dir / "evidence"), clock=self.clock, run_id=first["run_id"],
                         log=log, on_event=on_event)
+        digest = hashlib.sha256(Path(inventory.path).read_bytes()).hexdigest()
+        if digest != first.get("inventory_sha256"):
+            # host vars may legitimately change (a fixed key path); the change is on record
+            engine.record("inventory_changed", inventory=inventory.path, sha256=digest,
+                          was=first.get("inventory_sha256"))
         return engine, journal, lock
 
     def resume(self, on_event: Callable[[dict], None] | None = None, log: Any = None) -> str:
