@@ -103,21 +103,20 @@ class Inventory:
         parts = [p.strip() for p in re.split(r"[:,]", pattern) if p.strip()]
         if not parts:
             raise InputError(f"empty host pattern {pattern!r}")
-        chosen: list[str] = []
+        chosen: dict[str, None] = {}          # an ordered set
         for part in parts:
             if part.startswith("&") or part.startswith("!"):
                 continue
             for h in self._match(part):
-                if h not in chosen:
-                    chosen.append(h)
+                chosen.setdefault(h)
         for part in parts:
             if part.startswith("&"):
                 keep = set(self._match(part[1:]))
-                chosen = [h for h in chosen if h in keep]
+                chosen = {h: None for h in chosen if h in keep}
             elif part.startswith("!"):
                 drop = set(self._match(part[1:]))
-                chosen = [h for h in chosen if h not in drop]
-        return chosen
+                chosen = {h: None for h in chosen if h not in drop}
+        return list(chosen)
 
     def _match(self, term: str) -> list[str]:
         if term in self.groups:
@@ -181,6 +180,7 @@ class _Builder:
         self.host_lines: dict[str, dict[str, int]] = {}
         self.host_origin: dict[str, Origin] = {}
         self.host_order: list[str] = []
+        self.members: dict[str, set[str]] = {}
 
     def err(self, msg: str, line: int | None) -> InputError:
         return InputError(msg, path=str(self.path), line=line)
@@ -280,9 +280,10 @@ class _Builder:
                 self._check_var_name(var, hvars, line)
                 self.hosts[h][var] = plain(val)
                 self.host_lines[h][var] = hvars.line_of(var) if isinstance(hvars, LDict) else line
-            grp = self.groups[group]
-            if h not in grp.hosts:
-                grp.hosts.append(h)
+            members = self.members.setdefault(group, set())
+            if h not in members:
+                members.add(h)
+                self.groups[group].hosts.append(h)
 
 
 def _vars_files(base: Path, name: str) -> list[Path]:
@@ -354,16 +355,21 @@ def load_inventory(path: str | Path) -> Inventory:
         if gname != "all":
             b.add_child("all", gname, gline)
     b.add_child("all", "ungrouped", None)
+    direct: dict[str, list[str]] = {h: [] for h in b.host_order}
+    for gname, grp in b.groups.items():
+        for h in grp.hosts:
+            direct[h].append(gname)
     for h in b.host_order:
-        if not any(h in g.hosts for n, g in b.groups.items() if n != "all"):
-            if h not in b.groups["ungrouped"].hosts:
-                b.groups["ungrouped"].hosts.append(h)
+        if not any(g != "all" for g in direct[h]) and "ungrouped" not in direct[h]:
+            b.groups["ungrouped"].hosts.append(h)
+            direct[h].append("ungrouped")
     if h_in_all := list(b.groups["all"].hosts):
         # Ansible lists hosts declared directly under 'all' in 'ungrouped'.
         b.groups["all"].hosts = []
         for h in h_in_all:
-            if h not in b.groups["ungrouped"].hosts:
+            if "ungrouped" not in direct[h]:
                 b.groups["ungrouped"].hosts.append(h)
+                direct[h].append("ungrouped")
 
     base = p.parent
     gv_files: dict[str, list[tuple[dict, dict, Path]]] = {}
@@ -383,18 +389,10 @@ def load_inventory(path: str | Path) -> Inventory:
 
     host_groups: dict[str, set[str]] = {h: set() for h in b.host_order}
 
-    def mark(g: str, seen: set[str]) -> None:
-        for h in b.groups[g].hosts:
-            host_groups[h].add(g)
-        for c in b.groups[g].children:
-            if c not in seen:
-                seen.add(c)
-                mark(c, seen)
-
     for h in b.host_order:
         # the ancestors of each group the host is directly in
-        direct = [g for g, grp in b.groups.items() if h in grp.hosts]
-        stack, acc = list(direct), set(direct)
+        mine = [g for g in direct[h] if g != "all"]    # hosts directly under 'all' sit in 'ungrouped'
+        stack, acc = list(mine), set(mine)
         while stack:
             for par in b.groups[stack.pop()].parents:
                 if par not in acc:

@@ -35,7 +35,8 @@ class LList(list):
         return self.line
 
 
-class _Loader(yaml.SafeLoader):
+# libyaml's loader when available (same safe subset, same marks, several times faster)
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     pass
 
 
@@ -75,7 +76,7 @@ _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _constr
 
 def load_yaml_text(text: str, path: str) -> Any:
     try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader derives from SafeLoader
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader derives from (C)SafeLoader
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
