@@ -14,6 +14,7 @@ capacity floor are checked against the batch's estimate plus its rollback estima
 
 from __future__ import annotations
 
+import json
 import math
 import shlex
 import threading
@@ -366,8 +367,13 @@ class Engine:
         if n.rollback_plan is not None:
             return
         steps = rb.plan_rollback(self.playbook, node, n.baseline, self.tvars(node))
-        self.record("rollback_plan", node=node, batch=n.batch, steps=steps,
-                    described=[self.redact(rb.describe(s)) for s in steps])
+        described = [self.redact(rb.describe(s)) for s in steps]
+        # the plan is evidence too: what would be restored, written before anything changed
+        ref = self.evidence.write(node, self.folder(self.stages[0]), "rollback-plan.json", self.redact(json.dumps(
+            {"node": node, "recorded_at": self.clock.iso(), "owner": self.play_vars.get("rollback_owner"),
+             "steps": described, "detail": steps}, indent=2, default=str)))
+        self.record("evidence", node=node, stage="baseline", name="rollback-plan", path=ref.path, sha256=ref.sha256)
+        self.record("rollback_plan", node=node, batch=n.batch, steps=steps, described=described)
 
     def run_barrier(self, nodes: list[str], kind: str) -> None:
         waiting = [n for n in nodes if STATE_STAGE.get(NodeState(self.view.node(n).state)) == kind]

@@ -83,5 +83,6 @@ def evaluate(v: RunView, play_vars: dict[str, Any] | None = None) -> list[dict[s
         (f"owner {owner}; " if owner else "no rollback_owner var; ")
         + f"rollback plans recorded for {len(plans)} node(s) at baseline time; original images: "
         + ", ".join(sorted({f"{c['image']}@{c.get('digest')}" for n in plans
-                            for c in n.baseline.get('serving_containers', [])})[:3]), [])
+                            for c in n.baseline.get('serving_containers', [])})[:3]),
+        _ev(v, lambda e: "rollback-plan" in e["path"]))
     return items
