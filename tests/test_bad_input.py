@@ -1,7 +1,5 @@
 """Every malformed playbook or inventory is one clear message naming file and line, exit 2."""
 
-from pathlib import Path
-
 import pytest
 
 from conftest import DATA, PLAYBOOK, SIM_INVENTORY

@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import PLAYBOOK, SIM_INVENTORY, commands, journal, result, sim_state, write_inventory, write_playbook
+from conftest import PLAYBOOK, commands, journal, result, sim_state, write_inventory, write_playbook
 from k3rollout.cli import main
 from k3rollout.engine.clock import Clock
 

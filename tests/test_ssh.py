@@ -14,7 +14,7 @@ from k3rollout.cli import main
 from k3rollout.errors import ConnectionLost, HostUnreachable
 from k3rollout.model import load_inventory
 from k3rollout.sim.state import executed
-from k3rollout.transport.ssh import AuthError, HostKeyError, SSHExecutor
+from k3rollout.transport.ssh import HostKeyError, SSHExecutor
 
 
 def state(c, host: str) -> dict:

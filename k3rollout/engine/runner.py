@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-import shlex
 import threading
-import time
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
@@ -29,8 +27,8 @@ from k3rollout.checks.parsers import ParseError
 from k3rollout.checks.triage import classify
 from k3rollout.engine.clock import Clock
 from k3rollout.engine.journal import Journal
-from k3rollout.engine.states import STAGE_STATE, STATE_STAGE, Event, NodeState, build_table, step as fsm_step
-from k3rollout.errors import CommandTimeout, ConnectionLost, HostUnreachable, TransportError
+from k3rollout.engine.steps import StepRunnerMixin
+from k3rollout.engine.states import STATE_STAGE, Event, NodeState, build_table, step as fsm_step
 from k3rollout.evidence.store import EvidenceStore
 from k3rollout.model.assertions import AssertionSyntaxError, evaluate, render
 from k3rollout.model.inventory import Inventory
@@ -40,7 +38,7 @@ from k3rollout.stages import rollback as rb
 from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
 from k3rollout.stages.multinode import run_group
 from k3rollout.stages.registry import STAGES
-from k3rollout.transport.base import CommandResult, Executor
+from k3rollout.transport.base import Executor
 
 SECRET_HINTS = ("pass", "secret", "token", "key_data", "api_key", "credential")
 DONE_BATCH = ("passed", "failed", "rolled_back")
@@ -67,7 +65,7 @@ class Redactor:
         return text
 
 
-class Engine:
+class Engine(StepRunnerMixin):
     def __init__(self, *, playbook: Playbook, inventory: Inventory, executor: Executor, journal: Journal,
                  evidence: EvidenceStore, clock: Clock, run_id: str, log: Any = None,
                  on_event: Callable[[dict], None] | None = None):
@@ -137,152 +135,6 @@ class Engine:
         # vendor command templates are rendered per argv element when used (render_argv)
         rendered = {k: (v if k in VERBATIM_PARAMS else render(v, ctx)) for k, v in data.items()}
         return type(typed).model_validate(rendered)
-
-    # ------------------------------------------------------------------ StepRunner
-
-    def prior_meta(self, ctx: NodeCtx, name: str) -> dict | None:
-        """The meta journaled with an earlier start of this step (before a crash), if any."""
-        rec = self.view.steps_started.get((ctx.node, f"{ctx.folder}/{name}"))
-        return rec.get("meta") if rec else None
-
-    def step(self, ctx: NodeCtx, name: str, argv: list[str], *, once: bool = False,
-             probe: Callable[[NodeCtx, dict], bool] | None = None, stdin: bytes | None = None,
-             timeout: float = 600.0, evidence: bool = True, meta: dict | None = None,
-             _retry: bool = True) -> CommandResult:
-        key = f"{ctx.folder}/{name}"
-        node = ctx.node
-        shown = [self.redact(a) for a in argv]
-        if once:
-            earlier = self._replay_or_settle(ctx, name, key, argv, probe)
-            if earlier is not None:
-                return earlier
-        self.record("step_started", node=node, stage=ctx.stage, step=name, key=key, argv=shown, once=once,
-                    **({"meta": meta} if meta else {}))
-        try:
-            res = self.executor.run(node, argv, stdin=stdin, timeout=timeout)
-        except ConnectionLost as exc:
-            self.record("step_error", node=node, stage=ctx.stage, step=name, key=key, error="connection_lost",
-                        message=self.redact(str(exc)))
-            if once and probe and _retry:
-                try:
-                    self.executor.wait_for_host(node, min(timeout, 300.0))
-                    took = probe(ctx, meta or {})
-                except TransportError as exc2:
-                    raise StepFailed(self.redact(str(exc2))) from None
-                self.record("step_settled", node=node, stage=ctx.stage, step=name, key=key, took_effect=took,
-                            how="probe after the connection dropped")
-                if took:
-                    return CommandResult(node, tuple(argv), 0, "", "", 0.0)
-                return self.step(ctx, name, argv, once=once, probe=probe, stdin=stdin, timeout=timeout,
-                                 evidence=evidence, meta=meta, _retry=False)
-            raise StepFailed(self.redact(str(exc)), self.redact(exc.output_tail)) from None
-        except (HostUnreachable, CommandTimeout, TransportError) as exc:
-            self.record("step_error", node=node, stage=ctx.stage, step=name, key=key,
-                        error=type(exc).__name__, message=self.redact(str(exc)))
-            raise StepFailed(self.redact(str(exc)), self.redact(exc.output_tail)) from None
-        ref = None
-        if evidence:
-            body = (f"$ {shlex.join(shown)}\n# host={node} rc={res.rc} duration_s={res.duration_s:.3f}\n"
-                    f"--- stdout ---\n{self.redact(res.stdout)}\n--- stderr ---\n{self.redact(res.stderr)}")
-            ref = self.evidence.write(node, ctx.folder, name, body)
-        self.record("step_done", node=node, stage=ctx.stage, step=name, key=key, rc=res.rc, once=once,
-                    duration_s=round(res.duration_s, 4), evidence=ref.path if ref else None,
-                    sha256=ref.sha256 if ref else None)
-        return res
-
-    def _replay_or_settle(self, ctx: NodeCtx, name: str, key: str, argv: list[str],
-                          probe: Callable[[NodeCtx, dict], bool] | None) -> CommandResult | None:
-        """For a ``once`` step: its recorded result if it completed before, a settled result
-        if it was interrupted but the probe shows it took effect, else None (run it)."""
-        node = ctx.node
-        done = self.view.steps_done.get((node, key))
-        if done is not None:
-            return CommandResult(node, tuple(argv), int(done.get("rc", 0)), "", "", 0.0)
-        started = self.view.steps_started.get((node, key))
-        if started is None:
-            return None
-        if probe is None:
-            raise StepFailed(f"{node}: '{shlex.join(self.redact(a) for a in argv)}' was interrupted and k3rollout "
-                             "cannot tell whether it took effect; check the node by hand (runbooks/)")
-        took = probe(ctx, started.get("meta") or {})
-        self.record("step_settled", node=node, stage=ctx.stage, step=name, key=key, took_effect=took,
-                    how="probe after an interrupted run")
-        return CommandResult(node, tuple(argv), 0, "", "", 0.0) if took else None
-
-    @property
-    def can_run_ansible(self) -> bool:
-        from k3rollout.transport import ansible as ansible_transport
-
-        return getattr(self.executor, "kind", "") == "ssh" and ansible_transport.available()
-
-    def ansible_step(self, ctx: NodeCtx, name: str, tasks_file: Path, extravars: dict[str, Any], *,
-                     probe: Callable[[NodeCtx, dict], bool], timeout: float, _retry: bool = True) -> CommandResult:
-        """Run a vendor task file via ansible-runner as one destructive (``once``) step."""
-        from k3rollout.transport import ansible as ansible_transport
-
-        key = f"{ctx.folder}/{name}"
-        node = ctx.node
-        argv = ["ansible-playbook", str(tasks_file)]
-        if _retry:
-            earlier = self._replay_or_settle(ctx, name, key, argv, probe)
-            if earlier is not None:
-                return earlier
-        self.record("step_started", node=node, stage=ctx.stage, step=name, key=key, argv=argv, once=True)
-        attempt = sum(1 for (n, k) in self.view.steps_started if n == node and k == key)
-        private = self.evidence.root.parent / "ansible" / node / f"{ctx.folder}-{name}-{attempt}"
-
-        def on_event(ev: dict) -> None:
-            self.record("ansible_event", node=node, stage=ctx.stage, step=name, key=key,
-                        **{k: (self.redact(v) if isinstance(v, str) else v) for k, v in ev.items() if k != "host"})
-            self.log.info("ansible_event", node=node, stage=ctx.stage, ansible_event=ev.get("event"),
-                          task=ev.get("task"))
-
-        started = time.monotonic()
-        res = ansible_transport.run_tasks(self.executor.targets[node], self.inventory.hosts[node].vars, tasks_file,
-                                          extravars, private, timeout=timeout, on_event=on_event)
-        if res.unreachable and _retry:
-            # the connection dropped mid-play: settle by probing the host; vendor task files
-            # are idempotent by contract (pinned versions), so an unfinished one is re-run once
-            self.record("step_error", node=node, stage=ctx.stage, step=name, key=key, error="unreachable",
-                        message=f"ansible: host unreachable during {res.failed_task!r}")
-            try:
-                self.executor.wait_for_host(node, min(timeout, 300.0))
-                took = probe(ctx, {})
-            except (TransportError, StepFailed) as exc:
-                raise StepFailed(self.redact(str(exc))) from None
-            self.record("step_settled", node=node, stage=ctx.stage, step=name, key=key, took_effect=took,
-                        how="probe after ansible lost the host")
-            if took:
-                return CommandResult(node, tuple(argv), 0, "", "", time.monotonic() - started)
-            return self.ansible_step(ctx, name, tasks_file, extravars, probe=probe, timeout=timeout, _retry=False)
-        ref = self.evidence.write(node, ctx.folder, name, f"$ {shlex.join(argv)}\n# host={node} rc={res.rc} "
-                                  f"status={res.status} artifacts={res.artifacts}\n--- stdout ---\n"
-                                  f"{self.redact(res.stdout)}")
-        # ansible-runner's artifacts (events, stdout, status, rc) become evidence too
-        art = Path(res.artifacts)
-        for f in sorted(p for p in art.rglob("*") if p.is_file()) if art.is_dir() else []:
-            self.evidence.write(node, ctx.folder, f"{name}-{attempt}-" + "_".join(f.relative_to(art).parts[1:]),
-                                self.redact(f.read_text(errors="replace")))
-        self.record("step_done", node=node, stage=ctx.stage, step=name, key=key, rc=res.rc, once=True,
-                    duration_s=round(time.monotonic() - started, 3), evidence=ref.path, sha256=ref.sha256,
-                    ansible_status=res.status, failed_task=res.failed_task, unreachable=res.unreachable)
-        tail = "\n".join(f"{e.get('task')}: {e.get('msg') or e.get('stderr') or ''}" for e in res.events
-                         if e["event"] in ("runner_on_failed", "runner_on_unreachable"))
-        return CommandResult(node, tuple(argv), res.rc, self.redact(res.stdout), self.redact(tail),
-                             time.monotonic() - started)
-
-    def wait_for_host(self, ctx: NodeCtx, timeout: float) -> float:
-        try:
-            return self.executor.wait_for_host(ctx.node, timeout)
-        except TransportError as exc:
-            self.record("step_error", node=ctx.node, stage=ctx.stage, step="wait-for-host",
-                        key=f"{ctx.folder}/wait-for-host", error=type(exc).__name__, message=str(exc))
-            raise StepFailed(str(exc)) from None
-
-    def record_evidence(self, ctx: NodeCtx, name: str, content: str) -> dict:
-        ref = self.evidence.write(ctx.node, ctx.folder, name, self.redact(content))
-        self.record("evidence", node=ctx.node, stage=ctx.stage, name=name, path=ref.path, sha256=ref.sha256)
-        return ref.to_dict()
 
     # ------------------------------------------------------------------ stages
 

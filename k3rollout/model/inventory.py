@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from k3rollout.errors import InputError
-from k3rollout.model.yamlsrc import LDict, LList, load_yaml, plain
+from k3rollout.model.yamlsrc import LDict, load_yaml, plain
 
 SIM_FAULTS = (
     "driver_install_fails",

@@ -84,7 +84,7 @@ def nvidia_smi(state: dict[str, Any], args: list[str]) -> Out:
             return 0, f"Driver Version                            : {state['loaded_driver']}\n" \
                       f"CUDA Version                              : {driver_cuda(state['loaded_driver'])}\n" \
                       f"Attached GPUs                             : {state['gpu']['count']}\n", ""
-        return 2, "", f"Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"
+        return 2, "", "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"
     if args == ["-L"]:
         return 0, "".join(f"GPU {i}: {state['gpu']['model']} (UUID: GPU-{uuid.UUID(int=i + 7 * 2**64)})\n"
                           for i in range(state["gpu"]["count"])), ""

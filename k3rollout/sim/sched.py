@@ -59,13 +59,13 @@ def scontrol(state: dict[str, Any], args: list[str]) -> Out:
     if args[:1] == ["update"]:
         kv = dict(a.split("=", 1) for a in args[1:] if "=" in a)
         if kv.get("NodeName") != state["name"]:
-            return 1, "", f"slurm_update error: Invalid node name specified\n"
+            return 1, "", "slurm_update error: Invalid node name specified\n"
         st = kv.get("State", "").upper()
         if st == "DRAIN":
             s["state"], s["reason"] = "cordoned", kv.get("Reason", "")
         elif st == "RESUME":
             s["state"] = "schedulable"
         else:
-            return 1, "", f"slurm_update error: Invalid node state specified\n"
+            return 1, "", "slurm_update error: Invalid node state specified\n"
         return 0, "", ""
     return 1, "", "invalid command\n"

@@ -39,7 +39,6 @@ REGISTRY = {
 
 def default_state(name: str, hv: dict[str, Any]) -> dict[str, Any]:
     driver = str(hv.get("sim_driver", "575.57.08"))
-    branch = driver.split(".")[0]
     os_family = str(hv.get("ansible_os_family", "Debian"))
     serving_image = str(hv.get("sim_serving_image", "vllm/vllm-openai:v0.11.0"))
     faults = list(hv.get("sim_faults", []))
