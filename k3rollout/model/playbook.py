@@ -232,7 +232,7 @@ class Play(_Strict):
     serial: list[SerialItem] = Field(default_factory=lambda: [1])
     max_fail_percentage: float = Field(default=0, ge=0, le=100)
     min_serving: int | str = 0
-    forks: int = Field(default=64, ge=1, le=4096)
+    forks: int = Field(default=100, ge=1, le=4096)   # hosts worked on at once (threads)
     rollback_estimate: float | None = None
     vars: dict[str, Any] = Field(default_factory=dict)
     stages: list[Stage]
