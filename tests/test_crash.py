@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -83,48 +84,53 @@ def test_reference_run_has_the_shape_the_matrix_needs(reference):
             "rollback_plan", "rollback_started", "rollback_done", "batch_done", "node_state"} <= kinds
 
 
+def check_point(reference: dict, mode: str, seq: int, label: str, base: Path) -> list[str]:
+    """Kill a fresh run at one journal record, resume it, compare with the reference."""
+    failures: list[str] = []
+    inv, pb = scenario(base)
+    run_dir = base / "run"
+    locks = {"K3ROLLOUT_LOCK_DIR": str(base / "locks")}
+    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
+            env={**locks, f"K3ROLLOUT_{mode}_AT_SEQ": str(seq)})
+    if p.returncode != -9:
+        return [f"{label}: expected SIGKILL, got {p.returncode}"]
+    if seq % 5 == 0:
+        # while the crashed run holds the lock, a new run on the cluster is refused
+        other = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(base / "other"), env=locks)
+        if other.returncode != 1 or "stale" not in other.stderr:
+            failures.append(f"{label}: second run not refused as stale: {other.stderr[-300:]}")
+    r = cli("resume", str(run_dir), env=locks)
+    if r.returncode != 0:
+        return failures + [f"{label}: resume -> {r.returncode}: {r.stderr[-500:]}"]
+    got = outcome(run_dir)
+    if got != reference["outcome"]:
+        failures.append(f"{label}: outcome {got} != {reference['outcome']}")
+    for h in ("gpu-01", "gpu-02"):
+        d = destructive(run_dir, h)
+        if d != reference["destructive"][h]:
+            failures.append(f"{label}: {h} destructive steps {d} != {reference['destructive'][h]}")
+    # no node is left out of service without a record saying so
+    for h, v in result(run_dir)["nodes"].items():
+        sched = sim_state(run_dir, h)["scheduler"]["state"]
+        if (sched == "schedulable") != (v["final"] in ("upgraded", "rolled_back", "pending")):
+            failures.append(f"{label}: {h} is {sched} but its result says {v['final']}")
+    recs = journal(run_dir)
+    if [x["seq"] for x in recs] != list(range(1, len(recs) + 1)):
+        failures.append(f"{label}: journal sequence has a gap")
+    if mode == "TEAR":
+        if not any(x["type"] == "journal_repaired" for x in recs) or not list(run_dir.glob("journal.torn.*")):
+            failures.append(f"{label}: torn line not detected and kept")
+    if not (run_dir / "report.html").exists():
+        failures.append(f"{label}: no report after resume")
+    return failures
+
+
 def test_every_kill_point_resumes_to_the_same_result(reference, tmp_path):
-    failures = []
-    for mode, seq, label in kill_points(reference["records"]):
-        base = tmp_path / f"{mode}-{seq}"
-        inv, pb = scenario(base)
-        run_dir = base / "run"
-        locks = {"K3ROLLOUT_LOCK_DIR": str(base / "locks")}
-        p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
-                env={**locks, f"K3ROLLOUT_{mode}_AT_SEQ": str(seq)})
-        if p.returncode != -9:
-            failures.append(f"{label}: expected SIGKILL, got {p.returncode}")
-            continue
-        if seq % 5 == 0:
-            # while the crashed run holds the lock, a new run on the cluster is refused
-            other = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(base / "other"), env=locks)
-            if other.returncode != 1 or "stale" not in other.stderr:
-                failures.append(f"{label}: second run not refused as stale: {other.stderr[-300:]}")
-        r = cli("resume", str(run_dir), env=locks)
-        if r.returncode != 0:
-            failures.append(f"{label}: resume -> {r.returncode}: {r.stderr[-500:]}")
-            continue
-        got = outcome(run_dir)
-        if got != reference["outcome"]:
-            failures.append(f"{label}: outcome {got} != {reference['outcome']}")
-        for h in ("gpu-01", "gpu-02"):
-            d = destructive(run_dir, h)
-            if d != reference["destructive"][h]:
-                failures.append(f"{label}: {h} destructive steps {d} != {reference['destructive'][h]}")
-        # no node is left out of service without a record saying so
-        for h, v in result(run_dir)["nodes"].items():
-            sched = sim_state(run_dir, h)["scheduler"]["state"]
-            if (sched == "schedulable") != (v["final"] in ("upgraded", "rolled_back", "pending")):
-                failures.append(f"{label}: {h} is {sched} but its result says {v['final']}")
-        recs = journal(run_dir)
-        if [x["seq"] for x in recs] != list(range(1, len(recs) + 1)):
-            failures.append(f"{label}: journal sequence has a gap")
-        if mode == "TEAR":
-            if not any(x["type"] == "journal_repaired" for x in recs) or not list(run_dir.glob("journal.torn.*")):
-                failures.append(f"{label}: torn line not detected and kept")
-        if not (run_dir / "report.html").exists():
-            failures.append(f"{label}: no report after resume")
-        shutil.rmtree(base / "other", ignore_errors=True)
+    points = kill_points(reference["records"])
+    # independent runs in separate directories and lock dirs: two at a time
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = pool.map(lambda pt: check_point(reference, *pt, tmp_path / f"{pt[0]}-{pt[1]}"), points)
+        failures = [f for r in results for f in r]
     assert not failures, "\n".join(failures)
 
 
