@@ -8,6 +8,7 @@ turns a typo into an error instead of a silently false assertion.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -84,10 +85,20 @@ class AssertionResult:
         return {"that": self.expr, "passed": self.passed, "error": self.error}
 
 
+@functools.lru_cache(maxsize=4096)
+def _compiled(expr: str) -> Any:
+    return ENV.compile_expression(expr, undefined_to_none=False)
+
+
+@functools.lru_cache(maxsize=4096)
+def _template(text: str) -> Any:
+    return ENV.from_string(text)
+
+
 def evaluate(expr: str, context: dict[str, Any]) -> AssertionResult:
     """True/False for one expression; an undefined name or a runtime error is a failure."""
     try:
-        value = ENV.compile_expression(expr, undefined_to_none=False)(**context)
+        value = _compiled(expr)(**context)
         if isinstance(value, StrictUndefined):  # pragma: no cover - defensive
             raise UndefinedError(f"{expr} is undefined")
         return AssertionResult(expr, bool(value), None, value)
@@ -113,7 +124,7 @@ def render(value: Any, context: dict[str, Any]) -> Any:
         m = _WHOLE.match(value.strip())
         if m and "{{" not in m.group(1) and "}}" not in m.group(1):
             try:
-                out = ENV.compile_expression(m.group(1).strip(), undefined_to_none=False)(**context)
+                out = _compiled(m.group(1).strip())(**context)
             except TemplateError as exc:
                 raise AssertionSyntaxError(f"cannot render {value!r}: {exc}") from None
             if isinstance(out, StrictUndefined):
@@ -122,7 +133,7 @@ def render(value: Any, context: dict[str, Any]) -> Any:
                 return [str(x) for x in out]
             return str(out) if not isinstance(out, (int, float, bool, dict)) else out
         try:
-            return ENV.from_string(value).render(**context)
+            return _template(value).render(**context)
         except TemplateError as exc:
             raise AssertionSyntaxError(f"cannot render {value!r}: {exc}") from None
     if isinstance(value, list):
