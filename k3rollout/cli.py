@@ -149,6 +149,7 @@ def _start_run(playbook_path: str, inventory_path: str, run_dir: Path, args: arg
 
 
 def _report_and_code(run_dir: Path, status: str) -> int:
+    run_dir = run_dir.resolve()
     print(f"status: {status}")
     print(f"report: {run_dir / 'report.html'}")
     print(f"        {run_dir / 'report.md'}")
