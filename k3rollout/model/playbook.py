@@ -59,15 +59,21 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
-def _compiles(expr: str) -> str:
-    try:
-        check_expression(expr)
-    except AssertionSyntaxError as exc:
-        raise ValueError(str(exc)) from None
-    return expr
+def _compiles(check: Any) -> Any:
+    """A pydantic validator that compiles a Jinja2 expression or template once, at load."""
+
+    def validate(text: str) -> str:
+        try:
+            check(text)
+        except AssertionSyntaxError as exc:
+            raise ValueError(str(exc)) from None
+        return text
+
+    return AfterValidator(validate)
 
 
-Expression = Annotated[str, AfterValidator(_compiles)]
+Expression = Annotated[str, _compiles(check_expression)]
+TemplateArg = Annotated[str, _compiles(check_template)]
 
 
 class AssertBlock(_Strict):
@@ -92,25 +98,12 @@ class RollbackStep(_Strict):
     reboot: bool = True
 
 
-Argv = list[str]
+Argv = Annotated[list[TemplateArg], Field(min_length=1)]
 
 
 class VendorSteps(_Strict):
     apt: list[Argv] = Field(default_factory=list)
     dnf: list[Argv] = Field(default_factory=list)
-
-    @field_validator("apt", "dnf")
-    @classmethod
-    def _templates_compile(cls, v: list[Argv]) -> list[Argv]:
-        for argv in v:
-            if not argv:
-                raise ValueError("an empty command")
-            for arg in argv:
-                try:
-                    check_template(arg)
-                except AssertionSyntaxError as exc:
-                    raise ValueError(str(exc)) from None
-        return v
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
