@@ -324,3 +324,20 @@ def test_sigterm_releases_the_lock_and_resume_finishes(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-1000:]
     assert {n["final"] for n in result(run_dir)["nodes"].values()} == {"upgraded"}
+
+
+def test_rhel_nodes_under_slurm_upgrade_and_roll_back_with_dnf(tmp_path):
+    hosts = {"gpu-01": {}, "gpu-02": {"sim_faults": ["vllm_oom"]}}
+    inv = write_inventory(tmp_path / "inv", hosts, {"ansible_os_family": "RedHat", "scheduler": "slurm"})
+    code, run_dir = run(tmp_path, inv, write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0,
+                                                      max_fail_percentage=100))
+    assert code == 0
+    r = result(run_dir)
+    assert r["nodes"]["gpu-01"]["final"] == "upgraded" and r["nodes"]["gpu-02"]["final"] == "rolled_back"
+    cmds = commands(run_dir, "gpu-02")
+    dnf = [c for c in cmds if c.startswith("dnf install")]
+    assert len(dnf) == 2 and "nvidia-driver-580.95.05-1.el9" in dnf[0] and "nvidia-driver-575.57.08-1.el9" in dnf[1]
+    assert any(c.startswith("scontrol update NodeName=gpu-02 State=DRAIN") for c in cmds)
+    assert any(c.startswith("scontrol update NodeName=gpu-02 State=RESUME") for c in cmds)
+    assert sim_state(run_dir, "gpu-02")["loaded_driver"] == "575.57.08"
+    assert sim_state(run_dir, "gpu-02")["scheduler"]["state"] == "schedulable"
