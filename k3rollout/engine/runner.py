@@ -92,8 +92,8 @@ class Engine(StepRunnerMixin):
 
     # ------------------------------------------------------------------ journal
 
-    def record(self, type_: str, **data: Any) -> dict:
-        rec = self.journal.append(type_, **data)
+    def record(self, type_: str, *, durable: bool = True, **data: Any) -> dict:
+        rec = self.journal.append(type_, durable=durable, **data)
         with self._lock:
             apply(self.view, rec)
         if self.on_event:

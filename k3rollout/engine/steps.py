@@ -38,8 +38,10 @@ class StepRunnerMixin:
             earlier = self._replay_or_settle(ctx, name, key, argv, probe)
             if earlier is not None:
                 return earlier
+        # a read-only command's records need no fsync of their own (see Journal.append);
+        # everything before a destructive step is made durable by that step's record
         self.record("step_started", node=node, stage=ctx.stage, step=name, key=key, argv=shown, once=once,
-                    **({"meta": meta} if meta else {}))
+                    durable=once, **({"meta": meta} if meta else {}))
         try:
             res = self.executor.run(node, argv, stdin=stdin, timeout=timeout)
         except ConnectionLost as exc:
@@ -69,7 +71,7 @@ class StepRunnerMixin:
             ref = self.evidence.write(node, ctx.folder, name, body)
         self.record("step_done", node=node, stage=ctx.stage, step=name, key=key, rc=res.rc, once=once,
                     duration_s=round(res.duration_s, 4), evidence=ref.path if ref else None,
-                    sha256=ref.sha256 if ref else None)
+                    sha256=ref.sha256 if ref else None, durable=once)
         return res
 
     def _replay_or_settle(self, ctx: NodeCtx, name: str, key: str, argv: list[str],
