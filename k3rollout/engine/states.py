@@ -49,14 +49,6 @@ STAGE_STATE = {
 }
 STATE_STAGE = {v: k for k, v in STAGE_STATE.items()}
 
-TERMINAL = frozenset({NodeState.UPGRADE_DONE, NodeState.ROLLED_BACK, NodeState.ROLLBACK_FAILED,
-                      NodeState.FAILED, NodeState.SKIPPED})
-
-# result.json's "final" vocabulary (DESIGN.md)
-FINAL = {NodeState.UPGRADE_DONE: "upgraded", NodeState.ROLLED_BACK: "rolled_back",
-         NodeState.ROLLBACK_FAILED: "rollback_failed", NodeState.FAILED: "failed", NodeState.SKIPPED: "skipped",
-         NodeState.PENDING: "pending"}
-
 
 class IllegalTransition(RuntimeError):
     pass

@@ -12,8 +12,7 @@ FINAL = {"upgrade-done": "upgraded", "rolled-back": "rolled_back", "rollback-fai
 
 def final_of(state: str) -> str:
     """A node caught mid-flight (a crash before resume) is reported by what it needs next."""
-    return FINAL.get(state, "pending" if state == "pending" else "failed" if state == "rollback-required"
-                     else "pending")
+    return FINAL.get(state, "failed" if state == "rollback-required" else "pending")
 
 
 def build_result(v: RunView) -> dict[str, Any]:

@@ -198,13 +198,13 @@ class SSHExecutor:
                         chan.close()
                         self._drop(host)
                         raise CommandTimeout(f"command ran past its {timeout:.0f}s timeout", host=host,
-                                             command=argv_text(argv), output_tail=(out + err).decode(errors="replace"))
+                                             command=shlex.join(argv), output_tail=(out + err).decode(errors="replace"))
                     if not got:
                         time.sleep(0.005)
                 if not chan.exit_status_ready():
                     self._drop(host)
                     raise ConnectionLost("connection lost while the command ran; its outcome on the host is unknown",
-                                         host=host, command=argv_text(argv),
+                                         host=host, command=shlex.join(argv),
                                          output_tail=(out + err).decode(errors="replace"))
                 rc = chan.recv_exit_status()
                 chan.close()
@@ -212,12 +212,12 @@ class SSHExecutor:
                     # the session ended without an exit status (killed, or the host went down)
                     self._drop(host)
                     raise ConnectionLost("the session ended without an exit status; the command's outcome on the "
-                                         "host is unknown", host=host, command=argv_text(argv),
+                                         "host is unknown", host=host, command=shlex.join(argv),
                                          output_tail=(out + err).decode(errors="replace"))
             except (paramiko.SSHException, EOFError, OSError) as exc:
                 self._drop(host)
                 raise ConnectionLost(f"connection lost ({exc}); the command's outcome on the host is unknown",
-                                     host=host, command=argv_text(argv)) from None
+                                     host=host, command=shlex.join(argv)) from None
         return CommandResult(host, tuple(argv), rc, out.decode(errors="replace"), err.decode(errors="replace"),
                              time.monotonic() - started)
 
@@ -259,6 +259,3 @@ class SSHExecutor:
         for h in list(self._clients):
             self._drop(h)
 
-
-def argv_text(argv: list[str]) -> str:
-    return shlex.join(argv)
