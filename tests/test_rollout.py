@@ -125,24 +125,26 @@ def test_max_fail_percentage_decides_whether_the_rollout_goes_on(tmp_path):
     assert r["nodes"]["gpu-08"]["final"] == "pending"
 
 
-class FastClock(Clock):
-    """Wall time running 3600x faster: one real second is one hour of the window."""
+class StepClock(Clock):
+    """Virtual time: every reading of the clock moves it one minute on (journal timestamps
+    included), so a batch of ~100 records uses up well over an hour, deterministically."""
 
     def __init__(self) -> None:
-        self.t0 = time.time()
+        self.t = time.time()
 
     def now(self) -> float:
-        return self.t0 + (time.time() - self.t0) * 3600
+        self.t += 60
+        return self.t
 
 
 def test_window_too_short_starts_no_new_batch_and_leaves_nodes_pending(tmp_path):
     inv = write_inventory(tmp_path / "inv", {f"gpu-{i:02d}": {} for i in range(1, 4)})
     pb = write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0)
     run_dir = tmp_path / "run"
-    # 78 min per batch + 28 min rollback reserve: batch 1 fits a 2 h window, and once it
-    # has used real (here: accelerated) time, batch 2 no longer does
+    # 78 min per batch + 28 min rollback reserve: batch 1 fits a 2 h window (a few clock
+    # readings before it start), and once it has used its (virtual) time batch 2 no longer does
     code = main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), "--window", "2h"],
-                clock=FastClock())
+                clock=StepClock())
     assert code == 1
     r = result(run_dir)
     assert r["status"] == "halted" and r["halt"]["kind"] == "window"
