@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from k3rollout.sim.dispatch import HANDLERS
+from k3rollout.sim import netd
 from k3rollout.sim.state import init_host
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -162,6 +163,7 @@ class SSHDCluster:
         self._supervisor.join(timeout=5)
         for h in self.hosts.values():
             h.stop()
+        netd.shutdown(self.base / "states")
 
     def _supervise(self) -> None:
         while not self._stop.is_set():
@@ -183,7 +185,10 @@ class SSHDCluster:
 
         hosts = {}
         for name, h in self.hosts.items():
-            hosts[name] = {"ansible_host": "127.0.0.1", "ansible_port": h.port, **(host_vars or {}).get(name, {})}
+            # the node's vLLM port is reached at its own simulated address, as a real node's IP
+            api = json.loads((h.state / "state.json").read_text())["address"]
+            hosts[name] = {"ansible_host": "127.0.0.1", "ansible_port": h.port, "api_host": api,
+                           **(host_vars or {}).get(name, {})}
         inv = {"all": {"vars": {"ansible_connection": "ssh", "ansible_user": "root",
                                 # the reboot module must find the simulator's shutdown, never the
                                 # test machine's own

@@ -6,28 +6,44 @@ import pytest
 
 from conftest import DATA
 from k3rollout.checks.cuda_table import compat_verdict, driver_supports, image_cuda
-from k3rollout.checks.triage import classify
+from k3rollout.checks.triage import CATEGORIES, classify
 from k3rollout.cli import main
 
 LOGS = DATA / "logs"
 
 
-@pytest.mark.parametrize("name,category", [
-    ("r575-cu130-error35.log", "driver_incompatible"),
-    ("requirement-error.log", "driver_incompatible"),
-    ("torch-too-old-with-oom-noise.log", "driver_incompatible"),
-    ("error-804.log", "driver_incompatible"),
-    ("no-gpu-runtime.log", "container_runtime"),
-    ("error-802.log", "container_runtime"),
-    ("oom-with-nccl-info.log", "model_load_capacity"),
-    ("nccl-ib-failure.log", "communication"),
-    ("truncated.log", "other"),
-])
+def _table() -> list[tuple[str, str, str]]:
+    """(file, category, source) rows of tests/data/logs/README.md."""
+    rows = []
+    for line in (LOGS / "README.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[0].endswith(".log"):
+            rows.append((cells[0], cells[1], cells[3]))
+    return rows
+
+
+def test_samples_are_many_cited_and_cover_every_category():
+    rows = _table()
+    assert len(rows) >= 30
+    assert {c for _, c, _ in rows} == set(CATEGORIES)
+    assert sorted(f for f, _, _ in rows) == sorted(p.name for p in LOGS.glob("*.log"))
+    for f, _, source in rows:
+        assert source, f"{f} has no source"
+    cited = [f for f, _, source in rows if "https://github.com/" in source]
+    assert len(cited) >= 25
+
+
+@pytest.mark.parametrize("name,category", [(f, c) for f, c, _ in _table()])
 def test_triage_categories(name, category):
     t = classify((LOGS / name).read_text())
-    assert t.category == category
+    assert t.category == category, (t.category, t.evidence)
     if category != "other":
         assert t.evidence and t.next_steps
+        # the deciding lines are lines of the sample, never NCCL INFO noise
+        text = (LOGS / name).read_text()
+        for line in t.evidence:
+            assert line in text
+            assert "NCCL INFO" not in line
 
 
 def test_live_facts_decide_before_any_log_is_read():

@@ -89,6 +89,13 @@ class Engine(StepRunnerMixin):
         self.redact = Redactor(secret_values(self.play_vars, *hv))
         self.in_place = bool(self.play_vars.get("allow_in_place_change", True))
         self.playbook_dir = str(Path(playbook.path).resolve().parent)
+        self._api = None
+
+    def close(self) -> None:
+        """Release the transports: SSH connections, the HTTP pool, the simulated network."""
+        if self._api is not None:
+            self._api.close()
+        self.executor.close()
 
     # ------------------------------------------------------------------ journal
 

@@ -86,7 +86,7 @@ class Session:
                 return engine.run()
             finally:
                 journal.close()
-                executor.close()
+                engine.close()
                 self.write_outputs()
         finally:
             lock.release()
@@ -144,6 +144,7 @@ class Session:
             return engine.run()
         finally:
             journal.close()
+            engine.close()
             lock.release()
             self.write_outputs()
 
@@ -162,6 +163,7 @@ class Session:
             return engine.rollback_batches(targets)
         finally:
             journal.close()
+            engine.close()
             lock.release()
             self.write_outputs()
 

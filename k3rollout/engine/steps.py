@@ -12,11 +12,38 @@ from __future__ import annotations
 import shlex
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from k3rollout.errors import CommandTimeout, ConnectionLost, HostUnreachable, TransportError
 from k3rollout.stages.base import NodeCtx, StepFailed
 from k3rollout.transport.base import CommandResult
+
+if TYPE_CHECKING:
+    from k3rollout.transport.http import ApiClient, HttpResult
+
+EVIDENCE_BODY_MAX = 64 * 1024
+
+
+def _http_evidence(node: str, res: "HttpResult", body: Any) -> str:
+    """A request and its reply as evidence. A request body over 64 KiB (a long-context
+    prompt) is kept as its head, tail, length and sha256, and says so."""
+    import hashlib
+    import json
+
+    sent = "" if body is None else json.dumps(body, indent=1)
+    if len(sent) > EVIDENCE_BODY_MAX:
+        digest = hashlib.sha256(sent.encode()).hexdigest()
+        half = EVIDENCE_BODY_MAX // 2
+        sent = (f"{sent[:half]}\n... [{len(sent) - 2 * half} characters elided from this record; the full request "
+                f"body was {len(sent)} characters, sha256 {digest}] ...\n{sent[-half:]}")
+    head = (f"> {res.method} {res.url}\n{sent}\n# host={node} status={res.status} elapsed_s={res.elapsed_s:.4f}"
+            + (f" ttft_s={res.ttft_s:.4f}" if res.ttft_s is not None else "") + (f" error={res.error}" if res.error
+                                                                                  else ""))
+    if res.events:
+        reply = "\n".join("data: " + json.dumps(e) for e in res.events) + ("\ndata: [DONE]" if res.done else "")
+    else:
+        reply = res.text
+    return f"{head}\n--- response ---\n{reply}"
 
 
 class StepRunnerMixin:
@@ -154,6 +181,63 @@ class StepRunnerMixin:
                          if e["event"] in ("runner_on_failed", "runner_on_unreachable"))
         return CommandResult(node, tuple(argv), res.rc, self.redact(res.stdout), self.redact(tail),
                              time.monotonic() - started)
+
+    # ------------------------------------------------------------------ HTTP to the node
+
+    @property
+    def api(self) -> "ApiClient":
+        with self._lock:
+            if self._api is None:
+                from k3rollout.transport.http import ApiClient
+
+                self._api = ApiClient()
+            return self._api
+
+    def api_base(self, ctx: NodeCtx, port: int) -> str:
+        host = ctx.vars.get("api_host") or self.executor.api_host(ctx.node)
+        host = f"[{host}]" if ":" in str(host) else host
+        return f"http://{host}:{port}"
+
+    def http(self, ctx: NodeCtx, name: str, method: str, port: int, path: str, body: Any = None, *,
+             stream: bool = False, timeout: float = 120.0, evidence: bool = True) -> "HttpResult":
+        """One request from the controller to the node's server: journaled (read-only, so
+        without an fsync of its own) and, unless ``evidence=False``, kept with its reply."""
+        url = self.api_base(ctx, port) + path
+        key = f"{ctx.folder}/{name}"
+        self.record("step_started", node=ctx.node, stage=ctx.stage, step=name, key=key, argv=[method, url],
+                    kind="http", once=False, durable=False)
+        res = self.api.stream(url, body, timeout) if stream else self.api.request(method, url, body, timeout)
+        ref = self.evidence.write(ctx.node, ctx.folder, name, self.redact(_http_evidence(ctx.node, res, body))) \
+            if evidence else None
+        self.record("step_done", node=ctx.node, stage=ctx.stage, step=name, key=key, kind="http",
+                    rc=0 if res.ok else 1, http_status=res.status, error=res.error or None,
+                    duration_s=round(res.elapsed_s, 4), evidence=ref.path if ref else None,
+                    sha256=ref.sha256 if ref else None, durable=False)
+        return res
+
+    def http_many(self, ctx: NodeCtx, name: str, port: int, path: str, bodies: list[Any], *, stream: bool = True,
+                  timeout: float = 300.0) -> list["HttpResult"]:
+        """``len(bodies)`` requests sent at once (one thread each): a concurrency step."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        url = self.api_base(ctx, port) + path
+        key = f"{ctx.folder}/{name}"
+        self.record("step_started", node=ctx.node, stage=ctx.stage, step=name, key=key,
+                    argv=["POST", url, f"x{len(bodies)}"], kind="http", once=False, durable=False)
+        started = time.monotonic()
+        with ThreadPoolExecutor(max_workers=max(1, len(bodies))) as pool:
+            results = list(pool.map(lambda b: self.api.stream(url, b, timeout) if stream
+                                    else self.api.request("POST", url, b, timeout), bodies))
+        lines = [f"> POST {url} x{len(bodies)} concurrent (stream={stream})", f"# host={ctx.node}"]
+        for i, r in enumerate(results, 1):
+            lines.append(f"{i}\tstatus={r.status}\telapsed_s={r.elapsed_s:.4f}\tttft_s="
+                         f"{'' if r.ttft_s is None else f'{r.ttft_s:.4f}'}\terror={r.error or ''}")
+        ref = self.evidence.write(ctx.node, ctx.folder, name, self.redact("\n".join(lines) + "\n"))
+        bad = sum(1 for r in results if not r.ok)
+        self.record("step_done", node=ctx.node, stage=ctx.stage, step=name, key=key, kind="http", rc=1 if bad else 0,
+                    failed_requests=bad, duration_s=round(time.monotonic() - started, 4), evidence=ref.path,
+                    sha256=ref.sha256, durable=False)
+        return results
 
     def wait_for_host(self, ctx: NodeCtx, timeout: float) -> float:
         try:

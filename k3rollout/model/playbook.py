@@ -156,9 +156,28 @@ class SmokeParams(ServerParams):
 
 
 class FeatureParams(ServerParams):
+    """The reference launch and the load ladder's thresholds (DOMAIN.md steps 3-5)."""
+
     prefix_repeats: int = Field(default=2, ge=2)
     prefix_words: int = Field(default=2000, ge=64)
     tool_call: bool = True
+    vision: bool = True
+    context_tokens: int = Field(default=65536, ge=0)          # 0 skips the target-context request
+    concurrency: list[int] = Field(default_factory=lambda: [1, 4, 16, 64])
+    ladder_max_tokens: int = Field(default=64, ge=1)
+    request_timeout: Duration = 300
+    p95_latency_max_s: float = Field(default=30.0, gt=0)
+    ttft_p95_max_s: float = Field(default=10.0, gt=0)
+    max_error_rate: float = Field(default=0.0, ge=0, le=1)
+    max_restarts: int = Field(default=0, ge=0)
+    gpu_mem_max_pct: float | None = Field(default=None, gt=0, le=100)
+
+    @field_validator("concurrency")
+    @classmethod
+    def _rising(cls, v: list[int]) -> list[int]:
+        if not v or any(x < 1 for x in v) or any(b <= a for a, b in zip(v, v[1:])):
+            raise ValueError("concurrency must be a non-empty list of rising positive integers, e.g. [1, 4, 16, 64]")
+        return v
 
 
 class MultinodeParams(_Strict):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from k3rollout.sim import docker as dk
-from k3rollout.sim import gpu, nccl, sched
+from k3rollout.sim import gpu, nccl, netd, sched
 from k3rollout.sim import state as st
 
 
@@ -83,23 +83,38 @@ def dispatch(state_dir: Path, argv: list[str], stdin: bytes | None = None) -> Re
     if name == "sudo":
         return _sudo(state_dir, args, stdin)
     with st.transaction(state_dir) as state:
-        if not st.is_up(state, time.time()):
-            return Result(255, "", f"ssh: connect to host {state['name']} port 22: "
-                                   f"{'No route to host' if state['dead'] else 'Connection refused'}\n",
-                          unreachable=True)
-        st.log_command(state_dir, [name, *args])
-        if state["latency_s"]:
-            time.sleep(state["latency_s"])
-        drop = _drops_here(state, [name, *args])
-        handler = HANDLERS.get(name)
-        if handler is None:
-            rc, out, err = 127, "", f"bash: line 1: {name}: command not found\n"
-        else:
-            rc, out, err = handler(state_dir, state, args, stdin)
-        if drop:
-            state["dropped"].append(" ".join([name, *args]))
-            return Result(-1, out, err + "Connection reset by peer\n", dropped=True)
-        return Result(rc, out, err)
+        before = _listening(state)
+        res = _run(state_dir, state, name, args, stdin)
+        changed = _listening(state) != before
+    if changed:
+        # after the state is committed: the network daemon rereads it and (un)binds sockets
+        netd.sync(state_dir)
+    return res
+
+
+def _listening(state: dict) -> tuple:
+    return (state["down_until"], state["dead"], tuple(sorted((p, s.get("instance"), s.get("status"))
+                                                             for p, s in state["servers"].items())))
+
+
+def _run(state_dir: Path, state: dict, name: str, args: list[str], stdin: bytes | None) -> Result:
+    if not st.is_up(state, time.time()):
+        return Result(255, "", f"ssh: connect to host {state['name']} port 22: "
+                               f"{'No route to host' if state['dead'] else 'Connection refused'}\n",
+                      unreachable=True)
+    st.log_command(state_dir, [name, *args])
+    if state["latency_s"]:
+        time.sleep(state["latency_s"])
+    drop = _drops_here(state, [name, *args])
+    handler = HANDLERS.get(name)
+    if handler is None:
+        rc, out, err = 127, "", f"bash: line 1: {name}: command not found\n"
+    else:
+        rc, out, err = handler(state_dir, state, args, stdin)
+    if drop:
+        state["dropped"].append(" ".join([name, *args]))
+        return Result(-1, out, err + "Connection reset by peer\n", dropped=True)
+    return Result(rc, out, err)
 
 
 def _reboot(state_dir: Path, state: dict, args: list[str], stdin: bytes | None) -> tuple[int, str, str]:
@@ -126,7 +141,7 @@ HANDLERS = {
     "shutdown": _reboot,
     "systemctl": lambda d, s, a, i: gpu.systemctl(s, a),
     "docker": lambda d, s, a, i: dk.docker(s, a),
-    "curl": lambda d, s, a, i: dk.curl(s, a, i),
+    "curl": lambda d, s, a, i: dk.curl(d, s, a, i),
     "kubectl": lambda d, s, a, i: sched.kubectl(s, a),
     "scontrol": lambda d, s, a, i: sched.scontrol(s, a),
     "mpirun": lambda d, s, a, i: nccl.mpirun(d, s, a),

@@ -13,9 +13,13 @@ import json
 import re
 import time
 from typing import Any
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
 from urllib.parse import urlparse
 
-from k3rollout.sim import vllm
+from k3rollout.sim import netd, vllm
 from k3rollout.sim.gpu import driver_cuda
 from k3rollout.sim.state import REGISTRY
 
@@ -68,7 +72,8 @@ def _container_json(name: str, c: dict[str, Any]) -> dict[str, Any]:
     return {"Name": "/" + name, "Config": {"Image": c["image"], "Env": [f"{k}={v}" for k, v in c["env"].items()]},
             "Image": c["image"], "State": {"Status": c["status"], "Running": c["status"] == "running",
                                            "ExitCode": c["exit_code"]},
-            "Args": c["args"], "HostConfig": {"RestartPolicy": {"Name": c.get("restart", "no")}}}
+            "Args": c["args"], "RestartCount": c.get("restart_count", 0),
+            "HostConfig": {"RestartPolicy": {"Name": c.get("restart", "no")}}}
 
 
 def docker(state: dict[str, Any], args: list[str]) -> Out:
@@ -313,7 +318,8 @@ def _start(state: dict[str, Any], name: str) -> Out:
         c["logs"], c["status"], c["exit_code"] = logs + vllm.oom_logs(state["gpu"]["mem_gib"]), "exited", 1
         return 0, "", ""
     c["logs"] = logs + vllm.ready_logs(opts)
-    state["servers"][str(opts["port"])] = vllm.new_server(name, opts, state["faults"])
+    state["servers"][str(opts["port"])] = {"container": name, "status": "running", "faults": list(state["faults"]),
+                                           "instance": uuid.uuid4().hex, "opts": {**opts, "_vllm_version": img["vllm"]}}
     return 0, "", ""
 
 
@@ -355,15 +361,17 @@ def on_boot(state: dict[str, Any]) -> None:
         c["status"] = "exited"
         c["exit_code"] = 0 if not was_running else 137
         if was_running and c.get("restart") in ("always", "unless-stopped"):
+            c["restart_count"] = c.get("restart_count", 0) + 1
             _start(state, name)
 
 
 # ---------------------------------------------------------------- curl
 
 
-def curl(state: dict[str, Any], args: list[str], stdin: bytes | None) -> Out:
-    method, data, fail, url, write_out = None, None, False, None, None
-    silent = show_err = False
+def curl(state_dir: Path, state: dict[str, Any], args: list[str], stdin: bytes | None) -> Out:
+    """curl on the node: a real HTTP request to the node's own address (its loopback)."""
+    method, data, fail, url, write_out, max_time = None, None, False, None, None, 30.0
+    headers: dict[str, str] = {}
     i = 0
     while i < len(args):
         a = args[i]
@@ -373,7 +381,14 @@ def curl(state: dict[str, Any], args: list[str], stdin: bytes | None) -> Out:
         elif a in ("-d", "--data", "--data-binary", "--data-raw"):
             i += 1
             data = args[i]
-        elif a in ("-H", "--header", "-m", "--max-time", "--connect-timeout", "-o", "--output"):
+        elif a in ("-H", "--header"):
+            i += 1
+            k, _, v = args[i].partition(":")
+            headers[k.strip()] = v.strip()
+        elif a in ("-m", "--max-time"):
+            i += 1
+            max_time = float(args[i])
+        elif a in ("--connect-timeout", "-o", "--output"):
             i += 1
         elif a in ("-w", "--write-out"):
             i += 1
@@ -382,45 +397,36 @@ def curl(state: dict[str, Any], args: list[str], stdin: bytes | None) -> Out:
             fail = True
         elif a.startswith("-") and not a.startswith("--") and len(a) > 1:
             fail |= "f" in a
-            silent |= "s" in a
-            show_err |= "S" in a
         elif not a.startswith("-"):
             url = a
         i += 1
     if url is None:
         return 2, "", "curl: no URL specified\n"
-    if data == "@-":
-        data = (stdin or b"").decode()
+    payload = (stdin or b"") if data == "@-" else (data.encode() if data is not None else None)
     u = urlparse(url)
-    port = str(u.port or 80)
-    srv = state["servers"].get(port)
-    if u.hostname not in ("127.0.0.1", "localhost", "::1") or srv is None or srv.get("status") != "running":
-        return 7, "", (f"curl: (7) Failed to connect to {u.hostname} port {port} after 0 ms: "
-                       "Couldn't connect to server\n")
-    code, body = _route(srv, method or ("POST" if data is not None else "GET"), u.path, data)
-    text = body if isinstance(body, str) else json.dumps(body)
+    port = u.port or 80
+    host = u.hostname or ""
+    # the node's own loopback is its address in the simulated network
+    target = state["address"] if host in ("127.0.0.1", "localhost", "::1", state["name"]) else host
+    real = u._replace(netloc=f"{target}:{port}").geturl()
+    req = urllib.request.Request(real, data=payload, method=method or ("POST" if payload is not None else "GET"),
+                                 headers=headers)
+    for attempt in (1, 2):
+        try:
+            with urllib.request.urlopen(req, timeout=max_time) as resp:
+                code, text = resp.status, resp.read().decode(errors="replace")
+            break
+        except urllib.error.HTTPError as exc:
+            code, text = exc.code, exc.read().decode(errors="replace")
+            break
+        except (urllib.error.URLError, OSError) as exc:
+            if attempt == 1 and str(port) in state["servers"] and target == state["address"]:
+                netd.ensure(state_dir.parent)       # the network daemon was stopped: bring it back
+                continue
+            return 7, "", (f"curl: (7) Failed to connect to {host} port {port} after 0 ms: "
+                           f"Couldn't connect to server ({getattr(exc, 'reason', exc)})\n")
     if write_out:
         text += write_out.replace("%{http_code}", str(code))
     if fail and code >= 400:
         return 22, "", f"curl: (22) The requested URL returned error: {code}\n"
     return 0, text, ""
-
-
-def _route(srv: dict[str, Any], method: str, path: str, data: str | None) -> tuple[int, Any]:
-    model = srv["opts"].get("served_model_name") or srv["opts"]["model"]
-    if path == "/health":
-        return 200, ""
-    if path == "/metrics":
-        return 200, vllm.metrics(srv)
-    if path == "/v1/models":
-        return 200, {"object": "list", "data": [{"id": model, "object": "model", "created": int(time.time()),
-                                                 "owned_by": "vllm", "root": srv["opts"]["model"], "parent": None,
-                                                 "max_model_len": 1048576}]}
-    if path == "/v1/chat/completions" and method == "POST":
-        try:
-            body = json.loads(data or "")
-        except ValueError as exc:
-            return 400, {"object": "error", "message": f"Invalid JSON: {exc}", "type": "BadRequestError",
-                         "param": None, "code": 400}
-        return vllm.chat(srv, body)
-    return 404, {"detail": "Not Found"}

@@ -37,7 +37,7 @@ REGISTRY = {
 }
 
 
-def default_state(name: str, hv: dict[str, Any]) -> dict[str, Any]:
+def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> dict[str, Any]:
     driver = str(hv.get("sim_driver", "575.57.08"))
     os_family = str(hv.get("ansible_os_family", "Debian"))
     serving_image = str(hv.get("sim_serving_image", "vllm/vllm-openai:v0.11.0"))
@@ -87,10 +87,13 @@ def default_state(name: str, hv: dict[str, Any]) -> dict[str, Any]:
                       "state": "cordoned" if hv.get("sim_cordoned") else "schedulable"},
         "docker": {"nvidia_runtime": "container_runtime_missing" not in faults, "images": images,
                    "containers": containers},
-        "servers": {"8001": {"container": "vllm-serving", "status": "running", "faults": [], "blocks": [],
+        # what listens where: the daemon in sim/netd.py serves these on ``address``
+        "address": address,
+        "token_s": float(hv.get("sim_token_s", 0.002)),   # one decode step of the simulated vLLM
+        "servers": {"8001": {"container": "vllm-serving", "status": "running", "faults": [],
+                             "instance": uuid.uuid4().hex,
                              "opts": {"model": "moonshotai/Kimi-K2-Thinking", "tensor_parallel_size": "8",
-                                      "trust_remote_code": True, "port": 8001},
-                             "m": {"queries": 0, "hits": 0, "prompt": 0, "gen": 0, "ok": 0, "lat": []}}},
+                                      "trust_remote_code": True, "port": 8001, "_vllm_version": "0.11.0"}}},
         "dropped": [],
         "sudo_password": hv.get("sim_sudo_password"),
     }
@@ -113,7 +116,10 @@ def init_host(state_dir: Path, name: str, host_vars: dict[str, Any]) -> Path:
     path = state_dir / "state.json"
     with locked(state_dir):
         if not path.exists():
-            _write(state_dir, default_state(name, host_vars))
+            from k3rollout.sim.netd import allocate
+
+            address = str(host_vars.get("sim_address") or allocate(state_dir.parent))
+            _write(state_dir, default_state(name, host_vars, address))
     return state_dir
 
 

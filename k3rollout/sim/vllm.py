@@ -133,24 +133,74 @@ def oom_logs(gpu_mem_gib: int) -> list[str]:
     ]
 
 
-def new_server(container: str, opts: dict[str, Any], faults: list[str]) -> dict[str, Any]:
-    return {"container": container, "status": "running", "opts": opts, "faults": list(faults),
-            "blocks": [], "m": {"queries": 0, "hits": 0, "prompt": 0, "gen": 0, "ok": 0, "lat": []}}
+# ---------------------------------------------------------------- a running server
+
+MAX_MODEL_LEN_DEFAULT = 1048576
+KIMI_PARSERS = ("kimi_k2", "kimi_k3")
+LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0)
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+
+
+class Runtime:
+    """What one server process holds in memory: its KV-block cache and its Prometheus counters.
+
+    It starts empty with each (re)start of the container, as a real vLLM process does.
+    """
+
+    def __init__(self, config: dict[str, Any]):
+        self.opts: dict[str, Any] = config["opts"]
+        self.faults: list[str] = list(config.get("faults", []))
+        self.instance: str = str(config.get("instance", ""))
+        self.blocks: set[str] = set()
+        self.running = 0
+        self.waiting = 0
+        self.c = {"queries": 0, "hits": 0, "prompt": 0, "gen": 0, "ok": 0, "aborted": 0}
+        self.e2e: list[float] = []
+        self.ttft: list[float] = []
+
+    @property
+    def served(self) -> str:
+        return self.opts.get("served_model_name") or self.opts["model"]
+
+    @property
+    def caching(self) -> bool:
+        return bool(self.opts.get("enable_prefix_caching")) and not self.opts.get("no_enable_prefix_caching")
+
+    @property
+    def max_num_seqs(self) -> int:
+        return int(self.opts.get("max_num_seqs", 256))
+
+    @property
+    def max_model_len(self) -> int:
+        return int(self.opts.get("max_model_len", MAX_MODEL_LEN_DEFAULT))
+
+    def models(self) -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": self.served, "object": "model", "created": int(time.time()),
+                                            "owned_by": "vllm", "root": self.opts["model"], "parent": None,
+                                            "max_model_len": self.max_model_len, "permission": []}]}
+
+
+class Completion:
+    """The outcome of one chat request, decided at admission; the server then paces it."""
+
+    def __init__(self, rid: str, prompt: int, cached: int, message: dict[str, Any], finish: str, gen: int):
+        self.rid, self.prompt, self.cached, self.message, self.finish, self.gen = rid, prompt, cached, message, \
+            finish, gen
 
 
 def _tokens(body: dict[str, Any]) -> list[str]:
     parts: list[str] = []
     for m in body.get("messages", []):
-        c = m.get("content")
+        c = m.get("content") if isinstance(m, dict) else None
         if isinstance(c, list):
             c = " ".join(p.get("text", "") for p in c if isinstance(p, dict))
-        parts.append(f"<|{m.get('role', 'user')}|> {c or ''}")
+        parts.append(f"<|{m.get('role', 'user') if isinstance(m, dict) else 'user'}|> {c or ''}")
     if body.get("tools"):
         parts.append(json.dumps(body["tools"], sort_keys=True))
     return re.findall(r"\S+", " ".join(parts))
 
 
-def _error(code: int, kind: str, msg: str) -> tuple[int, dict[str, Any]]:
+def error(code: int, kind: str, msg: str) -> tuple[int, dict[str, Any]]:
     return code, {"object": "error", "message": msg, "type": kind, "param": None, "code": code}
 
 
@@ -165,98 +215,148 @@ def _example(schema: dict[str, Any]) -> Any:
     return {"string": "Beijing", "integer": 1, "number": 1.0, "boolean": True, "array": []}.get(t, "x")
 
 
-def chat(server: dict[str, Any], body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    opts = server["opts"]
-    served = opts.get("served_model_name") or opts["model"]
-    if body.get("model") not in (served, None):
-        return _error(404, "NotFoundError", f"The model `{body.get('model')}` does not exist.")
+def admit(rt: Runtime, body: Any) -> tuple[int, dict[str, Any]] | Completion:
+    """Validate a chat request the way vLLM's OpenAI server does; on success, look up and
+    fill the prefix cache (chained hashes of full KV blocks) and decide the reply."""
+    if not isinstance(body, dict):
+        return error(400, "BadRequestError", "Input should be a valid dictionary")
+    if body.get("model") not in (rt.served, None):
+        return error(404, "NotFoundError", f"The model `{body.get('model')}` does not exist.")
     if not isinstance(body.get("messages"), list) or not body["messages"]:
-        return _error(400, "BadRequestError", "messages: field required")
+        return error(400, "BadRequestError", "messages: field required")
     tools = body.get("tools") or []
     choice = body.get("tool_choice", "auto" if tools else "none")
+    opts = rt.opts
     if tools and choice == "auto" and not (opts.get("enable_auto_tool_choice") and opts.get("tool_call_parser")):
-        return _error(400, "BadRequestError",
-                      '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
+        return error(400, "BadRequestError",
+                     '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
     toks = _tokens(body)
-    started = time.perf_counter()
-    # prefix cache: chained hashes of full blocks, like vLLM's block hashing
-    hit = 0
-    caching = bool(opts.get("enable_prefix_caching")) and not opts.get("no_enable_prefix_caching")
-    h = ""
-    hashes = []
+    max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+    if len(toks) + max_tokens > rt.max_model_len:
+        return error(400, "BadRequestError",
+                     f"This model's maximum context length is {rt.max_model_len} tokens. However, you requested "
+                     f"{len(toks) + max_tokens} tokens ({len(toks)} in the messages, {max_tokens} in the "
+                     "completion). Please reduce the length of the messages or completion.")
+    hashes, h = [], ""
     for i in range(0, len(toks) - len(toks) % BLOCK, BLOCK):
         h = hashlib.sha256((h + "\x00" + " ".join(toks[i:i + BLOCK])).encode()).hexdigest()[:16]
         hashes.append(h)
-    if caching:
-        known = set(server["blocks"])
+    cached = 0
+    if rt.caching:
         for hh in hashes:
-            if hh not in known:
+            if hh not in rt.blocks:
                 break
-            hit += BLOCK
-        if "prefix_cache_miss" not in server["faults"]:
-            server["blocks"] = list(known.union(hashes))[-200000:]
-    m = server["m"]
-    m["queries"] += len(toks)
-    m["hits"] += hit
-    m["prompt"] += len(toks)
+            cached += BLOCK
+        if "prefix_cache_miss" not in rt.faults:
+            rt.blocks.update(hashes)
+    rt.c["queries"] += len(toks)
+    rt.c["hits"] += cached
+    rt.c["prompt"] += len(toks)
+    seed = f"{time.time()}-{rt.c['queries']}-{id(body)}"
+    rid = f"chatcmpl-{hashlib.md5(seed.encode()).hexdigest()}"
     msg: dict[str, Any] = {"role": "assistant", "content": None, "reasoning_content": None, "tool_calls": []}
     finish = "stop"
     if tools and choice != "none":
-        fn = tools[0].get("function", {})
-        args = _example(fn.get("parameters", {"type": "object"}))
-        msg["tool_calls"] = [{"id": f"chatcmpl-tool-{hashlib.md5(json.dumps(body).encode()).hexdigest()[:24]}",
-                              "type": "function",
-                              "function": {"name": fn.get("name", ""), "arguments": json.dumps(args)}}]
-        finish = "tool_calls"
+        fn = tools[0].get("function", {}) if isinstance(tools[0], dict) else {}
+        args = json.dumps(_example(fn.get("parameters", {"type": "object"})))
+        if opts.get("tool_call_parser") in KIMI_PARSERS or "kimi" not in str(opts["model"]).lower():
+            msg["tool_calls"] = [{"id": f"chatcmpl-tool-{rid[-24:]}", "type": "function",
+                                  "function": {"name": fn.get("name", ""), "arguments": args}}]
+            finish = "tool_calls"
+        else:
+            # a parser that does not know Kimi's tool-call tokens leaves them in the text:
+            # the "empty tool call" users report, a 200 reply with no tool_calls entry
+            msg["content"] = (f"<|tool_calls_section_begin|><|tool_call_begin|>functions.{fn.get('name', '')}:0"
+                              f"<|tool_call_argument_begin|>{args}<|tool_call_end|><|tool_calls_section_end|>")
         gen = 24
     elif isinstance(body.get("response_format"), dict) and body["response_format"].get("type") == "json_schema":
         schema = body["response_format"].get("json_schema", {}).get("schema", {})
         msg["content"] = json.dumps(_example(schema))
         gen = 16
     else:
-        msg["content"] = "Hello."
-        gen = 3
-    m["gen"] += gen
-    m["ok"] += 1
-    m["lat"].append(round(time.perf_counter() - started + 0.05 + len(toks) * 1e-5, 6))
-    m["lat"] = m["lat"][-1000:]
-    return 200, {
-        "id": f"chatcmpl-{hashlib.md5(repr(time.time()).encode()).hexdigest()}", "object": "chat.completion",
-        "created": int(time.time()), "model": served,
-        "choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": finish, "stop_reason": None}],
-        "usage": {"prompt_tokens": len(toks), "total_tokens": len(toks) + gen, "completion_tokens": gen,
-                  "prompt_tokens_details": None},
-    }
+        # one word per decoded token, stopping at max_tokens ("length") or after 32 ("stop")
+        gen = min(32, max_tokens)
+        words = ("Hello.", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+        msg["content"] = " ".join(words[i % len(words)] for i in range(gen))
+        finish = "length" if max_tokens <= 32 else "stop"
+    return Completion(rid, len(toks), cached, msg, finish, gen)
 
 
-def metrics(server: dict[str, Any]) -> str:
-    opts, m = server["opts"], server["m"]
-    lab = f'engine="0",model_name="{opts.get("served_model_name") or opts["model"]}"'
+def _usage(comp: Completion) -> dict[str, Any]:
+    return {"prompt_tokens": comp.prompt, "total_tokens": comp.prompt + comp.gen, "completion_tokens": comp.gen,
+            "prompt_tokens_details": {"cached_tokens": comp.cached} if comp.cached else None}
+
+
+def response(rt: Runtime, comp: Completion) -> dict[str, Any]:
+    return {"id": comp.rid, "object": "chat.completion", "created": int(time.time()), "model": rt.served,
+            "choices": [{"index": 0, "message": comp.message, "logprobs": None, "finish_reason": comp.finish,
+                         "stop_reason": None}],
+            "usage": _usage(comp), "prompt_logprobs": None, "kv_transfer_params": None}
+
+
+def stream_chunks(rt: Runtime, comp: Completion, include_usage: bool) -> list[dict[str, Any]]:
+    """The server-sent events of a streamed reply, in vLLM's chunk format (without [DONE])."""
+    base = {"id": comp.rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": rt.served}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+    out = [chunk({"role": "assistant", "content": ""})]
+    msg = comp.message
+    if msg["tool_calls"]:
+        for i, call in enumerate(msg["tool_calls"]):
+            out.append(chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                              "function": {"name": call["function"]["name"], "arguments": ""}}]}))
+            args = call["function"]["arguments"]
+            for j in range(0, len(args), 8):
+                out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": args[j:j + 8]}}]}))
+    else:
+        text = msg["content"] or ""
+        for piece in re.findall(r"\s*\S+", text) or [""]:
+            out.append(chunk({"content": piece}))
+    out.append(chunk({}, comp.finish))
+    if include_usage:
+        out.append({**base, "choices": [], "usage": _usage(comp)})
+    return out
+
+
+def _histogram(out: list[str], name: str, lab: str, values: list[float], buckets: tuple[float, ...]) -> None:
+    for le in buckets:
+        out.append(f'{name}_bucket{{{lab},le="{le}"}} {float(sum(1 for x in values if x <= le))}')
+    out.append(f'{name}_bucket{{{lab},le="+Inf"}} {float(len(values))}')
+    out.append(f"{name}_count{{{lab}}} {float(len(values))}")
+    out.append(f"{name}_sum{{{lab}}} {float(sum(values))}")
+
+
+def metrics(rt: Runtime) -> str:
+    c = rt.c
+    lab = f'engine="0",model_name="{rt.served}"'
     out = [
         "# HELP vllm:num_requests_running Number of requests in model execution batches.",
-        "# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{{{lab}}} 0.0",
+        "# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{{{lab}}} {float(rt.running)}",
         "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
-        "# TYPE vllm:num_requests_waiting gauge", f"vllm:num_requests_waiting{{{lab}}} 0.0",
+        "# TYPE vllm:num_requests_waiting gauge", f"vllm:num_requests_waiting{{{lab}}} {float(rt.waiting)}",
         "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.",
-        "# TYPE vllm:kv_cache_usage_perc gauge", f"vllm:kv_cache_usage_perc{{{lab}}} 0.0",
+        "# TYPE vllm:kv_cache_usage_perc gauge",
+        f"vllm:kv_cache_usage_perc{{{lab}}} {min(1.0, len(rt.blocks) * BLOCK / 1036288):.6f}",
         "# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.",
-        "# TYPE vllm:prefix_cache_queries_total counter", f"vllm:prefix_cache_queries_total{{{lab}}} {float(m['queries'])}",
+        "# TYPE vllm:prefix_cache_queries_total counter",
+        f"vllm:prefix_cache_queries_total{{{lab}}} {float(c['queries'])}",
         "# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.",
-        "# TYPE vllm:prefix_cache_hits_total counter", f"vllm:prefix_cache_hits_total{{{lab}}} {float(m['hits'])}",
+        "# TYPE vllm:prefix_cache_hits_total counter", f"vllm:prefix_cache_hits_total{{{lab}}} {float(c['hits'])}",
         "# HELP vllm:prompt_tokens_total Number of prefill tokens processed.",
-        "# TYPE vllm:prompt_tokens_total counter", f"vllm:prompt_tokens_total{{{lab}}} {float(m['prompt'])}",
+        "# TYPE vllm:prompt_tokens_total counter", f"vllm:prompt_tokens_total{{{lab}}} {float(c['prompt'])}",
         "# HELP vllm:generation_tokens_total Number of generation tokens processed.",
-        "# TYPE vllm:generation_tokens_total counter", f"vllm:generation_tokens_total{{{lab}}} {float(m['gen'])}",
+        "# TYPE vllm:generation_tokens_total counter", f"vllm:generation_tokens_total{{{lab}}} {float(c['gen'])}",
         "# HELP vllm:request_success_total Count of successfully processed requests.",
         "# TYPE vllm:request_success_total counter",
-        f'vllm:request_success_total{{{lab},finished_reason="stop"}} {float(m["ok"])}',
+        f'vllm:request_success_total{{{lab},finished_reason="stop"}} {float(c["ok"])}',
+        f'vllm:request_success_total{{{lab},finished_reason="abort"}} {float(c["aborted"])}',
         "# HELP vllm:e2e_request_latency_seconds Histogram of e2e request latency in seconds.",
         "# TYPE vllm:e2e_request_latency_seconds histogram",
     ]
-    lat = m["lat"]
-    for le in (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0):
-        out.append(f'vllm:e2e_request_latency_seconds_bucket{{{lab},le="{le}"}} {float(sum(1 for x in lat if x <= le))}')
-    out.append(f'vllm:e2e_request_latency_seconds_bucket{{{lab},le="+Inf"}} {float(len(lat))}')
-    out.append(f"vllm:e2e_request_latency_seconds_count{{{lab}}} {float(len(lat))}")
-    out.append(f"vllm:e2e_request_latency_seconds_sum{{{lab}}} {float(sum(lat))}")
+    _histogram(out, "vllm:e2e_request_latency_seconds", lab, rt.e2e, LATENCY_BUCKETS)
+    out += ["# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.",
+            "# TYPE vllm:time_to_first_token_seconds histogram"]
+    _histogram(out, "vllm:time_to_first_token_seconds", lab, rt.ttft, TTFT_BUCKETS)
     return "\n".join(out) + "\n"

@@ -6,11 +6,11 @@ behind it journals the step before and after, stores the output as evidence, and
 after a crash: a completed one is replayed from the journal, an interrupted one is
 settled by its ``probe(ctx, meta)`` (did it take effect on the host?), where ``meta`` is
 what the step journaled when it started (e.g. the boot id before a reboot).
+``ctx.api(...)`` is the same for HTTP requests from the controller to the node's server.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
@@ -36,6 +36,12 @@ class StepRunner(Protocol):
     def wait_for_host(self, ctx: "NodeCtx", timeout: float) -> float: ...
 
     def record_evidence(self, ctx: "NodeCtx", name: str, content: str) -> dict: ...
+
+    def http(self, ctx: "NodeCtx", name: str, method: str, port: int, path: str, body: Any = None, *,
+             stream: bool = False, timeout: float = 120.0, evidence: bool = True) -> Any: ...
+
+    def http_many(self, ctx: "NodeCtx", name: str, port: int, path: str, bodies: list[Any], *, stream: bool = True,
+                  timeout: float = 300.0) -> list[Any]: ...
 
 
 @dataclass
@@ -102,22 +108,16 @@ class NodeCtx:
             return None
         return parsers.image_facts(parsers.parse_json(res.stdout, "docker image inspect"))
 
-    def http(self, name: str, port: int, path: str, body: dict | None = None,
-             timeout_s: int = 120) -> tuple[int, Any]:
-        """An HTTP request made *on the node* (the vLLM port is local to it), via curl."""
-        argv = ["curl", "-sS", "-m", str(timeout_s), "-H", "Content-Type: application/json"]
-        stdin = None
-        if body is not None:
-            argv += ["-d", "@-"]
-            stdin = json.dumps(body).encode()
-        argv.append(f"http://127.0.0.1:{port}{path}")
-        res = self.step(name, argv, stdin=stdin, timeout=timeout_s + 30)
-        if not res.ok:
-            return res.rc, res.tail(300)
-        try:
-            return 0, json.loads(res.stdout) if res.stdout.strip().startswith(("{", "[")) else res.stdout
-        except ValueError:
-            return 0, res.stdout
+    def api(self, name: str, method: str, port: int, path: str, body: Any = None, *, stream: bool = False,
+            timeout: float = 120.0, evidence: bool = True) -> Any:
+        """An HTTP request from the controller to the node's server (an ``HttpResult``)."""
+        return self.runner.http(self, name, method, port, path, body, stream=stream, timeout=timeout,
+                                evidence=evidence)
+
+    def api_many(self, name: str, port: int, path: str, bodies: list[Any], *, stream: bool = True,
+                 timeout: float = 300.0) -> list[Any]:
+        """Requests sent concurrently, one per body (a load-ladder step)."""
+        return self.runner.http_many(self, name, port, path, bodies, stream=stream, timeout=timeout)
 
 
 Stage = Callable[[NodeCtx], StageOutcome]

@@ -1,19 +1,31 @@
-"""Stage 6a: the reference launch, prefix-cache proof, tool calling, structured output.
+"""Stage 6a: the reference launch, and the load ladder's steps 3-5 (DOMAIN.md) on it.
 
-Prefix-cache proof (DOMAIN.md "After launch"): send the same long prefix ``prefix_repeats``
-times, then vary only the tail; it passes only if ``vllm:prefix_cache_hits_total`` rises
-on the repeat. All counter readings are kept as facts and evidence. Tool calling passes
-only if the reply has a parsed ``tool_calls`` entry for the offered function with JSON
-arguments; an empty tool call is recorded as such.
+The ladder runs one variable at a time and stops at the first step that fails:
+
+3. ``context``: one request at the target context length (``context_tokens``).
+4. ``concurrency``: rising concurrency (``concurrency`` levels, streamed requests sent at
+   once), recording latency percentiles, time to first token, GPU memory and container
+   restarts after every level, each judged against the playbook's thresholds.
+5. ``prefix_cache``: the same long prefix ``prefix_repeats`` times, then only the tail
+   changed; passes only if ``vllm:prefix_cache_hits_total`` rises on the repeat (all
+   counter readings kept as evidence). ``tools``: a tool call parsed into a
+   ``tool_calls`` entry, streamed and not, with an empty tool call detected and recorded,
+   and a retry of the same request checked. ``structured``: a ``json_schema`` reply that
+   matches. ``vision``: an image input answered.
+
+Cross-node communication (step 6) is the multinode stage.
 """
 
 from __future__ import annotations
 
 import json
+import math
+from typing import Any
 
 from k3rollout.checks.parsers import ParseError, parse_vllm_metrics
 from k3rollout.stages import vllm_server
 from k3rollout.stages.base import NodeCtx, StageOutcome
+from k3rollout.transport.http import assemble_stream
 
 NAME = "k3rollout-features"
 
@@ -24,31 +36,46 @@ WEATHER_TOOL = {"type": "function", "function": {
 SCHEMA = {"type": "object", "properties": {"node": {"type": "string"}, "ok": {"type": "boolean"}},
           "required": ["node", "ok"]}
 
+# a 1x1 PNG: the smallest valid image input
+PIXEL = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJ"
+         "RU5ErkJggg==")
 
-def long_prefix(words: int) -> str:
+
+def long_prefix(words: int, seed: str = "") -> str:
     """A deterministic system prompt: token-identical on every request (same text, same order)."""
     vocab = ("cluster", "driver", "rollout", "evidence", "prefix", "cache", "tensor", "parallel", "window", "batch")
-    return " ".join(f"{vocab[i % len(vocab)]}{i}" for i in range(words))
+    return " ".join(f"{seed}{vocab[i % len(vocab)]}{i}" for i in range(words))
+
+
+def percentile(values: list[float], pct: float) -> float | None:
+    """Nearest-rank percentile (the value at or below which ``pct`` percent of samples lie)."""
+    if not values:
+        return None
+    s = sorted(values)
+    return s[max(0, math.ceil(pct / 100 * len(s)) - 1)]
 
 
 def _counters(ctx: NodeCtx, port: int, step: str) -> dict[str, float] | None:
-    rc, text = ctx.http(step, port, "/metrics")
-    if rc != 0 or not isinstance(text, str):
+    res = ctx.api(step, "GET", port, "/metrics", timeout=30)
+    if not res.ok:
         return None
     try:
-        m = parse_vllm_metrics(text)
+        m = parse_vllm_metrics(res.text)
     except ParseError:
+        return None
+    if "vllm:prefix_cache_queries_total" not in m and "vllm:prefix_cache_queries" not in m:
         return None
     return {"queries": m.get("vllm:prefix_cache_queries_total", m.get("vllm:prefix_cache_queries", 0.0)),
             "hits": m.get("vllm:prefix_cache_hits_total", m.get("vllm:prefix_cache_hits", 0.0))}
 
 
 def prefix_cache_proof(ctx: NodeCtx, port: int, model: str, repeats: int, words: int) -> dict:
-    system = long_prefix(words)
-    readings = []
+    system = long_prefix(words, seed="p")
+    readings: list[dict[str, Any]] = []
     before = _counters(ctx, port, "metrics-before")
     if before is None:
-        return {"ok": False, "reason": "no prefix-cache counters in /metrics", "readings": []}
+        return {"ok": False, "inconclusive": True, "reason": "no prefix-cache counters in /metrics",
+                "readings": []}
     prev = before
     tails = ["Question: what is batch 1?"] * repeats + ["Question: what is batch 2, with a changed tail?"]
     for i, tail in enumerate(tails, start=1):
@@ -70,6 +97,132 @@ def prefix_cache_proof(ctx: NodeCtx, port: int, model: str, repeats: int, words:
     return {"ok": ok, "reason": reason, "readings": readings}
 
 
+def _container(ctx: NodeCtx, step: str) -> tuple[str, int]:
+    res = ctx.step(step, ["docker", "inspect", "-f", "{{.State.Status}} {{.RestartCount}}", NAME])
+    status, _, count = res.stdout.strip().partition(" ")
+    try:
+        return status, int(count)
+    except ValueError:
+        return status or "unknown", -1
+
+
+def context_step(ctx: NodeCtx, p: Any) -> dict[str, Any]:
+    words = max(1, p.context_tokens - 64)
+    good, resp = vllm_server.chat(ctx, "ladder-context", p.port, {
+        "model": p.model, "max_tokens": 16,
+        "messages": [{"role": "user", "content": long_prefix(words, seed="c") + " Summarise in one word."}]},
+        timeout=p.request_timeout)
+    got = (resp.get("usage") or {}).get("prompt_tokens") if good else None
+    ok = bool(good and got and got >= words)
+    return {"step": "context", "target_tokens": p.context_tokens, "prompt_tokens": got, "passed": ok,
+            "reason": "" if ok else f"a {p.context_tokens}-token request failed: {str(resp)[:300]}"}
+
+
+def concurrency_step(ctx: NodeCtx, p: Any, level: int, restarts0: int) -> dict[str, Any]:
+    bodies = [{"model": p.model, "max_tokens": p.ladder_max_tokens, "stream_options": {"include_usage": True},
+               "messages": [{"role": "user", "content": f"Request {i} of {level}: count to ten."}]}
+              for i in range(level)]
+    results = ctx.api_many(f"ladder-concurrency-{level}", p.port, "/v1/chat/completions", bodies,
+                           timeout=p.request_timeout)
+    lat = [r.elapsed_s for r in results if r.ok]
+    ttft = [r.ttft_s for r in results if r.ok and r.ttft_s is not None]
+    errors = [r.describe() for r in results if not r.ok]
+    gpu = ctx.read_gpu()
+    status, restarts = _container(ctx, f"ladder-container-{level}")
+    used, total = gpu.get("gpu_mem_used_mib"), gpu.get("gpu_mem_total_mib")
+    row = {"step": "concurrency", "level": level, "requests": level, "errors": len(errors),
+           "error_rate": round(len(errors) / level, 4),
+           "p50_s": _r(percentile(lat, 50)), "p95_s": _r(percentile(lat, 95)), "max_s": _r(max(lat, default=None)),
+           "ttft_p50_s": _r(percentile(ttft, 50)), "ttft_p95_s": _r(percentile(ttft, 95)),
+           "gpu_mem_used_mib": used, "gpu_mem_total_mib": total,
+           "gpu_mem_pct": round(100 * used / total, 1) if used is not None and total else None,
+           "container": status, "restarts": restarts - restarts0 if restarts >= 0 and restarts0 >= 0 else None}
+    why = []
+    if row["error_rate"] > p.max_error_rate:
+        why.append(f"{len(errors)}/{level} requests failed (first: {errors[0][:200]})")
+    if row["p95_s"] is not None and row["p95_s"] > p.p95_latency_max_s:
+        why.append(f"p95 latency {row['p95_s']}s > {p.p95_latency_max_s}s")
+    if row["ttft_p95_s"] is not None and row["ttft_p95_s"] > p.ttft_p95_max_s:
+        why.append(f"p95 time to first token {row['ttft_p95_s']}s > {p.ttft_p95_max_s}s")
+    if status != "running" or row["restarts"] is None or row["restarts"] > p.max_restarts:
+        why.append(f"server container {status}, restarts {row['restarts']} (allowed {p.max_restarts})")
+    if p.gpu_mem_max_pct is not None and row["gpu_mem_pct"] is not None and row["gpu_mem_pct"] > p.gpu_mem_max_pct:
+        why.append(f"GPU memory {row['gpu_mem_pct']}% > {p.gpu_mem_max_pct}%")
+    if not lat:
+        why.append("no request completed")
+    row["passed"], row["reason"] = not why, "; ".join(why)
+    return row
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+def _valid_call(calls: list[dict]) -> bool:
+    for c in calls:
+        try:
+            if c["function"]["name"] == "get_weather" and isinstance(json.loads(c["function"]["arguments"]), dict):
+                return True
+        except (KeyError, TypeError, ValueError):
+            continue
+    return False
+
+
+def tools_step(ctx: NodeCtx, p: Any) -> dict[str, Any]:
+    body = {"model": p.model, "tools": [WEATHER_TOOL], "tool_choice": "auto", "max_tokens": 64,
+            "messages": [{"role": "user", "content": "What's the weather in Beijing?"}]}
+    good, resp = vllm_server.chat(ctx, "tool-call", p.port, body)
+    msg = vllm_server.message(resp) if good else {}
+    calls = msg.get("tool_calls") or []
+    row: dict[str, Any] = {"step": "tools", "tool_calls": len(calls), "empty_tool_call": bool(good and not calls),
+                           "content_instead": (msg.get("content") or "")[:200] if good and not calls else None,
+                           "tool_call_ok": _valid_call(calls)}
+    # the same request again, as an agent retries: it must give a valid call again
+    good2, resp2 = vllm_server.chat(ctx, "tool-call-retry", p.port, body)
+    row["retry_ok"] = bool(good2 and _valid_call(vllm_server.message(resp2).get("tool_calls") or []))
+    streamed = ctx.api("tool-call-stream", "POST", p.port, "/v1/chat/completions", body, stream=True)
+    folded = assemble_stream(streamed.events) if streamed.ok else {}
+    row["stream_ok"] = bool(streamed.ok and streamed.done)
+    row["stream_tool_call_ok"] = _valid_call(folded.get("tool_calls") or [])
+    why = []
+    if not good:
+        why.append(f"tool call request failed: {str(resp)[:200]}")
+    elif not calls:
+        why.append("empty tool_calls: the reply carried no parsed tool call (check --tool-call-parser)")
+    elif not row["tool_call_ok"]:
+        why.append("tool call not for get_weather with JSON arguments")
+    if good and not row["retry_ok"]:
+        why.append("the retried tool call did not return a valid call")
+    if not row["stream_ok"]:
+        why.append(f"streamed reply incomplete: {streamed.describe()}")
+    elif calls and not row["stream_tool_call_ok"]:
+        why.append("the streamed tool-call deltas do not assemble into a valid call")
+    row["passed"], row["reason"] = not why, "; ".join(why)
+    return row
+
+
+def structured_step(ctx: NodeCtx, p: Any) -> dict[str, Any]:
+    good, resp = vllm_server.chat(ctx, "structured-output", p.port, {
+        "model": p.model, "max_tokens": 64,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "status", "schema": SCHEMA}},
+        "messages": [{"role": "user", "content": "Report status as JSON."}]})
+    try:
+        obj = json.loads(vllm_server.message(resp).get("content") or "") if good else None
+        ok = isinstance(obj, dict) and all(k in obj for k in SCHEMA["required"])
+    except (TypeError, ValueError):
+        ok = False
+    return {"step": "structured", "passed": ok, "reason": "" if ok else "structured output did not match the schema"}
+
+
+def vision_step(ctx: NodeCtx, p: Any) -> dict[str, Any]:
+    good, resp = vllm_server.chat(ctx, "vision-input", p.port, {
+        "model": p.model, "max_tokens": 32,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "Describe this image in one word."},
+                                                  {"type": "image_url", "image_url": {"url": PIXEL}}]}]})
+    ok = bool(good and vllm_server.message(resp).get("content"))
+    return {"step": "vision", "passed": ok, "reason": "" if ok else f"image input failed: {str(resp)[:200]}"}
+
+
 def run(ctx: NodeCtx) -> StageOutcome:
     p = ctx.params
     args = list(p.args)
@@ -78,39 +231,52 @@ def run(ctx: NodeCtx) -> StageOutcome:
     if not ok:
         ctx.step(f"{NAME}-remove", ["docker", "rm", "-f", NAME])
         return StageOutcome(False, why, f, logs)
-    failures = []
-    proof = prefix_cache_proof(ctx, p.port, p.model, p.prefix_repeats, p.prefix_words)
-    f["prefix_cache"] = proof
-    ctx.evidence("prefix-cache-proof.json", json.dumps(proof, indent=2))
-    if not proof["ok"]:
-        failures.append(f"prefix cache: {proof['reason']}")
-    if p.tool_call:
-        good, resp = vllm_server.chat(ctx, "tool-call", p.port, {
-            "model": p.model, "tools": [WEATHER_TOOL], "tool_choice": "auto", "max_tokens": 64,
-            "messages": [{"role": "user", "content": "What's the weather in Beijing?"}]})
-        calls = resp["choices"][0]["message"].get("tool_calls") or [] if good else []
-        f["tool_calls"] = len(calls)
-        f["empty_tool_call"] = good and not calls
-        valid = False
-        for c in calls:
-            try:
-                valid = c["function"]["name"] == "get_weather" and isinstance(json.loads(c["function"]["arguments"]),
-                                                                              dict)
-            except (KeyError, TypeError, ValueError):
-                valid = False
-        f["tool_call_ok"] = valid
-        if not valid:
-            failures.append("tool call: " + ("empty tool_calls" if good else str(resp)[:200]))
-    good, resp = vllm_server.chat(ctx, "structured-output", p.port, {
-        "model": p.model, "max_tokens": 64,
-        "response_format": {"type": "json_schema", "json_schema": {"name": "status", "schema": SCHEMA}},
-        "messages": [{"role": "user", "content": "Report status as JSON."}]})
-    try:
-        obj = json.loads(resp["choices"][0]["message"]["content"]) if good else None
-        f["structured_output_ok"] = isinstance(obj, dict) and all(k in obj for k in SCHEMA["required"])
-    except (KeyError, TypeError, ValueError):
-        f["structured_output_ok"] = False
-    if not f["structured_output_ok"]:
-        failures.append("structured output did not match the schema")
+    ladder: list[dict[str, Any]] = []
+    f["ladder"] = ladder
+    _, restarts0 = _container(ctx, "ladder-container-start")
+
+    def steps():
+        if p.context_tokens:
+            yield lambda: context_step(ctx, p)
+        for level in p.concurrency:
+            yield lambda level=level: concurrency_step(ctx, p, level, restarts0)
+        yield lambda: {"step": "prefix_cache", **prefix_cache_proof(ctx, p.port, p.model, p.prefix_repeats,
+                                                                    p.prefix_words)}
+        if p.tool_call:
+            yield lambda: tools_step(ctx, p)
+        yield lambda: structured_step(ctx, p)
+        if p.vision:
+            yield lambda: vision_step(ctx, p)
+
+    failed = None
+    for make in steps():
+        row = make()
+        row.setdefault("passed", row.get("ok", False))
+        ladder.append(row)
+        if row["step"] == "prefix_cache":
+            f["prefix_cache"] = {k: v for k, v in row.items() if k != "step"}
+            ctx.evidence("prefix-cache-proof.json", json.dumps(f["prefix_cache"], indent=2))
+        if not row["passed"]:
+            failed = row
+            break
+    tools = next((r for r in ladder if r["step"] == "tools"), None)
+    if tools:
+        f.update(tool_calls=tools["tool_calls"], empty_tool_call=tools["empty_tool_call"],
+                 tool_call_ok=tools["tool_call_ok"], tool_call_retry_ok=tools["retry_ok"],
+                 stream_ok=tools["stream_ok"])
+    conc = [r for r in ladder if r["step"] == "concurrency"]
+    f["concurrency_levels_passed"] = [r["level"] for r in conc if r["passed"]]
+    f["ladder_complete"] = failed is None
+    structured = next((r for r in ladder if r["step"] == "structured"), None)
+    if structured:
+        f["structured_output_ok"] = structured["passed"]
+    ctx.evidence("load-ladder.json", json.dumps({"thresholds": {
+        "context_tokens": p.context_tokens, "concurrency": list(p.concurrency), "p95_latency_max_s": p.p95_latency_max_s,
+        "ttft_p95_max_s": p.ttft_p95_max_s, "max_error_rate": p.max_error_rate, "max_restarts": p.max_restarts,
+        "gpu_mem_max_pct": p.gpu_mem_max_pct}, "steps": ladder}, indent=2))
     vllm_server.stop(ctx, NAME)
-    return StageOutcome(not failures, "; ".join(failures), f, "; ".join(failures))
+    if failed:
+        reason = f"load ladder stopped at {failed['step']}" + (f" {failed['level']}" if "level" in failed else "") \
+            + f": {failed.get('reason')}"
+        return StageOutcome(False, reason, f, reason)
+    return StageOutcome(True, "", f)

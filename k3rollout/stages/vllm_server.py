@@ -1,28 +1,30 @@
-"""Shared by the smoke and feature stages: start a vLLM container, wait for /health, stop it."""
+"""Shared by the smoke and feature stages: start a vLLM container, wait for /health, talk
+to it over HTTP from the controller, stop it."""
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from k3rollout.stages.base import NodeCtx
 
 
 def launch(ctx: NodeCtx, name: str, image: str, model: str, args: list[str], port: int,
            health_timeout: float, poll_s: float = 5.0) -> tuple[bool, str, str]:
-    """Start ``name``; return (healthy, reason, logs)."""
+    """Start ``name``; return (healthy, reason, logs). Healthy means /health answered 200
+    and /v1/models lists the model (weights loaded: the ladder's first step)."""
     ctx.step(f"{name}-cleanup", ["docker", "rm", "-f", name])
     run = ctx.step(f"{name}-run", ["docker", "run", "-d", "--name", name, "--gpus", "all", "--ipc=host",
                                    "-p", f"{port}:{port}", image, model, *args, "--port", str(port)], timeout=3600)
     if not run.ok:
         return False, f"container did not start (rc {run.rc})", run.stdout + run.stderr
     deadline = time.monotonic() + health_timeout
-    attempt = 0
+    last = ""
     while True:
-        attempt += 1
-        health = ctx.step(f"{name}-health", ["curl", "-sf", "-m", "5", f"http://127.0.0.1:{port}/health"],
-                          evidence=False)
+        health = ctx.api(f"{name}-health", "GET", port, "/health", timeout=5, evidence=False)
         if health.ok:
-            return True, "", ""
+            break
+        last = health.describe()
         st = ctx.step(f"{name}-state", ["docker", "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", name],
                       evidence=False)
         if not st.stdout.startswith("running"):
@@ -30,8 +32,13 @@ def launch(ctx: NodeCtx, name: str, image: str, model: str, args: list[str], por
             return False, f"vLLM exited before becoming healthy ({st.stdout.strip()})", logs.stdout + logs.stderr
         if time.monotonic() >= deadline:
             logs = ctx.step(f"{name}-logs", ["docker", "logs", name])
-            return False, f"vLLM not healthy after {health_timeout:.0f}s", logs.stdout + logs.stderr
+            return False, f"vLLM not healthy after {health_timeout:.0f}s (last: {last})", logs.stdout + logs.stderr
         time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
+    models = ctx.api(f"{name}-models", "GET", port, "/v1/models", timeout=30)
+    served = [m.get("id") for m in ((models.json() or {}).get("data") or []) if isinstance(m, dict)]
+    if not models.ok or model not in served:
+        return False, f"/v1/models does not list {model} ({models.describe() if not models.ok else served})", ""
+    return True, "", ""
 
 
 def stop(ctx: NodeCtx, name: str) -> None:
@@ -39,10 +46,14 @@ def stop(ctx: NodeCtx, name: str) -> None:
     ctx.step(f"{name}-remove", ["docker", "rm", "-f", name])
 
 
-def chat(ctx: NodeCtx, step: str, port: int, body: dict) -> tuple[bool, dict | str]:
-    rc, resp = ctx.http(step, port, "/v1/chat/completions", body)
-    if rc != 0 or not isinstance(resp, dict):
-        return False, resp
-    if "choices" not in resp:
-        return False, resp
+def chat(ctx: NodeCtx, step: str, port: int, body: dict, timeout: float = 300.0) -> tuple[bool, Any]:
+    """POST /v1/chat/completions; (True, reply) or (False, what went wrong)."""
+    res = ctx.api(step, "POST", port, "/v1/chat/completions", body, timeout=timeout)
+    resp = res.json()
+    if not res.ok or not isinstance(resp, dict) or not resp.get("choices"):
+        return False, res.describe()
     return True, resp
+
+
+def message(resp: dict) -> dict:
+    return (resp.get("choices") or [{}])[0].get("message") or {}

@@ -1,9 +1,11 @@
 """Stage 5: smoke test with only the recipe's minimal launch flags (DOMAIN.md step 5).
 
 Stops the node's existing serving containers (their GPUs are needed; the uncordon stage
-or the rollback restarts them), launches the target image with the minimal flags, waits
-for /health and sends one short chat request. "The server answers" is proven here;
-"the cache hits" is the feature stage's job.
+or the rollback restarts them), launches the target image with the minimal flags, and
+walks the ladder's first two steps over HTTP from the controller: the model is loaded
+(/health, and /v1/models lists it), one short request generates text, and a bad request
+is answered with an OpenAI-format error (error reporting works). "The server answers" is
+proven here; "the cache hits" is the feature stage's job.
 """
 
 from __future__ import annotations
@@ -29,10 +31,20 @@ def run(ctx: NodeCtx) -> StageOutcome:
         return StageOutcome(False, why, f, logs)
     good, resp = vllm_server.chat(ctx, "short-request", p.port, {
         "model": p.model, "messages": [{"role": "user", "content": p.prompt}], "max_tokens": 16})
-    text = resp["choices"][0]["message"].get("content") if good else None
+    text = vllm_server.message(resp).get("content") if good else None
     f["smoke_request_ok"] = bool(good and text)
     f["smoke_reply"] = (text or "")[:200]
+    # error reporting: a request for a model the server does not serve must be refused
+    # with a 4xx and an OpenAI-format error object, not a 5xx or a hang
+    bad = ctx.api("error-reporting", "POST", p.port, "/v1/chat/completions", {
+        "model": p.model + "-does-not-exist", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+    err = bad.json() if bad.status else None
+    f["error_reporting_ok"] = bool(bad.status and 400 <= bad.status < 500 and isinstance(err, dict)
+                                   and (err.get("message") or (err.get("error") or {}).get("message")))
     vllm_server.stop(ctx, NAME)
     if not f["smoke_request_ok"]:
         return StageOutcome(False, f"short request failed: {str(resp)[:300]}", f, str(resp))
+    if not f["error_reporting_ok"]:
+        return StageOutcome(False, f"a bad request was not reported as an API error: {bad.describe()}", f,
+                            bad.describe())
     return StageOutcome(True, "", f)

@@ -45,4 +45,9 @@ class Executor(Protocol):
         """Block until ``host`` answers again; return seconds waited or raise HostUnreachable."""
         ...
 
+    def api_host(self, host: str) -> str:
+        """The address the host's HTTP services (the vLLM port) answer on, unless the
+        inventory names one with ``api_host``."""
+        ...
+
     def close(self) -> None: ...

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from k3rollout.errors import ConnectionLost, HostUnreachable
+from k3rollout.sim import netd
+from k3rollout.sim import state as st
 from k3rollout.sim.dispatch import dispatch, init_cluster
 from k3rollout.transport.base import CommandResult
 
@@ -24,6 +26,7 @@ class SimExecutor:
         self.root = Path(root)
         self.dirs = init_cluster(self.root, hosts)
         self.poll_s = poll_s
+        netd.ensure(self.root)      # the simulated network: real sockets for the hosts' vLLM servers
 
     def state_dir(self, host: str) -> Path:
         return self.dirs[host]
@@ -51,5 +54,9 @@ class SimExecutor:
                                       output_tail=res.stderr)
             time.sleep(self.poll_s)
 
+    def api_host(self, host: str) -> str:
+        """The address the host's HTTP services answer on (its simulated IP)."""
+        return str(st.load(self.dirs[host])["address"])
+
     def close(self) -> None:
-        pass
+        netd.shutdown(self.root)

@@ -255,6 +255,10 @@ class SSHExecutor:
         except (paramiko.SSHException, EOFError, OSError):
             return False
 
+    def api_host(self, host: str) -> str:
+        """The address of the node's HTTP services: the address SSH reaches it on."""
+        return self.targets[host].address
+
     def close(self) -> None:
         for h in list(self._clients):
             self._drop(h)

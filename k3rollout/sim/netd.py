@@ -1,0 +1,372 @@
+"""The simulated cluster's network: real TCP sockets for the vLLM servers the sim starts.
+
+Each simulated host has its own loopback address (``127.A.B.C``, kept in its state), so
+two hosts can both serve on port 8000, as two real nodes do. One daemon per sim root
+(the directory holding the hosts' state directories) listens on ``(address, port)`` for
+every server the hosts' states say is running, and answers vLLM's OpenAI-compatible API
+there: ``/health``, ``/v1/models``, ``/v1/chat/completions`` (with streaming),
+``/metrics``. Nothing listens on a port whose container is stopped, crashed or on a host
+that is rebooting, so a client sees "connection refused" exactly when it would in
+production.
+
+The host state stays the single source of truth for *what* runs; the daemon holds what a
+real server process holds in memory (its prefix cache, its counters), which is lost when
+the container restarts. Commands that change a host's servers call ``sync(state_dir)``
+after their state transaction commits; the daemon rereads that host and binds or closes
+sockets. A daemon that is not running is started on demand and rebinds every running
+server it finds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from k3rollout.sim import vllm
+
+IDLE_EXIT_S = float(os.environ.get("K3SIM_NETD_IDLE_S", "900"))
+REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error"}
+
+
+# ---------------------------------------------------------------- addresses
+
+
+def _prefix(root: Path) -> int:
+    """A 16-bit network number for this sim root, so concurrent sim clusters do not collide."""
+    return int(hashlib.sha256(str(Path(root).resolve()).encode()).hexdigest()[:8], 16) % (254 * 256)
+
+
+def address_of(root: Path, index: int) -> str:
+    """The ``index``-th host's loopback address under ``root`` (254 hosts per /24)."""
+    n = (_prefix(root) + index // 254) % (254 * 256)
+    return f"127.{1 + n // 256}.{n % 256}.{1 + index % 254}"
+
+
+def allocate(root: Path) -> str:
+    """The next free host address under ``root`` (a counter kept next to the host dirs)."""
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / ".net.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        counter = root / ".net-next"
+        index = int(counter.read_text()) if counter.exists() else 0
+        counter.write_text(str(index + 1))
+        return address_of(root, index)
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------- control (client side)
+
+
+def _control_name(root: Path) -> bytes:
+    # an abstract-namespace socket: no path-length limit, no stale file after a crash
+    return b"\0k3sim-netd-" + hashlib.sha256(str(Path(root).resolve()).encode()).hexdigest()[:32].encode()
+
+
+def _ask(root: Path, line: str, timeout: float = 30.0) -> str:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(_control_name(root))
+        s.sendall(line.encode() + b"\n")
+        data = b""
+        while not data.endswith(b"\n"):
+            got = s.recv(4096)
+            if not got:
+                break
+            data += got
+    return data.decode().strip()
+
+
+def running(root: Path) -> bool:
+    try:
+        return _ask(root, "ping", timeout=5.0) == "pong"
+    except OSError:
+        return False
+
+
+def ensure(root: Path) -> None:
+    """Start this root's daemon unless it runs; return once it answers."""
+    root = Path(root)
+    if running(root):
+        return
+    fd = os.open(root / ".netd.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if running(root):
+            return
+        with open(root / "netd.log", "ab") as log:
+            subprocess.Popen([sys.executable, "-c", "import sys; from k3rollout.sim.netd import main; sys.exit(main())",
+                              str(root)], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True, close_fds=True)
+        deadline = time.monotonic() + 30
+        while not running(root):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the simulated network daemon for {root} did not start; see {root}/netd.log")
+            time.sleep(0.02)
+    finally:
+        os.close(fd)
+
+
+def sync(state_dir: Path) -> None:
+    """Tell the daemon that this host's servers changed (starting the daemon if needed)."""
+    root = Path(state_dir).parent
+    for attempt in (1, 2):
+        try:
+            if _ask(root, f"sync {Path(state_dir).name}") == "ok":
+                return
+        except OSError:
+            if attempt == 2:
+                raise
+        ensure(root)
+
+
+def shutdown(root: Path) -> None:
+    with contextlib.suppress(OSError):
+        _ask(Path(root), "shutdown", timeout=5.0)
+
+
+def kill_all_under(base: Path) -> int:
+    """Stop every daemon whose sim root lies under ``base`` (test clean-up); returns how many."""
+    n = 0
+    for pidfile in Path(base).rglob("netd.pid"):
+        with contextlib.suppress(ValueError, OSError):
+            os.kill(int(pidfile.read_text()), signal.SIGTERM)
+            n += 1
+    return n
+
+
+# ---------------------------------------------------------------- the daemon
+
+
+class Listener:
+    def __init__(self, host: str, addr: str, port: int, config: dict[str, Any], token_s: float):
+        self.host, self.addr, self.port = host, addr, port
+        self.rt = vllm.Runtime(config)
+        self.token_s = token_s
+        self.sem = asyncio.Semaphore(self.rt.max_num_seqs)
+        self.server: asyncio.base_events.Server | None = None
+        self.conns: set[asyncio.StreamWriter] = set()
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        for w in list(self.conns):
+            w.transport.abort()     # the process died: in-flight requests see a reset
+
+
+class Daemon:
+    def __init__(self, root: Path):
+        self.root = root
+        self.listeners: dict[tuple[str, int], Listener] = {}
+        self.last_activity = time.monotonic()
+        self.stop = asyncio.Event()
+        self.timers: dict[str, asyncio.TimerHandle] = {}
+
+    def _read(self, host: str) -> dict[str, Any] | None:
+        try:
+            return json.loads((self.root / host / "state.json").read_text())  # replaced atomically
+        except (OSError, ValueError):
+            return None
+
+    async def sync_host(self, host: str) -> None:
+        state = self._read(host)
+        desired: dict[tuple[str, int], dict[str, Any]] = {}
+        if state is not None and state.get("address") and not state.get("dead"):
+            wait = float(state.get("down_until", 0)) - time.time()
+            if wait > 0:
+                # rebooting: nothing answers until the host is up; look again then
+                old = self.timers.pop(host, None)
+                if old:
+                    old.cancel()
+                self.timers[host] = asyncio.get_running_loop().call_later(
+                    wait + 0.01, lambda: asyncio.ensure_future(self.sync_host(host)))
+            else:
+                for port, cfg in state.get("servers", {}).items():
+                    if cfg.get("status") == "running":
+                        desired[(state["address"], int(port))] = cfg
+        for key, lst in list(self.listeners.items()):
+            if lst.host == host and (key not in desired or desired[key].get("instance") != lst.rt.instance):
+                lst.close()
+                del self.listeners[key]
+        for key, cfg in desired.items():
+            if key in self.listeners:
+                continue
+            lst = Listener(host, key[0], key[1], cfg, float(state.get("token_s", 0.0)))
+            try:
+                lst.server = await asyncio.start_server(lambda r, w, _l=lst: self.serve(_l, r, w), key[0], key[1],
+                                                        reuse_address=True)
+            except OSError as exc:
+                print(f"{host}: cannot listen on {key[0]}:{key[1]}: {exc}", flush=True)
+                continue
+            self.listeners[key] = lst
+
+    async def control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            line = (await reader.readline()).decode().strip()
+            self.last_activity = time.monotonic()
+            cmd, _, arg = line.partition(" ")
+            if cmd == "ping":
+                writer.write(b"pong\n")
+            elif cmd == "sync" and arg and "/" not in arg:
+                await self.sync_host(arg)
+                writer.write(b"ok\n")
+            elif cmd == "shutdown":
+                writer.write(b"ok\n")
+                self.stop.set()
+            else:
+                writer.write(b"error unknown command\n")
+            await writer.drain()
+        finally:
+            writer.close()
+
+    # ---- HTTP/1.1
+
+    async def serve(self, lst: Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        lst.conns.add(writer)
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                self.last_activity = time.monotonic()
+                lines = head.decode("latin-1").split("\r\n")
+                method, target, _ = lines[0].split(" ", 2)
+                headers = {}
+                for ln in lines[1:]:
+                    k, sep, v = ln.partition(":")
+                    if sep:
+                        headers[k.strip().lower()] = v.strip()
+                body = await reader.readexactly(int(headers.get("content-length") or 0))
+                await self.route(lst, method, target.split("?", 1)[0], body, writer)
+                if headers.get("connection", "").lower() == "close":
+                    break
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError):
+            pass
+        finally:
+            lst.conns.discard(writer)
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    @staticmethod
+    async def send(writer: asyncio.StreamWriter, code: int, payload: Any, ctype: str = "application/json") -> None:
+        body = payload if isinstance(payload, bytes) else (
+            payload.encode() if isinstance(payload, str) else json.dumps(payload).encode())
+        writer.write(f"HTTP/1.1 {code} {REASONS.get(code, '')}\r\ndate: {time.strftime('%a, %d %b %Y %H:%M:%S GMT', time.gmtime())}"
+                     f"\r\nserver: uvicorn\r\ncontent-length: {len(body)}\r\ncontent-type: {ctype}\r\n\r\n".encode()
+                     + body)
+        await writer.drain()
+
+    async def route(self, lst: Listener, method: str, path: str, body: bytes, writer: asyncio.StreamWriter) -> None:
+        rt = lst.rt
+        if path == "/health" and method in ("GET", "HEAD"):
+            return await self.send(writer, 200, b"")
+        if path == "/metrics" and method == "GET":
+            return await self.send(writer, 200, vllm.metrics(rt), "text/plain; version=0.0.4; charset=utf-8")
+        if path == "/v1/models" and method == "GET":
+            return await self.send(writer, 200, rt.models())
+        if path == "/version" and method == "GET":
+            return await self.send(writer, 200, {"version": rt.opts.get("_vllm_version", "")})
+        if path == "/v1/chat/completions":
+            if method != "POST":
+                return await self.send(writer, 405, {"detail": "Method Not Allowed"})
+            try:
+                req = json.loads(body or b"")
+            except ValueError as exc:
+                return await self.send(writer, 400, vllm.error(400, "BadRequestError", f"Invalid JSON: {exc}")[1])
+            return await self.chat(lst, req, writer)
+        return await self.send(writer, 404, {"detail": "Not Found"})
+
+    async def chat(self, lst: Listener, req: Any, writer: asyncio.StreamWriter) -> None:
+        rt = lst.rt
+        comp = vllm.admit(rt, req)
+        if isinstance(comp, tuple):
+            return await self.send(writer, comp[0], comp[1])
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        rt.waiting += 1
+        async with lst.sem:
+            rt.waiting -= 1
+            rt.running += 1
+            try:
+                # prefill only the uncached tokens; each decode step slows as the batch grows
+                await asyncio.sleep((comp.prompt - comp.cached) * lst.token_s / 500)
+                step = lst.token_s * (1 + rt.running / 32)
+                stream = bool(req.get("stream"))
+                if not stream:
+                    await asyncio.sleep(comp.gen * step)
+                    rt.ttft.append(loop.time() - started)
+                    payload = vllm.response(rt, comp)
+                else:
+                    opts = req.get("stream_options") or {}
+                    chunks = vllm.stream_chunks(rt, comp, bool(isinstance(opts, dict) and opts.get("include_usage")))
+                    writer.write(b"HTTP/1.1 200 OK\r\nserver: uvicorn\r\ncontent-type: text/event-stream; "
+                                 b"charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n")
+                    per = comp.gen * step / max(1, len(chunks))
+                    for i, ch in enumerate(chunks):
+                        if i == 1:
+                            rt.ttft.append(loop.time() - started)
+                        data = f"data: {json.dumps(ch)}\n\n".encode()
+                        writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                        await writer.drain()
+                        await asyncio.sleep(per)
+                    done = b"data: [DONE]\n\n"
+                    writer.write(f"{len(done):x}\r\n".encode() + done + b"\r\n0\r\n\r\n")
+                    await writer.drain()
+            except (ConnectionError, asyncio.CancelledError):
+                rt.c["aborted"] += 1
+                raise
+            finally:
+                rt.running -= 1
+        rt.c["gen"] += comp.gen
+        rt.c["ok"] += 1
+        rt.e2e.append(loop.time() - started)
+        if not stream:
+            await self.send(writer, 200, payload)
+
+    async def main(self) -> None:
+        srv = await asyncio.start_unix_server(self.control, path=_control_name(self.root))
+        (self.root / "netd.pid").write_text(str(os.getpid()))
+        for d in sorted(p for p in self.root.iterdir() if (p / "state.json").is_file()):
+            await self.sync_host(d.name)
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, self.stop.set)
+        while not self.stop.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), 1.0)
+            idle = time.monotonic() - self.last_activity
+            if not self.root.is_dir() or (idle > IDLE_EXIT_S and not any(lst.rt.running for lst in
+                                                                       self.listeners.values())):
+                break
+        srv.close()
+        for lst in self.listeners.values():
+            lst.close()
+        with contextlib.suppress(OSError):
+            if (self.root / "netd.pid").read_text() == str(os.getpid()):
+                (self.root / "netd.pid").unlink()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or not Path(args[0]).is_dir():
+        sys.stderr.write("usage: python -m k3rollout.sim.netd SIM_ROOT\n")
+        return 2
+    try:
+        asyncio.run(Daemon(Path(args[0])).main())
+    except OSError as exc:      # another daemon already owns this root's control socket
+        sys.stderr.write(f"netd: {exc}\n")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
