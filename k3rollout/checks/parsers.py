@@ -121,8 +121,23 @@ def scheduler_state(kind: str, text: str) -> str:
     return "unmanaged"
 
 
-_NCCL_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)"
-                       r"\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)")
+# one result row: size count type redop [root] then (time algbw busbw wrong) out-of-place and in-place;
+# nccl-tests before 2.11 have no root column and report a float max error instead of a #wrong count
+_NCCL_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(?:(-?\d+)\s+)?([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)"
+                       r"\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)\s*$")
+
+
+def _wrong(cell: str) -> bool:
+    if cell == "N/A":
+        return False
+    try:
+        return int(cell) > 0                 # a #wrong count
+    except ValueError:
+        pass
+    try:
+        return float(cell) > 1e-3            # a max error (rounding in float sums is ~1e-7)
+    except ValueError:
+        return True
 
 
 def parse_nccl_tests(text: str) -> dict[str, Any]:
@@ -131,11 +146,12 @@ def parse_nccl_tests(text: str) -> dict[str, Any]:
         m = _NCCL_ROW.match(line)
         if m:
             rows.append({"size": int(m.group(1)), "time_us": float(m.group(6)), "algbw": float(m.group(7)),
-                         "busbw": float(m.group(8)), "wrong": m.group(9), "busbw_inplace": float(m.group(12))})
-    avg = re.search(r"#\s*Avg bus bandwidth\s*:\s*([\d.]+)", text)
+                         "busbw": float(m.group(8)), "wrong": m.group(9), "busbw_inplace": float(m.group(12)),
+                         "wrong_inplace": m.group(13)})
+    avg = re.search(r"^#?\s*Avg bus bandwidth\s*:\s*([\d.]+)", text, re.M)
     if not rows or not avg:
         raise ParseError("no all_reduce_perf result table / '# Avg bus bandwidth' line")
-    wrong = [r for r in rows if r["wrong"] not in ("0", "N/A")]
+    wrong = [r for r in rows if _wrong(r["wrong"]) or _wrong(r["wrong_inplace"])]
     return {"rows": rows, "avg_busbw": float(avg.group(1)), "max_busbw": max(r["busbw"] for r in rows),
             "largest_size": rows[-1]["size"], "largest_busbw": rows[-1]["busbw"], "wrong_rows": len(wrong)}
 

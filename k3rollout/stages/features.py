@@ -63,10 +63,18 @@ def _counters(ctx: NodeCtx, port: int, step: str) -> dict[str, float] | None:
         m = parse_vllm_metrics(res.text)
     except ParseError:
         return None
-    if "vllm:prefix_cache_queries_total" not in m and "vllm:prefix_cache_queries" not in m:
-        return None
-    return {"queries": m.get("vllm:prefix_cache_queries_total", m.get("vllm:prefix_cache_queries", 0.0)),
-            "hits": m.get("vllm:prefix_cache_hits_total", m.get("vllm:prefix_cache_hits", 0.0))}
+    return prefix_counters(m)
+
+
+def prefix_counters(m: dict[str, float]) -> dict[str, float] | None:
+    """vLLM's prefix-cache counters under their current or earlier names (0.10 also had the
+    deprecated ``gpu_prefix_cache_*``); None when the server exports none of them."""
+    for q, h in (("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"),
+                 ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits"),
+                 ("vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_hits_total")):
+        if q in m:
+            return {"queries": m[q], "hits": m.get(h, 0.0)}
+    return None
 
 
 def prefix_cache_proof(ctx: NodeCtx, port: int, model: str, repeats: int, words: int) -> dict:
