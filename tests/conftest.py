@@ -18,6 +18,16 @@ PLAYBOOK = ROOT / "playbooks" / "k3-driver-rollout.yml"
 SIM_INVENTORY = ROOT / "inventories" / "sim" / "hosts.yml"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _stop_sim_networks(tmp_path_factory):
+    """Simulated-network daemons outlive a killed engine by design (as containers outlive a
+    crashed controller); the session stops any a test left behind."""
+    yield
+    from k3rollout.sim.netd import kill_all_under
+
+    kill_all_under(tmp_path_factory.getbasetemp())
+
+
 @pytest.fixture(autouse=True)
 def _isolated_locks(tmp_path, monkeypatch):
     monkeypatch.setenv("K3ROLLOUT_LOCK_DIR", str(tmp_path / "locks"))
@@ -36,10 +46,13 @@ def write_inventory(path: Path, hosts: dict[str, dict], group_vars: dict | None 
 
 
 def write_playbook(path: Path, reboot_timeout: str | int | None = None, reboot_grace: str | int | None = None,
-                   **play_overrides) -> Path:
-    """The shipped playbook with some play keys replaced (serial, max_fail_percentage ...)."""
+                   stage_with: dict[str, dict] | None = None, **play_overrides) -> Path:
+    """The shipped playbook with some play keys replaced (serial, max_fail_percentage ...)
+    and, per stage kind, some ``with:`` parameters (``stage_with={"features": {...}}``)."""
     data = yaml.safe_load(PLAYBOOK.read_text())
     play = data[0]
+    for kind, params in (stage_with or {}).items():
+        next(s for s in play["stages"] if s["stage"] == kind).setdefault("with", {}).update(params)
     upgrade = next(s for s in play["stages"] if s["stage"] == "driver_upgrade")
     # the vendor task files stay where the shipped playbook keeps them
     upgrade["with"]["tasks"] = {k: str(PLAYBOOK.parent / v) for k, v in upgrade["with"]["tasks"].items()}

@@ -153,6 +153,7 @@ class SSHDCluster:
         self._supervisor = threading.Thread(target=self._supervise, daemon=True)
 
     def __enter__(self) -> "SSHDCluster":
+        netd.ensure(self.base / "states")      # the hosts' network is up before any host is
         for h in self.hosts.values():
             h.start()
         self._supervisor.start()

@@ -58,17 +58,34 @@ def evaluate(v: RunView, play_vars: dict[str, Any] | None = None) -> list[dict[s
         _ev(v, lambda e: "prefix-cache-proof" in e["path"]))
     tools = [n.name for n in nodes if n.facts.get("tool_call_ok")]
     nccl = [n.name for n in nodes if n.facts.get("nccl_ok")]
-    have = [x for x, ok in (("tool calling", tools), ("cross-node communication", nccl)) if ok]
-    lacking = [x for x in ("tool calling", "cross-node communication") if x not in have] + \
-        ["OOM and concurrency ladder"]
+    ladders = [n for n in nodes if n.facts.get("ladder")]
+    conc = [n.name for n in ladders if n.facts.get("concurrency_levels_passed")]
+    # OOM: the load step recorded GPU memory and restarts per level, and a start-up OOM
+    # would have been triaged model_load_capacity
+    oom = [n.name for n in ladders if any(r.get("step") == "concurrency" and r.get("gpu_mem_used_mib") is not None
+                                          and r.get("restarts") is not None for r in n.facts["ladder"])]
+    parts = (("OOM (GPU memory and restarts per load level)", oom), ("concurrency ladder", conc),
+             ("tool calling", tools), ("cross-node communication", nccl))
+    have = [x for x, ok in parts if ok]
+    lacking = [x for x, ok in parts if not ok]
     add(7, "OOM, concurrency, tool calling and cross-node communication tested separately",
-        "partial" if have else "missing", f"recorded: {', '.join(have) or 'none'}; not recorded: {', '.join(lacking)}",
-        _ev(v, lambda e: e.get("step") in ("tool-call",) or "all-reduce" in (e.get("step") or "")))
+        "done" if not lacking else ("partial" if have else "missing"),
+        f"recorded: {', '.join(have) or 'none'}" + (f"; not recorded: {', '.join(lacking)}" if lacking else "")
+        + (f"; highest concurrency passed: {max(max(n.facts['concurrency_levels_passed']) for n in ladders if n.facts.get('concurrency_levels_passed'))}"
+           if conc else ""),
+        _ev(v, lambda e: "load-ladder" in e["path"] or e.get("step") in ("tool-call",)
+            or "all-reduce" in (e.get("step") or "")))
     empties = [n.name for n in nodes if "empty_tool_call" in n.facts]
+    correct = [n.name for n in nodes if n.facts.get("tool_call_ok") and n.facts.get("structured_output_ok")]
+    retries = [n.name for n in nodes if "tool_call_retry_ok" in n.facts]
+    parts8 = (("response correctness (tool arguments, structured output)", correct),
+              ("empty-tool-call check", empties), ("retry behaviour", retries))
+    lacking8 = [x for x, ok in parts8 if not ok]
     add(8, "Agent response correctness, empty tool calls and retry behaviour recorded",
-        "partial" if empties else "missing",
-        f"empty-tool-call check recorded on {len(empties)} node(s); retry behaviour not recorded" if empties
-        else "not recorded", _ev(v, lambda e: e.get("step") == "tool-call"))
+        "done" if not lacking8 else ("partial" if len(lacking8) < 3 else "missing"),
+        "; ".join(f"{x} on {len(ok)} node(s)" for x, ok in parts8 if ok)
+        + (f"; not recorded: {', '.join(lacking8)}" if lacking8 else ""),
+        _ev(v, lambda e: e.get("step") in ("tool-call", "tool-call-retry", "tool-call-stream", "structured-output")))
     mfp = (v.plan or {}).get("max_fail_percentage")
     add(9, "Conditions for keeping the new driver, staying isolated, or rolling back written",
         "done" if v.plan else "missing",
