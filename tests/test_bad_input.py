@@ -1,9 +1,13 @@
 """Every malformed playbook or inventory is one clear message naming file and line, exit 2."""
 
+import json
+
 import pytest
 
 from conftest import DATA, PLAYBOOK, SIM_INVENTORY
 from k3rollout.cli import main
+from k3rollout.errors import InputError
+from k3rollout.model.inventory import load_inventory
 
 BAD = DATA / "bad"
 
@@ -62,3 +66,13 @@ def test_binary_and_empty_files_are_bad_input(tmp_path, capsys):
     empty.write_text("")
     assert main(["validate", str(PLAYBOOK), "-i", str(empty)]) == 2
     assert f"{empty}:1: inventory is empty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("var,value", [("api_host", "10.0.0.1/evil?x="), ("api_host", "a b"),
+                                       ("sim_token_s", "fast"), ("sim_reboot_s", -1)])
+def test_hostile_or_mistyped_network_vars_name_the_host_and_line(tmp_path, var, value):
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(f"all:\n  hosts:\n    gpu-01:\n      {var}: {json.dumps(value)}\n")
+    with pytest.raises(InputError) as e:
+        load_inventory(inv)
+    assert f"host gpu-01: {var}" in str(e.value) and e.value.line == 4

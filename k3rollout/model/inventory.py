@@ -456,6 +456,14 @@ def _check_known_vars(host: Host) -> None:
         unknown = [f for f in faults if f not in SIM_FAULTS]
         if unknown:
             raise bad("sim_faults", f"has unknown fault(s) {unknown}; known: {', '.join(SIM_FAULTS)}")
+    for var in ("api_host", "sim_address"):
+        # becomes the host part of a URL: a hostname, IPv4 or IPv6 address, nothing else
+        if var in v and not (isinstance(v[var], str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.\-]{0,252}|[0-9A-Fa-f:]+",
+                                                                     v[var])):
+            raise bad(var, f"must be a host name or IP address, got {v[var]!r}")
+    for var in ("sim_token_s", "sim_latency_s", "sim_reboot_s", "sim_slow_reboot_s"):
+        if var in v and (isinstance(v[var], bool) or not isinstance(v[var], (int, float)) or v[var] < 0):
+            raise bad(var, f"must be a non-negative number of seconds, got {v[var]!r}")
     if "scheduler" in v and v["scheduler"] not in ("kubernetes", "slurm", "none"):
         raise bad("scheduler", f"must be kubernetes, slurm or none, got {v['scheduler']!r}")
     if "ansible_connection" in v and v["ansible_connection"] not in ("k3sim", "ssh", "paramiko", "local"):
