@@ -51,6 +51,10 @@ def write_playbook(path: Path, reboot_timeout: str | int | None = None, reboot_g
     and, per stage kind, some ``with:`` parameters (``stage_with={"features": {...}}``)."""
     data = yaml.safe_load(PLAYBOOK.read_text())
     play = data[0]
+    # a shorter load ladder than the shipped one keeps rollouts in tests quick; the shipped
+    # ladder runs in the demo test and tests/test_vllm_api.py sets its own
+    next(s for s in play["stages"] if s["stage"] == "features")["with"].update(
+        {"context_tokens": 4096, "concurrency": [1, 4]})
     for kind, params in (stage_with or {}).items():
         next(s for s in play["stages"] if s["stage"] == kind).setdefault("with", {}).update(params)
     upgrade = next(s for s in play["stages"] if s["stage"] == "driver_upgrade")

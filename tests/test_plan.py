@@ -30,15 +30,15 @@ def test_plan_shows_batches_stages_durations_and_rollback_plans():
 
 
 def test_window_fit_counts_the_rollback_reserve(tmp_path):
-    # per batch 78 min, rollback reserve 25 min + 3 x 1 min: a 2 h window fits batch 1 only
+    # per batch 83 min, rollback reserve 25 min + 3 x 1 min: a 2 h window fits batch 1 only
     plan = plan_for(tmp_path, n=4, window_s=2 * 3600, serial=1)
     assert [b.fits_window for b in plan.batches] == [True, False, False, False]
     assert plan.fits_window is False
     assert any("only 1 of 4" in n for n in plan.notes)
-    # 106 min (78 + 28) is the least a one-batch window needs
-    tight = plan_for(tmp_path, n=1, window_s=105 * 60, serial=1, min_serving=0)
+    # 111 min (83 + 28) is the least a one-batch window needs
+    tight = plan_for(tmp_path, n=1, window_s=110 * 60, serial=1, min_serving=0)
     assert tight.batches[0].fits_window is False
-    ok = plan_for(tmp_path, n=1, window_s=106 * 60, serial=1, min_serving=0)
+    ok = plan_for(tmp_path, n=1, window_s=111 * 60, serial=1, min_serving=0)
     assert ok.batches[0].fits_window is True
 
 
