@@ -1,8 +1,15 @@
 """The append-only JSONL journal: the run's memory, written before and after each action.
 
 Every record is one JSON object on one line with a monotonically increasing ``seq``;
-``append`` writes and fsyncs before returning, so a record on disk means "this happened
-or was about to happen". On open, a torn last line (the process died mid-write) is
+``append`` writes and, for a durable record, makes it durable before returning, so a
+record on disk means "this happened or was about to happen".
+
+Durability is a group commit of the whole run directory: one ``syncfs(2)`` on the run's
+file system flushes the journal *and* every evidence file and manifest line written
+before it, so evidence files need no fsync of their own (``fsync`` of the journal and of
+the pending evidence files is the fallback where ``syncfs`` is missing). Threads that ask
+for durability while another thread's commit is in flight share the next commit instead
+of each paying for one. On open, a torn last line (the process died mid-write) is
 detected, its bytes are kept in ``journal.torn.<offset>``, the file is cut back to the last
 complete record and a ``journal_repaired`` record says so. Damage anywhere else is an
 error: a journal with a hole in the middle cannot be trusted to resume from.
@@ -14,6 +21,7 @@ then SIGKILLs, leaving a torn line.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -24,12 +32,32 @@ from typing import Any, Callable
 from k3rollout.errors import InputError
 
 
+def _load_syncfs() -> Callable[[int], int] | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.syncfs
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_SYNCFS = _load_syncfs()
+HAVE_SYNCFS = _SYNCFS is not None
+
+
 class Journal:
     def __init__(self, path: Path, now_iso: Callable[[], str]):
         self.path = Path(path)
         self.now_iso = now_iso
         self.records: list[dict[str, Any]] = []
         self._lock = threading.Lock()
+        self._commit_lock = threading.Lock()
+        self._written = 0          # seq of the last record written to the file
+        self._synced = 0           # seq of the last record known durable
+        self.commits = 0           # how many syncs it took (bench and tests read this)
+        self.extra_sync: Callable[[], None] | None = None   # fsync fallback for evidence files
         self._kill_at = int(os.environ.get("K3ROLLOUT_KILL_AT_SEQ", "0") or 0)
         self._tear_at = int(os.environ.get("K3ROLLOUT_TEAR_AT_SEQ", "0") or 0)
         self.repaired: str | None = None
@@ -73,12 +101,29 @@ class Journal:
                 os.fsync(self._fd)
                 os.kill(os.getpid(), signal.SIGKILL)
             os.write(self._fd, line)
-            if durable:
-                os.fsync(self._fd)
             self.records.append(rec)
-            if self._kill_at and rec["seq"] == self._kill_at:
-                os.kill(os.getpid(), signal.SIGKILL)
-            return rec
+            self._written = rec["seq"]
+        if durable:
+            self.commit(rec["seq"])
+        if self._kill_at and rec["seq"] == self._kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return rec
+
+    def commit(self, seq: int | None = None) -> None:
+        """Make every record up to ``seq`` (default: all written) durable, with evidence."""
+        target = self._written if seq is None else seq
+        with self._commit_lock:
+            if self._synced >= target:
+                return                      # a commit that started after our write covered it
+            upto = self._written
+            if _SYNCFS is not None and _SYNCFS(self._fd) == 0:
+                pass
+            else:
+                if self.extra_sync:
+                    self.extra_sync()
+                os.fsync(self._fd)
+            self._synced = upto
+            self.commits += 1
 
     def close(self) -> None:
         try:

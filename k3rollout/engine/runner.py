@@ -26,7 +26,7 @@ import structlog
 from k3rollout.checks.parsers import ParseError
 from k3rollout.checks.triage import classify
 from k3rollout.engine.clock import Clock
-from k3rollout.engine.journal import Journal
+from k3rollout.engine.journal import HAVE_SYNCFS, Journal
 from k3rollout.engine.steps import StepRunnerMixin
 from k3rollout.engine.states import STATE_STAGE, Event, NodeState, build_table, step as fsm_step
 from k3rollout.evidence.store import EvidenceStore
@@ -74,6 +74,9 @@ class Engine(StepRunnerMixin):
         self.executor = executor
         self.journal = journal
         self.evidence = evidence
+        # one commit makes journal and evidence durable together (see engine/journal.py)
+        evidence.track_pending = not HAVE_SYNCFS
+        journal.extra_sync = evidence.sync
         self.clock = clock
         self.run_id = run_id
         self.view: RunView = fold(journal.records)

@@ -2,8 +2,11 @@
 
 Layout: ``evidence/<node>/<NN-stage>/<name>.txt`` with ``evidence/MANIFEST.sha256`` in
 ``sha256sum`` format (paths relative to ``evidence/``). A second capture of the same
-name gets ``<name>.2.txt``, ``.3`` ... Files are fsynced, then made read-only (0444),
-then listed in the manifest, which is fsynced too.
+name gets ``<name>.2.txt``, ``.3`` ... Files are written, made read-only (0444) and listed
+in the manifest. They are made durable by the journal's next commit (one ``syncfs`` of
+the run's file system covers journal, evidence and manifest; see engine/journal.py), so
+a journal record on disk never points at evidence that is not; ``sync()`` fsyncs the
+pending files one by one where ``syncfs`` is not available.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ class EvidenceStore:
         self.root.mkdir(parents=True, exist_ok=True)
         self.manifest = self.root / "MANIFEST.sha256"
         self._lock = threading.Lock()
+        self._pending: list[Path] = []
+        self.track_pending = True          # off when the journal's syncfs covers evidence
 
     def write(self, node: str, folder: str, name: str, content: str | bytes) -> EvidenceRef:
         data = content.encode("utf-8", "backslashreplace") if isinstance(content, str) else content
@@ -64,16 +69,29 @@ class EvidenceStore:
                 while view:
                     written = os.write(fd, view)
                     view = view[written:]
-                os.fsync(fd)
             finally:
                 os.close(fd)
             os.chmod(path, 0o444)
             rel = path.relative_to(self.root).as_posix()
             with open(self.manifest, "a", encoding="utf-8") as m:
                 m.write(f"{digest}  {rel}\n")
-                m.flush()
-                os.fsync(m.fileno())
+            if self.track_pending:
+                self._pending.append(path)
         return EvidenceRef(rel, digest, len(data))
+
+    def sync(self) -> None:
+        """fsync what was written since the last sync (the fallback to the journal's syncfs)."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for p in [*pending, self.manifest, *sorted({q.parent for q in pending})]:
+            try:
+                fd = os.open(p, os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def read(self, rel: str) -> str:
         return (self.root / rel).read_text(encoding="utf-8", errors="replace")

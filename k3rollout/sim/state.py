@@ -140,7 +140,7 @@ def load(state_dir: Path) -> dict[str, Any]:
 
 def _write(state_dir: Path, state: dict[str, Any]) -> None:
     tmp = state_dir / "state.json.tmp"
-    tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
+    tmp.write_text(json.dumps(state, separators=(",", ":")))
     os.replace(tmp, state_dir / "state.json")
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import select
 import socket
 import threading
 import time
@@ -178,6 +179,9 @@ class SSHExecutor:
                 out, err = bytearray(), bytearray()
                 deadline = started + timeout
                 while True:
+                    # sleep in select() until stdout or stderr has data or the channel closes
+                    # (paramiko's channel fileno): no polling, so many threads cost no CPU
+                    select.select([chan], [], [], max(0.0, min(1.0, deadline - time.monotonic())))
                     got = False
                     try:
                         while chan.recv_ready():
@@ -199,8 +203,9 @@ class SSHExecutor:
                         self._drop(host)
                         raise CommandTimeout(f"command ran past its {timeout:.0f}s timeout", host=host,
                                              command=shlex.join(argv), output_tail=(out + err).decode(errors="replace"))
-                    if not got:
-                        time.sleep(0.005)
+                    if chan.eof_received and not got and not chan.exit_status_ready():
+                        # output is complete; the exit status is on its way
+                        chan.status_event.wait(0.05)
                 if not chan.exit_status_ready():
                     self._drop(host)
                     raise ConnectionLost("connection lost while the command ran; its outcome on the host is unknown",
