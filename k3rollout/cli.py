@@ -199,6 +199,38 @@ def cmd_rollback(args: argparse.Namespace, clock: Clock) -> int:
     return EXIT_OK if ok else EXIT_HALTED
 
 
+def cmd_approve(args: argparse.Namespace, clock: Clock) -> int:
+    import getpass
+
+    from k3rollout.engine.gates import open_pauses, write_approval
+    from k3rollout.engine.journal import Journal
+
+    run_dir = _existing_run_dir(args.run_dir)
+    waiting = open_pauses(Journal.read(run_dir / "journal.jsonl"))
+    if args.pause:
+        chosen = [p for p in waiting if p["pause"] == args.pause]
+        if not chosen:
+            open_ids = ", ".join(p["pause"] for p in waiting) or "none"
+            raise InputError(f"no open pause {args.pause!r} (open: {open_ids})", path=str(run_dir))
+    elif len(waiting) == 1:
+        chosen = waiting
+    elif not waiting:
+        raise InputError("the run is not waiting at any gate", path=str(run_dir))
+    else:
+        raise InputError("the run waits at several gates; name one with --pause: "
+                         + ", ".join(p["pause"] for p in waiting), path=str(run_dir))
+    p = chosen[0]
+    decision = "rejected" if args.reject else "approved"
+    try:
+        path = write_approval(run_dir, p["pause"], decision=decision, by=args.by or getpass.getuser(),
+                              note=args.note or "", at=clock.iso())
+    except FileExistsError:
+        raise InputError(f"pause {p['pause']} already has a decision", path=str(run_dir)) from None
+    print(f"{decision}: {p['pause']} ({p.get('reason', '')})")
+    print(f"recorded in {path}; the run picks it up within a second and journals it")
+    return EXIT_OK
+
+
 def cmd_report(args: argparse.Namespace, clock: Clock) -> int:
     from k3rollout.report.render import render, write_reports
 
@@ -285,6 +317,13 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("run_dir")
     sp.add_argument("--plain", action="store_true", help="one line per event, even on a terminal")
     sp.set_defaults(fn=cmd_resume)
+    sp = sub.add_parser("approve", help="let a run waiting at a gate (pause) go on, or --reject to stop it")
+    sp.add_argument("run_dir")
+    sp.add_argument("--pause", help="which gate, when the run waits at several")
+    sp.add_argument("--reject", action="store_true", help="stop the rollout at this gate")
+    sp.add_argument("--by", help="who decides (default: the login name)")
+    sp.add_argument("--note", help="why, for the record (change ticket, chat link)")
+    sp.set_defaults(fn=cmd_approve)
     sp = sub.add_parser("rollback", help="execute the recorded rollback plans")
     sp.add_argument("run_dir")
     sp.add_argument("--batch", type=int)

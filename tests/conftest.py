@@ -46,7 +46,8 @@ def write_inventory(path: Path, hosts: dict[str, dict], group_vars: dict | None 
 
 
 def write_playbook(path: Path, reboot_timeout: str | int | None = None, reboot_grace: str | int | None = None,
-                   stage_with: dict[str, dict] | None = None, **play_overrides) -> Path:
+                   stage_with: dict[str, dict] | None = None, stage_set: dict[str, dict] | None = None,
+                   **play_overrides) -> Path:
     """The shipped playbook with some play keys replaced (serial, max_fail_percentage ...)
     and, per stage kind, some ``with:`` parameters (``stage_with={"features": {...}}``)."""
     data = yaml.safe_load(PLAYBOOK.read_text())
@@ -55,6 +56,8 @@ def write_playbook(path: Path, reboot_timeout: str | int | None = None, reboot_g
     # ladder runs in the demo test and tests/test_vllm_api.py sets its own
     next(s for s in play["stages"] if s["stage"] == "features")["with"].update(
         {"context_tokens": 4096, "concurrency": [1, 4]})
+    for kind, keys in (stage_set or {}).items():
+        next(s for s in play["stages"] if s["stage"] == kind).update(keys)
     for kind, params in (stage_with or {}).items():
         next(s for s in play["stages"] if s["stage"] == kind).setdefault("with", {}).update(params)
     upgrade = next(s for s in play["stages"] if s["stage"] == "driver_upgrade")

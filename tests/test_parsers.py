@@ -65,3 +65,10 @@ def test_docker_image_inspect_and_info():
     assert info["nvidia_runtime"] and info["docker_version"] == "20.10.21" and info["default_runtime"] == "runc"
     with pytest.raises(ParseError):
         parsers.parse_json("Cannot connect to the Docker daemon at unix:///var/run/docker.sock.", "docker info")
+
+
+def test_vllm_metrics_filtered_to_the_families_asked_for():
+    text = (P / "vllm-0.10-metrics.txt").read_text()
+    m = parsers.parse_vllm_metrics(text, only=("vllm:prefix_cache_",))
+    assert m["vllm:prefix_cache_queries_total"] == 32.0
+    assert not any(k.startswith(("vllm:gpu_", "vllm:num_requests")) for k in m)

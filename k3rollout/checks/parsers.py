@@ -156,10 +156,19 @@ def parse_nccl_tests(text: str) -> dict[str, Any]:
             "largest_size": rows[-1]["size"], "largest_busbw": rows[-1]["busbw"], "wrong_rows": len(wrong)}
 
 
-def parse_vllm_metrics(text: str) -> dict[str, float]:
-    """Sum each vLLM metric family over its labels, using prometheus_client's parser."""
+def parse_vllm_metrics(text: str, only: tuple[str, ...] | None = None) -> dict[str, float]:
+    """Sum each vLLM metric family over its labels, using prometheus_client's parser.
+    ``only``: metric-name prefixes to keep; other families' lines are dropped before
+    parsing (a server's histograms are most of the text and most of the parse time)."""
     from prometheus_client.parser import text_string_to_metric_families
 
+    if only:
+        keep = []
+        for line in text.splitlines():
+            name = line.split(" ", 3)[2] if line.startswith("# ") and line.count(" ") >= 2 else line
+            if name.startswith(only):
+                keep.append(line)
+        text = "\n".join(keep) + "\n"
     out: dict[str, float] = {}
     try:
         for fam in text_string_to_metric_families(text):

@@ -26,9 +26,11 @@ import structlog
 from k3rollout.checks.parsers import ParseError
 from k3rollout.checks.triage import classify
 from k3rollout.engine.clock import Clock
+from k3rollout.engine.gates import GateMixin
 from k3rollout.engine.journal import HAVE_SYNCFS, Journal
 from k3rollout.engine.steps import StepRunnerMixin
 from k3rollout.engine.states import STATE_STAGE, Event, NodeState, build_table, step as fsm_step
+from k3rollout.plan.serial import pct_to_int
 from k3rollout.evidence.store import EvidenceStore
 from k3rollout.model.assertions import AssertionSyntaxError, evaluate, render
 from k3rollout.model.inventory import Inventory
@@ -65,7 +67,18 @@ class Redactor:
         return text
 
 
-class Engine(StepRunnerMixin):
+# journal record types that carry no decision a resume could repeat wrongly if the
+# last few were lost in a power cut: resume re-derives them (read-only stages run again;
+# destructive steps are settled from their own durable records)
+OBSERVATIONS = frozenset({"node_state", "stage_started", "stage_done", "assertions", "facts", "triage", "evidence",
+                          "step_error", "ansible_event", "hook_started"})
+
+
+class GateInterrupted(Exception):
+    """The run was told to stop while a node waited for a person."""
+
+
+class Engine(GateMixin, StepRunnerMixin):
     def __init__(self, *, playbook: Playbook, inventory: Inventory, executor: Executor, journal: Journal,
                  evidence: EvidenceStore, clock: Clock, run_id: str, log: Any = None,
                  on_event: Callable[[dict], None] | None = None):
@@ -93,16 +106,25 @@ class Engine(StepRunnerMixin):
         self.in_place = bool(self.play_vars.get("allow_in_place_change", True))
         self.playbook_dir = str(Path(playbook.path).resolve().parent)
         self._api = None
+        self._held: set[str] = set()          # stages the current batch waits before (pauses)
+        self._rejected: str | None = None     # why a person stopped the rollout at a gate
 
     def close(self) -> None:
         """Release the transports: SSH connections, the HTTP pool, the simulated network."""
         if self._api is not None:
             self._api.close()
         self.executor.close()
+        self.evidence.close()
 
     # ------------------------------------------------------------------ journal
 
-    def record(self, type_: str, *, durable: bool = True, **data: Any) -> dict:
+    def record(self, type_: str, *, durable: bool | None = None, **data: Any) -> dict:
+        """Append to the journal. Records that only describe what was observed (facts,
+        assertions, stage and state bookkeeping) are written at once but committed with
+        the next durable record; a destructive step's start and outcome, rollbacks, and
+        run and batch records are committed before this returns (see engine/journal.py)."""
+        if durable is None:
+            durable = type_ not in OBSERVATIONS
         rec = self.journal.append(type_, durable=durable, **data)
         with self._lock:
             apply(self.view, rec)
@@ -206,10 +228,17 @@ class Engine(StepRunnerMixin):
                 self.transition(node, Event.START)
                 continue
             kind = STATE_STAGE.get(state)
-            if kind is None or kind in BATCH_SCOPED_STAGES:
+            if kind is None or kind in BATCH_SCOPED_STAGES or kind in self._held:
                 return
             stage = self.stages[self.kinds.index(kind)]
-            self.finish_stage(node, stage, self.run_stage(node, stage))
+            out = self.run_stage(node, stage)
+            if out.inconclusive and not out.passed:
+                try:
+                    out = self.human_verdict(node, stage, out)
+                except GateInterrupted:
+                    return                  # stopped while waiting: resume asks again
+
+            self.finish_stage(node, stage, out)
             passed = self._last_stage_passed(node, kind)
             if passed and kind == "baseline":
                 self.record_rollback_plan(node)
@@ -217,6 +246,23 @@ class Engine(StepRunnerMixin):
                     self.transition(node, Event.HOLD)
                     return
             self.transition(node, Event.PASSED if passed else Event.FAILED)
+
+    def human_verdict(self, node: str, stage: Stage, out: StageOutcome) -> StageOutcome:
+        """An inconclusive gate waits for a person instead of passing or failing on its own."""
+        n = self.view.node(node)
+        asked = sum(1 for p in self.view.pauses.values()
+                    if p.get("node") == node and p.get("stage") == stage.stage and p.get("decision"))
+        pid = f"{node}-{stage.stage}-inconclusive-{asked + 1}"
+        decision = self.pause(pid, f"{node}: {stage.stage} is inconclusive: {out.reason}; approve to accept the "
+                                   "node, reject to fail it", None, batch=n.batch, at_stage=stage.stage, for_node=node)
+        if decision == "stopped":
+            raise GateInterrupted(pid)
+        if decision == "approved":
+            by = self.view.pauses[pid].get("by")
+            return StageOutcome(True, "", {**out.facts, "accepted_by": by, "accepted_inconclusive": out.reason})
+        why = {"rejected": "rejected by a person at the inconclusive gate", "window": "window ended at the gate",
+               "stopped": "stopped while waiting at the gate"}.get(decision, decision)
+        return StageOutcome(False, f"{out.reason} ({why})", out.facts, out.logs)
 
     def _last_stage_passed(self, node: str, kind: str) -> bool:
         for span in reversed(self.view.node(node).timeline):
@@ -302,6 +348,10 @@ class Engine(StepRunnerMixin):
         self.transition(node, Event.ROLLBACK_DONE if ok else Event.ROLLBACK_FAILED)
         if not ok:
             self.log.error("rollback_failed", node=node, results=results)
+        self.run_hooks("on_rollback", {"node": node, "batch": n.batch, "ok": ok, "reason": self.redact(reason),
+                                       "results": results, "quarantined": any(
+                                           r["action"] == "quarantine" and r["status"] == "done" for r in results)},
+                       f"{node}-{attempt}")
         return ok
 
     # ------------------------------------------------------------------ batches
@@ -324,17 +374,49 @@ class Engine(StepRunnerMixin):
                 self.stopping.set()
                 raise
 
-    def run_batch(self, nodes: list[str]) -> None:
-        self.pool(self.advance, nodes)
-        for kind in self.kinds:
-            if kind in BATCH_SCOPED_STAGES:
-                self.run_barrier(nodes, kind)
-        self.pool(self.advance, nodes)
+    def run_batch(self, nodes: list[str], idx: int | None = None) -> None:
+        self._held = {s.stage for s in self.stages if s.pause}
+        while True:
+            self.pool(self.advance, nodes)
+            if self.stopping.is_set():
+                break
+            at = {STATE_STAGE.get(NodeState(self.view.node(n).state)) for n in nodes}
+            gate = next((k for k in self.kinds if k in at and (k in self._held or k in BATCH_SCOPED_STAGES)), None)
+            if gate is None:
+                break
+            if gate in self._held:
+                self._held.discard(gate)
+                self.stage_gate(nodes, idx, gate)
+            else:
+                self.run_barrier(nodes, gate)
         need = [n for n in nodes if self.view.node(n).state == NodeState.ROLLBACK_REQUIRED.value]
         self.pool(lambda n: self.rollback(n, self.view.node(n).reason or "stage failed"), need)
 
+    def stage_gate(self, nodes: list[str], idx: int | None, kind: str) -> None:
+        """A stage's ``pause``: the batch waits before it; a rejection stops the batch."""
+        stage = self.stages[self.kinds.index(kind)]
+        waiting = [n for n in nodes if STATE_STAGE.get(NodeState(self.view.node(n).state)) == kind]
+        reason = stage.pause.reason or f"batch {idx}: approve before '{stage.name}' runs on {', '.join(waiting)}"
+        decision = self.pause(f"batch{idx}-before-{kind}", reason, stage.pause.duration, batch=idx, at_stage=kind)
+        if decision in ("approved", "timer"):
+            return
+        if decision == "stopped":
+            return
+        self._rejected = (f"{'rejected by a person' if decision == 'rejected' else 'the window ended'} at the gate "
+                          f"before {kind} in batch {idx}")
+        for n in waiting:
+            st = NodeState(self.view.node(n).state)
+            if (st, Event.HOLD) in self.table:
+                self.transition(n, Event.HOLD)          # nothing changed on it yet
+            else:
+                self.record("stage_done", node=n, stage=kind, passed=False, reason=self._rejected)
+                self.transition(n, Event.ROLLBACK_REQUESTED)
+
     def out_of_service(self) -> set[str]:
         out = {n for n, v in self.view.nodes.items() if v.state == NodeState.ROLLBACK_FAILED.value}
+        if self.playbook.play.on_node_failure == "quarantine":
+            # quarantined nodes stay cordoned: they serve nothing until someone releases them
+            out |= {n for n, v in self.view.nodes.items() if v.state == NodeState.ROLLED_BACK.value}
         out |= {h for h in self.view.plan["hosts"] if self.inventory.hosts[h].vars.get("serving") is False}
         return out
 
@@ -375,6 +457,11 @@ class Engine(StepRunnerMixin):
 
     def run(self) -> str:
         plan = self.view.plan
+        play = self.playbook.play
+        if not self.run_hooks("confirm_rollout", {"plan": {k: plan.get(k) for k in (
+                "hosts", "min_serving", "max_fail_percentage", "fits_window", "playbook_sha256")},
+                "batches": [{"index": b["index"], "nodes": b["nodes"]} for b in plan["batches"]]}, "run"):
+            return self.halt("hook", "the confirm_rollout hook did not confirm the rollout", None)
         for batch in plan["batches"]:
             idx = batch["index"]
             b = self.view.batches[idx]
@@ -383,21 +470,60 @@ class Engine(StepRunnerMixin):
             if b["status"] == "not_started":
                 stop = self.preflight(batch)
                 if stop:
-                    kind, reason = stop
-                    self.record("run_halted", kind=kind, reason=reason, batch=idx)
-                    self.log.error("run_halted", kind=kind, reason=reason)
-                    return self.finish("halted")
+                    return self.halt(stop[0], stop[1], idx)
+                if not self.run_hooks("pre_batch", {"batch": idx, "nodes": batch["nodes"]}, f"batch{idx}"):
+                    return self.halt("hook", f"a pre_batch hook refused batch {idx}", idx)
                 self.record("batch_started", batch=idx, nodes=batch["nodes"])
                 self.log.info("batch_started", batch=idx, nodes=batch["nodes"])
-            self.run_batch(batch["nodes"])
+            self.run_batch(batch["nodes"], idx)
+            if self.stopping.is_set() and self.view.batches[idx]["status"] == "running" and \
+                    any(STATE_STAGE.get(NodeState(self.view.node(n).state)) for n in batch["nodes"]):
+                raise KeyboardInterrupt      # SIGTERM while waiting at a gate: resume continues here
             status, failed, halt = self.verdict(batch)
             self.record("batch_done", batch=idx, status=status, failed=failed)
             self.log.info("batch_done", batch=idx, status=status, failed=failed)
+            self.run_hooks("post_batch", {"batch": idx, "nodes": batch["nodes"], "status": status, "failed": failed},
+                           f"batch{idx}")
+            if self._rejected:
+                return self.halt("rejected", self._rejected, idx)
             if halt:
-                self.record("run_halted", kind=halt[0], reason=halt[1], batch=idx)
-                self.log.error("run_halted", kind=halt[0], reason=halt[1])
-                return self.finish("halted")
+                return self.halt(halt[0], halt[1], idx)
+            over = self.over_budget()
+            if over:
+                return self.halt("failure_budget", over, idx)
+            gate = next((p for p in play.pauses if p.after_batch == idx), None)
+            if gate and idx < len(plan["batches"]):
+                decision = self.pause(f"after-batch{idx}", gate.reason or f"batch {idx} done: approve to start "
+                                      f"batch {idx + 1}", gate.duration, batch=idx)
+                if decision == "stopped":
+                    raise KeyboardInterrupt
+                if decision in ("rejected", "window"):
+                    return self.halt("rejected" if decision == "rejected" else "window",
+                                     f"{'rejected by a person' if decision == 'rejected' else 'window ended'} at the "
+                                     f"gate after batch {idx}", idx)
         return self.finish("completed" if self.in_place else "no_change")
+
+    def halt(self, kind: str, reason: str, batch: int | None) -> str:
+        self.record("run_halted", kind=kind, reason=self.redact(reason), batch=batch)
+        self.log.error("run_halted", kind=kind, reason=reason)
+        return self.finish("halted")
+
+    def failed_nodes(self) -> list[str]:
+        bad = (NodeState.ROLLED_BACK.value, NodeState.ROLLBACK_FAILED.value, NodeState.FAILED.value)
+        return sorted(n for n, v in self.view.nodes.items() if v.state in bad)
+
+    def over_budget(self) -> str | None:
+        """Why the rollout-wide failure budget is spent, or None."""
+        budget = self.playbook.play.failure_budget
+        if budget is None:
+            return None
+        total = len(self.view.plan["hosts"])
+        allowed = pct_to_int(budget, total, 0) if isinstance(budget, str) else int(budget)
+        failed = self.failed_nodes()
+        if len(failed) > allowed:
+            return (f"{len(failed)} node(s) failed so far ({', '.join(failed[:8])}{' ...' if len(failed) > 8 else ''}), "
+                    f"above the rollout's failure_budget of {allowed} ({budget})")
+        return None
 
     def finish(self, status: str) -> str:
         self.record("run_finished", status=status)

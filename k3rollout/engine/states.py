@@ -63,6 +63,9 @@ def build_table(stage_kinds: Iterable[str]) -> dict[tuple[NodeState, Event], Nod
         # a failure before anything changed needs no rollback; from cordon on, one is owed
         t[(s, Event.FAILED)] = NodeState.FAILED if kinds[i] == "baseline" else NodeState.ROLLBACK_REQUIRED
     t[(states[0], Event.HOLD)] = NodeState.SKIPPED
+    if len(kinds) > 1 and kinds[1] == "cordon":
+        # stopped at a gate before anything changed (a rejected pause before cordon)
+        t[(states[1], Event.HOLD)] = NodeState.SKIPPED
     t[(NodeState.ROLLBACK_REQUIRED, Event.ROLLBACK_DONE)] = NodeState.ROLLED_BACK
     t[(NodeState.ROLLBACK_REQUIRED, Event.ROLLBACK_FAILED)] = NodeState.ROLLBACK_FAILED
     t[(NodeState.UPGRADE_DONE, Event.ROLLBACK_REQUESTED)] = NodeState.ROLLBACK_REQUIRED

@@ -43,6 +43,8 @@ class EvidenceStore:
         self.manifest = self.root / "MANIFEST.sha256"
         self._lock = threading.Lock()
         self._pending: list[Path] = []
+        self._dirs: set[Path] = set()
+        self._manifest_fd: int | None = None
         self.track_pending = True          # off when the journal's syncfs covers evidence
 
     def write(self, node: str, folder: str, name: str, content: str | bytes) -> EvidenceRef:
@@ -50,7 +52,9 @@ class EvidenceStore:
         digest = hashlib.sha256(data).hexdigest()
         d = self.root / _safe(node) / _safe(folder)
         with self._lock:
-            d.mkdir(parents=True, exist_ok=True)
+            if d not in self._dirs:
+                d.mkdir(parents=True, exist_ok=True)
+                self._dirs.add(d)
             base = _safe(name)
             stem, dot, ext = base.rpartition(".") if "." in base else (base, "", "")
             if not dot:
@@ -60,7 +64,8 @@ class EvidenceStore:
                 fname = f"{stem}.{ext}" if n == 1 else f"{stem}.{n}.{ext}"
                 path = d / fname
                 try:
-                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                    # created read-only (0444): this descriptor may still write it, nothing later can
+                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
                     break
                 except FileExistsError:
                     n += 1
@@ -71,13 +76,19 @@ class EvidenceStore:
                     view = view[written:]
             finally:
                 os.close(fd)
-            os.chmod(path, 0o444)
             rel = path.relative_to(self.root).as_posix()
-            with open(self.manifest, "a", encoding="utf-8") as m:
-                m.write(f"{digest}  {rel}\n")
+            if self._manifest_fd is None:
+                self._manifest_fd = os.open(self.manifest, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            os.write(self._manifest_fd, f"{digest}  {rel}\n".encode())
             if self.track_pending:
                 self._pending.append(path)
         return EvidenceRef(rel, digest, len(data))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._manifest_fd is not None:
+                os.close(self._manifest_fd)
+                self._manifest_fd = None
 
     def sync(self) -> None:
         """fsync what was written since the last sync (the fallback to the journal's syncfs)."""

@@ -62,14 +62,16 @@ def check_expression(expr: str) -> None:
     if "{{" in expr or "{%" in expr:
         raise AssertionSyntaxError(f"write `that:` entries as bare expressions, without {{{{ }}}}: {expr!r}")
     try:
-        ENV.compile_expression(expr)
+        _compiled(expr)
     except TemplateError as exc:
         raise AssertionSyntaxError(f"invalid expression {expr!r}: {exc}") from None
 
 
 def check_template(text: str) -> None:
+    if "{" not in text:
+        return                      # plain text: nothing to compile
     try:
-        ENV.from_string(text)
+        _template(text)             # cached: parameters are re-validated for every node
     except TemplateError as exc:
         raise AssertionSyntaxError(f"invalid template {text!r}: {exc}") from None
 

@@ -26,7 +26,8 @@ import hashlib
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError,
+                      field_validator, model_validator)
 
 from k3rollout.errors import InputError
 from k3rollout.model.assertions import AssertionSyntaxError, check_expression, check_template
@@ -52,7 +53,9 @@ RollbackAction = Literal["restore_driver", "stop_test_server", "restore_serving_
 # Which stage's changes each rollback action undoes (so a node is only rolled back for
 # what actually ran on it).
 ROLLBACK_UNDOES = {"restore_driver": "driver_upgrade", "stop_test_server": "vllm_smoke",
-                   "restore_serving_image": "vllm_smoke", "uncordon_if_healthy": "cordon"}
+                   "restore_serving_image": "vllm_smoke", "uncordon_if_healthy": "cordon",
+                   # on_node_failure: quarantine puts this in place of uncordon_if_healthy
+                   "quarantine": "cordon"}
 
 
 class _Strict(BaseModel):
@@ -196,11 +199,70 @@ PARAMS_BY_KIND: dict[str, type[_Strict]] = {
 }
 
 
+class Pause(_Strict):
+    """Wait before going on: for ``k3rollout approve RUN_DIR`` (no duration), or for a
+    duration (``approve`` may end it early; ``approve --reject`` stops the rollout)."""
+
+    duration: float | None = None
+    reason: str | None = None
+
+    @field_validator("duration", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> Any:
+        return None if v is None else parse_duration(v)
+
+
+class BatchPause(Pause):
+    after_batch: int = Field(ge=1)
+
+
+class Hook(_Strict):
+    """A command run on the controller (the event as JSON on stdin) or a JSON webhook POST."""
+
+    command: list[str] | None = None
+    webhook: str | None = None
+    timeout: float = 60.0
+
+    @field_validator("timeout", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> Any:
+        return parse_duration(v)
+
+    @field_validator("webhook")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith(("http://", "https://")):
+            raise ValueError(f"webhook must be an http:// or https:// URL, got {v!r}")
+        return v
+
+    @field_validator("command")
+    @classmethod
+    def _argv(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and (not v or not all(isinstance(a, str) and a for a in v)):
+            raise ValueError("command is a non-empty list of arguments (no shell): [/usr/local/bin/notify, --ticket]")
+        return v
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "Hook":
+        if (self.command is None) == (self.webhook is None):
+            raise ValueError("a hook has exactly one of `command` or `webhook`")
+        return self
+
+
+class Hooks(_Strict):
+    confirm_rollout: list[Hook] = Field(default_factory=list)   # before the first batch; a failure stops it
+    pre_batch: list[Hook] = Field(default_factory=list)         # before each batch; a failure stops the rollout
+    post_batch: list[Hook] = Field(default_factory=list)        # after each batch (recorded, never blocks)
+    on_rollback: list[Hook] = Field(default_factory=list)       # after a node's rollback (recorded)
+
+
 class Stage(_Strict):
+    _typed: Any = PrivateAttr(default=None)
     name: str
     stage: StageKind
     estimate: float | None = None
     timeout: float | None = None
+    pause: Pause | None = None          # once per batch, before this stage starts
     pre: AssertBlock | None = None
     post: AssertBlock | None = None
     rollback: list[RollbackStep] = Field(default_factory=list)
@@ -216,7 +278,10 @@ class Stage(_Strict):
         return self.estimate if self.estimate is not None else DEFAULT_ESTIMATES[self.stage]
 
     def typed_params(self) -> Any:
-        return PARAMS_BY_KIND[self.stage].model_validate(self.params)
+        # validated once per stage (the model is frozen); every node renders from this
+        if self._typed is None:
+            self._typed = PARAMS_BY_KIND[self.stage].model_validate(self.params)
+        return self._typed
 
 
 SerialItem = Union[int, str]
@@ -247,7 +312,18 @@ class Play(_Strict):
     forks: int = Field(default=100, ge=1, le=4096)   # hosts worked on at once (threads)
     rollback_estimate: float | None = None
     vars: dict[str, Any] = Field(default_factory=dict)
+    pauses: list[BatchPause] = Field(default_factory=list)
+    hooks: Hooks = Field(default_factory=Hooks)
+    # rollback: a failed node is rolled back and uncordoned when healthy; quarantine: rolled
+    # back and kept cordoned and labelled, counted against failure_budget
+    on_node_failure: Literal["rollback", "quarantine"] = "rollback"
+    failure_budget: int | str | None = None     # rollout-wide failed nodes allowed: 3 or "5%"
     stages: list[Stage]
+
+    @field_validator("failure_budget", mode="before")
+    @classmethod
+    def _budget(cls, v: Any) -> Any:
+        return None if v is None else _check_serial_item(v)
 
     @field_validator("serial", mode="before")
     @classmethod

@@ -49,6 +49,8 @@ class RunView:
     manual_rollbacks: list[dict] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)
     last_ts: str | None = None
+    pauses: dict[str, dict[str, Any]] = field(default_factory=dict)     # id -> started/until/decision/by ...
+    hooks: dict[str, dict[str, Any]] = field(default_factory=dict)      # id -> name/ok/detail/evidence
 
     def node(self, name: str) -> NodeView:
         if name not in self.nodes:
@@ -148,3 +150,23 @@ def apply(v: RunView, r: dict[str, Any]) -> None:
         v.status, v.finished = r["status"], r["ts"]
     elif t == "journal_repaired":
         v.repaired.append(r["torn_bytes_file"])
+    elif t == "pause_started":
+        v.pauses[r["pause"]] = {"id": r["pause"], "started": r["ts"], "reason": r.get("reason", ""),
+                                "until": r.get("until"), "until_iso": r.get("until_iso"), "batch": r.get("batch"),
+                                "stage": r.get("at_stage"), "node": r.get("for_node"), "decision": None}
+    elif t == "pause_resolved":
+        p = v.pauses.setdefault(r["pause"], {"id": r["pause"]})
+        p.update(decision=r["decision"], by=r.get("by"), note=r.get("note"), resolved=r["ts"],
+                 evidence=r.get("evidence"))
+        if r.get("evidence"):
+            v.evidence.append({"node": "_run", "stage": "approvals", "path": r["evidence"], "sha256": r["sha256"],
+                               "step": f"approval {r['pause']}"})
+    elif t == "hook_started":
+        v.hooks[r["hook"]] = {"id": r["hook"], "name": r["name"], "target": r.get("target"), "started": r["ts"],
+                              "done": False}
+    elif t == "hook_done":
+        v.hooks.setdefault(r["hook"], {"id": r["hook"], "name": r["name"]}).update(
+            done=True, ok=r["ok"], detail=r.get("detail"), finished=r["ts"], evidence=r.get("evidence"))
+        if r.get("evidence"):
+            v.evidence.append({"node": "_run", "stage": "hooks", "path": r["evidence"], "sha256": r["sha256"],
+                               "step": f"hook {r['hook']}"})

@@ -13,7 +13,7 @@ def kubectl(state: dict[str, Any], args: list[str]) -> Out:
     if not pos:
         return 1, "", "error: You must specify the type of resource to get.\n"
     verb = pos[0]
-    name = pos[-1] if verb != "get" else (pos[2] if len(pos) > 2 else "")
+    name = pos[-1] if verb not in ("get", "label") else (pos[2] if len(pos) > 2 else "")
     if s["kind"] != "kubernetes":
         return 1, "", "The connection to the server localhost:8080 was refused - did you specify the right host or port?\n"
     if name != state["name"]:
@@ -35,6 +35,17 @@ def kubectl(state: dict[str, Any], args: list[str]) -> Out:
             f"evicting pod inference/k2-serving-7d9f8b6c5-q2w8r\npod/k2-serving-7d9f8b6c5-q2w8r evicted\n" \
             f"node/{name} drained\n"
         return 0, out, ""
+    if verb == "label":
+        labels = s.setdefault("labels", {})
+        for kv in pos[3:]:
+            k, eq, v = kv.partition("=")
+            if kv.endswith("-") and not eq:
+                labels.pop(kv[:-1], None)
+                continue
+            if k in labels and labels[k] != v and "--overwrite" not in args:
+                return 1, "", (f"error: '{k}' already has a value ({labels[k]}), and --overwrite is false\n")
+            labels[k] = v
+        return 0, f"node/{name} labeled\n", ""
     if verb == "uncordon":
         already = s["state"] == "schedulable"
         s["state"] = "schedulable"

@@ -147,9 +147,14 @@ def _write(state_dir: Path, state: dict[str, Any]) -> None:
 @contextlib.contextmanager
 def transaction(state_dir: Path) -> Iterator[dict[str, Any]]:
     with locked(state_dir):
-        state = load(state_dir)
+        text = (state_dir / "state.json").read_text()
+        state = json.loads(text)
         yield state
-        _write(state_dir, state)
+        after = json.dumps(state, separators=(",", ":"))
+        if after != text:           # read-only commands leave the file alone
+            tmp = state_dir / "state.json.tmp"
+            tmp.write_text(after)
+            os.replace(tmp, state_dir / "state.json")
 
 
 def log_command(state_dir: Path, argv: list[str]) -> None:

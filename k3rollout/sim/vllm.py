@@ -23,7 +23,7 @@ KNOWN_FLAGS_WITH_VALUE = {"--model", "--tensor-parallel-size", "-tp", "--pipelin
                           "--max-num-seqs", "--mm-encoder-tp-mode", "--all2all-backend"}
 KNOWN_BOOL_FLAGS = {"--trust-remote-code", "--enable-prefix-caching", "--no-enable-prefix-caching",
                     "--enable-auto-tool-choice", "--enable-expert-parallel", "--enforce-eager",
-                    "--disable-log-requests"}
+                    "--disable-log-requests", "--disable-log-stats"}
 
 
 def parse_serve_args(args: list[str]) -> tuple[dict[str, Any] | None, str | None]:
@@ -329,6 +329,13 @@ def _histogram(out: list[str], name: str, lab: str, values: list[float], buckets
 
 
 def metrics(rt: Runtime) -> str:
+    if rt.opts.get("disable_log_stats"):
+        # --disable-log-stats: the engine keeps no stats, /metrics has no vllm:* families
+        return ("# HELP python_gc_objects_collected_total Objects collected during gc\n"
+                "# TYPE python_gc_objects_collected_total counter\n"
+                'python_gc_objects_collected_total{generation="0"} 18211.0\n'
+                "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
+                "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes 2.1372928e+09\n")
     c = rt.c
     lab = f'engine="0",model_name="{rt.served}"'
     out = [

@@ -50,6 +50,9 @@ class StageOutcome:
     reason: str = ""
     facts: dict[str, Any] = field(default_factory=dict)
     logs: str = ""                 # text the triage classifier reads on failure
+    # the gate could not decide (e.g. the server exports no counter to judge by): the
+    # engine pauses for a person, whose approval passes the stage and rejection fails it
+    inconclusive: bool = False
 
 
 @dataclass

@@ -60,7 +60,7 @@ def _counters(ctx: NodeCtx, port: int, step: str) -> dict[str, float] | None:
     if not res.ok:
         return None
     try:
-        m = parse_vllm_metrics(res.text)
+        m = parse_vllm_metrics(res.text, only=("vllm:prefix_cache_", "vllm:gpu_prefix_cache_"))
     except ParseError:
         return None
     return prefix_counters(m)
@@ -257,6 +257,7 @@ def run(ctx: NodeCtx) -> StageOutcome:
             yield lambda: vision_step(ctx, p)
 
     failed = None
+    undecided = []
     for make in steps():
         row = make()
         row.setdefault("passed", row.get("ok", False))
@@ -264,7 +265,9 @@ def run(ctx: NodeCtx) -> StageOutcome:
         if row["step"] == "prefix_cache":
             f["prefix_cache"] = {k: v for k, v in row.items() if k != "step"}
             ctx.evidence("prefix-cache-proof.json", json.dumps(f["prefix_cache"], indent=2))
-        if not row["passed"]:
+        if not row["passed"] and row.get("inconclusive"):
+            undecided.append(row)           # a person decides at the end; the ladder goes on
+        elif not row["passed"]:
             failed = row
             break
     tools = next((r for r in ladder if r["step"] == "tools"), None)
@@ -283,6 +286,9 @@ def run(ctx: NodeCtx) -> StageOutcome:
         "ttft_p95_max_s": p.ttft_p95_max_s, "max_error_rate": p.max_error_rate, "max_restarts": p.max_restarts,
         "gpu_mem_max_pct": p.gpu_mem_max_pct}, "steps": ladder}, indent=2))
     vllm_server.stop(ctx, NAME)
+    if failed is None and undecided:
+        reason = "inconclusive: " + "; ".join(f"{r['step']}: {r.get('reason')}" for r in undecided)
+        return StageOutcome(False, reason, f, reason, inconclusive=True)
     if failed:
         reason = f"load ladder stopped at {failed['step']}" + (f" {failed['level']}" if "level" in failed else "") \
             + f": {failed.get('reason')}"

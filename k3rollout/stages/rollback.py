@@ -20,6 +20,7 @@ from k3rollout.stages.base import NodeCtx, StepFailed
 from k3rollout.stages.driver_upgrade import packages_at, pinned, reboot_and_wait
 
 ORDER = ("stop_test_server", "restore_driver", "restore_serving_image", "uncordon_if_healthy")
+QUARANTINE_LABEL = "k3rollout.io/quarantine"
 TEST_CONTAINERS = ("k3rollout-smoke", "k3rollout-features")
 
 
@@ -60,6 +61,11 @@ def plan_rollback(playbook: Playbook, node: str, baseline: dict[str, Any], tvars
         elif action == "restore_serving_image":
             step["containers"] = [{"name": c["name"], "image": c["image"], "digest": c.get("digest")}
                                   for c in baseline.get("serving_containers", [])]
+        elif action == "uncordon_if_healthy" and playbook.play.on_node_failure == "quarantine":
+            # a failed node is rolled back but stays out of service, marked for investigation
+            step = {"action": "quarantine", "undoes": ROLLBACK_UNDOES["quarantine"],
+                    "scheduler": tvars.get("scheduler", "kubernetes"), "label": QUARANTINE_LABEL,
+                    "prior_state": baseline.get("scheduler_state")}
         elif action == "uncordon_if_healthy":
             step["prior_state"] = baseline.get("scheduler_state")
             step["expect_driver"] = baseline.get("driver_version")
@@ -81,6 +87,11 @@ def describe(step: dict) -> str:
         items = ", ".join(f"{c['name']} on {c['image']}@{(c.get('digest') or '?').split('@')[-1][:19]}"
                           for c in step["containers"]) or "none were running"
         return f"restore_serving_image: restart {items}"
+    if a == "quarantine":
+        how = {"kubernetes": f"kubectl cordon; kubectl label node {step['label']}=<run id>",
+               "slurm": "scontrol update State=DRAIN Reason='k3rollout quarantine <run id>'"}.get(step["scheduler"],
+                                                                                                 "no scheduler")
+        return f"quarantine: keep cordoned and mark it ({how}); counted against the failure budget"
     if a == "uncordon_if_healthy":
         if step.get("prior_state") != "schedulable":
             return f"uncordon_if_healthy: keep cordoned (was {step.get('prior_state')} before the run)"
@@ -171,5 +182,25 @@ def _uncordon(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
     return ok, why or "uncordoned"
 
 
+def _quarantine(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
+    node, kind = ctx.node, step.get("scheduler")
+    if kind == "kubernetes":
+        cmds = [["kubectl", "cordon", node],
+                ["kubectl", "label", "node", node, f"{step['label']}={ctx.run_id}", "--overwrite"]]
+    elif kind == "slurm":
+        cmds = [["scontrol", "update", f"NodeName={node}", "State=DRAIN",
+                 f"Reason=k3rollout quarantine {ctx.run_id}"]]
+    else:
+        return True, "no scheduler: node left as the rollback left it, marked quarantined in the journal"
+    for i, argv in enumerate(cmds, start=1):
+        res = ctx.step(f"quarantine-{i}", argv, once=True,
+                       probe=lambda c, m: c.read_scheduler() != "schedulable")
+        if not res.ok:
+            return False, f"could not quarantine (rc {res.rc}): {res.tail(200)}"
+    if ctx.read_scheduler() == "schedulable":
+        return False, "node is schedulable after quarantine"
+    return True, f"quarantined: cordoned and labelled {step['label']}={ctx.run_id}"
+
+
 _ACTIONS = {"stop_test_server": _stop_test, "restore_driver": _restore_driver,
-            "restore_serving_image": _restore_serving, "uncordon_if_healthy": _uncordon}
+            "restore_serving_image": _restore_serving, "uncordon_if_healthy": _uncordon, "quarantine": _quarantine}
