@@ -80,6 +80,9 @@ def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
     window_s, _ = _window_seconds(args, clock)
     plan = make_plan(playbook, inventory, window_s=window_s)
     fmt = "json" if args.json else args.format
+    from k3rollout.plan.approval import plan_digest
+
+    digest = plan_digest(plan.to_dict())
     if fmt in ("json", "md", "html"):
         from k3rollout.report.render import render_plan
 
@@ -102,6 +105,7 @@ def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
         print(f"{b.index:>5}  {format_duration(b.start_offset_s):>7}  {format_duration(b.estimate_s):>7}  "
               f"{format_duration(b.rollback_estimate_s):>9}  {b.serving_during:>4}/{b.serving_before:<4}  {fit:>6}  "
               f"{', '.join(b.nodes)}{cap}")
+    print(f"plan sha256 {digest} (run --approved-plan refuses a plan that differs)")
     print(f"total {format_duration(plan.total_estimate_s)}"
           + ("" if window_s is None else f" in a {format_duration(window_s)} window: "
              + ("fits" if plan.fits_window else "does NOT fit")))
@@ -134,6 +138,18 @@ def _start_run(playbook_path: str, inventory_path: str, run_dir: Path, args: arg
     inventory = load_inventory(inventory_path)
     window_s, window_end = _window_seconds(args, clock)
     plan = make_plan(playbook, inventory, window_s=window_s)
+    approved = getattr(args, "approved_plan", None)
+    if approved:
+        from k3rollout.plan.approval import differences, plan_digest
+
+        try:
+            want = json.loads(Path(approved).read_text())
+        except (OSError, ValueError) as exc:
+            raise InputError(f"approved plan unreadable ({exc})", path=approved) from None
+        diff = differences(want, plan.to_dict())
+        if diff or plan_digest(want) != plan_digest(plan.to_dict()):
+            raise InputError("the plan computed now differs from the approved one; nothing was changed:\n  "
+                             + "\n  ".join(diff or ["(digest differs)"]), path=approved)
     if not getattr(args, "yes", True) and sys.stdin.isatty():
         print(f"About to change {len(plan.hosts)} node(s) in {len(plan.batches)} batch(es). Type 'yes' to go on: ",
               end="", flush=True)
@@ -144,7 +160,8 @@ def _start_run(playbook_path: str, inventory_path: str, run_dir: Path, args: arg
     _CURRENT_RUN_DIR[0] = run_dir
     logsetup.configure(run_dir / "events.jsonl")
     status = Session(run_dir, clock).start(playbook, inventory, plan, window_end, on_event=make_progress(
-        window_end, len(plan.batches), getattr(args, "plain", False)))
+        window_end, len(plan.batches), getattr(args, "plain", False)),
+        approved_plan=str(Path(approved).resolve()) if approved else None)
     return _report_and_code(run_dir, status)
 
 
@@ -310,6 +327,8 @@ def parser() -> argparse.ArgumentParser:
     pb_inv(sp)
     window(sp)
     sp.add_argument("--run-dir")
+    sp.add_argument("--approved-plan", help="the `plan --json` output a reviewer approved; the run refuses to "
+                                            "start if the plan it computes now differs")
     sp.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     sp.add_argument("--plain", action="store_true", help="one line per event, even on a terminal")
     sp.set_defaults(fn=cmd_run)

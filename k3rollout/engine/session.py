@@ -54,7 +54,8 @@ class Session:
         return self.run_dir / "journal.jsonl"
 
     def start(self, playbook: Playbook, inventory: Inventory, plan: Plan, window_end: float | None,
-              on_event: Callable[[dict], None] | None = None, log: Any = None) -> str:
+              on_event: Callable[[dict], None] | None = None, log: Any = None,
+              approved_plan: str | None = None) -> str:
         if self.journal_path.exists() and self.journal_path.stat().st_size > 0:
             raise InputError(f"run directory already holds a run; use `k3rollout resume {self.run_dir}` or pick "
                              "another --run-dir", path=str(self.run_dir))
@@ -76,7 +77,10 @@ class Session:
             # run_started is of the original file)
             ref = evidence.write("_run", "inputs", Path(playbook.path).name,
                                  engine.redact(Path(playbook.path).read_text(encoding="utf-8")))
-            engine.record("run_started", run_id=run_id, plan=plan.to_dict(), playbook=str(playbook.path),
+            from k3rollout.plan.approval import plan_digest
+
+            engine.record("run_started", run_id=run_id, plan=plan.to_dict(), plan_sha256=plan_digest(plan.to_dict()),
+                          approved_plan=approved_plan, playbook=str(playbook.path),
                           playbook_sha256=playbook.sha256, inventory=inventory.path, inventory_sha256=inv_digest,
                           window_end=window_end,
                           window_end_iso=self.clock.iso(window_end) if window_end is not None else None,

@@ -132,7 +132,10 @@ def model(run_dir: Path) -> dict[str, Any]:
     verdict = {"completed": "Rollout completed", "halted": "Rollout HALTED", "aborted": "Rollout ABORTED",
                "no_change": "No in-place change (evidence only)", "running": "Run did not finish (resume it)"}
     batches = _batches(v, result)
-    return {"result": result, "view": v, "checklist": items, "triage": triage, "counts": counts,
+    from k3rollout.plan.approval import plan_vs_actual
+
+    diff = plan_vs_actual(v.plan or {}, v)
+    return {"diff": diff, "result": result, "view": v, "checklist": items, "triage": triage, "counts": counts,
             "verdict": verdict.get(result["status"], result["status"]), "plan": v.plan or {}, "nodes": v.nodes,
             "records": len(records), "batches": batches, "node_rows": _node_rows(v, result),
             "window": _window(v, result), "runbooks": runbook_links(),
@@ -141,7 +144,10 @@ def model(run_dir: Path) -> dict[str, Any]:
 
 def _json(m: dict[str, Any]) -> str:
     return json.dumps({"result": m["result"], "checklist": m["checklist"], "triage": m["triage"],
-                       "window": m["window"]}, indent=2, default=str)
+                       "window": m["window"], "plan_vs_actual": m["diff"], "plan_sha256": m["view"].plan_sha256,
+                       "approved_plan": m["view"].approved_plan,
+                       "gates": list(m["view"].pauses.values()), "hooks": list(m["view"].hooks.values())},
+                      indent=2, default=str)
 
 
 def write_reports(run_dir: Path) -> dict[str, Any]:
@@ -165,6 +171,9 @@ def render(run_dir: Path, fmt: str) -> str:
 
 
 def render_plan(plan: dict[str, Any], fmt: str) -> str:
+    from k3rollout.plan.approval import plan_digest
+
+    plan = {**plan, "plan_sha256": plan_digest(plan)}
     if fmt == "json":
         return json.dumps(plan, indent=2)
     return (_MD if fmt == "md" else _HTML).get_template(f"plan.{fmt}.j2").render(plan=plan)

@@ -49,6 +49,8 @@ class RunView:
     manual_rollbacks: list[dict] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)
     last_ts: str | None = None
+    plan_sha256: str | None = None
+    approved_plan: str | None = None
     pauses: dict[str, dict[str, Any]] = field(default_factory=dict)     # id -> started/until/decision/by ...
     hooks: dict[str, dict[str, Any]] = field(default_factory=dict)      # id -> name/ok/detail/evidence
 
@@ -72,6 +74,7 @@ def apply(v: RunView, r: dict[str, Any]) -> None:
     n = v.node(r["node"]) if "node" in r and r["node"] else None
     if t == "run_started":
         v.run_id, v.plan, v.started = r["run_id"], r["plan"], r["ts"]
+        v.plan_sha256, v.approved_plan = r.get("plan_sha256"), r.get("approved_plan")
         v.window_end, v.window_end_iso = r.get("window_end"), r.get("window_end_iso")
         for b in r["plan"]["batches"]:
             v.batches[b["index"]] = {"index": b["index"], "nodes": list(b["nodes"]), "status": "not_started",
