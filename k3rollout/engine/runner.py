@@ -303,6 +303,7 @@ class Engine(GateMixin, StepRunnerMixin):
             try:
                 params = self.render_params(stage, lead)
                 ctx = self.ctx(ready[0], stage, self.folder(stage), params)
+                ctx.peers = self.old_driver_peers(nodes)
                 outcomes = run_group(ctx, ready)
             except StepFailed as exc:
                 outcomes = {n: StageOutcome(False, str(exc), logs=f"{exc}\n{exc.logs}") for n in ready}
@@ -312,6 +313,12 @@ class Engine(GateMixin, StepRunnerMixin):
             self.finish_stage(n, stage, outcomes[n])
         for n in waiting:
             self.transition(n, Event.PASSED if self._last_stage_passed(n, kind) else Event.FAILED)
+
+    def old_driver_peers(self, batch_nodes: list[str]) -> list[str]:
+        """Nodes still on the old driver and in service, in the order the rollout will take them."""
+        out = self.out_of_service()
+        return [n for b in self.view.plan["batches"] for n in b["nodes"]
+                if n not in batch_nodes and n not in out and self.view.node(n).state == NodeState.PENDING.value]
 
     # ------------------------------------------------------------------ rollback
 

@@ -185,6 +185,13 @@ class FeatureParams(ServerParams):
 
 class MultinodeParams(_Strict):
     min_busbw_gbps: float = Field(default=100.0, ge=0)
+    # also test between an upgraded node and a not-yet-upgraded one (the cluster lives mixed
+    # for the whole rollout): true picks the next batch's first node, or name the host. It
+    # runs one GPU per node on the peer, which is still serving: keep the sizes small.
+    mixed_version_peer: bool | str = False
+    mixed_argv: list[str] = Field(default_factory=lambda: ["all_reduce_perf", "-b", "8", "-e", "128M", "-f", "2",
+                                                           "-g", "1"])
+    mixed_min_busbw_gbps: float | None = Field(default=None, ge=0)
     argv: list[str] = Field(default_factory=lambda: ["all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "8"])
 
 

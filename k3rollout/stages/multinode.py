@@ -12,7 +12,7 @@ from k3rollout.stages.base import NodeCtx, StageOutcome
 
 
 def _argv(nodes: list[str], gpus: int, base: list[str]) -> list[str]:
-    if len(nodes) == 1:
+    if len(nodes) == 1 and gpus > 1:
         return list(base)
     prog = [a if a != "-g" else a for a in base]
     if "-g" in prog:
@@ -21,9 +21,10 @@ def _argv(nodes: list[str], gpus: int, base: list[str]) -> list[str]:
             ",".join(f"{n}:{gpus}" for n in nodes), "-x", "NCCL_DEBUG=WARN", *prog]
 
 
-def _test(ctx: NodeCtx, nodes: list[str], name: str) -> tuple[bool, str, dict]:
-    gpus = int(ctx.baseline.get("gpu_count") or 8)
-    res = ctx.step(name, _argv(nodes, gpus, list(ctx.params.argv)), timeout=1800)
+def _test(ctx: NodeCtx, nodes: list[str], name: str, gpus: int | None = None,
+          argv: list[str] | None = None) -> tuple[bool, str, dict]:
+    gpus = gpus or int(ctx.baseline.get("gpu_count") or 8)
+    res = ctx.step(name, _argv(nodes, gpus, list(argv or ctx.params.argv)), timeout=1800)
     if not res.ok:
         return False, res.stdout + res.stderr, {}
     try:
@@ -34,8 +35,65 @@ def _test(ctx: NodeCtx, nodes: list[str], name: str) -> tuple[bool, str, dict]:
                       "largest_busbw": parsed["largest_busbw"], "wrong_rows": parsed["wrong_rows"]}
 
 
+def mixed_check(ctx: NodeCtx, nodes: list[str], outcomes: dict[str, StageOutcome]) -> None:
+    """An upgraded node against not-yet-upgraded peers (``ctx.peers``, in rollout order).
+
+    The first upgraded node of the batch that passed is tested with the chosen peer, one
+    GPU per node. When it fails, a second peer decides who is at fault: failing with two
+    peers blames the upgraded side (every node of the batch fails: they share the new
+    driver); passing with the second blames the first peer, which is recorded and left
+    to a person (it is still serving and this run does not touch it)."""
+    p = ctx.params
+    ok_nodes = [n for n in nodes if outcomes[n].passed]
+    if not p.mixed_version_peer or not ok_nodes:
+        return
+    peers = list(ctx.peers)
+    if isinstance(p.mixed_version_peer, str):
+        if p.mixed_version_peer not in peers:
+            for n in ok_nodes:
+                outcomes[n] = StageOutcome(False, f"mixed_version_peer {p.mixed_version_peer} is not a node waiting "
+                                                  f"for the upgrade (candidates: {', '.join(peers[:5]) or 'none'})",
+                                           outcomes[n].facts, "")
+            return
+        peers = [p.mixed_version_peer] + [x for x in peers if x != p.mixed_version_peer]
+    facts: dict = {"nccl_mixed_peer": None, "nccl_mixed_ok": None}
+    if not peers:
+        facts["nccl_mixed_note"] = "no node left on the old driver: the cluster is no longer mixed"
+        for n in ok_nodes:
+            outcomes[n].facts.update(facts)
+        return
+    a = ok_nodes[0]
+    tried = []
+    for peer in peers[:2]:
+        good, logs, m = _test(ctx, [a, peer], f"all-reduce-mixed-{a}-{peer}", gpus=1, argv=p.mixed_argv)
+        floor_ok = good and (p.mixed_min_busbw_gbps is None or m["largest_busbw"] >= p.mixed_min_busbw_gbps)
+        tried.append({"peer": peer, "ok": floor_ok, "busbw_gbps": m.get("largest_busbw"), "logs": logs[-2000:]})
+        if floor_ok:
+            break
+    first = tried[0]
+    facts.update(nccl_mixed_peer=first["peer"], nccl_mixed_ok=first["ok"], nccl_mixed_busbw_gbps=first["busbw_gbps"],
+                 nccl_mixed_tries=[{k: v for k, v in t.items() if k != "logs"} for t in tried])
+    if tried[-1]["ok"] and not first["ok"]:
+        facts["nccl_mixed_suspect_peer"] = first["peer"]      # the old-driver peer failed, not us
+        facts["nccl_mixed_ok"] = True
+    for n in ok_nodes:
+        outcomes[n].facts.update(facts)
+    if not tried[-1]["ok"]:
+        why = (f"all_reduce between upgraded {a} and not-yet-upgraded {', '.join(t['peer'] for t in tried)} failed"
+               + ("" if len(tried) > 1 else " (no second peer to compare with)"))
+        logs = "\n".join(t["logs"] for t in tried)
+        for n in ok_nodes:
+            outcomes[n] = StageOutcome(False, why, outcomes[n].facts, logs)
+
+
 def run_group(ctx: NodeCtx, nodes: list[str]) -> dict[str, StageOutcome]:
     """``ctx`` is the first node's context; returns an outcome per node."""
+    out = _run_group(ctx, nodes)
+    mixed_check(ctx, nodes, out)
+    return out
+
+
+def _run_group(ctx: NodeCtx, nodes: list[str]) -> dict[str, StageOutcome]:
     floor = ctx.params.min_busbw_gbps
     ok, logs, m = _test(ctx, nodes, "all-reduce-" + ("batch" if len(nodes) > 1 else "local"))
     if ok:
@@ -63,7 +121,7 @@ def run_group(ctx: NodeCtx, nodes: list[str]) -> dict[str, StageOutcome]:
     out = {n: StageOutcome(False, "all_reduce_perf fails with every peer", {"nccl_ok": False, "nccl_nodes": nodes},
                            logs) for n in blamed}
     # measure the nodes that remain, together, so their numbers are real (and still floor-checked)
-    out.update(run_group(ctx, [n for n in nodes if n in cleared]) if cleared else {})
+    out.update(_run_group(ctx, [n for n in nodes if n in cleared]) if cleared else {})
     return out
 
 
