@@ -94,17 +94,17 @@ def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
             sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return EXIT_OK
     print(f"Plan: {plan.play}  ({len(plan.hosts)} nodes, serial {plan.serial}, "
-          f"max_fail_percentage {plan.max_fail_percentage:g}%, min_serving {plan.min_serving})")
+          f"max_fail_percentage {plan.max_fail_percentage:g}%, min_serving {plan.min_serving} {plan.unit}s)")
     print("Stages per node: " + " -> ".join(s["stage"] for s in plan.stages))
     for note in plan.notes:
         print(f"note: {note}")
-    print(f"{'batch':>5}  {'start':>7}  {'takes':>7}  {'+rollback':>9}  {'serving':>9}  {'window':>6}  nodes")
+    print(f"{'batch':>5}  {'start':>7}  {'takes':>7}  {'+rollback':>9}  {plan.unit + 's serving':>9}  {'window':>6}  nodes")
     for b in plan.batches:
         fit = "-" if b.fits_window is None else ("fits" if b.fits_window else "NO")
         cap = " (split by min_serving)" if b.capped_by_capacity else ""
         print(f"{b.index:>5}  {format_duration(b.start_offset_s):>7}  {format_duration(b.estimate_s):>7}  "
               f"{format_duration(b.rollback_estimate_s):>9}  {b.serving_during:>4}/{b.serving_before:<4}  {fit:>6}  "
-              f"{', '.join(b.nodes)}{cap}")
+              + (f"replicas {', '.join(b.replicas)}: " if b.replicas else "") + f"{', '.join(b.nodes)}{cap}")
     print(f"plan sha256 {digest} (run --approved-plan refuses a plan that differs)")
     print(f"total {format_duration(plan.total_estimate_s)}"
           + ("" if window_s is None else f" in a {format_duration(window_s)} window: "

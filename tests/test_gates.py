@@ -214,3 +214,20 @@ def test_failure_budget_halts_the_rollout_across_batches(tmp_path):
     halt = next(r for r in journal(run_dir) if r["type"] == "run_halted")
     assert halt["kind"] == "failure_budget" and halt["batch"] == 2 and "gpu-02, gpu-04" in halt["reason"]
     assert res["batches"][2]["status"] == "not_started"
+
+
+def test_serving_groups_run_as_whole_replicas_and_the_floor_counts_replicas(tmp_path):
+    hosts = {f"{g}-n{i}": {"serving_group": g} for g in ("r1", "r2", "r3") for i in range(2)}
+    hosts["r1-n1"]["sim_faults"] = ["cuda_init_fails"]          # quarantined: replica r1 stays down
+    inv = write_inventory(tmp_path / "inv", hosts, {"sim_reboot_s": 0.01})
+    pb = write_playbook(tmp_path / "pb.yml", serial=[1], min_serving=2, group_by="serving_group",
+                        max_fail_percentage=100, on_node_failure="quarantine")
+    run = tmp_path / "run"
+    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run))
+    res = result(run)
+    assert [b["nodes"] for b in res["batches"]] == [["r1-n0", "r1-n1"], ["r2-n0", "r2-n1"], ["r3-n0", "r3-n1"]]
+    # r1-n1 is quarantined, so replica r1 is out; taking r2 would leave 1 of 3 replicas serving
+    assert p.returncode == 1 and res["nodes"]["r1-n1"]["final"] == "rolled_back"
+    halt = next(r for r in journal(run) if r["type"] == "run_halted")
+    assert halt["kind"] == "capacity" and halt["batch"] == 2
+    assert "leave 1 replica(s) serving, below min_serving 2" in halt["reason"] and "r1" in halt["reason"]

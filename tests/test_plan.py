@@ -68,3 +68,35 @@ def test_plan_text_says_whether_each_batch_fits(capsys):
     out = capsys.readouterr().out
     assert "does NOT fit" in out
     assert "restore_driver" in out
+
+
+def _grouped(tmp_path, groups: dict[str, int], serial, min_serving, extra_hosts: dict | None = None):
+    from conftest import write_inventory, write_playbook
+    from k3rollout.model import load_inventory, load_playbook
+    from k3rollout.plan import make_plan
+
+    hosts = {}
+    for g, n in groups.items():
+        for i in range(n):
+            hosts[f"{g}-n{i}"] = {"serving_group": g}
+    hosts.update(extra_hosts or {})
+    inv = write_inventory(tmp_path / "ginv", hosts)
+    pb = write_playbook(tmp_path / "gpb.yml", serial=serial, min_serving=min_serving, group_by="serving_group")
+    return make_plan(load_playbook(pb), load_inventory(inv))
+
+
+def test_serving_groups_batch_whole_replicas_and_count_capacity_in_replicas(tmp_path):
+    # four 2-node replicas (TP across two nodes each); keep 3 of 4 replicas serving
+    plan = _grouped(tmp_path, {"r1": 2, "r2": 2, "r3": 2, "r4": 2}, serial=[1, 2], min_serving=3)
+    assert plan.unit == "replica" and plan.min_serving == 3
+    assert [b.replicas for b in plan.batches] == [["r1"], ["r2"], ["r3"], ["r4"]]
+    assert [b.nodes for b in plan.batches][0] == ["r1-n0", "r1-n1"]
+    assert all(b.serving_during == 3 and b.serving_before == 4 for b in plan.batches)
+    # serial 2 was split: two replicas at once would leave 2 serving
+    assert plan.batches[1].capped_by_capacity
+
+
+def test_a_node_without_a_group_is_a_replica_of_its_own(tmp_path):
+    plan = _grouped(tmp_path, {"r1": 2}, serial=[2], min_serving=0, extra_hosts={"solo": {}})
+    assert plan.groups == {"r1": ["r1-n0", "r1-n1"], "solo": ["solo"]}
+    assert plan.batches[0].replicas == ["r1", "solo"] and len(plan.batches[0].nodes) == 3

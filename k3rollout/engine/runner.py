@@ -438,12 +438,21 @@ class Engine(GateMixin, StepRunnerMixin):
         if self.in_place and "cordon" in self.kinds:
             plan = self.view.plan
             out = self.out_of_service()
-            serving = len(plan["hosts"]) - len(out)
-            taking = len([n for n in batch["nodes"] if n not in out])
+            if plan.get("groups"):
+                # capacity in replicas: a replica serves only when every node of it does
+                groups = plan["groups"]
+                out_g = {g for g, ns in groups.items() if any(n in out for n in ns)}
+                serving = len(groups) - len(out_g)
+                taking = len({g for g, ns in groups.items() if g not in out_g and any(n in batch["nodes"] for n in ns)})
+                what, down = "replica(s)", sorted(out_g)
+            else:
+                serving = len(plan["hosts"]) - len(out)
+                taking = len([n for n in batch["nodes"] if n not in out])
+                what, down = "node(s)", sorted(out)
             if serving - taking < plan["min_serving"]:
-                return "capacity", (f"batch {batch['index']} would leave {serving - taking} node(s) serving, below "
-                                    f"min_serving {plan['min_serving']} ({len(out)} out of service: "
-                                    f"{', '.join(sorted(out)) or 'none'})")
+                return "capacity", (f"batch {batch['index']} would leave {serving - taking} {what} serving, below "
+                                    f"min_serving {plan['min_serving']} ({len(down)} out of service: "
+                                    f"{', '.join(down) or 'none'})")
         return None
 
     def verdict(self, batch: dict) -> tuple[str, list[str], tuple[str, str] | None]:

@@ -325,6 +325,9 @@ class Play(_Strict):
     # back and kept cordoned and labelled, counted against failure_budget
     on_node_failure: Literal["rollback", "quarantine"] = "rollback"
     failure_budget: int | str | None = None     # rollout-wide failed nodes allowed: 3 or "5%"
+    # a host var naming the model replica a node serves in (its tensor/expert-parallel
+    # group): batches take whole groups, and serial and min_serving count replicas
+    group_by: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     stages: list[Stage]
 
     @field_validator("failure_budget", mode="before")

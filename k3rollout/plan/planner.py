@@ -38,6 +38,7 @@ class BatchPlan:
     capped_by_capacity: bool
     fits_window: bool | None
     rollback_plan: list[dict[str, Any]] = field(default_factory=list)
+    replicas: list[str] = field(default_factory=list)     # the serving groups this batch takes (group_by)
 
 
 @dataclass
@@ -58,6 +59,8 @@ class Plan:
     fits_window: bool | None
     in_place_change: bool
     notes: list[str] = field(default_factory=list)
+    unit: str = "node"                  # what serial, min_serving and serving_* count: node or replica
+    groups: dict[str, list[str]] = field(default_factory=dict)   # replica -> its nodes (group_by)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -117,6 +120,9 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | Non
                          path=playbook.path)
     in_place = bool(play.vars.get("allow_in_place_change", True))
     not_serving = [h for h in hosts if inventory.hosts[h].vars.get("serving") is False]
+    groups = serving_groups(play.group_by, hosts, inventory) if play.group_by else {}
+    if groups:
+        return _replica_plan(playbook, inventory, hosts, groups, not_serving, window_s, in_place)
     serving = total - len(not_serving)
     notes: list[str] = []
     if not_serving:
@@ -183,3 +189,78 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | Non
         min_serving=floor, forks=play.forks, stages=stages, batches=batches, window_s=window_s,
         total_estimate_s=offset, fits_window=fits_all, in_place_change=in_place, notes=notes,
     )
+
+
+def serving_groups(var: str, hosts: list[str], inventory: Inventory) -> dict[str, list[str]]:
+    """Replica -> its nodes, in inventory order; a host without ``var`` is a replica of one."""
+    groups: dict[str, list[str]] = {}
+    for h in hosts:
+        key = inventory.hosts[h].vars.get(var)
+        if key is not None and not isinstance(key, (str, int)):
+            o = inventory.hosts[h].var_origins.get(var, inventory.hosts[h].origin)
+            raise InputError(f"host {h}: {var} must be a name or number, got {key!r}", path=o.path, line=o.line)
+        groups.setdefault(str(key) if key is not None else h, []).append(h)
+    return groups
+
+
+def _replica_plan(playbook: Playbook, inventory: Inventory, hosts: list[str], groups: dict[str, list[str]],
+                  not_serving: list[str], window_s: float | None, in_place: bool) -> Plan:
+    """Batches of whole serving groups; serial, min_serving and capacity count replicas."""
+    play = playbook.play
+    names = list(groups)
+    down = {g for g, ns in groups.items() if any(n in not_serving for n in ns)}
+    floor = min_serving_count(play.min_serving, len(names))
+    serving = len(names) - len(down)
+    notes = [f"{len(hosts)} nodes in {len(names)} serving group(s) by `{play.group_by}`; serial, min_serving and "
+             "capacity count replicas (a replica serves only when all its nodes do)"]
+    if down:
+        notes.append(f"{len(down)} replica(s) already out of service per inventory: {', '.join(sorted(down))}")
+    if floor > len(names):
+        raise InputError(f"min_serving {play.min_serving!r} asks for {floor} serving replicas but the play has "
+                         f"{len(names)}", path=playbook.path)
+    cordons = any(s.stage == "cordon" for s in playbook.stages)
+    max_out = serving - floor
+    if cordons and in_place and max_out < 1:
+        raise InputError(f"min_serving {play.min_serving!r} keeps {floor} of {serving} serving replicas in service: "
+                         "no replica can be taken out. Lower min_serving or add capacity.", path=playbook.path)
+    chunks: list[tuple[list[str], bool]] = []
+    for b in serial_batches(names, play.serial):
+        if not (cordons and in_place):
+            chunks.append((b, False))
+            continue
+        parts: list[list[str]] = [[]]
+        out = 0
+        for g in b:
+            cost = 0 if g in down else 1
+            if out + cost > max_out:
+                parts.append([])
+                out = 0
+            parts[-1].append(g)
+            out += cost
+        chunks += [(c, len(parts) > 1) for c in parts]
+    per_node = sum(s.estimate_s for s in playbook.stages) if in_place else next(
+        s.estimate_s for s in playbook.stages if s.stage == "baseline")
+    rb_est = rollback_estimate(playbook) if in_place else 0.0
+    offset = 0.0
+    batches: list[BatchPlan] = []
+    for i, (reps, capped) in enumerate(chunks, start=1):
+        nodes = [n for g in reps for n in groups[g]]
+        est = per_node * math.ceil(len(nodes) / play.forks)
+        out = len([g for g in reps if g not in down]) if (cordons and in_place) else 0
+        fits = None if window_s is None else offset + est + rb_est <= window_s
+        batches.append(BatchPlan(
+            index=i, nodes=nodes, estimate_s=est, rollback_estimate_s=rb_est, start_offset_s=offset,
+            end_offset_s=offset + est, serving_before=serving, serving_during=serving - out, serving_floor=floor,
+            capped_by_capacity=capped, fits_window=fits, replicas=list(reps),
+            rollback_plan=[{"node": n, "steps": rollback_steps_preview(playbook, inventory.hosts[n].vars)}
+                           for n in nodes] if in_place else []))
+        offset += est
+    fits_all = None if window_s is None else all(b.fits_window for b in batches)
+    if window_s is not None and not fits_all:
+        notes.append(f"only {sum(1 for b in batches if b.fits_window)} of {len(batches)} batch(es) fit the window")
+    return Plan(play=play.name, playbook=playbook.path, playbook_sha256=playbook.sha256, inventory=inventory.path,
+                hosts=hosts, serial=list(play.serial), max_fail_percentage=play.max_fail_percentage, min_serving=floor,
+                forks=play.forks, stages=[{"name": s.name, "stage": s.stage, "estimate_s": s.estimate_s}
+                                          for s in playbook.stages],
+                batches=batches, window_s=window_s, total_estimate_s=offset, fits_window=fits_all,
+                in_place_change=in_place, notes=notes, unit="replica", groups=groups)
