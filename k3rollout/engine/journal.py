@@ -52,6 +52,7 @@ class Journal:
         self.path = Path(path)
         self.now_iso = now_iso
         self.records: list[dict[str, Any]] = []
+        self._last_seq = 0
         self._lock = threading.Lock()
         self._commit_lock = threading.Lock()
         self._written = 0          # seq of the last record written to the file
@@ -84,10 +85,11 @@ class Journal:
                 os.fsync(f.fileno())
             self.repaired = keep.name
         self.records = records
+        self._last_seq = records[-1]["seq"] if records else 0
 
     @property
     def next_seq(self) -> int:
-        return (self.records[-1]["seq"] + 1) if self.records else 1
+        return self._last_seq + 1
 
     def append(self, type_: str, *, durable: bool = True, **data: Any) -> dict[str, Any]:
         """Append one record. ``durable=False`` skips the fsync (a read-only command's
@@ -101,8 +103,9 @@ class Journal:
                 os.fsync(self._fd)
                 os.kill(os.getpid(), signal.SIGKILL)
             os.write(self._fd, line)
-            self.records.append(rec)
-            self._written = rec["seq"]
+            # records read at open stay in ``records``; appended ones are not kept in memory
+            # (the engine folds each into its view as it goes)
+            self._last_seq = self._written = rec["seq"]
         if durable:
             self.commit(rec["seq"])
         if self._kill_at and rec["seq"] == self._kill_at:
@@ -132,8 +135,29 @@ class Journal:
             pass
 
 
+def _fast(raw: bytes) -> list[dict[str, Any]] | None:
+    """A whole, well-formed journal parsed in one call (about 3x faster than line by line);
+    None when anything is off, and the careful parser below finds and names the problem."""
+    if not raw.endswith(b"\n"):
+        return None
+    try:
+        recs = json.loads(b"[" + raw[:-1].replace(b"\n", b",") + b"]")
+    except ValueError:
+        return None
+    if not all(isinstance(r, dict) and "seq" in r and "type" in r for r in recs):
+        return None
+    if any(r["seq"] != i for i, r in enumerate(recs, start=recs[0]["seq"] if recs else 1)):
+        return None
+    if raw.count(b"\n") != len(recs):          # a record split over lines, or one line holding two
+        return None
+    return recs
+
+
 def _parse(path: Path) -> tuple[list[dict[str, Any]], int, bytes | None]:
     raw = path.read_bytes()
+    fast = _fast(raw) if raw else []
+    if fast is not None:
+        return fast, len(raw), None
     records: list[dict[str, Any]] = []
     pos = 0
     lineno = 0

@@ -7,13 +7,14 @@ configuration alone.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from k3rollout.report.state import RunView
 
 
 def _ev(v: RunView, pred) -> list[dict]:
-    return [e for e in v.evidence if pred(e)][:4]
+    return list(itertools.islice((e for e in v.evidence if pred(e)), 4))
 
 
 def evaluate(v: RunView, play_vars: dict[str, Any] | None = None) -> list[dict[str, Any]]:
