@@ -108,6 +108,13 @@ def rollback_estimate(playbook: Playbook) -> float:
     return sum(by_kind.get(ROLLBACK_UNDOES[a], 0.0) if a == "restore_driver" else 60.0 for a in actions)
 
 
+def _estimates(playbook: Playbook, in_place: bool) -> tuple[float, float]:
+    """(one node's time through all stages, the rollback reserve); baseline only without change."""
+    if not in_place:
+        return next(s.estimate_s for s in playbook.stages if s.stage == "baseline"), 0.0
+    return sum(s.estimate_s for s in playbook.stages), rollback_estimate(playbook)
+
+
 def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | None = None) -> Plan:
     play = playbook.play
     hosts = inventory.select(play.hosts)
@@ -139,27 +146,14 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | Non
                 f"min_serving {play.min_serving!r} keeps {floor} of {serving} serving nodes in service: "
                 "no node can be taken out. Lower min_serving or add capacity.", path=playbook.path)
         for b in raw:
-            # split a serial batch that would cross the floor into consecutive batches
-            chunks: list[list[str]] = [[]]
-            out = 0
-            for n in b:
-                cost = 0 if n in not_serving else 1
-                if out + cost > max_out:
-                    chunks.append([])
-                    out = 0
-                chunks[-1].append(n)
-                out += cost
-            for c in chunks:
-                batches_nodes.append((c, len(chunks) > 1))
+            batches_nodes += split_by_floor(b, set(not_serving), max_out)
     else:
         batches_nodes = [(b, False) for b in raw]
     if not in_place:
         notes.append("allow_in_place_change is false: the run captures baseline evidence only and ends "
                      "'no_change'; move validation to an isolated compatible environment")
 
-    per_node = sum(s.estimate_s for s in playbook.stages) if in_place else next(
-        s.estimate_s for s in playbook.stages if s.stage == "baseline")
-    rb_est = rollback_estimate(playbook) if in_place else 0.0
+    per_node, rb_est = _estimates(playbook, in_place)
     offset = 0.0
     batches: list[BatchPlan] = []
     for i, (nodes, capped) in enumerate(batches_nodes, start=1):
@@ -189,6 +183,21 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | Non
         min_serving=floor, forks=play.forks, stages=stages, batches=batches, window_s=window_s,
         total_estimate_s=offset, fits_window=fits_all, in_place_change=in_place, notes=notes,
     )
+
+
+def split_by_floor(units: list[str], already_out: set[str], max_out: int) -> list[tuple[list[str], bool]]:
+    """Split one serial batch (nodes or replicas) into consecutive batches that each take at
+    most ``max_out`` serving units out; (units, was split) per batch."""
+    parts: list[list[str]] = [[]]
+    out = 0
+    for u in units:
+        cost = 0 if u in already_out else 1
+        if out + cost > max_out:
+            parts.append([])
+            out = 0
+        parts[-1].append(u)
+        out += cost
+    return [(p, len(parts) > 1) for p in parts]
 
 
 def serving_groups(var: str, hosts: list[str], inventory: Inventory) -> dict[str, list[str]]:
@@ -225,22 +234,8 @@ def _replica_plan(playbook: Playbook, inventory: Inventory, hosts: list[str], gr
                          "no replica can be taken out. Lower min_serving or add capacity.", path=playbook.path)
     chunks: list[tuple[list[str], bool]] = []
     for b in serial_batches(names, play.serial):
-        if not (cordons and in_place):
-            chunks.append((b, False))
-            continue
-        parts: list[list[str]] = [[]]
-        out = 0
-        for g in b:
-            cost = 0 if g in down else 1
-            if out + cost > max_out:
-                parts.append([])
-                out = 0
-            parts[-1].append(g)
-            out += cost
-        chunks += [(c, len(parts) > 1) for c in parts]
-    per_node = sum(s.estimate_s for s in playbook.stages) if in_place else next(
-        s.estimate_s for s in playbook.stages if s.stage == "baseline")
-    rb_est = rollback_estimate(playbook) if in_place else 0.0
+        chunks += split_by_floor(b, down, max_out) if (cordons and in_place) else [(b, False)]
+    per_node, rb_est = _estimates(playbook, in_place)
     offset = 0.0
     batches: list[BatchPlan] = []
     for i, (reps, capped) in enumerate(chunks, start=1):
