@@ -72,7 +72,7 @@ def main() -> int:
             inv = inventory(base / "rollout", n, racks=max(1, n // 16),
                             sim_vars={"sim_latency_s": 0, "sim_token_s": 0, "sim_reboot_s": 0})
             pb = yaml.safe_load(PLAYBOOK.read_text())
-            pb[0].update({"serial": ["10%"], "min_serving": 0, "max_fail_percentage": 100, "forks": 64})
+            pb[0].update({"serial": ["10%"], "min_serving": 0, "max_fail_percentage": 100})   # forks as shipped
             # engine overhead, not the gates' load: one request per ladder step, no target-context
             # request (the simulated server answers at once with sim_token_s 0)
             feats = next(st for st in pb[0]["stages"] if st["stage"] == "features")

@@ -139,7 +139,7 @@ class StepRunnerMixin:
             if earlier is not None:
                 return earlier
         self.record("step_started", node=node, stage=ctx.stage, step=name, key=key, argv=argv, once=True)
-        attempt = sum(1 for (n, k) in self.view.steps_started if n == node and k == key)
+        attempt = self.view.step_starts.get((node, key), 1)
         private = self.evidence.root.parent / "ansible" / node / f"{ctx.folder}-{name}-{attempt}"
 
         def on_event(ev: dict) -> None:

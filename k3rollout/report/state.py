@@ -44,6 +44,7 @@ class RunView:
     steps_done: dict[tuple[str, str], dict] = field(default_factory=dict)
     steps_started: dict[tuple[str, str], dict] = field(default_factory=dict)
     steps_settled: dict[tuple[str, str], dict] = field(default_factory=dict)
+    step_starts: dict[tuple[str, str], int] = field(default_factory=dict)     # how often each step started
     evidence: list[dict] = field(default_factory=list)
     resumes: int = 0
     manual_rollbacks: list[dict] = field(default_factory=list)
@@ -129,9 +130,15 @@ def apply(v: RunView, r: dict[str, Any]) -> None:
         if n.batch in v.batches:
             v.batches[n.batch]["rollback_ran"] = True
     elif t == "step_started":
-        v.steps_started[(r["node"], r["key"])] = r
+        key = (r["node"], r["key"])
+        v.step_starts[key] = v.step_starts.get(key, 0) + 1
+        if r.get("once"):
+            # only destructive steps are replayed or settled on resume; read-only ones are
+            # not kept here (at 1,000 nodes they would be most of the view's memory)
+            v.steps_started[key] = r
     elif t == "step_done":
-        v.steps_done[(r["node"], r["key"])] = r
+        if r.get("once"):
+            v.steps_done[(r["node"], r["key"])] = r
         if r.get("evidence"):
             v.evidence.append({"node": r["node"], "stage": r["stage"], "path": r["evidence"],
                                "sha256": r["sha256"], "step": r["step"]})
