@@ -231,3 +231,20 @@ def test_serving_groups_run_as_whole_replicas_and_the_floor_counts_replicas(tmp_
     halt = next(r for r in journal(run) if r["type"] == "run_halted")
     assert halt["kind"] == "capacity" and halt["batch"] == 2
     assert "leave 1 replica(s) serving, below min_serving 2" in halt["reason"] and "r1" in halt["reason"]
+
+
+def test_a_gate_after_a_finished_batch_still_holds_after_a_restart(tmp_path):
+    pb, inv, run_dir = setup(tmp_path, pauses=[{"after_batch": 1}])
+    proc = start(pb, inv, run_dir)
+    wait_for_pause(run_dir, proc, "after-batch1")
+    proc.terminate()
+    assert proc.wait(30) != 0
+    resumed = subprocess.Popen([sys.executable, "-m", "k3rollout", "resume", str(run_dir), "--plain"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **FAST})
+    time.sleep(1.0)
+    assert resumed.poll() is None                       # batch 2 does not start without the approval
+    assert result(run_dir)["batches"][1]["status"] == "not_started"
+    assert cli("approve", str(run_dir), "--reject").returncode == 0
+    assert resumed.wait(60) == 1
+    assert next(r for r in journal(run_dir) if r["type"] == "run_halted")["kind"] == "rejected"
+    assert result(run_dir)["nodes"]["gpu-02"]["final"] == "pending"

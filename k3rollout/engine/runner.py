@@ -473,7 +473,6 @@ class Engine(GateMixin, StepRunnerMixin):
 
     def run(self) -> str:
         plan = self.view.plan
-        play = self.playbook.play
         if not self.run_hooks("confirm_rollout", {"plan": {k: plan.get(k) for k in (
                 "hosts", "min_serving", "max_fail_percentage", "fits_window", "playbook_sha256")},
                 "batches": [{"index": b["index"], "nodes": b["nodes"]} for b in plan["batches"]]}, "run"):
@@ -482,6 +481,10 @@ class Engine(GateMixin, StepRunnerMixin):
             idx = batch["index"]
             b = self.view.batches[idx]
             if b["status"] in DONE_BATCH:
+                # a gate after a finished batch that was still open when the run stopped
+                stop = self.after_batch_gate(idx)
+                if stop:
+                    return stop
                 continue
             if b["status"] == "not_started":
                 stop = self.preflight(batch)
@@ -507,17 +510,24 @@ class Engine(GateMixin, StepRunnerMixin):
             over = self.over_budget()
             if over:
                 return self.halt("failure_budget", over, idx)
-            gate = next((p for p in play.pauses if p.after_batch == idx), None)
-            if gate and idx < len(plan["batches"]):
-                decision = self.pause(f"after-batch{idx}", gate.reason or f"batch {idx} done: approve to start "
-                                      f"batch {idx + 1}", gate.duration, batch=idx)
-                if decision == "stopped":
-                    raise KeyboardInterrupt
-                if decision in ("rejected", "window"):
-                    return self.halt("rejected" if decision == "rejected" else "window",
-                                     f"{'rejected by a person' if decision == 'rejected' else 'window ended'} at the "
-                                     f"gate after batch {idx}", idx)
+            stop = self.after_batch_gate(idx)
+            if stop:
+                return stop
         return self.finish("completed" if self.in_place else "no_change")
+
+    def after_batch_gate(self, idx: int) -> str | None:
+        """The play's pause after batch ``idx``, if any: None to go on, else the run's end."""
+        gate = next((p for p in self.playbook.play.pauses if p.after_batch == idx), None)
+        if gate is None or idx >= len(self.view.plan["batches"]):
+            return None
+        decision = self.pause(f"after-batch{idx}", gate.reason or f"batch {idx} done: approve to start batch "
+                              f"{idx + 1}", gate.duration, batch=idx)
+        if decision == "stopped":
+            raise KeyboardInterrupt
+        if decision in ("rejected", "window"):
+            who = "rejected by a person" if decision == "rejected" else "window ended"
+            return self.halt(decision, f"{who} at the gate after batch {idx}", idx)
+        return None
 
     def halt(self, kind: str, reason: str, batch: int | None) -> str:
         self.record("run_halted", kind=kind, reason=self.redact(reason), batch=batch)
