@@ -481,7 +481,9 @@ class Engine(GateMixin, StepRunnerMixin):
             idx = batch["index"]
             b = self.view.batches[idx]
             if b["status"] in DONE_BATCH:
-                # a gate after a finished batch that was still open when the run stopped
+                # what a stop right after the batch left undone: its post_batch hooks (a hook
+                # that completed is not called again) and its gate
+                self.post_batch(idx, batch["nodes"], b["status"], b["failed"])
                 stop = self.after_batch_gate(idx)
                 if stop:
                     return stop
@@ -501,8 +503,7 @@ class Engine(GateMixin, StepRunnerMixin):
             status, failed, halt = self.verdict(batch)
             self.record("batch_done", batch=idx, status=status, failed=failed)
             self.log.info("batch_done", batch=idx, status=status, failed=failed)
-            self.run_hooks("post_batch", {"batch": idx, "nodes": batch["nodes"], "status": status, "failed": failed},
-                           f"batch{idx}")
+            self.post_batch(idx, batch["nodes"], status, failed)
             if self._rejected:
                 return self.halt("rejected", self._rejected, idx)
             if halt:
@@ -514,6 +515,9 @@ class Engine(GateMixin, StepRunnerMixin):
             if stop:
                 return stop
         return self.finish("completed" if self.in_place else "no_change")
+
+    def post_batch(self, idx: int, nodes: list[str], status: str, failed: list[str]) -> None:
+        self.run_hooks("post_batch", {"batch": idx, "nodes": nodes, "status": status, "failed": failed}, f"batch{idx}")
 
     def after_batch_gate(self, idx: int) -> str | None:
         """The play's pause after batch ``idx``, if any: None to go on, else the run's end."""
