@@ -84,10 +84,12 @@ def runs(tmp_path_factory):
                                           ("rolled_back", "Rollout completed")])
 def test_report_renders_in_chromium(chromium, runs, tmp_path, kind, verdict):
     dom, shot = browse(chromium, runs[kind] / "report.html", tmp_path)
-    assert_rendered(dom, shot, "verdict", "timeline-svg", "batches", "nodes", "checklist", "triage")
+    assert_rendered(dom, shot, "verdict", "timeline-svg", "batches", "plan-diff", "nodes", "gates", "checklist",
+                    "triage")
     assert verdict in dom
     if kind == "halted":
         assert 'id="halt"' in dom and "driver_install_fails" not in dom and "driver_upgrade" in dom
+        assert "planned stages not run" in dom          # the plan-vs-actual table lists the failed node
     if kind == "rolled_back":
         assert "rolled_back" in dom and "rollback ran" in dom
     if kind == "completed":
