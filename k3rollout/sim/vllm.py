@@ -68,7 +68,7 @@ def startup_logs(opts: dict[str, Any], version: str) -> list[str]:
         f"INFO {_ts()} [api_server.py:1896] vLLM API server version {version}",
         f"INFO {_ts()} [utils.py:328] non-default args: {non_default!r}",
         f"INFO {_ts()} [model.py:547] Resolved architecture: KimiK3ForCausalLM",
-        f"INFO {_ts()} [model.py:1510] Using max model len 1048576",
+        f"INFO {_ts()} [model.py:1510] Using max model len {opts.get('max_model_len', MAX_MODEL_LEN_DEFAULT)}",
         f"INFO {_ts()} [core.py:77] Initializing a V1 LLM engine (v{version}) with config: model='{opts['model']}', "
         f"tensor_parallel_size={opts['tensor_parallel_size']}, enable_prefix_caching="
         f"{bool(opts.get('enable_prefix_caching'))}",
