@@ -86,12 +86,13 @@ class GateMixin:
         path = approvals_dir(self.run_dir) / f"{pause_id}.json"
         while True:
             if path.is_file():
+                text = path.read_text()
                 try:
-                    a = json.loads(path.read_text())
+                    a = json.loads(text)
                 except ValueError:
                     a = None
                 if isinstance(a, dict) and a.get("decision") in ("approved", "rejected"):
-                    ref = self.evidence.write("_run", "approvals", f"{pause_id}.json", path.read_text())
+                    ref = self.evidence.write("_run", "approvals", f"{pause_id}.json", text)
                     self.record("pause_resolved", pause=pause_id, decision=a["decision"],
                                 by=self.redact(str(a.get("by", ""))), note=self.redact(str(a.get("note", ""))),
                                 evidence=ref.path, sha256=ref.sha256)

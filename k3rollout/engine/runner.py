@@ -107,7 +107,7 @@ class Engine(GateMixin, StepRunnerMixin):
         self.playbook_dir = str(Path(playbook.path).resolve().parent)
         self._api = None
         self._held: set[str] = set()          # stages the current batch waits before (pauses)
-        self._rejected: str | None = None     # why a person stopped the rollout at a gate
+        self._rejected: tuple[str, str] | None = None   # (rejected|window, why) a gate stopped the rollout
 
     def close(self) -> None:
         """Release the transports: SSH connections, the HTTP pool, the simulated network."""
@@ -405,18 +405,16 @@ class Engine(GateMixin, StepRunnerMixin):
         waiting = [n for n in nodes if STATE_STAGE.get(NodeState(self.view.node(n).state)) == kind]
         reason = stage.pause.reason or f"batch {idx}: approve before '{stage.name}' runs on {', '.join(waiting)}"
         decision = self.pause(f"batch{idx}-before-{kind}", reason, stage.pause.duration, batch=idx, at_stage=kind)
-        if decision in ("approved", "timer"):
+        if decision in ("approved", "timer", "stopped"):
             return
-        if decision == "stopped":
-            return
-        self._rejected = (f"{'rejected by a person' if decision == 'rejected' else 'the window ended'} at the gate "
-                          f"before {kind} in batch {idx}")
+        who = "rejected by a person" if decision == "rejected" else "the window ended"
+        self._rejected = (decision, f"{who} at the gate before {kind} in batch {idx}")
         for n in waiting:
             st = NodeState(self.view.node(n).state)
             if (st, Event.HOLD) in self.table:
                 self.transition(n, Event.HOLD)          # nothing changed on it yet
             else:
-                self.record("stage_done", node=n, stage=kind, passed=False, reason=self._rejected)
+                self.record("stage_done", node=n, stage=kind, passed=False, reason=self._rejected[1])
                 self.transition(n, Event.ROLLBACK_REQUESTED)
 
     def out_of_service(self) -> set[str]:
@@ -505,7 +503,7 @@ class Engine(GateMixin, StepRunnerMixin):
             self.log.info("batch_done", batch=idx, status=status, failed=failed)
             self.post_batch(idx, batch["nodes"], status, failed)
             if self._rejected:
-                return self.halt("rejected", self._rejected, idx)
+                return self.halt(*self._rejected, idx)
             if halt:
                 return self.halt(halt[0], halt[1], idx)
             over = self.over_budget()
