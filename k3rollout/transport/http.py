@@ -1,19 +1,30 @@
-"""HTTP from the controller to a node's vLLM server (httpx), for the stage gates.
+"""HTTP from the controller to a node's vLLM server, for the stage gates (and webhooks).
 
 Errors never raise: a refused connection, a timeout or a non-JSON body come back as an
 ``HttpResult`` with ``error`` set, because the gates decide what a failure means (a
 health poll keeps waiting; a feature check fails with the reason). Streaming replies are
 read as server-sent events, with the time to the first token measured on the wire.
+
+The client is the standard library's ``http.client`` with keep-alive connections pooled
+per (scheme, host, port): a gate sends a few hundred requests per node, and a full HTTP
+library's per-request cost was a third of the engine's CPU at a thousand nodes. A pooled
+connection the server has closed (a restarted container) is noticed before reuse, and a
+request that fails on a reused connection before any reply byte is sent again once on a
+fresh one, as browsers and urllib3 do. No proxy from the environment is used: gates talk
+to the node itself.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
+import select
+import ssl
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
-
-import httpx
+from urllib.parse import urlsplit
 
 
 @dataclass
@@ -44,21 +55,119 @@ class HttpResult:
         return f"HTTP {self.status}: {self.text[:300]}"
 
 
-class ApiClient:
-    """One connection pool for a run, shared by the worker threads."""
+class _Stale(Exception):
+    """A reused keep-alive connection failed before the reply began: send again, fresh."""
 
-    def __init__(self, max_connections: int = 256):
-        self.limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=64)
-        self.client = httpx.Client(limits=self.limits, trust_env=False)
+
+class _NoConnection(Exception):
+    """Opening the connection failed (refused, unreachable, timed out)."""
+
+    def __init__(self, cause: OSError):
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+_Key = tuple[str, str, int]
+
+
+class ApiClient:
+    """Keep-alive connections for a run, shared by the worker threads (one request per
+    connection at a time; a thread takes an idle one or opens its own)."""
+
+    def __init__(self, max_idle_per_host: int = 8):
+        self.max_idle = max_idle_per_host
+        self._idle: dict[_Key, list[http.client.HTTPConnection]] = {}
+        self._lock = threading.Lock()
+        self._ssl: ssl.SSLContext | None = None
+        self._closed = False
+
+    # ---------------------------------------------------------------- connections
+
+    def _target(self, url: str) -> tuple[_Key, str]:
+        u = urlsplit(url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"not an http:// or https:// URL: {url!r}")
+        port = u.port or (443 if u.scheme == "https" else 80)
+        path = (u.path or "/") + (f"?{u.query}" if u.query else "")
+        return (u.scheme, u.hostname, port), path
+
+    def _checkout(self, key: _Key, timeout: float, fresh: bool) -> tuple[http.client.HTTPConnection, bool]:
+        with self._lock:
+            pool = None if fresh else self._idle.get(key)
+            while pool:
+                conn = pool.pop()
+                if _usable(conn):
+                    conn.sock.settimeout(timeout)
+                    return conn, True
+                conn.close()
+        scheme, host, port = key
+        if scheme == "https":
+            if self._ssl is None:
+                self._ssl = ssl.create_default_context()
+            conn: http.client.HTTPConnection = http.client.HTTPSConnection(host, port, timeout=timeout,
+                                                                           context=self._ssl)
+        else:
+            conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        return conn, False
+
+    def _checkin(self, key: _Key, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse) -> None:
+        if resp.will_close or self._closed:
+            conn.close()
+            return
+        with self._lock:
+            pool = self._idle.setdefault(key, [])
+            if len(pool) < self.max_idle:
+                pool.append(conn)
+                return
+        conn.close()
+
+    def _send(self, method: str, url: str, body: Any,
+              timeout: float) -> tuple[_Key, http.client.HTTPConnection, http.client.HTTPResponse]:
+        key, path = self._target(url)
+        payload = None if body is None else json.dumps(body).encode()
+        headers = {"Accept": "application/json, text/event-stream", "User-Agent": "k3rollout"}
+        if payload is not None:
+            headers["Content-Type"] = "application/json"
+        for attempt in (1, 2):
+            conn, reused = self._checkout(key, timeout, fresh=attempt == 2)
+            try:
+                if not reused:
+                    try:
+                        conn.connect()
+                    except OSError as exc:
+                        raise _NoConnection(exc) from exc
+                try:
+                    conn.request(method, path, body=payload, headers=headers)
+                    return key, conn, conn.getresponse()
+                except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
+                    if reused:
+                        raise _Stale() from exc
+                    raise
+            except _Stale:
+                conn.close()
+                continue
+            except BaseException:
+                conn.close()
+                raise
+        raise AssertionError("the second try uses a new connection, which is never stale")
+
+    # ---------------------------------------------------------------- requests
 
     def request(self, method: str, url: str, body: Any = None, timeout: float = 60.0) -> HttpResult:
         res = HttpResult(method, url)
         started = time.perf_counter()
+        conn = None
         try:
-            r = self.client.request(method, url, json=body, timeout=timeout)
-            res.status, res.text = r.status_code, r.text
-        except httpx.HTTPError as exc:
+            key, conn, resp = self._send(method, url, body, timeout)
+            raw = resp.read()
+            res.status, res.text = resp.status, raw.decode(_charset(resp), errors="replace")
+            self._checkin(key, conn, resp)
+            conn = None
+        except (_NoConnection, OSError, http.client.HTTPException, ValueError) as exc:
             res.error = _describe(exc, url)
+        finally:
+            if conn is not None:
+                conn.close()
         res.elapsed_s = time.perf_counter() - started
         return res
 
@@ -66,49 +175,104 @@ class ApiClient:
         """POST with ``stream: true``; collect the SSE ``data:`` events."""
         res = HttpResult("POST", url)
         started = time.perf_counter()
+        conn = None
         try:
-            with self.client.stream("POST", url, json={**body, "stream": True}, timeout=timeout) as r:
-                res.status = r.status_code
-                if r.status_code != 200:
-                    res.text = r.read().decode(errors="replace")
-                else:
-                    for line in r.iter_lines():
-                        if not line.startswith("data:"):
-                            continue
-                        data = line[5:].strip()
-                        if data == "[DONE]":
-                            res.done = True
-                            break
-                        try:
-                            ev = json.loads(data)
-                        except ValueError:
-                            res.error = f"{url}: a streamed event is not JSON: {data[:200]!r}"
-                            break
-                        if res.ttft_s is None and any(_has_output(c.get("delta", {}))
-                                                      for c in ev.get("choices", [])):
-                            res.ttft_s = time.perf_counter() - started
-                        res.events.append(ev)
-        except httpx.HTTPError as exc:
+            key, conn, resp = self._send("POST", url, {**body, "stream": True}, timeout)
+            res.status = resp.status
+            if resp.status != 200:
+                res.text = resp.read().decode(_charset(resp), errors="replace")
+            else:
+                while True:
+                    raw = resp.readline()
+                    if not raw:
+                        break
+                    line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        res.done = True
+                        break
+                    try:
+                        ev = json.loads(data)
+                    except ValueError:
+                        res.error = f"{url}: a streamed event is not JSON: {data[:200]!r}"
+                        break
+                    if res.ttft_s is None and any(_has_output(c.get("delta", {}))
+                                                  for c in ev.get("choices", []) if isinstance(c, dict)):
+                        res.ttft_s = time.perf_counter() - started
+                    res.events.append(ev)
+            if res.done or resp.status != 200:
+                resp.read()                 # the rest of the body (the chunked terminator)
+                self._checkin(key, conn, resp)
+                conn = None
+        except (_NoConnection, OSError, http.client.HTTPException, ValueError) as exc:
             res.error = _describe(exc, url)
+        finally:
+            if conn is not None:
+                conn.close()
         res.elapsed_s = time.perf_counter() - started
         if res.status == 200 and not res.error and not res.done:
             res.error = f"{url}: the stream ended without 'data: [DONE]'"
         return res
 
     def close(self) -> None:
-        self.client.close()
+        with self._lock:
+            self._closed = True
+            pools, self._idle = self._idle, {}
+        for pool in pools.values():
+            for conn in pool:
+                conn.close()
+
+
+def _usable(conn: http.client.HTTPConnection) -> bool:
+    """An idle keep-alive connection is still good when nothing is waiting to be read: a
+    readable idle socket means the server closed it (or sent bytes nobody asked for)."""
+    sock = conn.sock
+    if sock is None:
+        return False
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return False
+    return not readable
+
+
+def _charset(resp: http.client.HTTPResponse) -> str:
+    ctype = resp.headers.get("content-type", "")
+    for part in ctype.split(";")[1:]:
+        k, _, v = part.strip().partition("=")
+        if k.lower() == "charset" and v:
+            return v.strip('"') if _known(v.strip('"')) else "utf-8"
+    return "utf-8"
+
+
+def _known(codec: str) -> bool:
+    try:
+        "".encode(codec)
+        return True
+    except LookupError:
+        return False
 
 
 def _has_output(delta: dict[str, Any]) -> bool:
     return bool(delta.get("content") or delta.get("tool_calls") or delta.get("reasoning_content"))
 
 
-def _describe(exc: httpx.HTTPError, url: str) -> str:
-    kind = {httpx.ConnectError: "connection refused or unreachable", httpx.ConnectTimeout: "connect timeout",
-            httpx.ReadTimeout: "read timeout", httpx.RemoteProtocolError: "connection closed mid-reply"}
-    for cls, words in kind.items():
-        if isinstance(exc, cls):
-            return f"{url}: {words} ({exc})"
+def _describe(exc: BaseException, url: str) -> str:
+    if isinstance(exc, _NoConnection):
+        if isinstance(exc.cause, TimeoutError):
+            return f"{url}: connect timeout ({exc.cause or 'timed out'})"
+        return f"{url}: connection refused or unreachable ({exc.cause})"
+    if isinstance(exc, ValueError) and not isinstance(exc, UnicodeError):
+        return f"{url}: {exc}"
+    if isinstance(exc, TimeoutError):
+        return f"{url}: read timeout ({exc or 'timed out'})"
+    if isinstance(exc, (http.client.RemoteDisconnected, http.client.IncompleteRead, ConnectionResetError,
+                        BrokenPipeError)):
+        return f"{url}: connection closed mid-reply ({exc!r})"
+    if isinstance(exc, ssl.SSLError):
+        return f"{url}: TLS error ({exc})"
     return f"{url}: {type(exc).__name__}: {exc}"
 
 

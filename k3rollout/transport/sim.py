@@ -26,6 +26,7 @@ class SimExecutor:
         self.root = Path(root)
         self.dirs = init_cluster(self.root, hosts)
         self.poll_s = poll_s
+        self._addresses: dict[str, str] = {}
         netd.ensure(self.root)      # the simulated network: real sockets for the hosts' vLLM servers
 
     def state_dir(self, host: str) -> Path:
@@ -55,8 +56,12 @@ class SimExecutor:
             time.sleep(self.poll_s)
 
     def api_host(self, host: str) -> str:
-        """The address the host's HTTP services answer on (its simulated IP)."""
-        return str(st.load(self.dirs[host])["address"])
+        """The address the host's HTTP services answer on (its simulated IP, fixed when the
+        host was created)."""
+        addr = self._addresses.get(host)
+        if addr is None:
+            addr = self._addresses[host] = str(st.load(self.dirs[host])["address"])
+        return addr
 
     def close(self) -> None:
         netd.shutdown(self.root)
