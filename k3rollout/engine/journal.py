@@ -29,6 +29,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from k3rollout import fastjson
 from k3rollout.errors import InputError
 
 
@@ -97,7 +98,7 @@ class Journal:
         and the next durable record's fsync makes them durable too, in order."""
         with self._lock:
             rec = {"seq": self.next_seq, "ts": self.now_iso(), "type": type_, **data}
-            line = (json.dumps(rec, sort_keys=False, default=str, ensure_ascii=False) + "\n").encode("utf-8")
+            line = fastjson.dumps_line(rec)
             if self._tear_at and rec["seq"] == self._tear_at:
                 os.write(self._fd, line[: max(1, len(line) // 2)])
                 os.fsync(self._fd)
@@ -141,7 +142,7 @@ def _fast(raw: bytes) -> list[dict[str, Any]] | None:
     if not raw.endswith(b"\n"):
         return None
     try:
-        recs = json.loads(b"[" + raw[:-1].replace(b"\n", b",") + b"]")
+        recs = fastjson.loads(b"[" + raw[:-1].replace(b"\n", b",") + b"]")
     except ValueError:
         return None
     if not all(isinstance(r, dict) and "seq" in r and "type" in r for r in recs):

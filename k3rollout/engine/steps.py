@@ -9,11 +9,16 @@ if it did not take effect. Transport errors become ``StepFailed`` with the host 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shlex
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+import orjson
+
+from k3rollout import fastjson
 from k3rollout.errors import CommandTimeout, ConnectionLost, HostUnreachable, TransportError
 from k3rollout.stages.base import NodeCtx, StepFailed
 from k3rollout.transport.base import CommandResult
@@ -27,10 +32,7 @@ EVIDENCE_BODY_MAX = 64 * 1024
 def _http_evidence(node: str, res: "HttpResult", body: Any) -> str:
     """A request and its reply as evidence. A request body over 64 KiB (a long-context
     prompt) is kept as its head, tail, length and sha256, and says so."""
-    import hashlib
-    import json
-
-    sent = "" if body is None else json.dumps(body, indent=1)
+    sent = "" if body is None else _pretty(body)
     if len(sent) > EVIDENCE_BODY_MAX:
         digest = hashlib.sha256(sent.encode()).hexdigest()
         half = EVIDENCE_BODY_MAX // 2
@@ -40,10 +42,17 @@ def _http_evidence(node: str, res: "HttpResult", body: Any) -> str:
             + (f" ttft_s={res.ttft_s:.4f}" if res.ttft_s is not None else "") + (f" error={res.error}" if res.error
                                                                                   else ""))
     if res.events:
-        reply = "\n".join("data: " + json.dumps(e) for e in res.events) + ("\ndata: [DONE]" if res.done else "")
+        reply = "\n".join("data: " + fastjson.dumps_str(e) for e in res.events) + ("\ndata: [DONE]" if res.done else "")
     else:
         reply = res.text
     return f"{head}\n--- response ---\n{reply}"
+
+
+def _pretty(body: Any) -> str:
+    try:
+        return orjson.dumps(body, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
+    except (orjson.JSONEncodeError, TypeError):
+        return json.dumps(body, indent=2, default=str)
 
 
 class StepRunnerMixin:

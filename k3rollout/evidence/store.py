@@ -11,6 +11,7 @@ pending files one by one where ``syncfs`` is not available.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -21,9 +22,17 @@ from pathlib import Path
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
+@functools.lru_cache(maxsize=65536)
 def _safe(part: str) -> str:
     cleaned = _SAFE.sub("_", part).strip("._") or "_"
     return cleaned[:120]
+
+
+@functools.lru_cache(maxsize=65536)
+def _stem_ext(name: str) -> tuple[str, str]:
+    base = _safe(name)
+    stem, dot, ext = base.rpartition(".") if "." in base else (base, "", "")
+    return (stem, ext) if dot else (base, "txt")
 
 
 @dataclass(frozen=True)
@@ -43,45 +52,45 @@ class EvidenceStore:
         self.manifest = self.root / "MANIFEST.sha256"
         self._lock = threading.Lock()
         self._pending: list[Path] = []
-        self._dirs: set[Path] = set()
+        self._root = str(self.root)
+        self._dirs: set[str] = set()
         self._manifest_fd: int | None = None
         self.track_pending = True          # off when the journal's syncfs covers evidence
 
     def write(self, node: str, folder: str, name: str, content: str | bytes) -> EvidenceRef:
         data = content.encode("utf-8", "backslashreplace") if isinstance(content, str) else content
         digest = hashlib.sha256(data).hexdigest()
-        d = self.root / _safe(node) / _safe(folder)
-        with self._lock:
-            if d not in self._dirs:
-                d.mkdir(parents=True, exist_ok=True)
-                self._dirs.add(d)
-            base = _safe(name)
-            stem, dot, ext = base.rpartition(".") if "." in base else (base, "", "")
-            if not dot:
-                stem, ext = base, "txt"
-            n = 1
-            while True:
-                fname = f"{stem}.{ext}" if n == 1 else f"{stem}.{n}.{ext}"
-                path = d / fname
-                try:
-                    # created read-only (0444): this descriptor may still write it, nothing later can
-                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
-                    break
-                except FileExistsError:
-                    n += 1
+        rel_dir = f"{_safe(node)}/{_safe(folder)}"
+        d = f"{self._root}/{rel_dir}"
+        if rel_dir not in self._dirs:
+            os.makedirs(d, exist_ok=True)
+            self._dirs.add(rel_dir)
+        stem, ext = _stem_ext(name)
+        n = 1
+        while True:
+            # O_EXCL picks the name atomically, so threads writing the same name get .2, .3 ...
+            fname = f"{stem}.{ext}" if n == 1 else f"{stem}.{n}.{ext}"
             try:
-                view = memoryview(data)
-                while view:
-                    written = os.write(fd, view)
-                    view = view[written:]
-            finally:
-                os.close(fd)
-            rel = path.relative_to(self.root).as_posix()
+                # created read-only (0444): this descriptor may still write it, nothing later can
+                fd = os.open(f"{d}/{fname}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+                break
+            except FileExistsError:
+                n += 1
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+        finally:
+            os.close(fd)
+        rel = f"{rel_dir}/{fname}"
+        line = f"{digest}  {rel}\n".encode()
+        with self._lock:
             if self._manifest_fd is None:
                 self._manifest_fd = os.open(self.manifest, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            os.write(self._manifest_fd, f"{digest}  {rel}\n".encode())
+            os.write(self._manifest_fd, line)
             if self.track_pending:
-                self._pending.append(path)
+                self._pending.append(self.root / rel)
         return EvidenceRef(rel, digest, len(data))
 
     def close(self) -> None:

@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import fcntl
 import hashlib
-import json
 import os
 import signal
 import socket
@@ -33,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from k3rollout import fastjson
+from k3rollout.sim import state as st
 from k3rollout.sim import vllm
 
 IDLE_EXIT_S = float(os.environ.get("K3SIM_NETD_IDLE_S", "900"))
@@ -176,7 +177,7 @@ class Daemon:
 
     def _read(self, host: str) -> dict[str, Any] | None:
         try:
-            return json.loads((self.root / host / "state.json").read_text())  # replaced atomically
+            return st.load(self.root / host)       # replaced atomically
         except (OSError, ValueError):
             return None
 
@@ -260,7 +261,7 @@ class Daemon:
     @staticmethod
     async def send(writer: asyncio.StreamWriter, code: int, payload: Any, ctype: str = "application/json") -> None:
         body = payload if isinstance(payload, bytes) else (
-            payload.encode() if isinstance(payload, str) else json.dumps(payload).encode())
+            payload.encode() if isinstance(payload, str) else fastjson.dumps(payload))
         writer.write(f"HTTP/1.1 {code} {REASONS.get(code, '')}\r\ndate: {time.strftime('%a, %d %b %Y %H:%M:%S GMT', time.gmtime())}"
                      f"\r\nserver: uvicorn\r\ncontent-length: {len(body)}\r\ncontent-type: {ctype}\r\n\r\n".encode()
                      + body)
@@ -280,7 +281,7 @@ class Daemon:
             if method != "POST":
                 return await self.send(writer, 405, {"detail": "Method Not Allowed"})
             try:
-                req = json.loads(body or b"")
+                req = fastjson.loads(body or b"")
             except ValueError as exc:
                 return await self.send(writer, 400, vllm.error(400, "BadRequestError", f"Invalid JSON: {exc}")[1])
             return await self.chat(lst, req, writer)
@@ -315,7 +316,7 @@ class Daemon:
                     for i, ch in enumerate(chunks):
                         if i == 1:
                             rt.ttft.append(loop.time() - started)
-                        data = f"data: {json.dumps(ch)}\n\n".encode()
+                        data = b"data: " + fastjson.dumps(ch) + b"\n\n"
                         writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                         await writer.drain()
                         await asyncio.sleep(per)

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import shlex
 import time
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
+
+from k3rollout import fastjson
 
 # Versions the simulated package repository offers (NVIDIA datacenter driver releases;
 # 575.57.08 is the CUDA 12.9 U1 driver, 580.x are the CUDA 13.0 GA/U1/U2 drivers).
@@ -125,7 +126,7 @@ def init_host(state_dir: Path, name: str, host_vars: dict[str, Any]) -> Path:
 
 @contextlib.contextmanager
 def locked(state_dir: Path) -> Iterator[None]:
-    fd = os.open(state_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(f"{state_dir}/.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -134,32 +135,39 @@ def locked(state_dir: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def _read(state_dir: Path) -> bytes:
+    with open(f"{state_dir}/state.json", "rb") as f:
+        return f.read()
+
+
 def load(state_dir: Path) -> dict[str, Any]:
-    return json.loads((state_dir / "state.json").read_text())
+    return fastjson.loads(_read(state_dir))
 
 
-def _write(state_dir: Path, state: dict[str, Any]) -> None:
-    tmp = state_dir / "state.json.tmp"
-    tmp.write_text(json.dumps(state, separators=(",", ":")))
-    os.replace(tmp, state_dir / "state.json")
+def _write(state_dir: Path, state: dict[str, Any], data: bytes | None = None) -> None:
+    tmp = f"{state_dir}/state.json.tmp"
+    with open(tmp, "wb") as f:
+        f.write(fastjson.dumps(state) if data is None else data)
+    os.replace(tmp, f"{state_dir}/state.json")
 
 
 @contextlib.contextmanager
 def transaction(state_dir: Path) -> Iterator[dict[str, Any]]:
     with locked(state_dir):
-        text = (state_dir / "state.json").read_text()
-        state = json.loads(text)
+        raw = _read(state_dir)
+        state = fastjson.loads(raw)
         yield state
-        after = json.dumps(state, separators=(",", ":"))
-        if after != text:           # read-only commands leave the file alone
-            tmp = state_dir / "state.json.tmp"
-            tmp.write_text(after)
-            os.replace(tmp, state_dir / "state.json")
+        after = fastjson.dumps(state)
+        if after != raw:           # read-only commands leave the file alone
+            _write(state_dir, state, after)
 
 
 def log_command(state_dir: Path, argv: list[str]) -> None:
-    with open(state_dir / "commands.log", "a", encoding="utf-8") as f:
-        f.write(f"{time.time():.6f} {shlex.join(argv)}\n")
+    fd = os.open(f"{state_dir}/commands.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, f"{time.time():.6f} {shlex.join(argv)}\n".encode("utf-8", "backslashreplace"))
+    finally:
+        os.close(fd)
 
 
 def executed(state_dir: Path) -> list[str]:

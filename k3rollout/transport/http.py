@@ -17,7 +17,6 @@ to the node itself.
 from __future__ import annotations
 
 import http.client
-import json
 import select
 import ssl
 import threading
@@ -25,6 +24,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
+
+from k3rollout import fastjson
 
 
 @dataclass
@@ -45,7 +46,7 @@ class HttpResult:
 
     def json(self) -> Any:
         try:
-            return json.loads(self.text)
+            return fastjson.loads(self.text)
         except ValueError:
             return None
 
@@ -124,7 +125,7 @@ class ApiClient:
     def _send(self, method: str, url: str, body: Any,
               timeout: float) -> tuple[_Key, http.client.HTTPConnection, http.client.HTTPResponse]:
         key, path = self._target(url)
-        payload = None if body is None else json.dumps(body).encode()
+        payload = None if body is None else fastjson.dumps(body)
         headers = {"Accept": "application/json, text/event-stream", "User-Agent": "k3rollout"}
         if payload is not None:
             headers["Content-Type"] = "application/json"
@@ -194,7 +195,7 @@ class ApiClient:
                         res.done = True
                         break
                     try:
-                        ev = json.loads(data)
+                        ev = fastjson.loads(data)
                     except ValueError:
                         res.error = f"{url}: a streamed event is not JSON: {data[:200]!r}"
                         break
