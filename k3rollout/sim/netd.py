@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import hashlib
 import os
 import signal
@@ -73,7 +74,12 @@ def allocate(root: Path) -> str:
 
 def _control_name(root: Path) -> bytes:
     # an abstract-namespace socket: no path-length limit, no stale file after a crash
-    return b"\0k3sim-netd-" + hashlib.sha256(str(Path(root).resolve()).encode()).hexdigest()[:32].encode()
+    return _control_name_abs(Path(root).absolute())
+
+
+@functools.lru_cache(maxsize=256)
+def _control_name_abs(root: Path) -> bytes:
+    return b"\0k3sim-netd-" + hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:32].encode()
 
 
 def _ask(root: Path, line: str, timeout: float = 30.0) -> str:

@@ -136,8 +136,16 @@ def locked(state_dir: Path) -> Iterator[None]:
 
 
 def _read(state_dir: Path) -> bytes:
-    with open(f"{state_dir}/state.json", "rb") as f:
-        return f.read()
+    fd = os.open(f"{state_dir}/state.json", os.O_RDONLY)
+    try:
+        chunks = []
+        while True:
+            got = os.read(fd, 1 << 16)
+            if not got:
+                return b"".join(chunks)
+            chunks.append(got)
+    finally:
+        os.close(fd)
 
 
 def load(state_dir: Path) -> dict[str, Any]:
@@ -146,8 +154,13 @@ def load(state_dir: Path) -> dict[str, Any]:
 
 def _write(state_dir: Path, state: dict[str, Any], data: bytes | None = None) -> None:
     tmp = f"{state_dir}/state.json.tmp"
-    with open(tmp, "wb") as f:
-        f.write(fastjson.dumps(state) if data is None else data)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(fastjson.dumps(state) if data is None else data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
     os.replace(tmp, f"{state_dir}/state.json")
 
 
