@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from k3rollout.engine.clock import Clock
+from k3rollout.engine.cpu import one_cpu
 from k3rollout.engine.journal import Journal
 from k3rollout.engine.lock import RunLock
 from k3rollout.engine.runner import Engine
@@ -87,7 +88,8 @@ class Session:
                           transport=executor.kind, pid=os.getpid(), playbook_evidence=ref.path,
                           playbook_evidence_sha256=ref.sha256)
             try:
-                return engine.run()
+                with one_cpu():
+                    return engine.run()
             finally:
                 journal.close()
                 engine.close()
@@ -145,7 +147,8 @@ class Session:
             if engine.view.status != "running":
                 return engine.view.status
             engine.record("run_resumed", pid=os.getpid())
-            return engine.run()
+            with one_cpu():
+                return engine.run()
         finally:
             journal.close()
             engine.close()
@@ -164,7 +167,8 @@ class Session:
                 targets = list(reversed(started))
             if not targets:
                 raise InputError("no batch of this run has started: nothing to roll back")
-            return engine.rollback_batches(targets)
+            with one_cpu():
+                return engine.rollback_batches(targets)
         finally:
             journal.close()
             engine.close()

@@ -367,6 +367,10 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1 or not Path(args[0]).is_dir():
         sys.stderr.write("usage: python -m k3rollout.sim.netd SIM_ROOT\n")
         return 2
+    if hasattr(os, "sched_setaffinity"):
+        # the simulated hosts are other machines: never confined to the controller's CPUs
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(0, range(os.cpu_count() or 1))
     try:
         asyncio.run(Daemon(Path(args[0])).main())
     except OSError as exc:      # another daemon already owns this root's control socket
