@@ -2,36 +2,38 @@
 
 from __future__ import annotations
 
-import json
+import os
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 import structlog
 
+from k3rollout import fastjson
+
 
 class _JsonFile:
+    """events.jsonl: one JSON line per event, each one O_APPEND write (no buffering, so
+    ``tail -f`` sees it at once and a killed process loses none; lines never interleave)."""
+
     def __init__(self) -> None:
-        self.fh = None
-        self.lock = threading.Lock()
+        self.fd: int | None = None
 
     def open(self, path: Path) -> None:
         self.close()
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.fh = open(path, "a", encoding="utf-8")
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def close(self) -> None:
-        if self.fh:
-            self.fh.close()
-            self.fh = None
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            os.close(fd)
 
     def __call__(self, logger: Any, name: str, event: dict[str, Any]) -> Any:
-        if self.fh:
-            with self.lock:
-                self.fh.write(json.dumps(event, default=str) + "\n")
-                self.fh.flush()
-        if event.get("level") in ("error", "critical") and not self.fh:
+        fd = self.fd
+        if fd is not None:
+            os.write(fd, fastjson.dumps_line(event))
+        elif event.get("level") in ("error", "critical"):
             sys.stderr.write(f"{event.get('event')}: {event}\n")
         raise structlog.DropEvent
 

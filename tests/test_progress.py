@@ -1,5 +1,6 @@
 """Live progress: a redrawn status block on a terminal, one line per event otherwise."""
 
+import json
 import os
 import pty
 import select
@@ -48,4 +49,5 @@ def test_pipe_gets_one_line_per_event(tmp_path):
     assert "batch 4 failed (failed: gpu-b03)" in p.stderr
     assert "ROLLBACK gpu-b03" in p.stderr
     # 15 nodes walk all 8 stages; gpu-b03 stops at its 4th (cuda_check)
-    assert (tmp_path / "run" / "events.jsonl").read_text().count('"event": "stage_done"') == 15 * 8 + 4
+    events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    assert sum(1 for e in events if e["event"] == "stage_done") == 15 * 8 + 4

@@ -316,9 +316,10 @@ class Engine(GateMixin, StepRunnerMixin):
 
     def old_driver_peers(self, batch_nodes: list[str]) -> list[str]:
         """Nodes still on the old driver and in service, in the order the rollout will take them."""
-        out = self.out_of_service()
+        out = self.out_of_service() | set(batch_nodes)
+        pending = NodeState.PENDING.value
         return [n for b in self.view.plan["batches"] for n in b["nodes"]
-                if n not in batch_nodes and n not in out and self.view.node(n).state == NodeState.PENDING.value]
+                if n not in out and self.view.node(n).state == pending]
 
     # ------------------------------------------------------------------ rollback
 

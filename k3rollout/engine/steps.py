@@ -132,9 +132,11 @@ class StepRunnerMixin:
 
     @property
     def can_run_ansible(self) -> bool:
+        if getattr(self.executor, "kind", "") != "ssh":
+            return False
         from k3rollout.transport import ansible as ansible_transport
 
-        return getattr(self.executor, "kind", "") == "ssh" and ansible_transport.available()
+        return ansible_transport.available()
 
     def ansible_step(self, ctx: NodeCtx, name: str, tasks_file: Path, extravars: dict[str, Any], *,
                      probe: Callable[[NodeCtx, dict], bool], timeout: float, _retry: bool = True) -> CommandResult:
@@ -236,9 +238,15 @@ class StepRunnerMixin:
         self.record("step_started", node=ctx.node, stage=ctx.stage, step=name, key=key,
                     argv=["POST", url, f"x{len(bodies)}"], kind="http", once=False, durable=False)
         started = time.monotonic()
-        with ThreadPoolExecutor(max_workers=max(1, len(bodies))) as pool:
-            results = list(pool.map(lambda b: self.api.stream(url, b, timeout) if stream
-                                    else self.api.request("POST", url, b, timeout), bodies))
+
+        def send(b: Any) -> "HttpResult":
+            return self.api.stream(url, b, timeout) if stream else self.api.request("POST", url, b, timeout)
+
+        if len(bodies) <= 1:
+            results = [send(b) for b in bodies]
+        else:
+            with ThreadPoolExecutor(max_workers=len(bodies)) as pool:
+                results = list(pool.map(send, bodies))
         lines = [f"> POST {url} x{len(bodies)} concurrent (stream={stream})", f"# host={ctx.node}"]
         for i, r in enumerate(results, 1):
             lines.append(f"{i}\tstatus={r.status}\telapsed_s={r.elapsed_s:.4f}\tttft_s="
