@@ -18,7 +18,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader
 
 from k3rollout.checks.cuda_table import BRANCH_MAX_CUDA
-from k3rollout.engine.journal import Journal
+from k3rollout.engine.journal import Journal, no_gc
 from k3rollout.model.durations import format_duration
 from k3rollout.report import checklist
 from k3rollout.report.result import build_result
@@ -122,7 +122,8 @@ def _window(v: RunView, result: dict[str, Any]) -> dict[str, Any]:
 
 def model(run_dir: Path) -> dict[str, Any]:
     records = Journal.read(run_dir / "journal.jsonl")
-    v = fold(records)
+    with no_gc():
+        v = fold(records)
     result = build_result(v)
     items = checklist.evaluate(v, _play_vars(run_dir))
     triage = [{"node": n.name, **n.triage} for n in v.nodes.values() if n.triage]
