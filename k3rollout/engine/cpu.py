@@ -47,6 +47,19 @@ def choose(allowed: set[int], setting: str | None, pid: int) -> int | None:
     return cpus[pid % len(cpus)]
 
 
+def planned() -> int | None:
+    """The CPU this process's engine threads run on (or will, inside ``one_cpu()``)."""
+    if not _supported():
+        return None
+    try:
+        mask = os.sched_getaffinity(0)
+    except OSError:
+        return None
+    if _full is not None and len(mask) == 1:
+        return next(iter(mask))
+    return choose(mask, os.environ.get(ENV), os.getpid())
+
+
 @contextlib.contextmanager
 def one_cpu() -> Iterator[int | None]:
     """Run the calling thread (and threads it starts) on one CPU while inside."""

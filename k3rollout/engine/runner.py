@@ -14,7 +14,6 @@ capacity floor are checked against the batch's estimate plus its rollback estima
 
 from __future__ import annotations
 
-import json
 import math
 import threading
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any, Callable
 
 import structlog
 
+from k3rollout import fastjson
 from k3rollout.checks.parsers import ParseError
 from k3rollout.checks.triage import classify
 from k3rollout.engine.clock import Clock
@@ -277,9 +277,9 @@ class Engine(GateMixin, StepRunnerMixin):
         steps = rb.plan_rollback(self.playbook, node, n.baseline, self.tvars(node))
         described = [self.redact(rb.describe(s)) for s in steps]
         # the plan is evidence too: what would be restored, written before anything changed
-        ref = self.evidence.write(node, self.folder(self.stages[0]), "rollback-plan.json", self.redact(json.dumps(
+        ref = self.evidence.write(node, self.folder(self.stages[0]), "rollback-plan.json", self.redact(fastjson.dumps_pretty(
             {"node": node, "recorded_at": self.clock.iso(), "owner": self.play_vars.get("rollback_owner"),
-             "steps": described, "detail": steps}, indent=2, default=str)))
+             "steps": described, "detail": steps})))
         self.record("evidence", node=node, stage="baseline", name="rollback-plan", path=ref.path, sha256=ref.sha256)
         self.record("rollback_plan", node=node, batch=n.batch, steps=steps, described=described)
 

@@ -10,13 +10,10 @@ if it did not take effect. Transport errors become ``StepFailed`` with the host 
 from __future__ import annotations
 
 import hashlib
-import json
 import shlex
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
-
-import orjson
 
 from k3rollout import fastjson
 from k3rollout.engine.cpu import all_cpus
@@ -33,7 +30,7 @@ EVIDENCE_BODY_MAX = 64 * 1024
 def _http_evidence(node: str, res: "HttpResult", body: Any) -> str:
     """A request and its reply as evidence. A request body over 64 KiB (a long-context
     prompt) is kept as its head, tail, length and sha256, and says so."""
-    sent = "" if body is None else _pretty(body)
+    sent = "" if body is None else fastjson.dumps_pretty(body)
     if len(sent) > EVIDENCE_BODY_MAX:
         digest = hashlib.sha256(sent.encode()).hexdigest()
         half = EVIDENCE_BODY_MAX // 2
@@ -47,13 +44,6 @@ def _http_evidence(node: str, res: "HttpResult", body: Any) -> str:
     else:
         reply = res.text
     return f"{head}\n--- response ---\n{reply}"
-
-
-def _pretty(body: Any) -> str:
-    try:
-        return orjson.dumps(body, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
-    except (orjson.JSONEncodeError, TypeError):
-        return json.dumps(body, indent=2, default=str)
 
 
 class StepRunnerMixin:

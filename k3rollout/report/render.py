@@ -18,6 +18,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader
 
 from k3rollout.checks.cuda_table import BRANCH_MAX_CUDA
+from k3rollout import fastjson
 from k3rollout.engine.journal import Journal, no_gc
 from k3rollout.model.durations import format_duration
 from k3rollout.report import checklist
@@ -144,17 +145,16 @@ def model(run_dir: Path) -> dict[str, Any]:
 
 
 def _json(m: dict[str, Any]) -> str:
-    return json.dumps({"result": m["result"], "checklist": m["checklist"], "triage": m["triage"],
-                       "window": m["window"], "plan_vs_actual": m["diff"], "plan_sha256": m["view"].plan_sha256,
-                       "approved_plan": m["view"].approved_plan,
-                       "gates": list(m["view"].pauses.values()), "hooks": list(m["view"].hooks.values())},
-                      indent=2, default=str)
+    return fastjson.dumps_pretty({"result": m["result"], "checklist": m["checklist"], "triage": m["triage"],
+                                  "window": m["window"], "plan_vs_actual": m["diff"],
+                                  "plan_sha256": m["view"].plan_sha256, "approved_plan": m["view"].approved_plan,
+                                  "gates": list(m["view"].pauses.values()), "hooks": list(m["view"].hooks.values())})
 
 
 def write_reports(run_dir: Path) -> dict[str, Any]:
     run_dir = Path(run_dir)
     m = model(run_dir)
-    out = {"result.json": json.dumps(m["result"], indent=2, default=str), "report.json": _json(m),
+    out = {"result.json": fastjson.dumps_pretty(m["result"]), "report.json": _json(m),
            "report.md": _MD.get_template("report.md.j2").render(**m),
            "report.html": _HTML.get_template("report.html.j2").render(**m)}
     for name, text in out.items():

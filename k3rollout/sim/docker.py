@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 from urllib.parse import urlparse
 
+from k3rollout import fastjson
 from k3rollout.sim import netd, vllm
 from k3rollout.sim.gpu import driver_cuda
 from k3rollout.sim.state import REGISTRY
@@ -107,7 +108,7 @@ def docker(state: dict[str, Any], args: list[str]) -> Out:
         if fmt:
             out = "".join(_go_template(fmt, o) + "\n" for o in found)
         else:
-            out = json.dumps(found, indent=4) + "\n"
+            out = fastjson.dumps_pretty(found, 4) + "\n"
         err = "".join(f"Error response from daemon: No such image: {m}\n" for m in missing)
         return (1 if missing else 0), out, err
     if cmd == "inspect":
@@ -116,7 +117,7 @@ def docker(state: dict[str, Any], args: list[str]) -> Out:
         for n in names:
             if n in d["containers"]:
                 o = _container_json(n, d["containers"][n])
-                out.append(_go_template(fmt, o) if fmt else json.dumps([o], indent=4))
+                out.append(_go_template(fmt, o) if fmt else fastjson.dumps_pretty([o], 4))
             else:
                 err += f"Error: No such object: {n}\n"
         return (1 if err else 0), "".join(x + "\n" for x in out), err

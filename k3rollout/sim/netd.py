@@ -20,6 +20,7 @@ server it finds.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import fcntl
 import functools
@@ -29,7 +30,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +41,8 @@ from k3rollout.sim import state as st
 from k3rollout.sim import vllm
 
 IDLE_EXIT_S = float(os.environ.get("K3SIM_NETD_IDLE_S", "900"))
+AVOID_CPU_ENV = "K3SIM_AVOID_CPU"
+_RUNNING: "Daemon | None" = None        # in the daemon's own process
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error"}
 
 
@@ -82,6 +87,11 @@ def _control_name_abs(root: Path) -> bytes:
     return b"\0k3sim-netd-" + hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:32].encode()
 
 
+def _command_name(root: Path) -> bytes:
+    """Where the daemon takes the hosts' commands (``run`` lines; see transport/sim.py)."""
+    return _control_name(root) + b"-run"
+
+
 def _ask(root: Path, line: str, timeout: float = 30.0) -> str:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(timeout)
@@ -113,10 +123,16 @@ def ensure(root: Path) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX)
         if running(root):
             return
+        from k3rollout.engine.cpu import planned
+
+        env = {k: v for k, v in os.environ.items() if k != AVOID_CPU_ENV}
+        cpu = planned()
+        if cpu is not None:
+            env[AVOID_CPU_ENV] = str(cpu)
         with open(root / "netd.log", "ab") as log:
             subprocess.Popen([sys.executable, "-c", "import sys; from k3rollout.sim.netd import main; sys.exit(main())",
                               str(root)], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                             start_new_session=True, close_fds=True)
+                             start_new_session=True, close_fds=True, env=env)
         deadline = time.monotonic() + 30
         while not running(root):
             if time.monotonic() > deadline:
@@ -129,6 +145,10 @@ def ensure(root: Path) -> None:
 def sync(state_dir: Path) -> None:
     """Tell the daemon that this host's servers changed (starting the daemon if needed)."""
     root = Path(state_dir).parent
+    daemon = _RUNNING
+    if daemon is not None and daemon.root == root and threading.current_thread() is not threading.main_thread():
+        daemon.sync_from_thread(Path(state_dir).name)      # a command the daemon itself runs
+        return
     for attempt in (1, 2):
         try:
             if _ask(root, f"sync {Path(state_dir).name}") == "ok":
@@ -176,6 +196,7 @@ class Listener:
 class Daemon:
     def __init__(self, root: Path):
         self.root = root
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.listeners: dict[tuple[str, int], Listener] = {}
         self.last_activity = time.monotonic()
         self.stop = asyncio.Event()
@@ -220,23 +241,74 @@ class Daemon:
             self.listeners[key] = lst
 
     async def control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One command per line (a connection may send several)."""
         try:
-            line = (await reader.readline()).decode().strip()
-            self.last_activity = time.monotonic()
-            cmd, _, arg = line.partition(" ")
-            if cmd == "ping":
-                writer.write(b"pong\n")
-            elif cmd == "sync" and arg and "/" not in arg:
-                await self.sync_host(arg)
-                writer.write(b"ok\n")
-            elif cmd == "shutdown":
-                writer.write(b"ok\n")
-                self.stop.set()
-            else:
-                writer.write(b"error unknown command\n")
-            await writer.drain()
+            while True:
+                raw = await reader.readline()
+                if not raw:
+                    break
+                self.last_activity = time.monotonic()
+                cmd, _, arg = raw.decode().strip().partition(" ")
+                if cmd == "ping":
+                    writer.write(b"pong\n")
+                elif cmd == "sync" and arg and "/" not in arg:
+                    await self.sync_host(arg)
+                    writer.write(b"ok\n")
+                elif cmd == "shutdown":
+                    writer.write(b"ok\n")
+                    self.stop.set()
+                else:
+                    writer.write(b"error unknown command\n")
+                await writer.drain()
+                self.last_activity = time.monotonic()
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass
         finally:
             writer.close()
+
+    def serve_commands(self, conn: socket.socket) -> None:
+        """The hosts' commands from one engine thread: a request line, then its answer, in
+        this connection's own thread (a command may sleep, take a host's lock, or ask the
+        event loop to rebind that host's sockets)."""
+        with conn, conn.makefile("rb") as reader:
+            while True:
+                try:
+                    line = reader.readline()
+                    if not line.endswith(b"\n"):
+                        return
+                    self.last_activity = time.monotonic()
+                    conn.sendall(fastjson.dumps_line(self.run_command(line)))
+                    self.last_activity = time.monotonic()
+                except OSError:
+                    return
+
+    def accept_commands(self, srv: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return          # closed: the daemon is stopping
+            threading.Thread(target=self.serve_commands, args=(conn,), name="k3sim-host", daemon=True).start()
+
+    def run_command(self, payload: bytes) -> dict[str, Any]:
+        """One command on one simulated host."""
+        from k3rollout.sim.dispatch import dispatch
+
+        try:
+            req = fastjson.loads(payload)
+            host = str(req["host"])
+            if not host or "/" in host or host in (".", ".."):
+                return {"error": f"bad host name {host!r}"}
+            stdin = base64.b64decode(req["stdin"]) if req.get("stdin") is not None else None
+            res = dispatch(self.root / host, [str(a) for a in req["argv"]], stdin)
+            return {"rc": res.rc, "stdout": res.stdout, "stderr": res.stderr, "unreachable": res.unreachable,
+                    "dropped": res.dropped}
+        except Exception:       # a simulator bug: the engine reports it, it does not pass as output
+            return {"error": traceback.format_exc()[-4000:]}
+
+    def sync_from_thread(self, host: str) -> None:
+        assert self.loop is not None
+        asyncio.run_coroutine_threadsafe(self.sync_host(host), self.loop).result(30)
 
     # ---- HTTP/1.1
 
@@ -341,7 +413,14 @@ class Daemon:
             await self.send(writer, 200, payload)
 
     async def main(self) -> None:
+        global _RUNNING
+        self.loop = asyncio.get_running_loop()
         srv = await asyncio.start_unix_server(self.control, path=_control_name(self.root))
+        cmd_srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        cmd_srv.bind(_command_name(self.root))
+        cmd_srv.listen(256)
+        threading.Thread(target=self.accept_commands, args=(cmd_srv,), name="k3sim-accept", daemon=True).start()
+        _RUNNING = self
         (self.root / "netd.pid").write_text(str(os.getpid()))
         for d in sorted(p for p in self.root.iterdir() if (p / "state.json").is_file()):
             await self.sync_host(d.name)
@@ -355,6 +434,7 @@ class Daemon:
                                                                        self.listeners.values())):
                 break
         srv.close()
+        cmd_srv.close()
         for lst in self.listeners.values():
             lst.close()
         with contextlib.suppress(OSError):
@@ -362,15 +442,28 @@ class Daemon:
                 (self.root / "netd.pid").unlink()
 
 
+def _place() -> None:
+    """The simulated hosts are other machines: never confined to the controller's CPU. The
+    daemon's threads (the event loop and the hosts' commands) share one interpreter lock,
+    so they run on one CPU, the one after the engine's (``K3SIM_AVOID_CPU``), for the
+    reason engine/cpu.py gives; without that hint, on every CPU."""
+    if not hasattr(os, "sched_setaffinity"):
+        return
+    with contextlib.suppress(OSError, ValueError):
+        cpus = sorted(range(os.cpu_count() or 1))
+        avoid = os.environ.get(AVOID_CPU_ENV, "")
+        if avoid.isdigit() and len(cpus) > 1 and int(avoid) in cpus:
+            os.sched_setaffinity(0, {cpus[(cpus.index(int(avoid)) + 1) % len(cpus)]})
+        else:
+            os.sched_setaffinity(0, cpus)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or not Path(args[0]).is_dir():
         sys.stderr.write("usage: python -m k3rollout.sim.netd SIM_ROOT\n")
         return 2
-    if hasattr(os, "sched_setaffinity"):
-        # the simulated hosts are other machines: never confined to the controller's CPUs
-        with contextlib.suppress(OSError):
-            os.sched_setaffinity(0, range(os.cpu_count() or 1))
+    _place()
     try:
         asyncio.run(Daemon(Path(args[0])).main())
     except OSError as exc:      # another daemon already owns this root's control socket

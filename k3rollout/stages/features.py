@@ -18,10 +18,12 @@ Cross-node communication (step 6) is the multinode stage.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from typing import Any
 
+from k3rollout import fastjson
 from k3rollout.checks.parsers import ParseError, parse_vllm_metrics
 from k3rollout.stages import vllm_server
 from k3rollout.stages.base import NodeCtx, StageOutcome
@@ -41,6 +43,7 @@ PIXEL = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAA
          "RU5ErkJggg==")
 
 
+@functools.lru_cache(maxsize=16)
 def long_prefix(words: int, seed: str = "") -> str:
     """A deterministic system prompt: token-identical on every request (same text, same order)."""
     vocab = ("cluster", "driver", "rollout", "evidence", "prefix", "cache", "tensor", "parallel", "window", "batch")
@@ -264,7 +267,7 @@ def run(ctx: NodeCtx) -> StageOutcome:
         ladder.append(row)
         if row["step"] == "prefix_cache":
             f["prefix_cache"] = {k: v for k, v in row.items() if k != "step"}
-            ctx.evidence("prefix-cache-proof.json", json.dumps(f["prefix_cache"], indent=2))
+            ctx.evidence("prefix-cache-proof.json", fastjson.dumps_pretty(f["prefix_cache"]))
         if not row["passed"] and row.get("inconclusive"):
             undecided.append(row)           # a person decides at the end; the ladder goes on
         elif not row["passed"]:
@@ -281,10 +284,10 @@ def run(ctx: NodeCtx) -> StageOutcome:
     structured = next((r for r in ladder if r["step"] == "structured"), None)
     if structured:
         f["structured_output_ok"] = structured["passed"]
-    ctx.evidence("load-ladder.json", json.dumps({"thresholds": {
+    ctx.evidence("load-ladder.json", fastjson.dumps_pretty({"thresholds": {
         "context_tokens": p.context_tokens, "concurrency": list(p.concurrency), "p95_latency_max_s": p.p95_latency_max_s,
         "ttft_p95_max_s": p.ttft_p95_max_s, "max_error_rate": p.max_error_rate, "max_restarts": p.max_restarts,
-        "gpu_mem_max_pct": p.gpu_mem_max_pct}, "steps": ladder}, indent=2))
+        "gpu_mem_max_pct": p.gpu_mem_max_pct}, "steps": ladder}))
     vllm_server.stop(ctx, NAME)
     if failed is None and undecided:
         reason = "inconclusive: " + "; ".join(f"{r['step']}: {r.get('reason')}" for r in undecided)

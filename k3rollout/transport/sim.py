@@ -1,21 +1,35 @@
-"""The in-process transport to simulated hosts: argv straight into the sim dispatcher.
+"""The transport to simulated hosts: argv to the simulated cluster's daemon, one line each way.
+
+The simulated hosts' commands run in the sim root's daemon (``k3rollout.sim.netd``, which
+also serves their vLLM ports), not in the engine: a real host runs a command on its own
+CPU while the controller waits, and at a thousand nodes playing the hosts in the
+engine's interpreter took a quarter of its one CPU. Each engine thread keeps one
+connection to the daemon's command socket (a unix socket in the abstract namespace) and
+sends ``{"host", "argv", "stdin"}`` as one JSON line; the daemon runs the simulator's
+``dispatch`` in that connection's thread and answers with the result as one JSON line.
 
 It behaves like the SSH transport at the edges that matter to the engine: a host that is
 down raises ``HostUnreachable``, a dropped session raises ``ConnectionLost`` (after the
-command may have run on the host), and waiting for a reboot polls until the host answers.
+command may have run on the host; so does a daemon that dies mid-command), no answer in
+time raises ``CommandTimeout``, and waiting for a reboot polls until the host answers.
 """
 
 from __future__ import annotations
 
+import base64
+import select
 import shlex
+import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from k3rollout.errors import ConnectionLost, HostUnreachable
+from k3rollout import fastjson
+from k3rollout.errors import CommandTimeout, ConnectionLost, HostUnreachable
 from k3rollout.sim import netd
 from k3rollout.sim import state as st
-from k3rollout.sim.dispatch import dispatch, init_cluster
+from k3rollout.sim.dispatch import Result, init_cluster
 from k3rollout.transport.base import CommandResult
 
 
@@ -27,14 +41,79 @@ class SimExecutor:
         self.dirs = init_cluster(self.root, hosts)
         self.poll_s = poll_s
         self._addresses: dict[str, str] = {}
-        netd.ensure(self.root)      # the simulated network: real sockets for the hosts' vLLM servers
+        self._local = threading.local()
+        self._links: list[socket.socket] = []
+        self._links_lock = threading.Lock()
+        netd.ensure(self.root)      # the simulated cluster: the hosts' commands and their vLLM sockets
 
     def state_dir(self, host: str) -> Path:
         return self.dirs[host]
 
+    # ---------------------------------------------------------------- the daemon link
+
+    def _link(self) -> tuple[socket.socket, Any]:
+        link = getattr(self._local, "link", None)
+        if link is not None:
+            try:
+                stale = bool(select.select([link[0]], [], [], 0)[0])   # EOF waiting: the daemon went away
+            except (OSError, ValueError):
+                stale = True
+            if not stale:
+                return link
+            self._drop()
+        for attempt in (1, 2):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(netd._command_name(self.root))
+                break
+            except OSError:
+                sock.close()
+                if attempt == 2:
+                    raise
+                netd.ensure(self.root)
+        link = (sock, sock.makefile("rb"))
+        self._local.link = link
+        with self._links_lock:
+            self._links.append(sock)
+        return link
+
+    def _drop(self) -> None:
+        link = getattr(self._local, "link", None)
+        self._local.link = None
+        if link is not None:
+            link[1].close()
+            link[0].close()
+
+    def _dispatch(self, host: str, argv: list[str], stdin: bytes | None, timeout: float) -> Result:
+        line = fastjson.dumps_line({"host": self.dirs[host].name, "argv": list(argv),
+                                    "stdin": None if stdin is None else base64.b64encode(stdin).decode()})
+        command = shlex.join(argv)
+        sock, reader = self._link()
+        try:
+            sock.settimeout(timeout + 30)       # the simulator has no timeouts of its own
+            sock.sendall(line)
+            answer = reader.readline()
+        except TimeoutError:
+            self._drop()
+            raise CommandTimeout(f"no answer within {timeout:.0f}s", host=host, command=command) from None
+        except OSError as exc:
+            self._drop()
+            raise ConnectionLost(f"lost the simulated host while the command ran ({exc}); its outcome is unknown",
+                                 host=host, command=command) from None
+        if not answer.endswith(b"\n"):
+            self._drop()
+            raise ConnectionLost("the simulated cluster closed the connection while the command ran; its outcome "
+                                 "is unknown", host=host, command=command)
+        out = fastjson.loads(answer)
+        if "error" in out:
+            raise RuntimeError(f"simulator failure on {host} running {command!r}:\n{out['error']}")
+        return Result(int(out["rc"]), out["stdout"], out["stderr"], bool(out["unreachable"]), bool(out["dropped"]))
+
+    # ---------------------------------------------------------------- the executor interface
+
     def run(self, host: str, argv: list[str], *, stdin: bytes | None = None, timeout: float = 600.0) -> CommandResult:
         started = time.monotonic()
-        res = dispatch(self.dirs[host], list(argv), stdin)
+        res = self._dispatch(host, list(argv), stdin, timeout)
         took = time.monotonic() - started
         if res.unreachable:
             raise HostUnreachable("host does not answer", host=host, command=shlex.join(argv),
@@ -47,7 +126,7 @@ class SimExecutor:
     def wait_for_host(self, host: str, timeout: float) -> float:
         started = time.monotonic()
         while True:
-            res = dispatch(self.dirs[host], ["true"])
+            res = self._dispatch(host, ["true"], None, 60.0)
             if not res.unreachable:
                 return time.monotonic() - started
             if time.monotonic() - started >= timeout:
@@ -64,4 +143,8 @@ class SimExecutor:
         return addr
 
     def close(self) -> None:
+        with self._links_lock:
+            links, self._links = self._links, []
+        for sock in links:
+            sock.close()
         netd.shutdown(self.root)
