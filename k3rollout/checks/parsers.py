@@ -9,6 +9,7 @@ state (kubectl, scontrol), nccl-tests ``all_reduce_perf`` tables, and vLLM's Pro
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import re
@@ -156,6 +157,13 @@ def parse_nccl_tests(text: str) -> dict[str, Any]:
             "largest_size": rows[-1]["size"], "largest_busbw": rows[-1]["busbw"], "wrong_rows": len(wrong)}
 
 
+@functools.lru_cache(maxsize=32)
+def _family_lines(only: tuple[str, ...]) -> re.Pattern:
+    """Sample lines, and ``# HELP`` / ``# TYPE`` lines, of the families named by prefix."""
+    names = "|".join(re.escape(p) for p in only)
+    return re.compile(rf"^(?:# [A-Z]+ )?(?:{names})[^\n]*", re.M)
+
+
 def parse_vllm_metrics(text: str, only: tuple[str, ...] | None = None) -> dict[str, float]:
     """Sum each vLLM metric family over its labels, using prometheus_client's parser.
     ``only``: metric-name prefixes to keep; other families' lines are dropped before
@@ -163,12 +171,7 @@ def parse_vllm_metrics(text: str, only: tuple[str, ...] | None = None) -> dict[s
     from prometheus_client.parser import text_string_to_metric_families
 
     if only:
-        keep = []
-        for line in text.splitlines():
-            name = line.split(" ", 3)[2] if line.startswith("# ") and line.count(" ") >= 2 else line
-            if name.startswith(only):
-                keep.append(line)
-        text = "\n".join(keep) + "\n"
+        text = "\n".join(_family_lines(tuple(only)).findall(text)) + "\n"
     out: dict[str, float] = {}
     try:
         for fam in text_string_to_metric_families(text):

@@ -5,18 +5,18 @@ Errors never raise: a refused connection, a timeout or a non-JSON body come back
 health poll keeps waiting; a feature check fails with the reason). Streaming replies are
 read as server-sent events, with the time to the first token measured on the wire.
 
-The client is the standard library's ``http.client`` with keep-alive connections pooled
-per (scheme, host, port): a gate sends a few hundred requests per node, and a full HTTP
-library's per-request cost was a third of the engine's CPU at a thousand nodes. A pooled
-connection the server has closed (a restarted container) is noticed before reuse, and a
-request that fails on a reused connection before any reply byte is sent again once on a
-fresh one, as browsers and urllib3 do. No proxy from the environment is used: gates talk
-to the node itself.
+The client is a small HTTP/1.1 connection (``transport/http11.py``) with keep-alive
+connections pooled per (scheme, host, port): a gate sends a few hundred requests per
+node, and a full HTTP library's per-request cost was a third of the engine's CPU at a
+thousand nodes (the standard ``http.client``'s header parsing still cost several
+percent). A pooled connection the server has closed (a restarted container) is noticed
+before reuse, and a request that fails on a reused connection before any reply byte is
+sent again once on a fresh one, as browsers and urllib3 do. No proxy from the
+environment is used: gates talk to the node itself.
 """
 
 from __future__ import annotations
 
-import http.client
 import select
 import ssl
 import threading
@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from k3rollout import fastjson
+from k3rollout.transport import http11 as wire
 
 
 @dataclass
@@ -77,7 +78,7 @@ class ApiClient:
 
     def __init__(self, max_idle_per_host: int = 8):
         self.max_idle = max_idle_per_host
-        self._idle: dict[_Key, list[http.client.HTTPConnection]] = {}
+        self._idle: dict[_Key, list[wire.Connection]] = {}
         self._lock = threading.Lock()
         self._ssl: ssl.SSLContext | None = None
         self._closed = False
@@ -92,27 +93,22 @@ class ApiClient:
         path = (u.path or "/") + (f"?{u.query}" if u.query else "")
         return (u.scheme, u.hostname, port), path
 
-    def _checkout(self, key: _Key, timeout: float, fresh: bool) -> tuple[http.client.HTTPConnection, bool]:
+    def _checkout(self, key: _Key, timeout: float, fresh: bool) -> tuple[wire.Connection, bool]:
         with self._lock:
             pool = None if fresh else self._idle.get(key)
             while pool:
                 conn = pool.pop()
                 if _usable(conn):
-                    conn.sock.settimeout(timeout)
+                    conn.settimeout(timeout)
                     return conn, True
                 conn.close()
         scheme, host, port = key
-        if scheme == "https":
-            if self._ssl is None:
-                self._ssl = ssl.create_default_context()
-            conn: http.client.HTTPConnection = http.client.HTTPSConnection(host, port, timeout=timeout,
-                                                                           context=self._ssl)
-        else:
-            conn = http.client.HTTPConnection(host, port, timeout=timeout)
-        return conn, False
+        if scheme == "https" and self._ssl is None:
+            self._ssl = ssl.create_default_context()
+        return wire.Connection(scheme, host, port, timeout, self._ssl), False
 
-    def _checkin(self, key: _Key, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse) -> None:
-        if resp.will_close or self._closed:
+    def _checkin(self, key: _Key, conn: wire.Connection, resp: wire.Response) -> None:
+        if resp.will_close or not resp.complete or self._closed:
             conn.close()
             return
         with self._lock:
@@ -123,7 +119,7 @@ class ApiClient:
         conn.close()
 
     def _send(self, method: str, url: str, body: Any,
-              timeout: float) -> tuple[_Key, http.client.HTTPConnection, http.client.HTTPResponse]:
+              timeout: float) -> tuple[_Key, wire.Connection, wire.Response]:
         key, path = self._target(url)
         payload = None if body is None else fastjson.dumps(body)
         headers = {"Accept": "application/json, text/event-stream", "User-Agent": "k3rollout"}
@@ -138,9 +134,8 @@ class ApiClient:
                     except OSError as exc:
                         raise _NoConnection(exc) from exc
                 try:
-                    conn.request(method, path, body=payload, headers=headers)
-                    return key, conn, conn.getresponse()
-                except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
+                    return key, conn, conn.request(method, path, payload, headers)
+                except (wire.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
                     if reused:
                         raise _Stale() from exc
                     raise
@@ -164,7 +159,7 @@ class ApiClient:
             res.status, res.text = resp.status, raw.decode(_charset(resp), errors="replace")
             self._checkin(key, conn, resp)
             conn = None
-        except (_NoConnection, OSError, http.client.HTTPException, ValueError) as exc:
+        except (_NoConnection, OSError, ValueError) as exc:
             res.error = _describe(exc, url)
         finally:
             if conn is not None:
@@ -207,7 +202,7 @@ class ApiClient:
                 resp.read()                 # the rest of the body (the chunked terminator)
                 self._checkin(key, conn, resp)
                 conn = None
-        except (_NoConnection, OSError, http.client.HTTPException, ValueError) as exc:
+        except (_NoConnection, OSError, ValueError) as exc:
             res.error = _describe(exc, url)
         finally:
             if conn is not None:
@@ -226,7 +221,7 @@ class ApiClient:
                 conn.close()
 
 
-def _usable(conn: http.client.HTTPConnection) -> bool:
+def _usable(conn: wire.Connection) -> bool:
     """An idle keep-alive connection is still good when nothing is waiting to be read: a
     readable idle socket means the server closed it (or sent bytes nobody asked for)."""
     sock = conn.sock
@@ -239,7 +234,7 @@ def _usable(conn: http.client.HTTPConnection) -> bool:
     return not readable
 
 
-def _charset(resp: http.client.HTTPResponse) -> str:
+def _charset(resp: wire.Response) -> str:
     ctype = resp.headers.get("content-type", "")
     for part in ctype.split(";")[1:]:
         k, _, v = part.strip().partition("=")
@@ -262,15 +257,18 @@ def _has_output(delta: dict[str, Any]) -> bool:
 
 def _describe(exc: BaseException, url: str) -> str:
     if isinstance(exc, _NoConnection):
+        if isinstance(exc.cause, ssl.SSLError):
+            return f"{url}: TLS error ({exc.cause})"
         if isinstance(exc.cause, TimeoutError):
             return f"{url}: connect timeout ({exc.cause or 'timed out'})"
         return f"{url}: connection refused or unreachable ({exc.cause})"
+    if isinstance(exc, wire.ProtocolError):
+        return f"{url}: not a valid HTTP reply ({exc})"
     if isinstance(exc, ValueError) and not isinstance(exc, UnicodeError):
         return f"{url}: {exc}"
     if isinstance(exc, TimeoutError):
         return f"{url}: read timeout ({exc or 'timed out'})"
-    if isinstance(exc, (http.client.RemoteDisconnected, http.client.IncompleteRead, ConnectionResetError,
-                        BrokenPipeError)):
+    if isinstance(exc, (ConnectionResetError, BrokenPipeError)):
         return f"{url}: connection closed mid-reply ({exc!r})"
     if isinstance(exc, ssl.SSLError):
         return f"{url}: TLS error ({exc})"

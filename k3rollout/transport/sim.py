@@ -87,7 +87,6 @@ class SimExecutor:
     def _dispatch(self, host: str, argv: list[str], stdin: bytes | None, timeout: float) -> Result:
         line = fastjson.dumps_line({"host": self.dirs[host].name, "argv": list(argv),
                                     "stdin": None if stdin is None else base64.b64encode(stdin).decode()})
-        command = shlex.join(argv)
         sock, reader = self._link()
         try:
             sock.settimeout(timeout + 30)       # the simulator has no timeouts of its own
@@ -95,18 +94,18 @@ class SimExecutor:
             answer = reader.readline()
         except TimeoutError:
             self._drop()
-            raise CommandTimeout(f"no answer within {timeout:.0f}s", host=host, command=command) from None
+            raise CommandTimeout(f"no answer within {timeout:.0f}s", host=host, command=shlex.join(argv)) from None
         except OSError as exc:
             self._drop()
             raise ConnectionLost(f"lost the simulated host while the command ran ({exc}); its outcome is unknown",
-                                 host=host, command=command) from None
+                                 host=host, command=shlex.join(argv)) from None
         if not answer.endswith(b"\n"):
             self._drop()
             raise ConnectionLost("the simulated cluster closed the connection while the command ran; its outcome "
-                                 "is unknown", host=host, command=command)
+                                 "is unknown", host=host, command=shlex.join(argv))
         out = fastjson.loads(answer)
         if "error" in out:
-            raise RuntimeError(f"simulator failure on {host} running {command!r}:\n{out['error']}")
+            raise RuntimeError(f"simulator failure on {host} running {shlex.join(argv)!r}:\n{out['error']}")
         return Result(int(out["rc"]), out["stdout"], out["stderr"], bool(out["unreachable"]), bool(out["dropped"]))
 
     # ---------------------------------------------------------------- the executor interface

@@ -1,0 +1,162 @@
+"""The gates' HTTP client against a real server (the standard library's http.server on
+loopback): body framing, keep-alive reuse, a server that closed a pooled connection,
+streaming, and errors that name the URL instead of raising."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from k3rollout.transport.http import ApiClient, assemble_stream
+from k3rollout.transport.http11 import Connection, ProtocolError
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    peers: list[tuple[str, int]] = []
+
+    def log_message(self, *args):        # quiet
+        pass
+
+    def _body(self, code: int, data: bytes, ctype: str = "application/json") -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        Handler.peers.append(self.client_address)
+        if self.path == "/length":
+            return self._body(200, b'{"ok": true}')
+        if self.path == "/latin1":
+            return self._body(200, "caf\xe9".encode("latin-1"), "text/plain; charset=iso-8859-1")
+        if self.path == "/close-delimited":
+            self.send_response(200)
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(b"until the end")
+            self.close_connection = True
+            return
+        if self.path == "/chunked":
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for part in (b"hello ", b"chunked ", b"world"):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+            self.wfile.write(b"0\r\nX-Trailer: yes\r\n\r\n")
+            return
+        if self.path == "/no-content":
+            self.send_response(204)
+            self.end_headers()
+            return
+        if self.path == "/bye":
+            # answers, then closes this keep-alive connection behind the client's back
+            self._body(200, b"bye")
+            self.close_connection = True
+            return
+        if self.path == "/garbage":
+            self.wfile.write(b"SPDY/9 what\r\n\r\n")
+            self.close_connection = True
+            return
+        return self._body(404, b'{"detail": "Not Found"}')
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        req = json.loads(body)
+        if req.get("stream"):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for ev in ({"choices": [{"delta": {"content": "Hel"}}]}, {"choices": [{"delta": {"content": "lo"}}]},
+                       {"choices": [{"delta": {}, "finish_reason": "stop"}]}):
+                data = f"data: {json.dumps(ev)}\n\n".encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            done = b"data: [DONE]\n\n"
+            self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
+            return
+        return self._body(200, json.dumps({"echo": req}).encode())
+
+
+@pytest.fixture
+def server():
+    Handler.peers = []
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_bodies_by_length_chunked_close_and_none(server):
+    api = ApiClient()
+    r = api.request("GET", server + "/length")
+    assert (r.ok, r.json()) == (True, {"ok": True})
+    r = api.request("GET", server + "/chunked")
+    assert (r.status, r.text) == (200, "hello chunked world")
+    r = api.request("GET", server + "/close-delimited")
+    assert (r.status, r.text) == (200, "until the end")
+    r = api.request("GET", server + "/no-content")
+    assert (r.status, r.text, r.ok) == (204, "", True)
+    r = api.request("GET", server + "/latin1")
+    assert r.text == "caf\xe9"
+    r = api.request("GET", server + "/missing")
+    assert (r.status, r.ok, r.json()) == (404, False, {"detail": "Not Found"})
+    api.close()
+
+
+def test_keep_alive_reuses_one_connection(server):
+    api = ApiClient()
+    for _ in range(5):
+        assert api.request("GET", server + "/length").ok
+        assert api.request("POST", server + "/echo", {"n": 1}).json() == {"echo": {"n": 1}}
+    assert len(set(Handler.peers)) == 1         # one client port for every GET
+    api.close()
+
+
+def test_a_connection_the_server_closed_is_not_reused(server):
+    api = ApiClient()
+    assert api.request("GET", server + "/bye").text == "bye"
+    r = api.request("GET", server + "/length")
+    assert r.ok, r.error
+    assert len(set(Handler.peers)) == 2         # a new connection for the second request
+    api.close()
+
+
+def test_streamed_events_are_read_and_assembled(server):
+    api = ApiClient()
+    r = api.stream(server + "/v1/chat/completions", {"messages": []})
+    assert r.ok and r.done and r.ttft_s is not None, r.error
+    assert assemble_stream(r.events)["content"] == "Hello"
+    # the chunked stream was read to its end: the connection carries the next request
+    assert api.request("GET", server + "/length").ok
+    assert len(set(Handler.peers)) == 1
+    api.close()
+
+
+def test_errors_name_the_url_and_do_not_raise(server):
+    api = ApiClient()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]           # nothing listens there once closed
+    url = f"http://127.0.0.1:{free}/health"
+    r = api.request("GET", url)
+    assert not r.ok and r.error.startswith(url) and "connection refused" in r.error
+    r = api.request("GET", server + "/garbage")
+    assert not r.ok and "not a valid HTTP reply" in r.error
+    r = api.request("GET", "ftp://example/x")
+    assert not r.ok and "http:// or https://" in r.error
+    api.close()
+
+
+def test_request_paths_cannot_smuggle_a_second_request():
+    conn = Connection("http", "127.0.0.1", 9, 1.0)
+    conn.sock = object()            # never used: the path is refused first
+    with pytest.raises(ProtocolError):
+        conn.request("GET", "/x HTTP/1.1\r\nHost: evil\r\n\r\nGET /y", None, {})
