@@ -182,3 +182,31 @@ def test_wrong_tool_parser_is_an_empty_tool_call(tmp_path):
     assert tools["empty_tool_call"] and not tools["passed"]
     assert "<|tool_calls_section_begin|>" in tools["content_instead"]
     assert res["nodes"]["gpu-01"]["failed_stage"] == "features"
+
+
+def test_host_commands_run_in_the_cluster_daemon_and_survive_its_restart(node):
+    """The k3sim transport sends commands to the sim cluster's daemon: they run in its
+    process, not the engine's; a daemon that went away is noticed on the next command (the
+    stale connection is dropped, the daemon restarted) and the host keeps its state."""
+    import os
+    import signal
+
+    from k3rollout.sim import netd
+    from k3rollout.sim.state import executed
+
+    assert node.run("gpu-01", ["hostname"]).stdout == "gpu-01\n"
+    pid = int((node.root / "netd.pid").read_text())
+    assert pid != os.getpid()
+    base = start(node, "gpu-01", REFERENCE)
+    assert httpx.get(base + "/health").status_code == 200
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while netd.running(node.root) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not netd.running(node.root)
+    # same engine thread, same (now dead) connection: the next command still runs, once
+    assert node.run("gpu-01", ["uname", "-r"]).ok
+    assert int((node.root / "netd.pid").read_text()) != pid
+    assert executed(node.state_dir("gpu-01")).count("uname -r") == 1
+    # the restarted daemon serves the container that was running before
+    assert httpx.get(base + "/health").status_code == 200

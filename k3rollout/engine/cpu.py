@@ -14,7 +14,8 @@ Only threads are pinned: the calling thread while inside ``one_cpu()``, and the 
 it starts. Child processes get every CPU back (``all_cpus()`` around ansible-playbook and
 hook commands; the simulated network daemon resets its own mask). The CPU is picked from
 the allowed set by process id, so concurrent runs on one controller spread out.
-``K3ROLLOUT_PIN_CPU=0`` turns this off; ``K3ROLLOUT_PIN_CPU=N`` picks CPU N.
+``K3ROLLOUT_PIN_CPU=0`` (or ``off``) turns this off; ``K3ROLLOUT_PIN_CPU=cpuN`` picks
+CPU N (a CPU outside the allowed set leaves the threads unpinned).
 """
 
 from __future__ import annotations
@@ -39,9 +40,7 @@ def choose(allowed: set[int], setting: str | None, pid: int) -> int | None:
     if setting in ("0", "no", "off", "false"):
         return None
     if setting.startswith("cpu") and setting[3:].isdigit():
-        setting = setting[3:]
-    if setting.isdigit() and setting not in ("1", "yes", "on", "true"):
-        cpu = int(setting)
+        cpu = int(setting[3:])
         return cpu if cpu in allowed else None
     cpus = sorted(allowed)
     return cpus[pid % len(cpus)]
