@@ -256,7 +256,9 @@ class Daemon:
                     writer.write(b"ok\n")
                 elif cmd == "shutdown":
                     writer.write(b"ok\n")
+                    await writer.drain()
                     self.stop.set()
+                    break
                 else:
                     writer.write(b"error unknown command\n")
                 await writer.drain()
