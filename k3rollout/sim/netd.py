@@ -88,7 +88,7 @@ def _control_name_abs(root: Path) -> bytes:
 
 
 def _command_name(root: Path) -> bytes:
-    """Where the daemon takes the hosts' commands (``run`` lines; see transport/sim.py)."""
+    """Where the daemon takes the hosts' commands (one JSON line each; see transport/sim.py)."""
     return _control_name(root) + b"-run"
 
 

@@ -22,7 +22,7 @@ import ssl
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from k3rollout import fastjson
@@ -149,65 +149,64 @@ class ApiClient:
 
     # ---------------------------------------------------------------- requests
 
-    def request(self, method: str, url: str, body: Any = None, timeout: float = 60.0) -> HttpResult:
-        res = HttpResult(method, url)
+    def _exchange(self, res: HttpResult, body: Any, timeout: float,
+                  read: Callable[[wire.Response, float], None]) -> HttpResult:
+        """One request on a pooled connection; ``read`` takes the reply into ``res``. The
+        connection goes back to the pool only if the reply was read to its end; a failure
+        becomes ``res.error``, naming the URL."""
         started = time.perf_counter()
         conn = None
         try:
-            key, conn, resp = self._send(method, url, body, timeout)
-            raw = resp.read()
-            res.status, res.text = resp.status, raw.decode(_charset(resp), errors="replace")
+            key, conn, resp = self._send(res.method, res.url, body, timeout)
+            res.status = resp.status
+            read(resp, started)
             self._checkin(key, conn, resp)
             conn = None
         except (_NoConnection, OSError, ValueError) as exc:
-            res.error = _describe(exc, url)
+            res.error = _describe(exc, res.url)
         finally:
             if conn is not None:
                 conn.close()
         res.elapsed_s = time.perf_counter() - started
         return res
 
+    def request(self, method: str, url: str, body: Any = None, timeout: float = 60.0) -> HttpResult:
+        def read(resp: wire.Response, started: float) -> None:
+            res.text = resp.read().decode(_charset(resp), errors="replace")
+
+        res = HttpResult(method, url)
+        return self._exchange(res, body, timeout, read)
+
     def stream(self, url: str, body: dict[str, Any], timeout: float = 300.0) -> HttpResult:
         """POST with ``stream: true``; collect the SSE ``data:`` events."""
-        res = HttpResult("POST", url)
-        started = time.perf_counter()
-        conn = None
-        try:
-            key, conn, resp = self._send("POST", url, {**body, "stream": True}, timeout)
-            res.status = resp.status
+        def read(resp: wire.Response, started: float) -> None:
             if resp.status != 200:
                 res.text = resp.read().decode(_charset(resp), errors="replace")
-            else:
-                while True:
-                    raw = resp.readline()
-                    if not raw:
-                        break
-                    line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        res.done = True
-                        break
-                    try:
-                        ev = fastjson.loads(data)
-                    except ValueError:
-                        res.error = f"{url}: a streamed event is not JSON: {data[:200]!r}"
-                        break
-                    if res.ttft_s is None and any(_has_output(c.get("delta", {}))
-                                                  for c in ev.get("choices", []) if isinstance(c, dict)):
-                        res.ttft_s = time.perf_counter() - started
-                    res.events.append(ev)
-            if res.done or resp.status != 200:
-                resp.read()                 # the rest of the body (the chunked terminator)
-                self._checkin(key, conn, resp)
-                conn = None
-        except (_NoConnection, OSError, ValueError) as exc:
-            res.error = _describe(exc, url)
-        finally:
-            if conn is not None:
-                conn.close()
-        res.elapsed_s = time.perf_counter() - started
+                return
+            while True:
+                raw = resp.readline()
+                if not raw:
+                    return
+                line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    res.done = True
+                    resp.read()             # the rest of the body (the chunked terminator)
+                    return
+                try:
+                    ev = fastjson.loads(data)
+                except ValueError:
+                    res.error = f"{url}: a streamed event is not JSON: {data[:200]!r}"
+                    return
+                if res.ttft_s is None and any(_has_output(c.get("delta", {}))
+                                              for c in ev.get("choices", []) if isinstance(c, dict)):
+                    res.ttft_s = time.perf_counter() - started
+                res.events.append(ev)
+
+        res = HttpResult("POST", url)
+        self._exchange(res, {**body, "stream": True}, timeout, read)
         if res.status == 200 and not res.error and not res.done:
             res.error = f"{url}: the stream ended without 'data: [DONE]'"
         return res
