@@ -214,3 +214,30 @@ def test_sim_commands_run_as_plain_executables(cluster, tmp_path):
     missing = subprocess.run([sys.executable, "-m", "k3rollout.sim", "nvidia-smi"], capture_output=True, text=True,
                              env={k: v for k, v in env.items() if k != "K3SIM_STATE"})
     assert missing.returncode == 2 and "K3SIM_STATE" in missing.stderr
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["renameat2-exchange", "replace-fallback"])
+def test_state_changes_are_atomic_and_free_no_inode(cluster, monkeypatch, exchange):
+    """A state change swaps the new file in whole. With RENAME_EXCHANGE the old file is kept
+    as the next write's scratch file, so a host's state changes free no inode (on ext4
+    without a journal, each freed inode made every later file creation dearer); without
+    it, the new file replaces the old one."""
+    from k3rollout.sim import state as st
+
+    if not exchange:
+        monkeypatch.setattr(st, "_RENAMEAT2", None)
+    elif st._RENAMEAT2 is None:
+        pytest.skip("no renameat2 in this C library")
+    d = cluster(**{"gpu-x": {}})["gpu-x"]
+    seen = []
+    for i in range(4):
+        assert sh(d, "kubectl", "cordon" if i % 2 == 0 else "uncordon", "gpu-x").rc == 0
+        seen.append(json.loads((d / "state.json").read_text())["scheduler"]["state"])
+        scratch = d / "state.json.tmp"
+        if exchange:
+            # the previous state, swapped out, not deleted
+            assert json.loads(scratch.read_text())["scheduler"]["state"] == ("schedulable" if i % 2 == 0
+                                                                             else "cordoned")
+        else:
+            assert not scratch.exists()
+    assert seen == ["cordoned", "schedulable"] * 2

@@ -198,6 +198,7 @@ class Daemon:
         self.root = root
         self.loop: asyncio.AbstractEventLoop | None = None
         self.listeners: dict[tuple[str, int], Listener] = {}
+        self.by_host: dict[str, dict[tuple[str, int], Listener]] = {}   # the same, per host
         self.last_activity = time.monotonic()
         self.stop = asyncio.Event()
         self.timers: dict[str, asyncio.TimerHandle] = {}
@@ -224,10 +225,13 @@ class Daemon:
                 for port, cfg in state.get("servers", {}).items():
                     if cfg.get("status") == "running":
                         desired[(state["address"], int(port))] = cfg
-        for key, lst in list(self.listeners.items()):
-            if lst.host == host and (key not in desired or desired[key].get("instance") != lst.rt.instance):
+        mine = self.by_host.setdefault(host, {})
+        for key, lst in list(mine.items()):
+            if key not in desired or desired[key].get("instance") != lst.rt.instance:
                 lst.close()
-                del self.listeners[key]
+                del mine[key]
+                if self.listeners.get(key) is lst:
+                    del self.listeners[key]
         for key, cfg in desired.items():
             if key in self.listeners:
                 continue
@@ -238,7 +242,7 @@ class Daemon:
             except OSError as exc:
                 print(f"{host}: cannot listen on {key[0]}:{key[1]}: {exc}", flush=True)
                 continue
-            self.listeners[key] = lst
+            self.listeners[key] = mine[key] = lst
 
     async def control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One command per line (a connection may send several)."""

@@ -197,7 +197,7 @@ def _tokens(body: dict[str, Any]) -> list[str]:
         parts.append(f"<|{m.get('role', 'user') if isinstance(m, dict) else 'user'}|> {c or ''}")
     if body.get("tools"):
         parts.append(json.dumps(body["tools"], sort_keys=True))
-    return re.findall(r"\S+", " ".join(parts))
+    return " ".join(parts).split()     # whitespace-separated words, as re.findall(r"\S+") would give
 
 
 def error(code: int, kind: str, msg: str) -> tuple[int, dict[str, Any]]:
