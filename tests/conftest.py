@@ -95,6 +95,15 @@ def journal(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
 
 
+def assert_reports_match_journal(run_dir: Path) -> None:
+    """The reports a run wrote at its end (from the engine's view, folded record by record
+    as they were appended) are exactly what its journal on disk renders."""
+    from k3rollout.report import render
+
+    for name, text in render.outputs(render.model(run_dir)).items():
+        assert (run_dir / name).read_text(encoding="utf-8") == text, f"{run_dir / name} differs from its journal"
+
+
 def sim_state(run_dir: Path, host: str) -> dict:
     return json.loads((run_dir / "sim-hosts" / host / "state.json").read_text())
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli, commands, journal, result, sim_state, write_inventory, write_playbook
+from conftest import assert_reports_match_journal, cli, commands, journal, result, sim_state, write_inventory, write_playbook
 
 ONCE = re.compile(r"^(apt-get install|reboot|kubectl drain|kubectl uncordon)\b")
 
@@ -122,6 +122,11 @@ def check_point(reference: dict, mode: str, seq: int, label: str, base: Path) ->
             failures.append(f"{label}: torn line not detected and kept")
     if not (run_dir / "report.html").exists():
         failures.append(f"{label}: no report after resume")
+    else:
+        try:
+            assert_reports_match_journal(run_dir)
+        except AssertionError as exc:
+            failures.append(f"{label}: {exc}")
     return failures
 
 

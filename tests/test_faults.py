@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import commands, journal, result, sim_state, write_inventory, write_playbook
+from conftest import assert_reports_match_journal, commands, journal, result, sim_state, write_inventory, write_playbook
 from k3rollout.cli import main
 
 # fault -> (failed stage or None when the node still upgrades, final, triage)
@@ -32,6 +32,7 @@ def rollout(tmp_path, faults: dict[str, list[str]]) -> tuple[int, dict, object]:
                         reboot_timeout=2)
     run_dir = tmp_path / "run"
     code = main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)])
+    assert_reports_match_journal(run_dir)
     return code, result(run_dir), run_dir
 
 

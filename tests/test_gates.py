@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from conftest import cli, journal, result, sim_state, write_inventory, write_playbook
+from conftest import assert_reports_match_journal, cli, journal, result, sim_state, write_inventory, write_playbook
 
 FAST = {"K3ROLLOUT_APPROVAL_POLL_S": "0.05"}
 
@@ -70,6 +70,7 @@ def test_stage_pause_waits_for_approve_and_records_who(tmp_path):
         ("batch1-before-driver_upgrade", "approved", "alice"), ("batch2-before-driver_upgrade", "approved", "bob")]
     assert res[0]["note"] == "CHG-1234" and (run_dir / "evidence" / res[0]["evidence"]).is_file()
     assert "CHG-1234" in (run_dir / "report.md").read_text()
+    assert_reports_match_journal(run_dir)
 
 
 def test_timed_pause_after_a_batch_goes_on_by_itself(tmp_path):
@@ -179,6 +180,7 @@ def test_hooks_command_and_webhook_are_called_and_journaled(tmp_path):
                                                                              ("post_batch", 2, "failed")]
     done = [r for r in journal(run_dir) if r["type"] == "hook_done"]
     assert len(done) == 5 and all(r["ok"] for r in done)
+    assert_reports_match_journal(run_dir)
 
 
 def test_a_failing_confirm_hook_stops_the_rollout_before_anything_changes(tmp_path):
@@ -202,6 +204,7 @@ def test_quarantine_keeps_the_failed_node_cordoned_and_labelled(tmp_path):
     assert st["scheduler"]["labels"]["k3rollout.io/quarantine"] == journal(run_dir)[0]["run_id"]
     assert st["loaded_driver"] == "575.57.08"                      # rolled back all the same
     assert sim_state(run_dir, "gpu-03")["scheduler"]["state"] == "schedulable"
+    assert_reports_match_journal(run_dir)
 
 
 def test_failure_budget_halts_the_rollout_across_batches(tmp_path):

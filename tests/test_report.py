@@ -89,3 +89,23 @@ def test_internal_error_exits_70_with_traceback_in_debug_log(tmp_path, monkeypat
     assert "debug.log" in err and "Traceback" not in err
     assert "RuntimeError: simulated bug" in (run_dir / "debug.log").read_text()
     assert (run_dir / "journal.jsonl").read_text().count("run_started") == 1
+
+
+def test_end_of_run_reports_are_written_from_the_engines_view_not_a_reread(tmp_path, monkeypatch):
+    """At 1,000 nodes the journal is 190,000 records: the run's end does not read it back,
+    it renders the view the engine folded as it appended each record (the same fold)."""
+    from conftest import assert_reports_match_journal
+    from k3rollout.engine.journal import Journal
+    from k3rollout.report import render
+
+    reads = []
+    read = Journal.read
+    monkeypatch.setattr(render.Journal, "read", staticmethod(lambda p: reads.append(p) or read(p)))
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {"sim_faults": ["cuda_init_fails"]}})
+    run_dir = tmp_path / "run"
+    assert main(["run", str(write_playbook(tmp_path / "pb.yml", min_serving=0, max_fail_percentage=100)), "-i",
+                 str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
+    assert reads == [] and (run_dir / "report.html").is_file()
+    assert result(run_dir)["nodes"]["gpu-02"]["final"] == "rolled_back"
+    assert_reports_match_journal(run_dir)
+    assert reads == [run_dir / "journal.jsonl"]

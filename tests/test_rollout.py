@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import PLAYBOOK, commands, journal, result, sim_state, write_inventory, write_playbook
+from conftest import PLAYBOOK, assert_reports_match_journal, commands, journal, result, sim_state, write_inventory, write_playbook
 from k3rollout.cli import main
 from k3rollout.engine.clock import Clock
 
@@ -225,6 +225,7 @@ def test_rollback_command_restores_a_completed_batch(tmp_path, capsys):
     assert r["batches"][1]["status"] == "rolled_back"
     assert sim_state(run_dir, "gpu-02")["loaded_driver"] == "575.57.08"
     assert sim_state(run_dir, "gpu-02")["scheduler"]["state"] == "schedulable"
+    assert_reports_match_journal(run_dir)
     assert main(["rollback", str(run_dir), "--batch", "7"]) == 2
 
 

@@ -94,6 +94,10 @@ class Journal:
     def next_seq(self) -> int:
         return self._last_seq + 1
 
+    @property
+    def last_seq(self) -> int:
+        return self._last_seq
+
     def append(self, type_: str, *, durable: bool = True, **data: Any) -> dict[str, Any]:
         """Append one record. ``durable=False`` skips the fsync (a read-only command's
         records): the bytes still reach the OS at once, so a killed process loses nothing,

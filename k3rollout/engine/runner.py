@@ -93,6 +93,9 @@ class Engine(GateMixin, StepRunnerMixin):
         self.clock = clock
         self.run_id = run_id
         self.view: RunView = fold(journal.records)
+        # how many records the view holds (seq starts at 1, without gaps: all of them when this
+        # equals the journal's last seq; a record appended before the engine existed is not)
+        self.applied = len(journal.records)
         self.stages: list[Stage] = playbook.stages
         self.kinds = [s.stage for s in self.stages]
         self.table = build_table(self.kinds)
@@ -128,6 +131,7 @@ class Engine(GateMixin, StepRunnerMixin):
         rec = self.journal.append(type_, durable=durable, **data)
         with self._lock:
             apply(self.view, rec)
+            self.applied += 1
         if self.on_event:
             self.on_event(rec)
         return rec

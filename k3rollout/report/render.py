@@ -121,10 +121,15 @@ def _window(v: RunView, result: dict[str, Any]) -> dict[str, Any]:
     return {"used_s": used, "booked_s": booked, "text": text}
 
 
-def model(run_dir: Path) -> dict[str, Any]:
-    records = Journal.read(run_dir / "journal.jsonl")
-    with no_gc():
-        v = fold(records)
+def model(run_dir: Path, view: RunView | None = None, records: int | None = None) -> dict[str, Any]:
+    """What the reports show: the journal folded into a view (or ``view``, the journal's
+    ``records`` records already folded)."""
+    if view is None:
+        recs = Journal.read(run_dir / "journal.jsonl")
+        with no_gc():
+            view = fold(recs)
+        records = len(recs)
+    v = view
     result = build_result(v)
     items = checklist.evaluate(v, _play_vars(run_dir))
     triage = [{"node": n.name, **n.triage} for n in v.nodes.values() if n.triage]
@@ -139,7 +144,7 @@ def model(run_dir: Path) -> dict[str, Any]:
     diff = plan_vs_actual(v.plan or {}, v)
     return {"diff": diff, "result": result, "view": v, "checklist": items, "triage": triage, "counts": counts,
             "verdict": verdict.get(result["status"], result["status"]), "plan": v.plan or {}, "nodes": v.nodes,
-            "records": len(records), "batches": batches, "node_rows": _node_rows(v, result),
+            "records": records, "batches": batches, "node_rows": _node_rows(v, result),
             "window": _window(v, result), "runbooks": runbook_links(),
             "timeline_svg": render_svg(result["batches"], v.nodes, result["finished"])}
 
@@ -151,13 +156,17 @@ def _json(m: dict[str, Any]) -> str:
                                   "gates": list(m["view"].pauses.values()), "hooks": list(m["view"].hooks.values())})
 
 
-def write_reports(run_dir: Path) -> dict[str, Any]:
+def outputs(m: dict[str, Any]) -> dict[str, str]:
+    """The files a run directory's reports are: name -> text."""
+    return {"result.json": fastjson.dumps_pretty(m["result"]), "report.json": _json(m),
+            "report.md": _MD.get_template("report.md.j2").render(**m),
+            "report.html": _HTML.get_template("report.html.j2").render(**m)}
+
+
+def write_reports(run_dir: Path, view: RunView | None = None, records: int | None = None) -> dict[str, Any]:
     run_dir = Path(run_dir)
-    m = model(run_dir)
-    out = {"result.json": fastjson.dumps_pretty(m["result"]), "report.json": _json(m),
-           "report.md": _MD.get_template("report.md.j2").render(**m),
-           "report.html": _HTML.get_template("report.html.j2").render(**m)}
-    for name, text in out.items():
+    m = model(run_dir, view, records)
+    for name, text in outputs(m).items():
         tmp = run_dir / (name + ".tmp")
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, run_dir / name)
