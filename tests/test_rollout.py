@@ -77,6 +77,50 @@ def test_journal_pairs_every_step_and_evidence_verifies(tmp_path):
     assert "CUDA driver version is insufficient for CUDA runtime version" in logs
 
 
+def test_every_destructive_command_runs_only_after_all_before_it_is_durable(tmp_path, monkeypatch):
+    """Write-ahead: when a destructive command reaches the host, its step_started record and
+    everything before it (baseline evidence, the rollback plan, the previous destructive
+    step's outcome) are durable. Read-only records and a destructive step's outcome, which
+    its probe settles after a power cut, are committed with the next commit, not their own."""
+    from k3rollout.engine import journal as journal_mod
+    from k3rollout.transport.sim import SimExecutor
+
+    def last_record(path: Path) -> dict:
+        import json
+
+        return json.loads(path.read_bytes().rstrip(b"\n").rsplit(b"\n", 1)[-1])
+
+    committed = []                         # (journal bytes durable, the record that asked)
+    real_syncfs = journal_mod._SYNCFS
+
+    def syncfs(fd: int) -> int:
+        path = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        committed.append((os.fstat(fd).st_size, last_record(path)))
+        return real_syncfs(fd) if real_syncfs is not None else (os.fsync(fd) or 0)
+
+    destructive = []
+    real_run = SimExecutor.run
+
+    def run_cmd(self, host, argv, **kw):
+        jpath = self.root.parent / "journal.jsonl"
+        rec = last_record(jpath)
+        if rec["type"] == "step_started" and rec.get("once") and rec["argv"][-len(argv):] == argv[-len(rec["argv"]):]:
+            destructive.append((rec["step"], jpath.stat().st_size, committed[-1][0] if committed else 0))
+        return real_run(self, host, argv, **kw)
+
+    monkeypatch.setattr(journal_mod, "_SYNCFS", syncfs)
+    monkeypatch.setattr(SimExecutor, "run", run_cmd)
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}})       # one node: nothing else writes meanwhile
+    code, run_dir = run(tmp_path, inv, write_playbook(tmp_path / "pb.yml", min_serving=0))
+    assert code == 0 and result(run_dir)["nodes"]["gpu-01"]["final"] == "upgraded"
+    assert [d[0] for d in destructive] == ["drain", "vendor-step-2", "reboot", "uncordon"]
+    for step, written, durable in destructive:
+        assert durable == written, f"{step} ran with {written - durable} journal bytes not yet durable"
+    asked = [(r["type"], r.get("step")) for _, r in committed]
+    assert not any(t in ("step_done", "rollback_plan", "facts", "evidence", "node_state") for t, _ in asked), asked
+    assert asked.count(("step_started", "drain")) == 1 and ("run_finished", None) in asked
+
+
 def test_canary_failure_halts_rollout_and_rolls_back(tmp_path):
     hosts = {f"gpu-{i:02d}": {} for i in range(1, 6)}
     hosts["gpu-01"] = {"sim_faults": ["driver_install_fails"]}

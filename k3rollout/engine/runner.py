@@ -124,8 +124,11 @@ class Engine(GateMixin, StepRunnerMixin):
     def record(self, type_: str, *, durable: bool | None = None, **data: Any) -> dict:
         """Append to the journal. Records that only describe what was observed (facts,
         assertions, stage and state bookkeeping) are written at once but committed with
-        the next durable record; a destructive step's start and outcome, rollbacks, and
-        run and batch records are committed before this returns (see engine/journal.py)."""
+        the next durable record; a destructive step's start, rollbacks, and run and batch
+        records are committed before this returns (see engine/journal.py). Callers pass
+        ``durable=False`` for records a later commit covers in time: a destructive step's
+        outcome that its probe can settle, and the rollback plan (committed with the first
+        destructive step's start, before anything changes)."""
         if durable is None:
             durable = type_ not in OBSERVATIONS
         rec = self.journal.append(type_, durable=durable, **data)
@@ -285,7 +288,8 @@ class Engine(GateMixin, StepRunnerMixin):
             {"node": node, "recorded_at": self.clock.iso(), "owner": self.play_vars.get("rollback_owner"),
              "steps": described, "detail": steps})))
         self.record("evidence", node=node, stage="baseline", name="rollback-plan", path=ref.path, sha256=ref.sha256)
-        self.record("rollback_plan", node=node, batch=n.batch, steps=steps, described=described)
+        # durable with the first destructive step's start, which commits all before it
+        self.record("rollback_plan", node=node, batch=n.batch, steps=steps, described=described, durable=False)
 
     def run_barrier(self, nodes: list[str], kind: str) -> None:
         waiting = [n for n in nodes if STATE_STAGE.get(NodeState(self.view.node(n).state)) == kind]

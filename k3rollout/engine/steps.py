@@ -96,9 +96,12 @@ class StepRunnerMixin:
             body = (f"$ {shlex.join(shown)}\n# host={node} rc={res.rc} duration_s={res.duration_s:.3f}\n"
                     f"--- stdout ---\n{self.redact(res.stdout)}\n--- stderr ---\n{self.redact(res.stderr)}")
             ref = self.evidence.write(node, ctx.folder, name, body)
+        # a destructive step's outcome is committed with the next commit (at the latest the
+        # next destructive step's start): were it lost in a power cut, its probe settles the
+        # step on resume. Only an outcome nothing could settle is committed at once.
         self.record("step_done", node=node, stage=ctx.stage, step=name, key=key, rc=res.rc, once=once,
                     duration_s=round(res.duration_s, 4), evidence=ref.path if ref else None,
-                    sha256=ref.sha256 if ref else None, durable=once)
+                    sha256=ref.sha256 if ref else None, durable=once and probe is None)
         return res
 
     def _replay_or_settle(self, ctx: NodeCtx, name: str, key: str, argv: list[str],
@@ -179,7 +182,8 @@ class StepRunnerMixin:
                                 self.redact(f.read_text(errors="replace")))
         self.record("step_done", node=node, stage=ctx.stage, step=name, key=key, rc=res.rc, once=True,
                     duration_s=round(time.monotonic() - started, 3), evidence=ref.path, sha256=ref.sha256,
-                    ansible_status=res.status, failed_task=res.failed_task, unreachable=res.unreachable)
+                    ansible_status=res.status, failed_task=res.failed_task, unreachable=res.unreachable,
+                    durable=False)        # its probe settles it, as for step() above
         tail = "\n".join(f"{e.get('task')}: {e.get('msg') or e.get('stderr') or ''}" for e in res.events
                          if e["event"] in ("runner_on_failed", "runner_on_unreachable"))
         return CommandResult(node, tuple(argv), res.rc, self.redact(res.stdout), self.redact(tail),
