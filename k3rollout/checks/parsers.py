@@ -51,11 +51,16 @@ def gpu_facts(rows: list[dict[str, str]]) -> dict[str, Any]:
 _SMI_HEAD = re.compile(r"NVIDIA-SMI\s+(\S+)\s+Driver Version:\s+(\S+)\s+CUDA Version:\s+(\S+)")
 
 
+_SMI_GPU = re.compile(r"\|\s+(\d+)\s+(.+?)\s+(On|Off)\s+\|")
+
+
 def parse_smi_table(text: str) -> dict[str, Any]:
     m = _SMI_HEAD.search(text)
     if not m:
         raise ParseError("no 'Driver Version ... CUDA Version' header in nvidia-smi output")
-    gpus = re.findall(r"^\|\s+(\d+)\s+(.+?)\s+(On|Off)\s+\|", text, re.M)
+    # a GPU row: "|   0  NVIDIA H200    On  |". The pattern backtracks for tens of
+    # microseconds on each process row, so only lines that could match are tried
+    gpus = [g for line in text.splitlines() if line.startswith("|") and "On" in line and (g := _SMI_GPU.match(line))]
     return {"smi_version": m.group(1), "driver_version": m.group(2), "cuda_version": m.group(3),
             "gpu_count": len(gpus)}
 
