@@ -74,6 +74,17 @@ OBSERVATIONS = frozenset({"node_state", "stage_started", "stage_done", "assertio
                           "step_error", "ansible_event", "hook_started"})
 
 
+def _templated(value: Any) -> bool:
+    """Whether a parameter value holds a Jinja2 template anywhere inside."""
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    if isinstance(value, (list, tuple)):
+        return any(_templated(v) for v in value)
+    if isinstance(value, dict):
+        return any(_templated(v) for v in value.values())
+    return False
+
+
 class GateInterrupted(Exception):
     """The run was told to stop while a node waited for a person."""
 
@@ -110,6 +121,7 @@ class Engine(GateMixin, StepRunnerMixin):
         self.playbook_dir = str(Path(playbook.path).resolve().parent)
         self._api = None
         self._held: set[str] = set()          # stages the current batch waits before (pauses)
+        self._param_templates: dict[int, tuple[dict, list[str]]] = {}   # stage parameters: dump, templated keys
         self._rejected: tuple[str, str] | None = None   # (rejected|window, why) a gate stopped the rollout
 
     def close(self) -> None:
@@ -164,16 +176,22 @@ class Engine(GateMixin, StepRunnerMixin):
 
     def assertion_context(self, node: str) -> dict[str, Any]:
         n = self.view.node(node)
-        return {**self.tvars(node), "facts": dict(n.facts), "baseline": dict(n.baseline), "node": node,
-                "vars": self.tvars(node)}
+        tv = self.tvars(node)
+        return {**tv, "facts": dict(n.facts), "baseline": dict(n.baseline), "node": node, "vars": dict(tv)}
 
     def render_params(self, stage: Stage, node: str) -> Any:
         typed = stage.typed_params()
-        data = typed.model_dump()
+        known = self._param_templates.get(id(typed))
+        if known is None:
+            data = typed.model_dump()
+            # vendor command templates are rendered per argv element when used (render_argv)
+            keys = [k for k, v in data.items() if k not in VERBATIM_PARAMS and _templated(v)]
+            known = self._param_templates[id(typed)] = (data, keys)
+        data, keys = known
+        if not keys:
+            return typed            # nothing to render: the validated (frozen) parameters as they are
         ctx = self.assertion_context(node)
-        # vendor command templates are rendered per argv element when used (render_argv)
-        rendered = {k: (v if k in VERBATIM_PARAMS else render(v, ctx)) for k, v in data.items()}
-        return type(typed).model_validate(rendered)
+        return type(typed).model_validate({**data, **{k: render(data[k], ctx) for k in keys}})
 
     # ------------------------------------------------------------------ stages
 
