@@ -210,3 +210,21 @@ def test_host_commands_run_in_the_cluster_daemon_and_survive_its_restart(node):
     assert executed(node.state_dir("gpu-01")).count("uname -r") == 1
     # the restarted daemon serves the container that was running before
     assert httpx.get(base + "/health").status_code == 200
+
+
+def test_a_sim_command_past_its_deadline_times_out_and_the_next_one_runs(tmp_path, monkeypatch):
+    """The k3sim link is a blocking socket with the kernel's receive timeout: no answer in
+    time is CommandTimeout (not a hang, not a lost connection), and the thread's next
+    command runs on a fresh link."""
+    from k3rollout.errors import CommandTimeout
+
+    ex = SimExecutor(tmp_path / "sim", {"gpu-01": {"sim_latency_s": 1.0}})
+    try:
+        monkeypatch.setattr(SimExecutor, "answer_margin_s", 0.0)
+        started = time.monotonic()
+        with pytest.raises(CommandTimeout, match="no answer within"):
+            ex.run("gpu-01", ["hostname"], timeout=0.3)
+        assert 0.25 < time.monotonic() - started < 0.9
+        assert ex.run("gpu-01", ["uname", "-r"], timeout=5).ok
+    finally:
+        ex.close()

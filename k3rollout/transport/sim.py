@@ -17,9 +17,9 @@ time raises ``CommandTimeout``, and waiting for a reboot polls until the host an
 from __future__ import annotations
 
 import base64
-import select
 import shlex
 import socket
+import struct
 import threading
 import time
 from pathlib import Path
@@ -35,6 +35,7 @@ from k3rollout.transport.base import CommandResult
 
 class SimExecutor:
     kind = "k3sim"
+    answer_margin_s = 30.0      # past a command's timeout (the simulator has no timeouts of its own)
 
     def __init__(self, root: Path, hosts: dict[str, dict[str, Any]], poll_s: float = 0.02):
         self.root = Path(root)
@@ -51,16 +52,11 @@ class SimExecutor:
 
     # ---------------------------------------------------------------- the daemon link
 
-    def _link(self) -> tuple[socket.socket, Any]:
+    def _link(self) -> list:
+        """This thread's connection to the daemon: [socket, the timeout set on it]."""
         link = getattr(self._local, "link", None)
         if link is not None:
-            try:
-                stale = bool(select.select([link[0]], [], [], 0)[0])   # EOF waiting: the daemon went away
-            except (OSError, ValueError):
-                stale = True
-            if not stale:
-                return link
-            self._drop()
+            return link
         for attempt in (1, 2):
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
@@ -71,8 +67,7 @@ class SimExecutor:
                 if attempt == 2:
                     raise
                 netd.ensure(self.root)
-        link = (sock, sock.makefile("rb"))
-        self._local.link = link
+        link = self._local.link = [sock, None]
         with self._links_lock:
             self._links.append(sock)
         return link
@@ -81,31 +76,60 @@ class SimExecutor:
         link = getattr(self._local, "link", None)
         self._local.link = None
         if link is not None:
-            link[1].close()
             link[0].close()
+
+    @staticmethod
+    def _set_timeout(link: list, timeout: float) -> None:
+        """The command's deadline as the kernel's socket timeouts: the socket stays blocking,
+        so a send and a receive are one system call each (a Python socket timeout polls
+        before every call)."""
+        if link[1] != timeout:
+            tv = struct.pack("ll", int(timeout), int((timeout % 1) * 1_000_000))
+            link[0].setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+            link[0].setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+            link[1] = timeout
 
     def _dispatch(self, host: str, argv: list[str], stdin: bytes | None, timeout: float) -> Result:
         line = fastjson.dumps_line({"host": self.dirs[host].name, "argv": list(argv),
                                     "stdin": None if stdin is None else base64.b64encode(stdin).decode()})
-        sock, reader = self._link()
+        cmd = shlex.join(argv)
+        for attempt in (1, 2):
+            link = self._link()
+            sock = link[0]
+            try:
+                self._set_timeout(link, timeout + self.answer_margin_s)
+                sock.sendall(line)
+                break
+            except (BrokenPipeError, ConnectionResetError, ConnectionRefusedError) as exc:
+                # a unix socket refuses a send at once when its peer is gone: the daemon (or this
+                # connection's end of it) went away before the request, which it never received
+                self._drop()
+                if attempt == 2:
+                    raise ConnectionLost(f"the simulated cluster is gone ({exc}); the command did not run",
+                                         host=host, command=cmd) from None
+            except OSError as exc:
+                self._drop()
+                raise ConnectionLost(f"lost the simulated host while sending the command ({exc}); its outcome "
+                                     "is unknown", host=host, command=cmd) from None
+        answer = bytearray()
         try:
-            sock.settimeout(timeout + 30)       # the simulator has no timeouts of its own
-            sock.sendall(line)
-            answer = reader.readline()
-        except TimeoutError:
+            while not answer.endswith(b"\n"):     # one request, one answer line
+                chunk = sock.recv(1 << 16)
+                if not chunk:
+                    self._drop()
+                    raise ConnectionLost("the simulated cluster closed the connection while the command ran; its "
+                                         "outcome is unknown", host=host, command=cmd)
+                answer += chunk
+        except BlockingIOError:                     # SO_RCVTIMEO ran out
             self._drop()
-            raise CommandTimeout(f"no answer within {timeout:.0f}s", host=host, command=shlex.join(argv)) from None
+            raise CommandTimeout(f"no answer within {timeout:.0f}s", host=host, command=cmd) from None
         except OSError as exc:
             self._drop()
             raise ConnectionLost(f"lost the simulated host while the command ran ({exc}); its outcome is unknown",
-                                 host=host, command=shlex.join(argv)) from None
-        if not answer.endswith(b"\n"):
-            self._drop()
-            raise ConnectionLost("the simulated cluster closed the connection while the command ran; its outcome "
-                                 "is unknown", host=host, command=shlex.join(argv))
+                                 host=host, command=cmd) from None
         out = fastjson.loads(answer)
         if "error" in out:
-            raise RuntimeError(f"simulator failure on {host} running {shlex.join(argv)!r}:\n{out['error']}")
+            raise RuntimeError(f"simulator failure on {host} running {cmd!r}:\n{out['error']}")
         return Result(int(out["rc"]), out["stdout"], out["stderr"], bool(out["unreachable"]), bool(out["dropped"]))
 
     # ---------------------------------------------------------------- the executor interface
