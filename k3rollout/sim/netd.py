@@ -199,6 +199,7 @@ class Daemon:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.listeners: dict[tuple[str, int], Listener] = {}
         self.by_host: dict[str, dict[tuple[str, int], Listener]] = {}   # the same, per host
+        self.host_dirs: dict[str, Path] = {}
         self.last_activity = time.monotonic()
         self.stop = asyncio.Event()
         self.timers: dict[str, asyncio.TimerHandle] = {}
@@ -306,7 +307,10 @@ class Daemon:
             if not host or "/" in host or host in (".", ".."):
                 return {"error": f"bad host name {host!r}"}
             stdin = base64.b64decode(req["stdin"]) if req.get("stdin") is not None else None
-            res = dispatch(self.root / host, [str(a) for a in req["argv"]], stdin)
+            state_dir = self.host_dirs.get(host)
+            if state_dir is None:
+                state_dir = self.host_dirs[host] = self.root / host
+            res = dispatch(state_dir, [str(a) for a in req["argv"]], stdin)
             return {"rc": res.rc, "stdout": res.stdout, "stderr": res.stderr, "unreachable": res.unreachable,
                     "dropped": res.dropped}
         except Exception:       # a simulator bug: the engine reports it, it does not pass as output
