@@ -129,6 +129,7 @@ def model(run_dir: Path, view: RunView | None = None, records: int | None = None
         with no_gc():
             view = fold(recs)
         records = len(recs)
+        del recs            # the view keeps what it needs; the rest goes now, before a collection walks it
     v = view
     result = build_result(v)
     items = checklist.evaluate(v, _play_vars(run_dir))
@@ -165,8 +166,11 @@ def outputs(m: dict[str, Any]) -> dict[str, str]:
 
 def write_reports(run_dir: Path, view: RunView | None = None, records: int | None = None) -> dict[str, Any]:
     run_dir = Path(run_dir)
-    m = model(run_dir, view, records)
-    for name, text in outputs(m).items():
+    # hundreds of thousands of small objects, none cyclic: a collection would walk them all
+    with no_gc():
+        m = model(run_dir, view, records)
+        texts = outputs(m)
+    for name, text in texts.items():
         tmp = run_dir / (name + ".tmp")
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, run_dir / name)
@@ -174,10 +178,11 @@ def write_reports(run_dir: Path, view: RunView | None = None, records: int | Non
 
 
 def render(run_dir: Path, fmt: str) -> str:
-    m = model(Path(run_dir))
-    if fmt == "json":
-        return _json(m)
-    return (_MD if fmt == "md" else _HTML).get_template(f"report.{fmt}.j2").render(**m)
+    with no_gc():
+        m = model(Path(run_dir))
+        if fmt == "json":
+            return _json(m)
+        return (_MD if fmt == "md" else _HTML).get_template(f"report.{fmt}.j2").render(**m)
 
 
 def render_plan(plan: dict[str, Any], fmt: str) -> str:
