@@ -84,7 +84,9 @@ class SimExecutor:
         so a send and a receive are one system call each (a Python socket timeout polls
         before every call)."""
         if link[1] != timeout:
-            tv = struct.pack("ll", int(timeout), int((timeout % 1) * 1_000_000))
+            # 0 would mean "wait for ever" to the kernel; a month is as good as for ever
+            t = min(max(timeout, 0.001), 30 * 86400.0)
+            tv = struct.pack("ll", int(t), int((t % 1) * 1_000_000))
             link[0].setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
             link[0].setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
             link[1] = timeout
