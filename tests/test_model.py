@@ -93,3 +93,24 @@ def test_shipped_playbook_loads_with_the_seven_domain_steps_in_order():
     assert "--enable-prefix-caching" in features.args
     smoke = next(s for s in pb.stages if s.stage == "vllm_smoke").typed_params()
     assert "--enable-prefix-caching" not in smoke.args
+
+
+def test_a_block_of_assertions_evaluates_as_each_expression_alone():
+    """evaluate_all shares one merged context across a block; every result (value, error,
+    undefined name, a variable shadowing a sandbox global) is the one the expression gets
+    evaluated on its own by Jinja2."""
+    from k3rollout.model.assertions import _compiled, evaluate_all
+
+    ctx = {"facts": {"driver_version": "580.95.05", "gpu_count": 8}, "baseline": {"driver_version": "575.57.08"},
+           "range": [1, 2], "node": "gpu-01", "min_gpus": 8}
+    exprs = ["facts.driver_version is version('580', '>=')", "facts.gpu_count >= min_gpus", "range | length == 2",
+             "missing_var > 1", "facts.gpu_count / 0", "baseline.driver_version | branch == 575",
+             "node.upper() == 'GPU-01'", "lipsum is defined", "facts.nope"]
+    got = evaluate_all(exprs, ctx)
+    for expr, res in zip(exprs, got):
+        try:
+            alone = _compiled(expr)(**ctx)
+            assert res.error is None and res.value == alone and res.passed is bool(alone), expr
+        except Exception as exc:  # noqa: BLE001 - whatever Jinja2 raised, the block reports it as a failure
+            assert res.passed is False and res.error and type(exc).__name__ in res.error or "undefined" in res.error
+    assert [r.passed for r in got] == [True, True, True, False, False, True, True, True, False]

@@ -32,7 +32,7 @@ from k3rollout.engine.steps import StepRunnerMixin
 from k3rollout.engine.states import STATE_STAGE, Event, NodeState, build_table, step as fsm_step
 from k3rollout.plan.serial import pct_to_int
 from k3rollout.evidence.store import EvidenceStore
-from k3rollout.model.assertions import AssertionSyntaxError, evaluate, render
+from k3rollout.model.assertions import AssertionSyntaxError, evaluate_all, render
 from k3rollout.model.inventory import Inventory
 from k3rollout.model.playbook import BATCH_SCOPED_STAGES, Playbook, Stage, play_vars
 from k3rollout.report.state import RunView, apply, fold
@@ -200,7 +200,7 @@ class Engine(GateMixin, StepRunnerMixin):
         if block is None:
             return True, ""
         ctx = self.assertion_context(node)
-        results = [evaluate(e, ctx) for e in block.that]
+        results = evaluate_all(block.that, ctx)
         passed = all(r.passed for r in results)
         self.record("assertions", node=node, stage=stage.stage, phase=phase, passed=passed,
                     results=[r.to_dict() for r in results])

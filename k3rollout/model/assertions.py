@@ -99,8 +99,31 @@ def _template(text: str) -> Any:
 
 def evaluate(expr: str, context: dict[str, Any]) -> AssertionResult:
     """True/False for one expression; an undefined name or a runtime error is a failure."""
+    return evaluate_all([expr], context)[0]
+
+
+def evaluate_all(exprs: list[str], context: dict[str, Any]) -> list[AssertionResult]:
+    """``evaluate`` for each expression of a block, against one context: the variables
+    are merged with the sandbox's globals once for the block, not once per expression
+    (Jinja2 copies every global and variable into each new context it makes)."""
+    names = {**ENV.globals, **context}
+    return [_evaluate(e, context, names) for e in exprs]
+
+
+def _run(expr: str, context: dict[str, Any], names: dict[str, Any] | None) -> Any:
+    fn = _compiled(expr)
+    tmpl = getattr(fn, "_template", None)
+    if names is None or tmpl is None or tmpl.globals.maps[:-1] != [{}]:
+        return fn(**context)            # what TemplateExpression.__call__ does, with its own copy
+    ctx = tmpl.new_context(names, shared=True)      # read-only: an expression cannot assign
+    for _ in tmpl.root_render_func(ctx):
+        pass
+    return ctx.vars["result"]
+
+
+def _evaluate(expr: str, context: dict[str, Any], names: dict[str, Any] | None) -> AssertionResult:
     try:
-        value = _compiled(expr)(**context)
+        value = _run(expr, context, names)
         if isinstance(value, StrictUndefined):  # pragma: no cover - defensive
             raise UndefinedError(f"{expr} is undefined")
         return AssertionResult(expr, bool(value), None, value)
