@@ -32,7 +32,7 @@ from k3rollout.engine.steps import StepRunnerMixin
 from k3rollout.engine.states import STATE_STAGE, Event, NodeState, build_table, step as fsm_step
 from k3rollout.plan.serial import pct_to_int
 from k3rollout.evidence.store import EvidenceStore
-from k3rollout.model.assertions import AssertionSyntaxError, evaluate_all, render
+from k3rollout.model.assertions import AssertionSyntaxError, evaluate_all, render, templated
 from k3rollout.model.inventory import Inventory
 from k3rollout.model.playbook import BATCH_SCOPED_STAGES, Playbook, Stage, play_vars
 from k3rollout.report.state import RunView, apply, fold
@@ -72,17 +72,6 @@ class Redactor:
 # destructive steps are settled from their own durable records)
 OBSERVATIONS = frozenset({"node_state", "stage_started", "stage_done", "assertions", "facts", "triage", "evidence",
                           "step_error", "ansible_event", "hook_started"})
-
-
-def _templated(value: Any) -> bool:
-    """Whether a parameter value holds a Jinja2 template anywhere inside."""
-    if isinstance(value, str):
-        return "{{" in value or "{%" in value
-    if isinstance(value, (list, tuple)):
-        return any(_templated(v) for v in value)
-    if isinstance(value, dict):
-        return any(_templated(v) for v in value.values())
-    return False
 
 
 class GateInterrupted(Exception):
@@ -185,7 +174,7 @@ class Engine(GateMixin, StepRunnerMixin):
         if known is None:
             data = typed.model_dump()
             # vendor command templates are rendered per argv element when used (render_argv)
-            keys = [k for k, v in data.items() if k not in VERBATIM_PARAMS and _templated(v)]
+            keys = [k for k, v in data.items() if k not in VERBATIM_PARAMS and templated(v)]
             known = self._param_templates[id(typed)] = (data, keys)
         data, keys = known
         if not keys:

@@ -110,10 +110,10 @@ def evaluate_all(exprs: list[str], context: dict[str, Any]) -> list[AssertionRes
     return [_evaluate(e, context, names) for e in exprs]
 
 
-def _run(expr: str, context: dict[str, Any], names: dict[str, Any] | None) -> Any:
+def _run(expr: str, context: dict[str, Any], names: dict[str, Any]) -> Any:
     fn = _compiled(expr)
     tmpl = getattr(fn, "_template", None)
-    if names is None or tmpl is None or tmpl.globals.maps[:-1] != [{}]:
+    if tmpl is None or tmpl.globals.maps[:-1] != [{}]:
         return fn(**context)            # what TemplateExpression.__call__ does, with its own copy
     ctx = tmpl.new_context(names, shared=True)      # read-only: an expression cannot assign
     for _ in tmpl.root_render_func(ctx):
@@ -121,7 +121,7 @@ def _run(expr: str, context: dict[str, Any], names: dict[str, Any] | None) -> An
     return ctx.vars["result"]
 
 
-def _evaluate(expr: str, context: dict[str, Any], names: dict[str, Any] | None) -> AssertionResult:
+def _evaluate(expr: str, context: dict[str, Any], names: dict[str, Any]) -> AssertionResult:
     try:
         value = _run(expr, context, names)
         if isinstance(value, StrictUndefined):  # pragma: no cover - defensive
@@ -136,6 +136,17 @@ def _evaluate(expr: str, context: dict[str, Any], names: dict[str, Any] | None) 
 _WHOLE = re.compile(r"^\{\{(.*)\}\}$", re.S)
 
 
+def templated(value: Any) -> bool:
+    """Whether a parameter value holds a template anywhere inside (what ``render`` changes)."""
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    if isinstance(value, (list, tuple)):
+        return any(templated(v) for v in value)
+    if isinstance(value, dict):
+        return any(templated(v) for v in value.values())
+    return False
+
+
 def render(value: Any, context: dict[str, Any]) -> Any:
     """Render templates inside a (nested) parameter value; non-strings pass through.
 
@@ -144,7 +155,7 @@ def render(value: Any, context: dict[str, Any]) -> Any:
     ``render_argv`` splices as separate arguments (never re-split by a shell).
     """
     if isinstance(value, str):
-        if "{{" not in value and "{%" not in value:
+        if not templated(value):
             return value
         m = _WHOLE.match(value.strip())
         if m and "{{" not in m.group(1) and "}}" not in m.group(1):

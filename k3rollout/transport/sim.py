@@ -76,6 +76,9 @@ class SimExecutor:
         link = getattr(self._local, "link", None)
         self._local.link = None
         if link is not None:
+            with self._links_lock:
+                if link[0] in self._links:
+                    self._links.remove(link[0])
             link[0].close()
 
     @staticmethod
@@ -94,7 +97,6 @@ class SimExecutor:
     def _dispatch(self, host: str, argv: list[str], stdin: bytes | None, timeout: float) -> Result:
         line = fastjson.dumps_line({"host": self.dirs[host].name, "argv": list(argv),
                                     "stdin": None if stdin is None else base64.b64encode(stdin).decode()})
-        cmd = shlex.join(argv)
         for attempt in (1, 2):
             link = self._link()
             sock = link[0]
@@ -108,11 +110,11 @@ class SimExecutor:
                 self._drop()
                 if attempt == 2:
                     raise ConnectionLost(f"the simulated cluster is gone ({exc}); the command did not run",
-                                         host=host, command=cmd) from None
+                                         host=host, command=shlex.join(argv)) from None
             except OSError as exc:
                 self._drop()
                 raise ConnectionLost(f"lost the simulated host while sending the command ({exc}); its outcome "
-                                     "is unknown", host=host, command=cmd) from None
+                                     "is unknown", host=host, command=shlex.join(argv)) from None
         answer = bytearray()
         try:
             while not answer.endswith(b"\n"):     # one request, one answer line
@@ -120,18 +122,18 @@ class SimExecutor:
                 if not chunk:
                     self._drop()
                     raise ConnectionLost("the simulated cluster closed the connection while the command ran; its "
-                                         "outcome is unknown", host=host, command=cmd)
+                                         "outcome is unknown", host=host, command=shlex.join(argv))
                 answer += chunk
         except BlockingIOError:                     # SO_RCVTIMEO ran out
             self._drop()
-            raise CommandTimeout(f"no answer within {timeout:.0f}s", host=host, command=cmd) from None
+            raise CommandTimeout(f"no answer within {timeout:.0f}s", host=host, command=shlex.join(argv)) from None
         except OSError as exc:
             self._drop()
             raise ConnectionLost(f"lost the simulated host while the command ran ({exc}); its outcome is unknown",
-                                 host=host, command=cmd) from None
+                                 host=host, command=shlex.join(argv)) from None
         out = fastjson.loads(answer)
         if "error" in out:
-            raise RuntimeError(f"simulator failure on {host} running {cmd!r}:\n{out['error']}")
+            raise RuntimeError(f"simulator failure on {host} running {shlex.join(argv)!r}:\n{out['error']}")
         return Result(int(out["rc"]), out["stdout"], out["stderr"], bool(out["unreachable"]), bool(out["dropped"]))
 
     # ---------------------------------------------------------------- the executor interface
