@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import tempfile
@@ -22,15 +23,13 @@ from k3rollout.errors import InputError, K3RolloutError
 from k3rollout.model.durations import format_duration, parse_duration
 
 EXIT_OK, EXIT_HALTED, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 70
-
-
-def _project_root() -> Path:
-    return Path(__file__).resolve().parent.parent
+EXIT_SIGPIPE = 141
 
 
 def default_paths() -> tuple[Path, Path]:
-    root = _project_root()
-    return root / "playbooks" / "k3-driver-rollout.yml", root / "inventories" / "sim" / "hosts.yml"
+    from k3rollout.resources import shipped
+
+    return shipped("playbooks", "k3-driver-rollout.yml"), shipped("inventories", "sim", "hosts.yml")
 
 
 def _window_seconds(args: argparse.Namespace, clock: Clock) -> tuple[float | None, float | None]:
@@ -63,11 +62,18 @@ def _load(args: argparse.Namespace):
     return playbook, inventory
 
 
+def _controller_tools(playbook, inventory, plan) -> dict[str, str]:
+    from k3rollout.transport.factory import check_controller_tools
+
+    return check_controller_tools(playbook, {h: inventory.hosts[h] for h in plan.hosts})
+
+
 def cmd_validate(args: argparse.Namespace, clock: Clock) -> int:
     from k3rollout.plan import make_plan
 
     playbook, inventory = _load(args)
     plan = make_plan(playbook, inventory)
+    _controller_tools(playbook, inventory, plan)
     print(f"ok: {playbook.path}: play {playbook.play.name!r}, {len(playbook.stages)} stages; "
           f"{inventory.path}: {len(inventory.hosts)} hosts, {len(plan.hosts)} in the play, {len(plan.batches)} batches")
     return EXIT_OK
@@ -79,6 +85,7 @@ def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
     playbook, inventory = _load(args)
     window_s, _ = _window_seconds(args, clock)
     plan = make_plan(playbook, inventory, window_s=window_s)
+    _controller_tools(playbook, inventory, plan)
     fmt = "json" if args.json else args.format
     from k3rollout.plan.approval import plan_digest
 
@@ -138,6 +145,7 @@ def _start_run(playbook_path: str, inventory_path: str, run_dir: Path, args: arg
     inventory = load_inventory(inventory_path)
     window_s, window_end = _window_seconds(args, clock)
     plan = make_plan(playbook, inventory, window_s=window_s)
+    _controller_tools(playbook, inventory, plan)
     approved = getattr(args, "approved_plan", None)
     if approved:
         from k3rollout.plan.approval import differences, plan_digest
@@ -167,11 +175,16 @@ def _start_run(playbook_path: str, inventory_path: str, run_dir: Path, args: arg
 
 def _report_and_code(run_dir: Path, status: str) -> int:
     run_dir = run_dir.resolve()
-    print(f"status: {status}")
-    print(f"report: {run_dir / 'report.html'}")
-    print(f"        {run_dir / 'report.md'}")
-    print(f"result: {run_dir / 'result.json'}")
-    return EXIT_OK if status in ("completed", "no_change") else EXIT_HALTED
+    code = EXIT_OK if status in ("completed", "no_change") else EXIT_HALTED
+    try:
+        print(f"status: {status}")
+        print(f"report: {run_dir / 'report.html'}")
+        print(f"        {run_dir / 'report.md'}")
+        print(f"result: {run_dir / 'result.json'}")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()       # the run's outcome is the exit code, whoever stopped reading
+    return code
 
 
 def cmd_run(args: argparse.Namespace, clock: Clock) -> int:
@@ -388,6 +401,11 @@ def main(argv: list[str] | None = None, clock: Clock | None = None) -> int:
     except KeyboardInterrupt:
         print("k3rollout: interrupted; continue with `k3rollout resume RUN_DIR`", file=sys.stderr)
         return EXIT_HALTED
+    except BrokenPipeError:
+        # the reader went away (`k3rollout plan ... | head -3`): stop quietly, as a shell tool
+        # killed by SIGPIPE does (128 + 13), instead of an internal error
+        _silence_stdout()
+        return EXIT_SIGPIPE
     except Exception:  # noqa: BLE001 - the one place an internal error becomes exit 70
         run_dir = _CURRENT_RUN_DIR[0]
         if run_dir is not None and run_dir.is_dir():
@@ -399,6 +417,16 @@ def main(argv: list[str] | None = None, clock: Clock | None = None) -> int:
         print(f"k3rollout: internal error; traceback in {path}. The journal is intact: "
               "`k3rollout resume RUN_DIR` continues the run.", file=sys.stderr)
         return EXIT_INTERNAL
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 def _terminate(signum: int, frame: object) -> None:

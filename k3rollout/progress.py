@@ -1,10 +1,24 @@
-"""Line-per-event progress on stderr, fed by the engine's journal records."""
+"""Line-per-event progress on stderr, fed by the engine's journal records.
+
+Progress is a view, not a record: when its stream goes away (``2>&1 | head``, a closed
+terminal) it falls silent and the run goes on; the journal and events.jsonl hold it all.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
 from typing import Any, TextIO
+
+
+def _emit(progress: Any, text: str) -> None:
+    if getattr(progress, "closed", False):
+        return
+    try:
+        progress.stream.write(text)
+        progress.stream.flush()
+    except (BrokenPipeError, ValueError):     # reader gone, or the stream was closed
+        progress.closed = True
 
 
 class LineProgress:
@@ -14,8 +28,7 @@ class LineProgress:
         self.window_end = window_end
 
     def _w(self, text: str) -> None:
-        self.stream.write(f"[{time.monotonic() - self.t0:7.2f}s] {text}\n")
-        self.stream.flush()
+        _emit(self, f"[{time.monotonic() - self.t0:7.2f}s] {text}\n")
 
     def __call__(self, r: dict[str, Any]) -> None:
         t = r["type"]
@@ -77,8 +90,7 @@ class LiveProgress:
         if self.lines:
             out += f"\x1b[{self.lines}F\x1b[J"
         out += "\n".join(body) + "\n"
-        self.stream.write(out)
-        self.stream.flush()
+        _emit(self, out)
         self.lines = len(body)
 
     def __call__(self, r: dict[str, Any]) -> None:

@@ -32,7 +32,7 @@ from k3rollout.model.inventory import Inventory, load_inventory
 from k3rollout.model.playbook import Playbook, load_playbook
 from k3rollout.plan.planner import Plan
 from k3rollout.report.render import write_reports
-from k3rollout.transport.factory import make_executor
+from k3rollout.transport.factory import check_controller_tools, make_executor
 
 
 def new_run_id(clock: Clock) -> str:
@@ -62,6 +62,7 @@ class Session:
                              "another --run-dir", path=str(self.run_dir))
         self.run_dir.mkdir(parents=True, exist_ok=True)
         run_id = new_run_id(self.clock)
+        check_controller_tools(playbook, {h: inventory.hosts[h] for h in plan.hosts})
         lock = RunLock(inventory.path, self.run_dir, self.clock.iso())
         lock.acquire()
         try:
@@ -118,6 +119,12 @@ class Session:
     def _engine(self, on_event: Callable[[dict], None] | None, log: Any) -> tuple[Engine, Journal, RunLock]:
         playbook, inventory, journal, _ = self.reopen()
         first = journal.records[0]
+        try:
+            check_controller_tools(playbook, {h: inventory.hosts[h] for h in first["plan"]["hosts"]
+                                              if h in inventory.hosts})
+        except Exception:
+            journal.close()
+            raise
         lock = RunLock(inventory.path, self.run_dir, self.clock.iso())
         try:
             lock.acquire(takeover_own_stale=True)

@@ -134,10 +134,14 @@ class StepRunnerMixin:
     def ansible_step(self, ctx: NodeCtx, name: str, tasks_file: Path, extravars: dict[str, Any], *,
                      probe: Callable[[NodeCtx, dict], bool], timeout: float, _retry: bool = True) -> CommandResult:
         """Run a vendor task file via ansible-runner as one destructive (``once``) step."""
+        from k3rollout.toolpaths import require_tool
         from k3rollout.transport import ansible as ansible_transport
 
         key = f"{ctx.folder}/{name}"
         node = ctx.node
+        # a missing controller tool stops the run (exit 2) before the step is journaled:
+        # it is never the node's failure, so never a reason to roll the node back
+        binary = require_tool("ansible-playbook", f"the driver stage runs {tasks_file.name} with ansible-runner")
         argv = ["ansible-playbook", str(tasks_file)]
         if _retry:
             earlier = self._replay_or_settle(ctx, name, key, argv, probe)
@@ -156,7 +160,8 @@ class StepRunnerMixin:
         started = time.monotonic()
         with all_cpus():        # ansible-playbook and its forks are processes: every CPU
             res = ansible_transport.run_tasks(self.executor.targets[node], self.inventory.hosts[node].vars,
-                                              tasks_file, extravars, private, timeout=timeout, on_event=on_event)
+                                              tasks_file, extravars, private, timeout=timeout, on_event=on_event,
+                                              binary=binary)
         if res.unreachable and _retry:
             # the connection dropped mid-play: settle by probing the host; vendor task files
             # are idempotent by contract (pinned versions), so an unfinished one is re-run once

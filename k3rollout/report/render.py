@@ -25,8 +25,9 @@ from k3rollout.report import checklist
 from k3rollout.report.result import build_result
 from k3rollout.report.state import RunView, fold
 from k3rollout.report.timeline import render_svg
+from k3rollout.resources import shipped
 
-RUNBOOKS = Path(__file__).resolve().parent.parent.parent / "runbooks"
+RUNBOOKS = shipped("runbooks")
 RUNBOOK_FILES = {"baseline": "01-baseline.md", "cordon": "02-cordon.md", "driver_upgrade": "03-driver-upgrade.md",
                  "cuda_check": "04-cuda-check.md", "vllm_smoke": "05-vllm-smoke.md",
                  "features": "06-features-multinode.md", "multinode": "06-features-multinode.md",

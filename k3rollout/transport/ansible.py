@@ -10,6 +10,7 @@ handed to the caller (the engine journals it); artifacts stay in the private dat
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import tempfile
@@ -58,7 +59,13 @@ def _event_summary(ev: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_tasks(target: SSHTarget, host_vars: dict[str, Any], tasks_file: Path, extravars: dict[str, Any],
-              private_dir: Path, *, timeout: float, on_event: Callable[[dict], None]) -> AnsibleResult:
+              private_dir: Path, *, timeout: float, on_event: Callable[[dict], None],
+              binary: str) -> AnsibleResult:
+    """``binary`` is the absolute path of ``ansible-playbook`` (``toolpaths.require_tool``).
+    ansible-runner spawns ``ansible-playbook`` by name, looked up on the PATH of the
+    environment it is given (its ``binary`` option would drop the playbook argument), so
+    that PATH starts with the directory the tool was found in: an unactivated venv's
+    ``bin/`` is on no one's PATH."""
     import ansible_runner
 
     if not tasks_file.is_file():
@@ -93,7 +100,8 @@ def run_tasks(target: SSHTarget, host_vars: dict[str, Any], tasks_file: Path, ex
     (private_dir / "inventory" / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
     envvars |= {"ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_PIPELINING": "True", "ANSIBLE_NOCOLOR": "1",
                "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control), "ANSIBLE_RETRY_FILES_ENABLED": "False",
-               "ANSIBLE_PYTHON_INTERPRETER": str(host_vars.get("ansible_python_interpreter", "auto_silent"))}
+               "ANSIBLE_PYTHON_INTERPRETER": str(host_vars.get("ansible_python_interpreter", "auto_silent")),
+               "PATH": os.pathsep.join([str(Path(binary).parent), os.environ.get("PATH", os.defpath)])}
     events: list[dict[str, Any]] = []
 
     def handler(ev: dict[str, Any]) -> bool:

@@ -10,11 +10,45 @@ from k3rollout.errors import InputError
 SSH_KINDS = ("ssh", "paramiko")
 
 
-def make_executor(hosts: dict[str, Any], run_dir: Path) -> Any:
+def connection_kind(hosts: dict[str, Any]) -> str:
     kinds = {h.vars.get("ansible_connection", "k3sim") for h in hosts.values()}
     if len(kinds) > 1:
         raise InputError(f"the play mixes connections {sorted(kinds)}; one run uses one transport")
-    kind = kinds.pop()
+    return kinds.pop() if kinds else "k3sim"
+
+
+def vendor_task_files(playbook: Any) -> list[str]:
+    """The Ansible task files the playbook's driver stages name (``with.tasks.apt/dnf``)."""
+    out = []
+    for s in playbook.stages:
+        if s.stage == "driver_upgrade":
+            tasks = s.typed_params().tasks
+            out += [t for t in (tasks.apt, tasks.dnf) if t]
+    return out
+
+
+def check_controller_tools(playbook: Any, hosts: dict[str, Any]) -> dict[str, str]:
+    """Prove, before any node is touched, that the controller has what this run will execute.
+
+    Over SSH, a driver stage that names vendor task files runs them with ansible-runner and
+    ``ansible-playbook``; a missing one is the controller's fault, never the node's, so it is
+    refused here (exit 2) rather than found at the first node's driver stage (where it would
+    fail the node and roll it back). Returns the tools found, by name."""
+    if connection_kind(hosts) not in SSH_KINDS or not vendor_task_files(playbook):
+        return {}
+    from k3rollout.toolpaths import require_tool
+
+    why = f"the driver stage runs {', '.join(vendor_task_files(playbook))} with ansible-runner"
+    try:
+        import ansible_runner  # noqa: F401
+    except ImportError:
+        raise InputError(f"the Python package ansible-runner is needed on the controller ({why}) but cannot be "
+                         "imported; install k3rollout with its dependencies. Nothing was changed.") from None
+    return {"ansible-playbook": require_tool("ansible-playbook", why)}
+
+
+def make_executor(hosts: dict[str, Any], run_dir: Path) -> Any:
+    kind = connection_kind(hosts)
     if kind == "k3sim":
         from k3rollout.transport.sim import SimExecutor
 
