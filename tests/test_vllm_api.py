@@ -7,6 +7,7 @@ import json
 import time
 
 import httpx
+import openai      # a declared test dependency: missing means a broken install, never a skip
 import pytest
 
 from conftest import journal, result, write_inventory, write_playbook
@@ -14,8 +15,6 @@ from k3rollout.checks.parsers import parse_vllm_metrics
 from k3rollout.cli import main
 from k3rollout.stages.features import WEATHER_TOOL, prefix_counters
 from k3rollout.transport.sim import SimExecutor
-
-openai = pytest.importorskip("openai")
 
 REFERENCE = ["moonshotai/Kimi-K3", "--tensor-parallel-size", "8", "--trust-remote-code", "--enable-prefix-caching",
              "--enable-auto-tool-choice", "--tool-call-parser", "kimi_k3", "--reasoning-parser", "kimi_k3"]
