@@ -1,6 +1,7 @@
-"""The gates' HTTP client against a real server (the standard library's http.server on
-loopback): body framing, keep-alive reuse, a server that closed a pooled connection,
-streaming, and errors that name the URL instead of raising."""
+"""The gates' HTTP client (httpx underneath) against a real server (the standard library's
+http.server on loopback): body framing, keep-alive reuse, a server that closed a pooled
+connection, streaming, and errors that name the URL instead of raising; and through the
+injected transport, the seam unit tests use."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
 import pytest
 
-from k3rollout.transport.http import ApiClient, assemble_stream
-from k3rollout.transport.http11 import Connection, ProtocolError
+from k3rollout.checks.openai_stream import assemble_stream
+from k3rollout.transport.http import ApiClient
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -155,8 +157,33 @@ def test_errors_name_the_url_and_do_not_raise(server):
     api.close()
 
 
-def test_request_paths_cannot_smuggle_a_second_request():
-    conn = Connection("http", "127.0.0.1", 9, 1.0)
-    conn.sock = object()            # never used: the path is refused first
-    with pytest.raises(ProtocolError):
-        conn.request("GET", "/x HTTP/1.1\r\nHost: evil\r\n\r\nGET /y", None, {})
+def test_request_paths_cannot_smuggle_a_second_request(server):
+    api = ApiClient()
+    r = api.request("GET", server + "/length HTTP/1.1\r\nHost: evil\r\n\r\nGET /y")
+    # either refused before sending or sent as one (escaped) path: never two requests
+    assert len(Handler.peers) <= 1 and not r.ok
+    api.close()
+
+
+def test_the_injected_transport_is_the_test_seam():
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.method, request.url.path, request.headers.get("content-type"), request.content))
+        if request.url.path == "/v1/chat/completions":
+            body = (b'data: {"choices": [{"delta": {"content": "ok"}}]}\n\n'
+                    b'data: {"choices": [{"delta": {}, "finish_reason": "stop"}]}\n\ndata: [DONE]\n\n')
+            return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+        return httpx.Response(503, json={"detail": "loading"})
+
+    api = ApiClient(transport=httpx.MockTransport(handler))
+    r = api.request("POST", "http://gpu-01:8000/health", {"a": 1})
+    assert (r.status, r.ok, r.json()) == (503, False, {"detail": "loading"})
+    s = api.stream("http://gpu-01:8000/v1/chat/completions", {"messages": []})
+    assert s.ok and s.done and assemble_stream(s.events) == {"content": "ok", "tool_calls": [],
+                                                             "finish_reason": "stop", "usage": None}
+    assert seen[0][:3] == ("POST", "/health", "application/json")
+    assert json.loads(seen[1][3]) == {"messages": [], "stream": True}
+    cut = ApiClient(transport=httpx.MockTransport(lambda req: httpx.Response(200, content=b"data: {}\n\n")))
+    r = cut.stream("http://gpu-01:8000/v1/chat/completions", {})
+    assert not r.ok and "without 'data: [DONE]'" in r.error
