@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from datetime import datetime, timezone
 
@@ -15,25 +14,8 @@ class Clock:
         return iso_utc(self.now() if t is None else t)
 
 
-_last_second: tuple[int, str] = (-1, "")
-
-
 def iso_utc(t: float) -> str:
-    """``datetime.fromtimestamp(t, utc).isoformat(timespec="milliseconds")``, the same
-    string, without building a datetime for every journal record (the whole-second part
-    is reused while the second lasts)."""
-    global _last_second
-    sec = math.floor(t)
-    us = round((t - sec) * 1_000_000)
-    if us >= 1_000_000:
-        sec, us = sec + 1, us - 1_000_000
-    last = _last_second
-    if last[0] == sec:
-        head = last[1]
-    else:
-        head = datetime.fromtimestamp(sec, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
-        _last_second = (sec, head)
-    return f"{head}.{us // 1000:03d}+00:00"
+    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="milliseconds")
 
 
 def parse_iso(text: str) -> float:

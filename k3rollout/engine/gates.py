@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from k3rollout.engine.cpu import all_cpus
 
 APPROVALS = "approvals"
 POLL_S = float(os.environ.get("K3ROLLOUT_APPROVAL_POLL_S", "0.5"))
@@ -145,9 +144,8 @@ class GateMixin:
         body = json.dumps(event)
         env = {**os.environ, "K3ROLLOUT_EVENT": body, "K3ROLLOUT_HOOK": name, "K3ROLLOUT_RUN_DIR": str(self.run_dir)}
         try:
-            with all_cpus():
-                p = subprocess.run(argv, input=body, capture_output=True, text=True, timeout=timeout, env=env,
-                                   cwd=self.run_dir)
+            p = subprocess.run(argv, input=body, capture_output=True, text=True, timeout=timeout, env=env,
+                               cwd=self.run_dir)
         except FileNotFoundError:
             return False, f"command not found: {argv[0]}", ""
         except subprocess.TimeoutExpired as exc:

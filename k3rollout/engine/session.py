@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from k3rollout.engine.clock import Clock
-from k3rollout.engine.cpu import one_cpu
 from k3rollout.engine.journal import Journal
 from k3rollout.engine.lock import RunLock
 from k3rollout.engine.runner import Engine
@@ -89,8 +88,7 @@ class Session:
                           transport=executor.kind, pid=os.getpid(), playbook_evidence=ref.path,
                           playbook_evidence_sha256=ref.sha256)
             try:
-                with one_cpu():
-                    return engine.run()
+                return engine.run()
             finally:
                 journal.close()
                 engine.close()
@@ -154,8 +152,7 @@ class Session:
             if engine.view.status != "running":
                 return engine.view.status
             engine.record("run_resumed", pid=os.getpid())
-            with one_cpu():
-                return engine.run()
+            return engine.run()
         finally:
             journal.close()
             engine.close()
@@ -174,8 +171,7 @@ class Session:
                 targets = list(reversed(started))
             if not targets:
                 raise InputError("no batch of this run has started: nothing to roll back")
-            with one_cpu():
-                return engine.rollback_batches(targets)
+            return engine.rollback_batches(targets)
         finally:
             journal.close()
             engine.close()

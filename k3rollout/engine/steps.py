@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from k3rollout import fastjson
-from k3rollout.engine.cpu import all_cpus
 from k3rollout.errors import CommandTimeout, ConnectionLost, HostUnreachable, TransportError
 from k3rollout.stages.base import NodeCtx, StepFailed
 from k3rollout.transport.base import CommandResult
@@ -158,10 +157,9 @@ class StepRunnerMixin:
                           task=ev.get("task"))
 
         started = time.monotonic()
-        with all_cpus():        # ansible-playbook and its forks are processes: every CPU
-            res = ansible_transport.run_tasks(self.executor.targets[node], self.inventory.hosts[node].vars,
-                                              tasks_file, extravars, private, timeout=timeout, on_event=on_event,
-                                              binary=binary)
+        res = ansible_transport.run_tasks(self.executor.targets[node], self.inventory.hosts[node].vars,
+                                          tasks_file, extravars, private, timeout=timeout, on_event=on_event,
+                                          binary=binary)
         if res.unreachable and _retry:
             # the connection dropped mid-play: settle by probing the host; vendor task files
             # are idempotent by contract (pinned versions), so an unfinished one is re-run once

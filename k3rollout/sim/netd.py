@@ -41,7 +41,6 @@ from k3rollout.sim import state as st
 from k3rollout.sim import vllm
 
 IDLE_EXIT_S = float(os.environ.get("K3SIM_NETD_IDLE_S", "900"))
-AVOID_CPU_ENV = "K3SIM_AVOID_CPU"
 _RUNNING: "Daemon | None" = None        # in the daemon's own process
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error"}
 
@@ -123,12 +122,7 @@ def ensure(root: Path) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX)
         if running(root):
             return
-        from k3rollout.engine.cpu import planned
-
-        env = {k: v for k, v in os.environ.items() if k != AVOID_CPU_ENV}
-        cpu = planned()
-        if cpu is not None:
-            env[AVOID_CPU_ENV] = str(cpu)
+        env = dict(os.environ)
         with open(root / "netd.log", "ab") as log:
             subprocess.Popen([sys.executable, "-c", "import sys; from k3rollout.sim.netd import main; sys.exit(main())",
                               str(root)], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -452,28 +446,11 @@ class Daemon:
                 (self.root / "netd.pid").unlink()
 
 
-def _place() -> None:
-    """The simulated hosts are other machines: never confined to the controller's CPU. The
-    daemon's threads (the event loop and the hosts' commands) share one interpreter lock,
-    so they run on one CPU, the one after the engine's (``K3SIM_AVOID_CPU``), for the
-    reason engine/cpu.py gives; without that hint, on every CPU."""
-    if not hasattr(os, "sched_setaffinity"):
-        return
-    with contextlib.suppress(OSError, ValueError):
-        cpus = sorted(range(os.cpu_count() or 1))
-        avoid = os.environ.get(AVOID_CPU_ENV, "")
-        if avoid.isdigit() and len(cpus) > 1 and int(avoid) in cpus:
-            os.sched_setaffinity(0, {cpus[(cpus.index(int(avoid)) + 1) % len(cpus)]})
-        else:
-            os.sched_setaffinity(0, cpus)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or not Path(args[0]).is_dir():
         sys.stderr.write("usage: python -m k3rollout.sim.netd SIM_ROOT\n")
         return 2
-    _place()
     try:
         asyncio.run(Daemon(Path(args[0])).main())
     except OSError as exc:      # another daemon already owns this root's control socket
