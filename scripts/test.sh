@@ -3,11 +3,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-# System packages the tests need: openssh-server (real sshd test hosts) and chromium
-# (the HTML report is checked in a real headless browser).
+# System packages the tests need: openssh-server (real sshd test hosts), chromium (the
+# HTML report is checked in a real headless browser) and kubectl.
 need=()
 command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+# the real kubectl drives the simulated Kubernetes API server (Debian's kubernetes-client
+# where the image has no kubectl)
+command -v kubectl >/dev/null 2>&1 || need+=(kubernetes-client)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     apt-get update -qq >/dev/null

@@ -1,0 +1,584 @@
+"""A simulated Kubernetes API server on a real loopback socket, over the sim hosts' state.
+
+No real API server can be installed on the machines this project is built and tested on,
+so this one stands in for it, for the parts a driver rollout touches: discovery, nodes
+(get, list, patch: cordon, labels, annotations), pods on a node (DaemonSet-owned and
+ReplicaSet-owned), the policy/v1 Eviction subresource with PodDisruptionBudget refusals,
+DaemonSets, and coordination.k8s.io/v1 Leases. Paths, verbs, status codes and object
+shapes follow the real API (``metav1.Status`` bodies with ``reason`` and ``code``;
+409 Conflict on a stale ``resourceVersion``; 429 TooManyRequests with a
+``DisruptionBudget`` cause when an eviction would break a budget, as
+``pkg/registry/core/pod/storage/eviction.go`` answers), so the real ``kubectl`` and the
+official Python client can drive it.
+
+A node is the sim host itself: ``spec.unschedulable`` is the host's scheduler state, labels
+and annotations live in the host's state, and ``Ready`` follows whether the host is up.
+Pods, budgets and leases are cluster objects, kept in ``kubeapi.json`` under the sim root.
+The host fault ``pdb_blocks_eviction`` makes the budget of the node's serving pod refuse its
+eviction (for ever, or for ``pdb_release_s`` seconds after the first refusal).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from k3rollout.sim import state as st
+
+K8S_VERSION = {"major": "1", "minor": "31", "gitVersion": "v1.31.4", "gitCommit": "a78aa47129b8539636eb86a9d00e31b2720fe06b",
+               "gitTreeState": "clean", "buildDate": "2024-12-10T18:19:33Z", "goVersion": "go1.22.9",
+               "compiler": "gc", "platform": "linux/amd64"}
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+
+# discovery: what each group/version serves (name, kind, namespaced, verbs)
+RESOURCES: dict[str, list[tuple[str, str, bool, list[str]]]] = {
+    "v1": [("nodes", "Node", False, ["get", "list", "patch", "update", "watch"]),
+           ("pods", "Pod", True, ["get", "list", "delete", "watch"]),
+           ("pods/eviction", "Eviction", True, ["create"]),
+           ("namespaces", "Namespace", False, ["get", "list"])],
+    "apps/v1": [("daemonsets", "DaemonSet", True, ["get", "list"]),
+                ("replicasets", "ReplicaSet", True, ["get", "list"])],
+    "policy/v1": [("poddisruptionbudgets", "PodDisruptionBudget", True, ["get", "list"])],
+    "coordination.k8s.io/v1": [("leases", "Lease", True, ["create", "delete", "get", "list", "patch", "update"])],
+}
+
+
+def _now_iso() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def status(code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    s: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                         "message": message, "reason": reason, "code": code}
+    if details:
+        s["details"] = details
+    return s
+
+
+class ApiError(Exception):
+    def __init__(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.body = status(code, reason, message, details)
+        self.code = code
+
+
+def not_found(resource: str, name: str, group: str = "") -> ApiError:
+    what = f"{resource}.{group}" if group else resource
+    return ApiError(404, "NotFound", f'{what} "{name}" not found',
+                    {"name": name, "group": group, "kind": resource})
+
+
+class Cluster:
+    """The API server's objects: nodes from the sim hosts' state, the rest in kubeapi.json."""
+
+    def __init__(self, sim_root: Path, pdb_release_s: float | None = None):
+        self.root = Path(sim_root)
+        self.pdb_release_s = pdb_release_s
+        self.path = self.root / "kubeapi.json"
+        self.lock = threading.RLock()
+        self.data = json.loads(self.path.read_text()) if self.path.exists() else {"rv": 1, "pods": {},
+                                                                                  "leases": {}, "blocked": {}}
+        with self.lock:
+            self._reconcile()         # the pods the nodes run when the server comes up
+
+    # ------------------------------------------------------------ persistence
+
+    def _save(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, sort_keys=True))
+        tmp.replace(self.path)
+
+    def _rv(self) -> str:
+        self.data["rv"] += 1
+        return str(self.data["rv"])
+
+    # ------------------------------------------------------------ nodes
+
+    def host_dirs(self) -> dict[str, Path]:
+        out = {}
+        for p in sorted(self.root.iterdir()) if self.root.is_dir() else []:
+            if (p / "state.json").is_file():
+                out[p.name] = p
+        return out
+
+    def _host(self, name: str) -> Path:
+        d = self.host_dirs().get(name)
+        if d is None:
+            raise not_found("nodes", name)
+        return d
+
+    def node(self, name: str) -> dict[str, Any]:
+        s = st.load(self._host(name))
+        return self._node_object(s)
+
+    def _node_object(self, s: dict[str, Any]) -> dict[str, Any]:
+        sched = s["scheduler"]
+        up = st.is_up(s, time.time())
+        unsched = sched["state"] != "schedulable"
+        labels = {"kubernetes.io/hostname": s["name"], "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+                  "nvidia.com/gpu.product": s["gpu"]["model"].replace(" ", "-"),
+                  "nvidia.com/gpu.count": str(s["gpu"]["count"]), **sched.get("labels", {})}
+        spec: dict[str, Any] = {"podCIDR": "10.244.0.0/24"}
+        if unsched:
+            spec["unschedulable"] = True
+            spec["taints"] = [{"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule",
+                               "timeAdded": sched.get("since", "2026-12-02T02:00:00Z")}]
+        gpus = str(s["gpu"]["count"])
+        return {
+            "kind": "Node", "apiVersion": "v1",
+            "metadata": {"name": s["name"], "uid": sched.get("uid") or str(uuid.uuid5(uuid.NAMESPACE_DNS, s["name"])),
+                         "resourceVersion": str(sched.get("rv", 1)), "creationTimestamp": "2026-05-04T10:11:12Z",
+                         "labels": labels, "annotations": dict(sched.get("annotations", {}))},
+            "spec": spec,
+            "status": {
+                "capacity": {"cpu": "224", "memory": "2113436428Ki", "nvidia.com/gpu": gpus, "pods": "110"},
+                "allocatable": {"cpu": "222", "memory": "2103360524Ki", "nvidia.com/gpu": gpus, "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True" if up else "Unknown",
+                                "reason": "KubeletReady" if up else "NodeStatusUnknown",
+                                "message": "kubelet is posting ready status" if up else
+                                "Kubelet stopped posting node status.",
+                                "lastHeartbeatTime": _now_iso(), "lastTransitionTime": "2026-12-01T00:00:00Z"}],
+                "addresses": [{"type": "InternalIP", "address": s.get("address") or "127.0.0.1"},
+                              {"type": "Hostname", "address": s["name"]}],
+                "nodeInfo": {"kernelVersion": s["kernel"], "kubeletVersion": K8S_VERSION["gitVersion"],
+                             "kubeProxyVersion": K8S_VERSION["gitVersion"], "operatingSystem": "linux",
+                             "architecture": "amd64", "containerRuntimeVersion": "containerd://1.7.24",
+                             "osImage": "Ubuntu 24.04.1 LTS" if s["os_family"] == "Debian"
+                             else "Red Hat Enterprise Linux 9.5 (Plow)",
+                             "machineID": s["name"], "systemUUID": s["name"], "bootID": s["boot_id"]}},
+        }
+
+    def patch_node(self, name: str, patch: Any, ctype: str) -> dict[str, Any]:
+        d = self._host(name)
+        with st.transaction(d) as s:
+            sched = s["scheduler"]
+            want = _node_fields(sched)
+            if "json-patch" in ctype:
+                _apply_json_patch(want, patch)
+            elif isinstance(patch, dict):
+                _merge(want, patch)
+            else:
+                raise ApiError(400, "BadRequest", "the body of the request was in an unknown format")
+            rv = (patch.get("metadata") or {}).get("resourceVersion") if isinstance(patch, dict) else None
+            if rv is not None and str(rv) != str(sched.get("rv", 1)):
+                raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on nodes "{name}": the object has '
+                                                "been modified; please apply your changes to the latest version "
+                                                "and try again", {"name": name, "kind": "nodes"})
+            unsched = bool((want.get("spec") or {}).get("unschedulable"))
+            if unsched and sched["state"] == "schedulable":
+                sched["state"], sched["since"] = "cordoned", _now_iso()
+            elif not unsched and sched["state"] != "schedulable":
+                sched["state"] = "schedulable"
+            meta = want.get("metadata") or {}
+            sched["labels"] = {k: str(v) for k, v in (meta.get("labels") or {}).items() if v is not None
+                               and k not in ("kubernetes.io/hostname", "kubernetes.io/os", "kubernetes.io/arch")}
+            sched["annotations"] = {k: str(v) for k, v in (meta.get("annotations") or {}).items() if v is not None}
+            sched["rv"] = int(sched.get("rv", 1)) + 1
+        return self.node(name)
+
+    # ------------------------------------------------------------ pods
+
+    def _reconcile(self) -> None:
+        """What the cluster's controllers do: every node runs its DaemonSet pod; a node that
+        takes work and runs a serving container has its serving pod (a ReplicaSet replaces
+        an evicted one once the node is schedulable again)."""
+        pods = self.data["pods"]
+        changed = False
+        for name, d in self.host_dirs().items():
+            s = st.load(d)
+            mine = [p for p in pods.values() if p["spec"]["nodeName"] == name]
+            if not any(p["metadata"]["namespace"] == "gpu-operator" for p in mine):
+                self._new_pod(name, "gpu-operator", "nvidia-dcgm-exporter", "DaemonSet", "nvidia-dcgm-exporter")
+                changed = True
+            serving = any(c["status"] == "running" for c in s["docker"]["containers"].values())
+            if serving and s["scheduler"]["state"] == "schedulable" and \
+                    not any(p["metadata"]["namespace"] == "inference" for p in mine):
+                self._new_pod(name, "inference", "k2-serving-7d9f8b6c5", "ReplicaSet", "k2-serving-7d9f8b6c5")
+                changed = True
+        if changed:
+            self._save()
+
+    def _new_pod(self, node: str, ns: str, prefix: str, owner_kind: str, owner: str) -> None:
+        name = f"{prefix}-{uuid.uuid4().hex[:5]}"
+        self.data["pods"][f"{ns}/{name}"] = {
+            "kind": "Pod", "apiVersion": "v1",
+            "metadata": {"name": name, "namespace": ns, "uid": str(uuid.uuid4()), "resourceVersion": self._rv(),
+                         "creationTimestamp": _now_iso(), "labels": {"app": prefix.split("-")[0]},
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": owner_kind, "name": owner,
+                                              "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, owner)),
+                                              "controller": True, "blockOwnerDeletion": True}]},
+            "spec": {"nodeName": node, "containers": [{"name": prefix.split("-")[0], "image": "registry/x:1"}],
+                     "terminationGracePeriodSeconds": 30},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+        }
+
+    def pods(self, namespace: str | None, field_selector: str, label_selector: str) -> list[dict[str, Any]]:
+        with self.lock:
+            self._reconcile()
+            out = list(self.data["pods"].values())
+        if namespace:
+            out = [p for p in out if p["metadata"]["namespace"] == namespace]
+        for term in filter(None, field_selector.split(",")):
+            k, _, v = term.replace("==", "=").partition("=")
+            neg = k.endswith("!")
+            k = k.rstrip("!")
+            get = {"spec.nodeName": lambda p: p["spec"]["nodeName"], "metadata.name": lambda p: p["metadata"]["name"],
+                   "metadata.namespace": lambda p: p["metadata"]["namespace"],
+                   "status.phase": lambda p: p["status"]["phase"]}.get(k)
+            if get is None:
+                raise ApiError(400, "BadRequest", f'"{k}" is not a known field selector: only "metadata.name", '
+                                                  '"metadata.namespace", "spec.nodeName", "status.phase"')
+            out = [p for p in out if (get(p) == v) != neg]
+        for term in filter(None, label_selector.split(",")):
+            k, _, v = term.replace("==", "=").partition("=")
+            out = [p for p in out if p["metadata"]["labels"].get(k) == v]
+        return sorted(out, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"]))
+
+    def pod(self, ns: str, name: str) -> dict[str, Any]:
+        with self.lock:
+            p = self.data["pods"].get(f"{ns}/{name}")
+        if p is None:
+            raise not_found("pods", name)
+        return p
+
+    def evict(self, ns: str, name: str) -> dict[str, Any]:
+        with self.lock:
+            pod = self.pod(ns, name)
+            node = pod["spec"]["nodeName"]
+            d = self.host_dirs().get(node)
+            hv = st.load(d) if d else {"faults": []}
+            if ns == "inference" and "pdb_blocks_eviction" in hv.get("faults", []):
+                first = self.data["blocked"].setdefault(f"{ns}/{name}", time.time())
+                if self.pdb_release_s is None or time.time() - first < self.pdb_release_s:
+                    self._save()
+                    raise ApiError(429, "TooManyRequests",
+                                   "Cannot evict pod as it would violate the pod's disruption budget.",
+                                   {"causes": [{"reason": "DisruptionBudget",
+                                                "message": "The disruption budget k2-serving-pdb needs 1 healthy "
+                                                           "pods and has 1 currently"}]})
+            del self.data["pods"][f"{ns}/{name}"]
+            self._save()
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+    def daemonset(self, ns: str, name: str) -> dict[str, Any]:
+        if (ns, name) != ("gpu-operator", "nvidia-dcgm-exporter"):
+            raise not_found("daemonsets", name, "apps")
+        n = len(self.host_dirs())
+        return {"kind": "DaemonSet", "apiVersion": "apps/v1",
+                "metadata": {"name": name, "namespace": ns, "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, name)),
+                             "resourceVersion": "7", "creationTimestamp": "2026-05-04T10:11:12Z"},
+                "spec": {"selector": {"matchLabels": {"app": "nvidia"}}},
+                "status": {"currentNumberScheduled": n, "desiredNumberScheduled": n, "numberReady": n,
+                           "numberMisscheduled": 0}}
+
+    # ------------------------------------------------------------ leases
+
+    def lease(self, ns: str, name: str) -> dict[str, Any]:
+        with self.lock:
+            x = self.data["leases"].get(f"{ns}/{name}")
+        if x is None:
+            raise not_found("leases", name, "coordination.k8s.io")
+        return x
+
+    def create_lease(self, ns: str, body: dict[str, Any]) -> dict[str, Any]:
+        name = (body.get("metadata") or {}).get("name")
+        if not name:
+            raise ApiError(422, "Invalid", "Lease.coordination.k8s.io \"\" is invalid: metadata.name: Required value")
+        with self.lock:
+            if f"{ns}/{name}" in self.data["leases"]:
+                raise ApiError(409, "AlreadyExists", f'leases.coordination.k8s.io "{name}" already exists',
+                               {"name": name, "group": "coordination.k8s.io", "kind": "leases"})
+            obj = {"kind": "Lease", "apiVersion": "coordination.k8s.io/v1",
+                   "metadata": {**(body.get("metadata") or {}), "namespace": ns, "uid": str(uuid.uuid4()),
+                                "resourceVersion": self._rv(), "creationTimestamp": _now_iso()},
+                   "spec": dict(body.get("spec") or {})}
+            self.data["leases"][f"{ns}/{name}"] = obj
+            self._save()
+        return obj
+
+    def replace_lease(self, ns: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        with self.lock:
+            cur = self.lease(ns, name)
+            rv = (body.get("metadata") or {}).get("resourceVersion")
+            if rv is not None and str(rv) != cur["metadata"]["resourceVersion"]:
+                raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on leases.coordination.k8s.io '
+                                                f'"{name}": the object has been modified; please apply your changes '
+                                                "to the latest version and try again",
+                               {"name": name, "group": "coordination.k8s.io", "kind": "leases"})
+            obj = {**cur, "spec": dict(body.get("spec") or {}),
+                   "metadata": {**cur["metadata"], **{k: v for k, v in (body.get("metadata") or {}).items()
+                                                      if k in ("labels", "annotations")},
+                                "resourceVersion": self._rv()}}
+            self.data["leases"][f"{ns}/{name}"] = obj
+            self._save()
+        return obj
+
+    def delete_lease(self, ns: str, name: str) -> dict[str, Any]:
+        with self.lock:
+            self.lease(ns, name)
+            del self.data["leases"][f"{ns}/{name}"]
+            self._save()
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                "details": {"name": name, "group": "coordination.k8s.io", "kind": "leases"}}
+
+
+def _node_fields(sched: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"labels": dict(sched.get("labels", {})), "annotations": dict(sched.get("annotations", {}))},
+            "spec": {"unschedulable": sched["state"] != "schedulable"}}
+
+
+def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    """JSON merge patch (RFC 7386); for the fields patched here a strategic merge patch is
+    the same (maps merge, null deletes, scalars replace)."""
+    for k, v in patch.items():
+        if k.startswith("$"):
+            continue
+        if v is None:
+            target.pop(k, None)
+        elif isinstance(v, dict) and isinstance(target.get(k), dict):
+            _merge(target[k], v)
+        else:
+            target[k] = v
+
+
+def _apply_json_patch(target: dict[str, Any], ops: Any) -> None:
+    if not isinstance(ops, list):
+        raise ApiError(400, "BadRequest", "the body of the request was in an unknown format")
+    for op in ops:
+        parts = [unquote(p).replace("~1", "/").replace("~0", "~") for p in str(op.get("path", "")).split("/")[1:]]
+        if not parts:
+            raise ApiError(422, "Invalid", "json patch: empty path")
+        obj = target
+        for p in parts[:-1]:
+            obj = obj.setdefault(p, {})
+        if op.get("op") in ("add", "replace"):
+            obj[parts[-1]] = op.get("value")
+        elif op.get("op") == "remove":
+            if parts[-1] not in obj:
+                raise ApiError(422, "Invalid", f"the server rejected our request due to an error in our request: "
+                                               f"remove operation does not apply: doc is missing path: {op['path']}")
+            del obj[parts[-1]]
+        else:
+            raise ApiError(422, "Invalid", f"json patch: unsupported op {op.get('op')!r}")
+
+
+def _list(kind: str, api_version: str, items: list[dict[str, Any]], rv: int) -> dict[str, Any]:
+    return {"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": str(rv)}, "items": items}
+
+
+def _age(ts: str) -> str:
+    try:
+        secs = max(0, int(time.time() - datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ")
+                          .replace(tzinfo=timezone.utc).timestamp()))
+    except ValueError:
+        return "<unknown>"
+    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
+        if secs >= n:
+            return f"{secs // n}{unit}"
+    return f"{secs}s"
+
+
+def as_table(obj: dict[str, Any]) -> dict[str, Any]:
+    """The server-side printing kubectl asks for (``Accept: ...;as=Table;g=meta.k8s.io``),
+    with the columns the real API server prints for nodes and pods."""
+    items = obj.get("items", [obj])
+    kind = items[0]["kind"] if items else obj["kind"].removesuffix("List")
+    if kind == "Node":
+        cols = ["Name", "Status", "Roles", "Age", "Version"]
+        rows = []
+        for n in items:
+            ready = next(c for c in n["status"]["conditions"] if c["type"] == "Ready")
+            st_ = "Ready" if ready["status"] == "True" else "NotReady"
+            if n["spec"].get("unschedulable"):
+                st_ += ",SchedulingDisabled"
+            rows.append([n["metadata"]["name"], st_, "<none>", _age(n["metadata"]["creationTimestamp"]),
+                         n["status"]["nodeInfo"]["kubeletVersion"]])
+    elif kind == "Pod":
+        cols = ["Name", "Ready", "Status", "Restarts", "Age"]
+        rows = [[x["metadata"]["name"], "1/1", x["status"]["phase"], "0", _age(x["metadata"]["creationTimestamp"])]
+                for x in items]
+    else:
+        cols = ["Name", "Age"]
+        rows = [[x["metadata"]["name"], _age(x["metadata"].get("creationTimestamp", ""))] for x in items]
+    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1",
+            "metadata": {"resourceVersion": obj.get("metadata", {}).get("resourceVersion", "")},
+            "columnDefinitions": [{"name": c, "type": "string", "format": "name" if c == "Name" else "",
+                                   "description": c, "priority": 0} for c in cols],
+            "rows": [{"cells": cells, "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                                                 "metadata": x["metadata"]}} for cells, x in zip(rows, items)]}
+
+
+def _discovery(port: int, path: str) -> dict[str, Any] | None:
+    if path == "/version":
+        return K8S_VERSION
+    if path == "/api":
+        return {"kind": "APIVersions", "versions": ["v1"],
+                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": f"127.0.0.1:{port}"}]}
+    if path == "/apis":
+        groups = []
+        for gv in RESOURCES:
+            if "/" in gv:
+                g, v = gv.split("/")
+                groups.append({"name": g, "versions": [{"groupVersion": gv, "version": v}],
+                               "preferredVersion": {"groupVersion": gv, "version": v}})
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+    gv = path.removeprefix("/api/").removeprefix("/apis/")
+    if gv in RESOURCES and path in (f"/api/{gv}", f"/apis/{gv}"):
+        res = []
+        for name, kind, namespaced, verbs in RESOURCES[gv]:
+            r: dict[str, Any] = {"name": name, "singularName": "" if "/" in name else kind.lower(),
+                                 "namespaced": namespaced, "kind": kind, "verbs": verbs}
+            if name == "pods/eviction":
+                r |= {"group": "policy", "version": "v1"}
+            res.append(r)
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": res}
+    return None
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    cluster: Cluster
+    requests: list[tuple[str, str]]
+
+    def log_message(self, *args: Any) -> None:      # the request log is kept in .requests
+        pass
+
+    def _send(self, code: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Audit-Id", str(uuid.uuid4()))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> Any:
+        n = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(n) if n else b""
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise ApiError(400, "BadRequest", "the body of the request was in an unknown format - accepted media "
+                                              "types include: application/json, application/yaml") from None
+
+    def _handle(self, method: str) -> None:
+        u = urlsplit(self.path)
+        q = {k: v[0] for k, v in parse_qs(u.query).items()}
+        self.requests.append((method, self.path))
+        try:
+            body = self._body() if method in ("POST", "PUT", "PATCH") else None
+            code, out = self._route(method, u.path.rstrip("/") or "/", q, body)
+            if method == "GET" and "as=Table" in self.headers.get("Accept", "") and \
+                    out.get("kind") in ("Node", "NodeList", "Pod", "PodList"):
+                out = as_table(out)
+        except ApiError as exc:
+            code, out = exc.code, exc.body
+        self._send(code, out)
+
+    def _route(self, method: str, path: str, q: dict[str, str], body: Any) -> tuple[int, dict[str, Any]]:
+        c = self.cluster
+        if method == "GET":
+            d = _discovery(self.server.server_address[1], path)
+            if d is not None:
+                return 200, d
+        p = path.split("/")
+        if path == "/api/v1/nodes" and method == "GET":
+            nodes = [c.node(n) for n in c.host_dirs()]
+            return 200, _list("NodeList", "v1", nodes, c.data["rv"])
+        if len(p) == 5 and path.startswith("/api/v1/nodes/"):
+            if method == "GET":
+                return 200, c.node(p[4])
+            if method == "PATCH":
+                return 200, c.patch_node(p[4], body, self.headers.get("Content-Type", ""))
+        if path == "/api/v1/pods" and method == "GET":
+            items = c.pods(None, q.get("fieldSelector", ""), q.get("labelSelector", ""))
+            return 200, _list("PodList", "v1", items, c.data["rv"])
+        if len(p) == 6 and p[:4] == ["", "api", "v1", "namespaces"] and p[5] == "pods" and method == "GET":
+            items = c.pods(p[4], q.get("fieldSelector", ""), q.get("labelSelector", ""))
+            return 200, _list("PodList", "v1", items, c.data["rv"])
+        if len(p) == 7 and p[:4] == ["", "api", "v1", "namespaces"] and p[5] == "pods" and method == "GET":
+            return 200, c.pod(p[4], p[6])
+        if len(p) == 8 and p[5] == "pods" and p[7] == "eviction" and method == "POST":
+            if not isinstance(body, dict) or body.get("kind") != "Eviction":
+                raise ApiError(400, "BadRequest", "the body of the request was not an Eviction")
+            return 201, c.evict(p[4], p[6])
+        if len(p) == 8 and p[:3] == ["", "apis", "apps"] and p[6] == "daemonsets" and method == "GET":
+            return 200, c.daemonset(p[5], p[7])
+        lease_base = ["", "apis", "coordination.k8s.io", "v1", "namespaces"]
+        if p[:5] == lease_base and len(p) >= 7 and p[6] == "leases":
+            ns = p[5]
+            if len(p) == 7 and method == "POST":
+                return 201, c.create_lease(ns, body or {})
+            if len(p) == 7 and method == "GET":
+                with c.lock:
+                    items = [x for k, x in c.data["leases"].items() if k.startswith(ns + "/")]
+                return 200, _list("LeaseList", "coordination.k8s.io/v1", items, c.data["rv"])
+            if len(p) == 8:
+                if method == "GET":
+                    return 200, c.lease(ns, p[7])
+                if method == "PUT":
+                    return 200, c.replace_lease(ns, p[7], body or {})
+                if method == "DELETE":
+                    return 200, c.delete_lease(ns, p[7])
+        raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
+
+    def do_GET(self) -> None:       # noqa: N802 - http.server's naming
+        self._handle("GET")
+
+    def do_POST(self) -> None:      # noqa: N802
+        self._handle("POST")
+
+    def do_PUT(self) -> None:       # noqa: N802
+        self._handle("PUT")
+
+    def do_PATCH(self) -> None:     # noqa: N802
+        self._handle("PATCH")
+
+    def do_DELETE(self) -> None:    # noqa: N802
+        self._handle("DELETE")
+
+
+class KubeApiServer:
+    """``with KubeApiServer(sim_root) as api: api.url`` (an http:// URL on 127.0.0.1)."""
+
+    def __init__(self, sim_root: Path, pdb_release_s: float | None = None):
+        self.cluster = Cluster(sim_root, pdb_release_s)
+        self.requests: list[tuple[str, str]] = []
+        handler = type("BoundHandler", (Handler,), {"cluster": self.cluster, "requests": self.requests})
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def kubeconfig(self, path: Path, user: str = "k3rollout") -> Path:
+        """A kubeconfig for the controller, pointing at this server."""
+        import yaml
+
+        cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "sim",
+               "clusters": [{"name": "sim", "cluster": {"server": self.url}}],
+               "users": [{"name": user, "user": {"token": "sim-admin-token"}}],
+               "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": user}}]}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        path.chmod(0o600)
+        return path
+
+    def __enter__(self) -> "KubeApiServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -1,0 +1,130 @@
+"""The simulated Kubernetes API server, driven by the real kubectl and by plain HTTP: the
+same paths, verbs, status codes and object shapes as a real API server, over the sim
+hosts' own state (a cordon through the API is the host's scheduler state)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+
+import httpx
+import pytest
+
+from k3rollout.sim import state as st
+from k3rollout.sim.kubeapi import KubeApiServer
+
+
+@pytest.fixture(scope="module")
+def kubectl() -> str:
+    exe = shutil.which("kubectl")
+    if not exe:
+        if os.environ.get("CI") == "true":
+            pytest.fail("kubectl missing: scripts/test.sh installs kubernetes-client where the image lacks it")
+        pytest.skip("kubectl not installed")
+    return exe
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    root = tmp_path / "sim"
+    for i, name in enumerate(("gpu-01", "gpu-02", "gpu-03")):
+        faults = ["pdb_blocks_eviction"] if name == "gpu-02" else []
+        st.init_host(root / name, name, {"sim_address": f"127.0.9.{i + 1}", "sim_faults": faults,
+                                         "sim_cordoned": name == "gpu-03"})
+    with KubeApiServer(root, pdb_release_s=None) as api:
+        api.root = root
+        yield api
+
+
+def run(kubectl: str, api: KubeApiServer, tmp_path, *args: str) -> subprocess.CompletedProcess:
+    kc = api.kubeconfig(tmp_path / "kubeconfig")
+    return subprocess.run([kubectl, "--kubeconfig", str(kc), *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "HOME": str(tmp_path)})
+
+
+def test_kubectl_gets_cordons_labels_drains_and_uncordons(kubectl, cluster, tmp_path):
+    p = run(kubectl, cluster, tmp_path, "get", "nodes")
+    assert p.returncode == 0, p.stderr
+    rows = {ln.split()[0]: ln.split()[1] for ln in p.stdout.splitlines()[1:]}
+    assert rows == {"gpu-01": "Ready", "gpu-02": "Ready", "gpu-03": "Ready,SchedulingDisabled"}
+
+    p = run(kubectl, cluster, tmp_path, "drain", "gpu-01", "--ignore-daemonsets", "--timeout=30s")
+    assert p.returncode == 0, p.stderr
+    assert "node/gpu-01 cordoned" in p.stdout and "evicted" in p.stdout and "node/gpu-01 drained" in p.stdout
+    assert "ignoring DaemonSet-managed Pods: gpu-operator/nvidia-dcgm-exporter" in p.stderr
+    # the cordon is the host's own scheduler state: the same one the sim's node commands see
+    assert st.load(cluster.root / "gpu-01")["scheduler"]["state"] == "cordoned"
+    pods = run(kubectl, cluster, tmp_path, "get", "pods", "-A", "--field-selector", "spec.nodeName=gpu-01")
+    assert "k2-serving" not in pods.stdout and "nvidia-dcgm-exporter" in pods.stdout      # the DaemonSet pod stays
+
+    p = run(kubectl, cluster, tmp_path, "label", "node", "gpu-01", "k3rollout.io/upgrade-state=upgrade-required")
+    assert p.returncode == 0 and "node/gpu-01 labeled" in p.stdout, p.stderr
+    p = run(kubectl, cluster, tmp_path, "label", "node", "gpu-01", "k3rollout.io/upgrade-state=upgrade-done")
+    assert p.returncode != 0 and "--overwrite is false" in p.stderr
+    p = run(kubectl, cluster, tmp_path, "label", "--overwrite", "node", "gpu-01",
+            "k3rollout.io/upgrade-state=upgrade-done")
+    assert p.returncode == 0, p.stderr
+    assert st.load(cluster.root / "gpu-01")["scheduler"]["labels"] == {"k3rollout.io/upgrade-state": "upgrade-done"}
+
+    p = run(kubectl, cluster, tmp_path, "uncordon", "gpu-01")
+    assert p.returncode == 0 and "node/gpu-01 uncordoned" in p.stdout, p.stderr
+    assert st.load(cluster.root / "gpu-01")["scheduler"]["state"] == "schedulable"
+    # once schedulable again, the ReplicaSet's replacement serving pod lands on it
+    pods = run(kubectl, cluster, tmp_path, "get", "pods", "-n", "inference", "--field-selector",
+               "spec.nodeName=gpu-01")
+    assert "k2-serving" in pods.stdout
+
+
+def test_a_disruption_budget_holds_kubectl_drain_until_its_timeout(kubectl, cluster, tmp_path):
+    t = time.monotonic()
+    p = run(kubectl, cluster, tmp_path, "drain", "gpu-02", "--ignore-daemonsets", "--timeout=3s")
+    assert p.returncode != 0
+    assert "Cannot evict pod as it would violate the pod's disruption budget." in p.stderr
+    assert time.monotonic() - t >= 3
+    # cordoned, but the serving pod is still there: the node is not drained
+    assert st.load(cluster.root / "gpu-02")["scheduler"]["state"] == "cordoned"
+    assert "k2-serving" in run(kubectl, cluster, tmp_path, "get", "pods", "-A", "--field-selector",
+                               "spec.nodeName=gpu-02").stdout
+
+
+def test_status_codes_and_bodies_are_the_real_apis(cluster):
+    api = httpx.Client(base_url=cluster.url)
+    r = api.get("/api/v1/nodes/gpu-99")
+    assert r.status_code == 404
+    assert r.json() == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                        "message": 'nodes "gpu-99" not found', "reason": "NotFound",
+                        "details": {"name": "gpu-99", "group": "", "kind": "nodes"}, "code": 404}
+    pods = api.get("/api/v1/pods", params={"fieldSelector": "spec.nodeName=gpu-02"}).json()
+    serving = next(p for p in pods["items"] if p["metadata"]["namespace"] == "inference")
+    ev = {"apiVersion": "policy/v1", "kind": "Eviction",
+          "metadata": {"name": serving["metadata"]["name"], "namespace": "inference"}}
+    r = api.post(f"/api/v1/namespaces/inference/pods/{serving['metadata']['name']}/eviction", json=ev)
+    assert r.status_code == 429 and r.json()["reason"] == "TooManyRequests"
+    assert r.json()["details"]["causes"][0]["reason"] == "DisruptionBudget"
+    assert api.get("/api/v1/pods", params={"fieldSelector": "bogus=1"}).status_code == 400
+
+    # leases: create, conflict on a second create and on a stale resourceVersion
+    base = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"
+    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "k3rollout-lock"},
+             "spec": {"holderIdentity": "ops@ctl-1", "leaseDurationSeconds": 60}}
+    r = api.post(base, json=lease)
+    assert r.status_code == 201
+    rv = r.json()["metadata"]["resourceVersion"]
+    assert api.post(base, json=lease).json()["reason"] == "AlreadyExists"
+    renewed = {**lease, "metadata": {"name": "k3rollout-lock", "resourceVersion": rv}}
+    assert api.put(f"{base}/k3rollout-lock", json=renewed).status_code == 200
+    stale = api.put(f"{base}/k3rollout-lock", json=renewed)
+    assert stale.status_code == 409 and stale.json()["reason"] == "Conflict"
+    assert api.get(f"{base}/k3rollout-lock").json()["spec"]["holderIdentity"] == "ops@ctl-1"
+    assert api.delete(f"{base}/k3rollout-lock").status_code == 200
+    assert api.get(f"{base}/k3rollout-lock").status_code == 404
+
+
+def test_a_node_that_is_down_is_not_ready(cluster):
+    with st.transaction(cluster.root / "gpu-01") as s:
+        s["down_until"] = time.time() + 60
+    node = httpx.get(f"{cluster.url}/api/v1/nodes/gpu-01").json()
+    ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "Unknown" and ready["reason"] == "NodeStatusUnknown"
