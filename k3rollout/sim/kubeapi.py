@@ -508,7 +508,8 @@ class Handler(BaseHTTPRequestHandler):
         if len(p) == 7 and p[:4] == ["", "api", "v1", "namespaces"] and p[5] == "pods" and method == "GET":
             return 200, c.pod(p[4], p[6])
         if len(p) == 8 and p[5] == "pods" and p[7] == "eviction" and method == "POST":
-            if not isinstance(body, dict) or body.get("kind") != "Eviction":
+            # kind and apiVersion may be left out (the endpoint knows its type), not be wrong
+            if not isinstance(body, dict) or body.get("kind", "Eviction") != "Eviction":
                 raise ApiError(400, "BadRequest", "the body of the request was not an Eviction")
             return 201, c.evict(p[4], p[6])
         if len(p) == 8 and p[:3] == ["", "apis", "apps"] and p[6] == "daemonsets" and method == "GET":

@@ -1,0 +1,316 @@
+"""Kubernetes operations from the controller, through the official Python client.
+
+Why the official client and not ``kubectl`` on the controller: every operation here
+becomes journal evidence, and the client returns typed objects and API errors (status
+code, reason, the PodDisruptionBudget that refused an eviction) instead of text to
+parse; it speaks the Eviction API directly, so a refused eviction is retried on our own
+clock and each attempt is recorded; and the cluster-wide lock is a Lease updated with
+``resourceVersion`` preconditions, which kubectl has no verb for. The real ``kubectl``
+stays the wire-compatibility check in the tests.
+
+What a drain does (as ``kubectl drain --ignore-daemonsets`` and ``kubernetes.core.k8s_drain``
+do): cordon (``spec.unschedulable``), then evict every pod on the node through
+``policy/v1`` Evictions except DaemonSet-owned and mirror pods, retrying a 429
+(PodDisruptionBudget) until the drain timeout, then wait until the evicted pods are gone.
+Nothing here ever runs on the node being changed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable
+
+from k3rollout.errors import K3RolloutError
+
+UPGRADE_STATE_LABEL = "k3rollout.io/upgrade-state"
+GPU_OPERATOR_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+class KubernetesError(K3RolloutError):
+    """The API refused or could not be reached; carries the status code and reason."""
+
+    def __init__(self, message: str, *, status: int | None = None, reason: str = ""):
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass
+class DrainResult:
+    ok: bool
+    evicted: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)          # DaemonSet-owned and mirror pods
+    blocked: dict[str, str] = field(default_factory=dict)     # pod -> last refusal (a PDB's message)
+    attempts: int = 0
+    waited_s: float = 0.0
+    message: str = ""
+
+
+@dataclass
+class LeaseHolder:
+    holder: str
+    renewed: str | None
+    duration_s: int
+    expired: bool
+
+
+def _err(exc: Any, what: str) -> KubernetesError:
+    from kubernetes.client.exceptions import ApiException
+
+    if isinstance(exc, ApiException):
+        import json
+
+        try:
+            body = json.loads(exc.body or "{}")
+        except ValueError:
+            body = {}
+        msg = body.get("message") or exc.reason
+        return KubernetesError(f"{what}: HTTP {exc.status} {body.get('reason') or exc.reason}: {msg}",
+                               status=exc.status, reason=str(body.get("reason") or exc.reason))
+    return KubernetesError(f"{what}: {type(exc).__name__}: {exc}")
+
+
+def _micro(t: datetime) -> str:
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class KubernetesApi:
+    """One API connection for a run: ``KubernetesApi(kubeconfig=..., context=...)``."""
+
+    def __init__(self, kubeconfig: str | None = None, context: str | None = None, *,
+                 sleep: Callable[[float], None] = time.sleep, now: Callable[[], float] = time.monotonic):
+        from kubernetes import client, config
+
+        cfg = client.Configuration()
+        try:
+            config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
+        except Exception as exc:  # noqa: BLE001 - the config loader raises several unrelated types
+            raise KubernetesError(f"cannot load kubeconfig {kubeconfig or '~/.kube/config'}: {exc}") from None
+        cfg.retries = False
+        self.server = cfg.host
+        self._api = client.ApiClient(cfg)
+        self.core = client.CoreV1Api(self._api)
+        self.coord = client.CoordinationV1Api(self._api)
+        self._client = client
+        self.sleep = sleep
+        self.now = now
+
+    def close(self) -> None:
+        self._api.close()
+
+    # ------------------------------------------------------------ nodes
+
+    def node(self, name: str) -> dict[str, Any]:
+        """What the rollout needs of a node: schedulable or not, ready or not, labels."""
+        try:
+            n = self.core.read_node(name)
+        except Exception as exc:  # noqa: BLE001 - translated once, here
+            raise _err(exc, f"read node {name}") from None
+        ready = next((c.status for c in (n.status.conditions or []) if c.type == "Ready"), "Unknown")
+        return {"name": name, "unschedulable": bool(n.spec.unschedulable), "ready": ready == "True",
+                "labels": dict(n.metadata.labels or {}), "annotations": dict(n.metadata.annotations or {}),
+                "kubelet": n.status.node_info.kubelet_version if n.status.node_info else None}
+
+    def _patch(self, name: str, body: dict[str, Any], what: str) -> None:
+        try:
+            self.core.patch_node(name, body)
+        except Exception as exc:  # noqa: BLE001
+            raise _err(exc, f"{what} node {name}") from None
+
+    def cordon(self, name: str) -> bool:
+        """Mark the node unschedulable; returns whether it already was (so a node cordoned
+        before the run is left cordoned after it)."""
+        before = self.node(name)["unschedulable"]
+        if not before:
+            self._patch(name, {"spec": {"unschedulable": True}}, "cordon")
+        return before
+
+    def uncordon(self, name: str) -> None:
+        self._patch(name, {"spec": {"unschedulable": None}}, "uncordon")
+
+    def label(self, name: str, labels: dict[str, str | None]) -> None:
+        """Set (or, with None, remove) node labels."""
+        self._patch(name, {"metadata": {"labels": labels}}, "label")
+
+    def annotate(self, name: str, annotations: dict[str, str | None]) -> None:
+        self._patch(name, {"metadata": {"annotations": annotations}}, "annotate")
+
+    # ------------------------------------------------------------ drain
+
+    def pods_on(self, name: str) -> list[Any]:
+        try:
+            return list(self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items)
+        except Exception as exc:  # noqa: BLE001
+            raise _err(exc, f"list pods on {name}") from None
+
+    @staticmethod
+    def _left_alone(pod: Any) -> bool:
+        owners = pod.metadata.owner_references or []
+        if any(o.kind == "DaemonSet" for o in owners):
+            return True
+        return MIRROR_ANNOTATION in (pod.metadata.annotations or {})
+
+    def drain(self, name: str, timeout_s: float, retry_s: float = 5.0,
+              on_attempt: Callable[[str, int, str], None] | None = None) -> DrainResult:
+        """Cordon, evict, wait for the pods to be gone; never raises for a refusal: the
+        result says what was evicted and what a budget blocked."""
+        self.cordon(name)
+        start = self.now()
+        deadline = start + timeout_s
+        res = DrainResult(ok=False)
+        pending: dict[str, Any] = {}
+        for pod in self.pods_on(name):
+            key = f"{pod.metadata.namespace}/{pod.metadata.name}"
+            if self._left_alone(pod):
+                res.skipped.append(key)
+            elif pod.status and pod.status.phase in ("Succeeded", "Failed"):
+                continue        # finished pods hold nothing; kubectl deletes them, we leave them
+            else:
+                pending[key] = pod
+        evicting = dict(pending)
+        while evicting:
+            for key, pod in list(evicting.items()):
+                res.attempts += 1
+                outcome = self._evict(pod)
+                if on_attempt:
+                    on_attempt(key, res.attempts, outcome)
+                if outcome in ("evicted", "gone"):
+                    res.evicted.append(key)
+                    res.blocked.pop(key, None)
+                    del evicting[key]
+                else:
+                    res.blocked[key] = outcome
+            if not evicting:
+                break
+            if self.now() + retry_s > deadline:
+                res.waited_s = self.now() - start
+                res.message = (f"drain of {name} timed out after {timeout_s:g}s: "
+                               + "; ".join(f"{k}: {v}" for k, v in sorted(res.blocked.items())))
+                return res
+            self.sleep(retry_s)
+        # evicted pods terminate (grace period); the node is drained when they are gone
+        while True:
+            alive = [k for k, p in pending.items() if self._still_there(p)]
+            if not alive:
+                break
+            if self.now() >= deadline:
+                res.waited_s = self.now() - start
+                res.message = f"drain of {name} timed out waiting for {', '.join(alive)} to terminate"
+                return res
+            self.sleep(min(1.0, retry_s))
+        res.ok = True
+        res.waited_s = self.now() - start
+        return res
+
+    def _evict(self, pod: Any) -> str:
+        from kubernetes.client.exceptions import ApiException
+
+        body = self._client.V1Eviction(api_version="policy/v1", kind="Eviction",
+                                       metadata=self._client.V1ObjectMeta(name=pod.metadata.name,
+                                                                          namespace=pod.metadata.namespace))
+        try:
+            self.core.create_namespaced_pod_eviction(pod.metadata.name, pod.metadata.namespace, body)
+            return "evicted"
+        except ApiException as exc:
+            if exc.status == 404:
+                return "gone"
+            if exc.status == 429:
+                return str(_err(exc, "eviction refused")).split(": ", 2)[-1]
+            raise _err(exc, f"evict {pod.metadata.namespace}/{pod.metadata.name}") from None
+
+    def _still_there(self, pod: Any) -> bool:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            now = self.core.read_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise _err(exc, f"read pod {pod.metadata.namespace}/{pod.metadata.name}") from None
+        return now.metadata.uid == pod.metadata.uid
+
+    # ------------------------------------------------------------ GPU Operator
+
+    def gpu_operator_manages_driver(self, name: str) -> bool:
+        """True when the NVIDIA GPU Operator runs the driver as a container on this node
+        (its driver DaemonSet's pod is there, or the node carries the operator's upgrade
+        state label): a host package upgrade must not be attempted there."""
+        labels = self.node(name)["labels"]
+        if labels.get("nvidia.com/gpu.deploy.driver") == "false":
+            return False
+        if GPU_OPERATOR_STATE_LABEL in labels:
+            return True
+        return any((p.metadata.labels or {}).get("app") == "nvidia-driver-daemonset" for p in self.pods_on(name))
+
+    # ------------------------------------------------------------ the cluster-wide lock
+
+    def lease(self, namespace: str, name: str) -> LeaseHolder | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            x = self.coord.read_namespaced_lease(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise _err(exc, f"read lease {namespace}/{name}") from None
+        renewed = x.spec.renew_time
+        duration = int(x.spec.lease_duration_seconds or 0)
+        if isinstance(renewed, str):
+            renewed = datetime.fromisoformat(renewed.replace("Z", "+00:00"))
+        expired = renewed is None or renewed + timedelta(seconds=duration) < datetime.now(timezone.utc)
+        return LeaseHolder(holder=x.spec.holder_identity or "", duration_s=duration, expired=expired,
+                           renewed=_micro(renewed) if renewed else None)
+
+    def acquire_lease(self, namespace: str, name: str, holder: str, duration_s: int) -> None:
+        """Create the lease, or renew it if ``holder`` already holds it. A lease held by
+        anyone else, expired or not, is never taken: the error names the holder and how to
+        release it by hand after checking that run is really gone."""
+        from kubernetes.client.exceptions import ApiException
+
+        c = self._client
+        now = datetime.now(timezone.utc)
+        spec = c.V1LeaseSpec(holder_identity=holder, lease_duration_seconds=duration_s, acquire_time=_micro(now),
+                             renew_time=_micro(now))
+        try:
+            self.coord.create_namespaced_lease(namespace, c.V1Lease(metadata=c.V1ObjectMeta(name=name), spec=spec))
+            return
+        except ApiException as exc:
+            if exc.status != 409:
+                raise _err(exc, f"create lease {namespace}/{name}") from None
+        cur = self.coord.read_namespaced_lease(name, namespace)
+        if cur.spec.holder_identity != holder:
+            held = self.lease(namespace, name)
+            state = "expired" if held and held.expired else "live"
+            raise KubernetesError(
+                f"the cluster lock (Lease {namespace}/{name}) is held by {cur.spec.holder_identity!r} ({state}, "
+                f"renewed {held.renewed if held else '?'}); if that run is gone, release it with "
+                f"`kubectl -n {namespace} delete lease {name}`", status=409, reason="Conflict")
+        self.renew_lease(namespace, name, holder)
+
+    def renew_lease(self, namespace: str, name: str, holder: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        cur = self.coord.read_namespaced_lease(name, namespace)
+        if cur.spec.holder_identity != holder:
+            raise KubernetesError(f"lost the cluster lock {namespace}/{name} to {cur.spec.holder_identity!r}",
+                                  status=409, reason="Conflict")
+        cur.spec.renew_time = _micro(datetime.now(timezone.utc))
+        try:
+            self.coord.replace_namespaced_lease(name, namespace, cur)
+        except ApiException as exc:
+            raise _err(exc, f"renew lease {namespace}/{name}") from None
+
+    def release_lease(self, namespace: str, name: str, holder: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            cur = self.coord.read_namespaced_lease(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return
+            raise _err(exc, f"read lease {namespace}/{name}") from None
+        if cur.spec.holder_identity == holder:
+            self.coord.delete_namespaced_lease(name, namespace)

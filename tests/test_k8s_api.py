@@ -1,0 +1,103 @@
+"""Kubernetes operations from the controller through the official client, against the
+simulated API server on a real socket: cordon with the prior state kept, a drain that
+leaves DaemonSet pods alone and waits out a PodDisruptionBudget until its timeout, labels,
+GPU Operator detection and the cluster-wide Lease lock."""
+
+from __future__ import annotations
+
+import pytest
+
+from k3rollout.scheduler.k8s_api import KubernetesApi, KubernetesError
+from k3rollout.sim import state as st
+from k3rollout.sim.kubeapi import KubeApiServer
+
+
+class FakeTime:
+    def __init__(self):
+        self.t = 0.0
+        self.sleeps = []
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.sleeps.append(s)
+        self.t += s
+
+
+@pytest.fixture
+def k8s(tmp_path):
+    root = tmp_path / "sim"
+    for i, name in enumerate(("gpu-01", "gpu-02", "gpu-03")):
+        st.init_host(root / name, name, {"sim_address": f"127.0.8.{i + 1}", "sim_cordoned": name == "gpu-03",
+                                         "sim_faults": ["pdb_blocks_eviction"] if name == "gpu-02" else []})
+    with KubeApiServer(root) as server:
+        clock = FakeTime()
+        api = KubernetesApi(str(server.kubeconfig(tmp_path / "kc")), sleep=clock.sleep, now=clock.now)
+        api.root, api.clock, api.srv = root, clock, server
+        yield api
+        api.close()
+
+
+def test_cordon_reports_the_prior_state_and_uncordon_restores(k8s):
+    assert k8s.cordon("gpu-01") is False
+    assert k8s.node("gpu-01")["unschedulable"] is True
+    assert st.load(k8s.root / "gpu-01")["scheduler"]["state"] == "cordoned"
+    assert k8s.cordon("gpu-03") is True          # cordoned before the run: the caller keeps it so
+    k8s.uncordon("gpu-01")
+    assert k8s.node("gpu-01")["unschedulable"] is False
+
+
+def test_drain_evicts_the_serving_pod_and_leaves_the_daemonset_pod(k8s):
+    attempts = []
+    res = k8s.drain("gpu-01", timeout_s=60, on_attempt=lambda *a: attempts.append(a))
+    assert res.ok, res.message
+    assert [p.split("/")[0] for p in res.evicted] == ["inference"]
+    assert [p.split("/")[0] for p in res.skipped] == ["gpu-operator"]
+    assert attempts == [(res.evicted[0], 1, "evicted")]
+    left = [p.metadata.namespace for p in k8s.pods_on("gpu-01")]
+    assert left == ["gpu-operator"]
+    evictions = [r for r in k8s.srv.requests if r[0] == "POST" and r[1].endswith("/eviction")]
+    assert len(evictions) == 1
+
+
+def test_a_disruption_budget_is_retried_until_the_drain_timeout_then_reported(k8s):
+    res = k8s.drain("gpu-02", timeout_s=30, retry_s=5)
+    assert not res.ok
+    assert "timed out after 30s" in res.message
+    assert "Cannot evict pod as it would violate the pod's disruption budget." in res.message
+    assert res.attempts == 7 and k8s.clock.sleeps == [5] * 6     # at 0, 5, ... 30 s: every 5 s, within 30 s
+    assert any(p.metadata.namespace == "inference" for p in k8s.pods_on("gpu-02"))
+
+
+def test_labels_publish_progress_and_none_removes(k8s):
+    k8s.label("gpu-01", {"k3rollout.io/upgrade-state": "upgrade-required"})
+    assert k8s.node("gpu-01")["labels"]["k3rollout.io/upgrade-state"] == "upgrade-required"
+    k8s.label("gpu-01", {"k3rollout.io/upgrade-state": None})
+    assert "k3rollout.io/upgrade-state" not in k8s.node("gpu-01")["labels"]
+
+
+def test_gpu_operator_managed_nodes_are_detected(k8s):
+    assert k8s.gpu_operator_manages_driver("gpu-01") is False
+    k8s.label("gpu-01", {"nvidia.com/gpu-driver-upgrade-state": "upgrade-done"})
+    assert k8s.gpu_operator_manages_driver("gpu-01") is True
+
+
+def test_the_lease_lock_is_exclusive_and_never_stolen(k8s):
+    k8s.acquire_lease("kube-system", "k3rollout", "alice@ctl-1 run A", 60)
+    k8s.acquire_lease("kube-system", "k3rollout", "alice@ctl-1 run A", 60)      # the holder renews
+    with pytest.raises(KubernetesError) as e:
+        k8s.acquire_lease("kube-system", "k3rollout", "bob@ctl-2 run B", 60)
+    assert "held by 'alice@ctl-1 run A'" in str(e.value) and "kubectl -n kube-system delete lease" in str(e.value)
+    held = k8s.lease("kube-system", "k3rollout")
+    assert held.holder == "alice@ctl-1 run A" and not held.expired
+    k8s.release_lease("kube-system", "k3rollout", "bob@ctl-2 run B")            # not the holder: no effect
+    assert k8s.lease("kube-system", "k3rollout") is not None
+    k8s.release_lease("kube-system", "k3rollout", "alice@ctl-1 run A")
+    assert k8s.lease("kube-system", "k3rollout") is None
+
+
+def test_an_unknown_node_is_a_clear_error(k8s):
+    with pytest.raises(KubernetesError) as e:
+        k8s.node("gpu-99")
+    assert e.value.status == 404 and 'nodes "gpu-99" not found' in str(e.value)
