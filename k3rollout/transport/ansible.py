@@ -5,6 +5,12 @@ stays strict: ansible-runner sets ``ANSIBLE_HOST_KEY_CHECKING=False`` unless it 
 set, so it is set to ``True`` here, with the run's known_hosts file. Each run gets a fresh
 ControlPath directory (ControlPersist sockets outlive the process). The event stream is
 handed to the caller (the engine journals it); artifacts stay in the private data dir.
+
+Every string k3rollout hands to Ansible (host vars, extra vars) is data, never a template:
+it is written with Ansible's ``!unsafe`` tag, so ``{{ lookup('pipe', ...) }}`` in an
+inventory value reaches the host as those literal characters instead of running on the
+controller. Extra vars go in ``env/extravars`` (YAML, tagged) rather than on the command
+line, where ansible-runner would pass them as JSON that Ansible templates.
 """
 
 from __future__ import annotations
@@ -25,6 +31,32 @@ from k3rollout.transport.ssh import SSHTarget
 
 EVENTS = ("runner_on_ok", "runner_on_failed", "runner_on_unreachable", "runner_on_skipped", "playbook_on_task_start",
           "playbook_on_stats")
+
+
+class _Unsafe(str):
+    """A string Ansible must never template (written as ``!unsafe``)."""
+
+
+class _UnsafeDumper(yaml.SafeDumper):
+    pass
+
+
+_UnsafeDumper.add_representer(_Unsafe, lambda d, v: d.represent_scalar("!unsafe", str(v), style="'"))
+
+
+def unsafe(value: Any) -> Any:
+    """``value`` with every string in it (keys excepted) marked unsafe for Ansible."""
+    if isinstance(value, str):
+        return _Unsafe(value)
+    if isinstance(value, dict):
+        return {k: unsafe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [unsafe(v) for v in value]
+    return value
+
+
+def dump_unsafe(data: Any) -> str:
+    return yaml.dump(unsafe(data), Dumper=_UnsafeDumper, sort_keys=False, allow_unicode=True)
 
 
 def available() -> bool:
@@ -97,10 +129,14 @@ def run_tasks(target: SSHTarget, host_vars: dict[str, Any], tasks_file: Path, ex
             hv[k] = v
     inventory = {"all": {"hosts": {target.name: hv}}}
     (private_dir / "inventory").mkdir(exist_ok=True)
-    (private_dir / "inventory" / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
+    (private_dir / "inventory" / "hosts.yml").write_text(dump_unsafe(inventory))
+    (private_dir / "env").mkdir(exist_ok=True)
+    (private_dir / "env" / "extravars").write_text(dump_unsafe(dict(extravars)))
+    # the interpreter, when set, is the (unsafe) host var above: a config value from the
+    # environment would be templated
     envvars |= {"ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_PIPELINING": "True", "ANSIBLE_NOCOLOR": "1",
                "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control), "ANSIBLE_RETRY_FILES_ENABLED": "False",
-               "ANSIBLE_PYTHON_INTERPRETER": str(host_vars.get("ansible_python_interpreter", "auto_silent")),
+               "ANSIBLE_PYTHON_INTERPRETER": "auto_silent",
                "PATH": os.pathsep.join([str(Path(binary).parent), os.environ.get("PATH", os.defpath)])}
     events: list[dict[str, Any]] = []
 
@@ -112,7 +148,7 @@ def run_tasks(target: SSHTarget, host_vars: dict[str, Any], tasks_file: Path, ex
         return True
 
     try:
-        r = ansible_runner.run(private_data_dir=str(private_dir), playbook="k3-vendor.yml", extravars=extravars,
+        r = ansible_runner.run(private_data_dir=str(private_dir), playbook="k3-vendor.yml",
                                envvars=envvars, event_handler=handler, quiet=True, timeout=int(timeout),
                                limit=target.name)
     finally:
