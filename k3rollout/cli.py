@@ -212,7 +212,8 @@ def cmd_resume(args: argparse.Namespace, clock: Clock) -> int:
 
     run_dir = _existing_run_dir(args.run_dir)
     logsetup.configure(run_dir / "events.jsonl")
-    status = Session(run_dir, clock).resume(on_event=make_progress(plain=args.plain))
+    status = Session(run_dir, clock).resume(on_event=make_progress(plain=args.plain),
+                                            accept_changed=args.accept_changed_inputs)
     return _report_and_code(run_dir, status)
 
 
@@ -223,7 +224,8 @@ def cmd_rollback(args: argparse.Namespace, clock: Clock) -> int:
 
     run_dir = _existing_run_dir(args.run_dir)
     logsetup.configure(run_dir / "events.jsonl")
-    ok = Session(run_dir, clock).rollback(args.batch, on_event=make_progress(plain=args.plain))
+    ok = Session(run_dir, clock).rollback(args.batch, on_event=make_progress(plain=args.plain),
+                                          accept_changed=args.accept_changed_inputs)
     print(f"rollback: {'done' if ok else 'FAILED on at least one node (kept cordoned)'}")
     print(f"report: {run_dir / 'report.html'}")
     return EXIT_OK if ok else EXIT_HALTED
@@ -311,6 +313,10 @@ def cmd_states(args: argparse.Namespace, clock: Clock) -> int:
 _CURRENT_RUN_DIR: list[Path | None] = [None]
 
 
+ACCEPT_CHANGED_HELP = ("go on although the playbook or the inventory changed since the run started "
+                       "(refused otherwise); the change is recorded in the journal")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="k3rollout", description="Staged NVIDIA driver + Kimi K3 vLLM rollouts.")
     p.add_argument("--version", action="version", version=f"k3rollout {__version__}")
@@ -347,6 +353,7 @@ def parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_run)
     sp = sub.add_parser("resume", help="continue a run that was interrupted")
     sp.add_argument("run_dir")
+    sp.add_argument("--accept-changed-inputs", action="store_true", help=ACCEPT_CHANGED_HELP)
     sp.add_argument("--plain", action="store_true", help="one line per event, even on a terminal")
     sp.set_defaults(fn=cmd_resume)
     sp = sub.add_parser("approve", help="let a run waiting at a gate (pause) go on, or --reject to stop it")
@@ -359,6 +366,7 @@ def parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("rollback", help="execute the recorded rollback plans")
     sp.add_argument("run_dir")
     sp.add_argument("--batch", type=int)
+    sp.add_argument("--accept-changed-inputs", action="store_true", help=ACCEPT_CHANGED_HELP)
     sp.add_argument("--plain", action="store_true", help="one line per event, even on a terminal")
     sp.set_defaults(fn=cmd_rollback)
     sp = sub.add_parser("report", help="(re)generate or print a run's report")

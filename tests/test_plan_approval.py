@@ -62,3 +62,47 @@ def test_report_diffs_skipped_and_added_steps(tmp_path):
     md = (run / "report.md").read_text()
     assert "| gpu-02 | 2 | vllm_smoke, features, multinode, uncordon | rollback x1 |" in md
     assert result(run)["status"] == "halted"
+
+
+def test_the_approved_digest_covers_the_inventory_content(tmp_path):
+    pb, inv = _setup(tmp_path)
+    p = cli("plan", str(pb), "-i", str(inv), "--json")
+    (tmp_path / "approved.json").write_text(p.stdout)
+    # same hosts, same batches: only a var changes, and in group_vars/, not in the main file
+    (inv.parent / "group_vars").mkdir()
+    (inv.parent / "group_vars" / "gpu_nodes.yml").write_text(
+        "ansible_python_interpreter: \"{{ lookup('pipe', 'id') }}/usr/bin/python3\"\n")
+    r = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(tmp_path / "run"),
+            "--approved-plan", str(tmp_path / "approved.json"))
+    assert r.returncode == 2, r.stderr
+    assert "differs from the approved one" in r.stderr and "inventory content" in r.stderr
+    assert not (tmp_path / "run" / "journal.jsonl").exists()
+
+
+def test_resume_refuses_changed_inputs_unless_told_and_journals_them(tmp_path):
+    pb, inv = _setup(tmp_path, serial=1)
+    run = tmp_path / "run"
+    env = {"K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")}
+    r = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run), env={**env, "K3ROLLOUT_KILL_AT_SEQ": "40"})
+    assert r.returncode == -9, r.stderr
+    before = (run / "journal.jsonl").read_bytes()
+    # a host var changes in host_vars/ (the main inventory file is untouched)
+    (inv.parent / "host_vars").mkdir()
+    (inv.parent / "host_vars" / "gpu-03.yml").write_text("k3_note: changed after approval\n")
+    r = cli("resume", str(run), env=env)
+    assert r.returncode == 2
+    assert "inventory_content_sha256" in r.stderr and "--accept-changed-inputs" in r.stderr
+    assert (run / "journal.jsonl").read_bytes() == before            # refused before anything
+    # the playbook changes too: named as well
+    pb.write_text(pb.read_text().replace("max_fail_percentage: 25", "max_fail_percentage: 50"))
+    r = cli("resume", str(run), env=env)
+    assert r.returncode == 2 and "playbook_sha256" in r.stderr and str(pb) in r.stderr
+    assert (run / "journal.jsonl").read_bytes() == before
+    r = cli("resume", str(run), "--accept-changed-inputs", env=env)
+    assert r.returncode == 0, r.stderr
+    rec = [x for x in journal(run) if x["type"] == "inputs_changed"]
+    assert len(rec) == 1 and rec[0]["accepted"] is True
+    assert set(rec[0]["changes"]) == {"playbook_sha256", "inventory_content_sha256"}
+    assert {n["final"] for n in result(run)["nodes"].values()} == {"upgraded"}
+    # once accepted, the changed inputs are the run's inputs: a later resume needs no flag
+    assert cli("resume", str(run), env=env).returncode == 0

@@ -104,9 +104,6 @@ class Session:
         except (FileNotFoundError, ValueError) as exc:
             raise InputError(f"inputs.json missing or damaged ({exc})", path=str(self.run_dir)) from None
         playbook = load_playbook(inputs["playbook"])
-        if playbook.sha256 != inputs["playbook_sha256"]:
-            raise InputError("the playbook changed since this run started (sha256 differs); a run continues "
-                             "only with the playbook it was approved with", path=inputs["playbook"])
         inventory = load_inventory(inputs["inventory"])
         journal = Journal(self.journal_path, self.clock.iso)
         if not journal.records or journal.records[0]["type"] != "run_started":
@@ -114,8 +111,9 @@ class Session:
             raise InputError("journal does not start with run_started", path=str(self.journal_path))
         return playbook, inventory, journal, inputs
 
-    def _engine(self, on_event: Callable[[dict], None] | None, log: Any) -> tuple[Engine, Journal, RunLock]:
-        playbook, inventory, journal, _ = self.reopen()
+    def _engine(self, on_event: Callable[[dict], None] | None, log: Any,
+                accept_changed: bool = False) -> tuple[Engine, Journal, RunLock]:
+        playbook, inventory, journal, inputs = self.reopen()
         first = journal.records[0]
         try:
             check_controller_tools(playbook, {h: inventory.hosts[h] for h in first["plan"]["hosts"]
@@ -123,6 +121,20 @@ class Session:
         except Exception:
             journal.close()
             raise
+        # --- changed inputs: refused unless the operator accepts them (then journaled) ---
+        from k3rollout.plan.approval import input_changes, inventory_digest
+
+        digest = hashlib.sha256(Path(inventory.path).read_bytes()).hexdigest()
+        changes = input_changes(journal.records, playbook_sha256=playbook.sha256, inventory_sha256=digest,
+                                inventory_content_sha256=inventory_digest(inventory))
+        if changes and not accept_changed:
+            journal.close()
+            which = ", ".join(f"{k} (was {a[:12]}, now {b[:12]})" for k, (a, b) in changes.items())
+            raise InputError(f"the run's inputs changed since it started: {which}. A run continues with the "
+                             "playbook and inventory it was approved with; to go on with the changed ones, add "
+                             "--accept-changed-inputs (the change is recorded in the journal)",
+                             path=inputs["playbook"] if "playbook_sha256" in changes else inventory.path)
+        # --- end changed inputs ---
         lock = RunLock(inventory.path, self.run_dir, self.clock.iso())
         try:
             lock.acquire(takeover_own_stale=True)
@@ -139,15 +151,16 @@ class Session:
         engine = Engine(playbook=playbook, inventory=inventory, executor=executor, journal=journal,
                         evidence=EvidenceStore(self.run_dir / "evidence"), clock=self.clock, run_id=first["run_id"],
                         log=log, on_event=on_event)
-        digest = hashlib.sha256(Path(inventory.path).read_bytes()).hexdigest()
-        if digest != first.get("inventory_sha256"):
-            # host vars may legitimately change (a fixed key path); the change is on record
-            engine.record("inventory_changed", inventory=inventory.path, sha256=digest,
-                          was=first.get("inventory_sha256"))
+        if changes:
+            # accepted by the operator: on record, and the digests later resumes compare against
+            engine.record("inputs_changed", accepted=True, playbook=playbook.path, inventory=inventory.path,
+                          changes={k: {"was": a, "now": b} for k, (a, b) in changes.items()},
+                          **{k: b for k, (a, b) in changes.items()})
         return engine, journal, lock
 
-    def resume(self, on_event: Callable[[dict], None] | None = None, log: Any = None) -> str:
-        engine, journal, lock = self._engine(on_event, log)
+    def resume(self, on_event: Callable[[dict], None] | None = None, log: Any = None,
+               accept_changed: bool = False) -> str:
+        engine, journal, lock = self._engine(on_event, log, accept_changed)
         try:
             if engine.view.status != "running":
                 return engine.view.status
@@ -159,8 +172,9 @@ class Session:
             lock.release()
             self.write_outputs(engine)
 
-    def rollback(self, batch: int | None, on_event: Callable[[dict], None] | None = None, log: Any = None) -> bool:
-        engine, journal, lock = self._engine(on_event, log)
+    def rollback(self, batch: int | None, on_event: Callable[[dict], None] | None = None, log: Any = None,
+                 accept_changed: bool = False) -> bool:
+        engine, journal, lock = self._engine(on_event, log, accept_changed)
         try:
             started = [i for i, b in sorted(engine.view.batches.items()) if b["status"] != "not_started"]
             if batch is not None:

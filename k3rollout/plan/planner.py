@@ -21,6 +21,7 @@ from typing import Any
 from k3rollout.errors import InputError
 from k3rollout.model.inventory import Inventory
 from k3rollout.model.playbook import ROLLBACK_UNDOES, Playbook
+from k3rollout.plan.approval import inventory_digest
 from k3rollout.plan.serial import serial_batches
 
 
@@ -61,6 +62,7 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     unit: str = "node"                  # what serial, min_serving and serving_* count: node or replica
     groups: dict[str, list[str]] = field(default_factory=dict)   # replica -> its nodes (group_by)
+    inventory_sha256: str = ""          # the inventory's content (plan/approval.py inventory_digest)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -179,6 +181,7 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | Non
                      "that does not and leaves its nodes pending")
     return Plan(
         play=play.name, playbook=playbook.path, playbook_sha256=playbook.sha256, inventory=inventory.path,
+        inventory_sha256=inventory_digest(inventory),
         hosts=hosts, serial=list(play.serial), max_fail_percentage=play.max_fail_percentage,
         min_serving=floor, forks=play.forks, stages=stages, batches=batches, window_s=window_s,
         total_estimate_s=offset, fits_window=fits_all, in_place_change=in_place, notes=notes,
@@ -254,6 +257,7 @@ def _replica_plan(playbook: Playbook, inventory: Inventory, hosts: list[str], gr
     if window_s is not None and not fits_all:
         notes.append(f"only {sum(1 for b in batches if b.fits_window)} of {len(batches)} batch(es) fit the window")
     return Plan(play=play.name, playbook=playbook.path, playbook_sha256=playbook.sha256, inventory=inventory.path,
+                inventory_sha256=inventory_digest(inventory),
                 hosts=hosts, serial=list(play.serial), max_fail_percentage=play.max_fail_percentage, min_serving=floor,
                 forks=play.forks, stages=[{"name": s.name, "stage": s.stage, "estimate_s": s.estimate_s}
                                           for s in playbook.stages],
