@@ -4,6 +4,11 @@ Expressions come from the playbook author; variable *values* (inventory vars, ho
 are data and are never templated again, so a hostile host var cannot inject code. The
 sandbox has no access to files, the environment or Python internals, and StrictUndefined
 turns a typo into an error instead of a silently false assertion.
+
+The sandbox also bounds what one operation may build: ``'x' * 10**10``, ``10 ** 10**10``,
+``'%999999999s' % x`` or ``'x'.center(10**10)`` raise a SecurityError instead of filling
+memory (at run time an assertion that fails; at load time, for constant operands, a
+playbook error with its line), and ``range`` stays within Jinja2's MAX_RANGE.
 """
 
 from __future__ import annotations
@@ -13,8 +18,72 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from jinja2 import StrictUndefined, TemplateError, UndefinedError
+from jinja2 import StrictUndefined, TemplateError, UndefinedError, nodes
+from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+MAX_ITEMS = 1_000_000       # characters of a string, items of a list, that one operation may make
+MAX_INT_BITS = 4096         # an integer power's result
+
+
+def _too_big(what: str, size: int) -> SecurityError:
+    return SecurityError(f"{what} would make {size:,} items; the sandbox allows {MAX_ITEMS:,}")
+
+
+_WIDTH = re.compile(r"%[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?")
+
+
+def _check_format(fmt: str) -> None:
+    for m in _WIDTH.finditer(fmt):
+        for g in m.groups():
+            if g and g.isdigit() and int(g) > MAX_ITEMS:
+                raise _too_big(f"format width {g}", int(g))
+
+
+class BoundedSandbox(ImmutableSandboxedEnvironment):
+    """An immutable sandbox whose operators and padding methods cannot build huge values.
+
+    Intercepted operators are not folded at compile time either (Jinja2 leaves them to
+    ``call_binop``), so compiling ``'x' * 10**10`` costs nothing; ``bounded_constants``
+    checks constant operands at load time."""
+
+    intercepted_binops = frozenset({"*", "**", "%"})
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "*":
+            for seq, n in ((left, right), (right, left)):
+                if isinstance(seq, (str, bytes, list, tuple)) and isinstance(n, int) and not isinstance(n, bool):
+                    if len(seq) * n > MAX_ITEMS:
+                        raise _too_big(f"a {type(seq).__name__} of length {len(seq)} repeated {n} times", len(seq) * n)
+        elif operator == "**":
+            if isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1:
+                bits = abs(left).bit_length() * right
+                if bits > MAX_INT_BITS:
+                    raise SecurityError(f"{left} ** {right} has about {bits:,} bits; the sandbox allows "
+                                        f"{MAX_INT_BITS:,}")
+        elif operator == "%" and isinstance(left, str):
+            _check_format(left)
+        return super().call_binop(context, operator, left, right)
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+        name = getattr(__obj, "__name__", None)
+        if isinstance(getattr(__obj, "__self__", None), str) and name in _PADDING:
+            width = args[0] if args else kwargs.get("width", kwargs.get("tabsize", 0))
+            if isinstance(width, int) and width > MAX_ITEMS:
+                raise _too_big(f"str.{name}({width})", width)
+        return super().call(__context, __obj, *args, **kwargs)
+
+
+_PADDING = frozenset({"center", "ljust", "rjust", "zfill", "expandtabs"})
+
+
+def _bounded_filter(fn: Any, name: str) -> Any:
+    def bounded(value: Any, width: Any = 80, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(width, int) and width > MAX_ITEMS:
+            raise _too_big(f"the {name} filter with width {width}", width)
+        return fn(value, width, *args, **kwargs)
+
+    return bounded
 
 
 def _vtuple(v: Any) -> tuple:
@@ -37,8 +106,10 @@ def _regex_test(value: Any, pattern: str) -> bool:
     return re.search(pattern, str(value)) is not None
 
 
-def _make_env() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(undefined=StrictUndefined, autoescape=False)
+def _make_env() -> BoundedSandbox:
+    env = BoundedSandbox(undefined=StrictUndefined, autoescape=False)
+    for name in ("center", "indent", "wordwrap", "truncate"):
+        env.filters[name] = _bounded_filter(env.filters[name], name)
     env.tests["version"] = _version_test
     env.tests["version_compare"] = _version_test
     env.tests["search"] = _regex_test
@@ -63,6 +134,7 @@ def check_expression(expr: str) -> None:
         raise AssertionSyntaxError(f"write `that:` entries as bare expressions, without {{{{ }}}}: {expr!r}")
     try:
         _compiled(expr)
+        bounded_constants(_parsed("{{ " + expr + " }}"))
     except TemplateError as exc:
         raise AssertionSyntaxError(f"invalid expression {expr!r}: {exc}") from None
 
@@ -72,8 +144,50 @@ def check_template(text: str) -> None:
         return                      # plain text: nothing to compile
     try:
         _template(text)             # cached: parameters are re-validated for every node
+        bounded_constants(_parsed(text))
     except TemplateError as exc:
         raise AssertionSyntaxError(f"invalid template {text!r}: {exc}") from None
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(text: str) -> nodes.Template:
+    return ENV.parse(text)
+
+
+_FOLDABLE = {nodes.Mul: "*", nodes.Pow: "**", nodes.Mod: "%", nodes.Add: "+", nodes.Sub: "-",
+             nodes.FloorDiv: "//", nodes.Div: "/"}
+
+
+def _fold(node: nodes.Node) -> Any:
+    """The value of a constant (sub)expression, computed with the sandbox's bounds; raises
+    nodes.Impossible when it depends on a variable or a call."""
+    if isinstance(node, nodes.Const):
+        return node.value
+    if isinstance(node, (nodes.List, nodes.Tuple)):
+        return [_fold(x) for x in node.items]
+    if isinstance(node, nodes.Neg):
+        return -_fold(node.node)
+    if isinstance(node, nodes.Pos):
+        return +_fold(node.node)
+    op = _FOLDABLE.get(type(node))
+    if op is None:
+        raise nodes.Impossible()
+    left, right = _fold(node.left), _fold(node.right)       # type: ignore[attr-defined]
+    try:
+        return ENV.call_binop(None, op, left, right)          # type: ignore[arg-type]
+    except SecurityError:
+        raise
+    except Exception:       # noqa: BLE001 - 1/0, 'a' - 1: the run reports it, as before
+        raise nodes.Impossible() from None
+
+
+def bounded_constants(tree: nodes.Template) -> None:
+    """Refuse, at load time, a constant operation the sandbox would refuse at run time."""
+    for node in tree.find_all(tuple(_FOLDABLE)):
+        try:
+            _fold(node)
+        except nodes.Impossible:
+            continue
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,11 @@
 The loaders use this so a validation error deep in a playbook can still name the file and
 line. Only YAML's safe subset is accepted; duplicate keys are an error (YAML allows the
 last one to win silently, which hides a typo in a change plan).
+
+Aliases are bounded: a document whose aliases would expand it by more than
+``ALIAS_EXPANSION_LIMIT`` values (an "alias bomb": nine levels of nine aliases are 387
+million values from 1 KiB) is refused with the line of the collection that expands too
+far, before anything walks it. A document without aliases is never limited.
 """
 
 from __future__ import annotations
@@ -74,9 +79,71 @@ _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _constru
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
 
 
+ALIAS_EXPANSION_LIMIT = 1_000_000     # values aliases may add to a document
+
+
+class AliasBomb(Exception):
+    def __init__(self, node: yaml.Node, size: int):
+        super().__init__(size)
+        self.node, self.size = node, size
+
+
+def _expanded_sizes(root: yaml.Node) -> None:
+    """Raise AliasBomb at the first collection whose alias-expanded size goes over the
+    document's own node count plus ALIAS_EXPANSION_LIMIT (sizes memoized per node, so
+    this costs one visit per distinct node)."""
+    distinct: set[int] = set()
+    todo = [root]
+    while todo:
+        n = todo.pop()
+        if id(n) in distinct:
+            continue
+        distinct.add(id(n))
+        if isinstance(n, yaml.SequenceNode):
+            todo.extend(n.value)
+        elif isinstance(n, yaml.MappingNode):
+            todo.extend(x for kv in n.value for x in kv)
+    if len(distinct) == 1:
+        return
+    limit = len(distinct) + ALIAS_EXPANSION_LIMIT
+    size: dict[int, int] = {}
+    open_: set[int] = set()          # on the current path: an alias back to one is a cycle
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        n, children_done = stack.pop()
+        if id(n) in size:
+            continue
+        kids = (n.value if isinstance(n, yaml.SequenceNode) else
+                [x for kv in n.value for x in kv] if isinstance(n, yaml.MappingNode) else [])
+        if not children_done:
+            if id(n) in open_:
+                return                   # a recursive alias: the constructor refuses it with its line
+            todo_kids = [k for k in kids if id(k) not in size]
+            if todo_kids:
+                open_.add(id(n))
+                stack.append((n, True))
+                stack.extend((k, False) for k in todo_kids)
+                continue
+        open_.discard(id(n))
+        total = 1 + sum(size.get(id(k), 1) for k in kids)
+        if total > limit:
+            raise AliasBomb(n, total)
+        size[id(n)] = total
+
+
 def load_yaml_text(text: str, path: str) -> Any:
+    loader = _Loader(text)
     try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader derives from (C)SafeLoader
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if "&" in text:              # no anchor, no alias: nothing to expand
+            _expanded_sizes(node)
+        return loader.construct_document(node)
+    except AliasBomb as bomb:
+        raise InputError(f"YAML aliases expand this collection to {bomb.size:,} values (more than "
+                         f"{ALIAS_EXPANSION_LIMIT:,} beyond the document itself): refused as an alias bomb",
+                         path=path, line=bomb.node.start_mark.line + 1) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
@@ -88,6 +155,8 @@ def load_yaml_text(text: str, path: str) -> Any:
         raise InputError(f"invalid YAML: {exc}", path=path) from None
     except RecursionError:
         raise InputError("invalid YAML: nesting too deep", path=path) from None
+    finally:
+        loader.dispose()
 
 
 def load_yaml(path: Path) -> Any:
@@ -102,7 +171,10 @@ def load_yaml(path: Path) -> Any:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 text (byte {exc.start})", path=str(path)) from None
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise InputError(f"not UTF-8 text (byte {exc.start}, column {column} of the line: "
+                         f"{raw[exc.start:exc.start + 1]!r})", path=str(path), line=line) from None
     return load_yaml_text(text, str(path))
 
 
