@@ -397,6 +397,19 @@ def main(argv: list[str] | None = None, clock: Clock | None = None) -> int:
         args = parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+    # a run directory holds host facts, evidence and the journal: private to its owner
+    # (0700 folders, 0600 files; evidence 0400), whatever umask the shell has
+    umask = os.umask(PRIVATE_UMASK)
+    try:
+        return _main(args, clock)
+    finally:
+        os.umask(umask)
+
+
+PRIVATE_UMASK = 0o077
+
+
+def _main(args: argparse.Namespace, clock: Clock) -> int:
     if args.verb in ("run", "demo", "resume", "rollback"):
         # SIGTERM (a closed window, a killed tmux) unwinds like Ctrl-C: the lock is released
         # and the reports are written; the journal already holds everything done so far

@@ -136,7 +136,7 @@ class GateMixin:
             self.record("hook_done", hook=hid, name=name, ok=ok, detail=self.redact(detail),
                         duration_s=round(time.monotonic() - started, 3), evidence=ref.path, sha256=ref.sha256)
             if not ok:
-                self.log.error("hook_failed", hook=hid, detail=detail)
+                self.log.error("hook_failed", hook=hid, detail=self.redact(detail))
             ok_all &= ok
         return ok_all
 

@@ -31,6 +31,7 @@ from k3rollout.engine.journal import HAVE_SYNCFS, Journal
 from k3rollout.engine.steps import StepRunnerMixin
 from k3rollout.engine.states import STATE_STAGE, Event, NodeState, build_table, step as fsm_step
 from k3rollout.plan.serial import pct_to_int
+from k3rollout.evidence.redact import mask_credentials
 from k3rollout.evidence.store import EvidenceStore
 from k3rollout.model.assertions import AssertionSyntaxError, evaluate_all, render, templated
 from k3rollout.model.inventory import Inventory
@@ -64,7 +65,7 @@ class Redactor:
     def __call__(self, text: str) -> str:
         for s in self.secrets:
             text = text.replace(s, "********")
-        return text
+        return mask_credentials(text)       # URL credentials, secret-named env values and flags
 
 
 # journal record types that carry no decision a resume could repeat wrongly if the

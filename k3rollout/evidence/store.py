@@ -2,8 +2,8 @@
 
 Layout: ``evidence/<node>/<NN-stage>/<name>.txt`` with ``evidence/MANIFEST.sha256`` in
 ``sha256sum`` format (paths relative to ``evidence/``). A second capture of the same
-name gets ``<name>.2.txt``, ``.3`` ... Files are written, made read-only (0444) and listed
-in the manifest. They are made durable by the journal's next commit (one ``syncfs`` of
+name gets ``<name>.2.txt``, ``.3`` ... Files are written read-only and private (0400, in
+0700 folders; the manifest 0600) and listed in the manifest. They are made durable by the journal's next commit (one ``syncfs`` of
 the run's file system covers journal, evidence and manifest; see engine/journal.py), so
 a journal record on disk never points at evidence that is not; ``sync()`` fsyncs the
 pending files one by one where ``syncfs`` is not available.
@@ -48,7 +48,7 @@ class EvidenceRef:
 class EvidenceStore:
     def __init__(self, root: Path):
         self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.manifest = self.root / "MANIFEST.sha256"
         self._lock = threading.Lock()
         self._pending: list[Path] = []
@@ -63,7 +63,7 @@ class EvidenceStore:
         rel_dir = f"{_safe(node)}/{_safe(folder)}"
         d = f"{self._root}/{rel_dir}"
         if rel_dir not in self._dirs:
-            os.makedirs(d, exist_ok=True)
+            os.makedirs(d, mode=0o700, exist_ok=True)
             self._dirs.add(rel_dir)
         stem, ext = _stem_ext(name)
         n = 1
@@ -71,8 +71,8 @@ class EvidenceStore:
             # O_EXCL picks the name atomically, so threads writing the same name get .2, .3 ...
             fname = f"{stem}.{ext}" if n == 1 else f"{stem}.{n}.{ext}"
             try:
-                # created read-only (0444): this descriptor may still write it, nothing later can
-                fd = os.open(f"{d}/{fname}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+                # created read-only (0400): this descriptor may still write it, nothing later can
+                fd = os.open(f"{d}/{fname}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
                 break
             except FileExistsError:
                 n += 1
@@ -87,7 +87,7 @@ class EvidenceStore:
         line = f"{digest}  {rel}\n".encode()
         with self._lock:
             if self._manifest_fd is None:
-                self._manifest_fd = os.open(self.manifest, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                self._manifest_fd = os.open(self.manifest, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             os.write(self._manifest_fd, line)
             if self.track_pending:
                 self._pending.append(self.root / rel)

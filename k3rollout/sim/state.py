@@ -54,7 +54,8 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
             "image": serving_image, "status": "running", "exit_code": 0, "restart": "unless-stopped",
             "args": ["--model", "moonshotai/Kimi-K2-Thinking", "--tensor-parallel-size", "8",
                      "--trust-remote-code", "--port", "8001"],
-            "env": {}, "started": now - 86400 * 12, "logs": ["INFO:     Application startup complete."],
+            "env": {str(k): str(v) for k, v in (hv.get("sim_serving_env") or {}).items()},
+            "started": now - 86400 * 12, "logs": ["INFO:     Application startup complete."],
             "port": 8001,
         },
     }
