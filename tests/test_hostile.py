@@ -21,17 +21,18 @@ def test_inventory_and_extra_vars_are_never_templated_by_ansible(sshd_cluster, t
     from k3rollout.transport import ansible as ansible_transport
     from k3rollout.transport.ssh import SSHExecutor
 
-    marks = {k: tmp_path / f"pwned-{k}" for k in ("interpreter", "hostvar", "extravar")}
+    marks = {k: tmp_path / f"pwned-{k}" for k in ("interpreter", "hostvar", "extravar", "key")}
 
     def evil(k: str) -> str:
         return "{{ lookup('pipe', 'touch " + str(marks[k]) + "') }}"
 
     tasks = tmp_path / "tasks.yml"
-    tasks.write_text("- name: show the values\n  ansible.builtin.debug:\n    msg: \"{{ k3_note }} | {{ k3_x }}\"\n"
+    tasks.write_text("- name: show the values\n  ansible.builtin.debug:\n    msg: \"{{ k3_note }} | {{ k3_x }} | {{ k3_map.keys() | list }}\"\n"
                      "- name: a module on the host\n  ansible.builtin.command:\n    argv: [true]\n")
     with sshd_cluster({"gpu-01": {}}) as c:
         inv = load_inventory(c.inventory(tmp_path / "inv" / "hosts.yml", host_vars={"gpu-01": {
-            "ansible_python_interpreter": evil("interpreter") + "/usr/bin/python3", "k3_note": evil("hostvar")}}))
+            "ansible_python_interpreter": evil("interpreter") + "/usr/bin/python3", "k3_note": evil("hostvar"),
+            "k3_map": {evil("key"): [1]}}}))
         ex = SSHExecutor({n: h.vars for n, h in inv.hosts.items()})
         events: list[dict] = []
         try:
@@ -44,7 +45,8 @@ def test_inventory_and_extra_vars_are_never_templated_by_ansible(sshd_cluster, t
     assert [k for k, p in marks.items() if p.exists()] == []
     # the values arrived as the literal characters the inventory holds
     shown = next(e for e in events if e["event"] == "runner_on_ok" and e["task"] == "show the values")
-    assert shown["msg"] == f"{evil('hostvar')} | {evil('extravar')}"
+    assert shown["msg"].startswith(f"{evil('hostvar')} | {evil('extravar')} | ")
+    assert evil("key") in shown["msg"]
     # the literal interpreter does not exist on the host: the module task fails, not the controller
     assert res.rc != 0 and res.failed_task == "a module on the host"
 
