@@ -1,8 +1,9 @@
 """Run a vendor task file on one host through ansible-runner (real ``ansible-playbook``).
 
-The host is reached with the same settings as the SSH transport, and host-key checking
-stays strict: ansible-runner sets ``ANSIBLE_HOST_KEY_CHECKING=False`` unless it is already
-set, so it is set to ``True`` here, with the run's known_hosts file. Each run gets a fresh
+The host is reached with the same settings as the SSH transport (an ssh_config written from
+them: the same address, hops and known_hosts files), and host-key checking stays strict:
+ansible-runner sets ``ANSIBLE_HOST_KEY_CHECKING=False`` unless it is already set, so it is
+set to ``True`` here, and every hop's block says ``StrictHostKeyChecking yes``. Each run gets a fresh
 ControlPath directory (ControlPersist sockets outlive the process). The event stream is
 handed to the caller (the engine journals it); artifacts stay in the private data dir.
 
@@ -28,6 +29,7 @@ import yaml
 
 from k3rollout.errors import InputError
 from k3rollout.transport.ssh import SSHTarget
+from k3rollout.transport.sshconf import render_openssh_config
 
 EVENTS = ("runner_on_ok", "runner_on_failed", "runner_on_unreachable", "runner_on_skipped", "playbook_on_task_start",
           "playbook_on_stats")
@@ -107,23 +109,42 @@ def run_tasks(target: SSHTarget, host_vars: dict[str, Any], tasks_file: Path, ex
     play = [{"name": f"k3rollout vendor steps: {tasks_file.name}", "hosts": "all", "gather_facts": False,
              "tasks": [{"name": "vendor steps", "ansible.builtin.import_tasks": str(tasks_file.resolve())}]}]
     (private_dir / "project" / "k3-vendor.yml").write_text(yaml.safe_dump(play, sort_keys=False))
-    ssh_args = f"-o UserKnownHostsFile={shlex.quote(target.known_hosts)} -o StrictHostKeyChecking=yes"
-    hv: dict[str, Any] = {"ansible_host": target.address, "ansible_port": target.port, "ansible_user": target.user,
-                          "ansible_ssh_common_args": ssh_args, "ansible_connection": "ssh"}
-    if target.key_file:
-        hv["ansible_ssh_private_key_file"] = target.key_file
     # ControlPath is a unix socket (108-byte limit): keep it short, fresh per run, and removed after
     control = Path(tempfile.mkdtemp(prefix="k3cp-"))
+    # OpenSSH gets the very settings the paramiko transport resolved (address, port, user,
+    # keys, jump hosts or ProxyCommand, known_hosts, strict checking on every hop) as an
+    # ssh_config of its own, so both transports reach the host the same way and decide its
+    # key the same way; the inventory's, environment's and ansible.cfg's ssh arguments are
+    # overridden here by host variables, which Ansible ranks above them all
+    text, alias = render_openssh_config(target.resolved)
+    ssh_config = private_dir / "ssh_config"
+    ssh_config.write_text(text)
+    hv: dict[str, Any] = {"ansible_host": alias, "ansible_port": target.port, "ansible_user": target.user,
+                          "ansible_connection": "ssh", "ansible_host_key_checking": True,
+                          "ansible_ssh_args": "-C -o ControlMaster=auto -o ControlPersist=60s",
+                          "ansible_ssh_common_args": f"-F {shlex.quote(str(ssh_config))}",
+                          "ansible_ssh_extra_args": ""}
+    if target.hop.key_files:
+        hv["ansible_ssh_private_key_file"] = target.hop.key_files[0]
     envvars: dict[str, str] = {}
+
+    def secret_file(name: str, value: str) -> str:
+        # never in the inventory or extravars ansible-runner writes to disk: a 0600 file
+        # outside the run directory, removed with the control dir
+        f = control / name
+        f.touch(mode=0o600)
+        f.write_text(value)
+        return str(f)
+
+    if target.resolved.password:
+        envvars["ANSIBLE_CONNECTION_PASSWORD_FILE"] = secret_file("password", target.resolved.password)
     if target.become:
         hv["ansible_become"] = True
+        hv["ansible_become_method"] = "sudo"
+        if target.resolved.become_user:
+            hv["ansible_become_user"] = target.resolved.become_user
         if target.become_password:
-            # never in the inventory or extravars ansible-runner writes to disk: a 0600 file
-            # outside the run directory, removed with the control dir
-            pw = control / "become"
-            pw.touch(mode=0o600)
-            pw.write_text(target.become_password)
-            envvars["ANSIBLE_BECOME_PASSWORD_FILE"] = str(pw)
+            envvars["ANSIBLE_BECOME_PASSWORD_FILE"] = secret_file("become", target.become_password)
     for k, v in host_vars.items():
         if k.startswith("k3_") or k in ("ansible_python_interpreter",):
             hv[k] = v

@@ -28,23 +28,40 @@ def vendor_task_files(playbook: Any) -> list[str]:
 
 
 def check_controller_tools(playbook: Any, hosts: dict[str, Any]) -> dict[str, str]:
-    """Prove, before any node is touched, that the controller has what this run will execute.
+    """Prove, before any node is touched, that the controller has what this run will execute,
+    and that every host's SSH settings resolve with strict host-key checking.
 
     Over SSH, a driver stage that names vendor task files runs them with ansible-runner and
     ``ansible-playbook``; a missing one is the controller's fault, never the node's, so it is
     refused here (exit 2) rather than found at the first node's driver stage (where it would
     fail the node and roll it back). Returns the tools found, by name."""
-    if connection_kind(hosts) not in SSH_KINDS or not vendor_task_files(playbook):
+    if connection_kind(hosts) not in SSH_KINDS:
         return {}
-    from k3rollout.toolpaths import require_tool
+    found = {}
+    if vendor_task_files(playbook):
+        from k3rollout.toolpaths import require_tool
 
-    why = f"the driver stage runs {', '.join(vendor_task_files(playbook))} with ansible-runner"
-    try:
-        import ansible_runner  # noqa: F401
-    except ImportError:
-        raise InputError(f"the Python package ansible-runner is needed on the controller ({why}) but cannot be "
-                         "imported; install k3rollout with its dependencies. Nothing was changed.") from None
-    return {"ansible-playbook": require_tool("ansible-playbook", why)}
+        why = f"the driver stage runs {', '.join(vendor_task_files(playbook))} with ansible-runner"
+        try:
+            import ansible_runner  # noqa: F401
+        except ImportError:
+            raise InputError(f"the Python package ansible-runner is needed on the controller ({why}) but cannot "
+                             "be imported; install k3rollout with its dependencies. Nothing was changed.") from None
+        found["ansible-playbook"] = require_tool("ansible-playbook", why)
+    check_ssh_settings(hosts)
+    return found
+
+
+def check_ssh_settings(hosts: dict[str, Any]) -> None:
+    """Resolve every host's SSH settings (Ansible's variables, ansible.cfg, ~/.ssh/config)
+    without connecting: a setting that would lower host-key checking, a missing key or
+    known_hosts file, or an unreadable config is refused here (exit 2), naming the host,
+    before any node is touched."""
+    from k3rollout.transport.sshconf import Resolver
+
+    resolver = Resolver()
+    for name, h in hosts.items():
+        resolver.resolve(name, h.vars)
 
 
 def make_executor(hosts: dict[str, Any], run_dir: Path) -> Any:

@@ -1,11 +1,11 @@
-"""The SSH transport: paramiko, one reused connection per host, strict host keys.
+"""The SSH transport: paramiko, one reused connection per host, strict host keys on every hop.
 
-Connection settings come from Ansible's inventory variables: ``ansible_host``,
-``ansible_port``, ``ansible_user``, ``ansible_ssh_private_key_file``, ``ansible_become``
-(+ ``ansible_become_password``), ``ansible_host_key_checking`` (default true), plus
-``k3_known_hosts_file`` (default ``~/.ssh/known_hosts``) and ``k3_connect_timeout``.
-An unknown or changed host key is an error, never accepted. paramiko's exceptions are
-translated here, once, into the project's transport errors with host, command and tail.
+How a host is reached (address, port, user, keys, ssh-agent, ProxyJump chains, ProxyCommand,
+known_hosts) is resolved by ``sshconf`` from Ansible's connection variables, ``ansible.cfg``
+and ``~/.ssh/config``, exactly as the Ansible path gets it. An unknown or changed host key, of
+the target or of a jump host, is an error, never accepted; a setting that would lower that
+is refused before any node is touched. paramiko's exceptions are translated here, once,
+into the project's transport errors with host, command and tail.
 
 sshd drops new connections beyond its ``MaxStartups`` (default 10:30:100) with a banner
 error: such handshakes are retried with backoff, and at most ``max_handshakes``
@@ -14,20 +14,19 @@ handshakes run at once per endpoint.
 
 from __future__ import annotations
 
-import os
 import shlex
 import select
 import socket
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import paramiko
 
-from k3rollout.errors import CommandTimeout, ConnectionLost, HostUnreachable, InputError, TransportError
+from k3rollout.errors import CommandTimeout, ConnectionLost, HostUnreachable, TransportError
 from k3rollout.transport.base import CommandResult
+from k3rollout.transport.sshconf import Hop, Resolved, Resolver, hops_of
 
 
 class HostKeyError(TransportError):
@@ -38,121 +37,188 @@ class AuthError(TransportError):
     """The host refused our credentials."""
 
 
+class _Banner(Exception):
+    """sshd dropped the connection before its banner (MaxStartups): worth a retry."""
+
+
 @dataclass(frozen=True)
 class SSHTarget:
     name: str
-    address: str
-    port: int
-    user: str
-    key_file: str | None
-    known_hosts: str
-    strict: bool
-    become: bool
-    become_password: str | None
-    connect_timeout: float
+    resolved: Resolved
 
     @classmethod
-    def from_vars(cls, name: str, v: dict[str, Any]) -> "SSHTarget":
-        strict = v.get("ansible_host_key_checking", True)
-        if isinstance(strict, str):
-            strict = strict.lower() not in ("false", "no", "0", "off")
-        key = v.get("ansible_ssh_private_key_file") or v.get("ansible_private_key_file")
-        return cls(name=name, address=str(v.get("ansible_host", name)), port=int(v.get("ansible_port", 22)),
-                   user=str(v.get("ansible_user", os.environ.get("USER", "root"))),
-                   key_file=os.path.expanduser(str(key)) if key else None,
-                   known_hosts=os.path.expanduser(str(v.get("k3_known_hosts_file", "~/.ssh/known_hosts"))),
-                   strict=bool(strict), become=bool(v.get("ansible_become", False)),
-                   become_password=(str(v["ansible_become_password"]) if v.get("ansible_become_password")
-                                    else None),
-                   connect_timeout=float(v.get("k3_connect_timeout", 10)))
+    def from_vars(cls, name: str, v: dict[str, Any], resolver: Resolver | None = None) -> "SSHTarget":
+        return cls(name, (resolver or Resolver()).resolve(name, v))
+
+    # the target hop's settings, by the names the rest of the project uses
+    @property
+    def hop(self) -> Hop:
+        return self.resolved.hop
+
+    @property
+    def address(self) -> str:
+        return self.hop.address
+
+    @property
+    def port(self) -> int:
+        return self.hop.port
+
+    @property
+    def user(self) -> str:
+        return self.hop.user
+
+    @property
+    def known_hosts(self) -> str:
+        return ", ".join(self.resolved.known_hosts)
+
+    @property
+    def become(self) -> bool:
+        return self.resolved.become
+
+    @property
+    def become_password(self) -> str | None:
+        return self.resolved.become_password
+
+    @property
+    def connect_timeout(self) -> float:
+        return self.resolved.connect_timeout
+
+    @property
+    def via(self) -> str:
+        chain = hops_of(self.hop)[:-1]
+        if chain:
+            return " via " + " -> ".join(h.endpoint for h in chain)
+        return f" via ProxyCommand {self.hop.proxy_command!r}" if self.hop.proxy_command else ""
 
 
 class SSHExecutor:
     kind = "ssh"
 
     def __init__(self, hosts: dict[str, dict[str, Any]], *, max_handshakes: int = 8, banner_retries: int = 5):
-        self.targets = {n: SSHTarget.from_vars(n, v) for n, v in hosts.items()}
+        resolver = Resolver()
+        self.targets = {n: SSHTarget.from_vars(n, v, resolver) for n, v in hosts.items()}
         self._clients: dict[str, paramiko.SSHClient] = {}
+        self._hops: dict[str, list[paramiko.SSHClient]] = {}     # jump-host clients kept open per host
         self._locks = {n: threading.Lock() for n in hosts}
         self._handshakes: dict[tuple[str, int], threading.BoundedSemaphore] = {}
         self._hs_lock = threading.Lock()
         self.max_handshakes = max_handshakes
         self.banner_retries = banner_retries
-        for t in self.targets.values():
-            if t.strict and not Path(t.known_hosts).is_file():
-                raise InputError(f"host {t.name}: known_hosts file {t.known_hosts} does not exist; strict host key "
-                                 "checking needs it (set k3_known_hosts_file)")
-            if t.key_file and not Path(t.key_file).is_file():
-                raise InputError(f"host {t.name}: ansible_ssh_private_key_file {t.key_file} does not exist")
 
     # ---------------------------------------------------------------- connections
 
-    def _sem(self, t: SSHTarget) -> threading.BoundedSemaphore:
+    def _sem(self, h: Hop) -> threading.BoundedSemaphore:
         with self._hs_lock:
-            return self._handshakes.setdefault((t.address, t.port), threading.BoundedSemaphore(self.max_handshakes))
+            return self._handshakes.setdefault((h.address, h.port), threading.BoundedSemaphore(self.max_handshakes))
 
-    def _connect(self, t: SSHTarget) -> paramiko.SSHClient:
+    def _handshake(self, t: SSHTarget, h: Hop, sock: Any, role: str) -> paramiko.SSHClient:
+        """One SSH handshake with ``h`` (over ``sock`` when given): host key checked strictly
+        against the resolved known_hosts files, then authenticated as OpenSSH would."""
+        client = paramiko.SSHClient()
+        for f in t.resolved.known_hosts:
+            client.load_system_host_keys(f)
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        where = f"{h.address}:{h.port}{role}"
+        try:
+            with self._sem(h):
+                client.connect(h.address, port=h.port, username=h.user, key_filename=list(h.key_files) or None,
+                               password=t.resolved.password if h is t.hop else None, sock=sock,
+                               timeout=t.connect_timeout, banner_timeout=t.connect_timeout,
+                               auth_timeout=t.connect_timeout, allow_agent=h.allow_agent,
+                               look_for_keys=h.look_for_keys)
+        except paramiko.BadHostKeyException as exc:
+            client.close()
+            raise HostKeyError(f"host key CHANGED for {where} (got {exc.key.get_name()} "
+                               f"{exc.key.get_base64()[:24]}..., {t.known_hosts} has another): refusing to "
+                               "connect; verify the host and update known_hosts", host=t.name) from None
+        except paramiko.AuthenticationException as exc:
+            client.close()
+            raise AuthError(f"authentication failed as {h.user}@{where} ({exc})", host=t.name) from None
+        except paramiko.SSHException as exc:
+            client.close()
+            text = str(exc)
+            if "not found in known_hosts" in text:
+                raise HostKeyError(f"host key of {where} is UNKNOWN (not in {t.known_hosts}): refusing to connect; "
+                                   "add the verified key to known_hosts", host=t.name) from None
+            if "no authentication methods available" in text.lower():
+                raise AuthError(f"no key, agent or password to authenticate as {h.user}@{where}",
+                                host=t.name) from None
+            if "banner" in text.lower():
+                raise _Banner(text) from None
+            raise HostUnreachable(f"SSH handshake with {where} failed: {text}", host=t.name) from None
+        except (socket.timeout, TimeoutError) as exc:
+            client.close()
+            raise HostUnreachable(f"connect to {where} timed out ({exc})", host=t.name) from None
+        except (paramiko.ssh_exception.NoValidConnectionsError, OSError, EOFError) as exc:
+            client.close()
+            raise HostUnreachable(f"cannot connect to {where}: {exc}", host=t.name) from None
+        transport = client.get_transport()
+        if transport is not None:
+            transport.set_keepalive(15)
+        return client
+
+    def _chain(self, t: SSHTarget) -> tuple[paramiko.SSHClient, list[paramiko.SSHClient]]:
+        """Connect through every jump host (each one's key checked) or the ProxyCommand, then
+        to the target. Returns the target's client and the jump hosts' clients."""
+        chain = hops_of(t.hop)
+        opened: list[paramiko.SSHClient] = []
+        sock: Any = None
+        try:
+            for i, h in enumerate(chain):
+                last = i == len(chain) - 1
+                if i == 0 and h.proxy_command:
+                    try:
+                        # as ssh(1) runs it: through the shell
+                        sock = paramiko.ProxyCommand("/bin/sh -c " + shlex.quote("exec " + h.proxy_command))
+                    except (paramiko.SSHException, OSError) as exc:
+                        raise HostUnreachable(f"ProxyCommand {h.proxy_command!r} failed: {exc}", host=t.name) from None
+                role = "" if last else f" (jump host on the way to {t.name})"
+                client = self._handshake(t, h, sock, role)
+                opened.append(client)
+                if not last:
+                    nxt = chain[i + 1]
+                    try:
+                        sock = client.get_transport().open_channel("direct-tcpip", (nxt.address, nxt.port),
+                                                                   ("127.0.0.1", 0), timeout=t.connect_timeout)
+                    except (paramiko.SSHException, EOFError, OSError) as exc:
+                        raise HostUnreachable(f"jump host {h.endpoint} cannot reach {nxt.address}:{nxt.port} "
+                                              f"({exc or type(exc).__name__})", host=t.name) from None
+        except BaseException:
+            for c in reversed(opened):
+                c.close()
+            if sock is not None and hasattr(sock, "close"):
+                sock.close()
+            raise
+        return opened[-1], opened[:-1]
+
+    def _connect(self, t: SSHTarget) -> tuple[paramiko.SSHClient, list[paramiko.SSHClient]]:
+        # sshd MaxStartups drops new connections with a banner error: back off and retry
         delay = 0.05
         for attempt in range(self.banner_retries + 1):
-            client = paramiko.SSHClient()
-            if t.strict:
-                client.load_host_keys(t.known_hosts)
-                client.set_missing_host_key_policy(paramiko.RejectPolicy())
-            else:
-                client.set_missing_host_key_policy(paramiko.WarningPolicy())
             try:
-                with self._sem(t):
-                    client.connect(t.address, port=t.port, username=t.user, key_filename=t.key_file,
-                                   timeout=t.connect_timeout, banner_timeout=t.connect_timeout,
-                                   auth_timeout=t.connect_timeout, allow_agent=False, look_for_keys=False)
-                transport = client.get_transport()
-                if transport is not None:
-                    transport.set_keepalive(15)
-                return client
-            except paramiko.BadHostKeyException as exc:
-                client.close()
-                raise HostKeyError(f"host key CHANGED for {t.address}:{t.port} (got {exc.key.get_name()} "
-                                   f"{exc.key.get_base64()[:24]}..., {t.known_hosts} has another): refusing to "
-                                   "connect; verify the host and update known_hosts", host=t.name) from None
-            except paramiko.AuthenticationException as exc:
-                client.close()
-                raise AuthError(f"authentication failed as {t.user}@{t.address}:{t.port} ({exc})",
-                                host=t.name) from None
-            except paramiko.SSHException as exc:
-                client.close()
-                text = str(exc)
-                if "not found in known_hosts" in text:
-                    raise HostKeyError(f"host key of {t.address}:{t.port} is UNKNOWN (not in {t.known_hosts}): "
-                                       "refusing to connect; add the verified key to known_hosts",
-                                       host=t.name) from None
-                if "banner" in text.lower() and attempt < self.banner_retries:
-                    # sshd MaxStartups dropped us: back off and retry
-                    time.sleep(delay)
-                    delay = min(delay * 2, 2.0)
-                    continue
-                raise HostUnreachable(f"SSH handshake failed: {text}", host=t.name) from None
-            except (socket.timeout, TimeoutError) as exc:
-                client.close()
-                raise HostUnreachable(f"connect to {t.address}:{t.port} timed out ({exc})", host=t.name) from None
-            except (paramiko.ssh_exception.NoValidConnectionsError, OSError, EOFError) as exc:
-                client.close()
-                raise HostUnreachable(f"cannot connect to {t.address}:{t.port}: {exc}", host=t.name) from None
+                return self._chain(t)
+            except _Banner as exc:
+                if attempt >= self.banner_retries:
+                    raise HostUnreachable(f"SSH handshake failed{t.via}: {exc}", host=t.name) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
         raise HostUnreachable("SSH handshake kept failing", host=t.name)
 
     def _client(self, host: str) -> paramiko.SSHClient:
         c = self._clients.get(host)
         transport = c.get_transport() if c else None
         if c is None or transport is None or not transport.is_active():
-            if c is not None:
-                c.close()
-            c = self._connect(self.targets[host])
-            self._clients[host] = c
+            self._drop(host)
+            c, hops = self._connect(self.targets[host])
+            self._clients[host], self._hops[host] = c, hops
         return c
 
     def _drop(self, host: str) -> None:
         c = self._clients.pop(host, None)
         if c is not None:
             c.close()
+        for j in reversed(self._hops.pop(host, [])):
+            j.close()
 
     # ---------------------------------------------------------------- Executor
 
@@ -161,11 +227,13 @@ class SSHExecutor:
         command = shlex.join(argv)
         payload = stdin or b""
         if t.become:
+            as_user = t.resolved.become_user
+            sudo = "sudo" + (f" -u {shlex.quote(as_user)}" if as_user and as_user != "root" else "")
             if t.become_password:
-                command = "sudo -S -p '' -- " + command
+                command = f"{sudo} -S -p '' -- " + command
                 payload = t.become_password.encode() + b"\n" + payload
             else:
-                command = "sudo -n -- " + command
+                command = f"{sudo} -n -- " + command
         started = time.monotonic()
         with self._locks[host]:
             client = self._client(host)
@@ -233,12 +301,14 @@ class SSHExecutor:
             self._drop(host)
             while True:
                 try:
-                    client = self._connect(self.targets[host])
+                    client, hops = self._connect(self.targets[host])
                     # a host going down may still complete a handshake: it must also run a command
                     if self._answers(client):
-                        self._clients[host] = client
+                        self._clients[host], self._hops[host] = client, hops
                         return time.monotonic() - started
                     client.close()
+                    for j in reversed(hops):
+                        j.close()
                     if time.monotonic() - started >= timeout:
                         raise HostUnreachable(f"did not come back within {timeout:.0f}s after reboot", host=host)
                 except (HostKeyError, AuthError):
