@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -109,7 +110,13 @@ class SSHDHost:
 
 
 class SSHDCluster:
-    def __init__(self, base: Path, hosts: dict[str, dict]):
+    """``bastion=True`` adds a jump host: an sshd that runs no commands (``ForceCommand
+    /bin/false``), accepts only its own client key, and logs every forwarded connection
+    (LogLevel DEBUG1); the target sshds then log every connection they accept (VERBOSE), so a
+    test can prove that each connection a target accepted was one the bastion forwarded
+    (``forwarded``, ``accepted``)."""
+
+    def __init__(self, base: Path, hosts: dict[str, dict], bastion: bool = False):
         self.base = base
         self.hosts: dict[str, SSHDHost] = {}
         keys = base / "keys"
@@ -118,6 +125,22 @@ class SSHDCluster:
         client_pub = _keygen(self.client_key)
         self.authorized = keys / "authorized_keys"
         self.authorized.write_text(f"ssh-ed25519 {client_pub} k3rollout-tests\n")
+        self.bastion: SSHDHost | None = None
+        if bastion:
+            self.bastion_key = keys / "bastion_ed25519"
+            (keys / "bastion_authorized_keys").write_text(f"ssh-ed25519 {_keygen(self.bastion_key)} bastion\n")
+            d = base / "bastion"
+            d.mkdir()
+            bpub = _keygen(d / "ssh_host_ed25519_key")
+            bport = _free_port()
+            cfg = d / "sshd_config"
+            cfg.write_text("\n".join([
+                f"Port {bport}", "ListenAddress 127.0.0.1", f"HostKey {d / 'ssh_host_ed25519_key'}",
+                f"PidFile {d / 'sshd.pid'}", f"AuthorizedKeysFile {keys / 'bastion_authorized_keys'}",
+                "PasswordAuthentication no", "KbdInteractiveAuthentication no", "PubkeyAuthentication yes",
+                "PermitRootLogin prohibit-password", "StrictModes no", "UsePAM no", "MaxStartups 200:30:400",
+                "AllowTcpForwarding yes", "PermitTTY no", "ForceCommand /bin/false", "LogLevel DEBUG1", ""]))
+            self.bastion = SSHDHost("bastion", bport, d, d, cfg, bpub)
         self.bin = base / "bin"
         self.bin.mkdir()
         for cmd in [*HANDLERS, "sudo"]:
@@ -142,18 +165,23 @@ class SSHDCluster:
                 f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {d / 'ssh_host_ed25519_key'}",
                 f"PidFile {d / 'sshd.pid'}", f"AuthorizedKeysFile {self.authorized}", "PasswordAuthentication no",
                 "KbdInteractiveAuthentication no", "PubkeyAuthentication yes", "PermitRootLogin prohibit-password",
-                "StrictModes no", "UsePAM no", "MaxStartups 200:30:400", "LogLevel ERROR",
+                "StrictModes no", "UsePAM no", "MaxStartups 200:30:400",
+                "LogLevel VERBOSE" if bastion else "LogLevel ERROR",
                 # an empty HOME: the login user's shell startup files must not run on every command
                 f"SetEnv K3SIM_STATE={state} PATH={self.bin}:/usr/bin:/bin PYTHONPATH={ROOT} HOME={self.home}",
                 ""]))
             self.hosts[name] = SSHDHost(name, port, d, state, cfg, host_pub)
             lines.append(f"[127.0.0.1]:{port} ssh-ed25519 {host_pub}")
+        if self.bastion is not None:
+            lines.append(f"[127.0.0.1]:{self.bastion.port} ssh-ed25519 {self.bastion.host_pub}")
         self.known_hosts.write_text("\n".join(lines) + "\n")
         self._stop = threading.Event()
         self._supervisor = threading.Thread(target=self._supervise, daemon=True)
 
     def __enter__(self) -> "SSHDCluster":
         netd.ensure(self.base / "states")      # the hosts' network is up before any host is
+        if self.bastion is not None:
+            self.bastion.start()
         for h in self.hosts.values():
             h.start()
         self._supervisor.start()
@@ -164,6 +192,8 @@ class SSHDCluster:
         self._supervisor.join(timeout=5)
         for h in self.hosts.values():
             h.stop()
+        if self.bastion is not None:
+            self.bastion.stop()
         netd.shutdown(self.base / "states")
 
     def _supervise(self) -> None:
@@ -201,4 +231,37 @@ class SSHDCluster:
                        "children": {"gpu_nodes": {"hosts": hosts}}}}
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(inv, sort_keys=False))
+        return path
+
+    # ------------------------------------------------------------ proof that the bastion was used
+
+    def forwarded(self, host: str) -> int:
+        """Connections the bastion forwarded to ``host``'s sshd (its DEBUG1 log)."""
+        assert self.bastion is not None
+        port = self.hosts[host].port
+        return len(re.findall(rf"server_request_direct_tcpip: originator \S+ port \d+, target \S+ port {port}\b",
+                              self.bastion.log.read_text()))
+
+    def accepted(self, host: str) -> int:
+        """Connections ``host``'s sshd accepted (its VERBOSE log), however they came, less the
+        readiness probes ``SSHDHost.start`` makes (they close before the SSH identification)."""
+        log = self.hosts[host].log.read_text()
+        return (len(re.findall(r"^Connection from \S+ port \d+ on ", log, re.M))
+                - len(re.findall(r"^kex_exchange_identification: Connection closed by remote host", log, re.M)))
+
+    def ssh_config(self, path: Path, jump: str = "bastion", extra: dict[str, list[str]] | None = None) -> Path:
+        """An ~/.ssh/config naming every host by alias only: HostName, Port, User,
+        IdentityFile and ProxyJump through the bastion (which has a key of its own)."""
+        assert self.bastion is not None
+        blocks = [f"Host bastion\n  HostName 127.0.0.1\n  Port {self.bastion.port}\n  User root\n"
+                  f"  IdentityFile {self.bastion_key}\n  IdentitiesOnly yes\n"
+                  + "".join(f"  {x}\n" for x in (extra or {}).get("bastion", []))]
+        for name, h in self.hosts.items():
+            blocks.append(f"Host {name}\n  HostName 127.0.0.1\n  Port {h.port}\n  User root\n"
+                          f"  IdentityFile {self.client_key}\n  IdentitiesOnly yes\n"
+                          + (f"  ProxyJump {jump}\n" if jump and not any(x.startswith("Proxy") for x in
+                                                                           (extra or {}).get(name, [])) else "")
+                          + "".join(f"  {x}\n" for x in (extra or {}).get(name, [])))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(blocks))
         return path
