@@ -192,25 +192,6 @@ def test_turning_host_key_checking_off_is_refused_before_any_node_is_touched(how
         assert c.forwarded("gpu-01") == c.accepted("gpu-01") == 0
 
 
-def test_a_rollout_through_the_bastion_by_alias(bastion_cluster, tmp_path):
-    """The whole run, hosts named by alias only: baseline over paramiko, the driver's vendor
-    task files over ansible-playbook, reboots waited for, all through the bastion."""
-    with bastion_cluster({"gpu-01": {}}) as c:
-        c.ssh_config(c.home / ".ssh" / "config")
-        api = json.loads((c.hosts["gpu-01"].state / "state.json").read_text())["address"]
-        inv = alias_inventory(tmp_path / "inv" / "hosts.yml", c, ["gpu-01"])
-        data = yaml.safe_load(inv.read_text())
-        data["all"]["children"]["gpu_nodes"]["hosts"]["gpu-01"] = {"api_host": api}
-        inv.write_text(yaml.safe_dump(data))
-        pb = write_playbook(tmp_path / "pb.yml", min_serving=0, reboot_timeout=30)
-        run_dir = tmp_path / "run"
-        assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
-        r = json.loads((run_dir / "result.json").read_text())
-        assert r["nodes"]["gpu-01"]["final"] == "upgraded"
-        assert json.loads((c.hosts["gpu-01"].state / "state.json").read_text())["boots"] == 1
-        assert c.forwarded("gpu-01") == c.accepted("gpu-01") >= 3
-
-
 def test_ssh_agent_and_the_default_keys(bastion_cluster, tmp_path, monkeypatch):
     """No key named anywhere: the agent's key is used; without an agent, ~/.ssh/id_ed25519;
     with neither, a clear authentication error."""
