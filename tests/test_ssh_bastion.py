@@ -294,3 +294,21 @@ def test_settings_resolve_as_openssh_resolves_them(tmp_path, monkeypatch):
     # a jump host's own settings come from its Host block
     j = hops_of(Resolver(env={}).resolve("node-7", {}).hop)[0]
     assert (j.address, j.port, j.user) == ("127.0.0.9", 2201, "hopper")
+
+
+def test_a_revoked_key_is_refused_by_both_transports(bastion_cluster, tmp_path):
+    """known_hosts lists the node's key and also marks it ``@revoked``: OpenSSH refuses it,
+    and so does the paramiko transport (paramiko itself skips such lines)."""
+    with bastion_cluster({"gpu-01": {}}) as c:
+        c.ssh_config(c.home / ".ssh" / "config")
+        with c.known_hosts.open("a") as f:
+            f.write(f"@revoked * ssh-ed25519 {c.hosts['gpu-01'].host_pub}\n")
+        hv = {"ansible_connection": "ssh", "k3_known_hosts_file": str(c.known_hosts),
+              "ansible_python_interpreter": "/usr/bin/python3"}
+        ex = SSHExecutor({"gpu-01": hv})
+        with pytest.raises(HostKeyError, match="REVOKED"):
+            ex.run("gpu-01", ["true"])
+        ex.close()
+        res = ansible_tasks(ex.targets["gpu-01"], hv, tmp_path)
+        assert res.rc != 0 and res.unreachable, res.stdout
+        assert executed(c.hosts["gpu-01"].state) == []

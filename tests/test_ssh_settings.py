@@ -174,3 +174,12 @@ def test_an_unreadable_ansible_cfg_names_the_file(home, tmp_path, monkeypatch):
     monkeypatch.setenv("ANSIBLE_CONFIG", str(tmp_path / "ansible.cfg"))
     with pytest.raises(InputError, match="ansible.cfg"):
         AnsibleCfg.load()
+
+
+def test_include_is_read_in_place(home):
+    (home / ".ssh" / "conf.d").mkdir()
+    (home / ".ssh" / "conf.d" / "10-gpu.conf").write_text("Host gpu-*\n  HostName 10.1.2.3\n  Port 2022\n")
+    (home / ".ssh" / "config").write_text("Include conf.d/*.conf\nHost *\n  User ops\n  Port 2200\n")
+    r = Resolver().resolve("gpu-01", {})
+    assert (r.hop.address, r.hop.port, r.hop.user) == ("10.1.2.3", 2022, "ops")
+    assert Resolver().resolve("cpu-01", {}).hop.port == 2200

@@ -26,7 +26,7 @@ import paramiko
 
 from k3rollout.errors import CommandTimeout, ConnectionLost, HostUnreachable, TransportError
 from k3rollout.transport.base import CommandResult
-from k3rollout.transport.sshconf import Hop, Resolved, Resolver, hops_of
+from k3rollout.transport.sshconf import Hop, Resolved, Resolver, hops_of, load_known_hosts
 
 
 class HostKeyError(TransportError):
@@ -115,8 +115,7 @@ class SSHExecutor:
         """One SSH handshake with ``h`` (over ``sock`` when given): host key checked strictly
         against the resolved known_hosts files, then authenticated as OpenSSH would."""
         client = paramiko.SSHClient()
-        for f in t.resolved.known_hosts:
-            client.load_system_host_keys(f)
+        revoked = load_known_hosts(t.resolved.known_hosts, client.get_host_keys())
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
         where = f"{h.address}:{h.port}{role}"
         try:
@@ -154,6 +153,11 @@ class SSHExecutor:
             raise HostUnreachable(f"cannot connect to {where}: {exc}", host=t.name) from None
         transport = client.get_transport()
         if transport is not None:
+            key = transport.get_remote_server_key()
+            if (key.get_name(), key.get_base64()) in revoked:
+                client.close()
+                raise HostKeyError(f"host key of {where} is REVOKED (@revoked in {t.known_hosts}): refusing to "
+                                   "connect", host=t.name)
             transport.set_keepalive(15)
         return client
 

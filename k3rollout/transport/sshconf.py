@@ -18,7 +18,7 @@ ansible-core's ssh connection plugin):
 * then, as the ``ssh`` command line Ansible builds would (the first value of an option wins,
   the command line before the config files): the ssh arguments, ``~/.ssh/config`` (or ``-F``)
   and ``/etc/ssh/ssh_config``, read with paramiko's ``SSHConfig``: Host aliases, HostName,
-  User, Port, IdentityFile, IdentitiesOnly, ProxyJump chains, ProxyCommand,
+  User, Port, IdentityFile, IdentitiesOnly, ProxyJump chains, ProxyCommand, Include,
   UserKnownHostsFile, GlobalKnownHostsFile, StrictHostKeyChecking, ConnectTimeout.
 
 Host keys are always checked strictly, on every hop. A setting that would lower that
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import configparser
 import getpass
+import glob
 import os
 import re
 import shlex
@@ -42,6 +43,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import paramiko
+from paramiko.hostkeys import HostKeyEntry, InvalidHostKey
 
 from k3rollout.errors import InputError
 
@@ -203,6 +205,28 @@ class Resolved:
     config_files: tuple[str, ...] = field(default=())
 
 
+def _with_includes(path: Path, depth: int) -> str:
+    """The file's text with each ``Include`` replaced by the files it names, in place (ssh(1)
+    reads them there; relative names are under ~/.ssh, or /etc/ssh for the system file).
+    paramiko's SSHConfig does not read Include itself."""
+    if depth > 16:
+        raise InputError("ssh config: Include nested more than 16 deep", path=str(path))
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        m = re.match(r"^\s*include(?:\s*=\s*|\s+)(.+)$", line, re.I)
+        if not m:
+            out.append(line)
+            continue
+        base = Path("/etc/ssh") if str(path).startswith("/etc/ssh/") else Path(os.path.expanduser("~/.ssh"))
+        for pattern in shlex.split(m.group(1)):
+            pattern = os.path.expanduser(pattern)
+            full = pattern if os.path.isabs(pattern) else str(base / pattern)
+            for f in sorted(glob.glob(full)):
+                if Path(f).is_file():
+                    out.append(_with_includes(Path(f), depth + 1))
+    return "\n".join(out) + "\n"
+
+
 class _SSHFiles:
     """ssh_config files, parsed once per path with paramiko's SSHConfig."""
 
@@ -216,7 +240,7 @@ class _SSHFiles:
                 self._cache[path] = None
             else:
                 try:
-                    self._cache[path] = paramiko.SSHConfig.from_path(str(p))
+                    self._cache[path] = paramiko.SSHConfig.from_text(_with_includes(p, 0))
                 except (OSError, UnicodeDecodeError, paramiko.ssh_exception.ConfigParseError, ValueError) as exc:
                     raise InputError(f"cannot read ssh config ({exc})", path=str(p)) from None
         return self._cache[path]
@@ -483,3 +507,47 @@ def render_openssh_config(r: Resolved, control_dir: str | None = None) -> tuple[
             lines.append(f"  ProxyCommand {h.proxy_command.replace('%', '%%')}")
         lines.append("")
     return "\n".join(lines), "k3target"
+
+
+_KNOWN_CACHE: dict[tuple[str, int, int], tuple[list[HostKeyEntry], set[tuple[str, str]]]] = {}
+
+
+def _read_known_hosts(f: str) -> tuple[list[HostKeyEntry], set[tuple[str, str]]]:
+    try:
+        st = os.stat(f)
+    except OSError:
+        return [], set()
+    key = (f, st.st_mtime_ns, st.st_size)
+    if key not in _KNOWN_CACHE:
+        entries: list[HostKeyEntry] = []
+        revoked: set[tuple[str, str]] = set()
+        for line in Path(f).read_text(errors="replace").splitlines():
+            parts = line.split()
+            if not parts or parts[0].startswith("#"):
+                continue
+            if parts[0].startswith("@"):
+                # markers: paramiko cannot read these lines. @revoked keys are refused below;
+                # @cert-authority host certificates are not accepted (stricter than ssh)
+                if parts[0] == "@revoked" and len(parts) >= 4:
+                    revoked.add((parts[2], parts[3]))
+                continue
+            try:
+                e = HostKeyEntry.from_line(line)
+            except (InvalidHostKey, ValueError, paramiko.SSHException):
+                e = None            # ssh(1) skips a line it cannot read, too
+            if e is not None:
+                entries.append(e)
+        _KNOWN_CACHE[key] = (entries, revoked)
+    return _KNOWN_CACHE[key]
+
+
+def load_known_hosts(files: tuple[str, ...], into: paramiko.HostKeys) -> set[tuple[str, str]]:
+    """Load the files' host keys into ``into``; return their ``@revoked`` keys as (type, base64).
+    OpenSSH refuses a revoked key whatever else the files say, and so does the SSH transport."""
+    revoked: set[tuple[str, str]] = set()
+    for f in files:
+        entries, rev = _read_known_hosts(f)
+        revoked |= rev
+        # as HostKeys.load() keeps them (add() would scan every entry for each one)
+        into._entries.extend(entries)
+    return revoked
