@@ -312,3 +312,39 @@ def test_a_revoked_key_is_refused_by_both_transports(bastion_cluster, tmp_path):
         res = ansible_tasks(ex.targets["gpu-01"], hv, tmp_path)
         assert res.rc != 0 and res.unreachable, res.stdout
         assert executed(c.hosts["gpu-01"].state) == []
+
+
+def test_openssh_checks_each_host_key_before_anything_runs(bastion_cluster, tmp_path, monkeypatch):
+    """With the Ansible path's ssh given, a host's first connection also has OpenSSH check
+    its key through the same hops, logging in to nothing. Were OpenSSH to see the host
+    otherwise than paramiko does (here: its ssh_config made to name another known_hosts),
+    the host is refused at once, before any command runs on it, never after a drain."""
+    import shutil
+
+    from k3rollout.transport import ssh as ssh_mod
+
+    with bastion_cluster({"gpu-01": {}}) as c:
+        c.ssh_config(c.home / ".ssh" / "config")
+        hv = {"ansible_connection": "ssh", "k3_known_hosts_file": str(c.known_hosts)}
+        ex = SSHExecutor({"gpu-01": hv}, openssh=shutil.which("ssh"))
+        assert ex.run("gpu-01", ["nvidia-smi", "-L"]).ok and ex.run("gpu-01", ["true"]).ok
+        ex.close()
+        # paramiko's connection and OpenSSH's check, both through the bastion; the check
+        # authenticated to nothing and ran nothing
+        assert c.forwarded("gpu-01") == c.accepted("gpu-01") == 2
+        log = c.hosts["gpu-01"].log.read_text()
+        assert log.count("Accepted publickey") == 1 and executed(c.hosts["gpu-01"].state) == ["nvidia-smi -L"]
+        impostor = tmp_path / "other_known_hosts"
+        impostor.write_text(c.known_hosts.read_text().replace(c.hosts["gpu-01"].host_pub, c.bastion.host_pub))
+        real = ssh_mod.render_openssh_config
+
+        def diverging(resolved):
+            text, alias = real(resolved)
+            return text.replace(str(c.known_hosts), str(impostor)), alias
+
+        monkeypatch.setattr(ssh_mod, "render_openssh_config", diverging)
+        ex = SSHExecutor({"gpu-01": hv}, openssh=shutil.which("ssh"))
+        with pytest.raises(HostKeyError, match="OpenSSH, which runs the vendor task files through Ansible, refuses"):
+            ex.run("gpu-01", ["nvidia-smi", "-L"])
+        ex.close()
+        assert executed(c.hosts["gpu-01"].state) == ["nvidia-smi -L"]        # nothing more ran

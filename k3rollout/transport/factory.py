@@ -48,6 +48,13 @@ def check_controller_tools(playbook: Any, hosts: dict[str, Any]) -> dict[str, st
             raise InputError(f"the Python package ansible-runner is needed on the controller ({why}) but cannot "
                              "be imported; install k3rollout with its dependencies. Nothing was changed.") from None
         found["ansible-playbook"] = require_tool("ansible-playbook", why)
+        from k3rollout.toolpaths import find_tool
+
+        ssh = find_tool("ssh")
+        if ssh is None:
+            raise InputError(f"`ssh`, the OpenSSH client, is needed on the controller ({why}, whose ssh connection "
+                             "runs it) but is not on PATH; install openssh-client. Nothing was changed.")
+        found["ssh"] = ssh
     check_ssh_settings(hosts)
     return found
 
@@ -73,5 +80,8 @@ def make_executor(hosts: dict[str, Any], run_dir: Path) -> Any:
     if kind in SSH_KINDS:
         from k3rollout.transport.ssh import SSHExecutor
 
-        return SSHExecutor({n: h.vars for n, h in hosts.items()})
+        from k3rollout.toolpaths import find_tool
+
+        # the Ansible path runs OpenSSH: where it can, it checks each host key too, first
+        return SSHExecutor({n: h.vars for n, h in hosts.items()}, openssh=find_tool("ssh"))
     raise InputError(f"ansible_connection {kind!r} is not supported (use ssh, paramiko or k3sim)")

@@ -17,16 +17,19 @@ from __future__ import annotations
 import shlex
 import select
 import socket
+import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import paramiko
 
 from k3rollout.errors import CommandTimeout, ConnectionLost, HostUnreachable, TransportError
 from k3rollout.transport.base import CommandResult
-from k3rollout.transport.sshconf import Hop, Resolved, Resolver, hops_of, load_known_hosts
+from k3rollout.transport.sshconf import Hop, Resolved, Resolver, hops_of, load_known_hosts, render_openssh_config
 
 
 class HostKeyError(TransportError):
@@ -94,7 +97,13 @@ class SSHTarget:
 class SSHExecutor:
     kind = "ssh"
 
-    def __init__(self, hosts: dict[str, dict[str, Any]], *, max_handshakes: int = 8, banner_retries: int = 5):
+    def __init__(self, hosts: dict[str, dict[str, Any]], *, max_handshakes: int = 8, banner_retries: int = 5,
+                 openssh: str | None = None):
+        """``openssh``: the ``ssh`` the Ansible path will run; when given, each host's first
+        connection also has OpenSSH check the host's key, as the Ansible path will reach it
+        (``openssh_agrees``), so the two transports cannot disagree after a node is drained."""
+        self.openssh = openssh
+        self._openssh_ok: set[str] = set()
         resolver = Resolver()
         self.targets = {n: SSHTarget.from_vars(n, v, resolver) for n, v in hosts.items()}
         self._clients: dict[str, paramiko.SSHClient] = {}
@@ -215,7 +224,42 @@ class SSHExecutor:
             self._drop(host)
             c, hops = self._connect(self.targets[host])
             self._clients[host], self._hops[host] = c, hops
+            if self.openssh and host not in self._openssh_ok:
+                try:
+                    self.openssh_agrees(self.targets[host])
+                except TransportError:
+                    self._drop(host)
+                    raise
+                self._openssh_ok.add(host)
         return c
+
+    def openssh_agrees(self, t: SSHTarget) -> None:
+        """Have OpenSSH, with the ssh_config the Ansible path will use, check ``t``'s host key
+        through the same hops, without logging in (authentication ``none`` only, so nothing
+        runs on the host). It must find the key known and matching, as paramiko did; anything
+        else refuses the host now, while nothing has changed on it."""
+        text, alias = render_openssh_config(t.resolved)
+        lookup = t.address if t.port == 22 else f"[{t.address}]:{t.port}"
+        with tempfile.TemporaryDirectory(prefix="k3ssh-") as d:
+            cfg = Path(d) / "ssh_config"
+            cfg.write_text(text)
+            try:
+                p = subprocess.run([str(self.openssh), "-v", "-F", str(cfg), "-o", "PreferredAuthentications=none",
+                                    "-o", "ControlMaster=no", "-o", "ControlPath=none", "-T", alias, "true"],
+                                   stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace",
+                                   timeout=max(15.0, 3 * t.connect_timeout))
+            except subprocess.TimeoutExpired:
+                raise HostUnreachable(f"OpenSSH (the Ansible path's ssh) did not finish its host-key check of "
+                                      f"{t.address}:{t.port}{t.via}", host=t.name) from None
+        if f"Host '{lookup}' is known and matches" in p.stderr:
+            return
+        tail = "\n".join(x for x in p.stderr.splitlines() if not x.startswith("debug"))[-800:]
+        if "host key" in tail.lower() or "verification failed" in tail.lower():
+            raise HostKeyError(f"OpenSSH, which runs the vendor task files through Ansible, refuses the host key of "
+                               f"{t.address}:{t.port}{t.via} that paramiko accepted; the host is refused before "
+                               f"anything changes on it: {tail}", host=t.name)
+        raise HostUnreachable(f"OpenSSH, which runs the vendor task files through Ansible, could not check the host "
+                              f"key of {t.address}:{t.port}{t.via} as paramiko did: {tail}", host=t.name)
 
     def _drop(self, host: str) -> None:
         c = self._clients.pop(host, None)
