@@ -183,3 +183,9 @@ def test_include_is_read_in_place(home):
     r = Resolver().resolve("gpu-01", {})
     assert (r.hop.address, r.hop.port, r.hop.user) == ("10.1.2.3", 2022, "ops")
     assert Resolver().resolve("cpu-01", {}).hop.port == 2200
+
+
+def test_the_paramiko_connections_own_names_for_host_key_checking(home):
+    with pytest.raises(InputError, match="ansible_paramiko_host_key_checking"):
+        Resolver().resolve("n1", {"ansible_connection": "paramiko", "ansible_paramiko_host_key_checking": False})
+    Resolver().resolve("n1", {"ansible_connection": "paramiko", "ansible_paramiko_host_key_checking": True})

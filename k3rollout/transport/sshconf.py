@@ -382,6 +382,14 @@ class Resolver:
         hk = _setting(v, env, cfg, ("ansible_host_key_checking", "ansible_ssh_host_key_checking"),
                       ("ANSIBLE_HOST_KEY_CHECKING", "ANSIBLE_SSH_HOST_KEY_CHECKING"),
                       (("defaults", "host_key_checking"), ("ssh_connection", "host_key_checking")))
+        if str(v.get("ansible_connection", "")) in ("paramiko", "ansible.builtin.paramiko_ssh", "paramiko_ssh"):
+            # Ansible's paramiko connection has names of its own for the same setting
+            phk = _setting(v, env, cfg, ("ansible_host_key_checking", "ansible_ssh_host_key_checking",
+                                         "ansible_paramiko_host_key_checking"),
+                           ("ANSIBLE_HOST_KEY_CHECKING", "ANSIBLE_SSH_HOST_KEY_CHECKING",
+                            "ANSIBLE_PARAMIKO_HOST_KEY_CHECKING"),
+                           (("defaults", "host_key_checking"), ("paramiko_connection", "host_key_checking")))
+            hk = phk if phk is not None and not boolean(phk[0], f"host {name}: {phk[1]}") else hk
         if hk is not None and not boolean(hk[0], f"host {name}: {hk[1]}"):
             raise InputError(f"host {name}: host-key checking is turned off by {hk[1]} = {hk[0]!r}; k3rollout "
                              "checks every host key strictly against known_hosts, on both of its transports, and "
