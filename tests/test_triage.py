@@ -17,8 +17,8 @@ def _table() -> list[tuple[str, str, str]]:
     rows = []
     for line in (LOGS / "README.md").read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 4 and cells[0].endswith(".log"):
-            rows.append((cells[0], cells[1], cells[3]))
+        if len(cells) == 5 and cells[0].endswith(".log"):
+            rows.append((cells[0], cells[1], cells[4]))
     return rows
 
 

@@ -101,7 +101,8 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # CDI: device names the runtime cannot resolve.
     ("cdi", "container_runtime", 4.0,
      r"unresolvable CDI devices|failed to inject CDI devices|CDI device injection failed"
-     r"|failed to (resolve|create) CDI|cdi\.k8s\.io.*(not found|unresolvable)", "CDI device resolution failed"),
+     r"|failed to (resolve|create) CDI|cdi\.k8s\.io.*(not found|unresolvable)|(error )?setting up CDI devices"
+     r"|failed to stat CDI host device", "CDI device resolution failed"),
     # The framework found no GPU at all. In a container that the driver could serve, this is
     # the runtime not passing GPUs; 3 because a host without a loaded driver prints it too.
     ("gpu_visibility", "container_runtime", 3.0,
@@ -130,7 +131,8 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # --- model_load_capacity (tree step 3: CUDA up, the model does not load or fit) ---
     ("gpu_memory", "model_load_capacity", 4.0,
      r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation"
-     r"|CUDA_ERROR_OUT_OF_MEMORY|RESOURCE_EXHAUSTED: Out of memory|out of memory allocating",
+     r"|CUDA_ERROR_OUT_OF_MEMORY|RESOURCE_EXHAUSTED: Out of memory|out of memory allocating"
+     r"|Cuda failure '?out of memory",
      "out of GPU memory"),
     ("gpu_memory", "model_load_capacity", 2.5,
      r"Not enough memory|insufficient (GPU )?memory|memory (is )?not enough|exceeds (the )?(available|total) (GPU )?memory"
@@ -140,7 +142,8 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"No available memory for the cache blocks|larger than the maximum number of tokens that can be stored in KV cache"
      r"|(is|are) (needed|required) to store .*KV cache|KV cache .*(is )?(needed|required).*(larger|exceeds|available)"
      r"|Insufficient memory for KV cache|not enough KV cache|max_num_batched_tokens.*(smaller|larger) than max_model_len"
-     r"|Not enough memory for the KV cache|kv cache pool.*(too small|not enough)|max_total_num_tokens.*(too small|<=? ?0)",
+     r"|Not enough memory for the KV cache|kv cache pool.*(too small|not enough)|max_total_num_tokens.*(too small|<=? ?0)"
+     r"|(no|not enough|insufficient) (GPU )?memory (left )?for (the )?KV cache",
      "KV cache does not fit"),
     ("parallel_layout", "model_load_capacity", 3.5,
      r"number of required GPUs exceeds the total number of available GPUs|is not divisible by"
