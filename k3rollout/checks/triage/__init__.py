@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 from k3rollout.checks.cuda_table import compat_verdict
@@ -175,26 +176,37 @@ def scan(text: str) -> list[Hit]:
     return hits
 
 
-def _family_scores(hits: list[Hit]) -> dict[str, float]:
+def family_scores(hits: list[Hit], weights: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Score per family: its strongest line plus a capped repeat bonus, times the family's
+    multiplier in `weights` (1.0 unless fitted, see ``fit.fit_family_weights``)."""
     by_family: dict[str, list[float]] = {}
     for h in hits:
         if h.line is not None:
             by_family.setdefault(h.family, []).append(h.weight)
-    return {fam: max(ws) + min(REPEAT_CAP, REPEAT_BONUS * (len(ws) - 1)) for fam, ws in by_family.items()}
+    return {fam: (max(ws) + min(REPEAT_CAP, REPEAT_BONUS * (len(ws) - 1))) * (weights or {}).get(fam, 1.0)
+            for fam, ws in by_family.items()}
 
 
 def classify(text: str, *, driver: str | None = None, image_cuda: str | None = None,
              single_node_ok: bool | None = None, stage: str | None = None, cuda_init_ok: bool | None = None,
-             nnodes: int | None = None) -> Triage:
+             nnodes: int | None = None, weights: Mapping[str, float] | None = None) -> Triage:
     """Classify `text` (a failure log) with the live facts that are known.
 
     driver/image_cuda: host driver version and the image's CUDA (both, or neither counts);
     stage: the rollout stage that failed; cuda_init_ok: whether CUDA init already succeeded on
     the node; nnodes: the replica's node count; single_node_ok: whether the same launch works on
-    one node alone (False rules communication out, True points at it).
+    one node alone (False rules communication out, True points at it); weights: per-family
+    multipliers (default 1.0: the hand weights of signals.py).
     """
-    hits = scan(text)
-    fam = _family_scores(hits)
+    return classify_hits(scan(text), driver=driver, image_cuda=image_cuda, single_node_ok=single_node_ok,
+                         stage=stage, cuda_init_ok=cuda_init_ok, nnodes=nnodes, weights=weights)
+
+
+def classify_hits(hits: list[Hit], *, driver: str | None = None, image_cuda: str | None = None,
+                  single_node_ok: bool | None = None, stage: str | None = None, cuda_init_ok: bool | None = None,
+                  nnodes: int | None = None, weights: Mapping[str, float] | None = None) -> Triage:
+    """`classify` on lines already scanned (the fitting loop scans each log once)."""
+    fam = family_scores(hits, weights)
     scores = {c: 0.0 for c in CATEGORIES}
     for f, v in fam.items():
         scores[FAMILIES[f]] += v
