@@ -49,6 +49,7 @@ TREE_BONUS = {"driver_incompatible": 0.3, "container_runtime": 0.2, "model_load_
 # are too close to call. Either way the answer is `other`, with the candidates.
 MIN_SCORE = 1.5
 MIN_CONFIDENCE = 0.3
+MAX_CONTRIBUTIONS = 20
 
 NEXT_STEPS = {
     "driver_incompatible": [
@@ -88,8 +89,9 @@ NEXT_STEPS = {
 # The stage that failed, as evidence: which tree steps it can reach. A cuda_check failure is
 # steps 1-2 by construction; vllm_smoke/features run after CUDA init, so step 3 leads; the
 # multinode stage is where step 4 shows. 1.0 is "supports", never "decides" (MIN_SCORE is 1.5).
+# driver_upgrade is not here on purpose: a failed package install is not the tree's step 1 (an
+# NVML/kernel mismatch after it is, and its signal says so).
 STAGE_PRIOR: dict[str, dict[str, float]] = {
-    "driver_upgrade": {"driver_incompatible": 1.0},
     "cuda_check": {"driver_incompatible": 0.75, "container_runtime": 0.75},
     "vllm_smoke": {"model_load_capacity": 0.75},
     "features": {"model_load_capacity": 0.75},
@@ -130,6 +132,9 @@ class Triage:
                              "runner_up": self.runner_up, "scores": self.scores}
         if self.candidates:
             d["candidates"] = self.candidates
+        # the scoring behind the decision (what `triage --explain` prints), strongest first, capped
+        # so that a log repeating one line a thousand times keeps the record small
+        d["contributions"] = [h.to_dict() for h in sorted(self.hits, key=lambda h: -abs(h.weight))[:MAX_CONTRIBUTIONS]]
         if file is not None:
             d = {"file": file, **d}
         return d
@@ -211,6 +216,7 @@ def classify_hits(hits: list[Hit], *, driver: str | None = None, image_cuda: str
     for f, v in fam.items():
         scores[FAMILIES[f]] += v
     facts: list[Hit] = []
+    relabel: dict[str, str] = {}
 
     # Tree step 1/2 from the live facts: the compat table, not the log, says whether the driver
     # can run the image. Too old: decisive (6 beats any log). New enough: the log's driver-level
@@ -227,6 +233,7 @@ def classify_hits(hits: list[Hit], *, driver: str | None = None, image_cuda: str
                              f"driver {driver} can run CUDA {image_cuda}: driver-level errors are the container's"))
             facts.append(Hit("container_runtime", "live_facts", moved,
                              "driver new enough but CUDA fails (tree step 2)"))
+            relabel["driver_incompatible"] = "container_runtime"
     # Tree step 3: CUDA init already succeeded, so steps 1-2 are behind us; what they print now is
     # an echo (scaled to a quarter). Failed init: steps 1-2 lead and step 3-4 evidence is halved.
     if cuda_init_ok is True:
@@ -258,10 +265,10 @@ def classify_hits(hits: list[Hit], *, driver: str | None = None, image_cuda: str
         if scores[cat] > 0:
             scores[cat] += TREE_BONUS[cat]
     scores = {c: round(max(0.0, v), 2) for c, v in scores.items()}
-    return _decide(scores, facts + hits)
+    return _decide(scores, facts + hits, relabel)
 
 
-def _decide(scores: dict[str, float], hits: list[Hit]) -> Triage:
+def _decide(scores: dict[str, float], hits: list[Hit], relabel: Mapping[str, str]) -> Triage:
     ranked = sorted(CATEGORIES, key=lambda c: (-scores[c], CATEGORIES.index(c)))
     top, second = ranked[0], ranked[1]
     s1, s2 = scores[top], scores[second]
@@ -275,8 +282,9 @@ def _decide(scores: dict[str, float], hits: list[Hit]) -> Triage:
         candidates = [f"{c} ({scores[c]:.2f})" for c in ranked if scores[c] > 0 and c != "other"][:3]
         category = "other"
         if top != "other":
-            runner_up = top
-    deciding = [h for h in hits if h.category == top and h.weight > 0]
+            runner_up = top if s1 > 0 else None
+    # the lines that decided: the winner's own, and lines the live facts moved to it
+    deciding = [h for h in hits if relabel.get(h.category, h.category) == top and h.weight > 0]
     deciding.sort(key=lambda h: -h.weight)
     evidence: list[str] = []
     reasons: list[str] = []
