@@ -139,3 +139,11 @@ def test_report_shows_the_scoring_for_a_triaged_node(tmp_path):
     assert f"scoring: confidence {rec['confidence']:.2f}" in md and "model_load_capacity / gpu_memory" in md
     html = (run_dir / "report.html").read_text()
     assert 'class="triage-scoring"' in html and "gpu_memory" in html
+
+
+def test_one_node_replica_dying_at_load_is_step_three():
+    text = (LOGS / "nccl-unhandled-system-error.log").read_text()
+    assert classify(text).category == "communication"
+    t = classify(text, stage="vllm_smoke", nnodes=1, cuda_init_ok=True)
+    assert t.category == "model_load_capacity" and t.evidence and all(e in text for e in t.evidence)
+    assert classify(text, stage="multinode", nnodes=2, cuda_init_ok=True).category == "communication"

@@ -89,6 +89,7 @@ NEXT_STEPS = {
 # The stage that failed, as evidence: which tree steps it can reach. A cuda_check failure is
 # steps 1-2 by construction; vllm_smoke/features run after CUDA init, so step 3 leads; the
 # multinode stage is where step 4 shows. 1.0 is "supports", never "decides" (MIN_SCORE is 1.5).
+LOAD_STAGES = frozenset({"vllm_smoke", "features"})
 # driver_upgrade is not here on purpose: a failed package install is not the tree's step 1 (an
 # NVML/kernel mismatch after it is, and its signal says so).
 STAGE_PRIOR: dict[str, dict[str, float]] = {
@@ -255,7 +256,14 @@ def classify_hits(hits: list[Hit], *, driver: str | None = None, image_cuda: str
         facts.append(Hit("communication", "single_node", -scores["communication"], "fails on a single node too"))
     elif single_node_ok is True:
         facts.append(Hit("communication", "single_node", 1.5, "works on one node, fails on several"))
-    if nnodes == 1 and scores["communication"]:
+    if nnodes == 1 and scores["communication"] and stage in LOAD_STAGES:
+        # one-node replica dying while it loads: the tree's step 3 names "communication during load"
+        # as a model-load problem; step 4 needs several nodes
+        moved = scores["communication"]
+        facts.append(Hit("communication", "nnodes", -moved, "replica is one node: no cross-node step 4"))
+        facts.append(Hit("model_load_capacity", "nnodes", moved, "communication during load (tree step 3)"))
+        relabel["communication"] = "model_load_capacity"
+    elif nnodes == 1 and scores["communication"]:
         facts.append(Hit("communication", "nnodes", -0.4 * scores["communication"], "replica is one node"))
     elif nnodes and nnodes > 1 and stage == "multinode":
         facts.append(Hit("communication", "nnodes", 0.5, f"replica spans {nnodes} nodes"))
