@@ -141,3 +141,16 @@ def test_every_decision_names_lines_runner_up_and_confidence(name, category, tex
             assert line in text and "NCCL INFO" not in line
     elif t.candidates:
         assert t.reasons[0].startswith("not decided")
+
+
+def test_fitting_moves_family_weights_toward_the_labels_and_stays_bounded():
+    # hand weights call this OOM; if the training folds say such logs are communication failures,
+    # the fit must trust gpu_memory less and the NCCL families more, within its bounds
+    text = "x:1:2 [0] NCCL WARN Cuda failure 'invalid resource handle'\nRuntimeError: CUDA error: out of memory\n"
+    assert classify(text).category == "model_load_capacity"
+    w = fit_family_weights([(text, "communication")] * 3)
+    assert w["gpu_memory"] < 1.0 and w["nccl_error"] > 1.0
+    assert classify(text, weights=w).category == "communication"
+    assert all(0.5 <= v <= 2.0 for v in w.values())
+    with pytest.raises(ValueError):
+        fit_family_weights([(text, "no_such_category")])
