@@ -244,7 +244,8 @@ def classify_hits(hits: list[Hit], *, driver: str | None = None, image_cuda: str
     elif cuda_init_ok is False:
         for cat in ("model_load_capacity", "communication"):
             if scores[cat]:
-                facts.append(Hit(cat, "cuda_init_failed", -0.5 * scores[cat], "CUDA init failed: the model never loaded"))
+                facts.append(Hit(cat, "cuda_init_failed", -0.5 * scores[cat],
+                                 "CUDA init failed: the model never loaded"))
         facts.append(Hit("container_runtime", "cuda_init_failed", 1.0, "CUDA init failed"))
         facts.append(Hit("driver_incompatible", "cuda_init_failed", 1.0, "CUDA init failed"))
     if stage in STAGE_PRIOR:

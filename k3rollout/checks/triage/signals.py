@@ -117,7 +117,8 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|nvidia-fabricmanager.*(fail|error|mismatch)", "error 802: fabric manager / system not ready"),
     # Device nodes or sockets not accessible: rootless, cgroups, SELinux.
     ("device_permissions", "container_runtime", 3.0,
-     r"permission denied.*(/dev/nvidia|docker\.sock|nvidia-container)|(/dev/nvidia\S*).*(permission denied|Operation not permitted)"
+     r"permission denied.*(/dev/nvidia|docker\.sock|nvidia-container)"
+     r"|(/dev/nvidia\S*).*(permission denied|Operation not permitted)"
      r"|rootless.*(nvidia|gpu|cgroup)|no-cgroups|cgroup.*devices.*(not found|denied)", "device or socket permissions"),
     # Image could not be pulled or verified.
     ("image_pull", "container_runtime", 2.5,
@@ -135,14 +136,17 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|Cuda failure '?out of memory",
      "out of GPU memory"),
     ("gpu_memory", "model_load_capacity", 2.5,
-     r"Not enough memory|insufficient (GPU )?memory|memory (is )?not enough|exceeds (the )?(available|total) (GPU )?memory"
+     r"Not enough memory|insufficient (GPU )?memory|memory (is )?not enough"
+     r"|exceeds (the )?(available|total) (GPU )?memory"
      r"|not enough (GPU|device) memory|Free memory on device .* is less than desired GPU memory utilization",
      "memory below what the model needs"),
     ("kv_cache", "model_load_capacity", 4.0,
      r"No available memory for the cache blocks|larger than the maximum number of tokens that can be stored in KV cache"
      r"|(is|are) (needed|required) to store .*KV cache|KV cache .*(is )?(needed|required).*(larger|exceeds|available)"
-     r"|Insufficient memory for KV cache|not enough KV cache|max_num_batched_tokens.*(smaller|larger) than max_model_len"
-     r"|Not enough memory for the KV cache|kv cache pool.*(too small|not enough)|max_total_num_tokens.*(too small|<=? ?0)"
+     r"|Insufficient memory for KV cache|not enough KV cache"
+     r"|max_num_batched_tokens.*(smaller|larger) than max_model_len"
+     r"|Not enough memory for the KV cache|kv cache pool.*(too small|not enough)"
+     r"|max_total_num_tokens.*(too small|<=? ?0)"
      r"|(no|not enough|insufficient) (GPU )?memory (left )?for (the )?KV cache",
      "KV cache does not fit"),
     ("parallel_layout", "model_load_capacity", 3.5,
@@ -156,7 +160,8 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|No such file or directory: .*\.(safetensors|bin|pt)|incomplete metadata|HeaderTooLarge",
      "weights do not match the loader"),
     ("quantization", "model_load_capacity", 3.5,
-     r"quantization .*(is )?not supported|not supported (for|on) (the )?(current )?(GPU|device|hardware|compute capability)"
+     r"quantization .*(is )?not supported"
+     r"|not supported (for|on) (the )?(current )?(GPU|device|hardware|compute capability)"
      r"|Unknown quantization method|minimum capability|requires (a )?(GPU|device) with compute capability"
      r"|fp8 .*not supported|Marlin.*(not supported|require)|compute capability .* (is )?(below|lower|less)",
      "quantization scheme the kernel or GPU does not support"),
@@ -173,7 +178,8 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      "NCCL collective failed"),
     ("nccl_error", "communication", 1.5, r"NCCL WARN", "NCCL warning"),
     ("nccl_peer", "communication", 4.0,
-     r"remote process exited or there was a network error|Connection reset by peer|Connection refused.*(nccl|NCCL|gloo|rank|store)"
+     r"remote process exited or there was a network error|Connection reset by peer"
+     r"|Connection refused.*(nccl|NCCL|gloo|rank|store)"
      r"|socketStartConnect: Connect to .* failed|socketPollConnect|NET/Socket : (Connect|connect)",
      "peer or fabric failure"),
     ("bootstrap_iface", "communication", 4.0,
@@ -194,13 +200,15 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("efa", "communication", 3.5,
      r"libfabric|\bEFA\b|efa_|fi_getinfo|OFI (NCCL )?plugin|aws-ofi-nccl|NET/OFI", "EFA/libfabric transport error"),
     ("cluster_join", "communication", 3.0,
-     r"Failed to connect to GCS|GCS (server|client).*(timeout|failed|unavailable)|Unable to connect to (the )?(Ray )?head"
+     r"Failed to connect to GCS|GCS (server|client).*(timeout|failed|unavailable)"
+     r"|Unable to connect to (the )?(Ray )?head"
      r"|ray\.init\(\) .*(failed|timed out)|The node with node id .* has been marked dead|RaySystemError"
      r"|failed to (join|register).*(cluster|head)|TCPStore.*(failed|timed out|Connection)|c10d.*(failed|timed out)"
      r"|Rendezvous.*(failed|timed out|closed)|MASTER_ADDR|ActorDiedError|ActorUnavailableError",
      "worker cannot join the head or the control store"),
     ("p2p_nvlink", "communication", 2.0,
-     r"P2P (access|is) (not|disabled)|peer access is not supported|NVLink.*(error|down|inactive)|custom allreduce.*(fail|disabled)"
+     r"P2P (access|is) (not|disabled)|peer access is not supported|NVLink.*(error|down|inactive)"
+     r"|custom allreduce.*(fail|disabled)"
      r"|cudaErrorPeerAccess", "peer-to-peer / NVLink path"),
 
     # --- other (no GPU cause: these make a GPU-looking noise line lose) ---
@@ -213,7 +221,8 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|GLIBC_\S+ not found|version `GLIBCXX", "Python/library environment broken"),
     ("config", "other", 2.5,
      r"Model architectures? \[.*\] (is|are) not supported|not supported for now|unrecognized arguments"
-     r"|error: argument|ValidationError|trust_remote_code|Unrecognized (model|configuration)|tokenizer.*(not found|error)",
+     r"|error: argument|ValidationError|trust_remote_code|Unrecognized (model|configuration)"
+     r"|tokenizer.*(not found|error)",
      "launch arguments or model config"),
     ("port", "other", 3.0, r"Address already in use|port .* (is )?already in use|EADDRINUSE", "port already in use"),
 ]
