@@ -278,7 +278,8 @@ def cmd_report(args: argparse.Namespace, clock: Clock) -> int:
 def cmd_triage(args: argparse.Namespace, clock: Clock) -> int:
     from k3rollout.checks.triage import classify
 
-    out = []
+    cuda_init_ok = {"ok": True, "failed": False}.get(args.cuda_init or "")
+    results = []
     for f in args.logfile:
         p = Path(f)
         try:
@@ -287,17 +288,26 @@ def cmd_triage(args: argparse.Namespace, clock: Clock) -> int:
             raise InputError("log file not found", path=f) from None
         except OSError as exc:
             raise InputError(f"cannot read log: {exc.strerror}", path=f) from None
-        out.append(classify(text, driver=args.driver, image_cuda=args.image_cuda).to_dict(file=f))
+        results.append((f, classify(text, driver=args.driver, image_cuda=args.image_cuda, stage=args.stage,
+                                    cuda_init_ok=cuda_init_ok, nnodes=args.nnodes)))
     if args.json:
-        for o in out:
-            print(json.dumps(o))
-    else:
-        for o in out:
-            print(f"{o['file']}: {o['category']}")
-            for line in o["evidence"][:5]:
-                print(f"  > {line}")
-            for s in o["next_steps"]:
-                print(f"  - {s}")
+        for f, t in results:
+            d = t.to_dict(file=f)
+            if args.explain:
+                d["contributions"] = [h.to_dict() for h in t.hits]
+            print(json.dumps(d))
+        return EXIT_OK
+    for f, t in results:
+        print(f"{f}: {t.category} (confidence {t.confidence:.2f}, runner-up {t.runner_up or '-'})")
+        if args.explain:
+            sys.stdout.write("".join(f"  {ln}\n" for ln in t.explain().splitlines()[1:]))
+            continue
+        if t.candidates:
+            print(f"  candidates: {', '.join(t.candidates)}")
+        for line in t.evidence[:5]:
+            print(f"  > {line}")
+        for s in t.next_steps:
+            print(f"  - {s}")
     return EXIT_OK
 
 
@@ -378,6 +388,12 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true")
     sp.add_argument("--driver", help="host driver version, e.g. 575.57.08 (live fact)")
     sp.add_argument("--image-cuda", help="image CUDA version, e.g. 13.0.1 (live fact)")
+    sp.add_argument("--stage", help="the rollout stage that failed, e.g. cuda_check, vllm_smoke, multinode")
+    sp.add_argument("--cuda-init", choices=["ok", "failed"], help="whether CUDA init already succeeded (live fact)")
+    sp.add_argument("--nnodes", type=int, help="node count of the failing replica (live fact)")
+    sp.add_argument("--explain", action="store_true",
+                    help="show the scoring: every matched line with its family and weight, live facts, per-category "
+                         "scores, runner-up and confidence")
     sp.set_defaults(fn=cmd_triage)
     sp = sub.add_parser("demo", help="a whole rollout on the embedded simulated cluster")
     sp.add_argument("--run-dir")

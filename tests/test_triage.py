@@ -17,8 +17,8 @@ def _table() -> list[tuple[str, str, str]]:
     rows = []
     for line in (LOGS / "README.md").read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 4 and cells[0].endswith(".log"):
-            rows.append((cells[0], cells[1], cells[3]))
+        if len(cells) == 5 and cells[0].endswith(".log"):
+            rows.append((cells[0], cells[1], cells[4]))
     return rows
 
 
@@ -72,3 +72,78 @@ def test_triage_cli_json_contract(capsys):
     for x in lines:
         assert set(x) >= {"file", "category", "evidence", "next_steps"}
     assert main(["triage", str(LOGS / "missing.log")]) == 2
+
+
+def test_explain_shows_the_scoring(capsys):
+    log = str(LOGS / "qwen3-235b-v1-nccl-unhandled-cuda-oom.log")
+    assert main(["triage", "--explain", log]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{log}: model_load_capacity (confidence ")
+    assert "runner-up communication" in out
+    assert "gpu_memory" in out and "nccl_error" in out and "Cuda failure 'out of memory'" in out
+    for cat in CATEGORIES:
+        assert f"  {cat}" in out
+    # the live facts appear as contributions of their own, and can turn the answer
+    assert main(["triage", "--explain", "--stage", "multinode", "--nnodes", "2", "--cuda-init", "ok",
+                 str(LOGS / "nccl-ib-failure.log")]) == 0
+    out = capsys.readouterr().out
+    assert ": communication" in out.splitlines()[0] and "failed in stage multinode" in out
+    assert main(["triage", "--json", "--explain", log]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert {"file", "category", "evidence", "next_steps", "confidence", "runner_up"} <= set(d)
+    assert d["runner_up"] == "communication" and 0 < d["confidence"] < 1
+    assert any(c["family"] == "gpu_memory" and c["line"] in (LOGS / "qwen3-235b-v1-nccl-unhandled-cuda-oom.log")
+               .read_text() for c in d["contributions"])
+
+
+def test_low_confidence_reports_other_with_candidates():
+    # one generic line for two categories: nothing is proven, the answer lists what it might be
+    t = classify("RuntimeError: Unexpected error from cudaGetDeviceCount()\n")
+    assert t.category == "other" and t.candidates and t.candidates[0].startswith("container_runtime")
+    assert t.runner_up == "container_runtime" and t.reasons[0].startswith("not decided")
+    # a near tie between two strong families goes to the earlier step of the tree
+    t = classify("CUDA driver version is insufficient for CUDA runtime version\ntorch.OutOfMemoryError: CUDA out of "
+                 "memory\n")
+    assert t.category == "driver_incompatible" and t.runner_up == "model_load_capacity"
+    assert t.confidence < 0.6
+
+
+def test_live_facts_follow_the_tree():
+    text = (LOGS / "llmd-vllm-error-803.log").read_text()
+    assert classify(text).category == "driver_incompatible"
+    # driver new enough for the image: the same 803 is the container's (stale compat libcuda)
+    t = classify(text, driver="580.65.06", image_cuda="13.0.1")
+    assert t.category == "container_runtime" and any("803" in e for e in t.evidence)
+    # CUDA init already succeeded: a communication failure is not undone by a CUDA-looking line
+    text = (LOGS / "h100-nvls-cuda-failure-invalid-argument.log").read_text()
+    assert classify(text, cuda_init_ok=True, stage="multinode", nnodes=2).category == "communication"
+    # a launch that fails on one node alone is not a communication failure
+    t = classify((LOGS / "watchdog-allreduce-timeout.log").read_text(), single_node_ok=False)
+    assert t.category != "communication"
+    # one-node replica: communication evidence weighs less, and is said so
+    t = classify((LOGS / "nccl-ib-failure.log").read_text(), nnodes=1)
+    assert any(h.family == "nnodes" and h.weight < 0 for h in t.hits)
+
+
+def test_report_shows_the_scoring_for_a_triaged_node(tmp_path):
+    from conftest import journal, write_inventory, write_playbook
+
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {"sim_faults": ["vllm_oom"]}})
+    pb = write_playbook(tmp_path / "pb.yml", min_serving=0)
+    run_dir = tmp_path / "run"
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 1
+    rec = next(r for r in journal(run_dir) if r["type"] == "triage")
+    assert rec["category"] == "model_load_capacity" and rec["stage"] == "vllm_smoke"
+    assert any(c["family"] == "stage" and "vllm_smoke" in c["why"] for c in rec["contributions"])
+    md = (run_dir / "report.md").read_text()
+    assert f"scoring: confidence {rec['confidence']:.2f}" in md and "model_load_capacity / gpu_memory" in md
+    html = (run_dir / "report.html").read_text()
+    assert 'class="triage-scoring"' in html and "gpu_memory" in html
+
+
+def test_one_node_replica_dying_at_load_is_step_three():
+    text = (LOGS / "nccl-unhandled-system-error.log").read_text()
+    assert classify(text).category == "communication"
+    t = classify(text, stage="vllm_smoke", nnodes=1, cuda_init_ok=True)
+    assert t.category == "model_load_capacity" and t.evidence and all(e in text for e in t.evidence)
+    assert classify(text, stage="multinode", nnodes=2, cuda_init_ok=True).category == "communication"

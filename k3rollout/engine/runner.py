@@ -212,8 +212,10 @@ class Engine(GateMixin, StepRunnerMixin):
         if not out.passed:
             f = self.view.node(node).facts
             image_cuda = f.get("image_cuda") if stage.stage in ("cuda_check", "vllm_smoke", "features") else None
+            groups = self.view.plan.get("groups") or {}
             tri = classify(out.logs or out.reason, driver=f.get("driver_version") if image_cuda else None,
-                           image_cuda=image_cuda)
+                           image_cuda=image_cuda, stage=stage.stage, cuda_init_ok=f.get("cuda_init_ok"),
+                           nnodes=next((len(ns) for ns in groups.values() if node in ns), None))
             self.record("triage", node=node, stage=stage.stage, **tri.to_dict())
         self.record("stage_done", node=node, stage=stage.stage, passed=out.passed, reason=self.redact(out.reason))
         self.log.info("stage_done", node=node, stage=stage.stage, passed=out.passed, reason=out.reason)

@@ -129,7 +129,8 @@ def apply(v: RunView, r: dict[str, Any]) -> None:
         if r["stage"] == "baseline":
             n.baseline.update(r["facts"])
     elif t == "triage":
-        n.triage = {k: r[k] for k in ("category", "evidence", "reasons", "next_steps", "stage") if k in r}
+        n.triage = {k: r[k] for k in ("category", "evidence", "reasons", "next_steps", "stage", "confidence",
+                                      "runner_up", "scores", "candidates", "contributions") if k in r}
     elif t == "rollback_plan":
         n.rollback_plan, n.rollback_described = r["steps"], r.get("described", [])
     elif t == "rollback_started":

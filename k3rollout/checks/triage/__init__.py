@@ -1,0 +1,310 @@
+"""Classify a failure by DOMAIN.md's decision tree, before anyone changes anything.
+
+The tree: (1) a host driver below the image's CUDA floor is ``driver_incompatible``; (2) a
+driver new enough but CUDA/GPU setup failing is ``container_runtime``; (3) CUDA up, the
+process dies loading the model: ``model_load_capacity``; (4) one node works, several fail:
+``communication``. Anything else is ``other``.
+
+The classifier scores rather than first-matches. Every line of the log is read against the
+signal families of ``signals.py``; each family contributes its strongest match (damped by the
+line's log level), families of one category add up, and the live facts (the stage that failed,
+driver and image CUDA, whether CUDA init already succeeded, the replica's node count) add or
+move score the way the tree orders them. The best category wins when it is both strong enough
+and clearly ahead; otherwise the answer is ``other`` with the candidates listed. Every
+decision keeps its deciding lines, its runner-up and a confidence.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from collections.abc import Mapping
+from typing import Any
+
+from k3rollout.checks.cuda_table import compat_verdict
+from k3rollout.checks.triage.signals import FAMILIES, SIGNALS, Signal
+
+CATEGORIES = ("driver_incompatible", "container_runtime", "model_load_capacity", "communication", "other")
+TREE = CATEGORIES[:4]
+
+# NCCL INFO lines are the transport describing itself; they never decide anything.
+_NCCL_INFO = re.compile(r"NCCL INFO")
+# Log level of a line, looked for near its start. INFO/DEBUG lines describe, they do not fail:
+# a match there counts a quarter (vLLM prints "KV cache usage" and "NVSHMEM enabled" at INFO on
+# healthy servers). WARNING lines count 0.6: they are often the warning that comes true, but as
+# often a hint printed on every start ("may cause out of memory"). NCCL's own "NCCL WARN" is its
+# error level and is not damped.
+_INFO = re.compile(r"^\W{0,3}(\(\w+ pid=\d+(, ip=[\d.]+)?\)\s*)?(\S+\s+){0,3}?\[?(INFO|DEBUG|I\d{4})\b", re.I)
+_WARN = re.compile(r"^\W{0,3}(\(\w+ pid=\d+(, ip=[\d.]+)?\)\s*)?(\S+\s+){0,3}?\[?(WARNING|WARN|W\d{4})\b|UserWarning|"
+                   r"FutureWarning|DeprecationWarning", re.I)
+LEVEL_FACTOR = {"info": 0.25, "warning": 0.6, "error": 1.0}
+# A family that matches on several lines gains a little (0.25 a line, at most 0.5): repetition is
+# weak evidence that the mechanism is real, not noise, but never outweighs a second family.
+REPEAT_BONUS, REPEAT_CAP = 0.25, 0.5
+# Earlier tree steps explain later symptoms (a too-old driver makes CUDA fail, which makes the
+# model fail to load), so on equal evidence the earlier step wins. Small: it breaks ties only.
+TREE_BONUS = {"driver_incompatible": 0.3, "container_runtime": 0.2, "model_load_capacity": 0.1, "communication": 0.0}
+# Below MIN_SCORE nothing was proven (one generic line at most); below MIN_CONFIDENCE the top two
+# are too close to call. Either way the answer is `other`, with the candidates.
+MIN_SCORE = 1.5
+MIN_CONFIDENCE = 0.3
+MAX_CONTRIBUTIONS = 20
+
+NEXT_STEPS = {
+    "driver_incompatible": [
+        "Do not look at GPU memory or model flags yet: the host driver cannot run this image's CUDA.",
+        "Confirm the image CUDA (docker image inspect: CUDA_VERSION / NVIDIA_REQUIRE_CUDA) and the full driver "
+        "version (nvidia-smi).",
+        "Upgrade the host driver to r580 or newer on an isolated, drained node (this playbook), or move validation "
+        "to a compatible environment; a private cu129 rebuild is a stop-gap only.",
+        "If NVML reports a driver/library mismatch, the new packages are installed but the old module is loaded: "
+        "reboot (or reload the module) before testing.",
+    ],
+    "container_runtime": [
+        "The driver is new enough; check the container path: `docker info` runtimes (nvidia), nvidia-container-toolkit "
+        "version, CDI specs, device permissions.",
+        "Run `docker run --rm --gpus all <image> nvidia-smi` to test GPU visibility in a container.",
+        "On NVSwitch systems (HGX H100/H200/B200) check `systemctl status nvidia-fabricmanager` matches the driver "
+        "version (error 802).",
+        "Check the image digest against the official one (integrity) and for a bundled compat libcuda (error 803).",
+    ],
+    "model_load_capacity": [
+        "CUDA works; the process died loading the model. Record real free memory per GPU (nvidia-smi) before retrying.",
+        "Check weight format and --load-format, GPU count vs --tensor-parallel-size, and the parallel layout.",
+        "Try the ladder one variable at a time: model only, short request, target context, then concurrency.",
+    ],
+    "communication": [
+        "A single node works; several fail: check NCCL/RDMA, interface binding (NCCL_SOCKET_IFNAME, NCCL_IB_HCA), "
+        "topology and the all-to-all backend.",
+        "Run nccl-tests all_reduce_perf between pairs of nodes to isolate the failing peer or link.",
+        "Do not change CUDA or driver versions for this.",
+    ],
+    "other": [
+        "No known signature matched: read the captured logs in the evidence directory and classify by hand.",
+        "Keep the node cordoned until the cause is understood.",
+    ],
+}
+
+# The stage that failed, as evidence: which tree steps it can reach. A cuda_check failure is
+# steps 1-2 by construction; vllm_smoke/features run after CUDA init, so step 3 leads; the
+# multinode stage is where step 4 shows. 1.0 is "supports", never "decides" (MIN_SCORE is 1.5).
+LOAD_STAGES = frozenset({"vllm_smoke", "features"})
+# driver_upgrade is not here on purpose: a failed package install is not the tree's step 1 (an
+# NVML/kernel mismatch after it is, and its signal says so).
+STAGE_PRIOR: dict[str, dict[str, float]] = {
+    "cuda_check": {"driver_incompatible": 0.75, "container_runtime": 0.75},
+    "vllm_smoke": {"model_load_capacity": 0.75},
+    "features": {"model_load_capacity": 0.75},
+    "multinode": {"communication": 1.0},
+}
+
+
+@dataclass
+class Hit:
+    """One scored contribution: a log line matched by a signal, or a live fact."""
+    category: str
+    family: str
+    weight: float
+    why: str
+    line: str | None = None
+    lineno: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"category": self.category, "family": self.family, "weight": round(self.weight, 2), "why": self.why,
+                "line": self.line, "lineno": self.lineno}
+
+
+@dataclass
+class Triage:
+    category: str
+    evidence: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    next_steps: list[str] = field(default_factory=list)
+    confidence: float = 0.0
+    runner_up: str | None = None
+    scores: dict[str, float] = field(default_factory=dict)
+    candidates: list[str] = field(default_factory=list)
+    hits: list[Hit] = field(default_factory=list)
+
+    def to_dict(self, file: str | None = None) -> dict[str, Any]:
+        d: dict[str, Any] = {"category": self.category, "evidence": self.evidence, "reasons": self.reasons,
+                             "next_steps": self.next_steps, "confidence": self.confidence,
+                             "runner_up": self.runner_up, "scores": self.scores}
+        if self.candidates:
+            d["candidates"] = self.candidates
+        # the scoring behind the decision (what `triage --explain` prints), strongest first, capped
+        # so that a log repeating one line a thousand times keeps the record small
+        d["contributions"] = [h.to_dict() for h in sorted(self.hits, key=lambda h: -abs(h.weight))[:MAX_CONTRIBUTIONS]]
+        if file is not None:
+            d = {"file": file, **d}
+        return d
+
+    def explain(self) -> str:
+        """The scoring, as `triage --explain` prints it."""
+        out = [f"category: {self.category} (confidence {self.confidence:.2f}, runner-up {self.runner_up or '-'})"]
+        if self.candidates:
+            out.append("  too weak or too close to call; candidates: " + ", ".join(self.candidates))
+        out.append("scores (sum of family scores + tree-order tie-break):")
+        for cat in CATEGORIES:
+            out.append(f"  {cat:<20} {self.scores.get(cat, 0.0):6.2f}")
+        out.append("contributions (family: weight x level factor, strongest per family first):")
+        for h in sorted(self.hits, key=lambda h: (CATEGORIES.index(h.category), h.family, -h.weight)):
+            where = f"line {h.lineno}" if h.lineno is not None else "live fact"
+            out.append(f"  {h.category:<20} {h.family:<20} {h.weight:+5.2f}  {h.why} [{where}]")
+            if h.line:
+                out.append(f"      > {h.line[:200]}")
+        return "\n".join(out) + "\n"
+
+
+def _level(line: str) -> str:
+    if _INFO.search(line[:80]):
+        return "info"
+    if "NCCL WARN" not in line and _WARN.search(line[:80] if "Warning" not in line else line):
+        return "warning"
+    return "error"
+
+
+def scan(text: str) -> list[Hit]:
+    """Every (line, signal) match with its level-damped weight; NCCL INFO lines are skipped."""
+    hits: list[Hit] = []
+    for i, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip() or _NCCL_INFO.search(raw):
+            continue
+        line = raw.strip()
+        factor = LEVEL_FACTOR[_level(line)]
+        best: dict[str, Signal] = {}
+        for s in SIGNALS:
+            if (s.family not in best or s.weight > best[s.family].weight) and s.pattern.search(line):
+                best[s.family] = s
+        for s in best.values():
+            hits.append(Hit(s.category, s.family, s.weight * factor, s.why, line[:500], i))
+    return hits
+
+
+def family_scores(hits: list[Hit], weights: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Score per family: its strongest line plus a capped repeat bonus, times the family's
+    multiplier in `weights` (1.0 unless fitted, see ``fit.fit_family_weights``)."""
+    by_family: dict[str, list[float]] = {}
+    for h in hits:
+        if h.line is not None:
+            by_family.setdefault(h.family, []).append(h.weight)
+    return {fam: (max(ws) + min(REPEAT_CAP, REPEAT_BONUS * (len(ws) - 1))) * (weights or {}).get(fam, 1.0)
+            for fam, ws in by_family.items()}
+
+
+def classify(text: str, *, driver: str | None = None, image_cuda: str | None = None,
+             single_node_ok: bool | None = None, stage: str | None = None, cuda_init_ok: bool | None = None,
+             nnodes: int | None = None, weights: Mapping[str, float] | None = None) -> Triage:
+    """Classify `text` (a failure log) with the live facts that are known.
+
+    driver/image_cuda: host driver version and the image's CUDA (both, or neither counts);
+    stage: the rollout stage that failed; cuda_init_ok: whether CUDA init already succeeded on
+    the node; nnodes: the replica's node count; single_node_ok: whether the same launch works on
+    one node alone (False rules communication out, True points at it); weights: per-family
+    multipliers (default 1.0: the hand weights of signals.py).
+    """
+    return classify_hits(scan(text), driver=driver, image_cuda=image_cuda, single_node_ok=single_node_ok,
+                         stage=stage, cuda_init_ok=cuda_init_ok, nnodes=nnodes, weights=weights)
+
+
+def classify_hits(hits: list[Hit], *, driver: str | None = None, image_cuda: str | None = None,
+                  single_node_ok: bool | None = None, stage: str | None = None, cuda_init_ok: bool | None = None,
+                  nnodes: int | None = None, weights: Mapping[str, float] | None = None) -> Triage:
+    """`classify` on lines already scanned (the fitting loop scans each log once)."""
+    fam = family_scores(hits, weights)
+    scores = {c: 0.0 for c in CATEGORIES}
+    for f, v in fam.items():
+        scores[FAMILIES[f]] += v
+    facts: list[Hit] = []
+    relabel: dict[str, str] = {}
+
+    # Tree step 1/2 from the live facts: the compat table, not the log, says whether the driver
+    # can run the image. Too old: decisive (6 beats any log). New enough: the log's driver-level
+    # messages are the container's doing (stale compat libcuda, wrong ldcache), so their score
+    # moves to container_runtime.
+    if driver and image_cuda:
+        verdict = compat_verdict(driver, image_cuda)
+        if not verdict["compatible"]:
+            facts.append(Hit("driver_incompatible", "live_facts", 6.0, "host driver below the image's CUDA floor",
+                             f"live facts: {verdict['reason']}"))
+        elif scores["driver_incompatible"]:
+            moved = scores["driver_incompatible"]
+            facts.append(Hit("driver_incompatible", "live_facts", -moved,
+                             f"driver {driver} can run CUDA {image_cuda}: driver-level errors are the container's"))
+            facts.append(Hit("container_runtime", "live_facts", moved,
+                             "driver new enough but CUDA fails (tree step 2)"))
+            relabel["driver_incompatible"] = "container_runtime"
+    # Tree step 3: CUDA init already succeeded, so steps 1-2 are behind us; what they print now is
+    # an echo (scaled to a quarter). Failed init: steps 1-2 lead and step 3-4 evidence is halved.
+    if cuda_init_ok is True:
+        for cat in ("driver_incompatible", "container_runtime"):
+            if scores[cat]:
+                facts.append(Hit(cat, "cuda_init_ok", -0.75 * scores[cat], "CUDA init already succeeded"))
+    elif cuda_init_ok is False:
+        for cat in ("model_load_capacity", "communication"):
+            if scores[cat]:
+                facts.append(Hit(cat, "cuda_init_failed", -0.5 * scores[cat],
+                                 "CUDA init failed: the model never loaded"))
+        facts.append(Hit("container_runtime", "cuda_init_failed", 1.0, "CUDA init failed"))
+        facts.append(Hit("driver_incompatible", "cuda_init_failed", 1.0, "CUDA init failed"))
+    if stage in STAGE_PRIOR:
+        for cat, w in STAGE_PRIOR[stage].items():
+            facts.append(Hit(cat, "stage", w, f"failed in stage {stage}"))
+    # Tree step 4 is about several nodes: a one-node replica has only intra-node NCCL left
+    # (still possible: 0.6), and a launch that fails on one node alone is not communication.
+    if single_node_ok is False and scores["communication"]:
+        facts.append(Hit("communication", "single_node", -scores["communication"], "fails on a single node too"))
+    elif single_node_ok is True:
+        facts.append(Hit("communication", "single_node", 1.5, "works on one node, fails on several"))
+    if nnodes == 1 and scores["communication"] and stage in LOAD_STAGES:
+        # one-node replica dying while it loads: the tree's step 3 names "communication during load"
+        # as a model-load problem; step 4 needs several nodes
+        moved = scores["communication"]
+        facts.append(Hit("communication", "nnodes", -moved, "replica is one node: no cross-node step 4"))
+        facts.append(Hit("model_load_capacity", "nnodes", moved, "communication during load (tree step 3)"))
+        relabel["communication"] = "model_load_capacity"
+    elif nnodes == 1 and scores["communication"]:
+        facts.append(Hit("communication", "nnodes", -0.4 * scores["communication"], "replica is one node"))
+    elif nnodes and nnodes > 1 and stage == "multinode":
+        facts.append(Hit("communication", "nnodes", 0.5, f"replica spans {nnodes} nodes"))
+    for h in facts:
+        scores[h.category] += h.weight
+    for cat in TREE:
+        if scores[cat] > 0:
+            scores[cat] += TREE_BONUS[cat]
+    scores = {c: round(max(0.0, v), 2) for c, v in scores.items()}
+    return _decide(scores, facts + hits, relabel)
+
+
+def _decide(scores: dict[str, float], hits: list[Hit], relabel: Mapping[str, str]) -> Triage:
+    ranked = sorted(CATEGORIES, key=lambda c: (-scores[c], CATEGORIES.index(c)))
+    top, second = ranked[0], ranked[1]
+    s1, s2 = scores[top], scores[second]
+    # Confidence: the share of the top two that the winner holds (0.5 tie .. 1.0 alone), times
+    # how much evidence there is at all (one decisive 4.0 line gives 0.8).
+    confidence = 0.0 if s1 <= 0 else round(s1 / (s1 + s2) * (1 - math.exp(-s1 / 2.5)), 2)
+    runner_up = second if s2 > 0 else None
+    candidates: list[str] = []
+    category = top
+    if s1 < MIN_SCORE or confidence < MIN_CONFIDENCE:
+        candidates = [f"{c} ({scores[c]:.2f})" for c in ranked if scores[c] > 0 and c != "other"][:3]
+        category = "other"
+        if top != "other":
+            runner_up = top if s1 > 0 else None
+    # the lines that decided: the winner's own, and lines the live facts moved to it
+    deciding = [h for h in hits if relabel.get(h.category, h.category) == top and h.weight > 0]
+    deciding.sort(key=lambda h: -h.weight)
+    evidence: list[str] = []
+    reasons: list[str] = []
+    for h in deciding:
+        if h.line and h.line not in evidence and len(evidence) < 10:
+            evidence.append(h.line)
+        if h.why not in reasons:
+            reasons.append(h.why)
+    if category == "other" and top != "other":
+        reasons = [f"not decided: best {top} {s1:.2f}, next {second} {s2:.2f}"] + reasons
+    # evidence is in log order, live facts first
+    order = {h.line: (h.lineno or 0) for h in hits if h.line}
+    evidence.sort(key=lambda ln: order.get(ln, 0))
+    return Triage(category, evidence, reasons, NEXT_STEPS[category], confidence, runner_up, scores, candidates, hits)

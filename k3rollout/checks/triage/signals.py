@@ -1,0 +1,233 @@
+"""The signals triage scores, grouped by family.
+
+A *family* is one failure mechanism (``nccl_error``, ``kv_cache``, ``cuda_driver_too_old``...).
+It belongs to one category and holds the messages different tools print for it. Within a
+family only the strongest matching signal counts (a log that says the same thing five times
+is not five times as sure); across families the scores add (two independent mechanisms
+pointing at the same category are stronger than one).
+
+The patterns are the tools' own message texts (CUDA runtime/driver error strings, NVML,
+nvidia-container-cli, NCCL, PyTorch, vLLM, SGLang, Ray, Kubernetes), not lines of any one
+report, so they hold on logs no rule was written against.
+
+Weights, on one scale:
+  4.0  the message names the mechanism and nothing else causes it (error 35, NCCL's
+       "remote process exited", "CUDA out of memory").
+  3.0  names the mechanism, but another category's failure can print it on the way down.
+  2.0  specific to the category, but a symptom rather than the cause.
+  1.0  generic: the category is likely, nothing is proven.
+  0.5  context only (a hint that one category is in play at all).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Signal:
+    family: str
+    category: str
+    pattern: re.Pattern[str]
+    weight: float
+    why: str
+
+
+# (family, category, weight, regex, why). The comment above each family says why it sits in
+# its category and why it weighs what it weighs.
+_TABLE: list[tuple[str, str, float, str, str]] = [
+    # --- driver_incompatible (DOMAIN tree step 1: the host driver cannot run this CUDA) ---
+    # CUDA's own verdict that the driver is older than the runtime: decisive, 4.
+    ("cuda_driver_too_old", "driver_incompatible", 4.0,
+     r"CUDA driver version is insufficient for CUDA runtime version|cudaErrorInsufficientDriver"
+     r"|CUDA_ERROR_INSUFFICIENT_DRIVER", "error 35: the driver is older than the CUDA runtime"),
+    ("cuda_driver_too_old", "driver_incompatible", 4.0,
+     r"NVIDIA driver on your system is too old|driver version is too old|Your (GPU|CUDA|NVIDIA) driver is too old",
+     "PyTorch/framework: the driver is too old for the wheel's CUDA"),
+    ("cuda_driver_too_old", "driver_incompatible", 4.0,
+     r"driver version \S+ is below the CUDA \d+\.x minimum", "live facts: driver below image CUDA floor"),
+    # The container toolkit's NVIDIA_REQUIRE_CUDA check: the runtime raises it, the driver causes it
+    # (CUDA_COMPAT.md), so it is a driver signal at full weight.
+    ("cuda_requirement", "driver_incompatible", 4.0,
+     r"unsatisfied condition: (cuda|driver)\s*>=?\s*[\d.]+", "image NVIDIA_REQUIRE_CUDA above the driver"),
+    # 804: a compat libcuda used because the host driver is too old, on a GPU without forward compat.
+    ("forward_compat", "driver_incompatible", 4.0,
+     r"forward compatibility was attempted on non supported HW|COMPAT_NOT_SUPPORTED_ON_DEVICE"
+     r"|cudaErrorCompatNotSupportedOnDevice|Error 804\b", "error 804: forward compat on non-datacenter GPU"),
+    # 803 and NVML/kernel API mismatches: user-space and kernel driver disagree. Real driver-level
+    # incompatibility; 3.5 because a stale compat lib in the image also prints it (the live facts
+    # move it to container_runtime when the driver is known to be new enough).
+    ("driver_mismatch", "driver_incompatible", 3.5,
+     r"unsupported display driver\s*/\s*cuda driver combination|cudaErrorSystemDriverMismatch"
+     r"|SYSTEM_DRIVER_MISMATCH|Error 803\b", "error 803: user-space libcuda does not match the kernel driver"),
+    ("driver_mismatch", "driver_incompatible", 3.5,
+     r"Driver/library version mismatch|API mismatch: the NVIDIA kernel module has version",
+     "NVML: loaded kernel module differs from the user-space driver"),
+    # 222: kernels built by a newer toolchain than the driver's JIT understands.
+    ("ptx_toolchain", "driver_incompatible", 4.0,
+     r"PTX was compiled with an unsupported toolchain|cudaErrorUnsupportedPtxVersion|UNSUPPORTED_PTX_VERSION",
+     "error 222: PTX from a newer CUDA than the driver"),
+    # A bare "error 35" with a CUDA context and no text: likely, not proven.
+    ("cuda_driver_too_old", "driver_incompatible", 2.0,
+     r"CUDA (error|Error)[ :]*35\b|\berror code 35\b|cuInit.*\b35\b", "CUDA error code 35"),
+
+    # --- container_runtime (tree step 2: driver fine, the container/GPU path is broken) ---
+    # Docker/containerd has no NVIDIA runtime or device driver: nothing else prints these.
+    ("runtime_missing", "container_runtime", 4.0,
+     r'could not select device driver "[^"]*" with capabilities|unknown or invalid runtime name: nvidia'
+     r"|Unknown runtime specified nvidia|nvidia-container-runtime(-hook)?\S*: (executable file )?not found"
+     r'|exec: "nvidia-container-runtime', "no NVIDIA container runtime configured"),
+    # nvidia-container-cli failing in the prestart hook. "requirement error" is excluded: that one is
+    # the driver's (above).
+    ("toolkit_hook", "container_runtime", 3.5,
+     r"nvidia-container-cli: (initialization|mount|ldcache|detection|container) error"
+     r"|nvidia-container-cli\S*: (?!requirement)[a-z ]*error", "nvidia-container-cli failed"),
+    ("toolkit_hook", "container_runtime", 1.5,
+     r"error running (prestart )?hook|OCI runtime create failed|failed to create shim task",
+     "OCI runtime hook failed (generic: the hook's own message decides)"),
+    # NVML unreachable inside a container/pod: libraries not injected or cgroup device access lost.
+    ("nvml_in_container", "container_runtime", 3.5,
+     r"Failed to initialize NVML: (Unknown Error|ERROR_LIBRARY_NOT_FOUND|could not load NVML library)"
+     r"|NVML library not found|could not load NVML library|libnvidia-ml\.so(\.1)?: cannot open shared object"
+     r"|load library failed: libnvidia-ml|nvml\.so.*not found|libcuda\.so(\.1)?: cannot open shared object",
+     "NVML/driver libraries not reachable in the container"),
+    # The Kubernetes device plugin / GPU Operator telling the node has no usable GPU runtime.
+    ("device_plugin", "container_runtime", 3.5,
+     r"did you configure the NVIDIA Container Toolkit|Incompatible strategy detected|"
+     r"No devices found\. Waiting indefinitely|nvidia-container-runtime.*not.*default runtime"
+     r"|Insufficient nvidia\.com/gpu|failed to get device plugin|device plugin.*(failed|error)",
+     "Kubernetes device plugin cannot see or advertise GPUs"),
+    # CDI: device names the runtime cannot resolve.
+    ("cdi", "container_runtime", 4.0,
+     r"unresolvable CDI devices|failed to inject CDI devices|CDI device injection failed"
+     r"|failed to (resolve|create) CDI|cdi\.k8s\.io.*(not found|unresolvable)|(error )?setting up CDI devices"
+     r"|failed to stat CDI host device", "CDI device resolution failed"),
+    # The framework found no GPU at all. In a container that the driver could serve, this is
+    # the runtime not passing GPUs; 3 because a host without a loaded driver prints it too.
+    ("gpu_visibility", "container_runtime", 3.0,
+     r"no CUDA-capable device is detected|Found no NVIDIA driver on your system|No CUDA GPUs are available"
+     r"|cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|Failed to infer device type|Device string must not be empty"
+     r"|torch\.cuda\.is_available\(\)\s*(is|returned|=)\s*False|NVIDIA-SMI has failed because it couldn't communicate"
+     r"|CUDA driver initialization failed|no NVIDIA GPU device is present|nvidia-smi: (command )?not found",
+     "GPUs not visible to the process"),
+    # 802: NVSwitch systems without a matching fabric manager.
+    ("fabric_manager", "container_runtime", 3.5,
+     r"Error 802\b|system not yet initialized|cudaErrorSystemNotReady|CUDA_ERROR_SYSTEM_NOT_READY"
+     r"|nvidia-fabricmanager.*(fail|error|mismatch)", "error 802: fabric manager / system not ready"),
+    # Device nodes or sockets not accessible: rootless, cgroups, SELinux.
+    ("device_permissions", "container_runtime", 3.0,
+     r"permission denied.*(/dev/nvidia|docker\.sock|nvidia-container)"
+     r"|(/dev/nvidia\S*).*(permission denied|Operation not permitted)"
+     r"|rootless.*(nvidia|gpu|cgroup)|no-cgroups|cgroup.*devices.*(not found|denied)", "device or socket permissions"),
+    # Image could not be pulled or verified.
+    ("image_pull", "container_runtime", 2.5,
+     r"manifest unknown|pull access denied|failed to register layer|digest mismatch|ErrImagePull|ImagePullBackOff"
+     r"|no space left on device.*(layer|overlay|extract)", "image pull / integrity"),
+    # CUDA asked for a device count and failed: container or driver, the follow-up line decides.
+    ("gpu_visibility", "container_runtime", 1.0,
+     r"Unexpected error from cudaGetDeviceCount|CUDA unknown error|cuInit.*(failed|error)",
+     "CUDA init failed (generic)"),
+
+    # --- model_load_capacity (tree step 3: CUDA up, the model does not load or fit) ---
+    ("gpu_memory", "model_load_capacity", 4.0,
+     r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation"
+     r"|CUDA_ERROR_OUT_OF_MEMORY|RESOURCE_EXHAUSTED: Out of memory|out of memory allocating"
+     r"|Cuda failure '?out of memory",
+     "out of GPU memory"),
+    ("gpu_memory", "model_load_capacity", 2.5,
+     r"Not enough memory|insufficient (GPU )?memory|memory (is )?not enough"
+     r"|exceeds (the )?(available|total) (GPU )?memory"
+     r"|not enough (GPU|device) memory|Free memory on device .* is less than desired GPU memory utilization",
+     "memory below what the model needs"),
+    ("kv_cache", "model_load_capacity", 4.0,
+     r"No available memory for the cache blocks|larger than the maximum number of tokens that can be stored in KV cache"
+     r"|(is|are) (needed|required) to store .*KV cache|KV cache .*(is )?(needed|required).*(larger|exceeds|available)"
+     r"|Insufficient memory for KV cache|not enough KV cache"
+     r"|max_num_batched_tokens.*(smaller|larger) than max_model_len"
+     r"|Not enough memory for the KV cache|kv cache pool.*(too small|not enough)"
+     r"|max_total_num_tokens.*(too small|<=? ?0)"
+     r"|(no|not enough|insufficient) (GPU )?memory (left )?for (the )?KV cache",
+     "KV cache does not fit"),
+    ("parallel_layout", "model_load_capacity", 3.5,
+     r"number of required GPUs exceeds the total number of available GPUs|is not divisible by"
+     r"|must be divisible by|should be divisible by|not evenly divisible|Total number of attention heads .* must be"
+     r"|Tensor parallel size .* (exceeds|greater)|world_size .* (exceeds|greater than)", "parallel layout does not divide the model"),
+    ("weights", "model_load_capacity", 3.5,
+     r"SafetensorError|Error while deserializing header|Cannot load weights|size mismatch for|shape mismatch"
+     r"|KeyError: '[\w.]*(weight|bias|scale|experts|proj|embed|qweight|scales|zeros)[\w.]*'"
+     r"|unexpected key|Missing key\(s\) in state_dict|weight_loader|does not appear to have a file named"
+     r"|No such file or directory: .*\.(safetensors|bin|pt)|incomplete metadata|HeaderTooLarge",
+     "weights do not match the loader"),
+    ("quantization", "model_load_capacity", 3.5,
+     r"quantization .*(is )?not supported"
+     r"|not supported (for|on) (the )?(current )?(GPU|device|hardware|compute capability)"
+     r"|Unknown quantization method|minimum capability|requires (a )?(GPU|device) with compute capability"
+     r"|fp8 .*not supported|Marlin.*(not supported|require)|compute capability .* (is )?(below|lower|less)",
+     "quantization scheme the kernel or GPU does not support"),
+    ("host_memory", "model_load_capacity", 3.0,
+     r"oom-kill|Out of memory: Killed process|OOMKilled|Cannot allocate memory|std::bad_alloc", "host memory OOM"),
+    ("model_len", "model_load_capacity", 2.5,
+     r"max_model_len.*(greater|larger|exceeds)|(greater|larger) than the (derived|maximum) max_model_len"
+     r"|User-specified max_model_len", "context length above what fits"),
+
+    # --- communication (tree step 4: one node works, several fail) ---
+    ("nccl_error", "communication", 3.0,
+     r"ncclSystemError|ncclRemoteError|ncclInternalError|ncclInvalidUsage|NCCL error|NCCL failure|Test NCCL failure"
+     r"|unhandled system error|ProcessGroupNCCL.*(error|Error)|NCCL communicator was aborted|ncclCommInitRank failed",
+     "NCCL collective failed"),
+    ("nccl_error", "communication", 1.5, r"NCCL WARN", "NCCL warning"),
+    ("nccl_peer", "communication", 4.0,
+     r"remote process exited or there was a network error|Connection reset by peer"
+     r"|Connection refused.*(nccl|NCCL|gloo|rank|store)"
+     r"|socketStartConnect: Connect to .* failed|socketPollConnect|NET/Socket : (Connect|connect)",
+     "peer or fabric failure"),
+    ("bootstrap_iface", "communication", 4.0,
+     r"Bootstrap : no socket interface found|neither AF_INET|no socket interface"
+     r"|Unable to find address for|Cannot assign requested address", "no usable bootstrap interface"),
+    # Interface variables named in a log are context only: set in most multi-node launches.
+    ("iface_env", "communication", 0.5, r"NCCL_SOCKET_IFNAME|GLOO_SOCKET_IFNAME|NCCL_IB_HCA", "interface binding in play"),
+    ("collective_timeout", "communication", 3.5,
+     r"Watchdog caught collective operation timeout|ProcessGroupNCCL.*[Tt]imeout|collective operation timeout"
+     r"|DistNetworkError|Timed out .*(rendezvous|store|barrier|init_process_group)|timed out after .*(store|barrier)",
+     "collective or rendezvous timeout"),
+    ("rdma", "communication", 3.5,
+     r"NET/IB|ibv_\w+ failed|ibv_modify_qp|\bQP\b.*(error|failed)|RDMA|IBGDA|GID index|mlx5.*(error|fail)"
+     r"|local protection error|transport retry counter exceeded|wr_id", "InfiniBand/RDMA transport error"),
+    ("ep_transport", "communication", 3.5,
+     r"NVSHMEM|nvshmem|DeepEP|deep_ep|pplx|all2all|all_to_all.*(fail|error)|ibgda",
+     "expert-parallel transport (NVSHMEM/DeepEP) failed"),
+    ("efa", "communication", 3.5,
+     r"libfabric|\bEFA\b|efa_|fi_getinfo|OFI (NCCL )?plugin|aws-ofi-nccl|NET/OFI", "EFA/libfabric transport error"),
+    ("cluster_join", "communication", 3.0,
+     r"Failed to connect to GCS|GCS (server|client).*(timeout|failed|unavailable)"
+     r"|Unable to connect to (the )?(Ray )?head"
+     r"|ray\.init\(\) .*(failed|timed out)|The node with node id .* has been marked dead|RaySystemError"
+     r"|failed to (join|register).*(cluster|head)|TCPStore.*(failed|timed out|Connection)|c10d.*(failed|timed out)"
+     r"|Rendezvous.*(failed|timed out|closed)|MASTER_ADDR|ActorDiedError|ActorUnavailableError",
+     "worker cannot join the head or the control store"),
+    ("p2p_nvlink", "communication", 2.0,
+     r"P2P (access|is) (not|disabled)|peer access is not supported|NVLink.*(error|down|inactive)"
+     r"|custom allreduce.*(fail|disabled)"
+     r"|cudaErrorPeerAccess", "peer-to-peer / NVLink path"),
+
+    # --- other (no GPU cause: these make a GPU-looking noise line lose) ---
+    ("hub_access", "other", 3.0,
+     r"couldn't connect to 'https://huggingface\.co'|LocalEntryNotFoundError|GatedRepoError|401 Client Error"
+     r"|RepositoryNotFoundError|Cannot access gated repo|HF_HUB_OFFLINE|Max retries exceeded with url: /api/models",
+     "model hub access (network, token, gated repo)"),
+    ("python_env", "other", 2.5,
+     r"ModuleNotFoundError|ImportError: |undefined symbol|No module named|cannot import name"
+     r"|GLIBC_\S+ not found|version `GLIBCXX", "Python/library environment broken"),
+    ("config", "other", 2.5,
+     r"Model architectures? \[.*\] (is|are) not supported|not supported for now|unrecognized arguments"
+     r"|error: argument|ValidationError|trust_remote_code|Unrecognized (model|configuration)"
+     r"|tokenizer.*(not found|error)",
+     "launch arguments or model config"),
+    ("port", "other", 3.0, r"Address already in use|port .* (is )?already in use|EADDRINUSE", "port already in use"),
+]
+
+SIGNALS: tuple[Signal, ...] = tuple(
+    Signal(fam, cat, re.compile(rx, re.I), w, why) for fam, cat, w, rx, why in _TABLE)
+
+FAMILIES: dict[str, str] = {s.family: s.category for s in SIGNALS}
