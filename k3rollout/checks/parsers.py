@@ -116,15 +116,40 @@ def image_facts(inspect: list[dict[str, Any]]) -> dict[str, Any]:
             "source": labels.get("org.opencontainers.image.source")}
 
 
+def kubectl_unschedulable(text: str) -> str:
+    """``kubectl get node N -o jsonpath={.spec.unschedulable}``: "true" or empty."""
+    return "cordoned" if text.strip() == "true" else "schedulable"
+
+
+# Slurm base states and flags under which work is still running on the node
+_SLURM_BUSY = ("ALLOCATED", "MIXED", "COMPLETING")
+
+
+def scontrol_node_state(text: str) -> str:
+    """``scontrol show node N``: ``State=BASE[+FLAG...]``. A node held out of service
+    (DRAIN, DOWN, FAIL) while jobs still run there (``ALLOCATED+DRAIN``, ``MIXED+DRAIN``,
+    ``+COMPLETING``: sinfo's "draining") is ``draining``, not out of service; a held node
+    that runs nothing (``IDLE+DRAIN``: "drained", or DOWN) is ``cordoned``."""
+    m = re.search(r"\bState=(\S+)", text)
+    if not m:
+        raise ParseError("no State= in scontrol output")
+    state = m.group(1).upper()
+    parts = state.rstrip("*~#!%$@^-").split("+")
+    base, flags = parts[0], set(parts[1:])
+    if not ("DRAIN" in state or "DOWN" in state or "FAIL" in flags or base == "FAIL"):
+        return "schedulable"
+    if base in _SLURM_BUSY or "COMPLETING" in flags:
+        return "draining"
+    return "cordoned"
+
+
+_SCHEDULER_STATE = {"kubernetes": kubectl_unschedulable, "slurm": scontrol_node_state}
+
+
 def scheduler_state(kind: str, text: str) -> str:
-    if kind == "kubernetes":
-        return "cordoned" if text.strip() == "true" else "schedulable"
-    if kind == "slurm":
-        m = re.search(r"State=(\S+)", text)
-        if not m:
-            raise ParseError("no State= in scontrol output")
-        return "cordoned" if ("DRAIN" in m.group(1) or "DOWN" in m.group(1)) else "schedulable"
-    return "unmanaged"
+    """The node's state from its scheduler's own output (see k3rollout/scheduler)."""
+    parse = _SCHEDULER_STATE.get(kind)
+    return parse(text) if parse else "unmanaged"
 
 
 # one result row: size count type redop [root] then (time algbw busbw wrong) out-of-place and in-place;

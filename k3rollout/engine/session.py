@@ -31,6 +31,7 @@ from k3rollout.model.inventory import Inventory, load_inventory
 from k3rollout.model.playbook import Playbook, load_playbook
 from k3rollout.plan.planner import Plan
 from k3rollout.report.render import write_reports
+from k3rollout.scheduler import with_scheduler_hosts
 from k3rollout.transport.factory import check_controller_tools, make_executor
 
 
@@ -71,7 +72,7 @@ class Session:
                 "inventory": str(Path(inventory.path).resolve()), "inventory_sha256": inv_digest})
             journal = Journal(self.journal_path, self.clock.iso)
             evidence = EvidenceStore(self.run_dir / "evidence")
-            executor = make_executor({h: inventory.hosts[h] for h in plan.hosts}, self.run_dir)
+            executor = make_executor(with_scheduler_hosts(inventory.hosts, list(plan.hosts)), self.run_dir)
             engine = Engine(playbook=playbook, inventory=inventory, executor=executor, journal=journal,
                             evidence=evidence, clock=self.clock, run_id=run_id, log=log, on_event=on_event)
             # the approved playbook as evidence, with secret values masked (its sha256 in
@@ -147,7 +148,7 @@ class Session:
             lock.release()
             journal.close()
             raise InputError(f"host(s) {missing} of this run are no longer in the inventory", path=inventory.path)
-        executor = make_executor({h: inventory.hosts[h] for h in plan_hosts}, self.run_dir)
+        executor = make_executor(with_scheduler_hosts(inventory.hosts, list(plan_hosts)), self.run_dir)
         engine = Engine(playbook=playbook, inventory=inventory, executor=executor, journal=journal,
                         evidence=EvidenceStore(self.run_dir / "evidence"), clock=self.clock, run_id=first["run_id"],
                         log=log, on_event=on_event)

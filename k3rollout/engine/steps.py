@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from k3rollout import fastjson
 from k3rollout.errors import CommandTimeout, ConnectionLost, HostUnreachable, TransportError
 from k3rollout.stages.base import NodeCtx, StepFailed
+from k3rollout.transport import local
 from k3rollout.transport.base import CommandResult
 
 if TYPE_CHECKING:
@@ -56,9 +57,12 @@ class StepRunnerMixin:
     def step(self, ctx: NodeCtx, name: str, argv: list[str], *, once: bool = False,
              probe: Callable[[NodeCtx, dict], bool] | None = None, stdin: bytes | None = None,
              timeout: float = 600.0, evidence: bool = True, meta: dict | None = None,
-             _retry: bool = True) -> CommandResult:
+             on: str | None = None, _retry: bool = True) -> CommandResult:
+        """``on``: where it runs when not on the node itself, ``"controller"`` or an
+        inventory host (the scheduler's operations); the journal records it as ``ran_on``."""
         key = f"{ctx.folder}/{name}"
         node = ctx.node
+        target = on or node
         shown = [self.redact(a) for a in argv]
         if once:
             earlier = self._replay_or_settle(ctx, name, key, argv, probe)
@@ -67,15 +71,18 @@ class StepRunnerMixin:
         # a read-only command's records need no fsync of their own (see Journal.append);
         # everything before a destructive step is made durable by that step's record
         self.record("step_started", node=node, stage=ctx.stage, step=name, key=key, argv=shown, once=once,
-                    durable=once, **({"meta": meta} if meta else {}))
+                    durable=once, **({"meta": meta} if meta else {}), **({"ran_on": on} if on else {}))
         try:
-            res = self.executor.run(node, argv, stdin=stdin, timeout=timeout)
+            if on == local.HOST:
+                res = local.run(argv, stdin=stdin, timeout=timeout)
+            else:
+                res = self.executor.run(target, argv, stdin=stdin, timeout=timeout)
         except ConnectionLost as exc:
             self.record("step_error", node=node, stage=ctx.stage, step=name, key=key, error="connection_lost",
                         message=self.redact(str(exc)))
             if once and probe and _retry:
                 try:
-                    self.executor.wait_for_host(node, min(timeout, 300.0))
+                    self.executor.wait_for_host(target, min(timeout, 300.0))
                     took = probe(ctx, meta or {})
                 except TransportError as exc2:
                     raise StepFailed(self.redact(str(exc2))) from None
@@ -84,7 +91,7 @@ class StepRunnerMixin:
                 if took:
                     return CommandResult(node, tuple(argv), 0, "", "", 0.0)
                 return self.step(ctx, name, argv, once=once, probe=probe, stdin=stdin, timeout=timeout,
-                                 evidence=evidence, meta=meta, _retry=False)
+                                 evidence=evidence, meta=meta, on=on, _retry=False)
             raise StepFailed(self.redact(str(exc)), self.redact(exc.output_tail)) from None
         except (HostUnreachable, CommandTimeout, TransportError) as exc:
             self.record("step_error", node=node, stage=ctx.stage, step=name, key=key,
@@ -92,7 +99,7 @@ class StepRunnerMixin:
             raise StepFailed(self.redact(str(exc)), self.redact(exc.output_tail)) from None
         ref = None
         if evidence:
-            body = (f"$ {shlex.join(shown)}\n# host={node} rc={res.rc} duration_s={res.duration_s:.3f}\n"
+            body = (f"$ {shlex.join(shown)}\n# host={target} rc={res.rc} duration_s={res.duration_s:.3f}\n"
                     f"--- stdout ---\n{self.redact(res.stdout)}\n--- stderr ---\n{self.redact(res.stderr)}")
             ref = self.evidence.write(node, ctx.folder, name, body)
         # a destructive step's outcome is committed with the next commit (at the latest the

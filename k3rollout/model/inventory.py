@@ -430,6 +430,12 @@ def load_inventory(path: str | Path) -> Inventory:
         _check_known_vars(hosts[h])
     if not hosts:
         raise InputError("inventory defines no hosts", path=str(p), line=1)
+    for host in hosts.values():
+        sched_host = host.vars.get("k3_scheduler_host")
+        if sched_host is not None and sched_host != "controller" and sched_host not in hosts:
+            o = host.var_origins.get("k3_scheduler_host", host.origin)
+            raise InputError(f"host {host.name}: k3_scheduler_host {sched_host!r} is not a host of this inventory "
+                             "(name one, or 'controller')", path=o.path, line=o.line)
     return Inventory(path=str(p), hosts=hosts, groups=b.groups)
 
 
@@ -444,7 +450,7 @@ def _check_known_vars(host: Host) -> None:
     for var in ("sim_driver",):
         if var in v and not (isinstance(v[var], str) and re.match(r"^\d{3}\.\d{1,3}(\.\d{1,3})?$", v[var])):
             raise bad(var, f"must be a full driver version string like \"575.57.08\", got {v[var]!r}")
-    for var in ("sim_gpu_count", "sim_gpu_mem_gib", "ansible_port"):
+    for var in ("sim_gpu_count", "sim_gpu_mem_gib", "ansible_port", "sim_slurm_job_cpus"):
         if var in v and (not isinstance(v[var], int) or isinstance(v[var], bool) or v[var] < 0):
             raise bad(var, f"must be a non-negative integer, got {v[var]!r}")
     if "sim_gpu_count" in v and not 1 <= v["sim_gpu_count"] <= 64:
@@ -461,11 +467,18 @@ def _check_known_vars(host: Host) -> None:
         if var in v and not (isinstance(v[var], str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.\-]{0,252}|[0-9A-Fa-f:]+",
                                                                      v[var])):
             raise bad(var, f"must be a host name or IP address, got {v[var]!r}")
-    for var in ("sim_token_s", "sim_latency_s", "sim_reboot_s", "sim_slow_reboot_s"):
+    for var in ("sim_token_s", "sim_latency_s", "sim_reboot_s", "sim_slow_reboot_s", "sim_slurm_job_s"):
         if var in v and (isinstance(v[var], bool) or not isinstance(v[var], (int, float)) or v[var] < 0):
             raise bad(var, f"must be a non-negative number of seconds, got {v[var]!r}")
     if "scheduler" in v and v["scheduler"] not in ("kubernetes", "slurm", "none"):
         raise bad("scheduler", f"must be kubernetes, slurm or none, got {v['scheduler']!r}")
+    if "k3_scheduler_host" in v:
+        if not isinstance(v["k3_scheduler_host"], str) or not v["k3_scheduler_host"].strip():
+            raise bad("k3_scheduler_host", f"must be an inventory host name or 'controller', got "
+                                           f"{v['k3_scheduler_host']!r}")
+        if v["k3_scheduler_host"] == host.name:
+            raise bad("k3_scheduler_host", "names the host itself: scheduler operations never run on the node "
+                                           "being changed")
     if "ansible_connection" in v and v["ansible_connection"] not in ("k3sim", "ssh", "paramiko", "local"):
         raise bad("ansible_connection", f"{v['ansible_connection']!r} is not a connection k3rollout drives "
                                         "(k3sim, ssh, paramiko)")

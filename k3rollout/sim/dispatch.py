@@ -143,7 +143,7 @@ HANDLERS = {
     "docker": lambda d, s, a, i: dk.docker(s, a),
     "curl": lambda d, s, a, i: dk.curl(d, s, a, i),
     "kubectl": lambda d, s, a, i: sched.kubectl(s, a),
-    "scontrol": lambda d, s, a, i: sched.scontrol(s, a),
+    "scontrol": lambda d, s, a, i: sched.scontrol(s, a, d),
     "mpirun": lambda d, s, a, i: nccl.mpirun(d, s, a),
     "all_reduce_perf": lambda d, s, a, i: nccl.all_reduce_perf(d, s, a, None),
     "true": lambda d, s, a, i: (0, "", ""),

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from k3rollout.sim import state as st_mod
+from k3rollout.sim.state import SLURM_CPUS
 
 Out = tuple[int, str, str]
 
@@ -53,30 +58,73 @@ def kubectl(state: dict[str, Any], args: list[str]) -> Out:
     return 1, "", f'error: unknown command "{verb}" for "kubectl"\n'
 
 
-def scontrol(state: dict[str, Any], args: list[str]) -> Out:
+def _running(s: dict[str, Any], now: float) -> list[dict[str, Any]]:
+    return [j for j in s.get("jobs", []) if j["end"] > now]
+
+
+def show_node(state: dict[str, Any], now: float) -> str:
+    """``scontrol show node`` as slurmctld prints it: the base state (IDLE, MIXED when jobs
+    hold some CPUs, ALLOCATED when they hold all) and ``+DRAIN`` once drained by an
+    administrator. DRAIN with jobs still running is DRAINING (``MIXED+DRAIN``,
+    ``ALLOCATED+DRAIN``); with none left it is DRAINED (``IDLE+DRAIN``)."""
+    s, name = state["scheduler"], state["name"]
+    alloc = min(SLURM_CPUS, sum(int(j.get("cpus", SLURM_CPUS)) for j in _running(s, now)))
+    base = "IDLE" if alloc == 0 else ("ALLOCATED" if alloc >= SLURM_CPUS else "MIXED")
+    held = s["state"] != "schedulable"
+    st = base + ("+DRAIN" if held else "")
+    gres = state["gpu"]["count"] if alloc else 0
+    reason = f"\n   Reason={s.get('reason') or 'maintenance'} [root@2026-12-02T02:00:00]" if held else ""
+    return (f"NodeName={name} Arch=x86_64 CoresPerSocket=56\n   CPUAlloc={alloc} CPUEfctv={SLURM_CPUS} "
+            f"CPUTot={SLURM_CPUS} CPULoad=0.51\n   AvailableFeatures=h200,ib\n   ActiveFeatures=h200,ib\n"
+            f"   Gres=gpu:h200:{state['gpu']['count']}\n   NodeAddr={name} NodeHostName={name} Version=24.11.1\n"
+            f"   State={st} ThreadsPerCore=2 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A\n   Partitions=gpu\n"
+            f"   CfgTRES=cpu={SLURM_CPUS},mem=2000000M,billing={SLURM_CPUS},gres/gpu={state['gpu']['count']}\n"
+            f"   AllocTRES={f'cpu={alloc},gres/gpu={gres}' if alloc else ''}{reason}\n")
+
+
+def scontrol(state: dict[str, Any], args: list[str], state_dir: Path | None = None) -> Out:
+    """scontrol show node / update, as the cluster's slurmctld answers them: a node answers
+    for itself, and for another simulated node of the same cluster (a login or controller
+    host named by ``k3_scheduler_host``) by asking that node's state."""
     s = state["scheduler"]
     if s["kind"] != "slurm":
         return 1, "", "slurm_load_partitions: Unable to contact slurm controller (connect failure)\n"
     if args[:2] == ["show", "node"]:
         name = args[2] if len(args) > 2 else state["name"]
-        if name != state["name"]:
-            return 1, "", f"Node {name} not found\n"
-        st = "IDLE" if s["state"] == "schedulable" else "IDLE+DRAIN"
-        reason = "" if s["state"] == "schedulable" else f"\n   Reason={s.get('reason', 'maintenance')} [root@2026-12-02T02:00:00]"
-        return 0, (f"NodeName={name} Arch=x86_64 CoresPerSocket=56\n   CPUAlloc=0 CPUEfctv=224 CPUTot=224 "
-                   f"CPULoad=0.51\n   AvailableFeatures=h200,ib\n   Gres=gpu:h200:{state['gpu']['count']}\n"
-                   f"   NodeAddr={name} NodeHostName={name} Version=24.11.1\n   State={st} ThreadsPerCore=2 "
-                   f"TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A\n   Partitions=gpu{reason}\n"), ""
+        return _on_node(state, state_dir, name, lambda n: (0, show_node(n, time.time()), ""),
+                        (1, "", f"Node {name} not found\n"))
     if args[:1] == ["update"]:
         kv = dict(a.split("=", 1) for a in args[1:] if "=" in a)
-        if kv.get("NodeName") != state["name"]:
-            return 1, "", "slurm_update error: Invalid node name specified\n"
         st = kv.get("State", "").upper()
-        if st == "DRAIN":
-            s["state"], s["reason"] = "cordoned", kv.get("Reason", "")
-        elif st == "RESUME":
-            s["state"] = "schedulable"
-        else:
+        if st not in ("DRAIN", "RESUME"):
             return 1, "", "slurm_update error: Invalid node state specified\n"
-        return 0, "", ""
+
+        def update(n: dict[str, Any]) -> Out:
+            ns = n["scheduler"]
+            if st == "DRAIN":
+                if not kv.get("Reason"):
+                    return 1, "", "You must specify a reason when DOWNING or DRAINING a node. Request denied\n"
+                ns["state"], ns["reason"] = "cordoned", kv["Reason"]
+            else:
+                ns["state"] = "schedulable"
+                ns.pop("reason", None)
+            return 0, "", ""
+
+        return _on_node(state, state_dir, kv.get("NodeName", ""), update,
+                        (1, "", "slurm_update error: Invalid node name specified\n"))
     return 1, "", "invalid command\n"
+
+
+def _on_node(state: dict[str, Any], state_dir: Path | None, name: str, fn: Callable[[dict[str, Any]], Out],
+             unknown: Out) -> Out:
+    if name == state["name"]:
+        return fn(state)
+    other = state_dir.parent / name if state_dir is not None and name and "/" not in name else None
+    if other is None or not (other / "state.json").exists():
+        return unknown
+    with st_mod.try_transaction(other, 5.0) as peer:
+        if peer is None:
+            return 1, "", "slurm_load_node error: Socket timed out on send/recv operation\n"
+        if peer["scheduler"]["kind"] != "slurm":
+            return unknown
+        return fn(peer)

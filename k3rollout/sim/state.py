@@ -14,6 +14,7 @@ import os
 import shlex
 import time
 import uuid
+import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -37,6 +38,9 @@ REGISTRY = {
         "cuda": "12.9.1", "vllm": "0.11.0", "created": "2025-10-02T16:40:03.552Z",
     },
 }
+
+
+SLURM_CPUS = 224      # CPUTot of the simulated node (2 x 56 cores, 2 threads each)
 
 
 def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> dict[str, Any]:
@@ -87,7 +91,12 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
         "dead": False,
         "boots": 0,
         "scheduler": {"kind": str(hv.get("scheduler", "kubernetes")),
-                      "state": "cordoned" if hv.get("sim_cordoned") else "schedulable"},
+                      "state": "cordoned" if hv.get("sim_cordoned") else "schedulable",
+                      # Slurm jobs running on the node: sim_slurm_job_s holds it that long from
+                      # now on sim_slurm_job_cpus of its CPUs (all: ALLOCATED, some: MIXED)
+                      "jobs": [{"id": 10000 + zlib.crc32(name.encode()) % 90000, "end": now + float(hv["sim_slurm_job_s"]),
+                                "cpus": int(hv.get("sim_slurm_job_cpus", SLURM_CPUS))}]
+                      if hv.get("sim_slurm_job_s") else []},
         "docker": {"nvidia_runtime": "container_runtime_missing" not in faults, "images": images,
                    "containers": containers},
         # what listens where: the daemon in sim/netd.py serves these on ``address``
@@ -204,6 +213,36 @@ def transaction(state_dir: Path) -> Iterator[dict[str, Any]]:
         after = fastjson.dumps(state)
         if after != raw:           # read-only commands leave the file alone
             _write(state_dir, state, after)
+
+
+@contextlib.contextmanager
+def try_transaction(state_dir: Path, wait_s: float) -> Iterator[dict[str, Any] | None]:
+    """``transaction`` on another host's state, taken while this host's own is held: it
+    waits at most ``wait_s`` for the lock (two hosts asking each other cannot deadlock) and
+    yields None if it could not be had."""
+    fd = os.open(f"{state_dir}/.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    yield None
+                    return
+                time.sleep(0.005)
+        try:
+            raw = _read(state_dir)
+            state = fastjson.loads(raw)
+            yield state
+            after = fastjson.dumps(state)
+            if after != raw:
+                _write(state_dir, state, after)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def log_command(state_dir: Path, argv: list[str]) -> None:

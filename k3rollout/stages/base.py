@@ -7,6 +7,9 @@ after a crash: a completed one is replayed from the journal, an interrupted one 
 settled by its ``probe(ctx, meta)`` (did it take effect on the host?), where ``meta`` is
 what the step journaled when it started (e.g. the boot id before a reboot).
 ``ctx.api(...)`` is the same for HTTP requests from the controller to the node's server.
+A step runs on the node unless ``on=`` names another place: ``"controller"`` (a subprocess
+where k3rollout runs) or an inventory host; the scheduler's operations use that
+(``ctx.scheduler``, k3rollout/scheduler).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from k3rollout.checks import parsers
+from k3rollout.scheduler import Scheduler, scheduler_for
 from k3rollout.transport.base import CommandResult
 
 
@@ -29,7 +33,8 @@ class StepFailed(Exception):
 class StepRunner(Protocol):
     def step(self, ctx: "NodeCtx", name: str, argv: list[str], *, once: bool = False,
              probe: Callable[["NodeCtx", dict], bool] | None = None, stdin: bytes | None = None,
-             timeout: float = 600.0, evidence: bool = True, meta: dict | None = None) -> CommandResult: ...
+             timeout: float = 600.0, evidence: bool = True, meta: dict | None = None,
+             on: str | None = None) -> CommandResult: ...
 
     def prior_meta(self, ctx: "NodeCtx", name: str) -> dict | None: ...
 
@@ -88,18 +93,12 @@ class NodeCtx:
         res = self.step("driver-packages", argv)
         return parsers.parse_packages(res.stdout) if res.ok else []
 
+    @property
+    def scheduler(self) -> Scheduler:
+        return scheduler_for(self.vars)
+
     def read_scheduler(self) -> str:
-        kind = self.vars.get("scheduler", "kubernetes")
-        if kind == "kubernetes":
-            res = self.step("scheduler-state", ["kubectl", "get", "node", self.node, "-o",
-                                                "jsonpath={.spec.unschedulable}"])
-        elif kind == "slurm":
-            res = self.step("scheduler-state", ["scontrol", "show", "node", self.node])
-        else:
-            return "unmanaged"
-        if not res.ok:
-            return "unknown"
-        return parsers.scheduler_state(kind, res.stdout)
+        return self.scheduler.read_state(self)
 
     def read_boot_id(self) -> str:
         res = self.step("boot-id", ["cat", "/proc/sys/kernel/random/boot_id"])

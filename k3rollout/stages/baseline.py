@@ -83,6 +83,6 @@ def run(ctx: NodeCtx) -> StageOutcome:
                          "inspect_saved": ins.ok})
     f["prior_failures"] = failures
 
-    f["scheduler"] = ctx.vars.get("scheduler", "kubernetes")
+    f["scheduler"] = ctx.scheduler.kind
     f["scheduler_state"] = ctx.read_scheduler()
     return StageOutcome(True, "", f)

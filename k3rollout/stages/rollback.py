@@ -15,6 +15,7 @@ from typing import Any
 
 from k3rollout.model.assertions import AssertionSyntaxError, render_argv
 from k3rollout.model.playbook import ROLLBACK_UNDOES, Playbook
+from k3rollout.scheduler import scheduler_for
 from k3rollout.stages import uncordon as uncordon_stage
 from k3rollout.stages.base import NodeCtx, StepFailed
 from k3rollout.stages.driver_upgrade import packages_at, pinned, reboot_and_wait
@@ -64,7 +65,7 @@ def plan_rollback(playbook: Playbook, node: str, baseline: dict[str, Any], tvars
         elif action == "uncordon_if_healthy" and playbook.play.on_node_failure == "quarantine":
             # a failed node is rolled back but stays out of service, marked for investigation
             step = {"action": "quarantine", "undoes": ROLLBACK_UNDOES["quarantine"],
-                    "scheduler": tvars.get("scheduler", "kubernetes"), "label": QUARANTINE_LABEL,
+                    "scheduler": scheduler_for(tvars).kind, "label": QUARANTINE_LABEL,
                     "prior_state": baseline.get("scheduler_state")}
         elif action == "uncordon_if_healthy":
             step["prior_state"] = baseline.get("scheduler_state")
@@ -88,9 +89,7 @@ def describe(step: dict) -> str:
                           for c in step["containers"]) or "none were running"
         return f"restore_serving_image: restart {items}"
     if a == "quarantine":
-        how = {"kubernetes": f"kubectl cordon; kubectl label node {step['label']}=<run id>",
-               "slurm": "scontrol update State=DRAIN Reason='k3rollout quarantine <run id>'"}.get(step["scheduler"],
-                                                                                                 "no scheduler")
+        how = scheduler_for(step).describe_quarantine(step["label"])
         return f"quarantine: keep cordoned and mark it ({how}); counted against the failure budget"
     if a == "uncordon_if_healthy":
         if step.get("prior_state") != "schedulable":
@@ -183,23 +182,8 @@ def _uncordon(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
 
 
 def _quarantine(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
-    node, kind = ctx.node, step.get("scheduler")
-    if kind == "kubernetes":
-        cmds = [["kubectl", "cordon", node],
-                ["kubectl", "label", "node", node, f"{step['label']}={ctx.run_id}", "--overwrite"]]
-    elif kind == "slurm":
-        cmds = [["scontrol", "update", f"NodeName={node}", "State=DRAIN",
-                 f"Reason=k3rollout quarantine {ctx.run_id}"]]
-    else:
-        return True, "no scheduler: node left as the rollback left it, marked quarantined in the journal"
-    for i, argv in enumerate(cmds, start=1):
-        res = ctx.step(f"quarantine-{i}", argv, once=True,
-                       probe=lambda c, m: c.read_scheduler() != "schedulable")
-        if not res.ok:
-            return False, f"could not quarantine (rc {res.rc}): {res.tail(200)}"
-    if ctx.read_scheduler() == "schedulable":
-        return False, "node is schedulable after quarantine"
-    return True, f"quarantined: cordoned and labelled {step['label']}={ctx.run_id}"
+    # the scheduler recorded in the plan, the one the node had when the plan was made
+    return scheduler_for(step).quarantine(ctx, step["label"])
 
 
 _ACTIONS = {"stop_test_server": _stop_test, "restore_driver": _restore_driver,

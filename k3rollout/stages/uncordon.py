@@ -21,18 +21,9 @@ def restart_serving(ctx: NodeCtx) -> list[str]:
 
 
 def uncordon(ctx: NodeCtx, name: str = "uncordon") -> tuple[bool, str]:
-    kind = ctx.vars.get("scheduler", "kubernetes")
     if ctx.baseline.get("scheduler_state") != "schedulable":
         return True, f"left out of service: it was {ctx.baseline.get('scheduler_state')} before the run"
-    if kind == "kubernetes":
-        res = ctx.step(name, ["kubectl", "uncordon", ctx.node], once=True,
-                       probe=lambda c, m: c.read_scheduler() == "schedulable")
-    elif kind == "slurm":
-        res = ctx.step(name, ["scontrol", "update", f"NodeName={ctx.node}", "State=RESUME"], once=True,
-                       probe=lambda c, m: c.read_scheduler() == "schedulable")
-    else:
-        return True, "scheduler 'none'"
-    return res.ok, "" if res.ok else f"uncordon failed (rc {res.rc}): {res.tail(200)}"
+    return ctx.scheduler.uncordon(ctx, name)
 
 
 def run(ctx: NodeCtx) -> StageOutcome:
