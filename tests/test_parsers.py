@@ -72,3 +72,27 @@ def test_vllm_metrics_filtered_to_the_families_asked_for():
     m = parsers.parse_vllm_metrics(text, only=("vllm:prefix_cache_",))
     assert m["vllm:prefix_cache_queries_total"] == 32.0
     assert not any(k.startswith(("vllm:gpu_", "vllm:num_requests")) for k in m)
+
+
+@pytest.mark.parametrize("sample, state", [
+    ("idle", "schedulable"), ("mixed", "schedulable"), ("allocated", "schedulable"),
+    # DRAIN set while jobs still run (sinfo "draining"): not out of service
+    ("mixed-drain", "draining"), ("allocated-drain", "draining"),
+    # DRAIN with nothing running (sinfo "drained"), or DOWN: out of service
+    ("idle-drain", "cordoned"), ("down", "cordoned"),
+])
+def test_scontrol_show_node_draining_is_not_drained(sample, state):
+    text = (P / f"scontrol-show-node-{sample}.txt").read_text()
+    assert parsers.scheduler_state("slurm", text) == state
+
+
+def test_scontrol_state_flags_and_errors():
+    assert parsers.scheduler_state("slurm", "   State=IDLE+COMPLETING+DRAIN ThreadsPerCore=2") == "draining"
+    assert parsers.scheduler_state("slurm", "   State=IDLE+NOT_RESPONDING ThreadsPerCore=1") == "schedulable"
+    assert parsers.scheduler_state("slurm", "   State=IDLE+FAIL ThreadsPerCore=1") == "cordoned"
+    assert parsers.scheduler_state("slurm", "   State=ALLOCATED+FAIL ThreadsPerCore=1") == "draining"
+    with pytest.raises(ParseError):
+        parsers.scheduler_state("slurm", "Node gpu-09 not found\n")
+    assert parsers.scheduler_state("kubernetes", "true") == "cordoned"
+    assert parsers.scheduler_state("kubernetes", "") == "schedulable"
+    assert parsers.scheduler_state("none", "") == "unmanaged"
