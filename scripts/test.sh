@@ -11,6 +11,10 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 # the real kubectl drives the simulated Kubernetes API server (Debian's kubernetes-client
 # where the image has no kubectl)
 command -v kubectl >/dev/null 2>&1 || need+=(kubernetes-client)
+# a real Slurm controller on loopback (tests/slurm_cluster.py): munged, slurmctld, slurmd, scontrol/sbatch
+for b in munged slurmctld slurmd scontrol; do
+  command -v $b >/dev/null 2>&1 || [ -x /usr/sbin/$b ] || { need+=(munge slurmctld slurmd slurm-client); break; }
+done
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     apt-get update -qq >/dev/null
