@@ -58,10 +58,13 @@ class Slurm:
 
     def cordon(self, ctx: "NodeCtx") -> tuple[bool, str, str]:
         timeout = float(ctx.params.drain_timeout)
-        if self.read_state(ctx) not in ("draining", "cordoned"):
-            # a node someone else drained keeps their Reason: only a schedulable one is drained here
+        before = self.read_state(ctx)
+        # a node someone else drained keeps their Reason: only a schedulable one is drained
+        # here (or one whose drain this run started before a crash: the step settles it)
+        if before not in ("draining", "cordoned") or ctx.runner.prior_meta(ctx, "drain") is not None:
             res = self._step(ctx, "drain", ["update", f"NodeName={ctx.node}", "State=DRAIN",
-                                            f"Reason=k3rollout {ctx.run_id}"], once=True, probe=self._drain_set)
+                                            f"Reason=k3rollout {ctx.run_id}"], once=True, probe=self._drain_set,
+                             meta={"state_before": before})
             if not res.ok:
                 return False, f"drain failed (rc {res.rc})", res.tail(2000)
         return self.wait_drained(ctx, timeout)
