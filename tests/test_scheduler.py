@@ -118,3 +118,24 @@ def test_a_bad_scheduler_host_is_an_input_error_naming_the_file(tmp_path, capsys
     assert main(["validate", str(PLAYBOOK), "-i", str(inv)]) == 2
     err = capsys.readouterr().err
     assert str(inv) in err and "k3_scheduler_host" in err and fragment in err and "Traceback" not in err
+
+
+def test_a_drain_interrupted_by_a_crash_is_settled_on_resume_not_sent_twice(tmp_path):
+    from conftest import cli
+
+    inv = slurm_inventory(tmp_path, {"gpu-01": {"sim_slurm_job_s": 1.0}})
+    pb = write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0)
+    ref = tmp_path / "ref"
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(ref)]) == 0
+    # the record that would say the DRAIN finished is torn: the command ran, its outcome is lost
+    seq = next(r["seq"] for r in journal(ref) if r["type"] == "step_done" and r["key"].endswith("cordon/drain"))
+    run_dir = tmp_path / "run"
+    killed = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
+                 env={"K3ROLLOUT_TEAR_AT_SEQ": str(seq)})
+    assert killed.returncode == -9, killed.stderr[-500:]
+    assert cli("resume", str(run_dir)).returncode == 0
+    assert result(run_dir)["nodes"]["gpu-01"]["final"] == "upgraded"
+    drains = [c for c in commands(run_dir, "slurm-ctl") if c.startswith("scontrol update NodeName=gpu-01 State=DRAIN")]
+    assert len(drains) == 1
+    settled = [r for r in journal(run_dir) if r["type"] == "step_settled" and r["key"].endswith("cordon/drain")]
+    assert settled and settled[0]["took_effect"] is True

@@ -38,9 +38,10 @@ class Scheduler(Protocol):
         """The node's state as the scheduler sees it now."""
         ...
 
-    def cordon(self, ctx: "NodeCtx") -> tuple[bool, str]:
+    def cordon(self, ctx: "NodeCtx") -> tuple[bool, str, str]:
         """Take the node out of service: mark it unschedulable and wait until no work runs
-        there, bounded by the cordon stage's ``drain_timeout``. (ok, why not)."""
+        there, bounded by the cordon stage's ``drain_timeout``. (ok, why not, output tail
+        for triage)."""
         ...
 
     def uncordon(self, ctx: "NodeCtx", name: str) -> tuple[bool, str]:
