@@ -95,6 +95,26 @@ def test_slurm_operations_run_on_the_named_scheduler_host_and_wait_for_drained(t
     assert "# host=slurm-ctl " in next(evidence).read_text()
 
 
+def test_without_a_scheduler_host_the_simulated_controller_answers_scontrol(tmp_path):
+    """scontrol runs on the controller by default; on a simulated cluster that is the sim's
+    controller (it answers for every node, as slurmctld does), never the node itself and
+    never a real scontrol that happens to be installed on this machine."""
+    inv = slurm_inventory(tmp_path, {"gpu-01": {"sim_slurm_job_s": 1.0}, "gpu-02": {}}, controller=False)
+    run_dir = tmp_path / "run"
+    assert main(["run", str(write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0)), "-i", str(inv),
+                 "--yes", "--run-dir", str(run_dir)]) == 0
+    r = result(run_dir)
+    assert {v["final"] for v in r["nodes"].values()} == {"upgraded"}
+    for node in ("gpu-01", "gpu-02"):
+        assert not [c for c in commands(run_dir, node) if c.startswith("scontrol")]
+        sched = [x for x in journal(run_dir) if x["type"] == "step_started" and x["node"] == node
+                 and x["argv"][0] == "scontrol"]
+        assert sched and {x.get("ran_on") for x in sched} == {"controller"}
+    states = [parsers.scontrol_node_state(p.read_text().split("--- stdout ---", 1)[1])
+              for p in (run_dir / "evidence" / "gpu-01").glob("*cordon/scheduler-state*.txt")]
+    assert "draining" in states and "cordoned" in states
+
+
 def test_sim_node_still_running_a_job_at_drain_timeout_fails_cordon_and_is_resumed(tmp_path):
     inv = slurm_inventory(tmp_path, {"gpu-01": {"sim_slurm_job_s": 600}})
     run_dir = tmp_path / "run"

@@ -74,7 +74,9 @@ class StepRunnerMixin:
                     durable=once, **({"meta": meta} if meta else {}), **({"ran_on": on} if on else {}))
         try:
             if on == local.HOST:
-                res = local.run(argv, stdin=stdin, timeout=timeout)
+                # a simulated cluster simulates its controller too; a real one is this machine
+                on_controller = getattr(self.executor, "run_controller", None) or local.run
+                res = on_controller(argv, stdin=stdin, timeout=timeout)
             else:
                 res = self.executor.run(target, argv, stdin=stdin, timeout=timeout)
         except ConnectionLost as exc:

@@ -150,6 +150,23 @@ class SimExecutor:
                                  host=host, command=shlex.join(argv), output_tail=res.stdout[-300:] + res.stderr)
         return CommandResult(host, tuple(argv), res.rc, res.stdout, res.stderr, took)
 
+    def run_controller(self, argv: list[str], *, stdin: bytes | None = None,
+                       timeout: float = 600.0) -> CommandResult:
+        """A command on the simulated cluster's controller (the machine an operator runs
+        ``scontrol`` on): it answers for every simulated node, as slurmctld does, and
+        touches no node's command log. Unknown programs are not found, as on a controller
+        without them."""
+        from k3rollout.sim import sched
+
+        started = time.monotonic()
+        kinds = {str(st.load(d)["scheduler"]["kind"]) for d in self.dirs.values()}
+        if argv and argv[0] == "scontrol":
+            controller = {"name": "", "scheduler": {"kind": "slurm" if "slurm" in kinds else "none"}}
+            rc, out, err = sched.scontrol(controller, list(argv[1:]), self.root / "_controller")
+        else:
+            rc, out, err = 127, "", f"{argv[0] if argv else ''}: command not found on the controller\n"
+        return CommandResult("controller", tuple(argv), rc, out, err, time.monotonic() - started)
+
     def wait_for_host(self, host: str, timeout: float) -> float:
         started = time.monotonic()
         while True:
