@@ -160,3 +160,14 @@ def test_under_ci_a_skip_is_a_failure(pytester, monkeypatch):
     monkeypatch.setenv("CI", "false")
     res = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider", "--continue-on-collection-errors")
     res.assert_outcomes(skipped=2)
+
+
+def test_slurm_over_ssh_without_scontrol_on_the_controller_is_refused_before_any_node(tmp_path, monkeypatch, capsys):
+    from k3rollout.transport import local
+
+    monkeypatch.setattr(local, "resolve", lambda program: None)
+    inv = _ssh_inventory(tmp_path)
+    inv.write_text(inv.read_text().replace("ansible_connection: ssh,", "ansible_connection: ssh, scheduler: slurm,"))
+    assert main(["validate", str(PLAYBOOK), "-i", str(inv)]) == 2
+    err = capsys.readouterr().err
+    assert "`scontrol` is needed on the controller" in err and "gpu-01, gpu-02" in err, err

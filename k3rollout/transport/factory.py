@@ -55,6 +55,18 @@ def check_controller_tools(playbook: Any, hosts: dict[str, Any]) -> dict[str, st
             raise InputError(f"`ssh`, the OpenSSH client, is needed on the controller ({why}, whose ssh connection "
                              "runs it) but is not on PATH; install openssh-client. Nothing was changed.")
         found["ssh"] = ssh
+    on_controller = sorted(h for h, v in hosts.items() if v.vars.get("scheduler") == "slurm"
+                           and not v.vars.get("k3_scheduler_host"))
+    if on_controller:
+        from k3rollout.transport.local import resolve
+
+        scontrol = resolve("scontrol")
+        if scontrol is None:
+            raise InputError(f"`scontrol` is needed on the controller (Slurm operations for {', '.join(on_controller)} "
+                             "run there, never on the node being changed) but it is not installed; install "
+                             "slurm-client with this cluster's slurm.conf, or name the slurmctld host with "
+                             "k3_scheduler_host. Nothing was changed.")
+        found["scontrol"] = scontrol
     check_ssh_settings(hosts)
     return found
 
