@@ -54,11 +54,61 @@ def _window_seconds(args: argparse.Namespace, clock: Clock) -> tuple[float | Non
     return None, None
 
 
-def _load(args: argparse.Namespace):
-    from k3rollout.model import load_inventory, load_playbook
+def _vault(args: argparse.Namespace):
+    from k3rollout.model.ansible_inventory import VaultOptions
 
-    playbook = load_playbook(args.playbook)
-    inventory = load_inventory(args.inventory)
+    password = None
+    if getattr(args, "ask_vault_pass", False):
+        import getpass
+
+        password = getpass.getpass("Vault password: ")
+    return VaultOptions(password_files=list(getattr(args, "vault_password_file", None) or []), password=password)
+
+
+def _overrides(args: argparse.Namespace) -> dict:
+    from k3rollout.model.inputs import parse_extra_vars
+
+    if getattr(args, "start_at_task", None):
+        raise InputError("--start-at-task: k3rollout does not start a run part way; a halted or interrupted run "
+                         "continues exactly where it stopped with `k3rollout resume RUN_DIR`")
+    out: dict = {}
+    extra = parse_extra_vars(getattr(args, "extra_vars", None))
+    if extra:
+        out["extra_vars"] = extra
+    if getattr(args, "forks", None) is not None:
+        if args.forks < 1:
+            raise InputError(f"--forks {args.forks}: must be at least 1")
+        out["forks"] = args.forks
+    return out
+
+
+def _load_inputs(playbook_path: str, sources: list[str] | str, args: argparse.Namespace):
+    """(playbook, inventory, overrides) as ansible-playbook would see them: the inventory
+    resolved like ``ansible-inventory`` (group_vars/ beside the playbook too), ``-e`` over
+    every variable, ``-f`` as forks, ``--limit`` applied."""
+    from k3rollout.model import load_inventory, load_playbook
+    from k3rollout.model.inputs import apply_overrides
+
+    overrides = _overrides(args)
+    playbook = load_playbook(playbook_path)
+    inventory = load_inventory(sources, playbook_dir=str(Path(playbook_path).resolve().parent), vault=_vault(args))
+    playbook, inventory = apply_overrides(playbook, inventory, overrides)
+    inventory = inventory.limited(getattr(args, "limit", None))
+    verbosity = getattr(args, "verbose", 0) or 0
+    if verbosity >= 1:
+        how = "ansible-inventory" if inventory.resolver == "ansible" else "k3rollout's YAML reader (same result)"
+        print(f"inventory: {len(inventory.hosts)} hosts from {', '.join(inventory.sources)}, resolved by {how}",
+              file=sys.stderr)
+    if verbosity >= 2 and overrides:
+        print(f"overrides: {json.dumps(overrides, sort_keys=True, default=str)}", file=sys.stderr)
+    if verbosity >= 3:
+        for name, h in inventory.hosts.items():
+            print(f"host {name}: groups {', '.join(h.groups) or '-'}", file=sys.stderr)
+    return playbook, inventory, overrides
+
+
+def _load(args: argparse.Namespace):
+    playbook, inventory, _ = _load_inputs(args.playbook, args.inventory, args)
     return playbook, inventory
 
 
@@ -66,6 +116,20 @@ def _controller_tools(playbook, inventory, plan) -> dict[str, str]:
     from k3rollout.transport.factory import check_controller_tools
 
     return check_controller_tools(playbook, {h: inventory.hosts[h] for h in plan.hosts})
+
+
+def _list_hosts(playbook, inventory) -> int:
+    """ansible-playbook --list-hosts, in its format."""
+    play = playbook.play
+    hosts = inventory.select(play.hosts)
+    print(f"\nplaybook: {playbook.path}\n")
+    print(f"  play #1 ({play.hosts}): {play.name}\tTAGS: []")
+    print(f"    pattern: {[play.hosts]!r}")
+    print(f"    hosts ({len(hosts)}):")
+    for h in hosts:
+        print(f"      {h}")
+    print()
+    return EXIT_OK
 
 
 def cmd_validate(args: argparse.Namespace, clock: Clock) -> int:
@@ -83,6 +147,8 @@ def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
     from k3rollout.plan import make_plan
 
     playbook, inventory = _load(args)
+    if args.list_hosts:
+        return _list_hosts(playbook, inventory)
     window_s, _ = _window_seconds(args, clock)
     plan = make_plan(playbook, inventory, window_s=window_s)
     _controller_tools(playbook, inventory, plan)
@@ -133,16 +199,16 @@ def _run_dir(args: argparse.Namespace, clock: Clock) -> Path:
     return Path("runs") / new_run_id(clock)
 
 
-def _start_run(playbook_path: str, inventory_path: str, run_dir: Path, args: argparse.Namespace,
+def _start_run(playbook_path: str, inventory_path: str | list[str], run_dir: Path, args: argparse.Namespace,
                clock: Clock) -> int:
     from k3rollout import logsetup
     from k3rollout.engine.session import Session
-    from k3rollout.model import load_inventory, load_playbook
     from k3rollout.plan import make_plan
     from k3rollout.progress import make_progress
 
-    playbook = load_playbook(playbook_path)
-    inventory = load_inventory(inventory_path)
+    playbook, inventory, overrides = _load_inputs(playbook_path, inventory_path, args)
+    if getattr(args, "list_hosts", False):
+        return _list_hosts(playbook, inventory)
     window_s, window_end = _window_seconds(args, clock)
     plan = make_plan(playbook, inventory, window_s=window_s)
     _controller_tools(playbook, inventory, plan)
@@ -169,7 +235,7 @@ def _start_run(playbook_path: str, inventory_path: str, run_dir: Path, args: arg
     logsetup.configure(run_dir / "events.jsonl")
     status = Session(run_dir, clock).start(playbook, inventory, plan, window_end, on_event=make_progress(
         window_end, len(plan.batches), getattr(args, "plain", False)),
-        approved_plan=str(Path(approved).resolve()) if approved else None)
+        approved_plan=str(Path(approved).resolve()) if approved else None, overrides=overrides)
     return _report_and_code(run_dir, status)
 
 
@@ -188,6 +254,12 @@ def _report_and_code(run_dir: Path, status: str) -> int:
 
 
 def cmd_run(args: argparse.Namespace, clock: Clock) -> int:
+    if args.check:
+        # ansible-playbook --check: show what would change, change nothing. That is `plan`.
+        print("--check: nothing is changed; this is the plan (`k3rollout plan`)", file=sys.stderr)
+        for key, value in (("json", False), ("format", "text"), ("output", None), ("rollback", False)):
+            setattr(args, key, getattr(args, key, value))
+        return cmd_plan(args, clock)
     return _start_run(args.playbook, args.inventory, _run_dir(args, clock), args, clock)
 
 
@@ -311,6 +383,25 @@ def cmd_triage(args: argparse.Namespace, clock: Clock) -> int:
     return EXIT_OK
 
 
+def cmd_inventory(args: argparse.Namespace, clock: Clock) -> int:
+    """ansible-inventory's --list / --host, resolved as every other verb resolves -i."""
+    from k3rollout.model import load_inventory
+    from k3rollout.model.inputs import dumps
+
+    if args.export:
+        from k3rollout.model import ansible_inventory as ai
+
+        action = ["--host", args.host] if args.host else ["--list", "--export"]
+        sys.stdout.write(ai.run(list(args.inventory), action=action, playbook_dir=args.playbook_dir,
+                                vault=_vault(args), limit=args.limit))
+        return EXIT_OK
+    inventory = load_inventory(args.inventory, playbook_dir=args.playbook_dir, vault=_vault(args))
+    inventory = inventory.limited(args.limit)
+    data = inventory.host_json(args.host) if args.host else inventory.to_ansible_json()
+    print(dumps(data))
+    return EXIT_OK
+
+
 def cmd_states(args: argparse.Namespace, clock: Clock) -> int:
     from k3rollout.engine.states import build_table, render_table
     from k3rollout.model import load_playbook
@@ -332,9 +423,29 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"k3rollout {__version__}")
     sub = p.add_subparsers(dest="verb", required=True)
 
+    def inv(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("-i", "--inventory", required=True, action="append",
+                        help="an inventory as Ansible takes it: INI or YAML file, directory, plugin config, "
+                             "executable script or host list; give -i several times to merge several")
+        sp.add_argument("--vault-password-file", action="append", metavar="FILE",
+                        help="vault password file (or executable printing it), as ansible-playbook takes it")
+        sp.add_argument("-J", "--ask-vault-pass", action="store_true", help="ask for the vault password")
+
     def pb_inv(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("playbook")
-        sp.add_argument("-i", "--inventory", required=True)
+        inv(sp)
+
+    def ansible_flags(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("-l", "--limit", metavar="SUBSET",
+                        help="only these hosts: an Ansible pattern (groups, wildcards, ~regex, :&, :!) or @FILE "
+                             "(a retry file)")
+        sp.add_argument("-e", "--extra-vars", action="append", metavar="VARS",
+                        help="key=value, YAML/JSON, or @FILE; over every other variable, as in Ansible")
+        sp.add_argument("-f", "--forks", type=int, help="hosts worked on at once (the play's forks)")
+        sp.add_argument("-v", "--verbose", action="count", default=0, help="more detail on stderr (-vvv for more)")
+        sp.add_argument("--list-hosts", action="store_true", help="print the hosts the play would run on, and stop")
+        sp.add_argument("-C", "--check", action="store_true", help="change nothing: show the plan")
+        sp.add_argument("--start-at-task", help=argparse.SUPPRESS)
 
     def window(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--window", help="maintenance window length from now, e.g. 2h, 90m")
@@ -342,9 +453,11 @@ def parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("validate", help="check a playbook and inventory")
     pb_inv(sp)
+    ansible_flags(sp)
     sp.set_defaults(fn=cmd_validate)
     sp = sub.add_parser("plan", help="dry run: batches, durations, capacity, window fit, rollback plans")
     pb_inv(sp)
+    ansible_flags(sp)
     window(sp)
     sp.add_argument("--json", action="store_true", help="same as --format json")
     sp.add_argument("--format", choices=["text", "json", "md", "html"], default="text",
@@ -354,6 +467,7 @@ def parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_plan)
     sp = sub.add_parser("run", help="execute the rollout")
     pb_inv(sp)
+    ansible_flags(sp)
     window(sp)
     sp.add_argument("--run-dir")
     sp.add_argument("--approved-plan", help="the `plan --json` output a reviewer approved; the run refuses to "
@@ -400,6 +514,15 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--plain", action="store_true", help="one line per event, even on a terminal")
     window(sp)
     sp.set_defaults(fn=cmd_demo)
+    sp = sub.add_parser("inventory", help="print the inventory as ansible-inventory does (--list, --host)")
+    inv(sp)
+    act = sp.add_mutually_exclusive_group()
+    act.add_argument("--list", action="store_true", help="every host and group (the default)")
+    act.add_argument("--host", help="one host's variables")
+    sp.add_argument("--export", action="store_true", help="ansible-inventory's --export form (group vars by group)")
+    sp.add_argument("--playbook-dir", help="also apply group_vars/ and host_vars/ from this directory")
+    sp.add_argument("-l", "--limit", metavar="SUBSET", help="only these hosts (an Ansible pattern or @FILE)")
+    sp.set_defaults(fn=cmd_inventory)
     sp = sub.add_parser("states", help="print the node state machine for a playbook")
     sp.add_argument("playbook")
     sp.set_defaults(fn=cmd_states)

@@ -27,7 +27,8 @@ from k3rollout.engine.lock import RunLock
 from k3rollout.engine.runner import Engine
 from k3rollout.errors import InputError
 from k3rollout.evidence.store import EvidenceStore
-from k3rollout.model.inventory import Inventory, load_inventory
+from k3rollout.model.inputs import inventory_inputs, reload_inputs, write_retry_file
+from k3rollout.model.inventory import Inventory
 from k3rollout.model.playbook import Playbook, load_playbook
 from k3rollout.plan.planner import Plan
 from k3rollout.report.render import write_reports
@@ -56,7 +57,7 @@ class Session:
 
     def start(self, playbook: Playbook, inventory: Inventory, plan: Plan, window_end: float | None,
               on_event: Callable[[dict], None] | None = None, log: Any = None,
-              approved_plan: str | None = None) -> str:
+              approved_plan: str | None = None, overrides: dict | None = None) -> str:
         if self.journal_path.exists() and self.journal_path.stat().st_size > 0:
             raise InputError(f"run directory already holds a run; use `k3rollout resume {self.run_dir}` or pick "
                              "another --run-dir", path=str(self.run_dir))
@@ -66,10 +67,11 @@ class Session:
         lock = RunLock(inventory.path, self.run_dir, self.clock.iso())
         lock.acquire()
         try:
-            inv_digest = hashlib.sha256(Path(inventory.path).read_bytes()).hexdigest()
+            inv_digest = inventory.sha256 or hashlib.sha256(Path(inventory.path).read_bytes()).hexdigest()
             _write_json(self.run_dir / "inputs.json", {
                 "playbook": str(Path(playbook.path).resolve()), "playbook_sha256": playbook.sha256,
-                "inventory": str(Path(inventory.path).resolve()), "inventory_sha256": inv_digest})
+                "inventory": str(Path(inventory.path).resolve()), "inventory_sha256": inv_digest,
+                **inventory_inputs(inventory, overrides)})
             journal = Journal(self.journal_path, self.clock.iso)
             evidence = EvidenceStore(self.run_dir / "evidence")
             executor = make_executor(with_scheduler_hosts(inventory.hosts, list(plan.hosts)), self.run_dir)
@@ -105,7 +107,7 @@ class Session:
         except (FileNotFoundError, ValueError) as exc:
             raise InputError(f"inputs.json missing or damaged ({exc})", path=str(self.run_dir)) from None
         playbook = load_playbook(inputs["playbook"])
-        inventory = load_inventory(inputs["inventory"])
+        playbook, inventory = reload_inputs(playbook, inputs)
         journal = Journal(self.journal_path, self.clock.iso)
         if not journal.records or journal.records[0]["type"] != "run_started":
             journal.close()
@@ -125,7 +127,7 @@ class Session:
         # --- changed inputs: refused unless the operator accepts them (then journaled) ---
         from k3rollout.plan.approval import input_changes, inventory_digest
 
-        digest = hashlib.sha256(Path(inventory.path).read_bytes()).hexdigest()
+        digest = inventory.sha256 or hashlib.sha256(Path(inventory.path).read_bytes()).hexdigest()
         changes = input_changes(journal.records, playbook_sha256=playbook.sha256, inventory_sha256=digest,
                                 inventory_content_sha256=inventory_digest(inventory))
         if changes and not accept_changed:
@@ -198,6 +200,8 @@ class Session:
         when it holds every record (it is the journal folded record by record as each was
         appended, so re-reading 190,000 records at 1,000 nodes would only rebuild it); from
         the journal on disk otherwise."""
+        if engine is not None:
+            write_retry_file(self.run_dir, engine.view)
         if engine is not None and engine.applied == engine.journal.last_seq:
             return write_reports(self.run_dir, view=engine.view, records=engine.applied)
         return write_reports(self.run_dir)

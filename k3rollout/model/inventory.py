@@ -10,15 +10,18 @@ This module reads files only; it never contacts a host.
 
 from __future__ import annotations
 
-import fnmatch
+import hashlib
+import ipaddress
+import os
 import re
 import string
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from k3rollout.errors import InputError
-from k3rollout.model.yamlsrc import LDict, load_yaml, plain
+from k3rollout.model.ansible_inventory import VaultOptions
+from k3rollout.model.yamlsrc import LDict, check_regular_file, decode_utf8, load_yaml, load_yaml_text, plain
 
 SIM_FAULTS = (
     "driver_install_fails",
@@ -75,6 +78,15 @@ class Inventory:
     path: str
     hosts: dict[str, Host]
     groups: dict[str, Group]
+    # what -i named (one or several files, directories, scripts, plugin configs) and who
+    # resolved it: "native" (this module) or "ansible" (ansible-inventory --list)
+    sources: tuple[str, ...] = ()
+    resolver: str = "native"
+    sha256: str = ""
+    playbook_dir: str | None = None
+    vault_password_files: tuple[str, ...] = ()
+    # the JSON ansible-inventory printed, when it resolved the inventory
+    ansible_json: dict | None = field(default=None, compare=False, repr=False)
 
     def group_hosts(self, name: str) -> list[str]:
         """All hosts of a group and its descendants, in Ansible's order (breadth first)."""
@@ -98,39 +110,64 @@ class Inventory:
             queue = nxt
         return order
 
-    def select(self, pattern: str) -> list[str]:
-        """Resolve an Ansible host pattern (``a:b``, ``a:&b``, ``a:!b``, wildcards)."""
-        parts = [p.strip() for p in re.split(r"[:,]", pattern) if p.strip()]
-        if not parts:
-            raise InputError(f"empty host pattern {pattern!r}")
-        chosen: dict[str, None] = {}          # an ordered set
-        for part in parts:
-            if part.startswith("&") or part.startswith("!"):
-                continue
-            for h in self._match(part):
-                chosen.setdefault(h)
-        for part in parts:
-            if part.startswith("&"):
-                keep = set(self._match(part[1:]))
-                chosen = {h: None for h in chosen if h in keep}
-            elif part.startswith("!"):
-                drop = set(self._match(part[1:]))
-                chosen = {h: None for h in chosen if h not in drop}
-        return list(chosen)
+    def select(self, pattern: str, limit: str | None = None) -> list[str]:
+        """The hosts an Ansible host pattern selects, optionally narrowed by a ``--limit``
+        (see k3rollout.model.patterns for the grammar)."""
+        from k3rollout.model.patterns import select
 
-    def _match(self, term: str) -> list[str]:
-        if term in self.groups:
-            return self.group_hosts(term)
-        if term in self.hosts:
-            return [term]
-        if any(c in term for c in "*?["):
-            out: list[str] = []
-            for g in self.groups:
-                if fnmatch.fnmatchcase(g, term):
-                    out += [h for h in self.group_hosts(g) if h not in out]
-            out += [h for h in self.hosts if fnmatch.fnmatchcase(h, term) and h not in out]
-            return out
-        return []
+        return select(self, pattern, limit)
+
+    def limited(self, limit: str | None) -> "Inventory":
+        """This inventory with only the hosts ``--limit`` selects (groups keep their order)."""
+        if not limit:
+            return self
+        keep = set(self.select("all", limit))
+        if not keep:
+            raise InputError(f"--limit {limit!r} matches no host in the inventory", path=self.path)
+        groups = {n: Group(name=g.name, vars=g.vars, var_lines=g.var_lines, hosts=[h for h in g.hosts if h in keep],
+                           children=list(g.children), parents=list(g.parents), origin=g.origin)
+                  for n, g in self.groups.items()}
+        return replace(self, hosts={n: h for n, h in self.hosts.items() if n in keep}, groups=groups,
+                       ansible_json=None)
+
+    def with_extra_vars(self, extra: dict[str, Any]) -> "Inventory":
+        """Every host with ``-e`` variables over its own (Ansible: extra vars win over all)."""
+        if not extra:
+            return self
+        hosts = {n: replace(h, vars={**h.vars, **extra},
+                            var_origins={**h.var_origins, **{k: Origin("--extra-vars", None) for k in extra}})
+                 for n, h in self.hosts.items()}
+        return replace(self, hosts=hosts, ansible_json=None)
+
+    def to_ansible_json(self) -> dict:
+        """The shape ``ansible-inventory --list`` prints: merged host vars under _meta,
+        groups with their direct hosts and children; empty groups left out."""
+        if self.ansible_json is not None:
+            return self.ansible_json
+        out: dict[str, Any] = {"_meta": {"hostvars": {}, "profile": "inventory_legacy"}}
+        for name, h in sorted(self.hosts.items()):
+            v = {k: val for k, val in h.vars.items() if k != "inventory_hostname"}
+            if v:
+                out["_meta"]["hostvars"][name] = v
+        out["all"] = {"children": list(self.groups["all"].children)}
+        for name in sorted(self.groups):
+            g = self.groups[name]
+            if name == "all":
+                continue
+            body: dict[str, Any] = {}
+            if g.children:
+                body["children"] = list(g.children)
+            if g.hosts:
+                body["hosts"] = list(g.hosts)
+            if body:
+                out[name] = body
+        return out
+
+    def host_json(self, name: str) -> dict:
+        """What ``ansible-inventory --host NAME`` prints: the host's merged variables."""
+        if name not in self.hosts:
+            raise InputError(f"no host {name!r} in the inventory", path=self.path)
+        return {k: v for k, v in sorted(self.hosts[name].vars.items()) if k != "inventory_hostname"}
 
 
 def expand_hostname(pattern: str) -> list[str]:
@@ -138,6 +175,9 @@ def expand_hostname(pattern: str) -> list[str]:
     m = re.search(r"\[([^\]]+)\]", pattern)
     if not m:
         return [pattern]
+    ranges = _RANGE.findall(pattern)
+    if ranges and _range_size(ranges) > MAX_RANGE_HOSTS:
+        raise ValueError(f"expands to {_range_size(ranges):,} hosts, more than {MAX_RANGE_HOSTS:,}; refused")
     head, tail = pattern[: m.start()], pattern[m.end():]
     spec = m.group(1).split(":")
     if len(spec) not in (2, 3):
@@ -329,17 +369,8 @@ def _depths(groups: dict[str, Group]) -> dict[str, int]:
     return depth
 
 
-def load_inventory(path: str | Path) -> Inventory:
-    """Load an Ansible YAML inventory file, or a directory holding ``hosts.yml``/``inventory.yml``."""
-    p = Path(path)
-    if p.is_dir():
-        for cand in ("hosts.yml", "hosts.yaml", "inventory.yml", "inventory.yaml"):
-            if (p / cand).is_file():
-                p = p / cand
-                break
-        else:
-            raise InputError("directory has no hosts.yml, hosts.yaml, inventory.yml or inventory.yaml",
-                             path=str(path))
+def _load_native(p: Path) -> Inventory:
+    """One Ansible YAML inventory file, with group_vars/ and host_vars/ beside it."""
     data = load_yaml(p)
     b = _Builder(p)
     b.group("all", 1)
@@ -363,13 +394,14 @@ def load_inventory(path: str | Path) -> Inventory:
         if not any(g != "all" for g in direct[h]) and "ungrouped" not in direct[h]:
             b.groups["ungrouped"].hosts.append(h)
             direct[h].append("ungrouped")
-    if h_in_all := list(b.groups["all"].hosts):
-        # Ansible lists hosts declared directly under 'all' in 'ungrouped'.
-        b.groups["all"].hosts = []
-        for h in h_in_all:
-            if "ungrouped" not in direct[h]:
-                b.groups["ungrouped"].hosts.append(h)
-                direct[h].append("ungrouped")
+    # Ansible's reconcile_inventory: a host declared directly under 'all' is listed in
+    # 'ungrouped' only when no other group has it (done above), and a host in 'ungrouped'
+    # and in another group is taken out of 'ungrouped'
+    b.groups["all"].hosts = []
+    for h in b.host_order:
+        if "ungrouped" in direct[h] and any(g not in ("all", "ungrouped") for g in direct[h]):
+            b.groups["ungrouped"].hosts.remove(h)
+            direct[h].remove("ungrouped")
 
     base = p.parent
     gv_files: dict[str, list[tuple[dict, dict, Path]]] = {}
@@ -430,13 +462,17 @@ def load_inventory(path: str | Path) -> Inventory:
         _check_known_vars(hosts[h])
     if not hosts:
         raise InputError("inventory defines no hosts", path=str(p), line=1)
+    _check_scheduler_hosts(hosts)
+    return Inventory(path=str(p), hosts=hosts, groups=b.groups, sources=(str(p),), resolver="native")
+
+
+def _check_scheduler_hosts(hosts: dict[str, Host]) -> None:
     for host in hosts.values():
         sched_host = host.vars.get("k3_scheduler_host")
         if sched_host is not None and sched_host != "controller" and sched_host not in hosts:
             o = host.var_origins.get("k3_scheduler_host", host.origin)
             raise InputError(f"host {host.name}: k3_scheduler_host {sched_host!r} is not a host of this inventory "
                              "(name one, or 'controller')", path=o.path, line=o.line)
-    return Inventory(path=str(p), hosts=hosts, groups=b.groups)
 
 
 def _check_known_vars(host: Host) -> None:
@@ -482,3 +518,240 @@ def _check_known_vars(host: Host) -> None:
     if "ansible_connection" in v and v["ansible_connection"] not in ("k3sim", "ssh", "paramiko", "local"):
         raise bad("ansible_connection", f"{v['ansible_connection']!r} is not a connection k3rollout drives "
                                         "(k3sim, ssh, paramiko)")
+
+
+# --- host names and addresses ---------------------------------------------------------------
+
+# RFC 1123 labels; inventory names may also hold '_' (Ansible aliases such as gpu_a01),
+# addresses that k3rollout connects to may not
+_NAME_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+_ADDR_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOST_NAME = re.compile(rf"{_NAME_LABEL}(?:\.{_NAME_LABEL})*")
+_HOST_ADDR = re.compile(rf"{_ADDR_LABEL}(?:\.{_ADDR_LABEL})*")
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def valid_host_name(name: str) -> bool:
+    return len(name) <= 253 and (_is_ip(name) or bool(_HOST_NAME.fullmatch(name)))
+
+
+def valid_address(addr: str) -> bool:
+    return len(addr) <= 253 and (_is_ip(addr) or bool(_HOST_ADDR.fullmatch(addr)))
+
+
+def _check_identity(host: Host) -> None:
+    """A host's name becomes a file name, a kubectl argument and (without ansible_host) the
+    address dialled: '.', '..', '-n', '--help' or '-oProxyCommand=...' must not get there."""
+    if not valid_host_name(host.name):
+        raise InputError(f"host {host.name!r}: not a valid host name (RFC 1123 labels of letters, digits, "
+                         "'-' and '_', not starting with '-', or an IP address)",
+                         path=host.origin.path, line=host.origin.line)
+    for var in ("ansible_host", "ansible_ssh_host"):
+        if var in host.vars:
+            v = host.vars[var]
+            if not (isinstance(v, str) and valid_address(v)):
+                o = host.var_origins.get(var, host.origin)
+                raise InputError(f"host {host.name}: {var} {v!r} is not a host name (RFC 1123) or IP address",
+                                 path=o.path, line=o.line)
+    if "ansible_host" not in host.vars and "ansible_ssh_host" not in host.vars and not valid_address(host.name) \
+            and host.vars.get("ansible_connection") not in (None, "k3sim", "local"):
+        raise InputError(f"host {host.name!r} is dialled by its name, which is not a host name (RFC 1123) or IP "
+                         "address: give it an ansible_host", path=host.origin.path, line=host.origin.line)
+
+
+# --- sources: what -i names -----------------------------------------------------------------
+
+_IGNORED = re.compile(r"^\.|^host_vars$|^group_vars$|^vars_plugins$|(\.pyc|\.pyo|\.swp|\.bak|~|\.rpm|\.md|\.txt|"
+                      r"\.rst|\.orig|\.cfg|\.retry)$")
+_VARS_SUFFIXES = ("", ".yml", ".yaml", ".json")
+_RANGE = re.compile(r"\[([0-9]+|[A-Za-z]):([0-9]+|[A-Za-z])(?::([0-9]*))?\]")
+
+
+def _files_under(path: Path) -> list[Path]:
+    """Every file a source holds (itself, or what a directory holds), refusing FIFOs and devices."""
+    if path.is_dir():
+        out: list[Path] = []
+        for entry in sorted(path.rglob("*")):
+            if not entry.is_dir():
+                check_regular_file(entry)
+                out.append(entry)
+        return out
+    check_regular_file(path)
+    return [path]
+
+
+def _vars_dirs(base: Path) -> list[Path]:
+    return [d for d in (base / "group_vars", base / "host_vars") if d.is_dir()]
+
+
+def _range_size(token_ranges: list[tuple[str, str, str | None]]) -> int:
+    n = 1
+    for beg, end, step in token_ranges:
+        st = int(step) if step else 1
+        if beg.isdigit() and end.isdigit():
+            span = int(end) - int(beg)
+        else:
+            span = ord(end) - ord(beg)
+        n *= max(0, span) // max(st, 1) + 1
+    return n
+
+
+MAX_RANGE_HOSTS = 100_000
+
+
+def _prescan(files: list[Path]) -> None:
+    """What Ansible would hang or die on, refused first with file and line: text that is not
+    UTF-8, YAML alias bombs, host ranges of more than MAX_RANGE_HOSTS hosts."""
+    for f in files:
+        if f.stat().st_size > 64 << 20:
+            raise InputError("larger than 64 MiB; refused as an inventory file", path=str(f))
+        raw = f.read_bytes()
+        if raw.startswith(b"$ANSIBLE_VAULT") or raw.startswith(b"\x7fELF") or os.access(f, os.X_OK):
+            continue                # vault-encrypted, or an inventory script: Ansible runs it
+        text = decode_utf8(raw, str(f))
+        for no, line in enumerate(text.splitlines(), 1):
+            for tok in re.findall(r"[^\s'\"]*\[[^\s'\"]*", line):
+                ranges = _RANGE.findall(tok)
+                if ranges and _range_size(ranges) > MAX_RANGE_HOSTS:
+                    raise InputError(f"host range {tok.rstrip(':')!r} expands to {_range_size(ranges):,} hosts, more "
+                                     f"than {MAX_RANGE_HOSTS:,}; refused", path=str(f), line=no)
+        if f.suffix in (".yml", ".yaml", ".json", "") and "&" in text and "*" in text:
+            try:
+                load_yaml_text(text, str(f))
+            except InputError as exc:
+                if "alias" in str(exc):
+                    raise
+                # not YAML (an INI file, say): Ansible says what is wrong with it
+
+
+def _digest(files: list[Path], single: Path | None) -> str:
+    if single is not None:
+        return hashlib.sha256(single.read_bytes()).hexdigest()
+    h = hashlib.sha256()
+    for f in sorted(set(files)):
+        h.update(f"{f.resolve()}\0{hashlib.sha256(f.read_bytes()).hexdigest()}\n".encode())
+    return h.hexdigest()
+
+
+def _native_file(sources: list[str], playbook_dir: str | None) -> Path | None:
+    """The one YAML file this module resolves exactly as ansible-inventory does (proved by
+    tests/test_ansible_inventory.py), or None: then ansible-inventory resolves it."""
+    if len(sources) != 1:
+        return None
+    p = Path(sources[0])
+    if p.is_dir():
+        entries = [e for e in sorted(p.iterdir()) if not _IGNORED.search(e.name)]
+        if len(entries) != 1:
+            return None
+        p = entries[0]
+    if not p.is_file() or p.suffix not in (".yml", ".yaml") or os.access(p, os.X_OK):
+        return None
+    text = p.read_bytes()
+    if b"!vault" in text or b"$ANSIBLE_VAULT" in text or re.search(rb"(?m)^plugin\s*:", text):
+        return None
+    for d in _vars_dirs(p.parent):
+        for f in d.rglob("*"):
+            if f.is_file() and f.read_bytes()[:1024].lstrip().startswith(b"$ANSIBLE_VAULT") \
+                    or f.is_file() and b"!vault" in f.read_bytes():
+                return None
+    if playbook_dir:
+        pb = Path(playbook_dir).resolve()
+        if pb != p.parent.resolve() and _vars_dirs(pb):
+            return None
+    return p
+
+
+def load_inventory(source: str | Path | list | tuple, *, playbook_dir: str | Path | None = None,
+                   vault: "VaultOptions | None" = None, resolver: str = "auto") -> Inventory:
+    """Resolve what ``-i`` names, as ``ansible-inventory --list`` does.
+
+    ``source``: one path or several (files, directories, plugin configs, scripts, or an
+    Ansible host list ``a,b,``). ``playbook_dir``: where the playbook is (its group_vars/
+    and host_vars/ apply too). ``resolver``: "auto" (this module for the YAML files it is
+    proved identical on, ansible-inventory for everything else), "ansible" or "native".
+    """
+    sources = [str(s) for s in (source if isinstance(source, (list, tuple)) else [source])]
+    if not sources:
+        raise InputError("no inventory given (-i)")
+    files: list[Path] = []
+    for s in sources:
+        p = Path(s)
+        if not os.path.lexists(p):
+            if "," in s:            # an Ansible host list: "gpu-01,gpu-02,"
+                continue
+            raise InputError("file not found", path=s)
+        files += _files_under(p)
+        files += [f for d in _vars_dirs(p if p.is_dir() else p.parent) for f in _files_under(d)]
+    if playbook_dir:
+        files += [f for d in _vars_dirs(Path(playbook_dir)) for f in _files_under(d)]
+    pb_dir = str(playbook_dir) if playbook_dir else None
+    native = _native_file(sources, pb_dir) if resolver != "ansible" else None
+    if native is None and resolver == "native":
+        raise InputError("this inventory needs ansible-inventory to resolve it", path=", ".join(sources))
+    if native is not None:
+        inv = _load_native(native)
+        digest = _digest(files, native)
+        inv = replace(inv, sources=tuple(sources), sha256=digest)
+    else:
+        _prescan(files)
+        single = Path(sources[0]) if len(sources) == 1 and Path(sources[0]).is_file() else None
+        inv = _from_ansible(sources, pb_dir, vault, _digest(files, single) if files else "")
+    for h in inv.hosts.values():
+        _check_identity(h)
+    return replace(inv, playbook_dir=str(Path(playbook_dir).resolve()) if playbook_dir else None,
+                   vault_password_files=tuple(str(Path(f).resolve()) for f in (vault.password_files if vault else [])))
+
+
+def _from_ansible(sources: list[str], playbook_dir: str | None, vault: "VaultOptions | None",
+                  digest: str) -> Inventory:
+    from k3rollout.model import ansible_inventory as ai
+
+    data = ai.resolve(sources, playbook_dir=playbook_dir, vault=vault)
+    meta = data.get("_meta", {}) if isinstance(data.get("_meta"), dict) else {}
+    hostvars = meta.get("hostvars", {}) or {}
+    ghosts, gchildren = ai.group_tree(data)
+    where = sources[0] if len(sources) == 1 else ", ".join(sources)
+    origin = Origin(where, None)
+    groups: dict[str, Group] = {}
+    for name in ghosts:
+        groups[name] = Group(name=name, hosts=list(ghosts[name]), children=list(gchildren[name]), origin=origin)
+    for name, g in groups.items():
+        for c in g.children:
+            if name not in groups[c].parents:
+                groups[c].parents.append(name)
+    if "ungrouped" not in groups["all"].children:
+        groups["all"].children.insert(0, "ungrouped")
+        groups["ungrouped"].parents.append("all")
+    inv0 = Inventory(path=where, hosts={}, groups=groups)
+    order = inv0.group_hosts("all")
+    order += [h for h in hostvars if h not in order]
+    dec = ai.Decryptor(vault)
+    depth = _depths(groups)
+    hosts: dict[str, Host] = {}
+    for h in order:
+        raw = hostvars.get(h, {}) or {}
+        v = {k: dec.open(val, f"host {h}: variable {k}") for k, val in raw.items()}
+        v.setdefault("inventory_hostname", h)
+        mine = [g for g, members in ghosts.items() if h in members]
+        acc, stack = set(mine), list(mine)
+        while stack:
+            for par in groups[stack.pop()].parents:
+                if par not in acc:
+                    acc.add(par)
+                    stack.append(par)
+        acc.discard("all")
+        hosts[h] = Host(name=h, vars=v, groups=tuple(sorted(acc, key=lambda g: (depth.get(g, 1), g))),
+                        origin=origin)
+        _check_known_vars(hosts[h])
+    if not hosts:
+        raise InputError("inventory defines no hosts", path=where)
+    _check_scheduler_hosts(hosts)
+    return Inventory(path=where, hosts=hosts, groups=groups, sources=tuple(sources), resolver="ansible",
+                     sha256=digest, ansible_json=data)

@@ -12,6 +12,7 @@ far, before anything walks it. A document without aliases is never limited.
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -159,7 +160,33 @@ def load_yaml_text(text: str, path: str) -> Any:
         loader.dispose()
 
 
+def check_regular_file(path: Path) -> None:
+    """Refuse a FIFO, socket or device (reading one blocks or never ends) and a missing file."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise InputError("file not found", path=str(path)) from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", path=str(path)) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError("is a directory, expected a YAML file", path=str(path))
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError("not a regular file (a FIFO, socket or device); refused", path=str(path))
+
+
+def decode_utf8(raw: bytes, path: str) -> str:
+    """``raw`` as text; a byte that is not UTF-8 is named by line and column."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise InputError(f"not UTF-8 text (byte {exc.start}, column {column} of the line: "
+                         f"{raw[exc.start:exc.start + 1]!r})", path=path, line=line) from None
+
+
 def load_yaml(path: Path) -> Any:
+    check_regular_file(path)
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -168,14 +195,7 @@ def load_yaml(path: Path) -> Any:
         raise InputError("is a directory, expected a YAML file", path=str(path)) from None
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror}", path=str(path)) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise InputError(f"not UTF-8 text (byte {exc.start}, column {column} of the line: "
-                         f"{raw[exc.start:exc.start + 1]!r})", path=str(path), line=line) from None
-    return load_yaml_text(text, str(path))
+    return load_yaml_text(decode_utf8(raw, str(path)), str(path))
 
 
 def line_at(data: Any, loc: Iterable[Any]) -> int | None:
