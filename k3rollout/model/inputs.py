@@ -117,9 +117,10 @@ FAILED_STATES = ("failed", "rolled-back", "rollback-failed", "rollback-required"
 
 
 def write_retry_file(run_dir: Path, view) -> Path | None:
-    """After a run that did not complete: RUN_DIR/<playbook>.retry, Ansible's retry file
-    (the failed hosts, sorted, one per line), for ``--limit @RUN_DIR/<playbook>.retry``."""
-    if view.status in ("running", "completed", "no_change") or not view.plan:
+    """After a run with failed hosts (halted, or gone on within max_fail_percentage):
+    RUN_DIR/<playbook>.retry, Ansible's retry file (the failed hosts, sorted, one per
+    line), for ``--limit @RUN_DIR/<playbook>.retry``."""
+    if view.status == "running" or not view.plan:
         return None
     failed = sorted(n.name for n in view.nodes.values() if n.failed_stage or n.state in FAILED_STATES)
     if not failed:

@@ -89,10 +89,10 @@ class _Matcher:
                 expr, idx, start, _sep, end = m.groups()
                 sub = (int(idx), None) if idx else (int(start), int(end) if end else -1)
         hosts = self.enumerate(expr)
-        if sub:
+        if sub and hosts:
             start_i, end_i = sub
             try:
-                if end_i is None:
+                if not end_i:               # [n], and (as in Ansible) [n:0]
                     hosts = [hosts[start_i]]
                 else:
                     if end_i == -1:
