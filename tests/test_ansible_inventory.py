@@ -234,6 +234,7 @@ def test_vaulted_variable_and_file(tmp_path, capsys):
     inv = load_inventory(inv_path, vault=VaultOptions(password_files=[str(pw)]))
     assert inv.resolver == "ansible"
     assert inv.hosts["gpu-01"].vars["api_token"] == "s3cret-token"
+    assert inv.vault_values == ("s3cret-token",)          # masked wherever the engine writes
     assert inv.hosts["gpu-01"].vars["scheduler"] == "slurm"
     # without the password: exit 2, and the message says what is missing
     assert main(["validate", str(PLAYBOOK), "-i", str(inv_path)]) == 2

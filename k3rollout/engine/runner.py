@@ -106,7 +106,8 @@ class Engine(GateMixin, StepRunnerMixin):
         self._lock = threading.Lock()
         self.stopping = threading.Event()
         hv = [inventory.hosts[h].vars for h in inventory.hosts]
-        self.redact = Redactor(secret_values(self.play_vars, *hv))
+        vaulted = [v for v in getattr(inventory, "vault_values", ()) if len(v) >= 4]   # whatever their names
+        self.redact = Redactor(sorted(set(secret_values(self.play_vars, *hv)) | set(vaulted), key=len, reverse=True))
         self.in_place = bool(self.play_vars.get("allow_in_place_change", True))
         self.playbook_dir = str(Path(playbook.path).resolve().parent)
         self._api = None

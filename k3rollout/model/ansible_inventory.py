@@ -146,6 +146,7 @@ class Decryptor:
     def __init__(self, vault: VaultOptions | None):
         self.vault = vault
         self._lib = None
+        self.opened: set[str] = set()
 
     def _vaultlib(self):
         if self._lib is None:
@@ -169,9 +170,11 @@ class Decryptor:
                 if not self.vault:
                     raise InputError(f"{where} is vault-encrypted: give --vault-password-file or --ask-vault-pass")
                 try:
-                    return self._vaultlib().decrypt(value["__ansible_vault"]).decode("utf-8")
+                    plain = self._vaultlib().decrypt(value["__ansible_vault"]).decode("utf-8")
                 except Exception as exc:  # noqa: BLE001 - any vault failure is bad input
                     raise InputError(f"{where}: cannot decrypt the vaulted value ({exc})") from None
+                self.opened.add(plain)
+                return plain
             if set(value) == {"__ansible_unsafe"}:
                 return value["__ansible_unsafe"]
             return {k: self.open(v, f"{where}.{k}") for k, v in value.items()}

@@ -85,6 +85,8 @@ class Inventory:
     sha256: str = ""
     playbook_dir: str | None = None
     vault_password_files: tuple[str, ...] = ()
+    # the values decrypted from vault: masked in the journal, evidence and reports
+    vault_values: tuple[str, ...] = field(default=(), repr=False)
     # the JSON ansible-inventory printed, when it resolved the inventory
     ansible_json: dict | None = field(default=None, compare=False, repr=False)
 
@@ -754,4 +756,4 @@ def _from_ansible(sources: list[str], playbook_dir: str | None, vault: "VaultOpt
         raise InputError("inventory defines no hosts", path=where)
     _check_scheduler_hosts(hosts)
     return Inventory(path=where, hosts=hosts, groups=groups, sources=tuple(sources), resolver="ansible",
-                     sha256=digest, ansible_json=data)
+                     sha256=digest, ansible_json=data, vault_values=tuple(sorted(dec.opened)))
