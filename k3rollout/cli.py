@@ -136,6 +136,8 @@ def cmd_validate(args: argparse.Namespace, clock: Clock) -> int:
     from k3rollout.plan import make_plan
 
     playbook, inventory = _load(args)
+    if args.list_hosts:
+        return _list_hosts(playbook, inventory)
     plan = make_plan(playbook, inventory)
     _controller_tools(playbook, inventory, plan)
     print(f"ok: {playbook.path}: play {playbook.play.name!r}, {len(playbook.stages)} stages; "

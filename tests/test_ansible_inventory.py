@@ -63,7 +63,7 @@ def norm(data: dict) -> dict:
 
 
 @pytest.mark.parametrize("path", INVENTORIES, ids=lambda p: str(p.relative_to(ROOT)))
-def test_yaml_reader_matches_ansible_inventory(path):
+def test_loader_matches_ansible_inventory(path):
     inv = load_inventory(path)
     assert inv.resolver == "native"
     assert norm(inv.to_ansible_json()) == norm(reference(path))
@@ -256,6 +256,14 @@ def test_ansible_inventory_errors_pass_through_naming_the_file(tmp_path, capsys)
     broken.write_text("plugin: ansible.builtin.constructed\nstrict: true\ngroups:\n  x: undefined_var > 1\n")
     assert main(["validate", str(PLAYBOOK), "-i", str(broken)]) == 2
     assert str(broken) in capsys.readouterr().err
+    # where Ansible names a line (YAML in a directory source), so does the message
+    d = tmp_path / "dir"
+    d.mkdir()
+    (d / "a.ini").write_text("[gpu_nodes]\ngpu-01 ansible_connection=k3sim\n")
+    (d / "b.yml").write_text("all:\n  hosts:\n    gpu-02:\n      x: [\n")
+    assert main(["validate", str(PLAYBOOK), "-i", str(d)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {d / 'b.yml'}:5:" in err, err
 
 
 def test_missing_ansible_inventory_is_a_clear_error(tmp_path, monkeypatch, capsys):
