@@ -178,3 +178,18 @@ def test_completed_run_writes_no_retry_file(tmp_path):
     run_dir = tmp_path / "run"
     assert main(["run", str(PLAYBOOK), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
     assert not list(run_dir.glob("*.retry"))
+
+
+def test_extra_vars_win_in_the_run_and_resume_sees_them_again(tmp_path):
+    from k3rollout.engine.session import Session
+
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {"sim_faults": ["vllm_oom"]}})
+    run_dir = tmp_path / "run"
+    assert main(["run", str(PLAYBOOK), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
+                 "-e", '{"sim_faults": []}', "-e", "marker=yes", "-f", "3"]) == 0
+    r = result(run_dir)
+    assert r["nodes"]["gpu-02"]["failed_stage"] is None          # -e over the host's own sim_faults
+    playbook, inventory, journal, _ = Session(run_dir).reopen()
+    journal.close()
+    assert inventory.hosts["gpu-02"].vars["sim_faults"] == [] and inventory.hosts["gpu-01"].vars["marker"] == "yes"
+    assert playbook.play.vars["marker"] == "yes" and playbook.play.forks == 3
