@@ -23,7 +23,6 @@ import re
 import resource
 import subprocess
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from k3rollout.errors import InputError
