@@ -229,7 +229,7 @@ def _vaulted(tmp_path: Path) -> tuple[Path, Path]:
     return d / "hosts.yml", pw
 
 
-def test_vaulted_variable_and_file(tmp_path, capsys):
+def test_vaulted_variable_and_file(tmp_path, capsys, monkeypatch):
     inv_path, pw = _vaulted(tmp_path)
     inv = load_inventory(inv_path, vault=VaultOptions(password_files=[str(pw)]))
     assert inv.resolver == "ansible"
@@ -240,6 +240,12 @@ def test_vaulted_variable_and_file(tmp_path, capsys):
     assert main(["validate", str(PLAYBOOK), "-i", str(inv_path)]) == 2
     err = capsys.readouterr().err
     assert "vault" in err.lower() and "Traceback" not in err
+    # --ask-vault-pass: typed once, handed to ansible-inventory through a pipe (the group_vars
+    # file it decrypts) and used here for the !vault value
+    monkeypatch.setattr("getpass.getpass", lambda prompt="": "correct horse")
+    assert main(["inventory", "-i", str(inv_path), "--ask-vault-pass", "--host", "gpu-01"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"ansible_connection": "k3sim", "api_token": "s3cret-token",
+                                                   "scheduler": "slurm"}
     wrong = tmp_path / "wrong"
     wrong.write_text("nope\n")
     assert main(["validate", str(PLAYBOOK), "-i", str(inv_path), "--vault-password-file", str(wrong)]) == 2
