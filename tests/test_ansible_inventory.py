@@ -167,6 +167,10 @@ def _mixed_dir(tmp_path: Path) -> tuple[Path, Path]:
     (d / "03-constructed.yml").write_text("plugin: ansible.builtin.constructed\nstrict: true\ngroups:\n"
                                           "  eight_gpu: gpus == 8\nkeyed_groups:\n  - key: rack\n    prefix: in\n")
     (d / "group_vars" / "gpu_nodes.yml").write_text("ansible_connection: k3sim\nscheduler: kubernetes\n")
+    script = d / "00-script.sh"          # an executable inventory script (Ansible runs it with --list)
+    script.write_text("#!/bin/sh\necho '{\"rack_b\": {\"hosts\": [\"gpu-b02\"]}, \"_meta\": {\"hostvars\": "
+                      "{\"gpu-b02\": {\"gpus\": 8, \"rack\": \"b\"}}}}'\n")
+    script.chmod(0o755)
     (d / "README.md").write_text("ignored, as Ansible ignores it\n")
     other = tmp_path / "extra.yml"
     other.write_text("all:\n  children:\n    gpu_nodes:\n      hosts:\n        gpu-c01:\n          gpus: 8\n")
@@ -177,11 +181,12 @@ def test_directory_of_mixed_sources_and_several_i(tmp_path, capsys):
     d, other = _mixed_dir(tmp_path)
     inv = load_inventory([d, other])
     assert inv.resolver == "ansible"
-    assert set(inv.hosts) == {"gpu-a01", "gpu-a02", "gpu-b01", "gpu-c01"}
+    assert set(inv.hosts) == {"gpu-a01", "gpu-a02", "gpu-b01", "gpu-b02", "gpu-c01"}
     assert inv.hosts["gpu-a02"].vars["rack"] == "a" and inv.hosts["gpu-a02"].vars["gpus"] == 8
     assert inv.hosts["gpu-b01"].vars["scheduler"] == "kubernetes"          # group_vars/ inside the directory
-    assert inv.select("eight_gpu") == ["gpu-a01", "gpu-a02"]               # the constructed plugin's group
-    assert sorted(inv.select("in_a:in_b")) == ["gpu-a01", "gpu-a02", "gpu-b01"]
+    assert sorted(inv.select("eight_gpu")) == ["gpu-a01", "gpu-a02", "gpu-b02"]   # the constructed plugin's group
+    assert sorted(inv.select("in_a:in_b")) == ["gpu-a01", "gpu-a02", "gpu-b01", "gpu-b02"]
+    assert inv.hosts["gpu-b02"].vars["scheduler"] == "kubernetes"          # the script's host, in gpu_nodes
     assert "gpu-c01" in inv.select("gpu_nodes")                            # the second -i
     ref = reference(d, other)
     assert inv.to_ansible_json() == ref
@@ -194,7 +199,7 @@ def test_directory_of_mixed_sources_and_several_i(tmp_path, capsys):
     # a run over it knows every host (the playbook targets gpu_nodes)
     assert main(["plan", str(PLAYBOOK), "-i", str(d), "-i", str(other), "--list-hosts"]) == 0
     out = capsys.readouterr().out
-    assert "hosts (4):" in out and "gpu-c01" in out
+    assert "hosts (5):" in out and "gpu-c01" in out
 
 
 def test_group_vars_beside_the_playbook_apply(tmp_path, capsys):
