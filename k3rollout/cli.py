@@ -93,7 +93,10 @@ def _load_inputs(playbook_path: str, sources: list[str] | str, args: argparse.Na
     playbook = load_playbook(playbook_path)
     inventory = load_inventory(sources, playbook_dir=str(Path(playbook_path).resolve().parent), vault=_vault(args))
     playbook, inventory = apply_overrides(playbook, inventory, overrides)
-    inventory = inventory.limited(getattr(args, "limit", None))
+    limit = getattr(args, "limit", None)
+    if limit:
+        inventory = inventory.limited(limit)
+        overrides = {**overrides, "limit": limit, "limit_hosts": list(inventory.hosts)}
     verbosity = getattr(args, "verbose", 0) or 0
     if verbosity >= 1:
         how = "ansible-inventory" if inventory.resolver == "ansible" else "k3rollout's YAML reader (same result)"

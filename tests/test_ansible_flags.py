@@ -193,3 +193,19 @@ def test_extra_vars_win_in_the_run_and_resume_sees_them_again(tmp_path):
     journal.close()
     assert inventory.hosts["gpu-02"].vars["sim_faults"] == [] and inventory.hosts["gpu-01"].vars["marker"] == "yes"
     assert playbook.play.vars["marker"] == "yes" and playbook.play.forks == 3
+
+
+def test_a_limited_run_resumes_with_the_same_hosts(tmp_path):
+    from k3rollout.engine.session import Session
+
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {}, "gpu-03": {}})
+    retry = tmp_path / "pb.retry"
+    retry.write_text("gpu-02\ngpu-03\n")
+    run_dir = tmp_path / "run"
+    assert main(["run", str(PLAYBOOK), "-i", str(inv), "--yes", "--run-dir", str(run_dir), "-l", f"@{retry}"]) == 0
+    assert set(result(run_dir)["nodes"]) == {"gpu-02", "gpu-03"}
+    retry.write_text("gpu-01\n")             # the limit file changes; the run's hosts do not
+    playbook, inventory, journal, _ = Session(run_dir).reopen()
+    journal.close()
+    assert list(inventory.hosts) == ["gpu-02", "gpu-03"]
+    assert main(["resume", str(run_dir)]) == 0      # same inputs: no "inputs changed" refusal

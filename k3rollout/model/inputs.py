@@ -4,6 +4,7 @@
   ``@FILE``), later ones over earlier ones, and over every other variable (Ansible's
   precedence: extra vars always win), play vars included.
 - ``-f/--forks``: the play's ``forks``.
+- ``--limit``: the hosts it selected when the run started (a retry file may change later).
 - What ``resume`` needs to rebuild the same inventory and playbook: the sources ``-i``
   named, the playbook directory, vault password files, the extra vars and forks. Kept in
   ``inputs.json`` beside the journal.
@@ -80,6 +81,8 @@ def apply_overrides(playbook, inventory, overrides: dict | None):
     forks = overrides.get("forks")
     if extra:
         inventory = inventory.with_extra_vars(extra)
+    if overrides.get("limit_hosts") is not None:      # what --limit selected when the run started
+        inventory = inventory.only(overrides["limit_hosts"])
     if extra or forks:
         update: dict[str, Any] = {}
         if extra:

@@ -123,9 +123,14 @@ class Inventory:
         """This inventory with only the hosts ``--limit`` selects (groups keep their order)."""
         if not limit:
             return self
-        keep = set(self.select("all", limit))
+        keep = self.select("all", limit)
         if not keep:
             raise InputError(f"--limit {limit!r} matches no host in the inventory", path=self.path)
+        return self.only(keep)
+
+    def only(self, names: list[str] | set[str]) -> "Inventory":
+        """This inventory with only these hosts (as ``--limit`` left them; kept for resume)."""
+        keep = set(names)
         groups = {n: Group(name=g.name, vars=g.vars, var_lines=g.var_lines, hosts=[h for h in g.hosts if h in keep],
                            children=list(g.children), parents=list(g.parents), origin=g.origin)
                   for n, g in self.groups.items()}
