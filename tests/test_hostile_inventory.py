@@ -118,7 +118,10 @@ def test_ini_host_names_are_checked_too(tmp_path, capsys):
 
 def test_real_names_and_addresses_pass(tmp_path, capsys):
     inv = tmp_path / "hosts.yml"
-    inv.write_text("all:\n  vars:\n    ansible_connection: ssh\n  children:\n    gpu_nodes:\n      hosts:\n"
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    inv.write_text(f"all:\n  vars:\n    ansible_connection: ssh\n    k3_known_hosts_file: {known}\n"
+                   "  children:\n    gpu_nodes:\n      hosts:\n"
                    "        gpu-01.dc1.example.com:\n        gpu_alias_02:\n          ansible_host: 10.0.0.2\n"
                    "        n3:\n          ansible_host: 'fe80::1'\n        '10.0.0.4':\n")
     code, err = validate(inv, capsys)
