@@ -90,8 +90,7 @@ def check_point(reference: dict, mode: str, seq: int, label: str, base: Path) ->
     inv, pb = scenario(base)
     run_dir = base / "run"
     locks = {"K3ROLLOUT_LOCK_DIR": str(base / "locks")}
-    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
-            env={**locks, f"K3ROLLOUT_{mode}_AT_SEQ": str(seq)})
+    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), env=locks, fault=(mode, seq))
     if p.returncode != -9:
         return [f"{label}: expected SIGKILL, got {p.returncode}"]
     if seq % 5 == 0:
