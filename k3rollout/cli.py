@@ -447,6 +447,10 @@ def _main(args: argparse.Namespace, clock: Clock) -> int:
     try:
         return args.fn(args, clock)
     except K3RolloutError as exc:
+        from k3rollout.engine.journal import JournalWriteError
+
+        if isinstance(exc, JournalWriteError):
+            return _internal_error(exc)
         print(f"k3rollout: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
@@ -468,7 +472,7 @@ def _root_cause(exc: BaseException) -> tuple[BaseException, OSError | None]:
     e: BaseException | None = exc
     while e is not None and e not in chain:
         chain.append(e)
-        e = e.__cause__ or e.__context__
+        e = e.__cause__ if e.__cause__ is not None else (None if e.__suppress_context__ else e.__context__)
     from k3rollout.engine.journal import DISK_FULL, JournalWriteError
 
     for e in reversed(chain):

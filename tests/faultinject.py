@@ -34,7 +34,11 @@ def main() -> int:
     from k3rollout import cli
     from k3rollout.engine import journal, session
 
+    full = [False]
+
     def write(fd: int, data: bytes) -> int:
+        if full[0]:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         if _seq(data) == n:
             if mode == "BEFORE":
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -43,9 +47,8 @@ def main() -> int:
                 os.fsync(fd)
                 os.kill(os.getpid(), signal.SIGKILL)
             if mode == "SHORT":
-                if len(data) > 1:
-                    return os.write(fd, data[: len(data) // 2])
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                full[0] = True                  # the disk is full from here on
+                return os.write(fd, data[: len(data) // 2])
         return os.write(fd, data)
 
     def after_append(rec: dict) -> None:

@@ -383,9 +383,10 @@ def _parse_file(path: Path) -> tuple[list[dict[str, Any]], list[bytes], int, byt
             if not isinstance(rec, dict) or type(rec.get("seq")) is not int or "type" not in rec:
                 raise ValueError("not a journal record")
         except (ValueError, UnicodeDecodeError) as exc:
-            if nl == len(raw) - 1:
-                return records, lines, pos, raw[pos:]
-            raise InputError(f"journal is damaged before its end ({exc}); it cannot be resumed safely. "
+            # a write cut short never ends its line (the newline is the record's last byte), so
+            # a whole line that does not parse was damaged or edited, even the last one
+            where = "at its end" if nl == len(raw) - 1 else "before its end"
+            raise InputError(f"journal is damaged {where} ({exc}); it cannot be resumed safely. "
                              "Keep the run directory for the audit and roll back by hand per runbooks/.",
                              path=str(path), line=lineno) from None
         if records and rec["seq"] != records[-1]["seq"] + 1:
