@@ -286,3 +286,48 @@ def test_tampered_evidence_is_caught_by_report_and_resume(reference, tmp_path):
         assert r.returncode == 2 and where in r.stderr, r.stderr
     clean = cli("report", str(copy("clean")))
     assert clean.returncode == 0, clean.stderr
+
+
+def test_a_second_signal_waits_for_the_steps_in_flight(tmp_path):
+    """TERM, then TERM again 0.1 s later, in a parallel batch: no new step starts, the ones in
+    flight finish and are journaled, and only then are the journal and evidence closed. The
+    journal and the evidence verify, and resume finishes the run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+    from k3rollout.engine.journal import Journal
+    from k3rollout.evidence.store import verify_run
+
+    hosts = {f"gpu-{i:02d}": {"sim_latency_s": 0.02} for i in range(1, 9)}
+    inv = write_inventory(tmp_path / "inv", hosts)
+    pb = write_playbook(tmp_path / "pb.yml", serial=8, forks=8, min_serving=0)
+    run_dir = tmp_path / "run"
+    p = subprocess.Popen([sys.executable, "-m", "k3rollout", "run", str(pb), "-i", str(inv), "--yes", "--run-dir",
+                          str(run_dir)], cwd=ROOT, env=os.environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    j = run_dir / "journal.jsonl"
+    while time.time() < deadline and not (j.exists() and j.read_bytes().count(b"\n") > 150):
+        time.sleep(0.02)
+    p.send_signal(signal.SIGTERM)
+    time.sleep(0.1)
+    p.send_signal(signal.SIGTERM)
+    time.sleep(0.1)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 1, err.decode()[-2000:]
+    recs = Journal.read(j)
+    assert verify_run(run_dir, recs) == []
+    open_steps = {(r["node"], r["key"]) for r in recs if r["type"] == "step_started"}
+    for r in recs:
+        if r["type"] in ("step_done", "step_error", "step_settled"):
+            open_steps.discard((r["node"], r["key"]))
+    assert open_steps == set(), "steps in flight were cut off unrecorded"
+    assert not list((tmp_path / "locks").glob("*.lock"))
+    r = cli("resume", str(run_dir))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert {n["final"] for n in result(run_dir)["nodes"].values()} == {"upgraded"}
+    assert verify_run(run_dir, Journal.read(j)) == []
