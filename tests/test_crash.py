@@ -331,3 +331,48 @@ def test_a_second_signal_waits_for_the_steps_in_flight(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert {n["final"] for n in result(run_dir)["nodes"].values()} == {"upgraded"}
     assert verify_run(run_dir, Journal.read(j)) == []
+
+
+def test_a_full_disk_gives_one_message_and_exit_70_and_resume_works_after(reference, tmp_path, monkeypatch, capsys):
+    """Evidence, reports and debug.log all on the full disk: one message naming the file
+    system and the run directory, exit 70, the resume command; no chained traceback."""
+    import errno
+
+    from k3rollout import cli as k3cli
+    from k3rollout.engine import session
+    from k3rollout.evidence.store import EvidenceStore
+
+    inv, pb = scenario(tmp_path)
+    run_dir = tmp_path / "run"
+    real_write = EvidenceStore.write
+    calls = [0]
+
+    def write(self, *a, **kw):
+        calls[0] += 1
+        if calls[0] > 30:
+            raise OSError(errno.ENOSPC, "No space left on device", str(self.root / "x.txt"))
+        return real_write(self, *a, **kw)
+
+    def no_space(*a, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device", str(run_dir / "report.html.tmp"))
+
+    real_open = open
+
+    def open_(path, *a, **kw):
+        if str(path).endswith("debug.log"):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real_open(path, *a, **kw)
+
+    monkeypatch.setattr(EvidenceStore, "write", write)
+    monkeypatch.setattr(session, "write_reports", no_space)
+    monkeypatch.setattr("builtins.open", open_)
+    code = k3cli.main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), "--plain"])
+    err = capsys.readouterr().err
+    assert code == 70
+    assert "Traceback" not in err and err.count("k3rollout: error:") == 1, err
+    assert "No space left on device" in err and "mounted at" in err and str(run_dir.resolve()) in err
+    assert f"k3rollout resume {run_dir}" in err
+    monkeypatch.undo()
+    r = cli("resume", str(run_dir))
+    assert r.returncode == 0, r.stderr
+    assert outcome(run_dir) == reference["outcome"]

@@ -12,8 +12,8 @@ Each record ends with ``"h"``, a link of a hash chain: the sha256 of the previou
 record's link and of this record's bytes without the link. Any edit of any record (a
 flipped bit, a valid-JSON change of a value, a deleted or inserted line) breaks the chain
 at that line, and reading refuses the journal there (exit 2, with file and line). The
-chain detects edits by anyone who does not rewrite every later record; a copy of the last
-link (the reports show it) pins even that. Every record is also checked against its type
+chain detects edits by anyone who does not rewrite every later record (``last_link``, kept
+elsewhere, pins even that). Every record is also checked against its type
 (engine/records.py) as it is read. A journal without a chain (written before it existed)
 is refused with the reason: it could not show an edit.
 

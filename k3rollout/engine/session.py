@@ -3,7 +3,7 @@
 This is the only place that knows the run directory layout::
 
     RUN_DIR/
-      journal.jsonl         append-only, fsynced (the source of truth)
+      journal.jsonl         append-only, fsynced, hash-chained (the source of truth)
       evidence/             write-once outputs + MANIFEST.sha256
       events.jsonl          structlog JSON events
       inputs.json           where the playbook and inventory were, and their digests
