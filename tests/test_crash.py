@@ -207,16 +207,18 @@ def test_a_file_size_limit_stops_the_run_cleanly_and_resume_finishes(reference, 
     _same_as_reference(reference, run_dir)
 
 
-def test_a_run_killed_before_its_first_record_is_released_by_resume(tmp_path):
+@pytest.mark.parametrize("mode", ["BEFORE", "TEAR"])
+def test_a_run_killed_before_its_first_record_is_released_by_resume(tmp_path, mode):
     inv, pb = scenario(tmp_path)
     run_dir = tmp_path / "run"
-    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), fault=("BEFORE", 1))
+    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), fault=(mode, 1))
     assert p.returncode == -9
     other = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(tmp_path / "other"))
     assert other.returncode == 1 and "stale" in other.stderr and f"k3rollout resume {run_dir.resolve()}" in other.stderr
     r = cli("resume", str(run_dir))
     assert r.returncode == 1 and "never started" in r.stderr and "nothing was changed" in r.stderr, r.stderr
     assert "Released its stale cluster lock" in r.stderr
+    assert (run_dir / "journal.torn.0").exists() == (mode == "TEAR")     # the torn record is kept aside
     again = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir))
     assert again.returncode == 0, again.stderr
 

@@ -149,8 +149,12 @@ class Session:
         from k3rollout.engine.lock import release_stale
 
         released = release_stale(self.run_dir)
-        if not records and self.journal_path.stat().st_size == 0:
-            self.journal_path.unlink()
+        if not records:
+            # the run directory can take the run again: a torn first record is kept aside
+            if self.journal_path.stat().st_size == 0:
+                self.journal_path.unlink()
+            else:
+                os.replace(self.journal_path, self.run_dir / "journal.torn.0")
         raise RunNeverStarted(
             f"{self.run_dir}: this run never started: its journal holds no record, so nothing was changed on any "
             "host. " + (f"Released its stale cluster lock ({', '.join(map(str, released))}). " if released else "")
