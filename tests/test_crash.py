@@ -290,10 +290,12 @@ def test_tampered_evidence_is_caught_by_report_and_resume(reference, tmp_path):
     assert clean.returncode == 0, clean.stderr
 
 
-def test_a_second_signal_waits_for_the_steps_in_flight(tmp_path):
-    """TERM, then TERM again 0.1 s later, in a parallel batch: no new step starts, the ones in
-    flight finish and are journaled, and only then are the journal and evidence closed. The
-    journal and the evidence verify, and resume finishes the run."""
+@pytest.mark.parametrize("forks", [8, 1])
+def test_a_second_signal_waits_for_the_steps_in_flight(tmp_path, forks):
+    """TERM, then TERM again 0.1 s later, in a batch worked in parallel or one node at a time:
+    no new step starts, the ones in flight finish and are journaled, and only then are the
+    journal and evidence closed. The journal and the evidence verify, and resume finishes
+    the run."""
     import os
     import signal
     import subprocess
@@ -306,7 +308,7 @@ def test_a_second_signal_waits_for_the_steps_in_flight(tmp_path):
 
     hosts = {f"gpu-{i:02d}": {"sim_latency_s": 0.02} for i in range(1, 9)}
     inv = write_inventory(tmp_path / "inv", hosts)
-    pb = write_playbook(tmp_path / "pb.yml", serial=8, forks=8, min_serving=0)
+    pb = write_playbook(tmp_path / "pb.yml", serial=8, forks=forks, min_serving=0)
     run_dir = tmp_path / "run"
     p = subprocess.Popen([sys.executable, "-m", "k3rollout", "run", str(pb), "-i", str(inv), "--yes", "--run-dir",
                           str(run_dir)], cwd=ROOT, env=os.environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -386,10 +386,8 @@ class Engine(GateMixin, StepRunnerMixin):
         if not nodes:
             return
         workers = max(1, min(self.playbook.play.forks, len(nodes)))
-        if workers == 1:
-            for n in nodes:
-                fn(n)
-            return
+        # even one node runs in a worker thread: the main thread only waits, so a signal
+        # (which Python delivers to the main thread) never cuts a step short
         ex = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="k3node")
         try:
             futures = [ex.submit(fn, n) for n in nodes]
