@@ -81,3 +81,22 @@ def test_host_keys_follow_the_address_the_inventory_resolves():
     assert lk.host_key("GPU-01.example.com.", {}) == "gpu-01.example.com:22"
     assert lk.host_key("x", {"ansible_host": "10.0.0.10"}) == "10.0.0.10:22"
     assert lk.host_key("x", {"ansible_host": "2001:DB8:0:0::1", "ansible_port": 2222}) == "2001:db8::1:2222"
+
+
+def test_resume_of_a_run_that_is_starting_right_now_changes_nothing(tmp_path):
+    """A live holder whose journal has no record yet is starting, not dead: resume leaves its
+    lock and its journal alone."""
+    from k3rollout.engine.session import Session
+
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}})
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "journal.jsonl").touch()
+    held = _lock(inv, run_dir)
+    held.acquire()
+    try:
+        with pytest.raises(LockHeld, match="starting right now"):
+            Session(run_dir).resume()
+        assert (run_dir / "journal.jsonl").exists() and all(p.exists() for p in held.taken)
+    finally:
+        held.release()

@@ -195,6 +195,17 @@ class RunLock:
             self.held = False
 
 
+def live_holders(run_dir: str | Path, directory: Path | None = None) -> list[dict[str, Any]]:
+    """The live processes that hold a lock for ``run_dir`` (a run starting right now)."""
+    run_dir = str(Path(run_dir).resolve())
+    d = directory or lock_dir()
+    try:
+        files = sorted(d.glob("*.lock"))
+    except OSError:
+        return []
+    return [h for h in map(_read, files) if h and h.get("run_dir") == run_dir and not _dead(h)]
+
+
 def release_stale(run_dir: str | Path, directory: Path | None = None) -> list[Path]:
     """Remove the locks a dead run of ``run_dir`` left (whatever hosts they name); the
     lock files a live process holds are left alone."""

@@ -25,7 +25,7 @@ from k3rollout.engine.clock import Clock
 from k3rollout.engine.journal import Journal
 from k3rollout.engine.lock import RunLock
 from k3rollout.engine.runner import Engine
-from k3rollout.errors import InputError, K3RolloutError
+from k3rollout.errors import InputError, K3RolloutError, LockHeld
 from k3rollout.evidence.store import EvidenceStore, Problem, verify_run
 from k3rollout.model.inventory import Inventory, load_inventory
 from k3rollout.model.playbook import Playbook, load_playbook
@@ -146,8 +146,12 @@ class Session:
         """A run killed between taking its lock and its first record changed nothing (every
         change is journaled first): release its stale lock, so neither `resume` nor `run`
         stays stuck on it, and say how to start again."""
-        from k3rollout.engine.lock import release_stale
+        from k3rollout.engine.lock import _holder_text, live_holders, release_stale
 
+        live = live_holders(self.run_dir)
+        if live:
+            raise LockHeld(f"{self.run_dir}: this run is starting right now ({_holder_text(live[0])}); its journal "
+                           "has no record yet")
         released = release_stale(self.run_dir)
         if not records:
             # the run directory can take the run again: a torn first record is kept aside
