@@ -22,7 +22,11 @@ def _lock(inv: Path, run_dir: Path) -> lk.RunLock:
 def test_a_copy_a_hard_link_or_overlapping_hosts_meet_the_same_lock(tmp_path):
     inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {"ansible_host": "10.0.0.2"}})
     held = _lock(inv, tmp_path / "run-a")
-    held.acquire()
+    umask = os.umask(0o077)                 # the CLI's: lock files must stay readable all the same
+    try:
+        held.acquire()
+    finally:
+        os.umask(umask)
     try:
         copy = tmp_path / "copy" / "hosts.yml"
         copy.parent.mkdir()
@@ -36,8 +40,10 @@ def test_a_copy_a_hard_link_or_overlapping_hosts_meet_the_same_lock(tmp_path):
             with pytest.raises(LockHeld, match="another k3rollout run holds host") as e:
                 _lock(other, tmp_path / "run-b").acquire()
             assert "run-a" in str(e.value)
-        # a refused run leaves nothing behind, so the holder's files are all still there
+        # a refused run leaves nothing behind, so the holder's files are all still there, and
+        # any user can read who holds them, whatever the umask
         assert sorted(held.taken) == lk.lock_paths(load_inventory(str(inv)))
+        assert {p.stat().st_mode & 0o777 for p in held.taken} == {0o644}
         disjoint = _lock(write_inventory(tmp_path / "disjoint", {"gpu-05": {}}), tmp_path / "run-c")
         disjoint.acquire()
         disjoint.release()

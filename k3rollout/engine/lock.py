@@ -172,6 +172,9 @@ class RunLock:
                     f"stale cluster lock on {key}: its holder is dead ({_holder_text(holder)}). That run may have "
                     f"left nodes cordoned or mid-change: continue it with `k3rollout resume {holder.get('run_dir')}`, "
                     f"or, once you have checked its nodes, remove the lock: rm {path}") from None
+            # readable by every user (the run itself is private, umask 077): another user's run
+            # must be able to name the holder
+            os.fchmod(fd, 0o644)
             with os.fdopen(fd, "w") as f:
                 json.dump({**self.info, "key": key}, f)
                 f.flush()
