@@ -41,6 +41,14 @@ class InventoryChanged(TypedDict):
     sha256: str
 
 
+class InputsChanged(TypedDict):
+    changes: dict
+    accepted: NotRequired[bool]
+    playbook_sha256: NotRequired[OptStr]
+    inventory_sha256: NotRequired[OptStr]
+    inventory_content_sha256: NotRequired[OptStr]
+
+
 class BatchStarted(TypedDict):
     batch: int
     nodes: list
@@ -210,6 +218,7 @@ class HookDone(TypedDict):
 
 RECORD_TYPES: dict[str, type] = {
     "run_started": RunStarted, "run_resumed": RunResumed, "inventory_changed": InventoryChanged,
+    "inputs_changed": InputsChanged,
     "batch_started": BatchStarted, "batch_done": BatchDone, "batch_rolled_back": BatchRolledBack,
     "node_state": NodeStateRec, "stage_started": StageStarted, "stage_done": StageDone,
     "assertions": Assertions, "facts": Facts, "triage": Triage,
