@@ -343,12 +343,22 @@ def cmd_approve(args: argparse.Namespace, clock: Clock) -> int:
 def cmd_report(args: argparse.Namespace, clock: Clock) -> int:
     from k3rollout.report.render import render, write_reports
 
+    from k3rollout.report.render import render, write_model
+
     run_dir = _existing_run_dir(args.run_dir)
     if args.format:
-        sys.stdout.write(render(run_dir, args.format))
+        text, problems = render(run_dir, args.format)
+        sys.stdout.write(text)
     else:
-        write_reports(run_dir)
+        problems = write_model(run_dir)["verification"]
         print(f"report: {run_dir / 'report.html'}")
+    if problems:
+        # the report was written, with the items this evidence backs marked not proven
+        for p in problems:
+            print(f"k3rollout: error: {p}", file=sys.stderr)
+        print(f"k3rollout: error: {run_dir}: {len(problems)} verification failure(s); the checklist items they back "
+              "are marked not proven", file=sys.stderr)
+        return EXIT_INPUT
     return EXIT_OK
 
 
@@ -556,11 +566,19 @@ PRIVATE_UMASK = 0o077
 def _main(args: argparse.Namespace, clock: Clock) -> int:
     if args.verb in ("run", "demo", "resume", "rollback"):
         # SIGTERM (a closed window, a killed tmux) unwinds like Ctrl-C: the lock is released
-        # and the reports are written; the journal already holds everything done so far
+        # and the reports are written; the journal already holds everything done so far.
+        # Only the first signal unwinds: later ones (a second Ctrl-C, TERM then TERM) must not
+        # cut short the wait for steps in flight, or the journal would be closed under them
+        _STOPPING[0] = False
         signal.signal(signal.SIGTERM, _terminate)
+        signal.signal(signal.SIGINT, _terminate)
     try:
         return args.fn(args, clock)
     except K3RolloutError as exc:
+        from k3rollout.engine.journal import JournalWriteError
+
+        if isinstance(exc, JournalWriteError):
+            return _internal_error(exc)
         print(f"k3rollout: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
@@ -571,17 +589,79 @@ def _main(args: argparse.Namespace, clock: Clock) -> int:
         # killed by SIGPIPE does (128 + 13), instead of an internal error
         _silence_stdout()
         return EXIT_SIGPIPE
-    except Exception:  # noqa: BLE001 - the one place an internal error becomes exit 70
-        run_dir = _CURRENT_RUN_DIR[0]
+    except Exception as exc:  # noqa: BLE001 - the one place an internal error becomes exit 70
+        return _internal_error(exc)
+
+
+def _root_cause(exc: BaseException) -> tuple[BaseException, OSError | None]:
+    """The first error of a chain (a failure while cleaning up after another is not the
+    news), and the full-disk OSError in it, if any."""
+    chain: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and e not in chain:
+        chain.append(e)
+        e = e.__cause__ if e.__cause__ is not None else (None if e.__suppress_context__ else e.__context__)
+    from k3rollout.engine.journal import DISK_FULL, JournalWriteError
+
+    for e in reversed(chain):
+        if isinstance(e, JournalWriteError):
+            return e, e.cause
+        if isinstance(e, OSError) and e.errno in DISK_FULL:
+            return e, e
+    return exc, None
+
+
+def _mount_point(path: Path) -> Path:
+    p = path.resolve()
+    dev = p.stat().st_dev
+    while p.parent != p and p.parent.stat().st_dev == dev:
+        p = p.parent
+    return p
+
+
+def _internal_error(exc: Exception) -> int:
+    run_dir = _CURRENT_RUN_DIR[0]
+    cause, full = _root_cause(exc)
+    resume = f"k3rollout resume {run_dir}" if run_dir is not None else "k3rollout resume RUN_DIR"
+    from k3rollout.engine.journal import JournalWriteError
+
+    if full is not None or isinstance(cause, JournalWriteError):
+        # nothing more is written to a full disk (not even debug.log): one message, exit 70
+        where = ""
         if run_dir is not None and run_dir.is_dir():
-            path = run_dir / "debug.log"
+            try:
+                mnt = _mount_point(run_dir)
+                st = os.statvfs(run_dir)
+                where = (f" The run directory {run_dir.resolve()} is on the file system mounted at {mnt} "
+                         f"({st.f_bavail * st.f_frsize // (1 << 20)} MiB free now).")
+            except OSError:
+                where = f" The run directory is {run_dir}."
+        if isinstance(cause, JournalWriteError):
+            print(f"k3rollout: error: {cause}{where}", file=sys.stderr)
         else:
-            path = Path(tempfile.gettempdir()) / "k3rollout-debug.log"
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(traceback.format_exc())
-        print(f"k3rollout: internal error; traceback in {path}. The journal is intact: "
-              "`k3rollout resume RUN_DIR` continues the run.", file=sys.stderr)
+            what = f" ({full.filename})" if full.filename else ""
+            print(f"k3rollout: error: {full.strerror or full}{what}: the run stopped.{where} The journal holds every "
+                  f"step up to this point: free space (or lift the file-size limit), then `{resume}` continues the "
+                  "run.", file=sys.stderr)
         return EXIT_INTERNAL
+    tb = traceback.format_exc()
+    path: Path | None
+    if run_dir is not None and run_dir.is_dir():
+        path = run_dir / "debug.log"
+    else:
+        path = Path(tempfile.gettempdir()) / "k3rollout-debug.log"
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(tb)
+    except OSError:
+        sys.stderr.write(tb)
+        path = None
+    print(f"k3rollout: internal error; traceback {'in ' + str(path) if path else 'above'}. The journal holds every "
+          f"step up to the error: `{resume}` continues the run.", file=sys.stderr)
+    return EXIT_INTERNAL
+
+
+_STOPPING = [False]
 
 
 def _silence_stdout() -> None:
@@ -595,6 +675,17 @@ def _silence_stdout() -> None:
 
 
 def _terminate(signum: int, frame: object) -> None:
+    if _STOPPING[0]:
+        try:
+            os.write(2, b"k3rollout: already stopping: waiting for the steps in flight to finish or time out\n")
+        except OSError:
+            pass
+        return
+    _STOPPING[0] = True
+    from k3rollout.engine.journal import defer_interrupt
+
+    if defer_interrupt():
+        return                  # raised as soon as the record being written is whole
     raise KeyboardInterrupt
 
 

@@ -61,8 +61,6 @@ def _stop_sim_networks(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _isolated_locks(tmp_path, monkeypatch):
     monkeypatch.setenv("K3ROLLOUT_LOCK_DIR", str(tmp_path / "locks"))
-    monkeypatch.delenv("K3ROLLOUT_KILL_AT_SEQ", raising=False)
-    monkeypatch.delenv("K3ROLLOUT_TEAR_AT_SEQ", raising=False)
 
 
 def write_inventory(path: Path, hosts: dict[str, dict], group_vars: dict | None = None) -> Path:
@@ -107,10 +105,14 @@ def write_playbook(path: Path, reboot_timeout: str | int | None = None, reboot_g
     return path
 
 
-def cli(*args: str, env: dict | None = None, check: bool = False) -> subprocess.CompletedProcess:
-    """Run the real CLI in a subprocess (needed for SIGKILL tests)."""
+def cli(*args: str, env: dict | None = None, check: bool = False,
+        fault: tuple[str, int] | None = None) -> subprocess.CompletedProcess:
+    """Run the real CLI in a subprocess (needed for SIGKILL tests); ``fault=(MODE, N)``
+    injects a fault at journal record N (tests/faultinject.py: KILL, TEAR, BEFORE, SHORT)."""
     e = {**os.environ, **(env or {})}
-    p = subprocess.run([sys.executable, "-m", "k3rollout", *args], capture_output=True, text=True, env=e,
+    head = [str(Path(__file__).resolve().parent / "faultinject.py"), fault[0], str(fault[1])] if fault else \
+        ["-m", "k3rollout"]
+    p = subprocess.run([sys.executable, *head, *args], capture_output=True, text=True, env=e,
                        cwd=str(ROOT), timeout=300)
     if check and p.returncode != 0:
         raise AssertionError(f"k3rollout {' '.join(args)} -> {p.returncode}\n{p.stdout}\n{p.stderr}")

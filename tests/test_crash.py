@@ -90,8 +90,7 @@ def check_point(reference: dict, mode: str, seq: int, label: str, base: Path) ->
     inv, pb = scenario(base)
     run_dir = base / "run"
     locks = {"K3ROLLOUT_LOCK_DIR": str(base / "locks")}
-    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
-            env={**locks, f"K3ROLLOUT_{mode}_AT_SEQ": str(seq)})
+    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), env=locks, fault=(mode, seq))
     if p.returncode != -9:
         return [f"{label}: expected SIGKILL, got {p.returncode}"]
     if seq % 5 == 0:
@@ -148,3 +147,236 @@ def test_damaged_journal_middle_is_refused_with_its_line(reference, tmp_path):
     p = cli("resume", str(run_dir), env={"K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")})
     assert p.returncode == 2
     assert "journal.jsonl:6:" in p.stderr and "damaged" in p.stderr
+
+
+def _first(records: list[dict], host: str, step: str) -> int:
+    return next(r["seq"] for r in records if r["type"] == "step_started" and r.get("node") == host
+                and r.get("once") and r["step"] == step)
+
+
+def _same_as_reference(reference: dict, run_dir: Path) -> None:
+    assert outcome(run_dir) == reference["outcome"]
+    for h in ("gpu-01", "gpu-02"):
+        assert destructive(run_dir, h) == reference["destructive"][h], h
+    assert_reports_match_journal(run_dir)
+
+
+def test_a_start_record_cut_short_stops_before_the_reboot(reference, tmp_path):
+    """A full disk in the middle of the reboot's start record: the reboot does not run, the
+    message says the journal is intact, and resume reboots once, not twice."""
+    inv, pb = scenario(tmp_path)
+    run_dir = tmp_path / "run"
+    seq = _first(reference["records"], "gpu-01", "reboot")
+    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), fault=("SHORT", seq))
+    assert p.returncode == 70, p.stderr
+    assert f"could not write record {seq}" in p.stderr and "The journal is intact" in p.stderr
+    assert f"k3rollout resume {run_dir}" in p.stderr and "Traceback" not in p.stderr
+    assert "reboot" not in destructive(run_dir, "gpu-01")
+    assert journal(run_dir)[-1]["seq"] == seq - 1
+    r = cli("resume", str(run_dir))
+    assert r.returncode == 0, r.stderr
+    _same_as_reference(reference, run_dir)
+
+
+def test_a_file_size_limit_stops_the_run_cleanly_and_resume_finishes(reference, tmp_path):
+    """`prlimit --fsize`: whatever file reaches the limit first, the run stops with one message
+    naming the file system and the resume command (no traceback, exit 70), no destructive
+    step runs twice, and resume after the limit is lifted finishes as an uninterrupted run."""
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    inv, pb = scenario(tmp_path)
+    run_dir = tmp_path / "run"
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (35200, 35200))
+
+    p = subprocess.run([sys.executable, "-m", "k3rollout", "run", str(pb), "-i", str(inv), "--yes", "--run-dir",
+                        str(run_dir)], cwd=ROOT, env=os.environ, capture_output=True, text=True, timeout=300,
+                       preexec_fn=limit)
+    assert p.returncode == 70, p.stderr
+    assert "Traceback" not in p.stderr and p.stderr.count("k3rollout: error:") == 1, p.stderr
+    assert "File too large" in p.stderr and "mounted at" in p.stderr and f"k3rollout resume {run_dir}" in p.stderr
+    assert not (run_dir / "debug.log").exists()
+    r = cli("resume", str(run_dir))
+    assert r.returncode == 0, r.stderr
+    _same_as_reference(reference, run_dir)
+
+
+@pytest.mark.parametrize("mode", ["BEFORE", "TEAR"])
+def test_a_run_killed_before_its_first_record_is_released_by_resume(tmp_path, mode):
+    inv, pb = scenario(tmp_path)
+    run_dir = tmp_path / "run"
+    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), fault=(mode, 1))
+    assert p.returncode == -9
+    other = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(tmp_path / "other"))
+    assert other.returncode == 1 and "stale" in other.stderr and f"k3rollout resume {run_dir.resolve()}" in other.stderr
+    r = cli("resume", str(run_dir))
+    assert r.returncode == 1 and "never started" in r.stderr and "nothing was changed" in r.stderr, r.stderr
+    assert "Released its stale cluster lock" in r.stderr
+    assert (run_dir / "journal.torn.0").exists() == (mode == "TEAR")     # the torn record is kept aside
+    again = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir))
+    assert again.returncode == 0, again.stderr
+
+
+def _rechain(lines: list[bytes]) -> bytes:
+    """Recompute every link, as someone who knows the chain would after an edit."""
+    from k3rollout.engine.journal import LINK_TAIL, chain
+
+    out, prev = [], ""
+    for line in lines:
+        body = line.rstrip(b"\n")[:-LINK_TAIL] + b"}"
+        prev = chain(prev, body)
+        out.append(body[:-1] + b',"h":"' + prev.encode() + b'"}\n')
+    return b"".join(out)
+
+
+def test_a_damaged_record_key_is_refused_with_its_line_by_resume_report_and_rollback(reference, tmp_path):
+    run_dir = tmp_path / "copy"
+    shutil.copytree(reference["run_dir"], run_dir)
+    lines = (run_dir / "journal.jsonl").read_bytes().splitlines(keepends=True)
+    i = next(i for i, r in enumerate(reference["records"]) if r["type"] == "node_state")
+    lines[i] = lines[i].replace(b'"node":', b'"nodf":', 1)
+    (run_dir / "journal.jsonl").write_bytes(_rechain(lines))
+    for verb in (["resume"], ["report"], ["rollback", "--batch", "1"]):
+        p = cli(*verb, str(run_dir))
+        assert p.returncode == 2, (verb, p.stderr)
+        assert f"journal.jsonl:{i + 1}:" in p.stderr and "lacks 'node'" in p.stderr and "intact" not in p.stderr
+
+
+def test_tampered_evidence_is_caught_by_report_and_resume(reference, tmp_path):
+    """An evidence file edited or deleted, or the manifest deleted: `report` exits 2 naming
+    the file and line and marks the checklist items that evidence backs as not proven;
+    `resume` refuses to go on."""
+    import json
+
+    ref = reference["run_dir"]
+    plan_ev = next(r["path"] for r in reference["records"] if r["type"] == "evidence" and r["name"] == "rollback-plan")
+    listed = (ref / "evidence" / "MANIFEST.sha256").read_text().splitlines()
+    line = next(i for i, x in enumerate(listed, start=1) if x.endswith("  " + plan_ev))
+
+    def copy(name: str) -> Path:
+        d = tmp_path / name
+        shutil.copytree(ref, d)
+        return d
+
+    edited = copy("edited")
+    f = edited / "evidence" / plan_ev
+    f.chmod(0o644)
+    f.write_text(f.read_text().replace("575.57.08", "570.00.01"))
+    deleted = copy("deleted")
+    (deleted / "evidence" / plan_ev).unlink()
+    no_manifest = copy("no-manifest")
+    (no_manifest / "evidence" / "MANIFEST.sha256").unlink()
+    for run_dir, where in ((edited, f"evidence/MANIFEST.sha256:{line}: {plan_ev}: content changed"),
+                           (deleted, f"evidence/MANIFEST.sha256:{line}: {plan_ev}: file missing"),
+                           (no_manifest, "evidence/MANIFEST.sha256: missing")):
+        p = cli("report", str(run_dir))
+        assert p.returncode == 2 and where in p.stderr, p.stderr
+        items = {i["item"]: i for i in json.loads((run_dir / "report.json").read_text())["checklist"]}
+        assert items[10]["status"] == "not proven" and plan_ev in items[10]["detail"]
+        if run_dir is no_manifest:
+            assert all(i["status"] == "not proven" for i in items.values() if i["evidence"])
+        else:
+            assert items[3]["status"] == "done"             # evidence that still verifies still counts
+        assert "does not verify" in (run_dir / "report.md").read_text()
+        r = cli("resume", str(run_dir))
+        assert r.returncode == 2 and where in r.stderr, r.stderr
+    clean = cli("report", str(copy("clean")))
+    assert clean.returncode == 0, clean.stderr
+
+
+@pytest.mark.parametrize("forks", [8, 1])
+def test_a_second_signal_waits_for_the_steps_in_flight(tmp_path, forks):
+    """TERM, then TERM again 0.1 s later, in a batch worked in parallel or one node at a time:
+    no new step starts, the ones in flight finish and are journaled, and only then are the
+    journal and evidence closed. The journal and the evidence verify, and resume finishes
+    the run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+    from k3rollout.engine.journal import Journal
+    from k3rollout.evidence.store import verify_run
+
+    hosts = {f"gpu-{i:02d}": {"sim_latency_s": 0.02} for i in range(1, 9)}
+    inv = write_inventory(tmp_path / "inv", hosts)
+    pb = write_playbook(tmp_path / "pb.yml", serial=8, forks=forks, min_serving=0)
+    run_dir = tmp_path / "run"
+    p = subprocess.Popen([sys.executable, "-m", "k3rollout", "run", str(pb), "-i", str(inv), "--yes", "--run-dir",
+                          str(run_dir)], cwd=ROOT, env=os.environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    j = run_dir / "journal.jsonl"
+    while time.time() < deadline and not (j.exists() and j.read_bytes().count(b"\n") > 150):
+        time.sleep(0.02)
+    p.send_signal(signal.SIGTERM)
+    time.sleep(0.1)
+    p.send_signal(signal.SIGTERM)
+    time.sleep(0.1)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 1, err.decode()[-2000:]
+    recs = Journal.read(j)
+    assert verify_run(run_dir, recs) == []
+    open_steps = {(r["node"], r["key"]) for r in recs if r["type"] == "step_started"}
+    for r in recs:
+        if r["type"] in ("step_done", "step_error", "step_settled"):
+            open_steps.discard((r["node"], r["key"]))
+    assert open_steps == set(), "steps in flight were cut off unrecorded"
+    assert not list((tmp_path / "locks").glob("*.lock"))
+    r = cli("resume", str(run_dir))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert {n["final"] for n in result(run_dir)["nodes"].values()} == {"upgraded"}
+    assert verify_run(run_dir, Journal.read(j)) == []
+
+
+def test_a_full_disk_gives_one_message_and_exit_70_and_resume_works_after(reference, tmp_path, monkeypatch, capsys):
+    """Evidence, reports and debug.log all on the full disk: one message naming the file
+    system and the run directory, exit 70, the resume command; no chained traceback."""
+    import errno
+
+    from k3rollout import cli as k3cli
+    from k3rollout.engine import session
+    from k3rollout.evidence.store import EvidenceStore
+
+    inv, pb = scenario(tmp_path)
+    run_dir = tmp_path / "run"
+    real_write = EvidenceStore.write
+    calls = [0]
+
+    def write(self, *a, **kw):
+        calls[0] += 1
+        if calls[0] > 30:
+            raise OSError(errno.ENOSPC, "No space left on device", str(self.root / "x.txt"))
+        return real_write(self, *a, **kw)
+
+    def no_space(*a, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device", str(run_dir / "report.html.tmp"))
+
+    real_open = open
+
+    def open_(path, *a, **kw):
+        if str(path).endswith("debug.log"):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real_open(path, *a, **kw)
+
+    monkeypatch.setattr(EvidenceStore, "write", write)
+    monkeypatch.setattr(session, "write_reports", no_space)
+    monkeypatch.setattr("builtins.open", open_)
+    code = k3cli.main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), "--plain"])
+    err = capsys.readouterr().err
+    assert code == 70
+    assert "Traceback" not in err and err.count("k3rollout: error:") == 1, err
+    assert "No space left on device" in err and "mounted at" in err and str(run_dir.resolve()) in err
+    assert f"k3rollout resume {run_dir}" in err
+    monkeypatch.undo()
+    r = cli("resume", str(run_dir))
+    assert r.returncode == 0, r.stderr
+    assert outcome(run_dir) == reference["outcome"]

@@ -83,7 +83,7 @@ def test_resume_refuses_changed_inputs_unless_told_and_journals_them(tmp_path):
     pb, inv = _setup(tmp_path, serial=1)
     run = tmp_path / "run"
     env = {"K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")}
-    r = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run), env={**env, "K3ROLLOUT_KILL_AT_SEQ": "40"})
+    r = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run), env=env, fault=("KILL", 40))
     assert r.returncode == -9, r.stderr
     before = (run / "journal.jsonl").read_bytes()
     # a host var changes in host_vars/ (the main inventory file is untouched)

@@ -216,12 +216,13 @@ def test_second_concurrent_run_is_refused_naming_the_lock_holder(tmp_path, capsy
 def test_stale_lock_is_reported_with_how_to_clear_it_never_stolen(tmp_path, capsys):
     import json
 
-    from k3rollout.engine.lock import lock_path
+    from k3rollout.engine.lock import lock_paths
+    from k3rollout.model import load_inventory
 
     inv = write_inventory(tmp_path / "inv", {"gpu-01": {}})
     dead = subprocess.Popen(["true"])
     dead.wait()
-    path = lock_path(str(inv))
+    [path] = lock_paths(load_inventory(str(inv)))
     path.parent.mkdir(parents=True, exist_ok=True)
     import socket
 

@@ -387,19 +387,21 @@ class Engine(GateMixin, StepRunnerMixin):
         if not nodes:
             return
         workers = max(1, min(self.playbook.play.forks, len(nodes)))
-        if workers == 1:
-            for n in nodes:
-                fn(n)
-            return
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="k3node") as ex:
+        # even one node runs in a worker thread: the main thread only waits, so a signal
+        # (which Python delivers to the main thread) never cuts a step short
+        ex = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="k3node")
+        try:
             futures = [ex.submit(fn, n) for n in nodes]
-            try:
-                for fut in futures:
-                    fut.result()
-            except KeyboardInterrupt:
-                # stop at the next stage boundary; what is running now finishes and is journaled
-                self.stopping.set()
-                raise
+            for fut in futures:
+                fut.result()
+        except KeyboardInterrupt:
+            # stop at the next stage boundary: no new step starts, what is running now
+            # finishes (or times out) and is journaled, and only then does the caller close
+            # the journal and the transports (cli.py lets only the first signal interrupt)
+            self.stopping.set()
+            raise
+        finally:
+            ex.shutdown(wait=True, cancel_futures=self.stopping.is_set())
 
     def run_batch(self, nodes: list[str], idx: int | None = None) -> None:
         self._held = {s.stage for s in self.stages if s.pause}

@@ -3,7 +3,7 @@
 This is the only place that knows the run directory layout::
 
     RUN_DIR/
-      journal.jsonl         append-only, fsynced (the source of truth)
+      journal.jsonl         append-only, fsynced, hash-chained (the source of truth)
       evidence/             write-once outputs + MANIFEST.sha256
       events.jsonl          structlog JSON events
       inputs.json           where the playbook and inventory were, and their digests
@@ -25,8 +25,8 @@ from k3rollout.engine.clock import Clock
 from k3rollout.engine.journal import Journal
 from k3rollout.engine.lock import RunLock
 from k3rollout.engine.runner import Engine
-from k3rollout.errors import InputError
-from k3rollout.evidence.store import EvidenceStore
+from k3rollout.errors import InputError, K3RolloutError, LockHeld
+from k3rollout.evidence.store import EvidenceStore, Problem, verify_run
 from k3rollout.model.inputs import inventory_inputs, reload_inputs, write_retry_file
 from k3rollout.model.inventory import Inventory
 from k3rollout.model.playbook import Playbook, load_playbook
@@ -34,6 +34,21 @@ from k3rollout.plan.planner import Plan
 from k3rollout.report.render import write_reports
 from k3rollout.scheduler import with_scheduler_hosts
 from k3rollout.transport.factory import check_controller_tools, make_executor
+
+
+class RunNeverStarted(K3RolloutError):
+    """``resume`` of a run that was killed before its first journal record."""
+
+    exit_code = 1
+
+
+def verification_error(run_dir: Path, problems: list[Problem]) -> InputError:
+    """Exit 2 naming the first problem's file and line, and how many there are."""
+    first = problems[0]
+    more = f" ({len(problems) - 1} more problem(s): see `k3rollout report {run_dir}`)" if len(problems) > 1 else ""
+    return InputError(f"{first.subject + ': ' if first.subject else ''}{first.why}{more}. The run directory does not "
+                      "verify: what it claims cannot be trusted; nothing was changed. Keep it for the audit.",
+                      path=str(Path(run_dir) / first.file), line=first.line)
 
 
 def new_run_id(clock: Clock) -> str:
@@ -64,8 +79,17 @@ class Session:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         run_id = new_run_id(self.clock)
         check_controller_tools(playbook, {h: inventory.hosts[h] for h in plan.hosts})
-        lock = RunLock(inventory.path, self.run_dir, self.clock.iso())
-        lock.acquire()
+        lock = RunLock(inventory, self.run_dir, self.clock.iso(), hosts=plan.hosts)
+        # the (empty) journal exists before the lock is taken: a run killed before its first
+        # record leaves a run directory `resume` recognises, and releases (see resume)
+        created = not self.journal_path.exists()
+        self.journal_path.touch()
+        try:
+            lock.acquire()
+        except BaseException:
+            if created and self.journal_path.stat().st_size == 0:
+                self.journal_path.unlink()
+            raise
         try:
             inv_digest = inventory.sha256 or hashlib.sha256(Path(inventory.path).read_bytes()).hexdigest()
             _write_json(self.run_dir / "inputs.json", {
@@ -102,6 +126,13 @@ class Session:
     def reopen(self) -> tuple[Playbook, Inventory, Journal, dict]:
         if not self.journal_path.exists():
             raise InputError("no journal.jsonl: not a k3rollout run directory", path=str(self.run_dir))
+        # read and verified (hash chain, record types) before anything is repaired or appended
+        records = Journal.read(self.journal_path)
+        if not any(r["type"] == "run_started" for r in records):
+            self._never_started(records)
+        problems = verify_run(self.run_dir, records)
+        if problems:
+            raise verification_error(self.run_dir, problems)
         try:
             inputs = json.loads((self.run_dir / "inputs.json").read_text())
         except (FileNotFoundError, ValueError) as exc:
@@ -114,13 +145,39 @@ class Session:
             raise InputError("journal does not start with run_started", path=str(self.journal_path))
         return playbook, inventory, journal, inputs
 
+    def _never_started(self, records: list[dict]) -> None:
+        """A run killed between taking its lock and its first record changed nothing (every
+        change is journaled first): release its stale lock, so neither `resume` nor `run`
+        stays stuck on it, and say how to start again."""
+        from k3rollout.engine.lock import _holder_text, live_holders, release_stale
+
+        live = live_holders(self.run_dir)
+        if live:
+            raise LockHeld(f"{self.run_dir}: this run is starting right now ({_holder_text(live[0])}); its journal "
+                           "has no record yet")
+        released = release_stale(self.run_dir)
+        if not records:
+            # the run directory can take the run again: a torn first record is kept aside
+            if self.journal_path.stat().st_size == 0:
+                self.journal_path.unlink()
+            else:
+                os.replace(self.journal_path, self.run_dir / "journal.torn.0")
+        raise RunNeverStarted(
+            f"{self.run_dir}: this run never started: its journal holds no record, so nothing was changed on any "
+            "host. " + (f"Released its stale cluster lock ({', '.join(map(str, released))}). " if released else "")
+            + "Start the rollout again with `k3rollout run`.")
+
     def _engine(self, on_event: Callable[[dict], None] | None, log: Any,
                 accept_changed: bool = False) -> tuple[Engine, Journal, RunLock]:
         playbook, inventory, journal, inputs = self.reopen()
         first = journal.records[0]
+        plan_hosts = first["plan"]["hosts"]
+        missing = [h for h in plan_hosts if h not in inventory.hosts]
+        if missing:
+            journal.close()
+            raise InputError(f"host(s) {missing} of this run are no longer in the inventory", path=inventory.path)
         try:
-            check_controller_tools(playbook, {h: inventory.hosts[h] for h in first["plan"]["hosts"]
-                                              if h in inventory.hosts})
+            check_controller_tools(playbook, {h: inventory.hosts[h] for h in plan_hosts})
         except Exception:
             journal.close()
             raise
@@ -138,18 +195,12 @@ class Session:
                              "--accept-changed-inputs (the change is recorded in the journal)",
                              path=inputs["playbook"] if "playbook_sha256" in changes else inventory.path)
         # --- end changed inputs ---
-        lock = RunLock(inventory.path, self.run_dir, self.clock.iso())
+        lock = RunLock(inventory, self.run_dir, self.clock.iso(), hosts=plan_hosts)
         try:
             lock.acquire(takeover_own_stale=True)
         except Exception:
             journal.close()
             raise
-        plan_hosts = first["plan"]["hosts"]
-        missing = [h for h in plan_hosts if h not in inventory.hosts]
-        if missing:
-            lock.release()
-            journal.close()
-            raise InputError(f"host(s) {missing} of this run are no longer in the inventory", path=inventory.path)
         executor = make_executor(with_scheduler_hosts(inventory.hosts, list(plan_hosts)), self.run_dir)
         engine = Engine(playbook=playbook, inventory=inventory, executor=executor, journal=journal,
                         evidence=EvidenceStore(self.run_dir / "evidence"), clock=self.clock, run_id=first["run_id"],

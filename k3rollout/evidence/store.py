@@ -11,6 +11,7 @@ pending files one by one where ``syncfs`` is not available.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -55,6 +56,7 @@ class EvidenceStore:
         self._root = str(self.root)
         self._dirs: set[str] = set()
         self._manifest_fd: int | None = None
+        self._manifest_size = 0
         self.track_pending = True          # off when the journal's syncfs covers evidence
 
     def write(self, node: str, folder: str, name: str, content: str | bytes) -> EvidenceRef:
@@ -88,7 +90,19 @@ class EvidenceStore:
         with self._lock:
             if self._manifest_fd is None:
                 self._manifest_fd = os.open(self.manifest, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            os.write(self._manifest_fd, line)
+                self._manifest_size = os.fstat(self._manifest_fd).st_size
+            done = 0
+            try:
+                while done < len(line):
+                    done += os.write(self._manifest_fd, line[done:])
+            except OSError:
+                # a full disk mid-line: cut the manifest back to its last whole line, so the
+                # manifest stays verifiable, and stop (the journal never cites this file)
+                if done:
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(self._manifest_fd, self._manifest_size)
+                raise
+            self._manifest_size += len(line)
             if self.track_pending:
                 self._pending.append(self.root / rel)
         return EvidenceRef(rel, digest, len(data))
@@ -118,12 +132,97 @@ class EvidenceStore:
 
     def verify(self) -> list[str]:
         """Paths whose content no longer matches the manifest (empty when all verify)."""
-        bad = []
-        if not self.manifest.exists():
-            return bad
-        for line in self.manifest.read_text().splitlines():
-            digest, _, rel = line.partition("  ")
-            p = self.root / rel
-            if not p.exists() or hashlib.sha256(p.read_bytes()).hexdigest() != digest:
-                bad.append(rel)
-        return bad
+        _, problems = verify_manifest(self.root)
+        return [p.subject for p in problems if p.subject]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One verification failure: where (file and line, when there is one) and what."""
+    file: str
+    line: int | None
+    subject: str           # the evidence path concerned ('' when the manifest itself is)
+    why: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        return f"{where}: {self.subject + ': ' if self.subject else ''}{self.why}"
+
+
+_LINE = re.compile(r"^([0-9a-f]{64})  (\S.*)$")
+
+
+def verify_manifest(root: Path) -> tuple[dict[str, str], list[Problem]]:
+    """Check every file the manifest lists against its sha256: (path -> listed digest,
+    problems). A missing manifest is one problem; a torn last line (a power cut mid-write)
+    is not, as long as nothing cites it."""
+    root = Path(root)
+    manifest = root / "MANIFEST.sha256"
+    name = f"{root.name}/{manifest.name}"
+    listed: dict[str, str] = {}
+    problems: list[Problem] = []
+    try:
+        raw = manifest.read_bytes()
+    except FileNotFoundError:
+        if any(p.is_file() for p in root.rglob("*")):
+            problems.append(Problem(name, None, "", "missing: no evidence file can be verified"))
+        return listed, problems
+    lines = raw.split(b"\n")
+    for i, b in enumerate(lines, start=1):
+        if not b and i == len(lines):
+            break
+        m = _LINE.match(b.decode("utf-8", "replace"))
+        if m is None or ".." in Path(m.group(2)).parts or m.group(2).startswith("/"):
+            if i == len(lines):
+                break                          # a torn last line: no newline, never cited
+            problems.append(Problem(name, i, "", "not a sha256sum line"))
+            continue
+        digest, rel = m.groups()
+        listed[rel] = digest
+        p = root / rel
+        try:
+            got = hashlib.sha256(p.read_bytes()).hexdigest()
+        except FileNotFoundError:
+            problems.append(Problem(name, i, rel, "file missing"))
+            continue
+        except OSError as exc:
+            problems.append(Problem(name, i, rel, f"unreadable ({exc.strerror})"))
+            continue
+        if got != digest:
+            problems.append(Problem(name, i, rel, f"content changed: sha256 {got}, manifest says {digest}"))
+    return listed, problems
+
+
+def cited(records: list[dict]) -> list[tuple[int, str, str]]:
+    """(journal line, evidence path, sha256) for every evidence file the journal cites."""
+    out = []
+    for i, r in enumerate(records, start=1):
+        t = r["type"]
+        if t == "evidence":
+            out.append((i, r["path"], r["sha256"]))
+        elif t in ("step_done", "hook_done", "pause_resolved") and r.get("evidence"):
+            out.append((i, r["evidence"], r.get("sha256") or ""))
+        elif t == "run_started" and r.get("playbook_evidence"):
+            out.append((i, r["playbook_evidence"], r.get("playbook_evidence_sha256") or ""))
+    return out
+
+
+def verify_run(run_dir: Path, records: list[dict]) -> list[Problem]:
+    """The manifest against the files, and every evidence file the journal cites against
+    the manifest: empty when every claim of the run can be re-verified from its directory."""
+    root = Path(run_dir) / "evidence"
+    listed, problems = verify_manifest(root)
+    bad = {p.subject for p in problems}
+    no_manifest = any(p.line is None and not p.subject for p in problems)
+    for line, rel, digest in cited(records):
+        if rel in bad:
+            continue
+        if no_manifest:
+            bad.add(rel)
+            problems.append(Problem("journal.jsonl", line, rel, "cited as evidence, but there is no manifest"))
+        elif listed.get(rel) != digest:
+            bad.add(rel)
+            why = ("cited as evidence, but the manifest does not list it" if rel not in listed else
+                   f"cited with sha256 {digest}, but the manifest lists {listed[rel]}")
+            problems.append(Problem("journal.jsonl", line, rel, why))
+    return problems

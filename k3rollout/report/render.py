@@ -20,6 +20,7 @@ from jinja2 import Environment, PackageLoader
 from k3rollout.checks.cuda_table import BRANCH_MAX_CUDA
 from k3rollout import fastjson
 from k3rollout.engine.journal import Journal, no_gc
+from k3rollout.evidence.store import Problem, verify_run
 from k3rollout.model.durations import format_duration
 from k3rollout.report import checklist
 from k3rollout.report.result import build_result
@@ -125,8 +126,13 @@ def _window(v: RunView, result: dict[str, Any]) -> dict[str, Any]:
 def model(run_dir: Path, view: RunView | None = None, records: int | None = None) -> dict[str, Any]:
     """What the reports show: the journal folded into a view (or ``view``, the journal's
     ``records`` records already folded)."""
+    problems: list[Problem] = []
     if view is None:
+        # a report from the run directory re-verifies it: the journal's hash chain and record
+        # types (Journal.read), the evidence files against the manifest, the manifest against
+        # what the journal cites
         recs = Journal.read(run_dir / "journal.jsonl")
+        problems = verify_run(run_dir, recs)
         with no_gc():
             view = fold(recs)
         records = len(recs)
@@ -134,6 +140,13 @@ def model(run_dir: Path, view: RunView | None = None, records: int | None = None
     v = view
     result = build_result(v)
     items = checklist.evaluate(v, _play_vars(run_dir))
+    if problems:
+        bad = {p.subject for p in problems if p.subject}
+        for item in items:
+            failed = [e["path"] for e in item["evidence"] if e["path"] in bad]
+            if failed:
+                item["status"] = "not proven"
+                item["detail"] = f"evidence failed verification: {', '.join(failed)}; " + item["detail"]
     triage = [{"node": n.name, **n.triage} for n in v.nodes.values() if n.triage]
     counts: dict[str, int] = {}
     for n in result["nodes"].values():
@@ -148,11 +161,13 @@ def model(run_dir: Path, view: RunView | None = None, records: int | None = None
             "verdict": verdict.get(result["status"], result["status"]), "plan": v.plan or {}, "nodes": v.nodes,
             "records": records, "batches": batches, "node_rows": _node_rows(v, result),
             "window": _window(v, result), "runbooks": runbook_links(),
-            "timeline_svg": render_svg(result["batches"], v.nodes, result["finished"])}
+            "timeline_svg": render_svg(result["batches"], v.nodes, result["finished"]),
+            "verification": [str(p) for p in problems]}
 
 
 def _json(m: dict[str, Any]) -> str:
     return fastjson.dumps_pretty({"result": m["result"], "checklist": m["checklist"], "triage": m["triage"],
+                                  **({"verification_failures": m["verification"]} if m["verification"] else {}),
                                   "window": m["window"], "plan_vs_actual": m["diff"],
                                   "plan_sha256": m["view"].plan_sha256, "approved_plan": m["view"].approved_plan,
                                   "gates": list(m["view"].pauses.values()), "hooks": list(m["view"].hooks.values())})
@@ -166,6 +181,11 @@ def outputs(m: dict[str, Any]) -> dict[str, str]:
 
 
 def write_reports(run_dir: Path, view: RunView | None = None, records: int | None = None) -> dict[str, Any]:
+    return write_model(run_dir, view, records)["result"]
+
+
+def write_model(run_dir: Path, view: RunView | None = None, records: int | None = None) -> dict[str, Any]:
+    """Write the reports; the model they show (``verification`` lists what did not verify)."""
     run_dir = Path(run_dir)
     # hundreds of thousands of small objects, none cyclic: a collection would walk them all
     with no_gc():
@@ -175,15 +195,16 @@ def write_reports(run_dir: Path, view: RunView | None = None, records: int | Non
         tmp = run_dir / (name + ".tmp")
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, run_dir / name)
-    return m["result"]
+    return m
 
 
-def render(run_dir: Path, fmt: str) -> str:
+def render(run_dir: Path, fmt: str) -> tuple[str, list[str]]:
+    """One report as text, and what did not verify."""
     with no_gc():
         m = model(Path(run_dir))
         if fmt == "json":
-            return _json(m)
-        return (_MD if fmt == "md" else _HTML).get_template(f"report.{fmt}.j2").render(**m)
+            return _json(m), m["verification"]
+        return (_MD if fmt == "md" else _HTML).get_template(f"report.{fmt}.j2").render(**m), m["verification"]
 
 
 def render_plan(plan: dict[str, Any], fmt: str) -> str:

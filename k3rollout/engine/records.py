@@ -1,0 +1,336 @@
+"""The journal's record types, and the check every record passes as it is read.
+
+Each record type is a ``TypedDict``: the keys the engine, the fold (report/state.py) and
+the reports read from it, and their JSON types. ``check(record)`` returns what is wrong
+with a record (``None`` when nothing is), so a damaged key (``"nodf"`` for ``"node"``) or a
+value of the wrong type is refused where it is read, with its line, instead of failing
+later as an internal error. The checks are compiled once from the TypedDicts below, so
+the declarations are the one place a record's shape is written down.
+
+Every record also carries ``seq``, ``ts``, ``type`` and the hash-chain link ``h`` (see
+engine/journal.py). Keys a type does not declare are allowed (a record may carry more
+detail than the readers need); a type the reader does not know is accepted with its
+common keys checked, and the hash chain still covers it.
+"""
+
+import typing
+from typing import Any, NotRequired, TypedDict, Union
+
+Num = Union[int, float]
+OptStr = Union[str, None]
+OptInt = Union[int, None]
+
+
+class RunStarted(TypedDict):
+    run_id: str
+    plan: dict
+    plan_sha256: NotRequired[OptStr]
+    approved_plan: NotRequired[OptStr]
+    window_end: NotRequired[Union[Num, None]]
+    window_end_iso: NotRequired[OptStr]
+    playbook_evidence: NotRequired[OptStr]
+    playbook_evidence_sha256: NotRequired[OptStr]
+
+
+class RunResumed(TypedDict):
+    pid: int
+
+
+class InventoryChanged(TypedDict):
+    inventory: str
+    sha256: str
+
+
+class InputsChanged(TypedDict):
+    changes: dict
+    accepted: NotRequired[bool]
+    playbook_sha256: NotRequired[OptStr]
+    inventory_sha256: NotRequired[OptStr]
+    inventory_content_sha256: NotRequired[OptStr]
+
+
+class BatchStarted(TypedDict):
+    batch: int
+    nodes: list
+
+
+class BatchDone(TypedDict):
+    batch: int
+    status: str
+    failed: list
+
+
+class BatchRolledBack(TypedDict):
+    batch: int
+    ok: bool
+    nodes: list
+
+
+class NodeStateRec(TypedDict):
+    node: str
+    to: str
+    stage: NotRequired[OptStr]
+    batch: NotRequired[OptInt]
+    event: NotRequired[str]
+
+
+class StageStarted(TypedDict):
+    node: str
+    stage: str
+    name: NotRequired[OptStr]
+
+
+class StageDone(TypedDict):
+    node: str
+    stage: str
+    passed: bool
+    reason: NotRequired[OptStr]
+
+
+class Assertions(TypedDict):
+    node: str
+    stage: str
+    phase: str
+    passed: bool
+    results: list
+
+
+class Facts(TypedDict):
+    node: str
+    stage: str
+    facts: dict
+
+
+class Triage(TypedDict):
+    node: str
+    stage: str
+    category: str
+
+
+class StepStarted(TypedDict):
+    node: str
+    stage: str
+    step: str
+    key: str
+    argv: list
+    once: NotRequired[bool]
+    meta: NotRequired[dict]
+
+
+class StepDone(TypedDict):
+    node: str
+    stage: str
+    step: str
+    key: str
+    rc: NotRequired[int]
+    once: NotRequired[bool]
+    evidence: NotRequired[OptStr]
+    sha256: NotRequired[OptStr]
+
+
+class StepSettled(TypedDict):
+    node: str
+    stage: str
+    step: str
+    key: str
+    took_effect: bool
+
+
+class StepError(TypedDict):
+    node: str
+    stage: str
+    step: str
+    error: str
+
+
+class AnsibleEvent(TypedDict):
+    node: str
+    stage: str
+    step: str
+    key: str
+
+
+class Evidence(TypedDict):
+    node: str
+    stage: str
+    path: str
+    sha256: str
+    name: NotRequired[OptStr]
+
+
+class RollbackPlan(TypedDict):
+    node: str
+    steps: list
+    described: NotRequired[list]
+
+
+class RollbackStarted(TypedDict):
+    node: str
+    attempt: int
+    reason: NotRequired[str]
+
+
+class RollbackDone(TypedDict):
+    node: str
+    attempt: int
+    ok: bool
+    results: list
+
+
+class RunHalted(TypedDict):
+    kind: str
+    reason: str
+    batch: NotRequired[OptInt]
+
+
+class RunFinished(TypedDict):
+    status: str
+
+
+class JournalRepaired(TypedDict):
+    torn_bytes_file: str
+
+
+class PauseStarted(TypedDict):
+    pause: str
+    reason: NotRequired[str]
+
+
+class PauseResolved(TypedDict):
+    pause: str
+    decision: str
+    evidence: NotRequired[OptStr]
+    sha256: NotRequired[OptStr]
+
+
+class HookStarted(TypedDict):
+    hook: str
+    name: str
+
+
+class HookDone(TypedDict):
+    hook: str
+    name: str
+    ok: bool
+    evidence: NotRequired[OptStr]
+    sha256: NotRequired[OptStr]
+
+
+RECORD_TYPES: dict[str, type] = {
+    "run_started": RunStarted, "run_resumed": RunResumed, "inventory_changed": InventoryChanged,
+    "inputs_changed": InputsChanged,
+    "batch_started": BatchStarted, "batch_done": BatchDone, "batch_rolled_back": BatchRolledBack,
+    "node_state": NodeStateRec, "stage_started": StageStarted, "stage_done": StageDone,
+    "assertions": Assertions, "facts": Facts, "triage": Triage,
+    "step_started": StepStarted, "step_done": StepDone, "step_settled": StepSettled, "step_error": StepError,
+    "ansible_event": AnsibleEvent, "evidence": Evidence,
+    "rollback_plan": RollbackPlan, "rollback_started": RollbackStarted, "rollback_done": RollbackDone,
+    "run_halted": RunHalted, "run_finished": RunFinished, "journal_repaired": JournalRepaired,
+    "pause_started": PauseStarted, "pause_resolved": PauseResolved,
+    "hook_started": HookStarted, "hook_done": HookDone,
+}
+# ``node_state`` also needs "from", a Python keyword: added below
+_EXTRA_REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {"node_state": {"from": (str,)}}
+
+
+def _json_types(tp: Any) -> tuple[type, ...]:
+    if tp is Any:
+        return (object,)
+    origin = typing.get_origin(tp)
+    if origin is NotRequired:
+        return _json_types(typing.get_args(tp)[0])
+    if origin is Union:
+        return tuple(t for a in typing.get_args(tp) for t in _json_types(a))
+    if tp is type(None):
+        return (type(None),)
+    if tp is float:
+        return (int, float)
+    return (origin or tp,)
+
+
+def _compile(td: type) -> tuple[tuple[tuple[str, tuple[type, ...]], ...], tuple[tuple[str, tuple[type, ...]], ...]]:
+    hints = typing.get_type_hints(td, include_extras=True)
+    req = tuple((k, _json_types(hints[k])) for k in sorted(td.__required_keys__))
+    opt = tuple((k, _json_types(hints[k])) for k in sorted(td.__optional_keys__))
+    return req, opt
+
+
+_CHECKS = {name: _compile(td) for name, td in RECORD_TYPES.items()}
+for _name, _extra in _EXTRA_REQUIRED.items():
+    _req, _opt = _CHECKS[_name]
+    _CHECKS[_name] = (_req + tuple(_extra.items()), _opt)
+
+
+def _type_name(v: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
+            float: "a number", type(None): "null"}.get(type(v), type(v).__name__)
+
+
+def _is(v: Any, types: tuple[type, ...]) -> bool:
+    # JSON has no separate boolean and number: True must not pass as an int, nor 1 as a bool
+    if isinstance(v, bool):
+        return bool in types or object in types
+    return isinstance(v, types)
+
+
+def _fast_check(req: tuple, opt: tuple) -> Any:
+    """One compiled predicate per type for the common case (every record well formed):
+    exact type tests, so JSON booleans and numbers are not mistaken for each other."""
+    env: dict[str, Any] = {}
+    parts = ["type(r.get('seq')) is int", "type(r.get('ts')) is str"]
+    for i, (k, types) in enumerate(req):
+        if object in types:
+            parts.append(f"{k!r} in r")
+            continue
+        env[f"t{i}"] = frozenset(types)
+        parts.append(f"type(r.get({k!r}, _MISSING)) in t{i}")
+    for j, (k, types) in enumerate(opt):
+        if object in types:
+            continue
+        env[f"o{j}"] = frozenset(types)
+        parts.append(f"({k!r} not in r or type(r[{k!r}]) in o{j})")
+    env["_MISSING"] = object()
+    return eval("lambda r: " + " and ".join(parts), env)  # noqa: S307 - built from the TypedDicts above
+
+
+_FAST = {name: _fast_check(*spec) for name, spec in _CHECKS.items()}
+
+
+def check(r: Any) -> str | None:
+    """What is wrong with one journal record, or None."""
+    try:
+        fast = _FAST.get(r["type"])
+        if fast is not None and fast(r) and r["type"] != "run_started":
+            return None
+    except (TypeError, KeyError):
+        pass
+    return _explain(r)
+
+
+def _explain(r: Any) -> str | None:
+    if not isinstance(r, dict):
+        return "not a JSON object"
+    seq, ts, t = r.get("seq"), r.get("ts"), r.get("type")
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
+        return "no valid 'seq'"
+    if not isinstance(t, str):
+        return "no valid 'type'"
+    if not isinstance(ts, str):
+        return f"{t} record has no valid 'ts'"
+    spec = _CHECKS.get(t)
+    if spec is None:
+        return None
+    req, opt = spec
+    for k, types in req:
+        if k not in r:
+            return f"{t} record lacks {k!r}"
+        if not _is(r[k], types):
+            return f"{t} record's {k!r} is {_type_name(r[k])}"
+    for k, types in opt:
+        if k in r and not _is(r[k], types):
+            return f"{t} record's {k!r} is {_type_name(r[k])}"
+    if t == "run_started":
+        plan = r["plan"]
+        if not isinstance(plan.get("batches"), list) or not isinstance(plan.get("hosts"), list):
+            return "run_started record's plan has no batches or hosts list"
+    return None
