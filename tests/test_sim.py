@@ -14,8 +14,10 @@ import pytest
 from k3rollout.checks import parsers
 from k3rollout.sim.dispatch import dispatch, init_cluster
 
-PKGS_580 = ["nvidia-driver-580-server-open=580.95.05-0ubuntu1", "nvidia-dkms-580-server-open=580.95.05-0ubuntu1",
-            "nvidia-utils-580-server=580.95.05-0ubuntu1", "nvidia-fabricmanager-580=580.95.05-1"]
+# Ubuntu 22.04 archive versions (jammy-updates): -0ubuntu0.22.04.N, never -0ubuntu1
+PKGS_580 = ["nvidia-driver-580-server-open=580.95.05-0ubuntu0.22.04.1",
+            "nvidia-dkms-580-server-open=580.95.05-0ubuntu0.22.04.1",
+            "nvidia-utils-580-server=580.95.05-0ubuntu0.22.04.1", "nvidia-fabricmanager-580=580.95.05-0ubuntu0.22.04.1"]
 
 
 @pytest.fixture
@@ -186,7 +188,7 @@ def test_ssh_drops_runs_the_install_but_loses_the_connection_once(cluster):
     first = sh(d, "apt-get", "install", "-y", *PKGS_580)
     assert first.dropped
     pk = parsers.parse_packages(sh(d, *parsers.DPKG_ARGV).stdout)
-    assert {p["name"]: p["version"] for p in pk}["nvidia-utils-580-server"] == "580.95.05-0ubuntu1"
+    assert {p["name"]: p["version"] for p in pk}["nvidia-utils-580-server"] == "580.95.05-0ubuntu0.22.04.1"
     assert not sh(d, "apt-get", "install", "-y", *PKGS_580).dropped
 
 

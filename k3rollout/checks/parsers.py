@@ -72,8 +72,8 @@ def parse_proc_version(text: str) -> str:
     return m.group(1)
 
 
-DPKG_ARGV = ["dpkg-query", "-W", "-f=${Package}\t${Version}\t${db:Status-Abbrev}\n", "nvidia-*"]
-RPM_ARGV = ["rpm", "-qa", "--qf", "%{NAME}\t%{VERSION}-%{RELEASE}\n", "nvidia*", "kmod-nvidia*"]
+DPKG_ARGV = ["dpkg-query", "-W", "-f=${Package}\t${Version}\t${db:Status-Abbrev}\n", "nvidia-*", "libnvidia-*"]
+RPM_ARGV = ["rpm", "-qa", "--qf", "%{NAME}\t%{VERSION}-%{RELEASE}\n", "nvidia*", "kmod-nvidia*", "libnvidia*"]
 
 
 def parse_packages(text: str) -> list[dict[str, str]]:
@@ -209,4 +209,174 @@ def parse_vllm_metrics(text: str, only: tuple[str, ...] | None = None) -> dict[s
                 out[s.name] = out.get(s.name, 0.0) + float(s.value)
     except ValueError as exc:
         raise ParseError(f"vLLM /metrics: {exc}") from None
+    return out
+
+
+# ---------------------------------------------------------------- package repositories
+# What a node's configured repositories offer, and how its packages are held. Each parser
+# reads the tool's real output (samples and their sources in tests/data/parsers/README.md).
+
+
+def apt_madison_argv(names: list[str]) -> list[str]:
+    return ["apt-cache", "madison", *names]
+
+
+def parse_apt_madison(text: str) -> dict[str, list[dict[str, str]]]:
+    """``apt-cache madison``: `` name | version | url dist/component arch Packages``, one
+    line per version and source, newest first. Only repository sources are listed (the
+    dpkg status file is not), so a version here is one apt can still download."""
+    out: dict[str, list[dict[str, str]]] = {}
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) != 3 or not parts[0] or not parts[1]:
+            continue
+        name, version, source = parts
+        if source.endswith("Sources"):
+            continue                      # a deb-src line: not an installable binary
+        out.setdefault(name, []).append({"version": version, "source": source})
+    return out
+
+
+_POLICY_VER = re.compile(r"^\s{5}(\*\*\* |    )(\S+) (-?\d+)$")
+_POLICY_SRC = re.compile(r"^\s{8}(-?\d+) (.+)$")
+
+
+def parse_apt_policy(text: str) -> dict[str, dict[str, Any]]:
+    """``apt-cache policy NAME...`` (C locale): per package the installed version, the
+    candidate, and each version with its sources; ``origin`` is where the installed
+    version came from (its first source that is not the dpkg status file), None when no
+    repository offers it any longer."""
+    out: dict[str, dict[str, Any]] = {}
+    cur: dict[str, Any] | None = None
+    ver: dict[str, Any] | None = None
+    for line in text.splitlines():
+        if line and not line.startswith(" ") and line.rstrip().endswith(":"):
+            cur = {"installed": None, "candidate": None, "versions": []}
+            out[line.rstrip()[:-1]] = cur
+            ver = None
+            continue
+        if cur is None:
+            continue
+        s = line.strip()
+        if s.startswith("Installed:"):
+            v = s.split(":", 1)[1].strip()
+            cur["installed"] = None if v == "(none)" else v
+        elif s.startswith("Candidate:"):
+            v = s.split(":", 1)[1].strip()
+            cur["candidate"] = None if v == "(none)" else v
+        elif (m := _POLICY_VER.match(line)):
+            ver = {"version": m.group(2), "installed": m.group(1) == "*** ", "sources": []}
+            cur["versions"].append(ver)
+        elif ver is not None and (m := _POLICY_SRC.match(line)):
+            ver["sources"].append(m.group(2).strip())
+    for pkg in out.values():
+        pkg["origin"] = None
+        for v in pkg["versions"]:
+            if v["version"] == pkg["installed"]:
+                repos = [s for s in v["sources"] if s != "/var/lib/dpkg/status"]
+                pkg["origin"] = repos[0] if repos else None
+    return out
+
+
+def parse_apt_showhold(text: str) -> list[str]:
+    """``apt-mark showhold``: one held package name per line."""
+    return sorted({ln.strip() for ln in text.splitlines() if ln.strip() and " " not in ln.strip()})
+
+
+_DNF_ROW = re.compile(r"^(\S+)\.(x86_64|aarch64|noarch|i686)\s+(\S+)\s+(@?\S+)\s*$")
+
+
+def parse_dnf_list(text: str) -> dict[str, list[dict[str, Any]]]:
+    """``dnf list --showduplicates NAME...``: per package its versions (``[epoch:]version-
+    release``) with repository; rows under "Installed Packages" carry ``@repo`` and
+    ``installed``. dnf wraps a row whose name is too long onto two lines; they are joined."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    section = None
+    pending = ""
+    for raw in text.splitlines():
+        line = (pending + " " + raw.strip()) if pending else raw
+        pending = ""
+        s = line.strip()
+        if s in ("Installed Packages", "Available Packages"):
+            section = s.split()[0].lower()
+            continue
+        if section is None or not s:
+            continue
+        m = _DNF_ROW.match(s)
+        if not m:
+            if len(s.split()) == 1 and "." in s:
+                pending = s           # a wrapped name: the rest is on the next line
+            continue
+        name, _, evr, repo = m.groups()
+        out.setdefault(name, []).append({"evr": evr, "version": evr.split(":", 1)[-1], "repo": repo.lstrip("@"),
+                                         "installed": section == "installed"})
+    return out
+
+
+_MODULE_ROW = re.compile(r"^(\S+)\s+(\S+?)((?:\s\[[dexi]\])*)\s{2,}(.*)$")
+
+
+def parse_dnf_module_list(text: str) -> list[dict[str, Any]]:
+    """``dnf module list NAME``: one entry per stream, with its flags ([d]efault,
+    [e]nabled, [x] disabled, [i]nstalled) and profiles."""
+    out = []
+    for line in text.splitlines():
+        if not line.strip() or line.startswith(("Name ", "Hint:", "Last metadata")):
+            continue
+        m = _MODULE_ROW.match(line.rstrip())
+        if not m or m.group(1) in ("Name",):
+            continue
+        flags = set(re.findall(r"\[([dexi])\]", m.group(3)))
+        profiles_summary = m.group(4)
+        out.append({"module": m.group(1), "stream": m.group(2), "default": "d" in flags, "enabled": "e" in flags,
+                    "disabled": "x" in flags, "installed": "i" in flags,
+                    "profiles": [p.strip().split()[0] for p in profiles_summary.split("  ")[0].split(",") if p.strip()]})
+    return out
+
+
+def enabled_stream(modules: list[dict[str, Any]], module: str = "nvidia-driver") -> str | None:
+    for m in modules:
+        if m["module"] == module and m["enabled"]:
+            return m["stream"]
+    return None
+
+
+def parse_mokutil_sb_state(text: str) -> bool | None:
+    """``mokutil --sb-state``: True "SecureBoot enabled", False "SecureBoot disabled" or a
+    system without EFI Secure Boot, None when the output says neither."""
+    t = text.lower()
+    if "secureboot enabled" in t:
+        return True
+    if "secureboot disabled" in t or "doesn't support secure boot" in t or "efi variables are not supported" in t:
+        return False
+    return None
+
+
+def parse_nvidia_params(text: str) -> dict[str, str]:
+    """``/proc/driver/nvidia/params``: ``Name: value`` lines (strings quoted)."""
+    out = {}
+    for line in text.splitlines():
+        if ":" not in line:
+            continue
+        k, v = line.split(":", 1)
+        v = v.strip()
+        if len(v) >= 2 and v[0] == v[-1] == '"':
+            v = v[1:-1]
+        out[k.strip()] = v
+    return out
+
+
+def parse_modprobe_d(text: str) -> list[dict[str, str]]:
+    """``grep -H . /etc/modprobe.d/*.conf`` style lines (``file:line``): the nvidia
+    ``options``/``blacklist``/``install`` lines, with the file they are in."""
+    out = []
+    for line in text.splitlines():
+        path, sep, rest = line.partition(":")
+        if not sep:
+            continue
+        rest = rest.strip()
+        if not rest or rest.startswith("#"):
+            continue
+        if "nvidia" in rest or "nouveau" in rest:
+            out.append({"file": path, "line": rest})
     return out

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from k3rollout.sim import docker as dk
-from k3rollout.sim import gpu, nccl, netd, sched
+from k3rollout.sim import gpu, nccl, netd, repos, sched
 from k3rollout.sim import state as st
 
 
@@ -36,10 +36,19 @@ def _cat(state: dict, args: list[str]) -> tuple[int, str, str]:
             if rc:
                 return rc, "", e
             out.append(o)
+        elif path == "/proc/driver/nvidia/params":
+            rc, o, e = repos.proc_params(state)
+            if rc:
+                return rc, "", e
+            out.append(o)
+        elif path in state.get("modprobe_d", {}):
+            out.append(state["modprobe_d"][path])
         elif path == "/proc/sys/kernel/random/boot_id":
             out.append(state["boot_id"] + "\n")
         elif path == "/etc/os-release":
-            out.append('PRETTY_NAME="Ubuntu 22.04.5 LTS"\nID=ubuntu\nVERSION_ID="22.04"\n' if state["os_family"] == "Debian"
+            osv = state.get("os_version", "22.04")
+            out.append((f'PRETTY_NAME="Ubuntu {osv} LTS"\nID=ubuntu\nVERSION_ID="{osv}"\n'
+                        f'VERSION_CODENAME={repos.codename(state)}\n') if state["os_family"] == "Debian"
                        else 'PRETTY_NAME="Rocky Linux 9.5 (Blue Onyx)"\nID="rocky"\nVERSION_ID="9.5"\n')
         else:
             return 1, "", f"cat: {path}: No such file or directory\n"
@@ -147,6 +156,14 @@ HANDLERS = {
     "mpirun": lambda d, s, a, i: nccl.mpirun(d, s, a),
     "all_reduce_perf": lambda d, s, a, i: nccl.all_reduce_perf(d, s, a, None),
     "true": lambda d, s, a, i: (0, "", ""),
+    "apt-cache": lambda d, s, a, i: repos.apt_cache(s, a),
+    "apt-mark": lambda d, s, a, i: repos.apt_mark(s, a),
+    "mokutil": lambda d, s, a, i: repos.mokutil(s, a),
+    "modprobe": lambda d, s, a, i: repos.modprobe(s, a),
+    "journalctl": lambda d, s, a, i: repos.journalctl(s, a),
+    "ls": lambda d, s, a, i: repos.ls(s, a),
+    "df": lambda d, s, a, i: repos.df_cmd(s, a),
+    "grep": lambda d, s, a, i: repos.grep_modprobe(s, a) or (2, "", "grep: k3rollout sim greps /etc/modprobe.d only\n"),
 }
 
 

@@ -13,7 +13,8 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
-from k3rollout.sim.state import REPO_DRIVERS, _driver_packages
+from k3rollout.checks import driver_facts as df
+from k3rollout.sim import repos
 
 # Driver branch -> CUDA version its nvidia-smi reports (NVIDIA CUDA Toolkit release notes,
 # Table 3: 570 -> 12.8, 575 -> 12.9, 580 -> 13.0, 590 -> 13.1).
@@ -185,55 +186,125 @@ def proc_version(state: dict[str, Any]) -> Out:
 # ---------------------------------------------------------------- packages
 
 
-def _pkg_branch(name: str) -> str | None:
-    m = re.search(r"-(\d{3})(-|$)", name)
-    return m.group(1) if m else None
+def _apt_missing(state: dict[str, Any], name: str, ver: str, catalog: dict) -> str | None:
+    if name not in catalog:
+        return f"E: Unable to locate package {name}"
+    if ver not in [o["version"] for o in catalog[name]]:
+        return f"E: Version '{ver}' for '{name}' was not found"
+    return None
 
 
-def _install(state: dict[str, Any], wanted: dict[str, str], tool: str) -> Out:
-    """Install driver packages at exact versions; other branches' packages conflict and go."""
-    out: list[str] = []
+def _install(state: dict[str, Any], wanted: dict[str, str], tool: str, args: list[str]) -> Out:
+    """One apt/dnf transaction over exact versions the repositories offer (sim/repos.py).
+
+    The driver packages must all be one driver version; the fabric manager must be
+    exactly that version too (Ubuntu's depends on ``nvidia-kernel-common-NNN-server (= v)``,
+    NVIDIA's RPM requires ``nvidia-driver = v``). Another branch's driver packages conflict
+    and are removed; a held one stops apt. DKMS builds the module against the running
+    kernel's headers; Canonical's precompiled package brings a signed module instead.
+    """
+    catalog = repos.offers(state)
+    head = "Reading package lists...\nBuilding dependency tree...\nReading state information...\n" if tool == "apt" \
+        else "Last metadata expiration check: 0:12:04 ago.\n"
     for name, ver in wanted.items():
-        base = ver.split(":")[-1].split("-")[0]
-        known = {n for n in _driver_packages(state["os_family"], base)}
-        if base not in REPO_DRIVERS or name not in known:
+        if tool == "apt":
+            why = _apt_missing(state, name, ver, catalog)
+            if why:
+                return 100, head, why + "\n"
+        else:
+            arg = f"{name}-{ver}"
+            hit = [o for o in catalog.get(name, []) if o["version"].split(":")[-1] == ver.split(":")[-1]]
+            if not hit:
+                return 1, head, f"No match for argument: {arg}\nError: Unable to find a match: {arg}\n"
+            if repos.dnf_filtered(state, name, hit[0]["version"]):
+                return 1, head, (f"All matches were filtered out by modular filtering for argument: {arg}\n"
+                                 f"Error: Unable to find a match: {arg}\n")
+            wanted[name] = repos.installed_form(state, hit[0]["version"])
+    drivers = {n: df.upstream(v) for n, v in wanted.items() if df.is_driver_package(n)}
+    versions = sorted(set(drivers.values()))
+    if len(versions) > 1:
+        fm = next((n for n in drivers if "fabric" in n), None)
+        common = next((n for n in drivers if "kernel-common" in n or n == "nvidia-driver"), None)
+        if fm and common and drivers[fm] != drivers[common]:
             if tool == "apt":
-                return 100, "Reading package lists...\nBuilding dependency tree...\nReading state information...\n", \
-                    f"E: Version '{ver}' for '{name}' was not found\n"
-            return 1, "Last metadata expiration check: 0:12:04 ago.\n", \
-                f"No match for argument: {name}-{ver}\nError: Unable to find a match: {name}-{ver}\n"
+                return 100, head, ("Some packages could not be installed. This may mean that you have\n"
+                                   "requested an impossible situation.\n\nThe following packages have unmet "
+                                   f"dependencies:\n {fm} : Depends: {common} (= {wanted[fm]}) but {wanted[common]} "
+                                   "is to be installed\nE: Unable to correct problems, you have held broken "
+                                   "packages.\n")
+            return 1, head, (f"Error: \n Problem: package {fm}-{wanted[fm]}.x86_64 requires nvidia-driver = "
+                             f"3:{wanted[fm]}, but none of the providers can be installed\n")
+        return (100, head, "E: Unable to correct problems, you have held broken packages.\n") if tool == "apt" else \
+            (1, head, "Error: \n Problem: conflicting requests\n")
+    target = versions[0] if versions else None
+    pk = state["packages"]
     half = set(state.get("half_configured", []))
-    if all(state["packages"].get(n) == v.split(":")[-1] and n not in half for n, v in wanted.items()) \
-            and state["module_version"]:
+    if all(pk.get(n) == v for n, v in wanted.items()) and not (half & set(wanted)) and state["module_version"]:
         # already installed at exactly these versions: apt/dnf do nothing
-        return 0, ("Reading package lists...\nBuilding dependency tree...\nReading state information...\n" +
-                   "".join(f"{n} is already the newest version ({v}).\n" for n, v in wanted.items()) +
-                   "0 upgraded, 0 newly installed, 0 to remove and 12 not upgraded.\n"), ""
-    versions = {v.split(":")[-1].split("-")[0] for v in wanted.values()}
-    if len(versions) != 1:
-        return 100, "", "E: Unable to correct problems, you have held broken packages.\n"
-    target = versions.pop()
-    removed = [n for n in state["packages"] if n not in wanted]
+        if tool == "apt":
+            return 0, head + "".join(f"{n} is already the newest version ({v}).\n" for n, v in wanted.items()) + \
+                "0 upgraded, 0 newly installed, 0 to remove and 12 not upgraded.\n", ""
+        return 0, head + "Dependencies resolved.\nNothing to do.\nComplete!\n", ""
+    src, kernel = state["driver_source"], state["kernel"]
+    branch = target.split(".")[0] if target else None
+    if branch:
+        # the metapackage pulls the rest of its branch at the same version
+        for n in df.driver_packages(src, branch, kernel):
+            if n not in wanted and any(n2 in wanted for n2 in df.driver_packages(src, branch, kernel)):
+                wanted[n] = repos.installed_form(state, repos.version_string(state, n, target))
+    changing = [n for n in pk if (n in wanted and pk[n] != wanted[n]) or
+                (n not in wanted and target and df.is_driver_package(n) and df.upstream(pk[n]) != target)
+                or (n not in wanted and branch and n.startswith("linux-modules-nvidia-") and f"-{branch}-" not in n)]
+    held = [n for n in changing if n in state.get("holds", [])]
+    if tool == "apt" and held and "--allow-change-held-packages" not in args:
+        return 100, head + "The following held packages will be changed:\n  " + " ".join(held) + "\n", \
+            "E: Held packages were changed and -y was used without --allow-change-held-packages.\n"
+    if tool == "apt" and target:
+        down = [n for n in wanted if n in pk and df.is_driver_package(n) and _older(wanted[n], pk[n])]
+        if down and "--allow-downgrades" not in args:
+            return 100, head, "E: Packages were downgraded and -y was used without --allow-downgrades.\n"
+    removed = [n for n in changing if n not in wanted]
     for n in removed:
-        del state["packages"][n]
-    state["packages"].update({n: v.split(":")[-1] for n, v in wanted.items()})
-    if tool == "apt":
-        out += ["Reading package lists...", "Building dependency tree...", "Reading state information..."]
-        if removed:
-            out += ["The following packages will be REMOVED:", "  " + " ".join(removed)]
-        out += ["The following NEW packages will be installed:", "  " + " ".join(wanted),
-                f"0 upgraded, {len(wanted)} newly installed, {len(removed)} to remove and 12 not upgraded."]
-    dkms = next((n for n in wanted if "dkms" in n), next(iter(wanted)))
+        del pk[n]
+        if n in state.get("holds", []):
+            state["holds"].remove(n)
+    new = [n for n in wanted if n not in pk]
+    pk.update(wanted)
+    out: list[str] = [head.rstrip("\n")] if tool == "apt" else [head.rstrip("\n"), "Dependencies resolved."]
+    if removed:
+        out += ["The following packages will be REMOVED:", "  " + " ".join(removed)]
+    if new:
+        out += ["The following NEW packages will be installed:", "  " + " ".join(new)]
+    out.append(f"0 upgraded, {len(new)} newly installed, {len(removed)} to remove and 12 not upgraded.")
+    if not target:
+        return 0, "\n".join(out) + "\n", ""
+    precompiled = next((n for n in pk if n.startswith(f"linux-modules-nvidia-{branch}-server-open-{kernel}")), None)
+    if precompiled and not df.uses_dkms(src):
+        carried = repos.precompiled_driver(state, branch)
+        out += [f"Setting up {precompiled} ({pk[precompiled]}) ...",
+                f"linux-restricted-modules: nvidia {carried} signed by Canonical Ltd. Kernel Module Signing"]
+        state["module_version"], state["module_signed"] = carried, True
+        state["half_configured"] = []
+        if tool == "dnf":
+            out.append("Complete!")
+        return 0, "\n".join(out) + "\n", ""
+    dkms = next((n for n in wanted if "dkms" in n), next(iter(drivers), next(iter(wanted))))
     out += [f"Setting up {dkms} ({wanted[dkms]}) ...", f"Loading new nvidia-{target} DKMS files...",
-            f"Building for {state['kernel']}", "Building for architecture x86_64",
-            f"Building initial module for {state['kernel']}"]
-    if "driver_install_fails" in state["faults"] and target != state["original_driver"]:
+            f"Building for {kernel}", "Building for architecture x86_64", f"Building initial module for {kernel}"]
+    no_headers = not any(n in pk for n in df.header_packages(src, kernel))
+    if ("driver_install_fails" in state["faults"] and target != state["original_driver"]) or no_headers:
         state["module_version"] = None
         state.setdefault("half_configured", []).append(dkms)
-        out += ["ERROR: Cannot create report: [Errno 17] File exists: "
-                f"'/var/crash/{dkms}.0.crash'",
-                f"Error! Bad return status for module build on kernel: {state['kernel']} (x86_64)",
-                f"Consult /var/lib/dkms/nvidia/{target}/build/make.log for more information."]
+        if no_headers:
+            out += [f"Error! Your kernel headers for kernel {kernel} cannot be found at /lib/modules/{kernel}/build "
+                    f"or /lib/modules/{kernel}/source.",
+                    "Please install the linux-headers-" + kernel + " package or use the --kernelsourcedir option to "
+                    "tell DKMS where it's located."]
+        else:
+            out += ["ERROR: Cannot create report: [Errno 17] File exists: "
+                    f"'/var/crash/{dkms}.0.crash'",
+                    f"Error! Bad return status for module build on kernel: {kernel} (x86_64)",
+                    f"Consult /var/lib/dkms/nvidia/{target}/build/make.log for more information."]
         err = [f"dpkg: error processing package {dkms} (--configure):",
                f" installed {dkms} package post-installation script subprocess returned error exit status 10",
                "Errors were encountered while processing:", f" {dkms}",
@@ -241,13 +312,19 @@ def _install(state: dict[str, Any], wanted: dict[str, str], tool: str) -> Out:
             ["Error: Transaction failed: scriptlet failed in kmod-nvidia-open-dkms"]
         return (100 if tool == "apt" else 1), "\n".join(out) + "\n", "\n".join(err) + "\n"
     state["module_version"] = target
+    # DKMS signs with the node's MOK key; the kernel accepts it only once the key is enrolled
+    state["module_signed"] = bool(state.get("mok_enrolled"))
     state["half_configured"] = []
     out += ["Done.", "", "nvidia.ko:", "Running module version sanity check.", " - Original module",
             "   - No original module exists within this kernel", " - Installation",
-            f"   - Installing to /lib/modules/{state['kernel']}/updates/dkms/", "depmod....", ""]
+            f"   - Installing to /lib/modules/{kernel}/updates/dkms/", "depmod....", ""]
     if tool == "dnf":
         out += ["Complete!"]
     return 0, "\n".join(out) + "\n", ""
+
+
+def _older(a: str, b: str) -> bool:
+    return repos._vt(df.upstream(a)) < repos._vt(df.upstream(b))
 
 
 def apt_get(state: dict[str, Any], args: list[str]) -> Out:
@@ -261,7 +338,10 @@ def apt_get(state: dict[str, Any], args: list[str]) -> Out:
     if not args:
         return 100, "", "E: Invalid operation\n"
     if args[0] == "update":
-        return 0, "Hit:1 http://archive.ubuntu.com/ubuntu jammy InRelease\nReading package lists...\n", ""
+        c = repos.codename(state)
+        return 0, (f"Hit:1 http://archive.ubuntu.com/ubuntu {c} InRelease\n"
+                   f"Hit:2 http://archive.ubuntu.com/ubuntu {c}-updates InRelease\n"
+                   f"Hit:3 http://security.ubuntu.com/ubuntu {c}-security InRelease\nReading package lists...\n"), ""
     if args[0] != "install":
         return 100, "", f"E: Invalid operation {args[0]}\n"
     wanted: dict[str, str] = {}
@@ -276,18 +356,26 @@ def apt_get(state: dict[str, Any], args: list[str]) -> Out:
         wanted[n] = v
     if not wanted:
         return 0, "0 upgraded, 0 newly installed, 0 to remove and 12 not upgraded.\n", ""
-    downgrade = any(v.split("-")[0] < (state["packages"].get(n, "0").split("-")[0]) for n, v in wanted.items())
-    if downgrade and "--allow-downgrades" not in args:
-        return 100, "", "E: Packages were downgraded and -y was used without --allow-downgrades.\n"
-    return _install(state, wanted, "apt")
+    return _install(state, wanted, "apt", args)
 
 
 def dnf(state: dict[str, Any], args: list[str]) -> Out:
-    if not args or args[0] not in ("install", "downgrade"):
-        return 1, "", "Error: k3rollout sim supports dnf install/downgrade only\n"
+    ops = [a for a in args if not a.startswith("-")]
+    op = ops[0] if ops else ""
+    if op == "list":
+        return repos.dnf_list(state, args[args.index("list") + 1:])
+    if op == "repoquery":
+        return repos.dnf_repoquery(state, args[args.index("repoquery") + 1:])
+    if op == "module":
+        return repos.dnf_module(state, args[args.index("module") + 1:])
+    if op == "versionlock":
+        return 1, "", ("No such command: versionlock. Please use /usr/bin/dnf --help\nIt could be a DNF plugin "
+                       "command, try: \"dnf install 'dnf-command(versionlock)'\"\n")
+    if op not in ("install", "downgrade"):
+        return 1, "", "Error: k3rollout sim supports dnf install/downgrade/list/repoquery/module only\n"
     wanted: dict[str, str] = {}
-    known = sorted(_driver_packages("RedHat", "0").keys(), key=len, reverse=True)
-    for a in args[1:]:
+    known = sorted(repos.offers(state), key=len, reverse=True)
+    for a in args[args.index(op) + 1:]:
         if a.startswith("-"):
             continue
         for n in known:
@@ -296,7 +384,7 @@ def dnf(state: dict[str, Any], args: list[str]) -> Out:
                 break
         else:
             return 1, "", f"No match for argument: {a}\nError: Unable to find a match: {a}\n"
-    return _install(state, wanted, "dnf")
+    return _install(state, wanted, "dnf", args)
 
 
 def dpkg_query(state: dict[str, Any], args: list[str]) -> Out:
@@ -349,6 +437,10 @@ def modinfo(state: dict[str, Any], args: list[str]) -> Out:
         return 1, "", "modinfo: ERROR: Module nvidia not found.\n"
     if "-F" in args and args[args.index("-F") + 1] == "version":
         return 0, state["module_version"] + "\n", ""
+    signer = ("Canonical Ltd. Kernel Module Signing" if not df.uses_dkms(state["driver_source"])
+              else f"{state['name']} Secure Boot Module Signature key") if state.get("module_signed") else ""
+    if "-F" in args and args[args.index("-F") + 1] == "signer":
+        return 0, signer + "\n", ""
     return 0, f"filename:       /lib/modules/{state['kernel']}/updates/dkms/nvidia.ko.zst\n" \
               f"version:        {state['module_version']}\nlicense:        Dual MIT/GPL\n", ""
 
@@ -368,8 +460,11 @@ def reboot(state: dict[str, Any]) -> Out:
     state["down_until"] = now + (state["slow_reboot_s"] if slow else state["reboot_s"])
     state["boots"] += 1
     state["boot_id"] = str(uuid.uuid4())
-    state["loaded_driver"] = state["module_version"]
+    # an unsigned module is refused under Secure Boot ("Key was rejected by service")
+    unsigned = state.get("secure_boot") and not state.get("module_signed", True)
+    state["loaded_driver"] = None if unsigned else state["module_version"]
     state["servers"] = {}
+    repos.on_boot(state)
     if "no_boot_after_upgrade" in state["faults"] and state["module_version"] != state["original_driver"]:
         # The host hangs in early boot with the new module (the classic "black screen
         # after driver upgrade"): it never answers SSH again without hands on the BMC.
@@ -383,12 +478,11 @@ def reboot(state: dict[str, Any]) -> Out:
 def systemctl(state: dict[str, Any], args: list[str]) -> Out:
     if args[:1] == ["reboot"]:
         return reboot(state)
+    handled = repos.systemctl(state, args)
+    if handled is not None:
+        return handled
     if args[:1] == ["is-active"] and len(args) > 1:
         unit = args[1]
-        if unit in ("nvidia-fabricmanager", "nvidia-fabricmanager.service"):
-            fm = next((v.split("-")[0] for n, v in state["packages"].items() if "fabric" in n), None)
-            ok = state["loaded_driver"] and fm == state["loaded_driver"] and "cuda_init_fails" not in state["faults"]
-            return (0, "active\n", "") if ok else (3, "failed\n", "")
         if unit in ("docker", "docker.service"):
             return 0, "active\n", ""
         return 3, "inactive\n", ""
