@@ -101,7 +101,8 @@ def test_cuda_init_fails_with_error_802_on_a_new_driver(cluster):
     r = sh(d, "docker", "run", "--rm", "--gpus", "all", "--entrypoint", "python3", "vllm/vllm-openai:kimi-k3",
            "-c", "import torch; torch.cuda.init()")
     assert r.rc == 1 and "error 802" in r.stderr
-    assert sh(d, "systemctl", "is-active", "nvidia-fabricmanager").rc == 3
+    # the fabric manager runs on the driver's version: the GPUs' fabric registration is what fails
+    assert sh(d, "systemctl", "is-active", "nvidia-fabricmanager").stdout == "active\n"
 
 
 def test_container_runtime_missing(cluster):

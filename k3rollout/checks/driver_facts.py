@@ -126,9 +126,11 @@ def fabric_packages(source: str, branch: int | str) -> list[str]:
 
 
 def header_packages(source: str, kernel: str) -> list[str]:
-    """Kernel headers for the running kernel (DKMS builds against them)."""
+    """Kernel headers for the running kernel (DKMS builds against them). RHEL 9:
+    ``dnf install kernel-devel-matched kernel-headers`` (NVIDIA driver installation guide,
+    RHEL pre-installation actions); Ubuntu: ``apt install linux-headers-$(uname -r)``."""
     if source == "rhel-module":
-        return [f"kernel-devel-{kernel}", f"kernel-headers-{kernel}"]
+        return ["kernel-devel-matched", "kernel-headers"]
     return [f"linux-headers-{kernel}"]
 
 

@@ -33,6 +33,7 @@ SIM_FAULTS = (
     "ssh_drops",
     "prefix_cache_miss",
     "slow_reboot",
+    "rollback_packages_gone",
 )
 
 _VALID_GROUP_KEYS = ("vars", "children", "hosts")

@@ -244,6 +244,11 @@ def _in_stream(stream: str | None, version: str) -> bool:
 def dnf_list(state: dict[str, Any], args: list[str]) -> Out:
     names = [a for a in args if not a.startswith("-")] or ["*"]
     installed, available = _dnf_rows(state, names, modular_filter=True)
+    if "--installed" in args:
+        available = []
+    elif "--showduplicates" not in args:
+        seen: set[str] = set()
+        available = [r for r in available if not (r.split()[0] in seen or seen.add(r.split()[0]))]
     if not installed and not available:
         return 1, "Last metadata expiration check: 0:12:04 ago.\n", "Error: No matching Packages to list\n"
     out = ["Last metadata expiration check: 0:12:04 ago."]
@@ -348,7 +353,7 @@ def can_start(state: dict[str, Any], unit: str) -> bool:
     if not state["loaded_driver"]:
         return False
     if unit == df.FM_SERVICE:
-        return state["nvswitch"] and fm_matches(state) and "cuda_init_fails" not in state["faults"]
+        return state["nvswitch"] and fm_matches(state)
     return True
 
 
@@ -373,11 +378,6 @@ def fm_journal(state: dict[str, Any]) -> list[str]:
                 f"nv-fabricmanager[3228]: fabric manager NVIDIA GPU driver interface version {df.upstream(fm)} don't "
                 f"match with driver version {state['loaded_driver']}. Please update with matching NVIDIA driver "
                 "package.",
-                "systemd[1]: nvidia-fabricmanager.service: Control process exited, code=exited, status=1/FAILURE"]
-    if "cuda_init_fails" in state["faults"]:
-        return ["systemd[1]: Starting NVIDIA fabric manager service...",
-                "nv-fabricmanager[3228]: request to query NVSwitch device information from NVSwitch driver failed "
-                "with error:WARNING Nothing to do [NV_WARN_NOTHING_TO_DO]",
                 "systemd[1]: nvidia-fabricmanager.service: Control process exited, code=exited, status=1/FAILURE"]
     return ["systemd[1]: Starting NVIDIA fabric manager service...", "systemd[1]: Started NVIDIA fabric manager service."]
 

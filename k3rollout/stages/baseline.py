@@ -2,7 +2,9 @@
 
 Read-only. Captures date, nvidia-smi (table, CSV, topology), the kernel module version,
 driver packages, kernel, container runtime, images (tag, digest, CUDA), containers and
-the logs of the failed K3 attempt, scheduler state and fabric manager state. Every output
+the logs of the failed K3 attempt, scheduler state and fabric manager state, and what a
+driver rollback needs (every nvidia-*/libnvidia-* package with version and origin
+repository, holds, the DNF module stream, /etc/modprobe.d, Secure Boot). Every output
 goes to evidence; the parsed facts become the node's baseline, which the rollback plan
 restores to.
 """
@@ -15,6 +17,7 @@ from k3rollout.checks import parsers
 from k3rollout.checks.cuda_table import compat_verdict
 from k3rollout.checks.triage import classify
 from k3rollout.stages.base import NodeCtx, StageOutcome
+from k3rollout.stages.driver_node import driver_rollback_facts
 
 
 def run(ctx: NodeCtx) -> StageOutcome:
@@ -39,6 +42,7 @@ def run(ctx: NodeCtx) -> StageOutcome:
     f["boot_id"] = ctx.read_boot_id()
     ctx.facts.update(f)
     f["driver_packages"] = [pk for pk in ctx.read_packages() if pk["status"].startswith("ii")]
+    f.update(driver_rollback_facts(ctx, f))
     ctx.step("nvidia-topology", ["nvidia-smi", "topo", "-m"])
     fm = ctx.step("fabricmanager", ["systemctl", "is-active", "nvidia-fabricmanager"])
     f["fabricmanager"] = fm.stdout.strip() or "unknown"

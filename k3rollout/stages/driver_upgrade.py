@@ -5,6 +5,13 @@ with vars; k3rollout does not invent OS commands (DOMAIN.md). Both the install a
 reboot are ``once`` steps: after a crash they are settled by probes (packages at target;
 boot id changed), never blindly repeated. Verification after the reboot: nvidia-smi
 reports the target, the loaded kernel module matches, DKMS built it.
+
+Around the vendor steps (``stages/driver_procedure.py``, the same for the inline and the
+Ansible path): stop and disable what holds the GPU, release and record holds, refuse an
+unsigned DKMS module under Secure Boot, resolve exact versions from the node's
+repositories (the template variable ``driver``), check the built module before the
+reboot, and after it the module parameters and the fabric manager (enabled, active, on
+exactly the driver's version), then restart what was stopped.
 """
 
 from __future__ import annotations
@@ -16,7 +23,12 @@ from typing import Any
 
 from k3rollout.checks import parsers
 from k3rollout.model.assertions import render_argv
+from k3rollout.stages import driver_procedure as procedure
 from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
+
+
+# a step that names the resolved install (`{{ driver.install }}`)
+_USES_DRIVER = re.compile(r"\{\{[^}]*\bdriver\.")
 
 
 def template_context(ctx: NodeCtx) -> dict[str, Any]:
@@ -43,7 +55,9 @@ def pinned(argv: list[str]) -> dict[str, str]:
 
 def packages_at(ctx: NodeCtx, wanted: dict[str, str]) -> bool:
     have = {p["name"]: p["version"] for p in ctx.read_packages() if p["status"].startswith("ii")}
-    return bool(wanted) and all(have.get(n) == v for n, v in wanted.items())
+    # kernel headers and module shells are not NVIDIA packages the package query lists
+    wanted = {n: v for n, v in wanted.items() if not n.startswith(("linux-", "kernel-"))}
+    return bool(wanted) and all(have.get(n) == v.split(":", 1)[-1] for n, v in wanted.items())
 
 
 def wait_for_new_boot(ctx: NodeCtx, before: str, timeout: float,
@@ -101,6 +115,8 @@ def verify_driver(ctx: NodeCtx, expected: str) -> tuple[bool, str, dict[str, Any
     proc = ctx.step("proc-driver-version", ["cat", "/proc/driver/nvidia/version"])
     f["module_version"] = parsers.parse_proc_version(proc.stdout) if proc.ok else None
     ctx.step("dkms-status", ["dkms", "status"])
+    params = ctx.step("nvidia-params", ["cat", "/proc/driver/nvidia/params"])
+    f["nvidia_params"] = parsers.parse_nvidia_params(params.stdout) if params.ok else {}
     fm = ctx.step("fabricmanager", ["systemctl", "is-active", "nvidia-fabricmanager"])
     f["fabricmanager"] = fm.stdout.strip() or "unknown"
     f["driver_packages"] = [p for p in ctx.read_packages() if p["status"].startswith("ii")]
@@ -118,34 +134,49 @@ def run(ctx: NodeCtx) -> StageOutcome:
     if ctx.facts.get("driver_version") == target and ctx.facts.get("module_version") == target:
         return StageOutcome(True, f"already at {target}: nothing to install", {"driver_upgrade": "already-at-target"})
     mgr = ctx.facts.get("pkg_mgr") or ctx.baseline.get("pkg_mgr", "apt")
+    proc = procedure.Procedure(ctx, target, mgr)
+    ok, why = proc.prepare()
+    if not ok:
+        return proc.fail(why)
     tasks = getattr(p.tasks, mgr)
     if tasks and getattr(ctx.runner, "can_run_ansible", False):
-        return run_ansible(ctx, Path(ctx.vars["playbook_dir"]) / tasks)
+        return proc.finish(run_ansible(ctx, Path(ctx.vars["playbook_dir"]) / tasks, proc))
     steps = getattr(p.install, mgr)
     if not steps:
-        return StageOutcome(False, f"the playbook has no `with.install.{mgr}` vendor steps for this node's package "
-                                   "manager")
+        return proc.fail(f"the playbook has no `with.install.{mgr}` vendor steps for this node's package manager")
     tctx = template_context(ctx)
     logs = []
     for i, tmpl in enumerate(steps, start=1):
+        if _USES_DRIVER.search(str(tmpl)) and "driver" not in tctx:
+            # resolved only now: on RHEL the steps before enable the target's module stream
+            resolved = proc.resolve()
+            if resolved["missing"]:
+                return proc.fail(f"the node's repositories do not offer {target} for: "
+                                 f"{', '.join(resolved['missing'])}", "\n".join(logs))
+            tctx["driver"] = resolved
         argv = render_argv(tmpl, tctx)
         wanted = pinned(argv)
         res = ctx.step(f"vendor-step-{i}", argv, once=bool(wanted),
                        probe=(lambda c, m, w=wanted: packages_at(c, w)) if wanted else None, timeout=3600)
         logs.append(res.stdout + res.stderr)
         if not res.ok:
-            return StageOutcome(False, f"vendor step {i} failed (rc {res.rc}): {res.command}",
-                                {"driver_packages": ctx.read_packages()}, "\n".join(logs))
+            return proc.fail(f"vendor step {i} failed (rc {res.rc}): {res.command}", "\n".join(logs),
+                             {"driver_packages": ctx.read_packages()})
+    ok, why = proc.check_built()
+    if not ok:
+        return proc.fail(why, "\n".join(logs))
     ok, why, waited = reboot_and_wait(ctx, "reboot", p.reboot_timeout, p.reboot_grace)
     if not ok:
-        return StageOutcome(False, f"reboot: {why}", {"reboot_wait_s": waited}, "\n".join(logs) + "\n" + why)
+        return proc.fail(f"reboot: {why}", "\n".join(logs) + "\n" + why, {"reboot_wait_s": waited})
     ok, why, facts = verify_driver(ctx, target)
     facts["reboot_wait_s"] = round(waited, 3)
-    return StageOutcome(ok, why, facts, "" if ok else "\n".join(logs) + "\n" + why + "\n" + str(facts.get("gpu_error", "")))
+    return proc.finish(StageOutcome(ok, why, facts, "" if ok else "\n".join(logs) + "\n" + why + "\n"
+                                    + str(facts.get("gpu_error", ""))))
 
 
-def run_ansible(ctx: NodeCtx, tasks_file: Path) -> StageOutcome:
-    """The vendor steps as a real Ansible task file (install, DKMS check, reboot module, wait)."""
+def run_ansible(ctx: NodeCtx, tasks_file: Path, proc: "procedure.Procedure") -> StageOutcome:
+    """The vendor steps as a real Ansible task file (update, headers, resolution of exact
+    versions on the node, install, module check, reboot module, wait)."""
     p = ctx.params
     target = p.target_driver
 
@@ -158,7 +189,8 @@ def run_ansible(ctx: NodeCtx, tasks_file: Path) -> StageOutcome:
 
     res = ctx.runner.ansible_step(ctx, "vendor-tasks", tasks_file, {
         "k3_target_driver": target, "k3_target_branch": str(p.target_branch),
-        "k3_reboot_timeout": int(p.reboot_timeout)}, probe=upgraded, timeout=p.reboot_timeout + 3600)
+        "k3_reboot_timeout": int(p.reboot_timeout), **proc.ansible_vars()},
+        probe=upgraded, timeout=p.reboot_timeout + 3600)
     if not res.ok:
         facts = {}
         try:
