@@ -157,6 +157,11 @@ def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
     window_s, _ = _window_seconds(args, clock)
     plan = make_plan(playbook, inventory, window_s=window_s)
     _controller_tools(playbook, inventory, plan)
+    if getattr(args, "preflight", False):
+        from k3rollout.engine.session import new_run_id
+
+        pre = _preflight(playbook, inventory, Path("runs") / f"preflight-{new_run_id(clock)}")
+        plan.notes.extend(_preflight_notes(pre))
     fmt = "json" if args.json else args.format
     from k3rollout.plan.approval import plan_digest
 
@@ -196,6 +201,67 @@ def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
     return EXIT_OK
 
 
+def cmd_preflight(args: argparse.Namespace, clock: Clock) -> int:
+    """Read-only checks on every node before the window (engine/preflight.py)."""
+    from k3rollout.engine.preflight import render_md
+    from k3rollout.engine.session import new_run_id
+
+    playbook, inventory = _load(args)
+    report = _preflight(playbook, inventory, Path(args.output or Path("runs") / f"preflight-{new_run_id(clock)}"))
+    if args.json:
+        sys.stdout.write(json.dumps(report, indent=2, default=str) + "\n")
+    else:
+        sys.stdout.write(render_md(report))
+        print(f"report: {report['_paths'][0]}\n        {report['_paths'][1]}")
+    return EXIT_OK if report["ok"] else EXIT_HALTED
+
+
+def _preflight(playbook, inventory, out_dir: Path, skip: list[str] | None = None) -> dict:
+    from k3rollout.engine.preflight import controller_check, preflight, write_report
+    from k3rollout.plan import make_plan
+    from k3rollout.transport.factory import make_executor
+
+    plan = make_plan(playbook, inventory)
+    unknown = [h for h in skip or [] if h not in plan.hosts]
+    if unknown:
+        raise InputError(f"--skip-node {', '.join(unknown)}: not a node of this play ({len(plan.hosts)} nodes)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    executor = make_executor({h: inventory.hosts[h] for h in plan.hosts}, out_dir)
+    try:
+        report = preflight(playbook, inventory, list(plan.hosts), executor,
+                           controller=controller_check(playbook, inventory, list(plan.hosts)))
+    finally:
+        executor.close()
+    report["skipped_nodes"] = list(skip or [])
+    report["_paths"] = [str(p) for p in write_report(report, out_dir)]
+    return report
+
+
+def _skip_note(pre: dict, skip: list[str]) -> str:
+    why = []
+    for h in skip:
+        failed = [f"{c['check']}: {c['detail']}" for c in pre["nodes"].get(h, {}).get("checks", []) if not c["ok"]]
+        why.append(f"{h} ({'; '.join(failed) or 'preflight passed'})")
+    return "left out of this run with --skip-node: " + ", ".join(why)
+
+
+def _preflight_notes(pre: dict) -> list[str]:
+    from k3rollout.engine.preflight import summary_lines
+
+    if pre["ok"]:
+        return [f"preflight passed on all {len(pre['nodes'])} node(s): {pre['_paths'][1]}"]
+    return [f"preflight FAILED (run refuses these nodes unless --skip-node): {line}" for line in summary_lines(pre)]
+
+
+def _skip_nodes(inventory, skip: list[str]):
+    """The inventory without the nodes named by --skip-node (they are not touched)."""
+    import dataclasses
+
+    groups = {n: dataclasses.replace(g, hosts=[h for h in g.hosts if h not in skip]) for n, g in inventory.groups.items()}
+    return dataclasses.replace(inventory, hosts={h: v for h, v in inventory.hosts.items() if h not in skip},
+                               groups=groups)
+
+
 def _run_dir(args: argparse.Namespace, clock: Clock) -> Path:
     if args.run_dir:
         return Path(args.run_dir)
@@ -217,6 +283,22 @@ def _start_run(playbook_path: str, inventory_path: str | list[str], run_dir: Pat
     window_s, window_end = _window_seconds(args, clock)
     plan = make_plan(playbook, inventory, window_s=window_s)
     _controller_tools(playbook, inventory, plan)
+    # preflight (read-only) before anything else; a failed node stops the run unless named
+    # with --skip-node, and then it is left out of the run (preflight.json says so)
+    skip = list(getattr(args, "skip_node", None) or [])
+    pre = _preflight(playbook, inventory, run_dir, skip)
+    refused = [h for h in pre["failed_nodes"] if h not in skip]
+    if refused or not pre["controller"].get("ok", True):
+        from k3rollout.engine.preflight import summary_lines
+
+        for line in summary_lines(pre):
+            print(f"preflight: {line}", file=sys.stderr)
+        print(f"preflight FAILED on {', '.join(refused) or 'the controller'}: nothing was changed. Fix it, or leave "
+              f"the node(s) out with --skip-node. Report: {pre['_paths'][1]}", file=sys.stderr)
+        return EXIT_HALTED
+    if skip:
+        inventory = _skip_nodes(inventory, skip)
+        plan = make_plan(playbook, inventory, window_s=window_s)
     approved = getattr(args, "approved_plan", None)
     if approved:
         from k3rollout.plan.approval import differences, plan_digest
@@ -235,6 +317,9 @@ def _start_run(playbook_path: str, inventory_path: str | list[str], run_dir: Pat
         if sys.stdin.readline().strip() != "yes":
             print("not confirmed; nothing changed")
             return EXIT_INPUT
+    if skip:
+        # on record in the journal (run_started carries the plan) and in preflight.json/md
+        plan.notes.append(_skip_note(pre, skip))
     run_dir.mkdir(parents=True, exist_ok=True)
     _CURRENT_RUN_DIR[0] = run_dir
     logsetup.configure(run_dir / "events.jsonl")
@@ -479,6 +564,8 @@ def parser() -> argparse.ArgumentParser:
                     help="html/md: a plan report reviewers can approve before the window")
     sp.add_argument("--output", help="write the plan report to this file")
     sp.add_argument("--rollback", action="store_true", help="also list each node's rollback plan")
+    sp.add_argument("--preflight", action="store_true",
+                    help="also run the read-only preflight on every node and add its result to the plan")
     sp.set_defaults(fn=cmd_plan)
     sp = sub.add_parser("run", help="execute the rollout")
     pb_inv(sp)
@@ -489,7 +576,14 @@ def parser() -> argparse.ArgumentParser:
                                             "start if the plan it computes now differs")
     sp.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     sp.add_argument("--plain", action="store_true", help="one line per event, even on a terminal")
+    sp.add_argument("--skip-node", action="append", metavar="NODE",
+                    help="leave this node out of the run (e.g. one that failed preflight); may repeat")
     sp.set_defaults(fn=cmd_run)
+    sp = sub.add_parser("preflight", help="read-only checks on every node before the window (exit 1 if one fails)")
+    pb_inv(sp)
+    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--output", help="folder for preflight.json and preflight.md (default runs/preflight-<id>)")
+    sp.set_defaults(fn=cmd_preflight)
     sp = sub.add_parser("resume", help="continue a run that was interrupted")
     sp.add_argument("run_dir")
     sp.add_argument("--accept-changed-inputs", action="store_true", help=ACCEPT_CHANGED_HELP)

@@ -237,7 +237,7 @@ def parse_apt_madison(text: str) -> dict[str, list[dict[str, str]]]:
     return out
 
 
-_POLICY_VER = re.compile(r"^\s{5}(\*\*\* |    )(\S+) (-?\d+)$")
+_POLICY_VER = re.compile(r"^( \*\*\* |     )(\S+) (-?\d+)$")
 _POLICY_SRC = re.compile(r"^\s{8}(-?\d+) (.+)$")
 
 
@@ -265,7 +265,7 @@ def parse_apt_policy(text: str) -> dict[str, dict[str, Any]]:
             v = s.split(":", 1)[1].strip()
             cur["candidate"] = None if v == "(none)" else v
         elif (m := _POLICY_VER.match(line)):
-            ver = {"version": m.group(2), "installed": m.group(1) == "*** ", "sources": []}
+            ver = {"version": m.group(2), "installed": m.group(1) == " *** ", "sources": []}
             cur["versions"].append(ver)
         elif ver is not None and (m := _POLICY_SRC.match(line)):
             ver["sources"].append(m.group(2).strip())
@@ -327,10 +327,12 @@ def parse_dnf_module_list(text: str) -> list[dict[str, Any]]:
         if not m or m.group(1) in ("Name",):
             continue
         flags = set(re.findall(r"\[([dexi])\]", m.group(3)))
-        profiles_summary = m.group(4)
+        profiles = m.group(4).split("  ")[0]
         out.append({"module": m.group(1), "stream": m.group(2), "default": "d" in flags, "enabled": "e" in flags,
-                    "disabled": "x" in flags, "installed": "i" in flags,
-                    "profiles": [p.strip().split()[0] for p in profiles_summary.split("  ")[0].split(",") if p.strip()]})
+                    "disabled": "x" in flags,
+                    # [i] marks an installed profile (e.g. "fm [i]"), so the stream is installed
+                    "installed": "i" in flags or "[i]" in profiles,
+                    "profiles": [p.strip().split()[0] for p in profiles.split(",") if p.strip()]})
     return out
 
 

@@ -135,6 +135,12 @@ def initial_packages(state: dict[str, Any], driver: str) -> dict[str, str]:
     src, kernel, b = state["driver_source"], state["kernel"], driver.split(".")[0]
     pk = {n: installed_form(state, version_string(state, n, driver))
           for n in df.target_names(src, b, kernel, state["nvswitch"])}
+    fm = df.fabricmanager(src, b)
+    if not state.get("fm_installed", True):
+        pk.pop(fm, None)                     # an NVSwitch node whose fabric manager was never installed
+    elif state.get("fm_version") and fm in pk:
+        # installed from elsewhere (a runfile, another repository) at another version
+        pk[fm] = installed_form(state, version_string(state, fm, state["fm_version"]))
     if src == "ubuntu-archive-precompiled":
         pk[df.precompiled_module(b, kernel)] = _kernel_pkg_version(state) + "+1"
     if state.get("headers", True):
