@@ -280,3 +280,37 @@ def test_install_without_the_fabric_manager_fails_the_driver_stage_and_rolls_bac
     assert "without the fabric manager package nvidia-fabricmanager-580" in n["reason"]
     st = sim_state(run_dir, "n1")
     assert st["loaded_driver"] == "575.57.08" and st["services"]["nvidia-fabricmanager"]["active"]
+
+
+def test_vendor_task_files_over_real_sshd_through_ansible_runner(sshd_cluster, tmp_path):
+    """Both task files, run by ansible-runner against real sshd: NVIDIA's CUDA repository on
+    Ubuntu (with a held package) and RHEL 9 module streams; versions resolved on the node."""
+    import json
+
+    from k3rollout.sim.state import executed
+
+    sim = {"deb": {"nvidia_driver_source": "cuda-repo", "sim_held_packages": ["nvidia-driver-575-open"]},
+           "rh": {"ansible_os_family": "RedHat"}}
+    with sshd_cluster(sim) as c:
+        inv = c.inventory(tmp_path / "inv" / "hosts.yml",
+                          host_vars={n: {k: v for k, v in hv.items() if not k.startswith("sim_")}
+                                     for n, hv in sim.items()})
+        run_dir = tmp_path / "run"
+        code = main(["run", str(short_playbook(tmp_path / "pb.yml", reboot_timeout=60)), "-i", str(inv), "--yes",
+                     "--run-dir", str(run_dir)])
+        r = result(run_dir)
+        assert code == 0 and {n: v["final"] for n, v in r["nodes"].items()} == {"deb": "upgraded", "rh": "upgraded"}
+        assert len(list(run_dir.rglob("vendor-tasks-1-job_events_*"))) >= 2       # ansible-runner ran both files
+        deb, rh = (json.loads((c.hosts[n].state / "state.json").read_text()) for n in ("deb", "rh"))
+        deb_cmds, rh_cmds = executed(c.hosts["deb"].state), executed(c.hosts["rh"].state)
+    assert deb["packages"]["nvidia-driver-580-open"] == "580.95.05-0ubuntu1"
+    assert deb["packages"]["nvidia-fabricmanager"] == "580.95.05-1" and "nvidia-fabricmanager-575" not in deb["packages"]
+    assert rh["packages"]["nvidia-driver"] == "580.95.05-1.el9" and rh["module_stream"] == "580-open"
+    assert "nvidia-driver-580-open" in deb["holds"]
+    assert any(x.startswith("apt-cache madison linux-headers-6.8.0-45-generic nvidia-driver-580-open") for x in deb_cmds)
+    install = [x for x in deb_cmds if x.startswith("apt-get install")]
+    assert len(install) == 1 and "nvidia-driver-580-open=580.95.05-0ubuntu1" in install[0]
+    assert any(x.startswith("dnf list --showduplicates kernel-devel-matched") for x in rh_cmds)
+    assert rh_cmds.index("dnf -y module reset nvidia-driver") < rh_cmds.index("dnf -y module enable nvidia-driver:580-open")
+    for st in (deb, rh):
+        assert st["loaded_driver"] == "580.95.05" and all(s["active"] for s in st["services"].values())
