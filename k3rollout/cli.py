@@ -237,12 +237,47 @@ def _preflight(playbook, inventory, out_dir: Path, skip: list[str] | None = None
     return report
 
 
-def _skip_note(pre: dict, skip: list[str]) -> str:
+def _skip_note(pre: dict | None, skip: list[str]) -> str:
     why = []
     for h in skip:
+        if pre is None:
+            why.append(h)
+            continue
         failed = [f"{c['check']}: {c['detail']}" for c in pre["nodes"].get(h, {}).get("checks", []) if not c["ok"]]
         why.append(f"{h} ({'; '.join(failed) or 'preflight passed'})")
     return "left out of this run with --skip-node: " + ", ".join(why)
+
+
+def _run_preflight(playbook, inventory, run_dir: Path, skip: list[str], given: str | None) -> dict | None:
+    """``run --preflight``: performed now (read-only, on every node of the play), or
+    ``--preflight REPORT`` from an earlier ``k3rollout preflight`` of the same play."""
+    from k3rollout.engine.preflight import target_of, write_report
+    from k3rollout.plan import make_plan
+
+    hosts = make_plan(playbook, inventory).hosts
+    unknown = [h for h in skip if h not in hosts]
+    if unknown:
+        raise InputError(f"--skip-node {', '.join(unknown)}: not a node of this play ({len(hosts)} nodes)")
+    if given is None:
+        return None
+    if given == "now":
+        return _preflight(playbook, inventory, run_dir, skip)
+    try:
+        report = json.loads(Path(given).read_text())
+        nodes, target = report["nodes"], report["target_driver"]
+        report["failed_nodes"], report["controller"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"not a preflight report ({exc})", path=given) from None
+    missing = [h for h in hosts if h not in nodes]
+    if missing:
+        raise InputError(f"the preflight report does not cover {', '.join(missing)}; run `k3rollout preflight` "
+                         "for this play again", path=given)
+    if target != target_of(playbook)[0]:
+        raise InputError(f"the preflight report is for driver {target}, this play installs {target_of(playbook)[0]}",
+                         path=given)
+    report["skipped_nodes"] = list(skip)
+    report["_paths"] = [str(p) for p in write_report(report, run_dir)]
+    return report
 
 
 def _preflight_notes(pre: dict) -> list[str]:
@@ -283,12 +318,12 @@ def _start_run(playbook_path: str, inventory_path: str | list[str], run_dir: Pat
     window_s, window_end = _window_seconds(args, clock)
     plan = make_plan(playbook, inventory, window_s=window_s)
     _controller_tools(playbook, inventory, plan)
-    # preflight (read-only) before anything else; a failed node stops the run unless named
-    # with --skip-node, and then it is left out of the run (preflight.json says so)
+    # with --preflight, a failed node stops the run unless named with --skip-node, and is
+    # then left out of the run (the plan's notes in the journal and preflight.json say so)
     skip = list(getattr(args, "skip_node", None) or [])
-    pre = _preflight(playbook, inventory, run_dir, skip)
-    refused = [h for h in pre["failed_nodes"] if h not in skip]
-    if refused or not pre["controller"].get("ok", True):
+    pre = _run_preflight(playbook, inventory, run_dir, skip, getattr(args, "preflight", None))
+    refused = [h for h in (pre or {}).get("failed_nodes", []) if h not in skip]
+    if pre is not None and (refused or not pre["controller"].get("ok", True)):
         from k3rollout.engine.preflight import summary_lines
 
         for line in summary_lines(pre):
@@ -576,6 +611,9 @@ def parser() -> argparse.ArgumentParser:
                                             "start if the plan it computes now differs")
     sp.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     sp.add_argument("--plain", action="store_true", help="one line per event, even on a terminal")
+    sp.add_argument("--preflight", nargs="?", const="now", metavar="REPORT",
+                    help="refuse to start when a node fails the read-only preflight: performed now, or read from "
+                         "an earlier `k3rollout preflight` report (preflight.json)")
     sp.add_argument("--skip-node", action="append", metavar="NODE",
                     help="leave this node out of the run (e.g. one that failed preflight); may repeat")
     sp.set_defaults(fn=cmd_run)

@@ -107,7 +107,8 @@ def test_default_sim_cluster_passes(tmp_path):
 def test_run_refuses_a_failed_preflight_and_touches_nothing(tmp_path, capsys):
     inv = write_inventory(tmp_path / "inv", {"a": {}, "b": {"sim_faults": ["rollback_packages_gone"]}})
     run_dir = tmp_path / "run"
-    code = main(["run", str(short_playbook(tmp_path / "pb.yml")), "-i", str(inv), "--yes", "--run-dir", str(run_dir)])
+    code = main(["run", str(short_playbook(tmp_path / "pb.yml")), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
+                 "--preflight"])
     err = capsys.readouterr().err
     assert code == 1 and "preflight FAILED on b" in err and "b: rollback_packages: no longer downloadable" in err
     assert not (run_dir / "journal.jsonl").exists()
@@ -120,7 +121,7 @@ def test_skip_node_leaves_the_failed_node_out_and_records_it(tmp_path):
     inv = write_inventory(tmp_path / "inv", {"a": {}, "b": {"sim_faults": ["rollback_packages_gone"]}})
     run_dir = tmp_path / "run"
     code = main(["run", str(short_playbook(tmp_path / "pb.yml")), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
-                 "--skip-node", "b"])
+                 "--preflight", "--skip-node", "b"])
     assert code == 0
     r = result(run_dir)
     assert list(r["nodes"]) == ["a"] and r["nodes"]["a"]["final"] == "upgraded"
@@ -132,7 +133,26 @@ def test_skip_node_leaves_the_failed_node_out_and_records_it(tmp_path):
     assert all(c.startswith(READ_ONLY) for c in ran(run_dir / "sim-hosts" / "b"))
     # naming a node that is not in the play is bad input
     assert main(["run", str(short_playbook(tmp_path / "pb.yml")), "-i", str(inv), "--yes", "--run-dir",
-                 str(tmp_path / "run2"), "--skip-node", "nope"]) == 2
+                 str(tmp_path / "run2"), "--preflight", "--skip-node", "nope"]) == 2
+
+
+def test_run_reads_an_earlier_preflight_report(tmp_path, capsys):
+    pb = short_playbook(tmp_path / "pb.yml")
+    code, rep, out = preflight(tmp_path, {"a": {}, "b": {"sim_gpu_operator": True}}, pb)
+    assert code == 1 and rep["failed_nodes"] == ["b"]
+    inv = tmp_path / "inv" / "hosts.yml"
+    run_dir = tmp_path / "run"
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
+                 "--preflight", str(out / "preflight.json")]) == 1
+    assert "b: gpu_operator:" in capsys.readouterr().err and not (run_dir / "journal.jsonl").exists()
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
+                 "--preflight", str(out / "preflight.json"), "--skip-node", "b"]) == 0
+    assert list(result(run_dir)["nodes"]) == ["a"]
+    # a report for another play (another target driver) is refused as bad input
+    other = short_playbook(tmp_path / "pb2.yml", target_driver="580.82.07")
+    assert main(["run", str(other), "-i", str(inv), "--yes", "--run-dir", str(tmp_path / "run3"),
+                 "--preflight", str(out / "preflight.json")]) == 2
+    assert "is for driver 580.95.05" in capsys.readouterr().err
 
 
 def test_plan_can_include_the_preflight(tmp_path, capsys, monkeypatch):

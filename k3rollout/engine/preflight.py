@@ -174,7 +174,7 @@ def _disk(run: Any, hvars: dict[str, Any]) -> tuple[bool, str]:
 def preflight(playbook: Any, inventory: Any, hosts: list[str], executor: Any, *,
               controller: dict[str, Any], forks: int = 16) -> dict[str, Any]:
     """Every node in parallel (read-only); the report as a dict."""
-    target, tvars = _target(playbook)
+    target, tvars = target_of(playbook)
 
     def one(h: str) -> tuple[str, dict[str, Any]]:
         hv = {**inventory.hosts[h].vars, **tvars}      # play vars win, as in Ansible
@@ -187,7 +187,7 @@ def preflight(playbook: Any, inventory: Any, hosts: list[str], executor: Any, *,
             "ok": controller.get("ok", True) and not failed}
 
 
-def _target(playbook: Any) -> tuple[str, dict[str, Any]]:
+def target_of(playbook: Any) -> tuple[str, dict[str, Any]]:
     from k3rollout.model.assertions import render
 
     tvars = dict(playbook.play.vars)
