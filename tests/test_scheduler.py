@@ -151,7 +151,7 @@ def test_a_drain_interrupted_by_a_crash_is_settled_on_resume_not_sent_twice(tmp_
     seq = next(r["seq"] for r in journal(ref) if r["type"] == "step_done" and r["key"].endswith("cordon/drain"))
     run_dir = tmp_path / "run"
     killed = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
-                 env={"K3ROLLOUT_TEAR_AT_SEQ": str(seq)})
+                 fault=("TEAR", seq))
     assert killed.returncode == -9, killed.stderr[-500:]
     assert cli("resume", str(run_dir)).returncode == 0
     assert result(run_dir)["nodes"]["gpu-01"]["final"] == "upgraded"
