@@ -127,6 +127,12 @@ def run(ctx: NodeCtx) -> StageOutcome:
                                    "manager")
     tctx = template_context(ctx)
     logs = []
+    if ctx.runner.prior_meta(ctx, "reboot") is not None:
+        # resumed after the reboot was issued: every vendor step before it had succeeded,
+        # and the host may still be rebooting. Wait for it exactly as the first run did
+        # (the reboot step is settled by its probe, never issued twice), instead of
+        # sending it the vendor steps again while it does not answer.
+        steps = []
     for i, tmpl in enumerate(steps, start=1):
         argv = render_argv(tmpl, tctx)
         wanted = pinned(argv)

@@ -1,0 +1,38 @@
+"""On-demand rollback, resume during a reboot, capacity before the run, and read-only
+retries (issue 21, items 1, 2, 6, 7 and 17)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import cli, commands, journal, result, sim_state, write_inventory, write_playbook
+
+
+def _reboot_done_seq(records: list[dict], node: str) -> int:
+    return next(r["seq"] for r in records if r["type"] == "step_done" and r.get("node") == node
+                and r.get("key") == "03-driver_upgrade/reboot")
+
+
+def test_resume_while_the_host_still_reboots_waits_for_it(tmp_path):
+    # a reboot that takes 3 s: the process is SIGKILLed right after the reboot step was
+    # recorded, and the resume starts while the host still does not answer
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {"sim_faults": ["slow_reboot"], "sim_slow_reboot_s": 3.0}})
+    pb = write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0, reboot_grace=1)
+    locks = {"K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")}
+    ref = tmp_path / "ref"
+    assert cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(ref), env=locks).returncode == 0
+    seq = _reboot_done_seq(journal(ref), "gpu-01")
+    run_dir = tmp_path / "run"
+    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
+            env={**locks, "K3ROLLOUT_KILL_AT_SEQ": str(seq)})
+    assert p.returncode == -9
+    r = cli("resume", str(run_dir), env=locks)
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = result(run_dir)
+    assert res["status"] == "completed" and res["nodes"]["gpu-01"]["final"] == "upgraded"
+    cmds = commands(run_dir, "gpu-01")
+    assert sum(1 for c in cmds if c == "reboot") == 1
+    # the vendor steps ran once, before the reboot; none was sent to the rebooting host
+    assert sum(1 for c in cmds if c.startswith("apt-get update")) == 1
+    assert not any(x["type"] == "rollback_started" for x in journal(run_dir))
+    assert sim_state(run_dir, "gpu-01")["loaded_driver"] != "575.57.08"
