@@ -20,6 +20,7 @@ EXPECT = {
     # caught in the first multi-node batch
     "nccl_broken": ("multinode", "rolled_back", "communication"),
     "ssh_drops": (None, "upgraded", None),        # the dropped install is settled, not repeated
+    "ssh_drops_read": (None, "upgraded", None),   # a dropped read-only query is run again
     "slow_reboot": (None, "upgraded", None),      # slower than usual, within the reboot timeout
 }
 

@@ -36,3 +36,23 @@ def test_resume_while_the_host_still_reboots_waits_for_it(tmp_path):
     assert sum(1 for c in cmds if c.startswith("apt-get update")) == 1
     assert not any(x["type"] == "rollback_started" for x in journal(run_dir))
     assert sim_state(run_dir, "gpu-01")["loaded_driver"] != "575.57.08"
+
+
+def test_a_read_only_command_whose_connection_drops_is_retried_not_rolled_back(tmp_path):
+    # sshd is restarted under the first GPU query after the upgrade reboot
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {"sim_faults": ["ssh_drops_read"]}})
+    pb = write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0)
+    run_dir = tmp_path / "run"
+    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
+            env={"K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")})
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert result(run_dir)["nodes"]["gpu-01"]["final"] == "upgraded"
+    recs = journal(run_dir)
+    dropped = [r for r in recs if r["type"] == "step_error" and r["error"] == "connection_lost"]
+    assert [r["step"] for r in dropped] == ["nvidia-smi-query"]
+    key = dropped[0]["key"]
+    # the same read ran again and completed; nothing was rolled back
+    assert [r["type"] for r in recs if r.get("key") == key and r["type"] in ("step_started", "step_done")
+            and r["seq"] > dropped[0]["seq"]][:2] == ["step_started", "step_done"]
+    assert not any(r["type"] == "rollback_started" for r in recs)
+    assert sum(1 for c in commands(run_dir, "gpu-01") if c == "reboot") == 1
