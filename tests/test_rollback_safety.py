@@ -56,3 +56,48 @@ def test_a_read_only_command_whose_connection_drops_is_retried_not_rolled_back(t
             and r["seq"] > dropped[0]["seq"]][:2] == ["step_started", "step_done"]
     assert not any(r["type"] == "rollback_started" for r in recs)
     assert sum(1 for c in commands(run_dir, "gpu-01") if c == "reboot") == 1
+
+
+SIX = [f"gpu-{i:02d}" for i in range(1, 7)]
+
+
+def test_plan_counts_nodes_out_of_service_before_the_run(tmp_path):
+    from k3rollout.model import load_inventory, load_playbook
+    from k3rollout.plan import make_plan
+
+    # two of six nodes cordoned before the run, one by the simulator's host var and one by
+    # the operator's `serving: false`; min_serving 3 leaves room for one more at a time
+    inv = write_inventory(tmp_path / "inv", {h: {} for h in SIX[:4]} | {"gpu-05": {"sim_cordoned": True},
+                                                                        "gpu-06": {"serving": False}})
+    pb = write_playbook(tmp_path / "pb.yml", serial=2, min_serving=3)
+    plan = make_plan(load_playbook(str(pb)), load_inventory(str(inv)))
+    down = {"gpu-05", "gpu-06"}
+    for b in plan.batches:
+        taken = [n for n in b.nodes if n not in down]
+        assert len(SIX) - len(down) - len(taken) >= 3, (b.index, b.nodes)
+        assert b.serving_during == len(SIX) - len(down) - len(taken)
+    assert sorted(n for b in plan.batches for n in b.nodes) == SIX
+
+
+def test_run_reads_the_scheduler_and_never_crosses_the_floor_with_nodes_cordoned_before_it(tmp_path):
+    from k3rollout.sim.dispatch import dispatch
+    from k3rollout.sim.state import init_host
+
+    # the inventory says nothing: two nodes were cordoned on the cluster before the run
+    inv = write_inventory(tmp_path / "inv", {h: {} for h in SIX})
+    pb = write_playbook(tmp_path / "pb.yml", serial=2, min_serving=3)
+    run_dir = tmp_path / "run"
+    for h in ("gpu-05", "gpu-06"):
+        d = init_host(run_dir / "sim-hosts" / h, h, {"scheduler": "kubernetes"})
+        assert dispatch(d, ["kubectl", "cordon", h]).rc == 0
+    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
+            env={"K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")})
+    assert p.returncode == 1, p.stdout + p.stderr
+    r = result(run_dir)
+    assert r["status"] == "halted" and r["halt"]["kind"] == "capacity"
+    assert "leave 2 node(s) serving, below min_serving 3" in r["halt"]["reason"]
+    assert "gpu-05" in r["halt"]["reason"] and "gpu-06" in r["halt"]["reason"]
+    for h in SIX:
+        assert not any(c.startswith(("kubectl drain", "apt-get", "reboot")) for c in commands(run_dir, h))
+        assert sim_state(run_dir, h)["scheduler"]["state"] == ("cordoned" if h in ("gpu-05", "gpu-06")
+                                                                else "schedulable")

@@ -30,6 +30,7 @@ from k3rollout.engine.gates import GateMixin
 from k3rollout.engine.journal import HAVE_SYNCFS, Journal
 from k3rollout.engine.steps import StepRunnerMixin
 from k3rollout.engine.states import STATE_STAGE, Event, NodeState, build_table, step as fsm_step
+from k3rollout.plan.planner import out_of_service_before
 from k3rollout.plan.serial import pct_to_int
 from k3rollout.evidence.redact import mask_credentials
 from k3rollout.evidence.store import EvidenceStore
@@ -45,6 +46,8 @@ from k3rollout.transport.base import Executor
 
 SECRET_HINTS = ("pass", "secret", "token", "key_data", "api_key", "credential")
 DONE_BATCH = ("passed", "failed", "rolled_back")
+# scheduler states of a node that serves (``unmanaged``: no scheduler, nothing cordons it)
+IN_SERVICE = ("schedulable", "unmanaged")
 VERBATIM_PARAMS = frozenset({"install", "restore", "tasks"})
 
 
@@ -444,8 +447,35 @@ class Engine(GateMixin, StepRunnerMixin):
         if self.playbook.play.on_node_failure == "quarantine":
             # quarantined nodes stay cordoned: they serve nothing until someone releases them
             out |= {n for n, v in self.view.nodes.items() if v.state == NodeState.ROLLED_BACK.value}
-        out |= {h for h in self.view.plan["hosts"] if self.inventory.hosts[h].vars.get("serving") is False}
+        hosts = self.view.plan["hosts"]
+        out |= set(out_of_service_before(self.inventory, hosts))
+        # what the scheduler said: a node's baseline (it was out before the run, and the run
+        # never returns it), or, for a node not yet baselined, the read before its first batch
+        for h in hosts:
+            n = self.view.node(h)
+            state = n.baseline.get("scheduler_state") if n.baseline else n.facts.get("scheduler_state")
+            if state is not None and state not in IN_SERVICE:
+                out.add(h)
         return out
+
+    def read_scheduler_states(self, label: str) -> None:
+        """Before a batch: read the scheduler state of every host of the run whose state the
+        journal does not hold yet (no baseline, not read before), so the capacity floor
+        counts the nodes that were out of service before the run. Read-only, journaled."""
+        todo = [h for h in self.view.plan["hosts"]
+                if not self.view.node(h).baseline and "scheduler_state" not in self.view.node(h).facts]
+
+        def read(h: str) -> None:
+            ctx = NodeCtx(node=h, run_id=self.run_id, stage="preflight", folder=f"00-preflight-{label}", params=None,
+                          vars=self.tvars(h), facts={}, baseline={}, runner=self)
+            try:
+                state = ctx.read_scheduler()
+            except (StepFailed, ParseError) as exc:
+                state = "unknown"
+                self.log.warning("scheduler_state_unknown", node=h, error=str(exc))
+            self.record("facts", node=h, stage="preflight", facts={"scheduler_state": state})
+
+        self.pool(read, todo)
 
     def preflight(self, batch: dict) -> tuple[str, str] | None:
         """Why the batch must not start, or None."""
@@ -509,6 +539,8 @@ class Engine(GateMixin, StepRunnerMixin):
                     return stop
                 continue
             if b["status"] == "not_started":
+                if self.in_place and "cordon" in self.kinds:
+                    self.read_scheduler_states(f"b{idx}")
                 stop = self.preflight(batch)
                 if stop:
                     return self.halt(stop[0], stop[1], idx)

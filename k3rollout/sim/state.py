@@ -43,6 +43,11 @@ REGISTRY = {
 SLURM_CPUS = 224      # CPUTot of the simulated node (2 x 56 cores, 2 threads each)
 
 
+def initial_scheduler_state(hv: dict[str, Any]) -> str:
+    """What a new simulated node's scheduler reports, from its host vars (``sim_cordoned``)."""
+    return "cordoned" if hv.get("sim_cordoned") else "schedulable"
+
+
 def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> dict[str, Any]:
     driver = str(hv.get("sim_driver", "575.57.08"))
     os_family = str(hv.get("ansible_os_family", "Debian"))
@@ -91,7 +96,7 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
         "dead": False,
         "boots": 0,
         "scheduler": {"kind": str(hv.get("scheduler", "kubernetes")),
-                      "state": "cordoned" if hv.get("sim_cordoned") else "schedulable",
+                      "state": initial_scheduler_state(hv),
                       # Slurm jobs running on the node: sim_slurm_job_s holds it that long from
                       # now on sim_slurm_job_cpus of its CPUs (all: ALLOCATED, some: MIXED)
                       "jobs": [{"id": 10000 + zlib.crc32(name.encode()) % 90000, "end": now + float(hv["sim_slurm_job_s"]),
