@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 from k3rollout import fastjson
 from k3rollout.sim import netd, vllm
 from k3rollout.sim.gpu import driver_cuda
-from k3rollout.sim.state import REGISTRY
+from k3rollout.sim.state import REGISTRY, fabric_manager_fails
 
 Out = tuple[int, str, str]
 
@@ -306,7 +306,7 @@ def _start(state: dict[str, Any], name: str) -> Out:
     if _vt(driver_cuda(state["loaded_driver"])) < _vt(img["cuda"]):
         c["logs"], c["status"], c["exit_code"] = logs + vllm.cuda_insufficient_logs(), "exited", 1
         return 0, "", ""
-    if "cuda_init_fails" in state["faults"]:
+    if fabric_manager_fails(state):
         c["logs"], c["status"], c["exit_code"] = logs + vllm.cuda_not_ready_logs(), "exited", 1
         return 0, "", ""
     tp = int(opts.get("tensor_parallel_size", 1))
@@ -347,7 +347,7 @@ def _oneshot(state: dict[str, Any], img: dict[str, Any], entry: str, args: list[
                                 "URL: http://www.nvidia.com/Download/index.aspx Alternatively, go to: "
                                 "https://pytorch.org to install a PyTorch version that has been compiled with your "
                                 "version of the CUDA driver.\n")
-        if "cuda_init_fails" in state["faults"]:
+        if fabric_manager_fails(state):
             return 1, "", tb + "RuntimeError: CUDA driver initialization failed, you might not have a CUDA gpu.\n" \
                                "CUDA error: system not yet initialized (cudaErrorSystemNotReady, error 802)\n"
         return 0, f"cuda_available=True device_count={state['gpu']['count']} " \

@@ -13,7 +13,7 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
-from k3rollout.sim.state import REPO_DRIVERS, _driver_packages
+from k3rollout.sim.state import REPO_DRIVERS, _driver_packages, fabric_manager_fails
 
 # Driver branch -> CUDA version its nvidia-smi reports (NVIDIA CUDA Toolkit release notes,
 # Table 3: 570 -> 12.8, 575 -> 12.9, 580 -> 13.0, 590 -> 13.1).
@@ -387,7 +387,7 @@ def systemctl(state: dict[str, Any], args: list[str]) -> Out:
         unit = args[1]
         if unit in ("nvidia-fabricmanager", "nvidia-fabricmanager.service"):
             fm = next((v.split("-")[0] for n, v in state["packages"].items() if "fabric" in n), None)
-            ok = state["loaded_driver"] and fm == state["loaded_driver"] and "cuda_init_fails" not in state["faults"]
+            ok = state["loaded_driver"] and fm == state["loaded_driver"] and not fabric_manager_fails(state)
             return (0, "active\n", "") if ok else (3, "failed\n", "")
         if unit in ("docker", "docker.service"):
             return 0, "active\n", ""
