@@ -79,25 +79,151 @@ def test_plan_counts_nodes_out_of_service_before_the_run(tmp_path):
     assert sorted(n for b in plan.batches for n in b.nodes) == SIX
 
 
-def test_run_reads_the_scheduler_and_never_crosses_the_floor_with_nodes_cordoned_before_it(tmp_path):
+def test_run_counts_the_baseline_scheduler_state_before_every_batch(tmp_path):
     from k3rollout.sim.dispatch import dispatch
     from k3rollout.sim.state import init_host
 
-    # the inventory says nothing: two nodes were cordoned on the cluster before the run
+    # the inventory says nothing: the first batch's two nodes were cordoned on the cluster
+    # before the run; the plan (6 serving, floor 3) lets batches of two go
     inv = write_inventory(tmp_path / "inv", {h: {} for h in SIX})
     pb = write_playbook(tmp_path / "pb.yml", serial=2, min_serving=3)
     run_dir = tmp_path / "run"
-    for h in ("gpu-05", "gpu-06"):
+    for h in ("gpu-01", "gpu-02"):
         d = init_host(run_dir / "sim-hosts" / h, h, {"scheduler": "kubernetes"})
         assert dispatch(d, ["kubectl", "cordon", h]).rc == 0
     p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
             env={"K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")})
     assert p.returncode == 1, p.stdout + p.stderr
     r = result(run_dir)
+    # batch 1 upgraded the two cordoned nodes and left them cordoned (it never uncordons
+    # what it did not cordon); batch 2 would have left 2 serving
+    assert [r["nodes"][h]["final"] for h in ("gpu-01", "gpu-02")] == ["upgraded", "upgraded"]
     assert r["status"] == "halted" and r["halt"]["kind"] == "capacity"
-    assert "leave 2 node(s) serving, below min_serving 3" in r["halt"]["reason"]
-    assert "gpu-05" in r["halt"]["reason"] and "gpu-06" in r["halt"]["reason"]
-    for h in SIX:
-        assert not any(c.startswith(("kubectl drain", "apt-get", "reboot")) for c in commands(run_dir, h))
-        assert sim_state(run_dir, h)["scheduler"]["state"] == ("cordoned" if h in ("gpu-05", "gpu-06")
-                                                                else "schedulable")
+    assert "batch 2 would leave 2 node(s) serving, below min_serving 3" in r["halt"]["reason"]
+    assert "gpu-01, gpu-02" in r["halt"]["reason"]
+    for h in SIX[2:]:
+        assert commands(run_dir, h) == []
+    assert [sim_state(run_dir, h)["scheduler"]["state"] for h in SIX].count("schedulable") == 4
+
+
+def _run(tmp_path, hosts: dict[str, dict], **play) -> tuple[int, Path]:
+    inv = write_inventory(tmp_path / "inv", hosts)
+    pb = write_playbook(tmp_path / "pb.yml", **{"serial": 1, "min_serving": 0, "max_fail_percentage": 100, **play})
+    run_dir = tmp_path / "run"
+    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
+            env={"K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")})
+    return p.returncode, run_dir
+
+
+def _rollback_results(run_dir: Path, node: str) -> dict[str, dict]:
+    done = [r for r in journal(run_dir) if r["type"] == "rollback_done" and r["node"] == node][-1]
+    return {x["action"]: x for x in done["results"]}
+
+
+def test_a_rollback_after_cuda_check_restarts_the_serving_containers_the_baseline_saw(tmp_path):
+    # the serving container does not come back by itself after a reboot (restart policy
+    # "no"); the node fails at cuda_check, before the smoke test that stops and restarts it
+    code, run_dir = _run(tmp_path, {"gpu-01": {"sim_faults": ["cuda_init_fails"], "sim_serving_restart": "no"}})
+    assert code == 0          # 1 of 1 failed is not above max_fail_percentage 100
+    n = result(run_dir)["nodes"]["gpu-01"]
+    assert (n["failed_stage"], n["final"]) == ("cuda_check", "rolled_back")
+    res = _rollback_results(run_dir, "gpu-01")
+    assert res["restore_serving_image"]["status"] == "done"
+    st = sim_state(run_dir, "gpu-01")
+    assert st["docker"]["containers"]["vllm-serving"]["status"] == "running"
+    assert st["scheduler"]["state"] == "schedulable" and st["loaded_driver"] == "575.57.08"
+
+
+def test_a_rolled_back_node_whose_serving_container_cannot_run_stays_cordoned_and_says_why(tmp_path):
+    # no NVIDIA container runtime: the serving container the baseline saw running cannot
+    # start again after the rollback's reboot
+    code, run_dir = _run(tmp_path, {"gpu-01": {"sim_faults": ["container_runtime_missing"]}})
+    assert code == 1
+    r = result(run_dir)
+    n = r["nodes"]["gpu-01"]
+    assert (n["failed_stage"], n["final"]) == ("cuda_check", "rollback_failed")
+    assert r["halt"]["kind"] == "rollback_failed"
+    res = _rollback_results(run_dir, "gpu-01")
+    assert res["restore_driver"]["status"] == "done"
+    assert res["uncordon_if_healthy"]["status"] == "failed"
+    # docker leaves a container whose start failed in "created"
+    assert "serving container vllm-serving is created" in res["uncordon_if_healthy"]["detail"]
+    assert "kept cordoned" in res["uncordon_if_healthy"]["detail"]
+    assert sim_state(run_dir, "gpu-01")["scheduler"]["state"] != "schedulable"
+    assert not any(c.startswith("kubectl uncordon") for c in commands(run_dir, "gpu-01"))
+
+
+def _seq_of(records: list[dict], pred) -> int:
+    return next(r["seq"] for r in records if pred(r))
+
+
+def test_operator_rollback_drains_in_service_nodes_keeps_the_floor_and_resumes(tmp_path):
+    from k3rollout.sim.dispatch import dispatch
+    from k3rollout.sim.state import init_host
+
+    # four nodes, two per batch; gpu-03 was cordoned on the cluster before the run (its
+    # baseline says so and the run leaves it cordoned), so three serve after the run and
+    # min_serving 2 lets the rollback take one node at a time
+    d = init_host(tmp_path / "run" / "sim-hosts" / "gpu-03", "gpu-03", {"scheduler": "kubernetes"})
+    assert dispatch(d, ["kubectl", "cordon", "gpu-03"]).rc == 0
+    hosts = {"gpu-01": {}, "gpu-02": {}, "gpu-03": {}, "gpu-04": {}}
+    code, run_dir = _run(tmp_path, hosts, serial=2, min_serving=2)
+    assert code == 0, result(run_dir)["halt"]
+    r = result(run_dir)
+    assert [r["nodes"][h]["final"] for h in ("gpu-01", "gpu-02")] == ["upgraded", "upgraded"]
+    last = journal(run_dir)[-1]["seq"]
+    locks = {"K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")}
+    # killed right after the first node's drain was journaled, before it ran
+    p = cli("rollback", str(run_dir), "--batch", "1", env={**locks, "K3ROLLOUT_KILL_AT_SEQ": str(last + 6)})
+    assert p.returncode == -9, p.stdout + p.stderr
+    killed_at = journal(run_dir)[-1]
+    assert (killed_at["type"], killed_at.get("step"), killed_at.get("node")) == ("step_started", "drain", "gpu-01")
+    p = cli("resume", str(run_dir), env=locks)
+    assert p.returncode == 0, p.stdout + p.stderr
+    recs = journal(run_dir)
+    r = result(run_dir)
+    assert r["batches"][0]["status"] == "rolled_back"
+    for h in ("gpu-01", "gpu-02"):
+        assert r["nodes"][h]["final"] == "rolled_back" and r["nodes"][h]["driver_after"] == "575.57.08"
+        cmds = commands(run_dir, h)
+        # the rollback: drained once (after the run's own drain and uncordon), then restored
+        # and rebooted once, then uncordoned
+        drains = [i for i, c in enumerate(cmds) if c.startswith("kubectl drain")]
+        reboots = [i for i, c in enumerate(cmds) if c == "reboot"]
+        uncordons = [i for i, c in enumerate(cmds) if c.startswith("kubectl uncordon")]
+        assert len(drains) == 2 and len(reboots) == 2 and len(uncordons) == 2, cmds
+        restore = [i for i, c in enumerate(cmds) if c.startswith("apt-get install") and i > uncordons[0]]
+        assert len(restore) == 1 and uncordons[0] < drains[1] < restore[0] < reboots[1] < uncordons[1]
+        st = sim_state(run_dir, h)
+        assert st["loaded_driver"] == "575.57.08" and st["scheduler"]["state"] == "schedulable"
+    # one node out at a time: gpu-02's rollback starts after gpu-01's ended
+    done_01 = _seq_of(recs, lambda x: x["type"] == "rollback_done" and x["node"] == "gpu-01")
+    start_02 = _seq_of(recs, lambda x: x["type"] == "rollback_started" and x["node"] == "gpu-02")
+    assert done_01 < start_02
+    # its own plan and records, and the resume finished it
+    plan = next(x for x in recs if x["type"] == "operator_rollback")
+    assert plan["batches"][0]["in_service"] == ["gpu-01", "gpu-02"] and plan["evidence"]
+    assert (run_dir / "evidence" / plan["evidence"]).is_file() or (run_dir / plan["evidence"]).is_file()
+    assert any(x["type"] == "operator_rollback_resumed" for x in recs)
+    assert [x["ok"] for x in recs if x["type"] == "operator_rollback_finished"] == [True]
+    # batch 2 was not touched by the rollback
+    assert r["nodes"]["gpu-03"]["final"] == r["nodes"]["gpu-04"]["final"] == "upgraded"
+    assert sim_state(run_dir, "gpu-03")["scheduler"]["state"] != "schedulable"
+
+
+def test_operator_rollback_refuses_to_cross_the_capacity_floor(tmp_path):
+    hosts = {"gpu-01": {}, "gpu-02": {}, "gpu-03": {}, "gpu-04": {"sim_faults": ["cuda_init_fails"]}}
+    # min_serving 3 of 4: one node at a time during the run; after gpu-04 is quarantined
+    # only three serve, so no node of batch 1 may be taken out again
+    code, run_dir = _run(tmp_path, hosts, serial=1, min_serving=3, on_node_failure="quarantine")
+    assert code == 0, result(run_dir)["halt"]
+    before = {h: list(commands(run_dir, h)) for h in ("gpu-01", "gpu-02", "gpu-03")}
+    p = cli("rollback", str(run_dir), "--batch", "1", env={"K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")})
+    assert p.returncode == 1
+    assert "STOPPED" in p.stdout and "below min_serving 3" in p.stdout and "gpu-04" in p.stdout
+    for h, cmds in before.items():
+        after = commands(run_dir, h)
+        assert not any(c.startswith(("kubectl drain", "apt-get", "reboot")) for c in after[len(cmds):])
+    assert result(run_dir)["nodes"]["gpu-01"]["final"] == "upgraded"
+    recs = journal(run_dir)
+    assert any(x["type"] == "operator_rollback_halted" for x in recs)

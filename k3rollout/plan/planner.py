@@ -90,8 +90,8 @@ def out_of_service_before(inventory: Inventory, hosts: list[str]) -> list[str]:
     - a simulated host (``ansible_connection: k3sim``): its scheduler state as the simulator
       builds it from its host vars (``sim_cordoned``), i.e. what a preflight would read.
 
-    At run time the engine reads every host's scheduler state before the first batch that
-    needs it and each node's baseline records it again (``Engine.out_of_service``)."""
+    At run time each node's baseline records its scheduler state, and the engine counts
+    that too before every batch (``Engine.out_of_service``)."""
     from k3rollout.sim.state import initial_scheduler_state
 
     out = []
