@@ -106,9 +106,10 @@ def test_run_counts_the_baseline_scheduler_state_before_every_batch(tmp_path):
     assert [sim_state(run_dir, h)["scheduler"]["state"] for h in SIX].count("schedulable") == 4
 
 
-def _run(tmp_path, hosts: dict[str, dict], **play) -> tuple[int, Path]:
+def _run(tmp_path, hosts: dict[str, dict], stage_with: dict | None = None, **play) -> tuple[int, Path]:
     inv = write_inventory(tmp_path / "inv", hosts)
-    pb = write_playbook(tmp_path / "pb.yml", **{"serial": 1, "min_serving": 0, "max_fail_percentage": 100, **play})
+    pb = write_playbook(tmp_path / "pb.yml", stage_with=stage_with,
+                        **{"serial": 1, "min_serving": 0, "max_fail_percentage": 100, **play})
     run_dir = tmp_path / "run"
     p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
             env={"K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")})
@@ -227,3 +228,21 @@ def test_operator_rollback_refuses_to_cross_the_capacity_floor(tmp_path):
     assert result(run_dir)["nodes"]["gpu-01"]["final"] == "upgraded"
     recs = journal(run_dir)
     assert any(x["type"] == "operator_rollback_halted" for x in recs)
+
+
+def test_a_rolled_back_node_whose_fabric_manager_is_down_stays_cordoned(tmp_path):
+    # a restore recipe that leaves the fabric manager out: the driver is back on 575 but the
+    # fabric manager no longer matches it (CUDA would fail with error 802 on this HGX node)
+    restore = [["apt-get", "install", "-y", "--allow-downgrades",
+                "{{ baseline.driver_packages | rejectattr('name', 'eq', 'nvidia-fabricmanager-575') "
+                "| map('apt_pin') | list }}"]]
+    code, run_dir = _run(tmp_path, {"gpu-01": {"sim_faults": ["vllm_oom"]}},
+                         stage_with={"driver_upgrade": {"restore": {"apt": restore}}})
+    assert code == 1
+    n = result(run_dir)["nodes"]["gpu-01"]
+    assert (n["failed_stage"], n["final"]) == ("vllm_smoke", "rollback_failed")
+    res = _rollback_results(run_dir, "gpu-01")
+    assert res["restore_driver"]["status"] == "done"
+    assert "nvidia-fabricmanager is" in res["uncordon_if_healthy"]["detail"]
+    assert "kept cordoned" in res["uncordon_if_healthy"]["detail"]
+    assert sim_state(run_dir, "gpu-01")["scheduler"]["state"] != "schedulable"
