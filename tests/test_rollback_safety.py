@@ -24,7 +24,7 @@ def test_resume_while_the_host_still_reboots_waits_for_it(tmp_path):
     seq = _reboot_done_seq(journal(ref), "gpu-01")
     run_dir = tmp_path / "run"
     p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
-            env={**locks, "K3ROLLOUT_KILL_AT_SEQ": str(seq)})
+            env=locks, fault=("KILL", seq))
     assert p.returncode == -9
     r = cli("resume", str(run_dir), env=locks)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -175,7 +175,7 @@ def test_operator_rollback_drains_in_service_nodes_keeps_the_floor_and_resumes(t
     last = journal(run_dir)[-1]["seq"]
     locks = {"K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")}
     # killed right after the first node's drain was journaled, before it ran
-    p = cli("rollback", str(run_dir), "--batch", "1", env={**locks, "K3ROLLOUT_KILL_AT_SEQ": str(last + 6)})
+    p = cli("rollback", str(run_dir), "--batch", "1", env=locks, fault=("KILL", last + 6))
     assert p.returncode == -9, p.stdout + p.stderr
     killed_at = journal(run_dir)[-1]
     assert (killed_at["type"], killed_at.get("step"), killed_at.get("node")) == ("step_started", "drain", "gpu-01")
