@@ -366,7 +366,7 @@ def _start_run(playbook_path: str, inventory_path: str | list[str], run_dir: Pat
 
 def _report_and_code(run_dir: Path, status: str) -> int:
     run_dir = run_dir.resolve()
-    code = EXIT_OK if status in ("completed", "no_change") else EXIT_HALTED
+    code = EXIT_OK if status in ("completed", "no_change", "rolled_back") else EXIT_HALTED
     try:
         print(f"status: {status}")
         print(f"report: {run_dir / 'report.html'}")
@@ -421,9 +421,13 @@ def cmd_rollback(args: argparse.Namespace, clock: Clock) -> int:
 
     run_dir = _existing_run_dir(args.run_dir)
     logsetup.configure(run_dir / "events.jsonl")
-    ok = Session(run_dir, clock).rollback(args.batch, on_event=make_progress(plain=args.plain),
-                                          accept_changed=args.accept_changed_inputs)
-    print(f"rollback: {'done' if ok else 'FAILED on at least one node (kept cordoned)'}")
+    session = Session(run_dir, clock)
+    ok = session.rollback(args.batch, on_event=make_progress(plain=args.plain),
+                          accept_changed=args.accept_changed_inputs)
+    if session.rollback_halt:
+        print(f"rollback: STOPPED: {session.rollback_halt}")
+    else:
+        print(f"rollback: {'done' if ok else 'FAILED on at least one node (kept cordoned)'}")
     print(f"report: {run_dir / 'report.html'}")
     return EXIT_OK if ok else EXIT_HALTED
 
@@ -634,7 +638,9 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--by", help="who decides (default: the login name)")
     sp.add_argument("--note", help="why, for the record (change ticket, chat link)")
     sp.set_defaults(fn=cmd_approve)
-    sp = sub.add_parser("rollback", help="execute the recorded rollback plans")
+    sp = sub.add_parser("rollback", help="execute the recorded rollback plans, batch by batch (newest first), "
+                                         "draining nodes in service first and keeping min_serving; "
+                                         "`resume` finishes an interrupted one")
     sp.add_argument("run_dir")
     sp.add_argument("--batch", type=int)
     sp.add_argument("--accept-changed-inputs", action="store_true", help=ACCEPT_CHANGED_HELP)

@@ -15,7 +15,6 @@ engine knows about them.
 from __future__ import annotations
 
 import errno
-import functools
 import os
 import re
 import signal
@@ -55,7 +54,12 @@ def main() -> int:
         if mode == "KILL" and rec["seq"] == n:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    session.Journal = functools.partial(journal.Journal, write=write, after_append=after_append)  # type: ignore[misc]
+    class FaultyJournal(journal.Journal):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, write=write, after_append=after_append, **kwargs)
+
+    # a subclass, not a partial: the session also calls Journal.read (rollback and resume)
+    session.Journal = FaultyJournal  # type: ignore[misc]
     return cli.main(args)
 
 

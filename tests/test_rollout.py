@@ -312,7 +312,7 @@ def test_reboot_slower_than_its_timeout_fails_and_the_node_stays_cordoned(tmp_pa
 
 
 def test_faults_fail_the_right_stage_with_the_right_triage(tmp_path):
-    hosts = {"gpu-01": {}, "gpu-02": {"sim_faults": ["container_runtime_missing"]},
+    hosts = {"gpu-01": {}, "gpu-02": {"sim_faults": ["cuda_init_fails"]},
              "gpu-03": {}, "gpu-04": {"sim_faults": ["nccl_broken"]}}
     pb = write_playbook(tmp_path / "pb.yml", serial=4, min_serving=0, max_fail_percentage=50)
     code, run_dir = run(tmp_path, write_inventory(tmp_path / "inv", hosts), pb)

@@ -216,6 +216,28 @@ class HookDone(TypedDict):
     sha256: NotRequired[OptStr]
 
 
+class OperatorRollback(TypedDict):
+    batches: list
+    min_serving: int
+    evidence: str
+    sha256: str
+
+
+class OperatorRollbackResumed(TypedDict):
+    batches: list
+
+
+class OperatorRollbackHalted(TypedDict):
+    batch: int
+    reason: str
+    remaining: list
+
+
+class OperatorRollbackFinished(TypedDict):
+    ok: bool
+    halted: NotRequired[bool]
+
+
 RECORD_TYPES: dict[str, type] = {
     "run_started": RunStarted, "run_resumed": RunResumed, "inventory_changed": InventoryChanged,
     "inputs_changed": InputsChanged,
@@ -228,6 +250,8 @@ RECORD_TYPES: dict[str, type] = {
     "run_halted": RunHalted, "run_finished": RunFinished, "journal_repaired": JournalRepaired,
     "pause_started": PauseStarted, "pause_resolved": PauseResolved,
     "hook_started": HookStarted, "hook_done": HookDone,
+    "operator_rollback": OperatorRollback, "operator_rollback_resumed": OperatorRollbackResumed,
+    "operator_rollback_halted": OperatorRollbackHalted, "operator_rollback_finished": OperatorRollbackFinished,
 }
 # ``node_state`` also needs "from", a Python keyword: added below
 _EXTRA_REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {"node_state": {"from": (str,)}}

@@ -18,6 +18,7 @@ import math
 import threading
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any, Callable
 
 import structlog
@@ -30,12 +31,13 @@ from k3rollout.engine.gates import GateMixin
 from k3rollout.engine.journal import HAVE_SYNCFS, Journal
 from k3rollout.engine.steps import StepRunnerMixin
 from k3rollout.engine.states import STATE_STAGE, Event, NodeState, build_table, step as fsm_step
+from k3rollout.plan.planner import out_of_service_before
 from k3rollout.plan.serial import pct_to_int
 from k3rollout.evidence.redact import mask_credentials
 from k3rollout.evidence.store import EvidenceStore
 from k3rollout.model.assertions import AssertionSyntaxError, evaluate_all, render, templated
 from k3rollout.model.inventory import Inventory
-from k3rollout.model.playbook import BATCH_SCOPED_STAGES, Playbook, Stage, play_vars
+from k3rollout.model.playbook import BATCH_SCOPED_STAGES, PARAMS_BY_KIND, Playbook, Stage, play_vars
 from k3rollout.report.state import RunView, apply, fold
 from k3rollout.stages import rollback as rb
 from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
@@ -45,6 +47,8 @@ from k3rollout.transport.base import Executor
 
 SECRET_HINTS = ("pass", "secret", "token", "key_data", "api_key", "credential")
 DONE_BATCH = ("passed", "failed", "rolled_back")
+# scheduler states of a node that serves (``unmanaged``: no scheduler, nothing cordons it)
+IN_SERVICE = ("schedulable", "unmanaged")
 VERBATIM_PARAMS = frozenset({"install", "restore", "tasks"})
 
 
@@ -114,6 +118,7 @@ class Engine(GateMixin, StepRunnerMixin):
         self._held: set[str] = set()          # stages the current batch waits before (pauses)
         self._param_templates: dict[int, tuple[dict, list[str]]] = {}   # stage parameters: dump, templated keys
         self._rejected: tuple[str, str] | None = None   # (rejected|window, why) a gate stopped the rollout
+        self.rollback_halt: str | None = None      # why an operator rollback stopped short (capacity)
 
     def close(self) -> None:
         """Release the transports: SSH connections, the HTTP pool, the simulated network."""
@@ -342,7 +347,10 @@ class Engine(GateMixin, StepRunnerMixin):
 
     # ------------------------------------------------------------------ rollback
 
-    def rollback(self, node: str, reason: str) -> bool:
+    def rollback(self, node: str, reason: str, take_out: bool = False) -> bool:
+        """Run the node's recorded rollback plan. ``take_out``: the node may be in service
+        (an operator's rollback of a node the run returned): cordon and drain it first,
+        with the cordon stage the run uses; a node that cannot be drained is not touched."""
         n = self.view.node(node)
         if n.rollback_done_seq > n.rollback_requested_seq:
             # the rollback ran to its end before a crash; only its transition is missing
@@ -361,7 +369,13 @@ class Engine(GateMixin, StepRunnerMixin):
             patience = max([float(s["reboot_timeout"]) for s in n.rollback_plan if "reboot_timeout" in s] or [60.0])
             try:
                 self.wait_for_host(ctx, patience)
-                ok, results = rb.execute(ctx, n.rollback_plan, set(n.entered))
+                drained = self.take_out_of_service(ctx) if take_out else None
+                if drained is not None and drained["status"] == "failed":
+                    ok, results = False, [drained, {"action": "rollback", "status": "skipped", "detail":
+                                                    "the node could not be drained: nothing was restored"}]
+                else:
+                    ok, results = rb.execute(ctx, n.rollback_plan, set(n.entered))
+                    results = ([drained] if drained else []) + results
             except StepFailed as exc:
                 ok, results = False, [{"action": "reach_host", "status": "failed", "detail": str(exc)}]
         try:
@@ -444,7 +458,16 @@ class Engine(GateMixin, StepRunnerMixin):
         if self.playbook.play.on_node_failure == "quarantine":
             # quarantined nodes stay cordoned: they serve nothing until someone releases them
             out |= {n for n, v in self.view.nodes.items() if v.state == NodeState.ROLLED_BACK.value}
-        out |= {h for h in self.view.plan["hosts"] if self.inventory.hosts[h].vars.get("serving") is False}
+        hosts = self.view.plan["hosts"]
+        out |= set(out_of_service_before(self.inventory, hosts))
+        # what the scheduler told the baseline: a node that was not serving before the run
+        # (or whose state could not be read) serves nothing after it either (the run never
+        # uncordons what it did not cordon). Nodes of later batches are not contacted before
+        # their batch: for them, the plan's knowledge (inventory) counts.
+        for h in hosts:
+            state = self.view.node(h).baseline.get("scheduler_state")
+            if state is not None and state not in IN_SERVICE:
+                out.add(h)
         return out
 
     def preflight(self, batch: dict) -> tuple[str, str] | None:
@@ -456,23 +479,9 @@ class Engine(GateMixin, StepRunnerMixin):
                 return "window", (f"batch {batch['index']} needs {math.ceil(need / 60)} min (including its rollback) "
                                   f"but the window has {max(0, int(left // 60))} min left")
         if self.in_place and "cordon" in self.kinds:
-            plan = self.view.plan
-            out = self.out_of_service()
-            if plan.get("groups"):
-                # capacity in replicas: a replica serves only when every node of it does
-                groups = plan["groups"]
-                out_g = {g for g, ns in groups.items() if any(n in out for n in ns)}
-                serving = len(groups) - len(out_g)
-                taking = len({g for g, ns in groups.items() if g not in out_g and any(n in batch["nodes"] for n in ns)})
-                what, down = "replica(s)", sorted(out_g)
-            else:
-                serving = len(plan["hosts"]) - len(out)
-                taking = len([n for n in batch["nodes"] if n not in out])
-                what, down = "node(s)", sorted(out)
-            if serving - taking < plan["min_serving"]:
-                return "capacity", (f"batch {batch['index']} would leave {serving - taking} {what} serving, below "
-                                    f"min_serving {plan['min_serving']} ({len(down)} out of service: "
-                                    f"{', '.join(down) or 'none'})")
+            short = self.capacity_short(batch["nodes"], f"batch {batch['index']}")
+            if short:
+                return "capacity", short
         return None
 
     def verdict(self, batch: dict) -> tuple[str, list[str], tuple[str, str] | None]:
@@ -579,25 +588,130 @@ class Engine(GateMixin, StepRunnerMixin):
         self.record("run_finished", status=status)
         return status
 
-    def rollback_batches(self, batches: list[int]) -> bool:
-        """Operator-requested rollback of whole batches, by the recorded plans."""
+    def take_out_of_service(self, ctx: NodeCtx) -> dict:
+        """Cordon and drain a node before its rollback changes anything, through the cordon
+        stage of the run (its drain step is a ``once`` step of the rollback's folder: never
+        run twice, settled by its probe after a crash). A node the scheduler already holds
+        out of service is left as it is."""
+        if (ctx.node, f"{ctx.folder}/drain") not in self.view.steps_started:
+            state = ctx.read_scheduler()
+            if state in ("cordoned", "drained"):
+                return {"action": "cordon", "status": "not_needed", "detail": f"already out of service ({state})"}
+        try:
+            if "cordon" in self.kinds:
+                params = self.render_params(self.stages[self.kinds.index("cordon")], ctx.node)
+            else:
+                params = PARAMS_BY_KIND["cordon"].model_validate({})
+            out = STAGES["cordon"](replace(ctx, params=params))
+        except ParseError as exc:
+            out = StageOutcome(False, f"unexpected output: {exc}")
+        except (AssertionSyntaxError, ValueError) as exc:
+            out = StageOutcome(False, f"cordon stage parameters: {exc}")
+        if not out.passed:
+            return {"action": "cordon", "status": "failed", "detail": f"{out.reason}: node kept cordoned"}
+        return {"action": "cordon", "status": "done", "detail": out.reason or "cordoned and drained"}
+
+    def capacity_short(self, nodes: list[str], what_for: str, extra_out: set[str] = frozenset()) -> str | None:
+        """Why taking ``nodes`` out of service now would cross the capacity floor, or None."""
+        plan = self.view.plan
+        out = self.out_of_service() | set(extra_out)
+        if plan.get("groups"):
+            # capacity in replicas: a replica serves only when every node of it does
+            groups = plan["groups"]
+            out_g = {g for g, ns in groups.items() if any(n in out for n in ns)}
+            serving = len(groups) - len(out_g)
+            taking = len({g for g, ns in groups.items() if g not in out_g and any(n in nodes for n in ns)})
+            what, down = "replica(s)", sorted(out_g)
+        else:
+            serving = len(plan["hosts"]) - len(out)
+            taking = len([n for n in nodes if n not in out])
+            what, down = "node(s)", sorted(out)
+        if serving - taking < plan["min_serving"]:
+            return (f"{what_for} would leave {serving - taking} {what} serving, below min_serving "
+                    f"{plan['min_serving']} ({len(down)} out of service: {', '.join(down) or 'none'})")
+        return None
+
+    def pending_operator_rollback(self) -> list[int] | None:
+        """The batches of an operator's rollback that was interrupted (resume finishes it)."""
+        for r in reversed(self.journal.records):
+            if r["type"] == "operator_rollback_finished":
+                return None
+            if r["type"] == "operator_rollback":
+                return [b["batch"] for b in r["batches"]]
+        return None
+
+    def _rollback_todo(self, idx: int) -> list[str]:
+        skip = (NodeState.PENDING, NodeState.ROLLED_BACK, NodeState.FAILED, NodeState.SKIPPED,
+                NodeState.BASELINE_REQUIRED)
+        return [n for n in self.view.batches[idx]["nodes"] if NodeState(self.view.node(n).state) not in skip]
+
+    def rollback_batches(self, batches: list[int], *, resumed: bool = False) -> bool:
+        """Operator-requested rollback of whole batches, by the recorded plans: a rollout in
+        reverse. Batch by batch in the order given; within a batch, waves that never take
+        the serving capacity below ``min_serving``; each node in service is cordoned and
+        drained before its rollback changes anything. The request and its plan are
+        journaled (and kept as evidence) first, so ``resume`` finishes an interrupted one."""
+        self.rollback_halt = None
+        if resumed:
+            self.record("operator_rollback_resumed", batches=batches)
+        else:
+            out = self.out_of_service()
+            plan = {"requested_at": self.clock.iso(), "min_serving": self.view.plan["min_serving"],
+                    "order": "batch by batch as listed; within a batch, waves that keep min_serving; each node in "
+                             "service is cordoned and drained first, then its recorded rollback plan runs",
+                    "batches": [{"batch": i, "nodes": self._rollback_todo(i),
+                                 "in_service": [n for n in self._rollback_todo(i) if n not in out
+                                                and self.view.node(n).state == NodeState.UPGRADE_DONE.value],
+                                 "rollback_estimate_s": next((b["rollback_estimate_s"] for b in
+                                                              self.view.plan["batches"] if b["index"] == i), None)}
+                                for i in batches]}
+            k = 1 + sum(1 for r in self.journal.records if r["type"] == "operator_rollback")
+            ref = self.evidence.write("_run", "rollback", f"operator-rollback-{k}.json", fastjson.dumps_pretty(plan))
+            self.record("operator_rollback", batches=plan["batches"], min_serving=plan["min_serving"],
+                        evidence=ref.path, sha256=ref.sha256)
         ok_all = True
         for idx in batches:
-            nodes = self.view.batches[idx]["nodes"]
-            todo = []
-            for n in nodes:
-                st = NodeState(self.view.node(n).state)
-                if st in (NodeState.PENDING, NodeState.ROLLED_BACK, NodeState.FAILED, NodeState.SKIPPED,
-                          NodeState.BASELINE_REQUIRED):
-                    continue
-                if st != NodeState.ROLLBACK_REQUIRED:
-                    self.transition(n, Event.ROLLBACK_REQUESTED)
-                todo.append(n)
+            todo = self._rollback_todo(idx)
+            done: list[str] = []
             results: dict[str, bool] = {}
-            self.pool(lambda n: results.__setitem__(n, self.rollback(n, "operator requested rollback")), todo)
+            while todo and not self.stopping.is_set():
+                wave: list[str] = []
+                already_out = self.out_of_service() | self._rolling_back()
+                for n in todo:
+                    # a node already out of service costs no capacity; one in service joins
+                    # the wave only while the floor holds
+                    if n in already_out or self.capacity_short(
+                            wave + [n], f"rolling back {', '.join(wave + [n])} of batch {idx}",
+                            self._rolling_back()) is None:
+                        wave.append(n)
+                if not wave:
+                    why = self.capacity_short(todo[:1], f"rolling back {todo[0]} of batch {idx}", self._rolling_back())
+                    self.rollback_halt = f"{why}; nothing more was changed"
+                    self.record("operator_rollback_halted", batch=idx, reason=self.redact(self.rollback_halt),
+                                remaining=todo)
+                    self.log.error("operator_rollback_halted", batch=idx, reason=self.rollback_halt)
+                    self.record("operator_rollback_finished", ok=False, halted=True)
+                    return False
+                for n in wave:
+                    if NodeState(self.view.node(n).state) != NodeState.ROLLBACK_REQUIRED:
+                        self.transition(n, Event.ROLLBACK_REQUESTED)
+                self.pool(lambda n: results.__setitem__(n, self.rollback(n, "operator requested rollback",
+                                                                           take_out=True)), wave)
+                done += wave
+                todo = [n for n in todo if n not in wave]
+            if self.stopping.is_set():
+                raise KeyboardInterrupt
             ok = all(results.values())
             ok_all &= ok
-            self.record("batch_rolled_back", batch=idx, ok=ok, nodes=todo)
+            self.record("batch_rolled_back", batch=idx, ok=ok, nodes=done)
+        self.record("operator_rollback_finished", ok=ok_all)
         if self.view.status == "running":
             self.finish("aborted")
         return ok_all
+
+    def _rolling_back(self) -> set[str]:
+        """Nodes this run holds out of service: between a rollback's request and its end,
+        or stopped mid-stage after their cordon (a halted or interrupted batch)."""
+        held = {NodeState.ROLLBACK_REQUIRED.value} | {
+            st.value for st in STATE_STAGE if STATE_STAGE[st] not in ("baseline", "cordon")}
+        return {n for n, v in self.view.nodes.items() if v.state in held}

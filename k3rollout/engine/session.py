@@ -216,6 +216,11 @@ class Session:
                accept_changed: bool = False) -> str:
         engine, journal, lock = self._engine(on_event, log, accept_changed)
         try:
+            pending = engine.pending_operator_rollback()
+            if pending is not None:
+                # an operator's rollback was interrupted: finish it, batch by batch as planned
+                ok = engine.rollback_batches(pending, resumed=True)
+                return "rolled_back" if ok else "rollback_failed"
             if engine.view.status != "running":
                 return engine.view.status
             engine.record("run_resumed", pid=os.getpid())
@@ -229,6 +234,7 @@ class Session:
     def rollback(self, batch: int | None, on_event: Callable[[dict], None] | None = None, log: Any = None,
                  accept_changed: bool = False) -> bool:
         engine, journal, lock = self._engine(on_event, log, accept_changed)
+        self.rollback_halt: str | None = None
         try:
             started = [i for i, b in sorted(engine.view.batches.items()) if b["status"] != "not_started"]
             if batch is not None:
@@ -239,7 +245,9 @@ class Session:
                 targets = list(reversed(started))
             if not targets:
                 raise InputError("no batch of this run has started: nothing to roll back")
-            return engine.rollback_batches(targets)
+            ok = engine.rollback_batches(targets)
+            self.rollback_halt = engine.rollback_halt
+            return ok
         finally:
             journal.close()
             engine.close()

@@ -4,7 +4,8 @@
 ``once`` step (cordon, driver install, reboot, uncordon, restore) is never run twice: a
 completed one is replayed from the journal, an interrupted one is settled by its probe.
 A dropped connection during a ``once`` step is settled the same way, then retried once
-if it did not take effect. Transport errors become ``StepFailed`` with the host named.
+if it did not take effect; during a read-only step, the command is run again with backoff
+within the stage's timeout. Transport errors become ``StepFailed`` with the host named.
 """
 
 from __future__ import annotations
@@ -25,6 +26,15 @@ if TYPE_CHECKING:
     from k3rollout.transport.http import ApiClient, HttpResult
 
 EVIDENCE_BODY_MAX = 64 * 1024
+# a read-only command whose connection dropped is retried with backoff for this long
+# (or the stage's ``timeout``, when the playbook sets one)
+READ_RETRY_S = 120.0
+READ_RETRY_FIRST_S = 0.2
+READ_RETRY_MAX_DELAY_S = 5.0
+
+
+class ReadDropped(StepFailed):
+    """A read-only command lost its connection (retried by the step runner)."""
 
 
 def _http_evidence(node: str, res: "HttpResult", body: Any) -> str:
@@ -94,6 +104,11 @@ class StepRunnerMixin:
                     return CommandResult(node, tuple(argv), 0, "", "", 0.0)
                 return self.step(ctx, name, argv, once=once, probe=probe, stdin=stdin, timeout=timeout,
                                  evidence=evidence, meta=meta, on=on, _retry=False)
+            if not once:
+                if _retry:
+                    return self._retry_read(ctx, name, argv, exc, stdin=stdin, timeout=timeout, evidence=evidence,
+                                            meta=meta, on=on)
+                raise ReadDropped(self.redact(str(exc)), self.redact(exc.output_tail)) from None
             raise StepFailed(self.redact(str(exc)), self.redact(exc.output_tail)) from None
         except (HostUnreachable, CommandTimeout, TransportError) as exc:
             self.record("step_error", node=node, stage=ctx.stage, step=name, key=key,
@@ -111,6 +126,43 @@ class StepRunnerMixin:
                     duration_s=round(res.duration_s, 4), evidence=ref.path if ref else None,
                     sha256=ref.sha256 if ref else None, durable=once and probe is None)
         return res
+
+    def read_retry_budget(self, ctx: NodeCtx, timeout: float) -> float:
+        """How long a read-only command may keep being retried: within the stage's
+        ``timeout`` when the playbook gives one, else ``READ_RETRY_S``, and never longer
+        than the command's own timeout."""
+        kinds = getattr(self, "kinds", [])
+        stage_timeout = self.stages[kinds.index(ctx.stage)].timeout if ctx.stage in kinds else None
+        return min(timeout, stage_timeout if stage_timeout else READ_RETRY_S)
+
+    def _retry_read(self, ctx: NodeCtx, name: str, argv: list[str], first: ConnectionLost, **kw: Any) -> CommandResult:
+        """A read-only command whose connection dropped (sshd killed or restarted, a
+        network blip) is run again, with backoff, until its retry budget is spent. Running
+        it again changes nothing on the host; a destructive (``once``) command is never
+        retried here: it is settled by its probe."""
+        budget = self.read_retry_budget(ctx, kw["timeout"])
+        deadline = time.monotonic() + budget
+        delay, last = READ_RETRY_FIRST_S, first
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or self.stopping.is_set():
+                tail = getattr(last, "output_tail", None) or getattr(last, "logs", "")
+                raise StepFailed(self.redact(f"{last} (a read-only command: retried for its {budget:.0f}s budget)"),
+                                 self.redact(tail)) from None
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, READ_RETRY_MAX_DELAY_S)
+            target = kw.get("on") or ctx.node
+            try:
+                if target != local.HOST:
+                    self.executor.wait_for_host(target, max(0.1, deadline - time.monotonic()))
+            except TransportError as exc:
+                last = exc
+                continue
+            self.log.info("read_retry", node=ctx.node, step=name)
+            try:
+                return self.step(ctx, name, argv, _retry=False, **kw)
+            except ReadDropped as exc:
+                last = exc
 
     def _replay_or_settle(self, ctx: NodeCtx, name: str, key: str, argv: list[str],
                           probe: Callable[[NodeCtx, dict], bool] | None) -> CommandResult | None:

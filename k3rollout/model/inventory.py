@@ -31,6 +31,7 @@ SIM_FAULTS = (
     "vllm_oom",
     "nccl_broken",
     "ssh_drops",
+    "ssh_drops_read",
     "prefix_cache_miss",
     "slow_reboot",
     "rollback_packages_gone",

@@ -81,6 +81,29 @@ def min_serving_count(value: int | str, total: int) -> int:
     return int(value)
 
 
+def out_of_service_before(inventory: Inventory, hosts: list[str]) -> list[str]:
+    """The hosts known, before the run, to serve nothing: the capacity floor counts them as
+    out already. ``make_plan`` contacts no host, so this is what the inventory says:
+
+    - ``serving: false`` on a host: the operator's word that it is out of service (cordoned,
+      drained, down for repair);
+    - a simulated host (``ansible_connection: k3sim``): its scheduler state as the simulator
+      builds it from its host vars (``sim_cordoned``), i.e. what a preflight would read.
+
+    At run time each node's baseline records its scheduler state, and the engine counts
+    that too before every batch (``Engine.out_of_service``)."""
+    from k3rollout.sim.state import initial_scheduler_state
+
+    out = []
+    for h in hosts:
+        hv = inventory.hosts[h].vars
+        if hv.get("serving") is False:
+            out.append(h)
+        elif hv.get("ansible_connection", "k3sim") == "k3sim" and initial_scheduler_state(hv) != "schedulable":
+            out.append(h)
+    return out
+
+
 def rollback_steps_preview(playbook: Playbook, host_vars: dict[str, Any]) -> list[str]:
     """What the plan will record for a node, before baseline has read the real versions."""
     before = host_vars.get("driver_version") or host_vars.get("sim_driver")
@@ -128,7 +151,7 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | Non
         raise InputError(f"min_serving {play.min_serving!r} asks for {floor} serving nodes but the play has {total}",
                          path=playbook.path)
     in_place = bool(play.vars.get("allow_in_place_change", True))
-    not_serving = [h for h in hosts if inventory.hosts[h].vars.get("serving") is False]
+    not_serving = out_of_service_before(inventory, hosts)
     groups = serving_groups(play.group_by, hosts, inventory) if play.group_by else {}
     if groups:
         return _replica_plan(playbook, inventory, hosts, groups, not_serving, window_s, in_place)

@@ -2,9 +2,10 @@
 
 Both the in-process sim transport and the ``k3rollout-sim`` executables (behind a real
 sshd) go through here, so every path sees the same host. The dispatcher also models the
-two transport-level faults: a host that is down (rebooting, or never came back) and
+transport-level faults: a host that is down (rebooting, or never came back);
 ``ssh_drops``, where the first package install runs to completion on the host but the
-connection dies before the client sees its exit status.
+connection dies before the client sees its exit status; and ``ssh_drops_read``, where the
+same happens to the first GPU query after a reboot (sshd restarted under it).
 """
 
 from __future__ import annotations
@@ -78,8 +79,15 @@ def _sudo(state_dir: Path, args: list[str], stdin: bytes | None) -> Result:
 
 
 def _drops_here(state: dict, argv: list[str]) -> bool:
-    """ssh_drops: the first driver package install loses its connection once."""
-    if "ssh_drops" not in state["faults"] or state["dropped"]:
+    """ssh_drops: the first driver package install loses its connection once.
+    ssh_drops_read: sshd is restarted while the first GPU query after a reboot runs (a
+    read-only command): that connection dies once, the next one is served."""
+    if state["dropped"]:
+        return False
+    if "ssh_drops_read" in state["faults"] and state["boots"] >= 1 and argv[0] == "nvidia-smi" \
+            and any(a.startswith("--query-gpu") for a in argv):
+        return True
+    if "ssh_drops" not in state["faults"]:
         return False
     return argv[:2] in (["apt-get", "install"], ["dnf", "install"]) and any("nvidia" in a for a in argv)
 

@@ -23,7 +23,7 @@ from k3rollout import fastjson
 from k3rollout.sim import netd, vllm
 from k3rollout.sim.gpu import driver_cuda
 from k3rollout.sim.repos import fm_down
-from k3rollout.sim.state import REGISTRY
+from k3rollout.sim.state import REGISTRY, fabric_manager_fails
 
 Out = tuple[int, str, str]
 
@@ -307,7 +307,8 @@ def _start(state: dict[str, Any], name: str) -> Out:
     if _vt(driver_cuda(state["loaded_driver"])) < _vt(img["cuda"]):
         c["logs"], c["status"], c["exit_code"] = logs + vllm.cuda_insufficient_logs(), "exited", 1
         return 0, "", ""
-    if "cuda_init_fails" in state["faults"] or fm_down(state):   # no fabric manager: error 802
+    # error 802: the cuda_init_fails fault on the new driver, or no fabric manager on the driver's version
+    if fabric_manager_fails(state) or fm_down(state):
         c["logs"], c["status"], c["exit_code"] = logs + vllm.cuda_not_ready_logs(), "exited", 1
         return 0, "", ""
     tp = int(opts.get("tensor_parallel_size", 1))
@@ -348,7 +349,8 @@ def _oneshot(state: dict[str, Any], img: dict[str, Any], entry: str, args: list[
                                 "URL: http://www.nvidia.com/Download/index.aspx Alternatively, go to: "
                                 "https://pytorch.org to install a PyTorch version that has been compiled with your "
                                 "version of the CUDA driver.\n")
-        if "cuda_init_fails" in state["faults"] or fm_down(state):   # no fabric manager: error 802
+        # error 802: the cuda_init_fails fault on the new driver, or no fabric manager on the driver's version
+        if fabric_manager_fails(state) or fm_down(state):
             return 1, "", tb + "RuntimeError: CUDA driver initialization failed, you might not have a CUDA gpu.\n" \
                                "CUDA error: system not yet initialized (cudaErrorSystemNotReady, error 802)\n"
         return 0, f"cuda_available=True device_count={state['gpu']['count']} " \

@@ -42,6 +42,18 @@ REGISTRY = {
 SLURM_CPUS = 224      # CPUTot of the simulated node (2 x 56 cores, 2 threads each)
 
 
+def fabric_manager_fails(state: dict[str, Any]) -> bool:
+    """The ``cuda_init_fails`` fault: after the driver upgrade the fabric manager does not
+    come up, so CUDA init fails with error 802. On the driver the node had before (a
+    rollback restores its fabric manager package with it) the node works as it did."""
+    return "cuda_init_fails" in state["faults"] and state["loaded_driver"] != state["original_driver"]
+
+
+def initial_scheduler_state(hv: dict[str, Any]) -> str:
+    """What a new simulated node's scheduler reports, from its host vars (``sim_cordoned``)."""
+    return "cordoned" if hv.get("sim_cordoned") else "schedulable"
+
+
 def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> dict[str, Any]:
     driver = str(hv.get("sim_driver", "575.57.08"))
     os_family = str(hv.get("ansible_os_family", "Debian"))
@@ -54,7 +66,9 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
     now = time.time()
     containers: dict[str, Any] = {
         "vllm-serving": {
-            "image": serving_image, "status": "running", "exit_code": 0, "restart": "unless-stopped",
+            "image": serving_image, "status": "running", "exit_code": 0,
+            # docker's restart policy: with "no" a reboot leaves the server down until started
+            "restart": str(hv.get("sim_serving_restart", "unless-stopped")),
             "args": ["--model", "moonshotai/Kimi-K2-Thinking", "--tensor-parallel-size", "8",
                      "--trust-remote-code", "--port", "8001"],
             "env": {str(k): str(v) for k, v in (hv.get("sim_serving_env") or {}).items()},
@@ -111,7 +125,7 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
         "dead": False,
         "boots": 0,
         "scheduler": {"kind": str(hv.get("scheduler", "kubernetes")),
-                      "state": "cordoned" if hv.get("sim_cordoned") else "schedulable",
+                      "state": initial_scheduler_state(hv),
                       # Slurm jobs running on the node: sim_slurm_job_s holds it that long from
                       # now on sim_slurm_job_cpus of its CPUs (all: ALLOCATED, some: MIXED)
                       "jobs": [{"id": 10000 + zlib.crc32(name.encode()) % 90000, "end": now + float(hv["sim_slurm_job_s"]),

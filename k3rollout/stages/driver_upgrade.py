@@ -146,6 +146,12 @@ def run(ctx: NodeCtx) -> StageOutcome:
         return proc.fail(f"the playbook has no `with.install.{mgr}` vendor steps for this node's package manager")
     tctx = template_context(ctx)
     logs = []
+    if ctx.runner.prior_meta(ctx, "reboot") is not None:
+        # resumed after the reboot was issued: every vendor step before it had succeeded,
+        # and the host may still be rebooting. Wait for it exactly as the first run did
+        # (the reboot step is settled by its probe, never issued twice), instead of
+        # sending it the vendor steps again while it does not answer.
+        steps = []
     for i, tmpl in enumerate(steps, start=1):
         if _USES_DRIVER.search(str(tmpl)) and "driver" not in tctx:
             # resolved only now: on RHEL the steps before enable the target's module stream

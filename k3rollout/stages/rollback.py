@@ -71,6 +71,9 @@ def plan_rollback(playbook: Playbook, node: str, baseline: dict[str, Any], tvars
             step["prior_state"] = baseline.get("scheduler_state")
             step["expect_driver"] = baseline.get("driver_version")
             step["expect_gpus"] = baseline.get("gpu_count")
+            # what the baseline saw running must run again before the node serves
+            step["expect_running"] = [c["name"] for c in baseline.get("serving_containers", [])]
+            step["expect_fabricmanager"] = baseline.get("fabricmanager") == "active"
         steps.append(step)
     return steps
 
@@ -94,8 +97,10 @@ def describe(step: dict) -> str:
     if a == "uncordon_if_healthy":
         if step.get("prior_state") != "schedulable":
             return f"uncordon_if_healthy: keep cordoned (was {step.get('prior_state')} before the run)"
+        also = "".join([f", {', '.join(step['expect_running'])} running" if step.get("expect_running") else "",
+                        ", the fabric manager active" if step.get("expect_fabricmanager") else ""])
         return (f"uncordon_if_healthy: uncordon only if nvidia-smi shows {step.get('expect_gpus')} GPUs on "
-                f"{step.get('expect_driver')}; otherwise keep cordoned")
+                f"{step.get('expect_driver')}{also}; otherwise keep cordoned")
     return a
 
 
@@ -105,7 +110,7 @@ def execute(ctx: NodeCtx, steps: list[dict], entered: set[str]) -> tuple[bool, l
     ok_all = True
     for step in steps:
         a = step["action"]
-        if step["undoes"] not in entered:
+        if not _needed(step, entered):
             results.append({"action": a, "status": "not_needed", "detail": f"{step['undoes']} never started"})
             continue
         try:
@@ -123,6 +128,15 @@ def execute(ctx: NodeCtx, steps: list[dict], entered: set[str]) -> tuple[bool, l
                                     "detail": "driver restore failed; node kept cordoned"})
                 break
     return ok_all, results
+
+
+def _needed(step: dict, entered: set[str]) -> bool:
+    """An action runs when the stage it undoes started on the node. Restarting the serving
+    containers is also owed after any driver change: the reboots stop them, and a failure
+    before the smoke test (which stops them itself) must not leave them down."""
+    if step["undoes"] in entered:
+        return True
+    return step["action"] == "restore_serving_image" and "driver_upgrade" in entered
 
 
 def _stop_test(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
@@ -171,12 +185,38 @@ def _restore_serving(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
     return True, "serving containers running on their original images"
 
 
-def _uncordon(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
+def health_problems(ctx: NodeCtx, step: dict) -> list[str]:
+    """What keeps a rolled-back node out of service: the bar of the success path (the
+    driver and GPUs the baseline saw, every serving container it saw running is running,
+    as stages/uncordon.py requires before it uncordons) plus the fabric manager, when the
+    baseline saw it active."""
+    problems = []
     gpu = ctx.read_gpu()
-    healthy = gpu.get("driver_version") == step.get("expect_driver") and gpu.get("gpu_count") == step.get("expect_gpus")
-    if not healthy:
-        return False, (f"node unhealthy after rollback (driver {gpu.get('driver_version')}, "
-                       f"{gpu.get('gpu_count')} GPUs): kept cordoned")
+    if gpu.get("driver_version") != step.get("expect_driver") or gpu.get("gpu_count") != step.get("expect_gpus"):
+        problems.append(f"driver {gpu.get('driver_version')}, {gpu.get('gpu_count')} GPUs (baseline: "
+                        f"{step.get('expect_driver')}, {step.get('expect_gpus')} GPUs)")
+    expect = step.get("expect_running")
+    if expect is None:          # a plan recorded before this check existed: the baseline says
+        expect = [c["name"] for c in ctx.baseline.get("serving_containers", [])]
+    for name in expect:
+        st = ctx.step(f"health-state-{name}", ["docker", "inspect", "-f", "{{.State.Status}}", name])
+        state = st.stdout.strip() if st.ok else f"unknown ({st.tail(120).strip()})"
+        if state != "running":
+            problems.append(f"serving container {name} is {state}")
+    fm_expected = step.get("expect_fabricmanager")
+    if fm_expected is None:
+        fm_expected = ctx.baseline.get("fabricmanager") == "active"
+    if fm_expected:
+        fm = ctx.step("health-fabricmanager", ["systemctl", "is-active", "nvidia-fabricmanager"])
+        if fm.stdout.strip() != "active":
+            problems.append(f"nvidia-fabricmanager is {fm.stdout.strip() or 'unknown'}")
+    return problems
+
+
+def _uncordon(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
+    problems = health_problems(ctx, step)
+    if problems:
+        return False, f"node unhealthy after rollback ({'; '.join(problems)}): kept cordoned"
     ok, why = uncordon_stage.uncordon(ctx, "rollback-uncordon")
     return ok, why or "uncordoned"
 
