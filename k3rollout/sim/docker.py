@@ -156,6 +156,7 @@ def docker(state: dict[str, Any], args: list[str]) -> Out:
                         "stop the container before removing or force remove\n")
                 continue
             _stop(state, n)
+            c["stopped_by_user"] = True        # unless-stopped: not restarted at the next boot
             if cmd == "rm":
                 del d["containers"][n]
         return (1 if err else 0), "".join(n + "\n" for n in names), err
@@ -164,6 +165,7 @@ def docker(state: dict[str, Any], args: list[str]) -> Out:
         for n in names:
             if n not in d["containers"]:
                 return 1, "", f"Error response from daemon: No such container: {n}\nError: failed to start containers: {n}\n"
+            d["containers"][n].pop("stopped_by_user", None)
             rc, out, err = _start(state, n)
             if rc:
                 return rc, out, err
@@ -360,11 +362,19 @@ def _oneshot(state: dict[str, Any], img: dict[str, Any], entry: str, args: list[
 
 
 def on_boot(state: dict[str, Any]) -> None:
+    """The Docker daemon starting at boot: it starts every container whose restart policy
+    says so. ``always`` and ``unless-stopped`` restart a container that exited on an error
+    too (Docker kept restarting it; a failed start is not a stop), ``unless-stopped`` not
+    one a person stopped with ``docker stop`` (docs.docker.com, "Start containers
+    automatically"); ``on-failure`` one that exited non-zero."""
     for name, c in state["docker"]["containers"].items():
         was_running = c["status"] == "running"
         c["status"] = "exited"
-        c["exit_code"] = 0 if not was_running else 137
-        if was_running and c.get("restart") in ("always", "unless-stopped"):
+        c["exit_code"] = 137 if was_running else c.get("exit_code", 0)
+        policy = c.get("restart")
+        again = policy == "always" or (policy == "unless-stopped" and not c.get("stopped_by_user")) or \
+            (policy == "on-failure" and c["exit_code"] != 0)
+        if again:
             c["restart_count"] = c.get("restart_count", 0) + 1
             _start(state, name)
 

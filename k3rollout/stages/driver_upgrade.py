@@ -134,6 +134,15 @@ def run(ctx: NodeCtx) -> StageOutcome:
     if ctx.facts.get("driver_version") == target and ctx.facts.get("module_version") == target:
         return StageOutcome(True, f"already at {target}: nothing to install", {"driver_upgrade": "already-at-target"})
     mgr = ctx.facts.get("pkg_mgr") or ctx.baseline.get("pkg_mgr", "apt")
+    resumed_in_reboot = ctx.runner.prior_meta(ctx, "reboot") is not None
+    if resumed_in_reboot:
+        # resumed after the reboot was issued: the host may still be rebooting. Wait for it
+        # as the first run would have, before the procedure reads anything from it (its
+        # steps before the reboot are replayed from the journal, never sent again)
+        try:
+            ctx.runner.wait_for_host(ctx, p.reboot_timeout)
+        except StepFailed as exc:
+            return StageOutcome(False, f"reboot: {exc}", {}, str(exc))
     proc = procedure.Procedure(ctx, target, mgr)
     ok, why = proc.prepare()
     if not ok:
@@ -146,11 +155,8 @@ def run(ctx: NodeCtx) -> StageOutcome:
         return proc.fail(f"the playbook has no `with.install.{mgr}` vendor steps for this node's package manager")
     tctx = template_context(ctx)
     logs = []
-    if ctx.runner.prior_meta(ctx, "reboot") is not None:
-        # resumed after the reboot was issued: every vendor step before it had succeeded,
-        # and the host may still be rebooting. Wait for it exactly as the first run did
-        # (the reboot step is settled by its probe, never issued twice), instead of
-        # sending it the vendor steps again while it does not answer.
+    if resumed_in_reboot:
+        # every vendor step before the reboot had succeeded: none is sent again
         steps = []
     for i, tmpl in enumerate(steps, start=1):
         if _USES_DRIVER.search(str(tmpl)) and "driver" not in tctx:
