@@ -156,8 +156,14 @@ class SimExecutor:
         ``scontrol`` on): it answers for every simulated node, as slurmctld does, and
         touches no node's command log. Unknown programs are not found, as on a controller
         without them."""
-        from k3rollout.sim import sched
+        import os
 
+        from k3rollout.sim import sched
+        from k3rollout.transport import local
+
+        if os.environ.get("SLURM_CONF"):
+            # the controller names a real Slurm cluster: its slurmctld answers, not the sim's
+            return local.run(argv, stdin=stdin, timeout=timeout)
         started = time.monotonic()
         kinds = {str(st.load(d)["scheduler"]["kind"]) for d in self.dirs.values()}
         if argv and argv[0] == "scontrol":
