@@ -140,6 +140,19 @@ def sim_state(run_dir: Path, host: str) -> dict:
     return json.loads((run_dir / "sim-hosts" / host / "state.json").read_text())
 
 
+def ansible_tool(name: str) -> str:
+    """An ansible-core program, found as k3rollout finds it (beside the interpreter, then
+    PATH); missing fails under CI=true (scripts/test.sh installs it), else skips."""
+    from k3rollout.toolpaths import find_tool
+
+    found = find_tool(name)
+    if not found:
+        if _ci():
+            pytest.fail(f"{name} missing: scripts/test.sh installs ansible-core")
+        pytest.skip("ansible-core not installed")
+    return found
+
+
 def commands(run_dir: Path, host: str) -> list[str]:
     from k3rollout.sim.state import executed
 

@@ -7,15 +7,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from conftest import DATA, PLAYBOOK, SIM_INVENTORY, result, write_inventory, write_playbook
+from conftest import ansible_tool as _tool
 from k3rollout.cli import main
 from k3rollout.errors import InputError
 from k3rollout.model import load_inventory, load_playbook
@@ -26,16 +25,6 @@ PATTERNS = ["all", "*", "gpu_nodes", "rack_a:rack_b", "rack_a,gpu-b0*", "gpu_nod
             "rack_a:&gpu-a0?", "~gpu-(a0[1-3]|b08)", "*:!~.*[13]$", "gpu-a*[2]", "rack_b[1:3]", "rack_a[-1]",
             "!rack_a", "&rack_b", "gpu-a01:gpu-b08:gpu-a01", "gpu-a01,~gpu-b0[45],!gpu-b05", "nothing:rack_b",
             "hgx:legacy:!extra", "hgx[0]", "node?,db*", "nothing[0]", "rack_a[2:0]", "hgx[1:]"]
-
-
-def _tool(name: str) -> str:
-    exe = Path(sys.executable).parent / name
-    found = str(exe) if exe.exists() else shutil.which(name)
-    if not found:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{name} missing: scripts/test.sh installs ansible-core (the test extra)")
-        pytest.skip("ansible-core not installed")
-    return found
 
 
 def list_hosts(inventories: list[Path], patterns: list[str], tmp_path: Path, limit: str | None = None) -> list[list[str]]:

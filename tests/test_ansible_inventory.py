@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from conftest import DATA, PLAYBOOK, ROOT, SIM_INVENTORY
+from conftest import ansible_tool as _tool
 from k3rollout.cli import main
 from k3rollout.model import load_inventory
 from k3rollout.model.ansible_inventory import VaultOptions
@@ -28,16 +29,6 @@ INVENTORIES = [SIM_INVENTORY, ROOT / "inventories" / "example-ssh" / "hosts.yml"
                DATA / "inventories" / "precedence" / "hosts.yml", DATA / "inventories" / "ranges" / "hosts.yml"]
 INI_FORMS = {SIM_INVENTORY: "sim.ini", INVENTORIES[1]: "example-ssh.ini", INVENTORIES[2]: "precedence.ini",
              INVENTORIES[3]: "ranges.ini"}
-
-
-def _tool(name: str) -> str:
-    exe = Path(sys.executable).parent / name
-    found = str(exe) if exe.exists() else shutil.which(name)
-    if not found:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{name} missing: scripts/test.sh installs ansible-core (the test extra)")
-        pytest.skip("ansible-core not installed")
-    return found
 
 
 ENV = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True"}
