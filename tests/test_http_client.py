@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
@@ -21,8 +22,14 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     peers: list[tuple[str, int]] = []
 
+    closed = 0
+
     def log_message(self, *args):        # quiet
         pass
+
+    def finish(self):
+        super().finish()
+        Handler.closed += 1
 
     def _body(self, code: int, data: bytes, ctype: str = "application/json") -> None:
         self.send_response(code)
@@ -68,8 +75,10 @@ class Handler(BaseHTTPRequestHandler):
         return self._body(404, b'{"detail": "Not Found"}')
 
     def do_POST(self):
+        Handler.peers.append(self.client_address)
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         req = json.loads(body)
+        time.sleep(req.get("hold_s", 0))
         if req.get("stream"):
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -88,7 +97,9 @@ class Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def server():
     Handler.peers = []
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    # uvicorn's backlog (vLLM's server), not socketserver's 5: hundreds of connects at once
+    # would otherwise overflow the accept queue and be reset by the kernel
+    srv = type("Srv", (ThreadingHTTPServer,), {"request_queue_size": 2048})(("127.0.0.1", 0), Handler)
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
     yield f"http://127.0.0.1:{srv.server_address[1]}"
@@ -187,3 +198,30 @@ def test_the_injected_transport_is_the_test_seam():
     cut = ApiClient(transport=httpx.MockTransport(lambda req: httpx.Response(200, content=b"data: {}\n\n")))
     r = cut.stream("http://gpu-01:8000/v1/chat/completions", {})
     assert not r.ok and "without 'data: [DONE]'" in r.error
+
+
+
+
+def test_many_concurrent_streams_all_succeed_and_no_idle_connection_is_trimmed(server):
+    """A load-ladder rung on several nodes at once: a hundred streams in flight on one
+    client, twice; every one succeeds, and the client closes none of its connections.
+    httpcore 1.0.9's pool, told to keep at most K idle connections, closes "surplus idle"
+    ones counting every connection rather than the idle ones, and can close one it has just
+    handed to a waiting request, which then reads a closed socket (EBADF mid-rung;
+    encode/httpcore#1000, #1110). The client sets no cap, so that path is never taken: the
+    server sees no connection closed before the keep-alive expiry."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    api = ApiClient()
+    bad = []
+    Handler.peers, Handler.closed = [], 0
+    for _ in range(2):
+        with ThreadPoolExecutor(max_workers=100) as pool:
+            results = list(pool.map(lambda _: api.stream(server + "/v1/chat/completions",
+                                                         {"messages": [], "hold_s": 0.2}), range(100)))
+        bad += [r.error for r in results if not (r.ok and r.done)]
+    time.sleep(0.3)
+    opened, closed = len(set(Handler.peers)), Handler.closed
+    api.close()
+    assert not bad, f"{len(bad)} of 200 streams failed; first: {bad[0]}"
+    assert opened > 50 and closed == 0, f"{closed} of {opened} connections closed by the client mid-run"

@@ -233,7 +233,7 @@ class Daemon:
             lst = Listener(host, key[0], key[1], cfg, float(state.get("token_s", 0.0)))
             try:
                 lst.server = await asyncio.start_server(lambda r, w, _l=lst: self.serve(_l, r, w), key[0], key[1],
-                                                        reuse_address=True)
+                                                        reuse_address=True, backlog=2048)  # uvicorn's default
             except OSError as exc:
                 print(f"{host}: cannot listen on {key[0]}:{key[1]}: {exc}", flush=True)
                 continue
