@@ -465,8 +465,6 @@ def cmd_approve(args: argparse.Namespace, clock: Clock) -> int:
 
 
 def cmd_report(args: argparse.Namespace, clock: Clock) -> int:
-    from k3rollout.report.render import render, write_reports
-
     from k3rollout.report.render import render, write_model
 
     run_dir = _existing_run_dir(args.run_dir)

@@ -29,4 +29,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+# static checks first (configured in pyproject.toml and .importlinter): lint, layering, types
+.venv/bin/ruff check k3rollout tests bench scripts setup.py
+.venv/bin/lint-imports --no-cache
 exec .venv/bin/python -m pytest -q "$@"

@@ -174,7 +174,7 @@ def sshd_cluster(tmp_path_factory):
     if os.geteuid() != 0:
         pytest.skip("sshd test hosts need root (sshd's privilege separation)")
 
-    def make(hosts: dict[str, dict]) -> "SSHDCluster":
+    def make(hosts: dict[str, dict]) -> SSHDCluster:
         import tempfile
 
         # outside pytest's 0700 tmp tree, so sshd's unprivileged children can read it

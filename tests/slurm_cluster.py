@@ -108,7 +108,7 @@ class SlurmCluster:
             "SlurmctldTimeout=30", "SlurmdTimeout=30", "InactiveLimit=0", "MinJobAge=2", "KillWait=1",
             "MessageTimeout=5", "SlurmctldDebug=info", "SlurmdDebug=info",
         ]
-        for name, port in zip(self.nodes, node_ports):
+        for name, port in zip(self.nodes, node_ports, strict=True):
             lines.append(f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} CPUs=1 "
                          "RealMemory=100 State=UNKNOWN")
         lines.append(f"PartitionName=gpu Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE State=UP")
@@ -120,7 +120,7 @@ class SlurmCluster:
                                            env=self.env, cwd=self.root, start_new_session=True)
         log.close()
 
-    def start(self, timeout: float = 30.0) -> "SlurmCluster":
+    def start(self, timeout: float = 30.0) -> SlurmCluster:
         self.write()
         m = self.root / "munge"
         self._start("munged", [_which("munged") or "munged", "--foreground", "--force",

@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from k3rollout.sim.dispatch import HANDLERS
 from k3rollout.sim import netd
+from k3rollout.sim.dispatch import HANDLERS
 from k3rollout.sim.state import init_host
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -178,7 +178,7 @@ class SSHDCluster:
         self._stop = threading.Event()
         self._supervisor = threading.Thread(target=self._supervise, daemon=True)
 
-    def __enter__(self) -> "SSHDCluster":
+    def __enter__(self) -> SSHDCluster:
         netd.ensure(self.base / "states")      # the hosts' network is up before any host is
         if self.bastion is not None:
             self.bastion.start()

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import DATA, PLAYBOOK, SIM_INVENTORY, result, write_inventory, write_playbook
 from conftest import ansible_tool as _tool
+
 from k3rollout.cli import main
 from k3rollout.errors import InputError
 from k3rollout.model import load_inventory, load_playbook
@@ -68,7 +68,7 @@ def test_host_patterns_select_what_ansible_playbook_selects(tmp_path):
     inv = load_inventory(inv_path)
     want = list_hosts([inv_path], PATTERNS, tmp_path)
     # ansible-playbook --list-hosts prints a set (its order changes from run to run)
-    for pattern, hosts in zip(PATTERNS, want):
+    for pattern, hosts in zip(PATTERNS, want, strict=True):
         assert sorted(inv.select(pattern)) == sorted(hosts), pattern
     # subscripts take positions in Ansible's order, which for one group is its own order
     assert inv.select("rack_b[1:3]") == ["gpu-b02", "gpu-b03", "gpu-b04"]
@@ -85,7 +85,7 @@ def test_limit_narrows_like_ansible_playbook(tmp_path, limit):
     plays = ["all", "gpu_nodes:!rack_b", "rack_b"]
     want = list_hosts([inv_path], plays, tmp_path, limit=limit)
     inv = load_inventory(inv_path)
-    for pattern, hosts in zip(plays, want):
+    for pattern, hosts in zip(plays, want, strict=True):
         assert sorted(inv.select(pattern, limit)) == sorted(hosts), (pattern, limit)
         assert sorted(inv.limited(limit).select(pattern)) == sorted(hosts), (pattern, limit)
 

@@ -5,8 +5,8 @@ import shutil
 import time
 
 import pytest
-
 from conftest import DATA, PLAYBOOK, SIM_INVENTORY
+
 from k3rollout.cli import main
 from k3rollout.errors import InputError
 from k3rollout.model.assertions import evaluate

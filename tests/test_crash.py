@@ -9,8 +9,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
-from conftest import assert_reports_match_journal, cli, commands, journal, result, sim_state, write_inventory, write_playbook
+from conftest import (
+    assert_reports_match_journal,
+    cli,
+    commands,
+    journal,
+    result,
+    sim_state,
+    write_inventory,
+    write_playbook,
+)
 
 ONCE = re.compile(r"^(apt-get install|reboot|kubectl drain|kubectl uncordon)\b")
 
@@ -303,6 +311,7 @@ def test_a_second_signal_waits_for_the_steps_in_flight(tmp_path, forks):
     import time
 
     from conftest import ROOT
+
     from k3rollout.engine.journal import Journal
     from k3rollout.evidence.store import verify_run
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import DATA, PLAYBOOK, commands, journal, result, sim_state, write_inventory
+
 from k3rollout.checks import driver_facts as df
 from k3rollout.checks import parsers
 from k3rollout.cli import main

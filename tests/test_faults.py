@@ -4,8 +4,8 @@ stage fails, the right rollback runs, the right halt decision is taken, the repo
 from __future__ import annotations
 
 import pytest
-
 from conftest import assert_reports_match_journal, commands, journal, result, sim_state, write_inventory, write_playbook
+
 from k3rollout.cli import main
 
 # fault -> (failed stage or None when the node still upgrades, final, triage)

@@ -11,8 +11,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from conftest import PLAYBOOK, ROOT, SIM_INVENTORY, write_playbook
+
 from k3rollout.cli import main
 
 BARE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import PLAYBOOK, journal, write_inventory, write_playbook
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import PLAYBOOK, journal, write_inventory, write_playbook
 from k3rollout.cli import main
 from k3rollout.errors import InputError
 from k3rollout.model import load_inventory, load_playbook

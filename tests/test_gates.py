@@ -12,7 +12,6 @@ import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
-
 from conftest import assert_reports_match_journal, cli, journal, result, sim_state, write_inventory, write_playbook
 
 FAST = {"K3ROLLOUT_APPROVAL_POLL_S": "0.05"}

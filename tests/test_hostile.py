@@ -8,8 +8,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
-
 from conftest import cli, journal, write_inventory, write_playbook
+
 from k3rollout.evidence.redact import mask_credentials, masked
 from k3rollout.model import load_inventory
 
@@ -27,7 +27,8 @@ def test_inventory_and_extra_vars_are_never_templated_by_ansible(sshd_cluster, t
         return "{{ lookup('pipe', 'touch " + str(marks[k]) + "') }}"
 
     tasks = tmp_path / "tasks.yml"
-    tasks.write_text("- name: show the values\n  ansible.builtin.debug:\n    msg: \"{{ k3_note }} | {{ k3_x }} | {{ k3_map.keys() | list }}\"\n"
+    tasks.write_text("- name: show the values\n  ansible.builtin.debug:\n"
+                     "    msg: \"{{ k3_note }} | {{ k3_x }} | {{ k3_map.keys() | list }}\"\n"
                      "- name: a module on the host\n  ansible.builtin.command:\n    argv: [true]\n")
     with sshd_cluster({"gpu-01": {}}) as c:
         inv = load_inventory(c.inventory(tmp_path / "inv" / "hosts.yml", host_vars={"gpu-01": {

@@ -10,8 +10,8 @@ import sys
 import time
 
 import pytest
-
 from conftest import PLAYBOOK, ROOT
+
 from k3rollout.cli import main
 
 BOMB = "lol0: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(

@@ -8,8 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import write_inventory
+
 from k3rollout.engine import lock as lk
 from k3rollout.errors import LockHeld
 from k3rollout.model import load_inventory

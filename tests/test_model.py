@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import PLAYBOOK, SIM_INVENTORY
+
 from k3rollout.model import load_inventory, load_playbook
 from k3rollout.model.assertions import evaluate, render, render_argv
 from k3rollout.model.inventory import expand_hostname
@@ -109,7 +109,7 @@ def test_a_block_of_assertions_evaluates_as_each_expression_alone():
              "missing_var > 1", "facts.gpu_count / 0", "baseline.driver_version | branch == 575",
              "node.upper() == 'GPU-01'", "lipsum is defined", "facts.nope"]
     got = evaluate_all(exprs, ctx)
-    for expr, res in zip(exprs, got):
+    for expr, res in zip(exprs, got, strict=True):
         try:
             alone = _compiled(expr)(**ctx)
             truth = bool(alone)      # a StrictUndefined result raises here, as in an assertion

@@ -1,8 +1,8 @@
 """Parsers on real command output (tests/data/parsers, sources in its README)."""
 
 import pytest
-
 from conftest import DATA
+
 from k3rollout.checks import parsers
 from k3rollout.checks.parsers import ParseError
 from k3rollout.stages.features import prefix_counters

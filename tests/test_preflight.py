@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import yaml
-
 from conftest import PLAYBOOK, journal, result, write_inventory
+
 from k3rollout.cli import main
 
 READ_ONLY = ("true", "cat ", "uname ", "nvidia-smi", "ls ", "apt-cache ", "dpkg-query ", "rpm ", "mokutil ",

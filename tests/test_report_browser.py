@@ -10,8 +10,8 @@ import zlib
 from pathlib import Path
 
 import pytest
-
 from conftest import PLAYBOOK, write_inventory, write_playbook
+
 from k3rollout.cli import main
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

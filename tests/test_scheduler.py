@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import PLAYBOOK, ROOT, commands, journal, result, write_playbook
+
 from k3rollout.checks import parsers
 from k3rollout.cli import main
 from k3rollout.scheduler import SCHEDULERS, scheduler_for

@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 
 from conftest import commands, journal, result, sim_state, write_inventory, write_playbook
+
 from k3rollout.checks import parsers
 from k3rollout.cli import main
 

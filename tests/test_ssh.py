@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import journal, result, write_playbook
+
 from k3rollout.cli import main
 from k3rollout.errors import ConnectionLost, HostUnreachable
 from k3rollout.model import load_inventory

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import write_playbook
+
 from k3rollout.cli import main
 from k3rollout.sim.state import executed
 from k3rollout.transport.ssh import HostKeyError, SSHExecutor
@@ -80,7 +80,7 @@ def test_an_ssh_config_alias_through_a_bastion_on_both_transports(bastion_cluste
         for h in ("gpu-01", "gpu-02"):
             t = ex.targets[h]
             assert (t.address, t.port, t.user) == ("127.0.0.1", c.hosts[h].port, "root")
-            assert "via root@127.0.0.1:%d" % c.bastion.port in t.via
+            assert f"via root@127.0.0.1:{c.bastion.port}" in t.via
             r = ex.run(h, ["nvidia-smi", "-L"])
             assert r.ok and r.stdout.count("NVIDIA H200") == 8
         assert ex.targets["gpu-02"].via.count(f"127.0.0.1:{c.bastion.port}") == 2

@@ -2,10 +2,8 @@
 
 import pytest
 
-from k3rollout.engine.states import (STAGE_STATE, Event, IllegalTransition, NodeState, build_table, render_table,
-                                     step)
+from k3rollout.engine.states import STAGE_STATE, Event, IllegalTransition, NodeState, build_table, render_table, step
 from k3rollout.model.playbook import STAGE_ORDER
-
 
 # The machine for the default stage order, written out by hand from the rules (states named
 # for what must happen next; a failure before cordon needs no rollback, one from cordon on

@@ -3,8 +3,8 @@
 import json
 
 import pytest
-
 from conftest import DATA
+
 from k3rollout.checks.cuda_table import compat_verdict, driver_supports, image_cuda
 from k3rollout.checks.triage import CATEGORIES, classify
 from k3rollout.cli import main

@@ -13,8 +13,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from conftest import DATA
+
 from k3rollout.checks.triage import CATEGORIES, classify, scan
 from k3rollout.checks.triage.fit import fit_family_weights
 
@@ -29,7 +29,7 @@ def table(folder: Path) -> list[dict[str, str]]:
     for line in (folder / "README.md").read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 5 and cells[0].endswith(".log"):
-            rows.append(dict(zip(("file", "category", "noise", "decisive", "source"), cells)))
+            rows.append(dict(zip(("file", "category", "noise", "decisive", "source"), cells, strict=True)))
     return rows
 
 
@@ -41,7 +41,7 @@ def stratified_folds(items: list[tuple[str, str, str]], k: int) -> list[list[int
     """Deterministic stratified folds: each category's files, sorted by name, dealt round-robin."""
     folds: list[list[int]] = [[] for _ in range(k)]
     by_cat: dict[str, list[int]] = {}
-    for i, (name, cat, _) in enumerate(items):
+    for i, (_name, cat, _) in enumerate(items):
         by_cat.setdefault(cat, []).append(i)
     n = 0
     for cat in sorted(by_cat):

@@ -7,10 +7,10 @@ import json
 import time
 
 import httpx
-import openai      # a declared test dependency: missing means a broken install, never a skip
+import openai  # a declared test dependency: missing means a broken install, never a skip
 import pytest
-
 from conftest import journal, result, write_inventory, write_playbook
+
 from k3rollout.checks.parsers import parse_vllm_metrics
 from k3rollout.cli import main
 from k3rollout.stages.features import WEATHER_TOOL, prefix_counters

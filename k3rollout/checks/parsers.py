@@ -31,7 +31,7 @@ def parse_gpu_query(text: str, fields: tuple[str, ...] = GPU_QUERY_FIELDS) -> li
         row = [c.strip() for c in row]
         if len(row) != len(fields):
             raise ParseError(f"nvidia-smi CSV row has {len(row)} columns, expected {len(fields)}: {row!r}")
-        rows.append(dict(zip(fields, row)))
+        rows.append(dict(zip(fields, row, strict=True)))
     if not rows:
         raise ParseError("nvidia-smi returned no GPU rows")
     return rows

@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-
 APPROVALS = "approvals"
 POLL_S = float(os.environ.get("K3ROLLOUT_APPROVAL_POLL_S", "0.5"))
 _ID = re.compile(r"^[A-Za-z0-9._-]+$")

@@ -43,8 +43,9 @@ import hashlib
 import json
 import os
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from k3rollout import fastjson
 from k3rollout.engine.records import check as check_record
@@ -335,7 +336,7 @@ REFUSED = ("it cannot be trusted to resume, roll back or report from. Keep the r
 def verify(records: list[dict[str, Any]], lines: list[bytes], path: Path) -> None:
     """Each record well typed, and the hash chain unbroken; InputError naming the line."""
     prev = ""
-    for i, (r, line) in enumerate(zip(records, lines), start=1):
+    for i, (r, line) in enumerate(zip(records, lines, strict=True), start=1):
         bad = check_record(r)
         if bad is not None:
             raise InputError(f"journal record {bad}; {REFUSED}", path=str(path), line=i)

@@ -33,8 +33,9 @@ import json
 import os
 import socket
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from k3rollout.errors import LockHeld
 
@@ -141,7 +142,7 @@ class RunLock:
         if takeover_own_stale:
             release_stale(self.run_dir)
         try:
-            for path, key in zip(self.paths, self._keys_by_path()):
+            for path, key in zip(self.paths, self._keys_by_path(), strict=True):
                 self._take(path, key, takeover_own_stale)
         except BaseException:
             self._release_taken()

@@ -162,7 +162,7 @@ def _disk(run: Any, hvars: dict[str, Any]) -> tuple[bool, str]:
         return False, f"df failed (rc {res.rc}): {res.tail(200)}"
     need: dict[str, float] = {}
     avail: dict[str, float] = {}
-    for (mount, free), gib in zip(rows, (0.0 if cached else image_gib, weights_gib)):
+    for (mount, free), gib in zip(rows, (0.0 if cached else image_gib, weights_gib), strict=False):
         need[mount] = need.get(mount, 0.0) + gib
         avail[mount] = int(free) / 1024 ** 3
     short = [f"{m}: {avail[m]:.0f} GiB free, {need[m]:.0f} GiB needed" for m in need if avail[m] < need[m]]

@@ -14,11 +14,12 @@ common keys checked, and the hash chain still covers it.
 """
 
 import typing
-from typing import Any, NotRequired, TypedDict, Union
+from types import UnionType
+from typing import Any, NotRequired, TypedDict
 
-Num = Union[int, float]
-OptStr = Union[str, None]
-OptInt = Union[int, None]
+Num = int | float
+OptStr = str | None
+OptInt = int | None
 
 
 class RunStarted(TypedDict):
@@ -26,7 +27,7 @@ class RunStarted(TypedDict):
     plan: dict
     plan_sha256: NotRequired[OptStr]
     approved_plan: NotRequired[OptStr]
-    window_end: NotRequired[Union[Num, None]]
+    window_end: NotRequired[Num | None]
     window_end_iso: NotRequired[OptStr]
     playbook_evidence: NotRequired[OptStr]
     playbook_evidence_sha256: NotRequired[OptStr]
@@ -263,7 +264,7 @@ def _json_types(tp: Any) -> tuple[type, ...]:
     origin = typing.get_origin(tp)
     if origin is NotRequired:
         return _json_types(typing.get_args(tp)[0])
-    if origin is Union:
+    if origin is typing.Union or origin is UnionType:   # Optional[...] and X | Y
         return tuple(t for a in typing.get_args(tp) for t in _json_types(a))
     if tp is type(None):
         return (type(None),)

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import math
 import threading
-from pathlib import Path
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -29,15 +30,16 @@ from k3rollout.checks.triage import classify
 from k3rollout.engine.clock import Clock
 from k3rollout.engine.gates import GateMixin
 from k3rollout.engine.journal import HAVE_SYNCFS, Journal
+from k3rollout.engine.states import STATE_STAGE, Event, NodeState, build_table
+from k3rollout.engine.states import step as fsm_step
 from k3rollout.engine.steps import StepRunnerMixin
-from k3rollout.engine.states import STATE_STAGE, Event, NodeState, build_table, step as fsm_step
-from k3rollout.plan.planner import out_of_service_before
-from k3rollout.plan.serial import pct_to_int
 from k3rollout.evidence.redact import mask_credentials
 from k3rollout.evidence.store import EvidenceStore
 from k3rollout.model.assertions import AssertionSyntaxError, evaluate_all, render, templated
 from k3rollout.model.inventory import Inventory
 from k3rollout.model.playbook import BATCH_SCOPED_STAGES, PARAMS_BY_KIND, Playbook, Stage, play_vars
+from k3rollout.plan.planner import out_of_service_before
+from k3rollout.plan.serial import pct_to_int
 from k3rollout.report.state import RunView, apply, fold
 from k3rollout.stages import rollback as rb
 from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
@@ -695,7 +697,7 @@ class Engine(GateMixin, StepRunnerMixin):
                 for n in wave:
                     if NodeState(self.view.node(n).state) != NodeState.ROLLBACK_REQUIRED:
                         self.transition(n, Event.ROLLBACK_REQUESTED)
-                self.pool(lambda n: results.__setitem__(n, self.rollback(n, "operator requested rollback",
+                self.pool(lambda n, results=results: results.__setitem__(n, self.rollback(n, "operator requested rollback",
                                                                            take_out=True)), wave)
                 done += wave
                 todo = [n for n in todo if n not in wave]

@@ -18,8 +18,9 @@ import hashlib
 import json
 import os
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from k3rollout.engine.clock import Clock
 from k3rollout.engine.journal import Journal

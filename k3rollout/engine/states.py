@@ -9,8 +9,8 @@ prints it for runbooks/ and ``k3rollout states``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import Enum
-from typing import Iterable
 
 
 class NodeState(str, Enum):

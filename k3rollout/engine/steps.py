@@ -13,8 +13,9 @@ from __future__ import annotations
 import hashlib
 import shlex
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from k3rollout import fastjson
 from k3rollout.errors import CommandTimeout, ConnectionLost, HostUnreachable, TransportError
@@ -37,7 +38,7 @@ class ReadDropped(StepFailed):
     """A read-only command lost its connection (retried by the step runner)."""
 
 
-def _http_evidence(node: str, res: "HttpResult", body: Any) -> str:
+def _http_evidence(node: str, res: HttpResult, body: Any) -> str:
     """A request and its reply as evidence. A request body over 64 KiB (a long-context
     prompt) is kept as its head, tail, length and sha256, and says so."""
     sent = "" if body is None else fastjson.dumps_pretty(body)
@@ -256,7 +257,7 @@ class StepRunnerMixin:
     # ------------------------------------------------------------------ HTTP to the node
 
     @property
-    def api(self) -> "ApiClient":
+    def api(self) -> ApiClient:
         with self._lock:
             if self._api is None:
                 from k3rollout.transport.http import ApiClient
@@ -270,7 +271,7 @@ class StepRunnerMixin:
         return f"http://{host}:{port}"
 
     def http(self, ctx: NodeCtx, name: str, method: str, port: int, path: str, body: Any = None, *,
-             stream: bool = False, timeout: float = 120.0, evidence: bool = True) -> "HttpResult":
+             stream: bool = False, timeout: float = 120.0, evidence: bool = True) -> HttpResult:
         """One request from the controller to the node's server: journaled (read-only, so
         without an fsync of its own) and, unless ``evidence=False``, kept with its reply."""
         url = self.api_base(ctx, port) + path
@@ -287,7 +288,7 @@ class StepRunnerMixin:
         return res
 
     def http_many(self, ctx: NodeCtx, name: str, port: int, path: str, bodies: list[Any], *, stream: bool = True,
-                  timeout: float = 300.0) -> list["HttpResult"]:
+                  timeout: float = 300.0) -> list[HttpResult]:
         """``len(bodies)`` requests sent at once (one thread each): a concurrency step."""
         from concurrent.futures import ThreadPoolExecutor
 
@@ -297,7 +298,7 @@ class StepRunnerMixin:
                     argv=["POST", url, f"x{len(bodies)}"], kind="http", once=False, durable=False)
         started = time.monotonic()
 
-        def send(b: Any) -> "HttpResult":
+        def send(b: Any) -> HttpResult:
             return self.api.stream(url, b, timeout) if stream else self.api.request("POST", url, b, timeout)
 
         if len(bodies) <= 1:

@@ -121,7 +121,7 @@ class Inventory:
 
         return select(self, pattern, limit)
 
-    def limited(self, limit: str | None) -> "Inventory":
+    def limited(self, limit: str | None) -> Inventory:
         """This inventory with only the hosts ``--limit`` selects (groups keep their order)."""
         if not limit:
             return self
@@ -130,7 +130,7 @@ class Inventory:
             raise InputError(f"--limit {limit!r} matches no host in the inventory", path=self.path)
         return self.only(keep)
 
-    def only(self, names: list[str] | set[str]) -> "Inventory":
+    def only(self, names: list[str] | set[str]) -> Inventory:
         """This inventory with only these hosts (as ``--limit`` left them; kept for resume)."""
         keep = set(names)
         groups = {n: Group(name=g.name, vars=g.vars, var_lines=g.var_lines, hosts=[h for h in g.hosts if h in keep],
@@ -139,7 +139,7 @@ class Inventory:
         return replace(self, hosts={n: h for n, h in self.hosts.items() if n in keep}, groups=groups,
                        ansible_json=None)
 
-    def with_extra_vars(self, extra: dict[str, Any]) -> "Inventory":
+    def with_extra_vars(self, extra: dict[str, Any]) -> Inventory:
         """Every host with ``-e`` variables over its own (Ansible: extra vars win over all)."""
         if not extra:
             return self
@@ -678,7 +678,7 @@ def _native_file(sources: list[str], playbook_dir: str | None) -> Path | None:
 
 
 def load_inventory(source: str | Path | list | tuple, *, playbook_dir: str | Path | None = None,
-                   vault: "VaultOptions | None" = None, resolver: str = "auto") -> Inventory:
+                   vault: VaultOptions | None = None, resolver: str = "auto") -> Inventory:
     """Resolve what ``-i`` names, as ``ansible-inventory --list`` does.
 
     ``source``: one path or several (files, directories, plugin configs, scripts, or an
@@ -718,7 +718,7 @@ def load_inventory(source: str | Path | list | tuple, *, playbook_dir: str | Pat
                    vault_password_files=tuple(str(Path(f).resolve()) for f in (vault.password_files if vault else [])))
 
 
-def _from_ansible(sources: list[str], playbook_dir: str | None, vault: "VaultOptions | None",
+def _from_ansible(sources: list[str], playbook_dir: str | None, vault: VaultOptions | None,
                   digest: str) -> Inventory:
     from k3rollout.model import ansible_inventory as ai
 
@@ -764,3 +764,17 @@ def _from_ansible(sources: list[str], playbook_dir: str | None, vault: "VaultOpt
     _check_scheduler_hosts(hosts)
     return Inventory(path=where, hosts=hosts, groups=groups, sources=tuple(sources), resolver="ansible",
                      sha256=digest, ansible_json=data, vault_values=tuple(sorted(dec.opened)))
+
+
+def initial_sim_scheduler_state(hv: dict[str, Any]) -> str:
+    """What a new simulated node's scheduler reports, from its host vars (``sim_cordoned``)."""
+    return "cordoned" if hv.get("sim_cordoned") else "schedulable"
+
+
+def declared_out_of_service(hv: dict[str, Any]) -> bool:
+    """A host the inventory itself says serves nothing before the run: ``serving: false``
+    (the operator's word), or a simulated host (``ansible_connection: k3sim``) built cordoned
+    (``sim_cordoned``), which is what a preflight would read from it."""
+    if hv.get("serving") is False:
+        return True
+    return hv.get("ansible_connection", "k3sim") == "k3sim" and initial_sim_scheduler_state(hv) != "schedulable"

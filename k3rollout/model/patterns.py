@@ -62,7 +62,7 @@ def _compile(term: str) -> re.Pattern:
 
 
 class _Matcher:
-    def __init__(self, inv: "Inventory"):
+    def __init__(self, inv: Inventory):
         self.inv = inv
         self.cache: dict[str, list[str]] = {}
 
@@ -142,7 +142,7 @@ def limit_parts(limit: str) -> list[str]:
     return out
 
 
-def select(inv: "Inventory", pattern: str, limit: str | None = None) -> list[str]:
+def select(inv: Inventory, pattern: str, limit: str | None = None) -> list[str]:
     """Ansible's ``InventoryManager.get_hosts(pattern)`` with ``subset(limit)`` applied."""
     parts = split_pattern(pattern)
     if not parts:

@@ -23,11 +23,21 @@ Validation happens once, here; every error names the file and line.
 from __future__ import annotations
 
 import hashlib
+import itertools
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError,
-                      field_validator, model_validator)
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from k3rollout.errors import InputError
 from k3rollout.model.assertions import AssertionSyntaxError, check_expression, check_template
@@ -178,7 +188,7 @@ class FeatureParams(ServerParams):
     @field_validator("concurrency")
     @classmethod
     def _rising(cls, v: list[int]) -> list[int]:
-        if not v or any(x < 1 for x in v) or any(b <= a for a, b in zip(v, v[1:])):
+        if not v or any(x < 1 for x in v) or any(b <= a for a, b in itertools.pairwise(v)):
             raise ValueError("concurrency must be a non-empty list of rising positive integers, e.g. [1, 4, 16, 64]")
         return v
 
@@ -250,7 +260,7 @@ class Hook(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _one_kind(self) -> "Hook":
+    def _one_kind(self) -> Hook:
         if (self.command is None) == (self.webhook is None):
             raise ValueError("a hook has exactly one of `command` or `webhook`")
         return self
@@ -291,7 +301,7 @@ class Stage(_Strict):
         return self._typed
 
 
-SerialItem = Union[int, str]
+SerialItem = int | str
 
 
 def _check_serial_item(v: Any) -> Any:

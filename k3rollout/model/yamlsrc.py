@@ -13,8 +13,9 @@ far, before anything walks it. A document without aliases is never limited.
 from __future__ import annotations
 
 import stat
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
 

@@ -2,8 +2,9 @@
 
 The approvable content of a plan is what would change and how: the playbook (by sha256),
 the inventory's content (by sha256: every host with its merged vars and groups, so a var
-in ``group_vars/`` or ``host_vars/`` counts as much as one in the main file), the hosts, the batches with their nodes in order, the stages in order, the capacity floor
-and failure threshold. Timings and window offsets are left out: they move with the clock
+in ``group_vars/`` or ``host_vars/`` counts as much as one in the main file), the hosts,
+the batches with their nodes in order, the stages in order, the capacity floor and failure
+threshold. Timings and window offsets are left out: they move with the clock
 and are re-checked by the run itself. ``k3rollout plan --json`` prints ``plan_sha256``;
 ``run --approved-plan FILE`` refuses to start when the plan it computes now differs, and
 the run records the digest so the report can diff the approved plan against what ran.

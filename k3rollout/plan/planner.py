@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from k3rollout.errors import InputError
+from k3rollout.model.inventory import declared_out_of_service
 from k3rollout.model.inventory import Inventory
 from k3rollout.model.playbook import ROLLBACK_UNDOES, Playbook
 from k3rollout.plan.approval import inventory_digest
@@ -68,7 +69,7 @@ class Plan:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Plan":
+    def from_dict(cls, d: dict[str, Any]) -> Plan:
         d = dict(d)
         d["batches"] = [BatchPlan(**b) for b in d["batches"]]
         return cls(**d)
@@ -92,16 +93,7 @@ def out_of_service_before(inventory: Inventory, hosts: list[str]) -> list[str]:
 
     At run time each node's baseline records its scheduler state, and the engine counts
     that too before every batch (``Engine.out_of_service``)."""
-    from k3rollout.sim.state import initial_scheduler_state
-
-    out = []
-    for h in hosts:
-        hv = inventory.hosts[h].vars
-        if hv.get("serving") is False:
-            out.append(h)
-        elif hv.get("ansible_connection", "k3sim") == "k3sim" and initial_scheduler_state(hv) != "schedulable":
-            out.append(h)
-    return out
+    return [h for h in hosts if declared_out_of_service(inventory.hosts[h].vars)]
 
 
 def rollback_steps_preview(playbook: Playbook, host_vars: dict[str, Any]) -> list[str]:

@@ -8,7 +8,8 @@ negative value means "all remaining hosts in one batch".
 
 from __future__ import annotations
 
-from typing import Sequence, TypeVar
+from collections.abc import Sequence
+from typing import TypeVar
 
 T = TypeVar("T")
 

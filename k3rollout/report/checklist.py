@@ -69,11 +69,12 @@ def evaluate(v: RunView, play_vars: dict[str, Any] | None = None) -> list[dict[s
              ("tool calling", tools), ("cross-node communication", nccl))
     have = [x for x, ok in parts if ok]
     lacking = [x for x, ok in parts if not ok]
+    conc_top = max((max(n.facts["concurrency_levels_passed"]) for n in ladders
+                    if n.facts.get("concurrency_levels_passed")), default=None)
     add(7, "OOM, concurrency, tool calling and cross-node communication tested separately",
         "done" if not lacking else ("partial" if have else "missing"),
         f"recorded: {', '.join(have) or 'none'}" + (f"; not recorded: {', '.join(lacking)}" if lacking else "")
-        + (f"; highest concurrency passed: {max(max(n.facts['concurrency_levels_passed']) for n in ladders if n.facts.get('concurrency_levels_passed'))}"
-           if conc else ""),
+        + (f"; highest concurrency passed: {conc_top}" if conc else ""),
         _ev(v, lambda e: "load-ladder" in e["path"] or e.get("step") in ("tool-call",)
             or "all-reduce" in (e.get("step") or "")))
     empties = [n.name for n in nodes if "empty_tool_call" in n.facts]

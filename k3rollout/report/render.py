@@ -17,8 +17,8 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader
 
-from k3rollout.checks.cuda_table import BRANCH_MAX_CUDA
 from k3rollout import fastjson
+from k3rollout.checks.cuda_table import BRANCH_MAX_CUDA
 from k3rollout.engine.journal import Journal, no_gc
 from k3rollout.evidence.store import Problem, verify_run
 from k3rollout.model.durations import format_duration

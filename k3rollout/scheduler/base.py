@@ -30,29 +30,29 @@ OUT_OF_SERVICE = ("cordoned", "drained")       # nothing runs there and nothing 
 class Scheduler(Protocol):
     kind: str
 
-    def where(self, ctx: "NodeCtx") -> str | None:
+    def where(self, ctx: NodeCtx) -> str | None:
         """Where this node's scheduler operations run (see the module docstring)."""
         ...
 
-    def read_state(self, ctx: "NodeCtx") -> str:
+    def read_state(self, ctx: NodeCtx) -> str:
         """The node's state as the scheduler sees it now."""
         ...
 
-    def cordon(self, ctx: "NodeCtx") -> tuple[bool, str, str]:
+    def cordon(self, ctx: NodeCtx) -> tuple[bool, str, str]:
         """Take the node out of service: mark it unschedulable and wait until no work runs
         there, bounded by the cordon stage's ``drain_timeout``. (ok, why not, output tail
         for triage)."""
         ...
 
-    def uncordon(self, ctx: "NodeCtx", name: str) -> tuple[bool, str]:
+    def uncordon(self, ctx: NodeCtx, name: str) -> tuple[bool, str]:
         """Make the node schedulable again (the caller has checked it was before the run)."""
         ...
 
-    def label(self, ctx: "NodeCtx", name: str, key: str, value: str) -> tuple[bool, str]:
+    def label(self, ctx: NodeCtx, name: str, key: str, value: str) -> tuple[bool, str]:
         """Publish ``key=value`` on the node where the scheduler keeps such marks."""
         ...
 
-    def quarantine(self, ctx: "NodeCtx", label: str) -> tuple[bool, str]:
+    def quarantine(self, ctx: NodeCtx, label: str) -> tuple[bool, str]:
         """Keep the node out of service, marked for investigation."""
         ...
 

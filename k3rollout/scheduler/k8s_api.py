@@ -18,9 +18,10 @@ Nothing here ever runs on the node being changed.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable
+from typing import Any
 
 from k3rollout.errors import K3RolloutError
 

@@ -15,14 +15,14 @@ if TYPE_CHECKING:
 class Kubernetes:
     kind = "kubernetes"
 
-    def where(self, ctx: "NodeCtx") -> str | None:
+    def where(self, ctx: NodeCtx) -> str | None:
         return None
 
-    def read_state(self, ctx: "NodeCtx") -> str:
+    def read_state(self, ctx: NodeCtx) -> str:
         res = ctx.step("scheduler-state", ["kubectl", "get", "node", ctx.node, "-o", "jsonpath={.spec.unschedulable}"])
         return parsers.scheduler_state(self.kind, res.stdout) if res.ok else "unknown"
 
-    def cordon(self, ctx: "NodeCtx") -> tuple[bool, str, str]:
+    def cordon(self, ctx: NodeCtx) -> tuple[bool, str, str]:
         timeout = ctx.params.drain_timeout
         res = ctx.step("drain", ["kubectl", "drain", ctx.node, "--ignore-daemonsets", "--delete-emptydir-data",
                                  f"--timeout={int(timeout)}s"],
@@ -31,17 +31,17 @@ class Kubernetes:
             return False, f"drain failed (rc {res.rc})", res.tail(2000)
         return True, "", ""
 
-    def uncordon(self, ctx: "NodeCtx", name: str) -> tuple[bool, str]:
+    def uncordon(self, ctx: NodeCtx, name: str) -> tuple[bool, str]:
         res = ctx.step(name, ["kubectl", "uncordon", ctx.node], once=True,
                        probe=lambda c, m: self.read_state(c) == "schedulable")
         return res.ok, "" if res.ok else f"uncordon failed (rc {res.rc}): {res.tail(200)}"
 
-    def label(self, ctx: "NodeCtx", name: str, key: str, value: str) -> tuple[bool, str]:
+    def label(self, ctx: NodeCtx, name: str, key: str, value: str) -> tuple[bool, str]:
         res = ctx.step(name, ["kubectl", "label", "node", ctx.node, f"{key}={value}", "--overwrite"], once=True,
                        probe=lambda c, m: self.read_state(c) != "schedulable")
         return res.ok, "" if res.ok else f"could not label {key}={value} (rc {res.rc}): {res.tail(200)}"
 
-    def quarantine(self, ctx: "NodeCtx", label: str) -> tuple[bool, str]:
+    def quarantine(self, ctx: NodeCtx, label: str) -> tuple[bool, str]:
         cmds = [["kubectl", "cordon", ctx.node],
                 ["kubectl", "label", "node", ctx.node, f"{label}={ctx.run_id}", "--overwrite"]]
         for i, argv in enumerate(cmds, start=1):

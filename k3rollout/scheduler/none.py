@@ -11,22 +11,22 @@ if TYPE_CHECKING:
 class NoScheduler:
     kind = "none"
 
-    def where(self, ctx: "NodeCtx") -> str | None:
+    def where(self, ctx: NodeCtx) -> str | None:
         return None
 
-    def read_state(self, ctx: "NodeCtx") -> str:
+    def read_state(self, ctx: NodeCtx) -> str:
         return "unmanaged"
 
-    def cordon(self, ctx: "NodeCtx") -> tuple[bool, str, str]:
+    def cordon(self, ctx: NodeCtx) -> tuple[bool, str, str]:
         return True, "scheduler 'none': nothing to cordon", ""
 
-    def uncordon(self, ctx: "NodeCtx", name: str) -> tuple[bool, str]:
+    def uncordon(self, ctx: NodeCtx, name: str) -> tuple[bool, str]:
         return True, "scheduler 'none'"
 
-    def label(self, ctx: "NodeCtx", name: str, key: str, value: str) -> tuple[bool, str]:
+    def label(self, ctx: NodeCtx, name: str, key: str, value: str) -> tuple[bool, str]:
         return True, "scheduler 'none': no labels"
 
-    def quarantine(self, ctx: "NodeCtx", label: str) -> tuple[bool, str]:
+    def quarantine(self, ctx: NodeCtx, label: str) -> tuple[bool, str]:
         return True, "no scheduler: node left as the rollback left it, marked quarantined in the journal"
 
     def describe_quarantine(self, label: str) -> str:

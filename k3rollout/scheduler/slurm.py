@@ -32,7 +32,7 @@ MAX_POLL_S = 5.0
 class Slurm:
     kind = "slurm"
 
-    def where(self, ctx: "NodeCtx") -> str | None:
+    def where(self, ctx: NodeCtx) -> str | None:
         host = ctx.vars.get("k3_scheduler_host") or CONTROLLER
         if host == ctx.node:
             from k3rollout.stages.base import StepFailed
@@ -41,10 +41,10 @@ class Slurm:
                              "on the node being changed")
         return str(host)
 
-    def _step(self, ctx: "NodeCtx", name: str, argv: list[str], **kw):
+    def _step(self, ctx: NodeCtx, name: str, argv: list[str], **kw):
         return ctx.step(name, ["scontrol", *argv], on=self.where(ctx), **kw)
 
-    def read_state(self, ctx: "NodeCtx") -> str:
+    def read_state(self, ctx: NodeCtx) -> str:
         res = self._step(ctx, "scheduler-state", ["show", "node", ctx.node])
         if not res.ok:
             return "unknown"
@@ -53,10 +53,10 @@ class Slurm:
         except parsers.ParseError:
             return "unknown"
 
-    def _drain_set(self, ctx: "NodeCtx", meta: dict | None = None) -> bool:
+    def _drain_set(self, ctx: NodeCtx, meta: dict | None = None) -> bool:
         return self.read_state(ctx) in ("draining", "cordoned")
 
-    def cordon(self, ctx: "NodeCtx") -> tuple[bool, str, str]:
+    def cordon(self, ctx: NodeCtx) -> tuple[bool, str, str]:
         timeout = float(ctx.params.drain_timeout)
         before = self.read_state(ctx)
         # a node someone else drained keeps their Reason: only a schedulable one is drained
@@ -69,7 +69,7 @@ class Slurm:
                 return False, f"drain failed (rc {res.rc})", res.tail(2000)
         return self.wait_drained(ctx, timeout)
 
-    def wait_drained(self, ctx: "NodeCtx", timeout: float) -> tuple[bool, str, str]:
+    def wait_drained(self, ctx: NodeCtx, timeout: float) -> tuple[bool, str, str]:
         """Until no job runs on the node (DRAINED), at most ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         delay = FIRST_POLL_S
@@ -87,16 +87,16 @@ class Slurm:
             time.sleep(min(delay, left))
             delay = min(delay * 2, MAX_POLL_S)
 
-    def uncordon(self, ctx: "NodeCtx", name: str) -> tuple[bool, str]:
+    def uncordon(self, ctx: NodeCtx, name: str) -> tuple[bool, str]:
         res = self._step(ctx, name, ["update", f"NodeName={ctx.node}", "State=RESUME"], once=True,
                          probe=lambda c, m: self.read_state(c) == "schedulable")
         return res.ok, "" if res.ok else f"uncordon failed (rc {res.rc}): {res.tail(200)}"
 
-    def label(self, ctx: "NodeCtx", name: str, key: str, value: str) -> tuple[bool, str]:
+    def label(self, ctx: NodeCtx, name: str, key: str, value: str) -> tuple[bool, str]:
         # Slurm keeps no free-form node labels; a drained node's Reason carries the mark
         return True, f"slurm has no node labels ({key}={value} is in the journal)"
 
-    def quarantine(self, ctx: "NodeCtx", label: str) -> tuple[bool, str]:
+    def quarantine(self, ctx: NodeCtx, label: str) -> tuple[bool, str]:
         reason = f"k3rollout quarantine {ctx.run_id}"
         res = self._step(ctx, "quarantine-1", ["update", f"NodeName={ctx.node}", "State=DRAIN", f"Reason={reason}"],
                          once=True, probe=self._drain_set)

@@ -12,11 +12,11 @@ import hashlib
 import json
 import re
 import time
-from typing import Any
 import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from k3rollout import fastjson

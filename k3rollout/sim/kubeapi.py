@@ -412,7 +412,7 @@ def as_table(obj: dict[str, Any]) -> dict[str, Any]:
             "columnDefinitions": [{"name": c, "type": "string", "format": "name" if c == "Name" else "",
                                    "description": c, "priority": 0} for c in cols],
             "rows": [{"cells": cells, "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                                                 "metadata": x["metadata"]}} for cells, x in zip(rows, items)]}
+                                                 "metadata": x["metadata"]}} for cells, x in zip(rows, items, strict=True)]}
 
 
 def _discovery(port: int, path: str) -> dict[str, Any] | None:
@@ -576,7 +576,7 @@ class KubeApiServer:
         path.chmod(0o600)
         return path
 
-    def __enter__(self) -> "KubeApiServer":
+    def __enter__(self) -> KubeApiServer:
         self.thread.start()
         return self
 

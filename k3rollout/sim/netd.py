@@ -41,7 +41,7 @@ from k3rollout.sim import state as st
 from k3rollout.sim import vllm
 
 IDLE_EXIT_S = float(os.environ.get("K3SIM_NETD_IDLE_S", "900"))
-_RUNNING: "Daemon | None" = None        # in the daemon's own process
+_RUNNING: Daemon | None = None        # in the daemon's own process
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error"}
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from k3rollout.sim import state as st_mod
 from k3rollout.sim.state import SLURM_CPUS

@@ -15,12 +15,13 @@ import shlex
 import time
 import uuid
 import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from k3rollout import fastjson
-
 from k3rollout.checks import driver_facts
+from k3rollout.model.inventory import initial_sim_scheduler_state
 from k3rollout.sim.repos import REPO_DRIVERS, initial_packages  # noqa: F401  (REPO_DRIVERS: the repositories' releases)
 
 # Images the simulated registry can pull. CUDA_VERSION / NVIDIA_REQUIRE_CUDA follow the
@@ -47,11 +48,6 @@ def fabric_manager_fails(state: dict[str, Any]) -> bool:
     come up, so CUDA init fails with error 802. On the driver the node had before (a
     rollback restores its fabric manager package with it) the node works as it did."""
     return "cuda_init_fails" in state["faults"] and state["loaded_driver"] != state["original_driver"]
-
-
-def initial_scheduler_state(hv: dict[str, Any]) -> str:
-    """What a new simulated node's scheduler reports, from its host vars (``sim_cordoned``)."""
-    return "cordoned" if hv.get("sim_cordoned") else "schedulable"
 
 
 def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> dict[str, Any]:
@@ -125,7 +121,7 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
         "dead": False,
         "boots": 0,
         "scheduler": {"kind": str(hv.get("scheduler", "kubernetes")),
-                      "state": initial_scheduler_state(hv),
+                      "state": initial_sim_scheduler_state(hv),
                       # Slurm jobs running on the node: sim_slurm_job_s holds it that long from
                       # now on sim_slurm_job_cpus of its CPUs (all: ALLOCATED, some: MIXED)
                       "jobs": [{"id": 10000 + zlib.crc32(name.encode()) % 90000, "end": now + float(hv["sim_slurm_job_s"]),

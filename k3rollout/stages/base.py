@@ -14,8 +14,9 @@ where k3rollout runs) or an inventory host; the scheduler's operations use that
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from k3rollout.checks import parsers
 from k3rollout.scheduler import Scheduler, scheduler_for
@@ -31,21 +32,21 @@ class StepFailed(Exception):
 
 
 class StepRunner(Protocol):
-    def step(self, ctx: "NodeCtx", name: str, argv: list[str], *, once: bool = False,
-             probe: Callable[["NodeCtx", dict], bool] | None = None, stdin: bytes | None = None,
+    def step(self, ctx: NodeCtx, name: str, argv: list[str], *, once: bool = False,
+             probe: Callable[[NodeCtx, dict], bool] | None = None, stdin: bytes | None = None,
              timeout: float = 600.0, evidence: bool = True, meta: dict | None = None,
              on: str | None = None) -> CommandResult: ...
 
-    def prior_meta(self, ctx: "NodeCtx", name: str) -> dict | None: ...
+    def prior_meta(self, ctx: NodeCtx, name: str) -> dict | None: ...
 
-    def wait_for_host(self, ctx: "NodeCtx", timeout: float) -> float: ...
+    def wait_for_host(self, ctx: NodeCtx, timeout: float) -> float: ...
 
-    def record_evidence(self, ctx: "NodeCtx", name: str, content: str) -> dict: ...
+    def record_evidence(self, ctx: NodeCtx, name: str, content: str) -> dict: ...
 
-    def http(self, ctx: "NodeCtx", name: str, method: str, port: int, path: str, body: Any = None, *,
+    def http(self, ctx: NodeCtx, name: str, method: str, port: int, path: str, body: Any = None, *,
              stream: bool = False, timeout: float = 120.0, evidence: bool = True) -> Any: ...
 
-    def http_many(self, ctx: "NodeCtx", name: str, port: int, path: str, bodies: list[Any], *, stream: bool = True,
+    def http_many(self, ctx: NodeCtx, name: str, port: int, path: str, bodies: list[Any], *, stream: bool = True,
                   timeout: float = 300.0) -> list[Any]: ...
 
 

@@ -12,7 +12,8 @@ target's module stream is not enabled yet, as in preflight), per the facts in
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from k3rollout.checks import driver_facts as df
 from k3rollout.checks import parsers

@@ -26,7 +26,6 @@ from k3rollout.model.assertions import render_argv
 from k3rollout.stages import driver_procedure as procedure
 from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
 
-
 # a step that names the resolved install (`{{ driver.install }}`)
 _USES_DRIVER = re.compile(r"\{\{[^}]*\bdriver\.")
 
@@ -186,7 +185,7 @@ def run(ctx: NodeCtx) -> StageOutcome:
                                     + str(facts.get("gpu_error", ""))))
 
 
-def run_ansible(ctx: NodeCtx, tasks_file: Path, proc: "procedure.Procedure") -> StageOutcome:
+def run_ansible(ctx: NodeCtx, tasks_file: Path, proc: procedure.Procedure) -> StageOutcome:
     """The vendor steps as a real Ansible task file (update, headers, resolution of exact
     versions on the node, install, module check, reboot module, wait)."""
     p = ctx.params

@@ -24,10 +24,10 @@ import math
 from typing import Any
 
 from k3rollout import fastjson
+from k3rollout.checks.openai_stream import assemble_stream
 from k3rollout.checks.parsers import ParseError, parse_vllm_metrics
 from k3rollout.stages import vllm_server
 from k3rollout.stages.base import NodeCtx, StageOutcome
-from k3rollout.checks.openai_stream import assemble_stream
 
 NAME = "k3rollout-features"
 

@@ -90,9 +90,8 @@ def make_executor(hosts: dict[str, Any], run_dir: Path) -> Any:
 
         return SimExecutor(run_dir / "sim-hosts", {n: h.vars for n, h in hosts.items()})
     if kind in SSH_KINDS:
-        from k3rollout.transport.ssh import SSHExecutor
-
         from k3rollout.toolpaths import find_tool
+        from k3rollout.transport.ssh import SSHExecutor
 
         # the Ansible path runs OpenSSH: where it can, it checks each host key too, first
         return SSHExecutor({n: h.vars for n, h in hosts.items()}, openssh=find_tool("ssh"))

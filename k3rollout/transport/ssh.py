@@ -14,9 +14,8 @@ handshakes run at once per endpoint.
 
 from __future__ import annotations
 
-import shlex
 import select
-import socket
+import shlex
 import subprocess
 import tempfile
 import threading
@@ -50,7 +49,7 @@ class SSHTarget:
     resolved: Resolved
 
     @classmethod
-    def from_vars(cls, name: str, v: dict[str, Any], resolver: Resolver | None = None) -> "SSHTarget":
+    def from_vars(cls, name: str, v: dict[str, Any], resolver: Resolver | None = None) -> SSHTarget:
         return cls(name, (resolver or Resolver()).resolve(name, v))
 
     # the target hop's settings, by the names the rest of the project uses
@@ -154,7 +153,7 @@ class SSHExecutor:
             if "banner" in text.lower():
                 raise _Banner(text) from None
             raise HostUnreachable(f"SSH handshake with {where} failed: {text}", host=t.name) from None
-        except (socket.timeout, TimeoutError) as exc:
+        except TimeoutError as exc:
             client.close()
             raise HostUnreachable(f"connect to {where} timed out ({exc})", host=t.name) from None
         except (paramiko.ssh_exception.NoValidConnectionsError, OSError, EOFError) as exc:
@@ -306,7 +305,7 @@ class SSHExecutor:
                         while chan.recv_stderr_ready():
                             err += chan.recv_stderr(65536)
                             got = True
-                    except socket.timeout:
+                    except TimeoutError:
                         pass
                     if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
                         break

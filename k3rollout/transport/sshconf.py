@@ -38,9 +38,10 @@ import os
 import re
 import shlex
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import paramiko
 from paramiko.hostkeys import HostKeyEntry, InvalidHostKey
@@ -100,7 +101,7 @@ class AnsibleCfg:
     parser: configparser.ConfigParser | None
 
     @classmethod
-    def load(cls, env: Mapping[str, str] | None = None) -> "AnsibleCfg":
+    def load(cls, env: Mapping[str, str] | None = None) -> AnsibleCfg:
         path = ansible_cfg_path(env)
         if path is None:
             return cls(None, None)
@@ -186,7 +187,7 @@ class Hop:
     allow_agent: bool
     look_for_keys: bool
     proxy_command: str | None = None
-    jumps: tuple["Hop", ...] = ()
+    jumps: tuple[Hop, ...] = ()
 
     @property
     def endpoint(self) -> str:
@@ -321,7 +322,7 @@ class Resolver:
         self.files = _SSHFiles()
 
     def _hop(self, host: str, alias: str, cmdline: list[tuple[str, Any, str]], files: list[str],
-             depth: int, jump_override: tuple["Hop", ...] | None, who: str) -> Hop:
+             depth: int, jump_override: tuple[Hop, ...] | None, who: str) -> Hop:
         if depth > MAX_HOPS:
             raise InputError(f"host {host}: more than {MAX_HOPS} jump hosts (a ProxyJump loop?)")
         opts = cmdline + self.files.lookup(files, alias)
