@@ -3,13 +3,23 @@
     K3RolloutError                 exit 70 unless a subclass says otherwise
     ├── InputError                 exit 2: a malformed playbook, inventory, window, run dir
     ├── LockHeld                   exit 1: another run holds (or left) the cluster lock
-    ├── RolloutHalted              exit 1: the rollout stopped by a rule (failure, window)
+    ├── RunNeverStarted            exit 1: resume of a run killed before its first record (engine/session.py)
+    ├── JournalWriteError          exit 70: a record could not be written or made durable (engine/journal.py)
+    ├── KubernetesError            exit 70: the API refused or could not be reached (scheduler/k8s_api.py)
     └── TransportError             a host could not be driven; carries host, command, tail
         ├── HostUnreachable        connect failed / host did not come back in time
         ├── ConnectionLost         the connection dropped while a command was running
-        └── CommandTimeout         a command ran past its timeout
+        ├── CommandTimeout         a command ran past its timeout
+        ├── HostKeyError           unknown or changed host key (transport/ssh.py)
+        └── AuthError              the host refused the credentials (transport/ssh.py)
 
 Only ``cli.main`` turns these into exit codes; nothing else catches-and-continues.
+
+Control flow inside one layer uses exceptions that never reach ``cli.main``: ``StepFailed``
+(a stage's command could not be run; the engine turns it into a failed stage),
+``GateInterrupted`` (a run told to stop while a node waited for a person), ``IllegalTransition``
+(a bug: a node state change the table forbids), and the parsers' ``ParseError``,
+``AssertionSyntaxError`` and ``AliasBomb``, which the model turns into ``InputError``.
 """
 
 from __future__ import annotations
@@ -34,10 +44,6 @@ class InputError(K3RolloutError):
 
 
 class LockHeld(K3RolloutError):
-    exit_code = 1
-
-
-class RolloutHalted(K3RolloutError):
     exit_code = 1
 
 
