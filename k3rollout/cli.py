@@ -436,7 +436,7 @@ def cmd_approve(args: argparse.Namespace, clock: Clock) -> int:
     import getpass
 
     from k3rollout.engine.gates import open_pauses, write_approval
-    from k3rollout.engine.journal import Journal
+    from k3rollout.runlog.journal import Journal
 
     run_dir = _existing_run_dir(args.run_dir)
     waiting = open_pauses(Journal.read(run_dir / "journal.jsonl"))
@@ -711,7 +711,7 @@ def _main(args: argparse.Namespace, clock: Clock) -> int:
     try:
         return args.fn(args, clock)
     except K3RolloutError as exc:
-        from k3rollout.engine.journal import JournalWriteError
+        from k3rollout.runlog.journal import JournalWriteError
 
         if isinstance(exc, JournalWriteError):
             return _internal_error(exc)
@@ -737,7 +737,7 @@ def _root_cause(exc: BaseException) -> tuple[BaseException, OSError | None]:
     while e is not None and e not in chain:
         chain.append(e)
         e = e.__cause__ if e.__cause__ is not None else (None if e.__suppress_context__ else e.__context__)
-    from k3rollout.engine.journal import DISK_FULL, JournalWriteError
+    from k3rollout.runlog.journal import DISK_FULL, JournalWriteError
 
     for e in reversed(chain):
         if isinstance(e, JournalWriteError):
@@ -759,7 +759,7 @@ def _internal_error(exc: Exception) -> int:
     run_dir = _CURRENT_RUN_DIR[0]
     cause, full = _root_cause(exc)
     resume = f"k3rollout resume {run_dir}" if run_dir is not None else "k3rollout resume RUN_DIR"
-    from k3rollout.engine.journal import JournalWriteError
+    from k3rollout.runlog.journal import JournalWriteError
 
     if full is not None or isinstance(cause, JournalWriteError):
         # nothing more is written to a full disk (not even debug.log): one message, exit 70
@@ -818,7 +818,7 @@ def _terminate(signum: int, frame: object) -> None:
             pass
         return
     _STOPPING[0] = True
-    from k3rollout.engine.journal import defer_interrupt
+    from k3rollout.runlog.journal import defer_interrupt
 
     if defer_interrupt():
         return                  # raised as soon as the record being written is whole

@@ -4,7 +4,7 @@
     ├── InputError                 exit 2: a malformed playbook, inventory, window, run dir
     ├── LockHeld                   exit 1: another run holds (or left) the cluster lock
     ├── RunNeverStarted            exit 1: resume of a run killed before its first record (engine/session.py)
-    ├── JournalWriteError          exit 70: a record could not be written or made durable (engine/journal.py)
+    ├── JournalWriteError          exit 70: a record could not be written or made durable (runlog/journal.py)
     ├── KubernetesError            exit 70: the API refused or could not be reached (scheduler/k8s_api.py)
     └── TransportError             a host could not be driven; carries host, command, tail
         ├── HostUnreachable        connect failed / host did not come back in time

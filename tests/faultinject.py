@@ -31,7 +31,8 @@ def _seq(data: bytes) -> int:
 def main() -> int:
     mode, n, args = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
     from k3rollout import cli
-    from k3rollout.engine import journal, session
+    from k3rollout.engine import session
+    from k3rollout.runlog import journal
 
     full = [False]
 

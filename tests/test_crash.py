@@ -233,7 +233,7 @@ def test_a_run_killed_before_its_first_record_is_released_by_resume(tmp_path, mo
 
 def _rechain(lines: list[bytes]) -> bytes:
     """Recompute every link, as someone who knows the chain would after an edit."""
-    from k3rollout.engine.journal import LINK_TAIL, chain
+    from k3rollout.runlog.journal import LINK_TAIL, chain
 
     out, prev = [], ""
     for line in lines:
@@ -312,8 +312,8 @@ def test_a_second_signal_waits_for_the_steps_in_flight(tmp_path, forks):
 
     from conftest import ROOT
 
-    from k3rollout.engine.journal import Journal
     from k3rollout.evidence.store import verify_run
+    from k3rollout.runlog.journal import Journal
 
     hosts = {f"gpu-{i:02d}": {"sim_latency_s": 0.02} for i in range(1, 9)}
     inv = write_inventory(tmp_path / "inv", hosts)

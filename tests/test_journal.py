@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from k3rollout.engine import journal as jr
 from k3rollout.errors import InputError
+from k3rollout.runlog import journal as jr
 
 
 def _write(tmp_path, lines: list[str]) -> object:
@@ -185,7 +185,7 @@ def test_a_record_of_the_wrong_shape_is_refused_with_its_line(tmp_path):
     with pytest.raises(InputError, match="node_state record lacks 'node'") as e:
         jr.Journal.read(tmp_path / "journal.jsonl")
     assert e.value.line == 4 and "journal.jsonl:4:" in str(e.value)
-    from k3rollout.engine.records import check
+    from k3rollout.runlog.records import check
 
     assert check({"seq": 5, "ts": "t", "type": "stage_done", "node": "a", "stage": "s", "passed": "yes"}) \
         == "stage_done record's 'passed' is a string"

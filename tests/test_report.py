@@ -98,8 +98,8 @@ def test_end_of_run_reports_are_written_from_the_engines_view_not_a_reread(tmp_p
     it renders the view the engine folded as it appended each record (the same fold)."""
     from conftest import assert_reports_match_journal
 
-    from k3rollout.engine.journal import Journal
     from k3rollout.report import render
+    from k3rollout.runlog.journal import Journal
 
     reads = []
     read = Journal.read

@@ -92,7 +92,7 @@ def test_every_destructive_command_runs_only_after_all_before_it_is_durable(tmp_
     everything before it (baseline evidence, the rollback plan, the previous destructive
     step's outcome) are durable. Read-only records and a destructive step's outcome, which
     its probe settles after a power cut, are committed with the next commit, not their own."""
-    from k3rollout.engine import journal as journal_mod
+    from k3rollout.runlog import journal as journal_mod
     from k3rollout.transport.sim import SimExecutor
 
     def last_record(path: Path) -> dict:

@@ -2,7 +2,7 @@
 
 Journal first: every transition, step and fact is appended (and fsynced) before the side
 effect starts and again after it ends; the engine's own state is the fold of its journal
-(``report.state``), so a resumed run and a fresh one decide from the same data.
+(``runlog.view``), so a resumed run and a fresh one decide from the same data.
 
 Per batch: every node walks its stages in parallel (``forks``) up to the batch-scoped
 multinode stage, which runs once for the batch; then the nodes finish; then nodes that
@@ -29,7 +29,6 @@ from k3rollout.checks.parsers import ParseError
 from k3rollout.checks.triage import classify
 from k3rollout.engine.clock import Clock
 from k3rollout.engine.gates import GateMixin
-from k3rollout.engine.journal import HAVE_SYNCFS, Journal
 from k3rollout.engine.states import STATE_STAGE, Event, NodeState, build_table
 from k3rollout.engine.states import step as fsm_step
 from k3rollout.engine.steps import StepRunnerMixin
@@ -40,7 +39,8 @@ from k3rollout.model.inventory import Inventory
 from k3rollout.model.playbook import BATCH_SCOPED_STAGES, PARAMS_BY_KIND, Playbook, Stage, play_vars
 from k3rollout.plan.planner import out_of_service_before
 from k3rollout.plan.serial import pct_to_int
-from k3rollout.report.state import RunView, apply, fold
+from k3rollout.runlog.journal import HAVE_SYNCFS, Journal
+from k3rollout.runlog.view import RunView, apply, fold
 from k3rollout.stages import rollback as rb
 from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
 from k3rollout.stages.multinode import run_group
@@ -94,7 +94,7 @@ class Engine(GateMixin, StepRunnerMixin):
         self.executor = executor
         self.journal = journal
         self.evidence = evidence
-        # one commit makes journal and evidence durable together (see engine/journal.py)
+        # one commit makes journal and evidence durable together (see runlog/journal.py)
         evidence.track_pending = not HAVE_SYNCFS
         journal.extra_sync = evidence.sync
         self.clock = clock
@@ -135,7 +135,7 @@ class Engine(GateMixin, StepRunnerMixin):
         """Append to the journal. Records that only describe what was observed (facts,
         assertions, stage and state bookkeeping) are written at once but committed with
         the next durable record; a destructive step's start, rollbacks, and run and batch
-        records are committed before this returns (see engine/journal.py). Callers pass
+        records are committed before this returns (see runlog/journal.py). Callers pass
         ``durable=False`` for records a later commit covers in time: a destructive step's
         outcome that its probe can settle, and the rollback plan (committed with the first
         destructive step's start, before anything changes)."""

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from k3rollout.engine.clock import Clock
-from k3rollout.engine.journal import Journal
 from k3rollout.engine.lock import RunLock
 from k3rollout.engine.runner import Engine
 from k3rollout.errors import InputError, K3RolloutError, LockHeld
@@ -33,6 +32,7 @@ from k3rollout.model.inventory import Inventory
 from k3rollout.model.playbook import Playbook, load_playbook
 from k3rollout.plan.planner import Plan
 from k3rollout.report.render import write_reports
+from k3rollout.runlog.journal import Journal
 from k3rollout.scheduler import with_scheduler_hosts
 from k3rollout.transport.factory import check_controller_tools, make_executor
 

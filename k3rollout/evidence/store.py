@@ -4,7 +4,7 @@ Layout: ``evidence/<node>/<NN-stage>/<name>.txt`` with ``evidence/MANIFEST.sha25
 ``sha256sum`` format (paths relative to ``evidence/``). A second capture of the same
 name gets ``<name>.2.txt``, ``.3`` ... Files are written read-only and private (0400, in
 0700 folders; the manifest 0600) and listed in the manifest. They are made durable by the journal's next commit (one ``syncfs`` of
-the run's file system covers journal, evidence and manifest; see engine/journal.py), so
+the run's file system covers journal, evidence and manifest; see runlog/journal.py), so
 a journal record on disk never points at evidence that is not; ``sync()`` fsyncs the
 pending files one by one where ``syncfs`` is not available.
 """

@@ -19,8 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from k3rollout.errors import InputError
-from k3rollout.model.inventory import declared_out_of_service
-from k3rollout.model.inventory import Inventory
+from k3rollout.model.inventory import Inventory, declared_out_of_service
 from k3rollout.model.playbook import ROLLBACK_UNDOES, Playbook
 from k3rollout.plan.approval import inventory_digest
 from k3rollout.plan.serial import serial_batches

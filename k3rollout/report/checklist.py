@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from k3rollout.report.state import RunView
+from k3rollout.runlog.view import RunView
 
 
 def _ev(v: RunView, pred) -> list[dict]:

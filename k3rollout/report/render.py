@@ -19,14 +19,14 @@ from jinja2 import Environment, PackageLoader
 
 from k3rollout import fastjson
 from k3rollout.checks.cuda_table import BRANCH_MAX_CUDA
-from k3rollout.engine.journal import Journal, no_gc
 from k3rollout.evidence.store import Problem, verify_run
 from k3rollout.model.durations import format_duration
 from k3rollout.report import checklist
 from k3rollout.report.result import build_result
-from k3rollout.report.state import RunView, fold
 from k3rollout.report.timeline import render_svg
 from k3rollout.resources import shipped
+from k3rollout.runlog.journal import Journal, no_gc
+from k3rollout.runlog.view import RunView, fold
 
 RUNBOOKS = shipped("runbooks")
 RUNBOOK_FILES = {"baseline": "01-baseline.md", "cordon": "02-cordon.md", "driver_upgrade": "03-driver-upgrade.md",

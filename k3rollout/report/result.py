@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from k3rollout.report.state import RunView
+from k3rollout.runlog.view import RunView
 
 FINAL = {"upgrade-done": "upgraded", "rolled-back": "rolled_back", "rollback-failed": "rollback_failed",
          "failed": "failed", "skipped": "skipped", "pending": "pending"}

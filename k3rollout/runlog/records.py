@@ -1,6 +1,6 @@
 """The journal's record types, and the check every record passes as it is read.
 
-Each record type is a ``TypedDict``: the keys the engine, the fold (report/state.py) and
+Each record type is a ``TypedDict``: the keys the engine, the fold (runlog/view.py) and
 the reports read from it, and their JSON types. ``check(record)`` returns what is wrong
 with a record (``None`` when nothing is), so a damaged key (``"nodf"`` for ``"node"``) or a
 value of the wrong type is refused where it is read, with its line, instead of failing
@@ -8,7 +8,7 @@ later as an internal error. The checks are compiled once from the TypedDicts bel
 the declarations are the one place a record's shape is written down.
 
 Every record also carries ``seq``, ``ts``, ``type`` and the hash-chain link ``h`` (see
-engine/journal.py). Keys a type does not declare are allowed (a record may carry more
+runlog/journal.py). Keys a type does not declare are allowed (a record may carry more
 detail than the readers need); a type the reader does not know is accepted with its
 common keys checked, and the hash chain still covers it.
 """

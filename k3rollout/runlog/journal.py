@@ -14,7 +14,7 @@ flipped bit, a valid-JSON change of a value, a deleted or inserted line) breaks 
 at that line, and reading refuses the journal there (exit 2, with file and line). The
 chain detects edits by anyone who does not rewrite every later record (``last_link``, kept
 elsewhere, pins even that). Every record is also checked against its type
-(engine/records.py) as it is read. A journal without a chain (written before it existed)
+(runlog/records.py) as it is read. A journal without a chain (written before it existed)
 is refused with the reason: it could not show an edit.
 
 Durability is a group commit of the whole run directory: one ``syncfs(2)`` on the run's
@@ -48,8 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from k3rollout import fastjson
-from k3rollout.engine.records import check as check_record
 from k3rollout.errors import InputError, K3RolloutError
+from k3rollout.runlog.records import check as check_record
 
 
 def _load_syncfs() -> Callable[[int], int] | None:
