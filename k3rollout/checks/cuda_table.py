@@ -14,6 +14,7 @@ collected in shared/CUDA_COMPAT.md. Two minimums exist and both are kept:
 from __future__ import annotations
 
 import re
+from typing import TypedDict
 
 FAMILY_FLOOR = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
 
@@ -58,13 +59,22 @@ def driver_supports(driver: str, cuda: str) -> bool:
     return vtuple(driver) >= vtuple(family_floor(cuda))
 
 
-def compat_verdict(driver: str, cuda: str) -> dict:
+class CompatVerdict(TypedDict):
+    driver: str
+    cuda: str
+    family_floor: str
+    toolkit_driver: str | None
+    compatible: bool
+    reason: str
+
+
+def compat_verdict(driver: str, cuda: str) -> CompatVerdict:
     mm = cuda_major_minor(cuda)
     floor = family_floor(cuda)
     full = TOOLKIT_DRIVER.get(mm)
     ok = vtuple(driver) >= vtuple(floor)
-    out = {"driver": driver, "cuda": cuda, "family_floor": floor, "toolkit_driver": full, "compatible": ok,
-           "reason": ""}
+    out: CompatVerdict = {"driver": driver, "cuda": cuda, "family_floor": floor, "toolkit_driver": full,
+                          "compatible": ok, "reason": ""}
     if not ok:
         out["reason"] = (f"driver {driver} (branch r{vtuple(driver)[0]}) is below the CUDA {vtuple(cuda)[0]}.x "
                          f"minimum {floor} (r{vtuple(floor)[0]}): a CUDA {mm} image cannot initialise CUDA here. "

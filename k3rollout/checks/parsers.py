@@ -172,7 +172,7 @@ def _wrong(cell: str) -> bool:
 
 
 def parse_nccl_tests(text: str) -> dict[str, Any]:
-    rows = []
+    rows: list[dict[str, Any]] = []
     for line in text.splitlines():
         m = _NCCL_ROW.match(line)
         if m:
@@ -188,7 +188,7 @@ def parse_nccl_tests(text: str) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=32)
-def _family_lines(only: tuple[str, ...]) -> re.Pattern:
+def _family_lines(only: tuple[str, ...]) -> re.Pattern[str]:
     """Sample lines, and ``# HELP`` / ``# TYPE`` lines, of the families named by prefix."""
     names = "|".join(re.escape(p) for p in only)
     return re.compile(rf"^(?:# [A-Z]+ )?(?:{names})[^\n]*", re.M)
@@ -339,7 +339,8 @@ def parse_dnf_module_list(text: str) -> list[dict[str, Any]]:
 def enabled_stream(modules: list[dict[str, Any]], module: str = "nvidia-driver") -> str | None:
     for m in modules:
         if m["module"] == module and m["enabled"]:
-            return m["stream"]
+            stream: str = m["stream"]
+            return stream
     return None
 
 

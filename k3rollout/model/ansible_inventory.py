@@ -23,10 +23,13 @@ import re
 import resource
 import subprocess
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from k3rollout.errors import InputError
 from k3rollout.toolpaths import find_tool
+
+if TYPE_CHECKING:
+    from ansible.parsing.vault import VaultLib
 
 # an inventory that takes longer than this, or more memory, is refused rather than waited for
 TIMEOUT_S = 120.0
@@ -126,7 +129,7 @@ def run(sources: list[str], *, action: list[str] | None = None, playbook_dir: st
     return p.stdout
 
 
-def resolve(sources: list[str], *, playbook_dir: str | None = None, vault: VaultOptions | None = None) -> dict:
+def resolve(sources: list[str], *, playbook_dir: str | None = None, vault: VaultOptions | None = None) -> dict[str, Any]:
     """The JSON of ``ansible-inventory --list`` for these sources."""
     out = run(sources, playbook_dir=playbook_dir, vault=vault)
     try:
@@ -144,22 +147,22 @@ class Decryptor:
 
     def __init__(self, vault: VaultOptions | None):
         self.vault = vault
-        self._lib = None
+        self._lib: VaultLib | None = None
         self.opened: set[str] = set()
 
-    def _vaultlib(self):
+    def _vaultlib(self, vault: VaultOptions) -> VaultLib:
         if self._lib is None:
             from ansible.parsing.dataloader import DataLoader
             from ansible.parsing.vault import VaultLib, VaultSecret, get_file_vault_secret
 
             secrets = []
             loader = DataLoader()
-            for f in self.vault.password_files:
+            for f in vault.password_files:
                 s = get_file_vault_secret(filename=f, loader=loader)
                 s.load()
                 secrets.append(("default", s))
-            if self.vault.password is not None:
-                secrets.append(("default", VaultSecret(self.vault.password.encode())))
+            if vault.password is not None:
+                secrets.append(("default", VaultSecret(vault.password.encode())))
             self._lib = VaultLib(secrets)
         return self._lib
 
@@ -169,7 +172,7 @@ class Decryptor:
                 if not self.vault:
                     raise InputError(f"{where} is vault-encrypted: give --vault-password-file or --ask-vault-pass")
                 try:
-                    plain = self._vaultlib().decrypt(value["__ansible_vault"]).decode("utf-8")
+                    plain = self._vaultlib(self.vault).decrypt(value["__ansible_vault"]).decode("utf-8")
                 except Exception as exc:  # noqa: BLE001 - any vault failure is bad input
                     raise InputError(f"{where}: cannot decrypt the vaulted value ({exc})") from None
                 self.opened.add(plain)
@@ -182,7 +185,7 @@ class Decryptor:
         return value
 
 
-def group_tree(data: dict) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+def group_tree(data: dict[str, Any]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """(group -> its hosts, group -> its children) from ``--list`` JSON, every group named
     anywhere included (Ansible leaves empty groups out of the top level)."""
     hosts: dict[str, list[str]] = {"all": [], "ungrouped": []}

@@ -86,7 +86,7 @@ def _bounded_filter(fn: Any, name: str) -> Any:
     return bounded
 
 
-def _vtuple(v: Any) -> tuple:
+def _vtuple(v: Any) -> tuple[tuple[int, int | str], ...]:
     parts = re.findall(r"\d+|[A-Za-z]+", str(v))
     return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts)
 
@@ -169,12 +169,12 @@ def _fold(node: nodes.Node) -> Any:
         return -_fold(node.node)
     if isinstance(node, nodes.Pos):
         return +_fold(node.node)
-    op = _FOLDABLE.get(type(node))
-    if op is None:
+    if not isinstance(node, nodes.BinExpr) or type(node) not in _FOLDABLE:
         raise nodes.Impossible()
-    left, right = _fold(node.left), _fold(node.right)       # type: ignore[attr-defined]
+    op = _FOLDABLE[type(node)]
+    left, right = _fold(node.left), _fold(node.right)
     try:
-        return ENV.call_binop(None, op, left, right)          # type: ignore[arg-type]
+        return ENV.call_binop(None, op, left, right)
     except SecurityError:
         raise
     except Exception:       # noqa: BLE001 - 1/0, 'a' - 1: the run reports it, as before
@@ -197,7 +197,7 @@ class AssertionResult:
     error: str | None = None
     value: Any = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"that": self.expr, "passed": self.passed, "error": self.error}
 
 

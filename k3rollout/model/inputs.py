@@ -17,17 +17,22 @@ import json
 import os
 import re
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from k3rollout.errors import InputError
 from k3rollout.model.yamlsrc import load_yaml, load_yaml_text, plain
+
+if TYPE_CHECKING:
+    from k3rollout.model.inventory import Inventory
+    from k3rollout.model.playbook import Playbook
 
 _VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RESERVED = ("facts", "baseline", "vars", "node")
 
 
-def _check_names(data: dict, where: str) -> None:
+def _check_names(data: dict[Any, Any], where: str) -> None:
     for k in data:
         if not isinstance(k, str) or not _VAR.match(k):
             raise InputError(f"{where}: invalid variable name {k!r}: use letters, digits and '_'")
@@ -73,7 +78,8 @@ def parse_extra_vars(values: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def apply_overrides(playbook, inventory, overrides: dict | None):
+def apply_overrides(playbook: Playbook, inventory: Inventory,
+                    overrides: dict[str, Any] | None) -> tuple[Playbook, Inventory]:
     """(playbook, inventory) with ``-e`` over every host's and the play's variables and
     ``-f`` as the play's forks."""
     overrides = overrides or {}
@@ -93,7 +99,7 @@ def apply_overrides(playbook, inventory, overrides: dict | None):
     return playbook, inventory
 
 
-def inventory_inputs(inventory, overrides: dict | None) -> dict[str, Any]:
+def inventory_inputs(inventory: Inventory, overrides: dict[str, Any] | None) -> dict[str, Any]:
     """The inputs.json entries that let ``resume`` resolve the same inventory again."""
     return {"inventory_sources": [str(Path(s).resolve()) if os.path.lexists(s) else s for s in inventory.sources],
             "inventory_resolver": inventory.resolver,
@@ -102,7 +108,7 @@ def inventory_inputs(inventory, overrides: dict | None) -> dict[str, Any]:
             "overrides": overrides or {}}
 
 
-def reload_inputs(playbook, inputs: dict):
+def reload_inputs(playbook: Playbook, inputs: dict[str, Any]) -> tuple[Playbook, Inventory]:
     """The inventory (and the playbook with its overrides) as the run was started with."""
     from k3rollout.model.ansible_inventory import VaultOptions
     from k3rollout.model.inventory import load_inventory
@@ -119,7 +125,28 @@ def reload_inputs(playbook, inputs: dict):
 FAILED_STATES = ("failed", "rolled-back", "rollback-failed", "rollback-required")
 
 
-def write_retry_file(run_dir: Path, view) -> Path | None:
+class _NodeOutcome(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def failed_stage(self) -> str | None: ...
+
+
+class RunOutcome(Protocol):
+    """What the retry file is written from: the run's state as its journal folds
+    (``report.state.RunView``)."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def plan(self) -> dict[str, Any] | None: ...
+    @property
+    def nodes(self) -> Mapping[str, _NodeOutcome]: ...
+
+
+def write_retry_file(run_dir: Path, view: RunOutcome) -> Path | None:
     """After a run with failed hosts (halted, or gone on within max_fail_percentage):
     RUN_DIR/<playbook>.retry, Ansible's retry file (the failed hosts, sorted, one per
     line), for ``--limit @RUN_DIR/<playbook>.retry``."""

@@ -68,7 +68,7 @@ class Host:
 class Group:
     name: str
     vars: dict[str, Any] = field(default_factory=dict)
-    var_lines: dict[str, int] = field(default_factory=dict)
+    var_lines: dict[str, int | None] = field(default_factory=dict)
     hosts: list[str] = field(default_factory=list)
     children: list[str] = field(default_factory=list)
     parents: list[str] = field(default_factory=list)
@@ -90,7 +90,7 @@ class Inventory:
     # the values decrypted from vault: masked in the journal, evidence and reports
     vault_values: tuple[str, ...] = field(default=(), repr=False)
     # the JSON ansible-inventory printed, when it resolved the inventory
-    ansible_json: dict | None = field(default=None, compare=False, repr=False)
+    ansible_json: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def group_hosts(self, name: str) -> list[str]:
         """All hosts of a group and its descendants, in Ansible's order (breadth first)."""
@@ -148,7 +148,7 @@ class Inventory:
                  for n, h in self.hosts.items()}
         return replace(self, hosts=hosts, ansible_json=None)
 
-    def to_ansible_json(self) -> dict:
+    def to_ansible_json(self) -> dict[str, Any]:
         """The shape ``ansible-inventory --list`` prints: merged host vars under _meta,
         groups with their direct hosts and children; empty groups left out."""
         if self.ansible_json is not None:
@@ -172,7 +172,7 @@ class Inventory:
                 out[name] = body
         return out
 
-    def host_json(self, name: str) -> dict:
+    def host_json(self, name: str) -> dict[str, Any]:
         """What ``ansible-inventory --host NAME`` prints: the host's merged variables."""
         if name not in self.hosts:
             raise InputError(f"no host {name!r} in the inventory", path=self.path)
@@ -226,7 +226,7 @@ class _Builder:
         self.path = path
         self.groups: dict[str, Group] = {}
         self.hosts: dict[str, dict[str, Any]] = {}
-        self.host_lines: dict[str, dict[str, int]] = {}
+        self.host_lines: dict[str, dict[str, int | None]] = {}
         self.host_origin: dict[str, Origin] = {}
         self.host_order: list[str] = []
         self.members: dict[str, set[str]] = {}
@@ -351,7 +351,7 @@ def _load_vars_file(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
     data = load_yaml(path)
     if data is None:
         return {}, {}
-    if not isinstance(data, dict):
+    if not isinstance(data, LDict):
         raise InputError(f"a vars file must be a mapping of variable names, got {type(data).__name__}",
                          path=str(path), line=getattr(data, "line", None))
     lines: dict[str, int] = {}
@@ -413,18 +413,18 @@ def _load_native(p: Path) -> Inventory:
             direct[h].remove("ungrouped")
 
     base = p.parent
-    gv_files: dict[str, list[tuple[dict, dict, Path]]] = {}
+    gv_files: dict[str, list[tuple[dict[str, Any], dict[str, int], Path]]] = {}
     for g in b.groups:
         files = _vars_files(base / "group_vars", g)
         gv_files[g] = [(*_load_vars_file(f), f) for f in files]
-    hv_files: dict[str, list[tuple[dict, dict, Path]]] = {}
+    hv_files: dict[str, list[tuple[dict[str, Any], dict[str, int], Path]]] = {}
     for h in b.host_order:
         files = _vars_files(base / "host_vars", h)
         hv_files[h] = [(*_load_vars_file(f), f) for f in files]
 
     depth = _depths(b.groups)
 
-    def sort_key(g: str) -> tuple:
+    def sort_key(g: str) -> tuple[int, int, str]:
         prio = b.groups[g].vars.get("ansible_group_priority", 1)
         return (depth[g], prio if isinstance(prio, int) else 1, g)
 
@@ -677,7 +677,7 @@ def _native_file(sources: list[str], playbook_dir: str | None) -> Path | None:
     return p
 
 
-def load_inventory(source: str | Path | list | tuple, *, playbook_dir: str | Path | None = None,
+def load_inventory(source: str | Path | list[str] | tuple[str, ...], *, playbook_dir: str | Path | None = None,
                    vault: VaultOptions | None = None, resolver: str = "auto") -> Inventory:
     """Resolve what ``-i`` names, as ``ansible-inventory --list`` does.
 

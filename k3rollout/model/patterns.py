@@ -54,7 +54,7 @@ def order_patterns(parts: list[str]) -> list[str]:
     return (regular or ["all"]) + inter + exclude
 
 
-def _compile(term: str) -> re.Pattern:
+def _compile(term: str) -> re.Pattern[str]:
     try:
         return re.compile(term[1:] if term.startswith("~") else fnmatch.translate(term))
     except re.error as exc:

@@ -42,7 +42,7 @@ from pydantic import (
 from k3rollout.errors import InputError
 from k3rollout.model.assertions import AssertionSyntaxError, check_expression, check_template
 from k3rollout.model.durations import parse_duration
-from k3rollout.model.yamlsrc import LDict, line_at, load_yaml, plain
+from k3rollout.model.yamlsrc import LDict, LList, line_at, load_yaml, plain
 
 # DOMAIN.md "The change, in order": evidence, cordon, upgrade, CUDA init, minimal launch,
 # features and cross-node, then expansion. The order is a safety rule, not a preference.
@@ -304,6 +304,10 @@ class Stage(_Strict):
 SerialItem = int | str
 
 
+def _one_at_a_time() -> list[SerialItem]:
+    return [1]
+
+
 def _check_serial_item(v: Any) -> Any:
     if isinstance(v, bool):
         raise ValueError("serial values are integers or percentages like \"25%\"")
@@ -323,7 +327,7 @@ def _check_serial_item(v: Any) -> Any:
 class Play(_Strict):
     name: str
     hosts: str
-    serial: list[SerialItem] = Field(default_factory=lambda: [1])
+    serial: list[SerialItem] = Field(default_factory=_one_at_a_time)
     max_fail_percentage: float = Field(default=0, ge=0, le=100)
     min_serving: int | str = 0
     forks: int = Field(default=100, ge=1, le=4096)   # hosts worked on at once (threads)
@@ -398,7 +402,8 @@ def load_playbook(path: str | Path) -> Playbook:
     if isinstance(data, dict):
         raise InputError("a playbook is a YAML list of plays; start the play with '- name: ...'",
                          path=sp, line=getattr(data, "line", 1))
-    if not isinstance(data, list) or not data:
+    # LList: a YAML sequence; an !!omap or !!pairs document loads as a plain list of pairs, not plays
+    if not isinstance(data, LList) or not data:
         raise InputError("a playbook is a non-empty YAML list of plays", path=sp, line=getattr(data, "line", 1))
     if len(data) != 1:
         raise InputError(f"k3rollout runs one play per playbook; this one has {len(data)}",
@@ -472,7 +477,7 @@ def _check_stages(play: Play, play_data: Any, path: str) -> None:
 
 
 def play_vars(play: Play) -> dict[str, Any]:
-    return plain(dict(play.vars))
+    return {k: plain(v) for k, v in play.vars.items()}
 
 
 __all__ = ["AssertBlock", "LDict", "Play", "Playbook", "RollbackStep", "Stage", "STAGE_ORDER", "load_playbook"]

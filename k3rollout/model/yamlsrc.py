@@ -22,19 +22,19 @@ import yaml
 from k3rollout.errors import InputError
 
 
-class LDict(dict):
+class LDict(dict[Any, Any]):
     """A dict that knows the line of itself and of each key (1-based)."""
 
     line: int = 0
-    key_lines: dict
+    key_lines: dict[Any, int]
 
     def line_of(self, key: Any) -> int:
         return self.key_lines.get(key, self.line)
 
 
-class LList(list):
+class LList(list[Any]):
     line: int = 0
-    item_lines: list
+    item_lines: list[int]
 
     def line_of(self, index: int) -> int:
         if isinstance(index, int) and 0 <= index < len(self.item_lines):

@@ -116,4 +116,4 @@ def input_changes(records: list[dict[str, Any]], *, playbook_sha256: str, invent
             was.update({k: r[k] for k in was if r.get(k)})
     now = {"playbook_sha256": playbook_sha256, "inventory_sha256": inventory_sha256,
            "inventory_content_sha256": inventory_content_sha256}
-    return {k: (was[k], now[k]) for k in was if was[k] and was[k] != now[k]}
+    return {k: (w, now[k]) for k, w in was.items() if w and w != now[k]}

@@ -118,7 +118,7 @@ def rollback_steps_preview(playbook: Playbook, host_vars: dict[str, Any]) -> lis
 def rollback_estimate(playbook: Playbook) -> float:
     if playbook.play.rollback_estimate is not None:
         return playbook.play.rollback_estimate
-    by_kind = {s.stage: s.estimate_s for s in playbook.stages}
+    by_kind: dict[str, float] = {s.stage: s.estimate_s for s in playbook.stages}
     # each action runs once per node however many stages declare it
     actions = {rb.action for stage in playbook.stages for rb in stage.rollback}
     return sum(by_kind.get(ROLLBACK_UNDOES[a], 0.0) if a == "restore_driver" else 60.0 for a in actions)
