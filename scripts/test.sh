@@ -32,4 +32,5 @@ fi
 # static checks first (configured in pyproject.toml and .importlinter): lint, layering, types
 .venv/bin/ruff check k3rollout tests bench scripts setup.py
 .venv/bin/lint-imports --no-cache
+.venv/bin/mypy
 exec .venv/bin/python -m pytest -q "$@"

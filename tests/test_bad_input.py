@@ -35,6 +35,17 @@ def test_malformed_playbook_names_file_and_line(playbook, line, fragment, capsys
     assert len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("text", ["--- !!omap\n- name: upgrade\n- hosts: all\n", "--- !!pairs\n- name: upgrade\n"])
+def test_playbook_tagged_as_pairs_is_not_a_list_of_plays(tmp_path, text, capsys):
+    """!!omap and !!pairs load as a plain list of pairs, without line marks: still one clear message."""
+    path = tmp_path / "pb.yml"
+    path.write_text(text)
+    assert main(["validate", str(path), "-i", str(SIM_INVENTORY)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:1: a playbook is a non-empty YAML list of plays" in err, err
+    assert "Traceback" not in err
+
+
 @pytest.mark.parametrize("inventory,where,fragment", [
     ("inv-bad-key/hosts.yml", "inv-bad-key/hosts.yml:4:", "unknown key 'hostz'"),
     ("inv-bad-fault/hosts.yml", "inv-bad-fault/host_vars/gpu-02.yml:2:", "nccl_broke"),

@@ -136,7 +136,7 @@ class _NodeOutcome(Protocol):
 
 class RunOutcome(Protocol):
     """What the retry file is written from: the run's state as its journal folds
-    (``report.state.RunView``)."""
+    (``runlog.view.RunView``)."""
 
     @property
     def status(self) -> str: ...
