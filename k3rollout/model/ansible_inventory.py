@@ -129,7 +129,8 @@ def run(sources: list[str], *, action: list[str] | None = None, playbook_dir: st
     return p.stdout
 
 
-def resolve(sources: list[str], *, playbook_dir: str | None = None, vault: VaultOptions | None = None) -> dict[str, Any]:
+def resolve(sources: list[str], *, playbook_dir: str | None = None,
+            vault: VaultOptions | None = None) -> dict[str, Any]:
     """The JSON of ``ansible-inventory --list`` for these sources."""
     out = run(sources, playbook_dir=playbook_dir, vault=vault)
     try:
