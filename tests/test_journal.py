@@ -192,3 +192,38 @@ def test_a_record_of_the_wrong_shape_is_refused_with_its_line(tmp_path):
     assert check({"seq": 5, "ts": "t", "type": "batch_done", "batch": True, "status": "passed", "failed": []}) \
         == "batch_done record's 'batch' is a boolean"
     assert check({"seq": 5, "ts": "t", "type": "node_state", "node": "a", "to": "b", "from": "c"}) is None
+
+
+def test_a_node_record_naming_no_node_is_refused_with_its_line(tmp_path):
+    """An empty node name passed as a string, and the fold then failed on it as an internal error."""
+    j = _journal(tmp_path)
+    _fill(j)
+    j.append("node_state", node="", to="upgrading", event="passed", **{"from": "cordoned"})
+    j.close()
+    with pytest.raises(InputError, match="node_state record's 'node' is empty") as e:
+        jr.Journal.read(tmp_path / "journal.jsonl")
+    assert e.value.line == 4
+    from k3rollout.runlog.records import check
+
+    assert check({"seq": 5, "ts": "t", "type": "stage_started", "node": "", "stage": "cordon"}) \
+        == "stage_started record's 'node' is empty"
+    assert check({"seq": 5, "ts": "t", "type": "stage_started", "node": "gpu-01", "stage": "cordon"}) is None
+
+
+def test_record_checks_are_the_same_where_typing_lacks_notrequired():
+    """Python 3.10 (requires-python) has no typing.NotRequired, and its typing.TypedDict would
+    count every key as required: records.py takes both from typing_extensions there. Run that
+    branch here and compare the checks it compiles with this interpreter's."""
+    import subprocess
+    import sys
+
+    show = "import k3rollout.runlog.records as r; print(repr(r._CHECKS))"
+    as_310 = ("import sys, typing, typing_extensions; del typing.NotRequired; "
+              "sys.version_info = (3, 10, 13, 'final', 0); " + show)
+    here = subprocess.run([sys.executable, "-c", show], capture_output=True, text=True, check=True).stdout
+    old = subprocess.run([sys.executable, "-c", as_310], capture_output=True, text=True, check=True).stdout
+    assert old == here and "'run_started'" in here
+    from k3rollout.runlog.records import _CHECKS
+
+    required, optional = _CHECKS["run_started"]
+    assert [k for k, _ in required] == ["plan", "run_id"] and "plan_sha256" in dict(optional)

@@ -107,7 +107,7 @@ class JournalWriteError(K3RolloutError):
 
 class Journal:
     def __init__(self, path: Path, now_iso: Callable[[], str], *,
-                 write: Callable[[int, bytes], int] = os.write,
+                 write: Callable[[int, bytes | memoryview], int] = os.write,
                  after_append: Callable[[dict[str, Any]], None] | None = None):
         self.path = Path(path)
         self.now_iso = now_iso
@@ -296,7 +296,7 @@ def _fast(raw: bytes) -> list[dict[str, Any]] | None:
     if not raw.endswith(b"\n"):
         return None
     try:
-        recs = fastjson.loads(b"[" + raw[:-1].replace(b"\n", b",") + b"]")
+        recs: list[dict[str, Any]] = fastjson.loads(b"[" + raw[:-1].replace(b"\n", b",") + b"]")
     except ValueError:
         return None
     if not all(isinstance(r, dict) and type(r.get("seq")) is int and "type" in r for r in recs):

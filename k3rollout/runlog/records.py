@@ -13,9 +13,16 @@ detail than the readers need); a type the reader does not know is accepted with 
 common keys checked, and the hash chain still covers it.
 """
 
+import sys
 import typing
+from collections.abc import Callable
 from types import UnionType
-from typing import Any, NotRequired, TypedDict
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    from typing import NotRequired, TypedDict
+else:   # typing gained NotRequired in 3.11; its 3.10 TypedDict would count every key as required
+    from typing_extensions import NotRequired, TypedDict
 
 Num = int | float
 OptStr = str | None
@@ -24,7 +31,7 @@ OptInt = int | None
 
 class RunStarted(TypedDict):
     run_id: str
-    plan: dict
+    plan: dict[str, Any]
     plan_sha256: NotRequired[OptStr]
     approved_plan: NotRequired[OptStr]
     window_end: NotRequired[Num | None]
@@ -43,7 +50,7 @@ class InventoryChanged(TypedDict):
 
 
 class InputsChanged(TypedDict):
-    changes: dict
+    changes: dict[str, Any]
     accepted: NotRequired[bool]
     playbook_sha256: NotRequired[OptStr]
     inventory_sha256: NotRequired[OptStr]
@@ -52,19 +59,19 @@ class InputsChanged(TypedDict):
 
 class BatchStarted(TypedDict):
     batch: int
-    nodes: list
+    nodes: list[Any]
 
 
 class BatchDone(TypedDict):
     batch: int
     status: str
-    failed: list
+    failed: list[Any]
 
 
 class BatchRolledBack(TypedDict):
     batch: int
     ok: bool
-    nodes: list
+    nodes: list[Any]
 
 
 class NodeStateRec(TypedDict):
@@ -93,13 +100,13 @@ class Assertions(TypedDict):
     stage: str
     phase: str
     passed: bool
-    results: list
+    results: list[Any]
 
 
 class Facts(TypedDict):
     node: str
     stage: str
-    facts: dict
+    facts: dict[str, Any]
 
 
 class Triage(TypedDict):
@@ -113,9 +120,9 @@ class StepStarted(TypedDict):
     stage: str
     step: str
     key: str
-    argv: list
+    argv: list[Any]
     once: NotRequired[bool]
-    meta: NotRequired[dict]
+    meta: NotRequired[dict[str, Any]]
 
 
 class StepDone(TypedDict):
@@ -161,8 +168,8 @@ class Evidence(TypedDict):
 
 class RollbackPlan(TypedDict):
     node: str
-    steps: list
-    described: NotRequired[list]
+    steps: list[dict[str, Any]]
+    described: NotRequired[list[str]]
 
 
 class RollbackStarted(TypedDict):
@@ -175,7 +182,7 @@ class RollbackDone(TypedDict):
     node: str
     attempt: int
     ok: bool
-    results: list
+    results: list[dict[str, Any]]
 
 
 class RunHalted(TypedDict):
@@ -218,20 +225,20 @@ class HookDone(TypedDict):
 
 
 class OperatorRollback(TypedDict):
-    batches: list
+    batches: list[Any]
     min_serving: int
     evidence: str
     sha256: str
 
 
 class OperatorRollbackResumed(TypedDict):
-    batches: list
+    batches: list[Any]
 
 
 class OperatorRollbackHalted(TypedDict):
     batch: int
     reason: str
-    remaining: list
+    remaining: list[Any]
 
 
 class OperatorRollbackFinished(TypedDict):
@@ -257,6 +264,8 @@ RECORD_TYPES: dict[str, type] = {
 # ``node_state`` also needs "from", a Python keyword: added below
 _EXTRA_REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {"node_state": {"from": (str,)}}
 
+Spec = tuple[tuple[str, tuple[type, ...]], ...]     # (key, the JSON types it may hold) per key
+
 
 def _json_types(tp: Any) -> tuple[type, ...]:
     if tp is Any:
@@ -273,10 +282,13 @@ def _json_types(tp: Any) -> tuple[type, ...]:
     return (origin or tp,)
 
 
-def _compile(td: type) -> tuple[tuple[tuple[str, tuple[type, ...]], ...], tuple[tuple[str, tuple[type, ...]], ...]]:
+def _compile(td: type) -> tuple[Spec, Spec]:
     hints = typing.get_type_hints(td, include_extras=True)
-    req = tuple((k, _json_types(hints[k])) for k in sorted(td.__required_keys__))
-    opt = tuple((k, _json_types(hints[k])) for k in sorted(td.__optional_keys__))
+    # typing has no type for "a TypedDict class" that declares these two attributes
+    required: frozenset[str] = td.__required_keys__     # type: ignore[attr-defined]
+    optional: frozenset[str] = td.__optional_keys__     # type: ignore[attr-defined]
+    req = tuple((k, _json_types(hints[k])) for k in sorted(required))
+    opt = tuple((k, _json_types(hints[k])) for k in sorted(optional))
     return req, opt
 
 
@@ -298,7 +310,7 @@ def _is(v: Any, types: tuple[type, ...]) -> bool:
     return isinstance(v, types)
 
 
-def _fast_check(req: tuple, opt: tuple) -> Any:
+def _fast_check(req: Spec, opt: Spec) -> Callable[[Any], bool]:
     """One compiled predicate per type for the common case (every record well formed):
     exact type tests, so JSON booleans and numbers are not mistaken for each other."""
     env: dict[str, Any] = {}
@@ -309,13 +321,16 @@ def _fast_check(req: tuple, opt: tuple) -> Any:
             continue
         env[f"t{i}"] = frozenset(types)
         parts.append(f"type(r.get({k!r}, _MISSING)) in t{i}")
+        if k == "node":
+            parts.append("r['node'] != ''")
     for j, (k, types) in enumerate(opt):
         if object in types:
             continue
         env[f"o{j}"] = frozenset(types)
         parts.append(f"({k!r} not in r or type(r[{k!r}]) in o{j})")
     env["_MISSING"] = object()
-    return eval("lambda r: " + " and ".join(parts), env)  # noqa: S307 - built from the TypedDicts above
+    fast: Callable[[Any], bool] = eval("lambda r: " + " and ".join(parts), env)  # built from the TypedDicts above
+    return fast
 
 
 _FAST = {name: _fast_check(*spec) for name, spec in _CHECKS.items()}
@@ -351,6 +366,8 @@ def _explain(r: Any) -> str | None:
             return f"{t} record lacks {k!r}"
         if not _is(r[k], types):
             return f"{t} record's {k!r} is {_type_name(r[k])}"
+        if k == "node" and r[k] == "":
+            return f"{t} record's 'node' is empty"     # the fold (runlog/view.py) needs the node it names
     for k, types in opt:
         if k in r and not _is(r[k], types):
             return f"{t} record's {k!r} is {_type_name(r[k])}"

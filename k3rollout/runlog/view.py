@@ -18,15 +18,15 @@ class NodeView:
     failed_stage: str | None = None
     reason: str = ""
     triage: dict[str, Any] | None = None
-    rollback_plan: list[dict] | None = None
+    rollback_plan: list[dict[str, Any]] | None = None
     rollback_described: list[str] = field(default_factory=list)
     rollback_attempts: int = 0
-    rollback_results: list[dict] = field(default_factory=list)
+    rollback_results: list[dict[str, Any]] = field(default_factory=list)
     rollback_reason: str = ""
     rollback_requested_seq: int = 0
     rollback_done_seq: int = 0
     rollback_ok: bool | None = None
-    timeline: list[dict] = field(default_factory=list)   # stage spans: {stage, start, end, passed}
+    timeline: list[dict[str, Any]] = field(default_factory=list)   # stage spans: {stage, start, end, passed}
 
 
 @dataclass
@@ -41,13 +41,13 @@ class RunView:
     halt: dict[str, Any] | None = None
     nodes: dict[str, NodeView] = field(default_factory=dict)
     batches: dict[int, dict[str, Any]] = field(default_factory=dict)
-    steps_done: dict[tuple[str, str], dict] = field(default_factory=dict)
-    steps_started: dict[tuple[str, str], dict] = field(default_factory=dict)
-    steps_settled: dict[tuple[str, str], dict] = field(default_factory=dict)
+    steps_done: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    steps_started: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    steps_settled: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     step_starts: dict[tuple[str, str], int] = field(default_factory=dict)     # how often each step started
-    evidence: list[dict] = field(default_factory=list)
+    evidence: list[dict[str, Any]] = field(default_factory=list)
     resumes: int = 0
-    manual_rollbacks: list[dict] = field(default_factory=list)
+    manual_rollbacks: list[dict[str, Any]] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)
     last_ts: str | None = None
     plan_sha256: str | None = None
@@ -107,17 +107,20 @@ def apply(v: RunView, r: dict[str, Any]) -> None:
     elif t == "batch_started":
         v.batches[r["batch"]].update(status="running", started=r["ts"])
     elif t == "node_state":
+        assert n is not None             # records.check refuses a node record without a node
         n.state = r["to"]
         if r["to"] == "rollback-required":
             n.rollback_requested_seq = r["seq"]
         if r.get("stage"):
             n.stage = r["stage"]
     elif t == "stage_started":
+        assert n is not None             # records.check refuses a node record without a node
         if r["stage"] not in n.entered:
             n.entered.append(r["stage"])
         n.stage = r["stage"]
         n.timeline.append({"stage": r["stage"], "start": r["ts"], "end": None, "passed": None})
     elif t == "stage_done":
+        assert n is not None             # records.check refuses a node record without a node
         for span in reversed(n.timeline):
             if span["stage"] == r["stage"] and span["end"] is None:
                 span.update(end=r["ts"], passed=r["passed"])
@@ -125,19 +128,24 @@ def apply(v: RunView, r: dict[str, Any]) -> None:
         if not r["passed"]:
             n.failed_stage, n.reason = r["stage"], r.get("reason", "")
     elif t == "facts":
+        assert n is not None             # records.check refuses a node record without a node
         n.facts.update(r["facts"])
         if r["stage"] == "baseline":
             n.baseline.update(r["facts"])
     elif t == "triage":
+        assert n is not None             # records.check refuses a node record without a node
         n.triage = {k: r[k] for k in ("category", "evidence", "reasons", "next_steps", "stage", "confidence",
                                       "runner_up", "scores", "candidates", "contributions") if k in r}
     elif t == "rollback_plan":
+        assert n is not None             # records.check refuses a node record without a node
         n.rollback_plan, n.rollback_described = r["steps"], r.get("described", [])
     elif t == "rollback_started":
+        assert n is not None             # records.check refuses a node record without a node
         n.rollback_attempts = r["attempt"]
         n.rollback_reason = r.get("reason", "")
         n.timeline.append({"stage": "rollback", "start": r["ts"], "end": None, "passed": None})
     elif t == "rollback_done":
+        assert n is not None             # records.check refuses a node record without a node
         n.rollback_results = r["results"]
         n.rollback_done_seq, n.rollback_ok = r["seq"], r["ok"]
         for span in reversed(n.timeline):
