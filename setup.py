@@ -15,7 +15,7 @@ from setuptools.command.build_py import build_py
 SHIPPED = ("playbooks", "inventories", "runbooks")
 
 
-class build_py_with_shipped(build_py):  # noqa: N801 - setuptools' command naming
+class build_py_with_shipped(build_py):  # setuptools' command naming
     def run(self) -> None:
         super().run()
         if getattr(self, "editable_mode", False):

@@ -148,7 +148,7 @@ def test_inconclusive_gate_asks_a_person(tmp_path, decision, final):
 class _Sink(BaseHTTPRequestHandler):
     received: list = []
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):
         body = self.rfile.read(int(self.headers["Content-Length"]))
         _Sink.received.append(json.loads(body))
         self.send_response(204)

@@ -55,7 +55,7 @@ def test_inventory_and_extra_vars_are_never_templated_by_ansible(sshd_cluster, t
 class _Hook(BaseHTTPRequestHandler):
     paths: list = []
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):
         self.rfile.read(int(self.headers["Content-Length"]))
         _Hook.paths.append(self.path)
         self.send_response(204)

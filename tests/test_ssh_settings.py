@@ -93,7 +93,10 @@ def test_ansible_core_agrees_on_the_variable_names(home):
         return yaml.safe_load(text.split('DOCUMENTATION = """')[1].split('"""')[0])["options"]
 
     opts = doc(connection_loader, "ssh")
-    names = lambda o: [v["name"] for v in opts[o].get("vars", [])]      # noqa: E731
+
+    def names(o: str) -> list[str]:
+        return [v["name"] for v in opts[o].get("vars", [])]
+
     assert names("host")[1:3] == ["ansible_host", "ansible_ssh_host"]
     assert names("port") == ["ansible_port", "ansible_ssh_port"]
     assert names("remote_user") == ["ansible_user", "ansible_ssh_user"]

@@ -65,7 +65,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             _check_format(left)
         return super().call_binop(context, operator, left, right)
 
-    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
         name = getattr(__obj, "__name__", None)
         if isinstance(getattr(__obj, "__self__", None), str) and name in _PADDING:
             width = args[0] if args else kwargs.get("width", kwargs.get("tabsize", 0))

@@ -118,7 +118,7 @@ class KubernetesApi:
     def _patch(self, name: str, body: dict[str, Any], what: str) -> None:
         try:
             self.core.patch_node(name, body)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - translated once, here
             raise _err(exc, f"{what} node {name}") from None
 
     def cordon(self, name: str) -> bool:
@@ -144,7 +144,7 @@ class KubernetesApi:
     def pods_on(self, name: str) -> list[Any]:
         try:
             return list(self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - translated once, here
             raise _err(exc, f"list pods on {name}") from None
 
     @staticmethod

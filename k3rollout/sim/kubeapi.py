@@ -532,19 +532,19 @@ class Handler(BaseHTTPRequestHandler):
                     return 200, c.delete_lease(ns, p[7])
         raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
 
-    def do_GET(self) -> None:       # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:       # http.server's naming
         self._handle("GET")
 
-    def do_POST(self) -> None:      # noqa: N802
+    def do_POST(self) -> None:
         self._handle("POST")
 
-    def do_PUT(self) -> None:       # noqa: N802
+    def do_PUT(self) -> None:
         self._handle("PUT")
 
-    def do_PATCH(self) -> None:     # noqa: N802
+    def do_PATCH(self) -> None:
         self._handle("PATCH")
 
-    def do_DELETE(self) -> None:    # noqa: N802
+    def do_DELETE(self) -> None:
         self._handle("DELETE")
 
 

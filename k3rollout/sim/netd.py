@@ -307,7 +307,7 @@ class Daemon:
             res = dispatch(state_dir, [str(a) for a in req["argv"]], stdin)
             return {"rc": res.rc, "stdout": res.stdout, "stderr": res.stderr, "unreachable": res.unreachable,
                     "dropped": res.dropped}
-        except Exception:       # a simulator bug: the engine reports it, it does not pass as output
+        except Exception:  # noqa: BLE001 - a simulator bug: the engine reports it, it does not pass as output
             return {"error": traceback.format_exc()[-4000:]}
 
     def sync_from_thread(self, host: str) -> None:

@@ -64,7 +64,7 @@ def dump_unsafe(data: Any) -> str:
 
 def available() -> bool:
     try:
-        import ansible_runner  # noqa: F401
+        import ansible_runner  # noqa: F401 - only whether it imports
     except ImportError:
         return False
     return True

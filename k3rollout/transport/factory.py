@@ -43,7 +43,7 @@ def check_controller_tools(playbook: Any, hosts: dict[str, Any]) -> dict[str, st
 
         why = f"the driver stage runs {', '.join(vendor_task_files(playbook))} with ansible-runner"
         try:
-            import ansible_runner  # noqa: F401
+            import ansible_runner  # noqa: F401 - only whether it imports
         except ImportError:
             raise InputError(f"the Python package ansible-runner is needed on the controller ({why}) but cannot "
                              "be imported; install k3rollout with its dependencies. Nothing was changed.") from None

@@ -255,7 +255,7 @@ class _SSHFiles:
                 continue
             try:
                 found = c.lookup(alias)
-            except Exception as exc:        # paramiko raises several kinds for a bad Match/token
+            except Exception as exc:  # noqa: BLE001 - paramiko raises several kinds for a bad Match/token
                 raise InputError(f"ssh config: cannot look up {alias!r} ({exc})", path=f) from None
             hostname_default = found.get("hostname") == alias
             for k, val in found.items():
