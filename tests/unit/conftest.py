@@ -210,6 +210,12 @@ class Harness:
         c.baseline.update(baseline or {})
         return c
 
+    def run_stage(self, kind: str, node: str = "gpu-01"):
+        """The stage as the engine runs it (``Engine.run_stage``): its ``pre`` assertions,
+        its parameters rendered, and a ``StepFailed`` or ``ParseError`` turned into a failed
+        outcome. Facts come from the journal only, so this suits the first stage."""
+        return self.engine.run_stage(node, self.engine.stages[self.engine.kinds.index(kind)])
+
     def journal(self) -> list[dict]:
         from k3rollout.runlog.journal import Journal
 
