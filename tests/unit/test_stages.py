@@ -193,6 +193,71 @@ def test_slurm_cordon_with_an_unparseable_answer_drains_and_never_passes_unknown
     assert [r["meta"] for r in h.steps("step_started") if r["step"] == "drain"] == [{"state_before": "unknown"}]
 
 
+# ---------------------------------------------------------------- once steps
+
+
+DRAIN = ["kubectl", "drain", "gpu-01", "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=600s"]
+
+
+def test_a_completed_drain_is_replayed_from_the_journal_not_sent_again(stage_harness, fake_executor):
+    h = stage_harness()
+    fake_executor.expect(DRAIN)
+    fake_executor.expect(KUBECTL_STATE, stdout="true")
+    assert cordon.run(h.ctx("cordon")).passed
+    # the stage again (a resumed run): only the read-only state query goes out; a second
+    # `kubectl drain` would be an unscripted command
+    fake_executor.expect(KUBECTL_STATE, stdout="true")
+    assert cordon.run(h.ctx("cordon")).passed
+    assert [c.argv[1] for c in fake_executor.calls] == ["drain", "get", "get"]
+
+
+def test_a_drain_whose_connection_dropped_is_settled_by_its_probe(stage_harness, fake_executor):
+    from k3rollout.errors import ConnectionLost
+
+    h = stage_harness()
+    fake_executor.expect(DRAIN, raises=ConnectionLost("connection lost while the command ran", host="gpu-01",
+                                                      command="kubectl drain gpu-01"))
+    fake_executor.expect_wait(0.5)                       # the host answers again
+    fake_executor.expect(KUBECTL_STATE, stdout="true")   # the probe: the drain took effect
+    fake_executor.expect(KUBECTL_STATE, stdout="true")   # the stage's own read
+    out = cordon.run(h.ctx("cordon"))
+    assert out.passed and out.facts == {"scheduler_state": "cordoned"}
+    settled = h.steps("step_settled")
+    assert [(r["step"], r["took_effect"]) for r in settled] == [("drain", True)]
+    assert [r["error"] for r in h.steps("step_error")] == ["connection_lost"]
+    assert fake_executor.waits == [("gpu-01", 300.0)]
+
+
+def test_a_drain_whose_connection_dropped_and_did_not_take_is_sent_once_more(stage_harness, fake_executor):
+    from k3rollout.errors import ConnectionLost
+
+    h = stage_harness()
+    fake_executor.expect(DRAIN, raises=ConnectionLost("connection lost", host="gpu-01"))
+    fake_executor.expect_wait(0.5)
+    fake_executor.expect(KUBECTL_STATE, stdout="")       # the probe: still schedulable
+    # the retry goes through the interrupted-step check, which probes once more
+    fake_executor.expect(KUBECTL_STATE, stdout="")
+    fake_executor.expect(DRAIN, stdout="node/gpu-01 drained\n")
+    fake_executor.expect(KUBECTL_STATE, stdout="true")
+    out = cordon.run(h.ctx("cordon"))
+    assert out.passed
+    assert [(r["took_effect"], r["how"]) for r in h.steps("step_settled")] == [
+        (False, "probe after the connection dropped"), (False, "probe after an interrupted run")]
+    assert [r["rc"] for r in h.steps() if r["step"] == "drain"] == [0]
+
+
+def test_an_unreachable_host_fails_the_step_with_the_host_named(stage_harness, fake_executor):
+    from k3rollout.errors import HostUnreachable
+    from k3rollout.stages.base import StepFailed
+
+    h = stage_harness()
+    fake_executor.expect(DRAIN, raises=HostUnreachable("host does not answer", host="gpu-01",
+                                                       command="kubectl drain gpu-01"))
+    with pytest.raises(StepFailed, match="gpu-01"):
+        cordon.run(h.ctx("cordon"))
+    assert [r["error"] for r in h.steps("step_error")] == ["HostUnreachable"]
+
+
 # ---------------------------------------------------------------- uncordon
 
 
@@ -228,6 +293,17 @@ def test_uncordon_does_not_return_a_node_whose_workload_did_not_restart(stage_ha
     assert not out.passed
     assert out.reason == "existing workloads did not restart on the new driver: vllm-k2"
     assert out.facts == {"restarted_serving_failed": ["vllm-k2"]}
+
+
+def test_uncordon_a_container_that_started_and_exited_is_not_restarted(stage_harness, fake_executor):
+    """``docker start`` answers 0 for a container whose process dies at once (CUDA init
+    failing on the new driver): only its state afterwards tells."""
+    h = stage_harness()
+    fake_executor.expect(["docker", "start", "vllm-k2"], stdout="vllm-k2\n")
+    fake_executor.expect(["docker", "inspect", "-f", "{{.State.Status}}", "vllm-k2"], stdout="exited\n")
+    out = uncordon.run(h.ctx("uncordon", facts={"stopped_serving": ["vllm-k2"]},
+                             baseline={"scheduler_state": "schedulable"}))
+    assert not out.passed and out.facts == {"restarted_serving_failed": ["vllm-k2"]}
 
 
 def test_uncordon_without_kubectl(stage_harness, fake_executor):
