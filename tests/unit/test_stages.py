@@ -516,3 +516,100 @@ def test_the_fixture_fails_a_test_that_left_a_scripted_command_unsent(pytester, 
     res.assert_outcomes(passed=3, errors=2)
     res.stdout.fnmatch_lines(["*scripted but never sent: <any host>: kubectl uncordon gpu-01*",
                               "*unscripted command on gpu-01: reboot*"])
+
+
+# ---------------------------------------------------------------- driver_upgrade: reboot and verify
+
+BOOT_ID = ["cat", "/proc/sys/kernel/random/boot_id"]
+OLD_BOOT, NEW_BOOT = "5e5d0e6e-4c1b-4b6e-9f5e-0c0a4b8d2a11\n", "0b3a7c52-9d64-4f0e-8a3b-7e1d2c9f4a60\n"
+
+
+def test_reboot_journals_the_boot_id_and_waits_for_a_new_one(stage_harness, fake_executor):
+    from k3rollout.stages.driver_upgrade import reboot_and_wait
+
+    h = stage_harness()
+    fake_executor.expect(BOOT_ID, stdout=OLD_BOOT)
+    fake_executor.expect(["reboot"])
+    fake_executor.expect_wait(0.1)
+    fake_executor.expect(BOOT_ID, stdout=OLD_BOOT)           # still the old kernel for a moment
+    fake_executor.expect_wait(0.1)
+    fake_executor.expect(BOOT_ID, stdout=NEW_BOOT)
+    ok, why, _ = reboot_and_wait(h.ctx("driver_upgrade"), "reboot", timeout=30)
+    assert ok and why == ""
+    started = [r for r in h.steps("step_started") if r["step"] == "reboot"]
+    assert started[0]["once"] and started[0]["meta"] == {"boot_id_before": OLD_BOOT.strip()}
+    assert [t for _, t in fake_executor.waits][0] <= 30
+
+
+def test_a_reboot_that_dropped_the_connection_is_settled_not_repeated(stage_harness, fake_executor):
+    """`reboot` over SSH usually loses its session: the probe sees the new boot id and
+    the reboot is not sent a second time."""
+    from k3rollout.errors import ConnectionLost
+    from k3rollout.stages.driver_upgrade import reboot_and_wait
+
+    h = stage_harness()
+    fake_executor.expect(BOOT_ID, stdout=OLD_BOOT)
+    fake_executor.expect(["reboot"], raises=ConnectionLost("connection lost while the command ran", host="gpu-01"))
+    fake_executor.expect_wait(0.1)                           # the step runner waits for the host
+    fake_executor.expect_wait(0.1)                           # the probe's own wait
+    fake_executor.expect(BOOT_ID, stdout=NEW_BOOT)
+    fake_executor.expect_wait(0.1)                           # the stage's wait after the step
+    fake_executor.expect(BOOT_ID, stdout=NEW_BOOT)
+    ok, _, _ = reboot_and_wait(h.ctx("driver_upgrade"), "reboot", timeout=30)
+    assert ok
+    assert [(r["step"], r["took_effect"]) for r in h.steps("step_settled")] == [("reboot", True)]
+    assert [c.argv for c in fake_executor.calls].count(["reboot"]) == 1
+
+
+SMI_QUERY_580 = SMI_QUERY.replace("575.57.08", "580.95.05")
+
+
+def _verify_script(fake, module="580.95.05"):
+    fake.expect(parsers.GPU_QUERY_ARGV, stdout=SMI_QUERY_580)
+    fake.expect(["cat", "/proc/driver/nvidia/version"],
+                stdout=f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {module}  Release Build  "
+                       "(dvs-builder@U16-I3-B03-4-3)  Thu Sep 18 22:46:35 UTC 2025\n")
+    fake.expect(["dkms", "status"], stdout=f"nvidia/{module}, 5.15.0-83-generic, x86_64: installed\n")
+    fake.expect(["cat", "/proc/driver/nvidia/params"], stdout=(DATA / "proc-driver-nvidia-params.txt").read_text())
+    fake.expect(["systemctl", "is-active", "nvidia-fabricmanager"], stdout="active\n")
+    fake.expect(parsers.DPKG_ARGV, stdout="nvidia-driver-580-server-open\t580.95.05-0ubuntu0.22.04.2\tii \n")
+
+
+def test_verify_driver_after_the_reboot(stage_harness, fake_executor):
+    from k3rollout.stages.driver_upgrade import verify_driver
+
+    h = stage_harness()
+    _verify_script(fake_executor)
+    ok, why, f = verify_driver(h.ctx("driver_upgrade", facts={"pkg_mgr": "apt"}), "580.95.05")
+    assert ok, why
+    assert f["driver_version"] == f["module_version"] == "580.95.05" and f["fabricmanager"] == "active"
+    assert f["nvidia_params"]["OpenRmEnableUnsupportedGpus"] == "1"
+    assert f["driver_packages"] == [{"name": "nvidia-driver-580-server-open", "version": "580.95.05-0ubuntu0.22.04.2",
+                                     "status": "ii"}]
+
+
+def test_verify_driver_catches_a_stale_kernel_module(stage_harness, fake_executor):
+    """nvidia-smi (user space) at the target while the old module is still loaded."""
+    from k3rollout.stages.driver_upgrade import verify_driver
+
+    h = stage_harness()
+    _verify_script(fake_executor, module="575.57.08")
+    ok, why, f = verify_driver(h.ctx("driver_upgrade"), "580.95.05")
+    assert not ok and why == "loaded kernel module is 575.57.08, expected 580.95.05"
+
+
+def test_verify_driver_when_nvidia_smi_cannot_talk_to_the_driver(stage_harness, fake_executor):
+    from k3rollout.stages.driver_upgrade import verify_driver
+
+    h = stage_harness()
+    fake_executor.expect(parsers.GPU_QUERY_ARGV, rc=9, stdout=SMI_FAILED)
+    fake_executor.expect(["cat", "/proc/driver/nvidia/version"], rc=1,
+                         stderr="cat: /proc/driver/nvidia/version: No such file or directory\n")
+    fake_executor.missing(["dkms", "status"])
+    fake_executor.expect(["cat", "/proc/driver/nvidia/params"], rc=1,
+                         stderr="cat: /proc/driver/nvidia/params: No such file or directory\n")
+    fake_executor.expect(["systemctl", "is-active", "nvidia-fabricmanager"], rc=3, stdout="inactive\n")
+    fake_executor.expect(parsers.DPKG_ARGV, stdout="")
+    ok, why, f = verify_driver(h.ctx("driver_upgrade"), "580.95.05")
+    assert not ok and why.startswith("driver is not 580.95.05 after reboot: NVIDIA-SMI has failed")
+    assert f["module_version"] is None and f["nvidia_params"] == {} and f["fabricmanager"] == "inactive"
