@@ -108,10 +108,6 @@ class FakeExecutor:
         """One ``wait_for_host`` call: returns the seconds waited, or raises the error."""
         self.wait_answers.append(answer)
 
-    @property
-    def pending(self) -> list[Expected]:
-        return self.script
-
     def sent(self) -> list[list[str]]:
         return [c.argv for c in self.calls]
 
@@ -187,12 +183,6 @@ def fake_executor_class():
     """The class itself, for tests of the fake's own strictness (which must not fail
     through the fixture's teardown)."""
     return FakeExecutor
-
-
-@pytest.fixture
-def not_found():
-    """The shell's message for a missing program (``not_found("nvidia-smi")``)."""
-    return lambda prog: NOT_FOUND.format(prog=prog)
 
 
 @dataclass
