@@ -80,6 +80,9 @@ def wait_for_new_boot(ctx: NodeCtx, before: str, timeout: float,
             now = ctx.read_boot_id()
         except StepFailed as exc:
             last = str(exc).splitlines()[0]
+            # a transport whose wait fails at once (refused while the host boots) must not
+            # spin: pause as after an old boot id
+            time.sleep(min(0.2, max(0.0, timeout - (time.monotonic() - started))))
             continue
         if now and now != before:
             return True, "", time.monotonic() - started

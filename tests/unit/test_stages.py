@@ -541,6 +541,22 @@ def test_reboot_journals_the_boot_id_and_waits_for_a_new_one(stage_harness, fake
     assert [t for _, t in fake_executor.waits][0] <= 30
 
 
+def test_a_host_refusing_at_once_while_it_boots_is_polled_not_spun_on(stage_harness, fake_executor):
+    """A transport whose wait fails immediately (connection refused while the host boots)
+    is retried at a pause, not in a tight loop: over 1 s, a handful of waits, then the
+    timeout with the last error."""
+    from k3rollout.errors import HostUnreachable
+    from k3rollout.stages.driver_upgrade import wait_for_new_boot
+
+    h = stage_harness()
+    for _ in range(50):
+        fake_executor.expect_wait(HostUnreachable("connection refused", host="gpu-01"))
+    ok, why, _ = wait_for_new_boot(h.ctx("driver_upgrade"), OLD_BOOT.strip(), timeout=1.0)
+    assert not ok and "did not come back within 1s" in why and "connection refused" in why
+    assert 2 <= len(fake_executor.waits) <= 10, len(fake_executor.waits)
+    fake_executor.wait_answers.clear()       # the unused answers are this test's margin
+
+
 def test_a_reboot_that_dropped_the_connection_is_settled_not_repeated(stage_harness, fake_executor):
     """`reboot` over SSH usually loses its session: the probe sees the new boot id and
     the reboot is not sent a second time."""
