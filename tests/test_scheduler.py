@@ -72,7 +72,7 @@ def test_sim_slurm_node_is_draining_while_its_job_runs_then_drained(tmp_path):
 
 
 def test_slurm_operations_run_on_the_named_scheduler_host_and_wait_for_drained(tmp_path):
-    inv = slurm_inventory(tmp_path, {"gpu-01": {"sim_slurm_job_s": 1.5}, "gpu-02": {}})
+    inv = slurm_inventory(tmp_path, {"gpu-01": {"sim_slurm_job_after_drain_s": 1.0}, "gpu-02": {}})
     run_dir = tmp_path / "run"
     assert main(["run", str(write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0)), "-i", str(inv),
                  "--yes", "--run-dir", str(run_dir)]) == 0
@@ -99,7 +99,8 @@ def test_without_a_scheduler_host_the_simulated_controller_answers_scontrol(tmp_
     """scontrol runs on the controller by default; on a simulated cluster that is the sim's
     controller (it answers for every node, as slurmctld does), never the node itself and
     never a real scontrol that happens to be installed on this machine."""
-    inv = slurm_inventory(tmp_path, {"gpu-01": {"sim_slurm_job_s": 1.0}, "gpu-02": {}}, controller=False)
+    inv = slurm_inventory(tmp_path, {"gpu-01": {"sim_slurm_job_after_drain_s": 1.0}, "gpu-02": {}},
+                          controller=False)
     run_dir = tmp_path / "run"
     assert main(["run", str(write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0)), "-i", str(inv),
                  "--yes", "--run-dir", str(run_dir)]) == 0

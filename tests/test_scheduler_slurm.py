@@ -36,9 +36,13 @@ def ts(rec: dict) -> float:
 def test_cordon_waits_until_the_running_job_ends_before_the_driver_is_touched(tmp_path, slurm_cluster):
     slurm = slurm_cluster(["gpu-01", "gpu-02"])
     marker = tmp_path / "job-ended"
-    # a real job holds gpu-01 for 3 s and notes when it ends
+    # a real job holds gpu-01 until 2 s after the drain is asked for (at most 60 s), and
+    # notes when it ends: the node is DRAINING for those 2 s however long the stages before
+    # cordon take on a loaded machine
+    wait_drain = ("for i in $(seq 300); do scontrol show node gpu-01 | grep -q 'State=[A-Z]*+DRAIN' && break; "
+                  "sleep 0.2; done")
     res = slurm.run("sbatch", "--parsable", "-w", "gpu-01", "-N", "1", "-o", "/dev/null",
-                    "--wrap", f"sleep 3; date +%s.%N > {marker}", check=True)
+                    "--wrap", f"{wait_drain}; sleep 2; date +%s.%N > {marker}", check=True)
     job = res.stdout.strip().split(";")[0]
     slurm._wait(lambda: slurm.state("gpu-01") == "ALLOCATED", 30, f"job {job} did not start")
     inv = write_inventory(tmp_path / "inv", {"gpu-01": {}}, {"scheduler": "slurm"})

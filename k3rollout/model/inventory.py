@@ -512,7 +512,8 @@ def _check_known_vars(host: Host) -> None:
         if var in v and not (isinstance(v[var], str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.\-]{0,252}|[0-9A-Fa-f:]+",
                                                                      v[var])):
             raise bad(var, f"must be a host name or IP address, got {v[var]!r}")
-    for var in ("sim_token_s", "sim_latency_s", "sim_reboot_s", "sim_slow_reboot_s", "sim_slurm_job_s"):
+    for var in ("sim_token_s", "sim_latency_s", "sim_reboot_s", "sim_slow_reboot_s", "sim_slurm_job_s",
+                "sim_slurm_job_after_drain_s"):
         if var in v and (isinstance(v[var], bool) or not isinstance(v[var], (int, float)) or v[var] < 0):
             raise bad(var, f"must be a non-negative number of seconds, got {v[var]!r}")
     if "scheduler" in v and v["scheduler"] not in ("kubernetes", "slurm", "none"):

@@ -106,6 +106,10 @@ def scontrol(state: dict[str, Any], args: list[str], state_dir: Path | None = No
                 if not kv.get("Reason"):
                     return 1, "", "You must specify a reason when DOWNING or DRAINING a node. Request denied\n"
                 ns["state"], ns["reason"] = "cordoned", kv["Reason"]
+                now = time.time()
+                for j in ns.get("jobs", []):
+                    if "after_drain_s" in j:
+                        j["end"] = min(j["end"], now + float(j.pop("after_drain_s")))
             else:
                 ns["state"] = "schedulable"
                 ns.pop("reason", None)

@@ -50,6 +50,17 @@ def fabric_manager_fails(state: dict[str, Any]) -> bool:
     return "cuda_init_fails" in state["faults"] and state["loaded_driver"] != state["original_driver"]
 
 
+def _sim_job(name: str, hv: dict[str, Any], now: float) -> dict[str, Any]:
+    job: dict[str, Any] = {"id": 10000 + zlib.crc32(name.encode()) % 90000,
+                           "cpus": int(hv.get("sim_slurm_job_cpus", SLURM_CPUS))}
+    if hv.get("sim_slurm_job_after_drain_s"):
+        # a job that runs until its work is done, which is this long after the drain
+        job["end"], job["after_drain_s"] = now + 86400.0, float(hv["sim_slurm_job_after_drain_s"])
+    else:
+        job["end"] = now + float(hv["sim_slurm_job_s"])
+    return job
+
+
 def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> dict[str, Any]:
     driver = str(hv.get("sim_driver", "575.57.08"))
     os_family = str(hv.get("ansible_os_family", "Debian"))
@@ -123,10 +134,10 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
         "scheduler": {"kind": str(hv.get("scheduler", "kubernetes")),
                       "state": initial_sim_scheduler_state(hv),
                       # Slurm jobs running on the node: sim_slurm_job_s holds it that long from
-                      # now on sim_slurm_job_cpus of its CPUs (all: ALLOCATED, some: MIXED)
-                      "jobs": [{"id": 10000 + zlib.crc32(name.encode()) % 90000, "end": now + float(hv["sim_slurm_job_s"]),
-                                "cpus": int(hv.get("sim_slurm_job_cpus", SLURM_CPUS))}]
-                      if hv.get("sim_slurm_job_s") else []},
+                      # now, sim_slurm_job_after_drain_s until that long after a drain is asked
+                      # for, on sim_slurm_job_cpus of its CPUs (all: ALLOCATED, some: MIXED)
+                      "jobs": [_sim_job(name, hv, now)]
+                      if hv.get("sim_slurm_job_s") or hv.get("sim_slurm_job_after_drain_s") else []},
         "docker": {"nvidia_runtime": "container_runtime_missing" not in faults, "images": images,
                    "containers": containers},
         # what listens where: the daemon in sim/netd.py serves these on ``address``
