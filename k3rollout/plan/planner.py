@@ -22,6 +22,7 @@ from k3rollout.errors import InputError
 from k3rollout.model.inventory import Inventory, declared_out_of_service
 from k3rollout.model.playbook import ROLLBACK_UNDOES, Playbook
 from k3rollout.plan.approval import inventory_digest
+from k3rollout.plan import timing as tm
 from k3rollout.plan.serial import serial_batches
 
 
@@ -63,6 +64,9 @@ class Plan:
     unit: str = "node"                  # what serial, min_serving and serving_* count: node or replica
     groups: dict[str, list[str]] = field(default_factory=dict)   # replica -> its nodes (group_by)
     inventory_sha256: str = ""          # the inventory's content (plan/approval.py inventory_digest)
+    # estimates and their sources, each unit's time out of service, makespan of serial batches and
+    # of a sliding window beside the lower bound at the floor (plan/timing.py)
+    timing: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -131,7 +135,43 @@ def _estimates(playbook: Playbook, in_place: bool) -> tuple[float, float]:
     return sum(s.estimate_s for s in playbook.stages), rollback_estimate(playbook)
 
 
-def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | None = None) -> Plan:
+def _batch_estimate(nodes: list[str], forks: int, per_node: float, node_total: dict[str, float] | None) -> float:
+    """A batch takes one node's stages per wave of ``forks`` nodes; with durations per node
+    (history by hardware class) each wave takes its slowest node."""
+    if node_total is None:
+        return per_node * math.ceil(len(nodes) / forks)
+    return sum(max(node_total[n] for n in nodes[i:i + forks]) for i in range(0, len(nodes), forks))
+
+
+def _timing(playbook: Playbook, inventory: Inventory, hosts: list[str], units: dict[str, list[str]],
+            disruptive: bool, max_out: int, history: tm.History | None
+            ) -> tuple[dict[str, Any], dict[str, float] | None]:
+    """The plan's ``timing`` section, and each node's total when history changed it."""
+    play = playbook.play
+    stages = [{"stage": s.stage, "estimate_s": s.estimate_s} for s in playbook.stages]
+    kinds = [s["stage"] for s in stages]
+    node_class = {h: tm.hardware_class(inventory.hosts[h].vars) for h in hosts}
+    rows = tm.stage_table(stages, node_class.values(), history)
+    dur = tm.duration_fn(rows, node_class)
+    if not disruptive and not play.vars.get("allow_in_place_change", True):
+        kinds = [k for k in kinds if k == "baseline"]
+    ut = tm.unit_times(units, kinds, dur, disruptive)
+    # units out at once: the floor's allowance, and no more nodes than forks at a time
+    k = max(1, min(max_out, play.forks // max(len(v) for v in units.values())))
+    serial = list(play.serial)
+    canary = [len(b) for b in serial_batches(list(units), serial)[:max(0, len(serial) - 1)]]
+    out = tm.summary(ut, 0.0, tm.window_makespan(ut, canary, k), k)
+    out.update(stages=rows, history_runs=list(history.runs) if history else [], canary=canary,
+               estimate_basis="p90 of earlier runs where history has samples, else the playbook's estimate"
+               if history else "the playbook's estimates")
+    node_total = None
+    if history is not None:
+        node_total = {h: sum(dur(h, kk) for kk in kinds) for h in hosts}
+    return out, node_total
+
+
+def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | None = None,
+              history: tm.History | None = None) -> Plan:
     play = playbook.play
     hosts = inventory.select(play.hosts)
     if not hosts:
@@ -145,7 +185,7 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | Non
     not_serving = out_of_service_before(inventory, hosts)
     groups = serving_groups(play.group_by, hosts, inventory) if play.group_by else {}
     if groups:
-        return _replica_plan(playbook, inventory, hosts, groups, not_serving, window_s, in_place)
+        return _replica_plan(playbook, inventory, hosts, groups, not_serving, window_s, in_place, history)
     serving = total - len(not_serving)
     notes: list[str] = []
     if not_serving:
@@ -170,11 +210,12 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | Non
                      "'no_change'; move validation to an isolated compatible environment")
 
     per_node, rb_est = _estimates(playbook, in_place)
+    timing, node_total = _timing(playbook, inventory, hosts, {h: [h] for h in hosts}, cordons and in_place,
+                                 max_out, history)
     offset = 0.0
     batches: list[BatchPlan] = []
     for i, (nodes, capped) in enumerate(batches_nodes, start=1):
-        waves = math.ceil(len(nodes) / play.forks)
-        est = per_node * waves
+        est = _batch_estimate(nodes, play.forks, per_node, node_total)
         out = len([n for n in nodes if n not in not_serving]) if (cordons and in_place) else 0
         fits = None
         if window_s is not None:
@@ -188,6 +229,7 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | Non
                            for n in nodes] if in_place else [],
         ))
         offset += est
+    timing["serial_makespan_s"] = offset
     fits_all = None if window_s is None else all(b.fits_window for b in batches)
     if window_s is not None and not fits_all:
         n_fit = sum(1 for b in batches if b.fits_window)
@@ -198,7 +240,7 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | Non
         inventory_sha256=inventory_digest(inventory),
         hosts=hosts, serial=list(play.serial), max_fail_percentage=play.max_fail_percentage,
         min_serving=floor, forks=play.forks, stages=stages, batches=batches, window_s=window_s,
-        total_estimate_s=offset, fits_window=fits_all, in_place_change=in_place, notes=notes,
+        total_estimate_s=offset, fits_window=fits_all, in_place_change=in_place, notes=notes, timing=timing,
     )
 
 
@@ -230,7 +272,8 @@ def serving_groups(var: str, hosts: list[str], inventory: Inventory) -> dict[str
 
 
 def _replica_plan(playbook: Playbook, inventory: Inventory, hosts: list[str], groups: dict[str, list[str]],
-                  not_serving: list[str], window_s: float | None, in_place: bool) -> Plan:
+                  not_serving: list[str], window_s: float | None, in_place: bool,
+                  history: tm.History | None = None) -> Plan:
     """Batches of whole serving groups; serial, min_serving and capacity count replicas."""
     play = playbook.play
     names = list(groups)
@@ -253,11 +296,12 @@ def _replica_plan(playbook: Playbook, inventory: Inventory, hosts: list[str], gr
     for b in serial_batches(names, play.serial):
         chunks += split_by_floor(b, down, max_out) if (cordons and in_place) else [(b, False)]
     per_node, rb_est = _estimates(playbook, in_place)
+    timing, node_total = _timing(playbook, inventory, hosts, groups, cordons and in_place, max_out, history)
     offset = 0.0
     batches: list[BatchPlan] = []
     for i, (reps, capped) in enumerate(chunks, start=1):
         nodes = [n for g in reps for n in groups[g]]
-        est = per_node * math.ceil(len(nodes) / play.forks)
+        est = _batch_estimate(nodes, play.forks, per_node, node_total)
         out = len([g for g in reps if g not in down]) if (cordons and in_place) else 0
         fits = None if window_s is None else offset + est + rb_est <= window_s
         batches.append(BatchPlan(
@@ -267,6 +311,7 @@ def _replica_plan(playbook: Playbook, inventory: Inventory, hosts: list[str], gr
             rollback_plan=[{"node": n, "steps": rollback_steps_preview(playbook, inventory.hosts[n].vars)}
                            for n in nodes] if in_place else []))
         offset += est
+    timing["serial_makespan_s"] = offset
     fits_all = None if window_s is None else all(b.fits_window for b in batches)
     if window_s is not None and not fits_all:
         notes.append(f"only {sum(1 for b in batches if b.fits_window)} of {len(batches)} batch(es) fit the window")
@@ -276,4 +321,4 @@ def _replica_plan(playbook: Playbook, inventory: Inventory, hosts: list[str], gr
                 forks=play.forks, stages=[{"name": s.name, "stage": s.stage, "estimate_s": s.estimate_s}
                                           for s in playbook.stages],
                 batches=batches, window_s=window_s, total_estimate_s=offset, fits_window=fits_all,
-                in_place_change=in_place, notes=notes, unit="replica", groups=groups)
+                in_place_change=in_place, notes=notes, unit="replica", groups=groups, timing=timing)
