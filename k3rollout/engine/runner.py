@@ -508,6 +508,13 @@ class Engine(GateMixin, StepRunnerMixin):
                 "hosts", "min_serving", "max_fail_percentage", "fits_window", "playbook_sha256")},
                 "batches": [{"index": b["index"], "nodes": b["nodes"]} for b in plan["batches"]]}, "run"):
             return self.halt("hook", "the confirm_rollout hook did not confirm the rollout", None)
+        if self.playbook.play.prestage is not None and self.in_place:
+            from k3rollout.engine import prestage
+
+            why = prestage.run(self, [n for b in plan["batches"] if self.view.batches[b["index"]]["status"]
+                                      == "not_started" for n in b["nodes"]])
+            if why:
+                return self.halt("prestage", why, None)
         for batch in plan["batches"]:
             idx = batch["index"]
             b = self.view.batches[idx]

@@ -229,6 +229,22 @@ class Pause(_Strict):
         return None if v is None else parse_duration(v)
 
 
+class Prestage(_Strict):
+    """Work done on a node while it still serves, before the batches (engine/prestage.py):
+    download the target driver packages without installing them, pull the image by digest,
+    check the model weights' manifest, check disk space."""
+    parallel: int = Field(default=4, ge=1, le=4096)        # nodes pre-staged at once
+    min_free_gib: float = Field(default=50, ge=0)          # free space each checked path must keep
+    image_digest: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
+    weights_manifest: str | None = None                    # sha256sum-style manifest where the weights live
+    estimate: float = 600.0
+
+    @field_validator("estimate", mode="before")
+    @classmethod
+    def _estimate(cls, v: Any) -> Any:
+        return parse_duration(v)
+
+
 class BatchPause(Pause):
     after_batch: int = Field(ge=1)
 
@@ -342,6 +358,7 @@ class Play(_Strict):
     # a host var naming the model replica a node serves in (its tensor/expert-parallel
     # group): batches take whole groups, and serial and min_serving count replicas
     group_by: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    prestage: Prestage | None = None
     stages: list[Stage]
 
     @field_validator("failure_budget", mode="before")
