@@ -127,3 +127,43 @@ def _target_pins(d):
     return [(n, rows[0]["version"]) for n, rows in offers.items()
             if any(r["version"].startswith("580.95.05") for r in rows) and n.startswith(("nvidia-", "libnvidia-"))
             for rows in [[r for r in rows if r["version"].startswith("580.95.05")]]]
+
+
+def test_plan_puts_prestage_ahead_of_the_batches(tmp_path):
+    from k3rollout.model import load_inventory, load_playbook
+    from k3rollout.plan import make_plan
+
+    inv = load_inventory(write_inventory(tmp_path / "inv", {f"gpu-{i:02d}": {} for i in range(1, 9)}))
+    plain = make_plan(load_playbook(write_playbook(tmp_path / "a.yml")), inv)
+    pre = make_plan(load_playbook(write_playbook(tmp_path / "b.yml", prestage={"parallel": 3, "estimate": "10m"})),
+                    inv)
+    assert "prestage" not in plain.timing and plain.batches[0].start_offset_s == 0
+    # 8 nodes, 3 at a time: three rounds of 10 minutes before batch 1
+    assert pre.timing["prestage"]["ahead_s"] == 1800 and pre.batches[0].start_offset_s == 1800
+    assert pre.total_estimate_s == plain.total_estimate_s + 1800
+    assert pre.timing["serial_makespan_s"] == plain.timing["serial_makespan_s"]
+    assert any(n.startswith("pre-staging first: 8 node(s), 3 at a time") for n in pre.notes)
+
+
+def test_driver_stage_sees_a_cache_emptied_since_prestaging(tmp_path):
+    from k3rollout.stages.prestage import check_staged
+    from k3rollout.transport.base import CommandResult
+
+    d = st.init_host(tmp_path / "h", "h", {})
+    pins = [f"{n}={v}" for n, v in _target_pins(d)]
+    assert run_cmd(d, ["apt-get", "install", "--download-only", "-y", *pins]).rc == 0
+    listing = run_cmd(d, ["find", "/var/cache/apt/archives", "-maxdepth", "1", "-name", "*.deb",
+                          "-printf", "%s %f\\n"]).stdout
+    staged = {ln.split()[1]: int(ln.split()[0]) for ln in listing.splitlines()}
+
+    class Ctx:
+        facts = {"prestage": {"staged": staged}}
+
+        def step(self, name, argv):
+            r = run_cmd(d, argv)
+            return CommandResult(host="h", argv=tuple(argv), rc=r.rc, stdout=r.stdout, stderr=r.stderr, duration_s=0.0)
+
+    assert check_staged(Ctx()) == {"staged_intact": True, "staged_missing": [], "staged_changed": []}
+    run_cmd(d, ["apt-get", "clean"])
+    got = check_staged(Ctx())
+    assert got["staged_intact"] is False and sorted(got["staged_missing"]) == sorted(staged)

@@ -170,6 +170,19 @@ def _timing(playbook: Playbook, inventory: Inventory, hosts: list[str], units: d
     return out, node_total
 
 
+def _prestage(playbook: Playbook, hosts: list[str], in_place: bool, timing: dict[str, Any], notes: list[str]) -> float:
+    """Pre-staging runs before batch 1 (engine/prestage.py): the batches start that much later."""
+    pre = playbook.play.prestage
+    if pre is None or not in_place:
+        return 0.0
+    ahead = pre.estimate * math.ceil(len(hosts) / pre.parallel)
+    timing["prestage"] = {"nodes": len(hosts), "parallel": pre.parallel, "estimate_s": pre.estimate, "ahead_s": ahead}
+    notes.append(f"pre-staging first: {len(hosts)} node(s), {pre.parallel} at a time while they still serve "
+                 f"(driver packages downloaded, image pulled by digest, weights manifest and disk space checked), "
+                 f"about {ahead / 60:.0f} min before batch 1")
+    return ahead
+
+
 def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | None = None,
               history: tm.History | None = None) -> Plan:
     play = playbook.play
@@ -212,7 +225,7 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | Non
     per_node, rb_est = _estimates(playbook, in_place)
     timing, node_total = _timing(playbook, inventory, hosts, {h: [h] for h in hosts}, cordons and in_place,
                                  max_out, history)
-    offset = 0.0
+    offset = _prestage(playbook, hosts, in_place, timing, notes)
     batches: list[BatchPlan] = []
     for i, (nodes, capped) in enumerate(batches_nodes, start=1):
         est = _batch_estimate(nodes, play.forks, per_node, node_total)
@@ -229,7 +242,7 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | Non
                            for n in nodes] if in_place else [],
         ))
         offset += est
-    timing["serial_makespan_s"] = offset
+    timing["serial_makespan_s"] = offset - timing.get("prestage", {}).get("ahead_s", 0.0)
     fits_all = None if window_s is None else all(b.fits_window for b in batches)
     if window_s is not None and not fits_all:
         n_fit = sum(1 for b in batches if b.fits_window)
@@ -297,7 +310,7 @@ def _replica_plan(playbook: Playbook, inventory: Inventory, hosts: list[str], gr
         chunks += split_by_floor(b, down, max_out) if (cordons and in_place) else [(b, False)]
     per_node, rb_est = _estimates(playbook, in_place)
     timing, node_total = _timing(playbook, inventory, hosts, groups, cordons and in_place, max_out, history)
-    offset = 0.0
+    offset = _prestage(playbook, hosts, in_place, timing, notes)
     batches: list[BatchPlan] = []
     for i, (reps, capped) in enumerate(chunks, start=1):
         nodes = [n for g in reps for n in groups[g]]
@@ -311,7 +324,7 @@ def _replica_plan(playbook: Playbook, inventory: Inventory, hosts: list[str], gr
             rollback_plan=[{"node": n, "steps": rollback_steps_preview(playbook, inventory.hosts[n].vars)}
                            for n in nodes] if in_place else []))
         offset += est
-    timing["serial_makespan_s"] = offset
+    timing["serial_makespan_s"] = offset - timing.get("prestage", {}).get("ahead_s", 0.0)
     fits_all = None if window_s is None else all(b.fits_window for b in batches)
     if window_s is not None and not fits_all:
         notes.append(f"only {sum(1 for b in batches if b.fits_window)} of {len(batches)} batch(es) fit the window")

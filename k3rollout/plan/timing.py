@@ -250,6 +250,10 @@ def describe(t: dict[str, Any], unit: str = "node", fmt: Callable[[float], str] 
         extra = (f" (median {fmt(r['median_s'])}, p90 {fmt(r['p90_s'])}, {r['samples']} sample(s))"
                  if r["samples"] else "")
         lines.append(f"  {r['stage']:<15} {r['class']:<22} {fmt(r['used_s']):>8}  {r['source']}{extra}")
+    if t.get("prestage"):
+        p = t["prestage"]
+        lines.append(f"pre-staging: {p['nodes']} node(s), {p['parallel']} at a time, {fmt(p['ahead_s'])} before batch 1 "
+                     "(nodes still serving)")
     lines.append(f"out of service per {unit}: mean {fmt(t['out_of_service_mean_s'])}, "
                  f"p95 {fmt(t['out_of_service_p95_s'])}")
     for u in t["units"]:
