@@ -245,6 +245,26 @@ class Prestage(_Strict):
         return parse_duration(v)
 
 
+class Window(_Strict):
+    """The sliding-window batch policy after the canary batches (engine/window.py)."""
+    max_unavailable: int | str                              # nodes in flight at once: 4 or "10%"
+    fail_window: int = Field(default=10, ge=1)              # max_fail_percentage over the last N started
+    cutoff: float = 0.0                                     # margin before the window's end
+
+    @field_validator("max_unavailable", mode="before")
+    @classmethod
+    def _max_unavailable(cls, v: Any) -> Any:
+        v = _check_serial_item(v)
+        if v in (0, "0%"):
+            raise ValueError("max_unavailable must let at least one node out")
+        return v
+
+    @field_validator("cutoff", mode="before")
+    @classmethod
+    def _cutoff(cls, v: Any) -> Any:
+        return parse_duration(v)
+
+
 class BatchPause(Pause):
     after_batch: int = Field(ge=1)
 
@@ -359,6 +379,7 @@ class Play(_Strict):
     # group): batches take whole groups, and serial and min_serving count replicas
     group_by: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     prestage: Prestage | None = None
+    window: Window | None = None
     stages: list[Stage]
 
     @field_validator("failure_budget", mode="before")
@@ -476,6 +497,15 @@ def _check_stages(play: Play, play_data: Any, path: str) -> None:
         i = kinds.index("cordon")
         raise InputError(f"stages.{i}: a play that cordons must end with `uncordon`, or nodes stay out of service",
                          path=path, line=line(i))
+    if play.window is not None:
+        paused = [i for i, st in enumerate(play.stages) if st.pause is not None]
+        if paused:
+            raise InputError(f"stages.{paused[0]}.pause: a stage gate waits per batch, and `window:` has no batches "
+                             "after the canaries; gate with `pauses: [{after_batch: N}]` instead", path=path,
+                             line=line(paused[0], "pause"))
+        if play.group_by:
+            raise InputError("window: the sliding window takes nodes one by one; with `group_by` (whole replicas) "
+                             "use serial batches", path=path, line=getattr(play_data, "line", None))
     for i, stage in enumerate(play.stages):
         try:
             params = PARAMS_BY_KIND[stage.stage].model_validate(stage.params)

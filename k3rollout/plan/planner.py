@@ -23,7 +23,7 @@ from k3rollout.model.inventory import Inventory, declared_out_of_service
 from k3rollout.model.playbook import ROLLBACK_UNDOES, Playbook
 from k3rollout.plan.approval import inventory_digest
 from k3rollout.plan import timing as tm
-from k3rollout.plan.serial import serial_batches
+from k3rollout.plan.serial import pct_to_int, serial_batches
 
 
 @dataclass
@@ -67,6 +67,8 @@ class Plan:
     # estimates and their sources, each unit's time out of service, makespan of serial batches and
     # of a sliding window beside the lower bound at the floor (plan/timing.py)
     timing: dict[str, Any] = field(default_factory=dict)
+    # the sliding window (engine/window.py), when the play has `window:`: its batch and limits
+    policy: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -170,6 +172,16 @@ def _timing(playbook: Playbook, inventory: Inventory, hosts: list[str], units: d
     return out, node_total
 
 
+def _window_policy(play: Any, total: int, max_out: int, per_node: float, rb_est: float,
+                   node_total: dict[str, float] | None, batch: int) -> dict[str, Any]:
+    w = play.window
+    want = pct_to_int(w.max_unavailable, total) if isinstance(w.max_unavailable, str) else int(w.max_unavailable)
+    k = max(1, min(want, max_out, play.forks))
+    unit = max(node_total.values()) if node_total else per_node
+    return {"name": "window", "batch": batch, "max_unavailable": k, "fail_window": w.fail_window,
+            "cutoff_s": w.cutoff, "unit_estimate_s": unit, "rollback_estimate_s": rb_est}
+
+
 def _prestage(playbook: Playbook, hosts: list[str], in_place: bool, timing: dict[str, Any], notes: list[str]) -> float:
     """Pre-staging runs before batch 1 (engine/prestage.py): the batches start that much later."""
     pre = playbook.play.prestage
@@ -209,13 +221,20 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | Non
     max_out = serving - floor
     cordons = any(s.stage == "cordon" for s in playbook.stages)
     batches_nodes: list[tuple[list[str], bool]] = []
+    window_idx: int | None = None
     if cordons and in_place:
         if max_out < 1:
             raise InputError(
                 f"min_serving {play.min_serving!r} keeps {floor} of {serving} serving nodes in service: "
                 "no node can be taken out. Lower min_serving or add capacity.", path=playbook.path)
-        for b in raw:
+        n_canary = len(play.serial) - 1 if play.window is not None else len(raw)
+        for b in raw[:n_canary]:
             batches_nodes += split_by_floor(b, set(not_serving), max_out)
+        rest = [h for b in raw[n_canary:] for h in b]
+        if rest:
+            # the sliding window (engine/window.py): one batch after the canaries, at most k in flight
+            batches_nodes.append((rest, False))
+            window_idx = len(batches_nodes)
     else:
         batches_nodes = [(b, False) for b in raw]
     if not in_place:
@@ -227,12 +246,37 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | Non
                                  max_out, history)
     offset = _prestage(playbook, hosts, in_place, timing, notes)
     batches: list[BatchPlan] = []
+    policy: dict[str, Any] = {}
+    if play.window is not None and window_idx is not None:
+        policy = _window_policy(play, len(hosts), max_out, per_node, rb_est, node_total, window_idx)
+        notes.append(f"sliding window after {window_idx - 1} canary batch(es): batch {window_idx} "
+                     f"keeps up to {policy['max_unavailable']} node(s) in flight, starting one as another finishes; "
+                     f"no node starts once more than {play.max_fail_percentage:g}% of the last "
+                     f"{policy['fail_window']} started have failed, or that cannot finish or roll back "
+                     "before the window ends" + (f" less {play.window.cutoff / 60:.0f} min" if play.window.cutoff
+                                                 else ""))
     for i, (nodes, capped) in enumerate(batches_nodes, start=1):
         est = _batch_estimate(nodes, play.forks, per_node, node_total)
+        if policy and i == policy["batch"]:
+            k = policy["max_unavailable"]
+            est = tm.window_makespan([u for u in timing["units"] if u["unit"] in set(nodes)], [], k) \
+                if node_total is not None else per_node * math.ceil(len(nodes) / k)
         out = len([n for n in nodes if n not in not_serving]) if (cordons and in_place) else 0
+        if policy and i == policy["batch"]:
+            out = min(out, policy["max_unavailable"])
         fits = None
         if window_s is not None:
             fits = offset + est + rb_est <= window_s
+            if policy and i == policy["batch"]:
+                # a window batch is not all or nothing: a node starts while it can finish or roll back
+                # before the cut-off
+                k, unit = policy["max_unavailable"], policy["unit_estimate_s"]
+                room = window_s - offset - unit - rb_est - policy["cutoff_s"]
+                can = 0 if room < 0 else min(len(nodes), k * (int(room // unit) + 1) if unit > 0 else len(nodes))
+                fits = can == len(nodes)
+                if not fits:
+                    notes.append(f"window batch {i}: {can} of {len(nodes)} node(s) can start before the cut-off; "
+                                 "the rest stay pending")
         batches.append(BatchPlan(
             index=i, nodes=list(nodes), estimate_s=est, rollback_estimate_s=rb_est,
             start_offset_s=offset, end_offset_s=offset + est, serving_before=serving,
@@ -243,8 +287,14 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | Non
         ))
         offset += est
     timing["serial_makespan_s"] = offset - timing.get("prestage", {}).get("ahead_s", 0.0)
+    if policy:
+        # what this plan's window batch takes, and what serial batches would have taken instead
+        timing["window_makespan_s"] = timing["serial_makespan_s"]
+        timing["serial_makespan_s"] = sum(
+            _batch_estimate(p, play.forks, per_node, node_total)
+            for b in raw for p, _ in split_by_floor(b, set(not_serving), max_out))
     fits_all = None if window_s is None else all(b.fits_window for b in batches)
-    if window_s is not None and not fits_all:
+    if window_s is not None and not fits_all and not (policy and all(b.fits_window for b in batches[:-1])):
         n_fit = sum(1 for b in batches if b.fits_window)
         notes.append(f"only {n_fit} of {len(batches)} batch(es) fit the window; the run stops before the first "
                      "that does not and leaves its nodes pending")
@@ -254,6 +304,7 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | Non
         hosts=hosts, serial=list(play.serial), max_fail_percentage=play.max_fail_percentage,
         min_serving=floor, forks=play.forks, stages=stages, batches=batches, window_s=window_s,
         total_estimate_s=offset, fits_window=fits_all, in_place_change=in_place, notes=notes, timing=timing,
+        policy=policy,
     )
 
 
