@@ -3,9 +3,11 @@
 import json
 
 from conftest import commands, journal, result, sim_state, write_inventory, write_playbook
+
 from k3rollout.cli import main
-from k3rollout.sim.dispatch import dispatch as run_cmd
 from k3rollout.sim import state as st
+from k3rollout.sim.dispatch import dispatch as run_cmd
+
 
 def _digest():
     return st.REGISTRY["vllm/vllm-openai:kimi-k3"]["digest"]

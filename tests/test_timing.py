@@ -3,6 +3,7 @@
 import json
 
 from conftest import PLAYBOOK, journal, write_inventory, write_playbook
+
 from k3rollout.cli import main
 from k3rollout.model import load_inventory, load_playbook
 from k3rollout.plan import make_plan

@@ -2,13 +2,13 @@
 
 from datetime import datetime
 
+import pytest
 from conftest import journal, result, write_inventory, write_playbook
+
 from k3rollout.cli import main
 from k3rollout.errors import InputError
 from k3rollout.model import load_inventory, load_playbook
 from k3rollout.plan import make_plan
-
-import pytest
 
 
 def _ts(t):

@@ -21,8 +21,8 @@ from typing import Any
 from k3rollout.errors import InputError
 from k3rollout.model.inventory import Inventory, declared_out_of_service
 from k3rollout.model.playbook import ROLLBACK_UNDOES, Playbook
-from k3rollout.plan.approval import inventory_digest
 from k3rollout.plan import timing as tm
+from k3rollout.plan.approval import inventory_digest
 from k3rollout.plan.serial import pct_to_int, serial_batches
 
 
@@ -150,8 +150,8 @@ def _timing(playbook: Playbook, inventory: Inventory, hosts: list[str], units: d
             ) -> tuple[dict[str, Any], dict[str, float] | None]:
     """The plan's ``timing`` section, and each node's total when history changed it."""
     play = playbook.play
-    stages = [{"stage": s.stage, "estimate_s": s.estimate_s} for s in playbook.stages]
-    kinds = [s["stage"] for s in stages]
+    stages: list[dict[str, Any]] = [{"stage": s.stage, "estimate_s": s.estimate_s} for s in playbook.stages]
+    kinds: list[str] = [s.stage for s in playbook.stages]
     node_class = {h: tm.hardware_class(inventory.hosts[h].vars) for h in hosts}
     rows = tm.stage_table(stages, node_class.values(), history)
     dur = tm.duration_fn(rows, node_class)
@@ -166,9 +166,9 @@ def _timing(playbook: Playbook, inventory: Inventory, hosts: list[str], units: d
     out.update(stages=rows, history_runs=list(history.runs) if history else [], canary=canary,
                estimate_basis="p90 of earlier runs where history has samples, else the playbook's estimate"
                if history else "the playbook's estimates")
-    node_total = None
+    node_total: dict[str, float] | None = None
     if history is not None:
-        node_total = {h: sum(dur(h, kk) for kk in kinds) for h in hosts}
+        node_total = {h: float(sum(dur(h, kk) for kk in kinds)) for h in hosts}
     return out, node_total
 
 

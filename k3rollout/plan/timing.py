@@ -31,9 +31,10 @@ from __future__ import annotations
 import heapq
 import math
 import statistics
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Iterable
+from typing import Any
 
 UNKNOWN = "unknown"
 
@@ -182,7 +183,7 @@ def summary(units: list[dict[str, Any]], serial_s: float, window_s: float, k: in
             "out_of_service_p95_s": percentile(oos, 95) if oos else 0.0}
 
 
-def actual(plan: dict[str, Any], nodes: dict[str, dict[str, Any]], started: str | None,
+def actual(plan: dict[str, Any], nodes: dict[str, list[dict[str, Any]]], started: str | None,
            finished: str | None) -> dict[str, Any] | None:
     """What happened, from a run's folded journal: per unit, the time out of service (its
     first cordon start to its last uncordon end, or its rollback's end), the irreducible
@@ -192,13 +193,14 @@ def actual(plan: dict[str, Any], nodes: dict[str, dict[str, Any]], started: str 
     if not plan.get("batches"):
         return None
     groups = plan.get("groups") or {n: [n] for n in plan.get("hosts", [])}
-    units = []
+    units: list[dict[str, Any]] = []
     for unit, members in groups.items():
-        out_from = out_to = None
+        out_from: float | None = None
+        out_to: float | None = None
         lead = work = 0.0
         ran = False
         for n in members:
-            spans = nodes.get(n) or []
+            spans: list[dict[str, Any]] = nodes.get(n) or []
             by_stage: dict[str, float] = {}
             for sp in spans:
                 a, b = _ts(sp.get("start")), _ts(sp.get("end"))
@@ -224,11 +226,11 @@ def actual(plan: dict[str, Any], nodes: dict[str, dict[str, Any]], started: str 
     makespan = (b - a) if (a is not None and b is not None) else None
     k = _max_out(plan)
     lb, basis = lower_bound([{**u, "out_of_service_s": u["work_s"]} for u in units], k)
-    oos = [u["out_of_service_s"] for u in units]
-    work = sum(u["work_s"] for u in units)
+    oos_all = [float(u["out_of_service_s"]) for u in units]
+    total_work = sum(float(u["work_s"]) for u in units)
     return {"units": units, "makespan_s": makespan, "lower_bound_s": lb, "lower_bound_basis": basis, "max_out": k,
-            "out_of_service_mean_s": statistics.fmean(oos), "out_of_service_p95_s": percentile(oos, 95),
-            "out_of_service_ratio": (sum(oos) / work) if work else None,
+            "out_of_service_mean_s": statistics.fmean(oos_all), "out_of_service_p95_s": percentile(oos_all, 95),
+            "out_of_service_ratio": (sum(oos_all) / total_work) if total_work else None,
             "makespan_ratio": (makespan / lb) if (makespan and lb) else None}
 
 

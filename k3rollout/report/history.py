@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from k3rollout.engine.journal import Journal
 from k3rollout.errors import InputError
 from k3rollout.plan import timing as tm
-from k3rollout.report.state import RunView, fold
+from k3rollout.runlog.journal import Journal
+from k3rollout.runlog.view import RunView, fold
 
 
 def load_history(run_dirs: list[str]) -> tm.History:

@@ -155,7 +155,6 @@ def model(run_dir: Path, view: RunView | None = None, records: int | None = None
                "no_change": "No in-place change (evidence only)", "running": "Run did not finish (resume it)"}
     batches = _batches(v, result)
     from k3rollout.plan.approval import plan_vs_actual
-
     from k3rollout.report.history import run_timing
 
     diff = plan_vs_actual(v.plan or {}, v)

@@ -15,9 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from k3rollout.sim import cache
+from k3rollout.sim import cache, gpu, nccl, netd, repos, sched
 from k3rollout.sim import docker as dk
-from k3rollout.sim import gpu, nccl, netd, repos, sched
 from k3rollout.sim import state as st
 
 
