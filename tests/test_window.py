@@ -96,3 +96,26 @@ def test_window_plan_and_bad_input(tmp_path):
                                      stage_set={"driver_upgrade": {"pause": {}}}))
     with pytest.raises(InputError, match="max_unavailable"):
         load_playbook(write_playbook(tmp_path / "d.yml", window={"max_unavailable": 0}))
+
+
+def test_a_run_killed_inside_the_window_resumes_without_repeating(tmp_path):
+    from conftest import cli
+
+    inv = write_inventory(tmp_path / "inv", {f"gpu-{i:02d}": {} for i in range(1, 7)})
+    pb = write_playbook(tmp_path / "pb.yml", serial=[1, 1], min_serving=3, window={"max_unavailable": 2},
+                        prestage={"parallel": 2})
+    run_dir = tmp_path / "run"
+    env = {"K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")}
+    killed = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), env=env, fault=("KILL", 900))
+    assert killed.returncode == -9
+    assert cli("resume", str(run_dir), env=env).returncode == 0
+    recs = journal(run_dir)
+    resumed = next(r["seq"] for r in recs if r["type"] == "run_resumed")
+    window_start = next(r["seq"] for r in recs if r["type"] == "batch_started" and r["batch"] == 2)
+    assert window_start < resumed                      # the kill fell inside the window batch
+    assert [r["batch"] for r in recs if r["type"] == "batch_started"] == [1, 2]
+    assert sorted(r["node"] for r in recs if r["type"] == "prestage_done") == [f"gpu-{i:02d}" for i in range(1, 7)]
+    for node in [f"gpu-{i:02d}" for i in range(1, 7)]:
+        reboots = [r for r in recs if r["type"] == "step_started" and r["node"] == node and r["step"] == "reboot"]
+        assert len(reboots) == 1
+    assert all(n["final"] == "upgraded" for n in result(run_dir)["nodes"].values())
