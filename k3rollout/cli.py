@@ -155,7 +155,12 @@ def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
     if args.list_hosts:
         return _list_hosts(playbook, inventory)
     window_s, _ = _window_seconds(args, clock)
-    plan = make_plan(playbook, inventory, window_s=window_s)
+    history = None
+    if getattr(args, "history", None):
+        from k3rollout.report.history import load_history
+
+        history = load_history([d for group in args.history for d in group])
+    plan = make_plan(playbook, inventory, window_s=window_s, history=history)
     _controller_tools(playbook, inventory, plan)
     if getattr(args, "preflight", False):
         from k3rollout.engine.session import new_run_id
@@ -188,6 +193,10 @@ def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
         print(f"{b.index:>5}  {format_duration(b.start_offset_s):>7}  {format_duration(b.estimate_s):>7}  "
               f"{format_duration(b.rollback_estimate_s):>9}  {b.serving_during:>4}/{b.serving_before:<4}  {fit:>6}  "
               + (f"replicas {', '.join(b.replicas)}: " if b.replicas else "") + f"{', '.join(b.nodes)}{cap}")
+    from k3rollout.plan.timing import describe
+
+    for line in describe(plan.timing, plan.unit, lambda x: format_duration(x) if x >= 10 else f"{x:.2f}s"):
+        print(line)
     print(f"plan sha256 {digest} (run --approved-plan refuses a plan that differs)")
     print(f"total {format_duration(plan.total_estimate_s)}"
           + ("" if window_s is None else f" in a {format_duration(window_s)} window: "
@@ -603,6 +612,9 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--rollback", action="store_true", help="also list each node's rollback plan")
     sp.add_argument("--preflight", action="store_true",
                     help="also run the read-only preflight on every node and add its result to the plan")
+    sp.add_argument("--history", nargs="+", action="append", metavar="RUN_DIR",
+                    help="take stage durations from these earlier runs' journals (p90 per stage and hardware "
+                         "class) instead of the playbook's estimates")
     sp.set_defaults(fn=cmd_plan)
     sp = sub.add_parser("run", help="execute the rollout")
     pb_inv(sp)

@@ -508,9 +508,22 @@ class Engine(GateMixin, StepRunnerMixin):
                 "hosts", "min_serving", "max_fail_percentage", "fits_window", "playbook_sha256")},
                 "batches": [{"index": b["index"], "nodes": b["nodes"]} for b in plan["batches"]]}, "run"):
             return self.halt("hook", "the confirm_rollout hook did not confirm the rollout", None)
+        if self.playbook.play.prestage is not None and self.in_place:
+            from k3rollout.engine import prestage
+
+            why = prestage.run(self, [n for b in plan["batches"] if self.view.batches[b["index"]]["status"]
+                                      == "not_started" for n in b["nodes"]])
+            if why:
+                return self.halt("prestage", why, None)
+        policy = plan.get("policy") or {}
         for batch in plan["batches"]:
             idx = batch["index"]
             b = self.view.batches[idx]
+            if policy.get("name") == "window" and idx == policy.get("batch") and b["status"] not in DONE_BATCH:
+                stop = self.run_window(batch, policy)
+                if stop:
+                    return stop
+                continue
             if b["status"] in DONE_BATCH:
                 # what a stop right after the batch left undone: its post_batch hooks (a hook
                 # that completed is not called again) and its gate
@@ -546,6 +559,22 @@ class Engine(GateMixin, StepRunnerMixin):
             if stop:
                 return stop
         return self.finish("completed" if self.in_place else "no_change")
+
+    def run_window(self, batch: dict, policy: dict) -> str | None:
+        """The sliding window after the canary batches (engine/window.py); the run's end or None."""
+        from k3rollout.engine import window
+
+        idx = batch["index"]
+        if self.view.batches[idx]["status"] == "not_started" and \
+                not self.run_hooks("pre_batch", {"batch": idx, "nodes": batch["nodes"]}, f"batch{idx}"):
+            return self.halt("hook", f"a pre_batch hook refused batch {idx}", idx)
+        stop = window.run(self, batch, policy)
+        if stop:
+            return self.halt(stop[0], stop[1], idx)
+        over = self.over_budget()
+        if over:
+            return self.halt("failure_budget", over, idx)
+        return None
 
     def post_batch(self, idx: int, nodes: list[str], status: str, failed: list[str]) -> None:
         self.run_hooks("post_batch", {"batch": idx, "nodes": nodes, "status": status, "failed": failed}, f"batch{idx}")

@@ -229,6 +229,42 @@ class Pause(_Strict):
         return None if v is None else parse_duration(v)
 
 
+class Prestage(_Strict):
+    """Work done on a node while it still serves, before the batches (engine/prestage.py):
+    download the target driver packages without installing them, pull the image by digest,
+    check the model weights' manifest, check disk space."""
+    parallel: int = Field(default=4, ge=1, le=4096)        # nodes pre-staged at once
+    min_free_gib: float = Field(default=50, ge=0)          # free space each checked path must keep
+    image_digest: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
+    weights_manifest: str | None = None                    # sha256sum-style manifest where the weights live
+    estimate: float = 600.0
+
+    @field_validator("estimate", mode="before")
+    @classmethod
+    def _estimate(cls, v: Any) -> Any:
+        return parse_duration(v)
+
+
+class Window(_Strict):
+    """The sliding-window batch policy after the canary batches (engine/window.py)."""
+    max_unavailable: int | str                              # nodes in flight at once: 4 or "10%"
+    fail_window: int = Field(default=10, ge=1)              # max_fail_percentage over the last N started
+    cutoff: float = 0.0                                     # margin before the window's end
+
+    @field_validator("max_unavailable", mode="before")
+    @classmethod
+    def _max_unavailable(cls, v: Any) -> Any:
+        v = _check_serial_item(v)
+        if v in (0, "0%"):
+            raise ValueError("max_unavailable must let at least one node out")
+        return v
+
+    @field_validator("cutoff", mode="before")
+    @classmethod
+    def _cutoff(cls, v: Any) -> Any:
+        return parse_duration(v)
+
+
 class BatchPause(Pause):
     after_batch: int = Field(ge=1)
 
@@ -342,6 +378,8 @@ class Play(_Strict):
     # a host var naming the model replica a node serves in (its tensor/expert-parallel
     # group): batches take whole groups, and serial and min_serving count replicas
     group_by: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    prestage: Prestage | None = None
+    window: Window | None = None
     stages: list[Stage]
 
     @field_validator("failure_budget", mode="before")
@@ -459,6 +497,15 @@ def _check_stages(play: Play, play_data: Any, path: str) -> None:
         i = kinds.index("cordon")
         raise InputError(f"stages.{i}: a play that cordons must end with `uncordon`, or nodes stay out of service",
                          path=path, line=line(i))
+    if play.window is not None:
+        paused = [i for i, st in enumerate(play.stages) if st.pause is not None]
+        if paused:
+            raise InputError(f"stages.{paused[0]}.pause: a stage gate waits per batch, and `window:` has no batches "
+                             "after the canaries; gate with `pauses: [{after_batch: N}]` instead", path=path,
+                             line=line(paused[0], "pause"))
+        if play.group_by:
+            raise InputError("window: the sliding window takes nodes one by one; with `group_by` (whole replicas) "
+                             "use serial batches", path=path, line=getattr(play_data, "line", None))
     for i, stage in enumerate(play.stages):
         try:
             params = PARAMS_BY_KIND[stage.stage].model_validate(stage.params)

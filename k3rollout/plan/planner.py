@@ -21,8 +21,9 @@ from typing import Any
 from k3rollout.errors import InputError
 from k3rollout.model.inventory import Inventory, declared_out_of_service
 from k3rollout.model.playbook import ROLLBACK_UNDOES, Playbook
+from k3rollout.plan import timing as tm
 from k3rollout.plan.approval import inventory_digest
-from k3rollout.plan.serial import serial_batches
+from k3rollout.plan.serial import pct_to_int, serial_batches
 
 
 @dataclass
@@ -63,6 +64,11 @@ class Plan:
     unit: str = "node"                  # what serial, min_serving and serving_* count: node or replica
     groups: dict[str, list[str]] = field(default_factory=dict)   # replica -> its nodes (group_by)
     inventory_sha256: str = ""          # the inventory's content (plan/approval.py inventory_digest)
+    # estimates and their sources, each unit's time out of service, makespan of serial batches and
+    # of a sliding window beside the lower bound at the floor (plan/timing.py)
+    timing: dict[str, Any] = field(default_factory=dict)
+    # the sliding window (engine/window.py), when the play has `window:`: its batch and limits
+    policy: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -131,7 +137,66 @@ def _estimates(playbook: Playbook, in_place: bool) -> tuple[float, float]:
     return sum(s.estimate_s for s in playbook.stages), rollback_estimate(playbook)
 
 
-def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | None = None) -> Plan:
+def _batch_estimate(nodes: list[str], forks: int, per_node: float, node_total: dict[str, float] | None) -> float:
+    """A batch takes one node's stages per wave of ``forks`` nodes; with durations per node
+    (history by hardware class) each wave takes its slowest node."""
+    if node_total is None:
+        return per_node * math.ceil(len(nodes) / forks)
+    return sum(max(node_total[n] for n in nodes[i:i + forks]) for i in range(0, len(nodes), forks))
+
+
+def _timing(playbook: Playbook, inventory: Inventory, hosts: list[str], units: dict[str, list[str]],
+            disruptive: bool, max_out: int, history: tm.History | None
+            ) -> tuple[dict[str, Any], dict[str, float] | None]:
+    """The plan's ``timing`` section, and each node's total when history changed it."""
+    play = playbook.play
+    stages: list[dict[str, Any]] = [{"stage": s.stage, "estimate_s": s.estimate_s} for s in playbook.stages]
+    kinds: list[str] = [s.stage for s in playbook.stages]
+    node_class = {h: tm.hardware_class(inventory.hosts[h].vars) for h in hosts}
+    rows = tm.stage_table(stages, node_class.values(), history)
+    dur = tm.duration_fn(rows, node_class)
+    if not disruptive and not play.vars.get("allow_in_place_change", True):
+        kinds = [k for k in kinds if k == "baseline"]
+    ut = tm.unit_times(units, kinds, dur, disruptive)
+    # units out at once: the floor's allowance, and no more nodes than forks at a time
+    k = max(1, min(max_out, play.forks // max(len(v) for v in units.values())))
+    serial = list(play.serial)
+    canary = [len(b) for b in serial_batches(list(units), serial)[:max(0, len(serial) - 1)]]
+    out = tm.summary(ut, 0.0, tm.window_makespan(ut, canary, k), k)
+    out.update(stages=rows, history_runs=list(history.runs) if history else [], canary=canary,
+               estimate_basis="p90 of earlier runs where history has samples, else the playbook's estimate"
+               if history else "the playbook's estimates")
+    node_total: dict[str, float] | None = None
+    if history is not None:
+        node_total = {h: float(sum(dur(h, kk) for kk in kinds)) for h in hosts}
+    return out, node_total
+
+
+def _window_policy(play: Any, total: int, max_out: int, per_node: float, rb_est: float,
+                   node_total: dict[str, float] | None, batch: int) -> dict[str, Any]:
+    w = play.window
+    want = pct_to_int(w.max_unavailable, total) if isinstance(w.max_unavailable, str) else int(w.max_unavailable)
+    k = max(1, min(want, max_out, play.forks))
+    unit = max(node_total.values()) if node_total else per_node
+    return {"name": "window", "batch": batch, "max_unavailable": k, "fail_window": w.fail_window,
+            "cutoff_s": w.cutoff, "unit_estimate_s": unit, "rollback_estimate_s": rb_est}
+
+
+def _prestage(playbook: Playbook, hosts: list[str], in_place: bool, timing: dict[str, Any], notes: list[str]) -> float:
+    """Pre-staging runs before batch 1 (engine/prestage.py): the batches start that much later."""
+    pre = playbook.play.prestage
+    if pre is None or not in_place:
+        return 0.0
+    ahead = pre.estimate * math.ceil(len(hosts) / pre.parallel)
+    timing["prestage"] = {"nodes": len(hosts), "parallel": pre.parallel, "estimate_s": pre.estimate, "ahead_s": ahead}
+    notes.append(f"pre-staging first: {len(hosts)} node(s), {pre.parallel} at a time while they still serve "
+                 f"(driver packages downloaded, image pulled by digest, weights manifest and disk space checked), "
+                 f"about {ahead / 60:.0f} min before batch 1")
+    return ahead
+
+
+def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | None = None,
+              history: tm.History | None = None) -> Plan:
     play = playbook.play
     hosts = inventory.select(play.hosts)
     if not hosts:
@@ -145,7 +210,7 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | Non
     not_serving = out_of_service_before(inventory, hosts)
     groups = serving_groups(play.group_by, hosts, inventory) if play.group_by else {}
     if groups:
-        return _replica_plan(playbook, inventory, hosts, groups, not_serving, window_s, in_place)
+        return _replica_plan(playbook, inventory, hosts, groups, not_serving, window_s, in_place, history)
     serving = total - len(not_serving)
     notes: list[str] = []
     if not_serving:
@@ -156,13 +221,20 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | Non
     max_out = serving - floor
     cordons = any(s.stage == "cordon" for s in playbook.stages)
     batches_nodes: list[tuple[list[str], bool]] = []
+    window_idx: int | None = None
     if cordons and in_place:
         if max_out < 1:
             raise InputError(
                 f"min_serving {play.min_serving!r} keeps {floor} of {serving} serving nodes in service: "
                 "no node can be taken out. Lower min_serving or add capacity.", path=playbook.path)
-        for b in raw:
+        n_canary = len(play.serial) - 1 if play.window is not None else len(raw)
+        for b in raw[:n_canary]:
             batches_nodes += split_by_floor(b, set(not_serving), max_out)
+        rest = [h for b in raw[n_canary:] for h in b]
+        if rest:
+            # the sliding window (engine/window.py): one batch after the canaries, at most k in flight
+            batches_nodes.append((rest, False))
+            window_idx = len(batches_nodes)
     else:
         batches_nodes = [(b, False) for b in raw]
     if not in_place:
@@ -170,15 +242,41 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | Non
                      "'no_change'; move validation to an isolated compatible environment")
 
     per_node, rb_est = _estimates(playbook, in_place)
-    offset = 0.0
+    timing, node_total = _timing(playbook, inventory, hosts, {h: [h] for h in hosts}, cordons and in_place,
+                                 max_out, history)
+    offset = _prestage(playbook, hosts, in_place, timing, notes)
     batches: list[BatchPlan] = []
+    policy: dict[str, Any] = {}
+    if play.window is not None and window_idx is not None:
+        policy = _window_policy(play, len(hosts), max_out, per_node, rb_est, node_total, window_idx)
+        notes.append(f"sliding window after {window_idx - 1} canary batch(es): batch {window_idx} "
+                     f"keeps up to {policy['max_unavailable']} node(s) in flight, starting one as another finishes; "
+                     f"no node starts once more than {play.max_fail_percentage:g}% of the last "
+                     f"{policy['fail_window']} started have failed, or that cannot finish or roll back "
+                     "before the window ends" + (f" less {play.window.cutoff / 60:.0f} min" if play.window.cutoff
+                                                 else ""))
     for i, (nodes, capped) in enumerate(batches_nodes, start=1):
-        waves = math.ceil(len(nodes) / play.forks)
-        est = per_node * waves
+        est = _batch_estimate(nodes, play.forks, per_node, node_total)
+        if policy and i == policy["batch"]:
+            k = policy["max_unavailable"]
+            est = tm.window_makespan([u for u in timing["units"] if u["unit"] in set(nodes)], [], k) \
+                if node_total is not None else per_node * math.ceil(len(nodes) / k)
         out = len([n for n in nodes if n not in not_serving]) if (cordons and in_place) else 0
+        if policy and i == policy["batch"]:
+            out = min(out, policy["max_unavailable"])
         fits = None
         if window_s is not None:
             fits = offset + est + rb_est <= window_s
+            if policy and i == policy["batch"]:
+                # a window batch is not all or nothing: a node starts while it can finish or roll back
+                # before the cut-off
+                k, unit = policy["max_unavailable"], policy["unit_estimate_s"]
+                room = window_s - offset - unit - rb_est - policy["cutoff_s"]
+                can = 0 if room < 0 else min(len(nodes), k * (int(room // unit) + 1) if unit > 0 else len(nodes))
+                fits = can == len(nodes)
+                if not fits:
+                    notes.append(f"window batch {i}: {can} of {len(nodes)} node(s) can start before the cut-off; "
+                                 "the rest stay pending")
         batches.append(BatchPlan(
             index=i, nodes=list(nodes), estimate_s=est, rollback_estimate_s=rb_est,
             start_offset_s=offset, end_offset_s=offset + est, serving_before=serving,
@@ -188,8 +286,15 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | Non
                            for n in nodes] if in_place else [],
         ))
         offset += est
+    timing["serial_makespan_s"] = offset - timing.get("prestage", {}).get("ahead_s", 0.0)
+    if policy:
+        # what this plan's window batch takes, and what serial batches would have taken instead
+        timing["window_makespan_s"] = timing["serial_makespan_s"]
+        timing["serial_makespan_s"] = sum(
+            _batch_estimate(p, play.forks, per_node, node_total)
+            for b in raw for p, _ in split_by_floor(b, set(not_serving), max_out))
     fits_all = None if window_s is None else all(b.fits_window for b in batches)
-    if window_s is not None and not fits_all:
+    if window_s is not None and not fits_all and not (policy and all(b.fits_window for b in batches[:-1])):
         n_fit = sum(1 for b in batches if b.fits_window)
         notes.append(f"only {n_fit} of {len(batches)} batch(es) fit the window; the run stops before the first "
                      "that does not and leaves its nodes pending")
@@ -198,7 +303,8 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | Non
         inventory_sha256=inventory_digest(inventory),
         hosts=hosts, serial=list(play.serial), max_fail_percentage=play.max_fail_percentage,
         min_serving=floor, forks=play.forks, stages=stages, batches=batches, window_s=window_s,
-        total_estimate_s=offset, fits_window=fits_all, in_place_change=in_place, notes=notes,
+        total_estimate_s=offset, fits_window=fits_all, in_place_change=in_place, notes=notes, timing=timing,
+        policy=policy,
     )
 
 
@@ -230,7 +336,8 @@ def serving_groups(var: str, hosts: list[str], inventory: Inventory) -> dict[str
 
 
 def _replica_plan(playbook: Playbook, inventory: Inventory, hosts: list[str], groups: dict[str, list[str]],
-                  not_serving: list[str], window_s: float | None, in_place: bool) -> Plan:
+                  not_serving: list[str], window_s: float | None, in_place: bool,
+                  history: tm.History | None = None) -> Plan:
     """Batches of whole serving groups; serial, min_serving and capacity count replicas."""
     play = playbook.play
     names = list(groups)
@@ -253,11 +360,12 @@ def _replica_plan(playbook: Playbook, inventory: Inventory, hosts: list[str], gr
     for b in serial_batches(names, play.serial):
         chunks += split_by_floor(b, down, max_out) if (cordons and in_place) else [(b, False)]
     per_node, rb_est = _estimates(playbook, in_place)
-    offset = 0.0
+    timing, node_total = _timing(playbook, inventory, hosts, groups, cordons and in_place, max_out, history)
+    offset = _prestage(playbook, hosts, in_place, timing, notes)
     batches: list[BatchPlan] = []
     for i, (reps, capped) in enumerate(chunks, start=1):
         nodes = [n for g in reps for n in groups[g]]
-        est = per_node * math.ceil(len(nodes) / play.forks)
+        est = _batch_estimate(nodes, play.forks, per_node, node_total)
         out = len([g for g in reps if g not in down]) if (cordons and in_place) else 0
         fits = None if window_s is None else offset + est + rb_est <= window_s
         batches.append(BatchPlan(
@@ -267,6 +375,7 @@ def _replica_plan(playbook: Playbook, inventory: Inventory, hosts: list[str], gr
             rollback_plan=[{"node": n, "steps": rollback_steps_preview(playbook, inventory.hosts[n].vars)}
                            for n in nodes] if in_place else []))
         offset += est
+    timing["serial_makespan_s"] = offset - timing.get("prestage", {}).get("ahead_s", 0.0)
     fits_all = None if window_s is None else all(b.fits_window for b in batches)
     if window_s is not None and not fits_all:
         notes.append(f"only {sum(1 for b in batches if b.fits_window)} of {len(batches)} batch(es) fit the window")
@@ -276,4 +385,4 @@ def _replica_plan(playbook: Playbook, inventory: Inventory, hosts: list[str], gr
                 forks=play.forks, stages=[{"name": s.name, "stage": s.stage, "estimate_s": s.estimate_s}
                                           for s in playbook.stages],
                 batches=batches, window_s=window_s, total_estimate_s=offset, fits_window=fits_all,
-                in_place_change=in_place, notes=notes, unit="replica", groups=groups)
+                in_place_change=in_place, notes=notes, unit="replica", groups=groups, timing=timing)

@@ -155,9 +155,10 @@ def model(run_dir: Path, view: RunView | None = None, records: int | None = None
                "no_change": "No in-place change (evidence only)", "running": "Run did not finish (resume it)"}
     batches = _batches(v, result)
     from k3rollout.plan.approval import plan_vs_actual
+    from k3rollout.report.history import run_timing
 
     diff = plan_vs_actual(v.plan or {}, v)
-    return {"diff": diff, "result": result, "view": v, "checklist": items, "triage": triage, "counts": counts,
+    return {"timing": run_timing(v), "diff": diff, "result": result, "view": v, "checklist": items, "triage": triage, "counts": counts,
             "verdict": verdict.get(result["status"], result["status"]), "plan": v.plan or {}, "nodes": v.nodes,
             "records": records, "batches": batches, "node_rows": _node_rows(v, result),
             "window": _window(v, result), "runbooks": runbook_links(),
@@ -168,7 +169,7 @@ def model(run_dir: Path, view: RunView | None = None, records: int | None = None
 def _json(m: dict[str, Any]) -> str:
     return fastjson.dumps_pretty({"result": m["result"], "checklist": m["checklist"], "triage": m["triage"],
                                   **({"verification_failures": m["verification"]} if m["verification"] else {}),
-                                  "window": m["window"], "plan_vs_actual": m["diff"],
+                                  "window": m["window"], "plan_vs_actual": m["diff"], "timing": m["timing"],
                                   "plan_sha256": m["view"].plan_sha256, "approved_plan": m["view"].approved_plan,
                                   "gates": list(m["view"].pauses.values()), "hooks": list(m["view"].hooks.values())})
 

@@ -246,6 +246,16 @@ class OperatorRollbackFinished(TypedDict):
     halted: NotRequired[bool]
 
 
+class PrestageStarted(TypedDict):
+    node: str
+
+
+class PrestageDone(TypedDict):
+    node: str
+    ok: bool
+    reason: NotRequired[OptStr]
+
+
 RECORD_TYPES: dict[str, type] = {
     "run_started": RunStarted, "run_resumed": RunResumed, "inventory_changed": InventoryChanged,
     "inputs_changed": InputsChanged,
@@ -260,6 +270,7 @@ RECORD_TYPES: dict[str, type] = {
     "hook_started": HookStarted, "hook_done": HookDone,
     "operator_rollback": OperatorRollback, "operator_rollback_resumed": OperatorRollbackResumed,
     "operator_rollback_halted": OperatorRollbackHalted, "operator_rollback_finished": OperatorRollbackFinished,
+    "prestage_started": PrestageStarted, "prestage_done": PrestageDone,
 }
 # ``node_state`` also needs "from", a Python keyword: added below
 _EXTRA_REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {"node_state": {"from": (str,)}}

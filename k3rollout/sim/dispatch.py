@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from k3rollout.sim import cache, gpu, nccl, netd, repos, sched
 from k3rollout.sim import docker as dk
-from k3rollout.sim import gpu, nccl, netd, repos, sched
 from k3rollout.sim import state as st
 
 
@@ -89,7 +89,8 @@ def _drops_here(state: dict, argv: list[str]) -> bool:
         return True
     if "ssh_drops" not in state["faults"]:
         return False
-    return argv[:2] in (["apt-get", "install"], ["dnf", "install"]) and any("nvidia" in a for a in argv)
+    return argv[:2] in (["apt-get", "install"], ["dnf", "install"]) and any("nvidia" in a for a in argv) \
+        and "--download-only" not in argv
 
 
 def dispatch(state_dir: Path, argv: list[str], stdin: bytes | None = None) -> Result:
@@ -171,6 +172,8 @@ HANDLERS = {
     "journalctl": lambda d, s, a, i: repos.journalctl(s, a),
     "ls": lambda d, s, a, i: repos.ls(s, a),
     "df": lambda d, s, a, i: repos.df_cmd(s, a),
+    "find": lambda d, s, a, i: cache.find(s, a),
+    "sha256sum": lambda d, s, a, i: cache.sha256sum(s, a),
     "grep": lambda d, s, a, i: repos.grep_modprobe(s, a) or (2, "", "grep: k3rollout sim greps /etc/modprobe.d only\n"),
 }
 

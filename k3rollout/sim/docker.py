@@ -181,6 +181,15 @@ def _late_logs(c: dict[str, Any]) -> list[str]:
 
 
 def _pull(state: dict[str, Any], ref: str) -> Out:
+    if "@" in ref:
+        # by digest: the registry's manifest with that digest (the image keeps its tag's name)
+        repo, digest = ref.split("@", 1)
+        hit = next((r for r, img in REGISTRY.items() if r.rsplit(":", 1)[0] == repo and img["digest"] == digest), None)
+        if hit is None:
+            return 1, "", f"Error response from daemon: manifest for {ref} not found: manifest unknown: manifest unknown\n"
+        state["docker"]["images"][hit] = dict(REGISTRY[hit])
+        return 0, (f"{digest}: Pulling from {repo}\nDigest: {digest}\n"
+                   f"Status: Downloaded newer image for {ref}\ndocker.io/{ref}\n"), ""
     if ref not in REGISTRY:
         return 1, "", (f"Error response from daemon: manifest for {ref} not found: manifest unknown: "
                        "manifest unknown\n")

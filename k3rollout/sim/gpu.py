@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from k3rollout.checks import driver_facts as df
-from k3rollout.sim import repos
+from k3rollout.sim import cache, repos
 
 # Driver branch -> CUDA version its nvidia-smi reports (NVIDIA CUDA Toolkit release notes,
 # Table 3: 570 -> 12.8, 575 -> 12.9, 580 -> 13.0, 590 -> 13.1).
@@ -337,6 +337,8 @@ def apt_get(state: dict[str, Any], args: list[str]) -> Out:
     args = [*args[:1], *opts, *args[1:]]
     if not args:
         return 100, "", "E: Invalid operation\n"
+    if args[0] == "clean":
+        return cache.apt_clean(state)
     if args[0] == "update":
         c = repos.codename(state)
         return 0, (f"Hit:1 http://archive.ubuntu.com/ubuntu {c} InRelease\n"
@@ -356,6 +358,8 @@ def apt_get(state: dict[str, Any], args: list[str]) -> Out:
         wanted[n] = v
     if not wanted:
         return 0, "0 upgraded, 0 newly installed, 0 to remove and 12 not upgraded.\n", ""
+    if "--download-only" in args or "-d" in args:
+        return cache.apt_download(state, wanted)
     return _install(state, wanted, "apt", args)
 
 

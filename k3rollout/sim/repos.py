@@ -500,7 +500,7 @@ def ls(state: dict[str, Any], args: list[str]) -> Out:
 def df_cmd(state: dict[str, Any], args: list[str]) -> Out:
     """``df -B1 --output=target,avail PATH...``"""
     paths = [a for a in args if not a.startswith("-")] or ["/"]
-    free = int(state.get("disk_free_gib", 2048)) * 1024 ** 3
+    free = int(state.get("disk_free_gib", 2048)) * 1024 ** 3 - sum(state.get("apt_archives", {}).values())
     out = ["Mounted on          Avail"]
     for p in paths:
         out.append(f"{'/' if not p.startswith('/var') else '/var':<19} {free}")

@@ -106,6 +106,8 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
         "nvswitch": nvswitch,
         "gpu_operator": bool(hv.get("sim_gpu_operator", False)),
         "disk_free_gib": int(hv.get("sim_disk_free_gib", 2048)),
+        # model weights on local or shared storage: manifest path -> {file: ok|missing|corrupt}
+        "weights": dict(hv.get("sim_weights") or {}),
         "headers": bool(hv.get("sim_kernel_headers", True)),
         "fm_installed": bool(hv.get("sim_fabricmanager", True)),
         "fm_version": hv.get("sim_fabricmanager_version"),

@@ -24,6 +24,7 @@ from typing import Any
 from k3rollout.checks import parsers
 from k3rollout.model.assertions import render_argv
 from k3rollout.stages import driver_procedure as procedure
+from k3rollout.stages import prestage
 from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
 
 # a step that names the resolved install (`{{ driver.install }}`)
@@ -149,6 +150,11 @@ def run(ctx: NodeCtx) -> StageOutcome:
     ok, why = proc.prepare()
     if not ok:
         return proc.fail(why)
+    if not resumed_in_reboot:
+        # what pre-staging fetched before the window: still in the cache as it was staged?
+        staged = prestage.check_staged(ctx)
+        if staged is not None:
+            proc.facts.update(staged)
     tasks = getattr(p.tasks, mgr)
     if tasks and getattr(ctx.runner, "can_run_ansible", False):
         return proc.finish(run_ansible(ctx, Path(ctx.vars["playbook_dir"]) / tasks, proc))

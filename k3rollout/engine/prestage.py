@@ -1,0 +1,58 @@
+"""Pre-staging ahead of the batches (``prestage:`` in the play; stages/prestage.py does the
+node's part).
+
+Before the first batch starts, every node of the run that has not been pre-staged yet is
+pre-staged while it still serves: at most ``prestage.parallel`` nodes at a time, so serving
+is not starved of disk and network. Each node's commands are journaled steps with their
+output as evidence (folder ``00-prestage``); its facts go in the journal under
+``facts.prestage``, and a ``prestage_done`` record closes it. Nothing is cordoned, stopped or
+installed, so a node that fails here needs no rollback: the run halts before any change,
+naming the nodes and why. ``resume`` does not pre-stage a node twice.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from k3rollout.stages import prestage as node_prestage
+from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
+
+FOLDER = "00-prestage"
+
+
+def pending(engine: Any, nodes: list[str]) -> list[str]:
+    done = {r["node"] for r in engine.journal.records if r.get("type") == "prestage_done" and r.get("ok")}
+    return [n for n in nodes if n not in done]
+
+
+def one(engine: Any, node: str) -> tuple[str, StageOutcome]:
+    n = engine.view.node(node)
+    ctx = NodeCtx(node=node, run_id=engine.run_id, stage="prestage", folder=FOLDER, params=None,
+                  vars=engine.tvars(node), facts=dict(n.facts), baseline=dict(n.baseline), runner=engine)
+    cfg = engine.playbook.play.prestage
+    engine.record("prestage_started", node=node)
+    try:
+        out = node_prestage.run(ctx, cfg)
+    except StepFailed as exc:
+        out = StageOutcome(False, str(exc), logs=f"{exc}\n{exc.logs}")
+    if out.facts:
+        engine.record("facts", node=node, stage="prestage", facts=out.facts)
+    engine.record("prestage_done", node=node, ok=out.passed, reason=engine.redact(out.reason))
+    engine.log.info("prestage_done", node=node, ok=out.passed, reason=out.reason)
+    return node, out
+
+
+def run(engine: Any, nodes: list[str]) -> str | None:
+    """Pre-stage ``nodes``; why the rollout must not start, or None."""
+    todo = pending(engine, nodes)
+    if not todo:
+        return None
+    cfg = engine.playbook.play.prestage
+    with ThreadPoolExecutor(max_workers=max(1, min(cfg.parallel, len(todo))), thread_name_prefix="k3prestage") as ex:
+        results = list(ex.map(lambda n: one(engine, n), todo))
+    failed = [(n, o.reason) for n, o in results if not o.passed]
+    if failed:
+        return (f"pre-staging failed on {len(failed)} of {len(todo)} node(s), before any change: "
+                + "; ".join(f"{n}: {why}" for n, why in failed))
+    return None

@@ -1,0 +1,135 @@
+"""Pre-staging: what a node's window needs, done while it still serves (before its cordon).
+
+Nothing here installs, stops, cordons or restarts anything:
+- disk space: ``df`` on the package cache and Docker's data root, against ``min_free_gib``;
+- driver packages: the exact install the driver stage will run (``driver_node.resolve_target``:
+  versions the node's own repositories offer), fetched with ``apt-get install --download-only``
+  into ``/var/cache/apt/archives`` and listed (name and size of each staged .deb);
+  on RHEL the target's DNF module stream is enabled only in the window (it changes what
+  dnf resolves), so the packages are fetched there, and pre-staging says so;
+- the image, pulled by digest (``prestage.image_digest`` or the var ``vllm_image_digest``;
+  by tag otherwise, recording the digest it resolved);
+- the model weights where ``prestage.weights_manifest`` says they live (local cache or shared
+  storage): ``sha256sum --check`` of that manifest, a check in place, not a download.
+
+The facts recorded (``facts.prestage``) let the driver stage check, in the window, that the
+staged packages are still there as staged (``staged_intact``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from k3rollout.checks import driver_facts as df
+from k3rollout.stages import driver_node as dn
+from k3rollout.stages.base import NodeCtx, StageOutcome
+
+ARCHIVES = "/var/cache/apt/archives"
+LIST_ARGV = ["find", ARCHIVES, "-maxdepth", "1", "-name", "*.deb", "-printf", "%s %f\\n"]
+
+
+def deb_file(name: str, version: str) -> str:
+    """apt's file name in its cache for a package version (``:`` as ``%3a``), arch-less prefix."""
+    return f"{name}_{version.replace(':', '%3a')}_"
+
+
+def parse_listing(text: str) -> dict[str, int]:
+    out = {}
+    for line in text.splitlines():
+        size, _, name = line.strip().partition(" ")
+        if name and size.isdigit():
+            out[name] = int(size)
+    return out
+
+
+def parse_df(text: str) -> dict[str, int]:
+    """``df -B1 --output=target,avail``: mount point -> bytes available."""
+    out = {}
+    for line in text.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) >= 2 and parts[-1].isdigit():
+            out[parts[0]] = int(parts[-1])
+    return out
+
+
+def run(ctx: NodeCtx, cfg: Any) -> StageOutcome:
+    def step(name: str, argv: list[str]):
+        return ctx.step(name, argv)
+
+    facts: dict[str, Any] = {}
+    osf = dn.read_os(step)
+    mgr = osf["pkg_mgr"]
+    cache_dir = ARCHIVES if mgr == "apt" else "/var/cache/dnf"
+    res = step("disk-free", ["df", "-B1", "--output=target,avail", cache_dir, "/var/lib/docker"])
+    if not res.ok:
+        return StageOutcome(False, f"df failed (rc {res.rc}): {res.tail(200)}", logs=res.stderr)
+    free = parse_df(res.stdout)
+    facts["disk_free_bytes"] = free
+    need = int(cfg.min_free_gib * 1024 ** 3)
+    short = {m: b for m, b in free.items() if b < need}
+    if short or not free:
+        return StageOutcome(False, "not enough disk space to stage: " + ", ".join(
+            f"{m} has {b / 1024 ** 3:.0f} GiB free, {cfg.min_free_gib:g} GiB needed" for m, b in short.items()),
+            {"prestage": facts})
+
+    target = str(ctx.vars.get("target_driver") or "")
+    if mgr == "apt" and target:
+        try:
+            source = df.source_of(ctx.vars, osf["os_family"])
+        except ValueError as exc:
+            return StageOutcome(False, str(exc), {"prestage": facts})
+        upd = step("apt-update", ["apt-get", "update"])
+        if not upd.ok:
+            return StageOutcome(False, f"apt-get update failed (rc {upd.rc}): {upd.tail(300)}",
+                                {"prestage": facts}, logs=upd.stderr)
+        resolved = dn.resolve_target(step, source, target, osf["kernel"], dn.nvswitch(step), name="prestage-offers")
+        if resolved["missing"]:
+            return StageOutcome(False, f"the node's repositories do not offer {target} for: "
+                                + ", ".join(resolved["missing"]), {"prestage": facts})
+        res = step("download-driver", ["apt-get", "install", "--download-only", "-y", *resolved["install"]])
+        if not res.ok:
+            return StageOutcome(False, f"download of the driver packages failed (rc {res.rc}): {res.tail(300)}",
+                                {"prestage": facts}, logs=res.stdout + res.stderr)
+        listing = parse_listing(step("staged-packages", LIST_ARGV).stdout)
+        prefixes = [deb_file(n, v) for n, v in resolved["pins"].items()]
+        staged = {f: s for f, s in listing.items() if any(f.startswith(p) for p in prefixes)}
+        facts.update(packages=resolved["install"], staged=staged, cache=ARCHIVES)
+    elif mgr != "apt":
+        facts["packages_note"] = ("RHEL: the target's DNF module stream is enabled only in the window, so the "
+                                  "driver packages are fetched there")
+
+    image = str(ctx.vars.get("vllm_image") or "")
+    digest = cfg.image_digest or ctx.vars.get("vllm_image_digest")
+    if image:
+        ref = f"{image.rsplit(':', 1)[0] if ':' in image.split('/')[-1] else image}@{digest}" if digest else image
+        res = step("pull-image", ["docker", "pull", ref])
+        if not res.ok:
+            return StageOutcome(False, f"docker pull {ref} failed: {res.tail(300)}", {"prestage": facts},
+                                logs=res.stderr)
+        got = next((ln.split(":", 1)[1].strip() for ln in res.stdout.splitlines() if ln.startswith("Digest:")), None)
+        if digest and got != digest:
+            return StageOutcome(False, f"docker pull {ref} gave digest {got}, not {digest}", {"prestage": facts})
+        facts.update(image=ref, image_digest=got)
+
+    if cfg.weights_manifest:
+        res = step("weights-manifest", ["sha256sum", "--check", "--strict", "--quiet", cfg.weights_manifest])
+        facts["weights_manifest"] = cfg.weights_manifest
+        if not res.ok:
+            return StageOutcome(False, f"model weights do not match {cfg.weights_manifest}: "
+                                f"{(res.stdout + res.stderr).strip()[-300:]}", {"prestage": facts},
+                                logs=res.stdout + res.stderr)
+        facts["weights_verified"] = True
+    return StageOutcome(True, "", {"prestage": facts})
+
+
+def check_staged(ctx: NodeCtx) -> dict[str, Any] | None:
+    """In the window (driver stage, before the install): are the staged packages still in the
+    cache with the sizes they had? None when nothing was staged."""
+    pre = ctx.facts.get("prestage") or {}
+    staged = pre.get("staged")
+    if not staged:
+        return None
+    now = parse_listing(ctx.step("staged-packages-now", LIST_ARGV).stdout)
+    gone = sorted(f for f in staged if f not in now)
+    changed = sorted(f for f in staged if f in now and now[f] != staged[f])
+    return {"staged_intact": not gone and not changed, "staged_missing": gone, "staged_changed": changed}
