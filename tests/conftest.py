@@ -127,6 +127,13 @@ def journal(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
 
 
+def journal_so_far(run_dir: Path) -> list[dict]:
+    """The whole records of a journal a running process is still appending to: a last line
+    without its newline is a record being written, not yet one to read."""
+    text = (run_dir / "journal.jsonl").read_text()
+    return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines()]
+
+
 def assert_reports_match_journal(run_dir: Path) -> None:
     """The reports a run wrote at its end (from the engine's view, folded record by record
     as they were appended) are exactly what its journal on disk renders."""

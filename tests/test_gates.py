@@ -12,7 +12,16 @@ import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
-from conftest import assert_reports_match_journal, cli, journal, result, sim_state, write_inventory, write_playbook
+from conftest import (
+    assert_reports_match_journal,
+    cli,
+    journal,
+    journal_so_far,
+    result,
+    sim_state,
+    write_inventory,
+    write_playbook,
+)
 
 FAST = {"K3ROLLOUT_APPROVAL_POLL_S": "0.05"}
 
@@ -37,7 +46,7 @@ def wait_for_pause(run_dir, proc, pause_id=None, timeout=60) -> dict:
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.stdout.read()
         if (run_dir / "journal.jsonl").exists():
-            recs = journal(run_dir)
+            recs = journal_so_far(run_dir)
             resolved = {r["pause"] for r in recs if r["type"] == "pause_resolved"}
             open_ = [r for r in recs if r["type"] == "pause_started" and r["pause"] not in resolved
                      and (pause_id is None or r["pause"] == pause_id)]
