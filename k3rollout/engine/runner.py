@@ -141,13 +141,17 @@ class Engine(GateMixin, StepRunnerMixin):
         destructive step's start, before anything changes)."""
         if durable is None:
             durable = type_ not in OBSERVATIONS
-        rec = self.journal.append(type_, durable=durable, **data)
-        with self._lock:
-            apply(self.view, rec)
-            self.applied += 1
+        rec = self.journal.append(type_, durable=durable, on_written=self._fold, **data)
         if self.on_event:
             self.on_event(rec)
         return rec
+
+    def _fold(self, rec: dict[str, Any]) -> None:
+        # called by the journal under its write lock: the view folds records in journal
+        # order even when worker threads append at once (as a resume folds them)
+        with self._lock:
+            apply(self.view, rec)
+            self.applied += 1
 
     def transition(self, node: str, event: Event, stage: str | None = None) -> NodeState:
         cur = NodeState(self.view.node(node).state)

@@ -166,8 +166,11 @@ class Journal:
         """The hash-chain link of the last record (pins the whole journal)."""
         return self._last_h
 
-    def append(self, type_: str, *, durable: bool = True, **data: Any) -> dict[str, Any]:
-        """Append one record. ``durable=False`` skips the fsync (a read-only command's
+    def append(self, type_: str, *, durable: bool = True,
+               on_written: Callable[[dict[str, Any]], None] | None = None, **data: Any) -> dict[str, Any]:
+        """Append one record. ``on_written`` is called with the record once it is written,
+        before the next record can be: a reader folding records in it sees them in journal
+        order, whichever thread appended them. ``durable=False`` skips the fsync (a read-only command's
         records): the bytes still reach the OS at once, so a killed process loses nothing,
         and the next durable record's fsync makes them durable too, in order. Raises
         ``JournalWriteError`` when the record is not written in full (or not made durable):
@@ -178,7 +181,7 @@ class Journal:
         if main:
             _IN_WRITE[0] += 1
         try:
-            rec = self._append(type_, data)
+            rec = self._append(type_, data, on_written)
         finally:
             if main:
                 _IN_WRITE[0] -= 1
@@ -193,7 +196,8 @@ class Journal:
             self._after_append(rec)
         return rec
 
-    def _append(self, type_: str, data: dict[str, Any]) -> dict[str, Any]:
+    def _append(self, type_: str, data: dict[str, Any],
+                on_written: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
         with self._lock:
             if self._broken is not None:
                 raise self._broken
@@ -211,6 +215,8 @@ class Journal:
             self._last_seq = self._written = rec["seq"]
             self._last_h = h
             self._size += len(line)
+            if on_written is not None:
+                on_written(rec)
         return rec
 
     def _write_all(self, line: bytes, seq: int, type_: str) -> None:
