@@ -493,6 +493,40 @@ def cmd_report(args: argparse.Namespace, clock: Clock) -> int:
     return EXIT_OK
 
 
+def cmd_observe(args: argparse.Namespace, clock: Clock) -> int:
+    from k3rollout import logsetup
+    from k3rollout.engine.observe import Observer
+
+    run_dir = _existing_run_dir(args.run_dir)
+    try:
+        every, for_s = parse_duration(args.every), parse_duration(args.for_)
+    except ValueError as exc:
+        raise InputError(f"--every/--for: {exc}") from None
+    if every <= 0:
+        raise InputError("--every must be longer than 0s")
+    logsetup.configure(run_dir / "events.jsonl")
+    observer = Observer(run_dir, clock)
+
+    def show(rec: dict | None) -> None:
+        if rec is None:
+            return
+        obs = rec["obs"]
+        print(f"observation {rec['index']} ({len(rec['nodes'])} node(s), {obs.get('hours_since_run')}h after the "
+              f"run): {rec['decision']}")
+        for piece, e in rec["evidence"].items():
+            print(f"  {piece}: {'ok' if e['ok'] else 'NOT OK'}: {e['detail']}")
+        print(f"  {rec['recommendation']['text']}")
+
+    try:
+        last = observer.run(every, for_s, args.once, on_pass=show)
+    except KeyboardInterrupt:
+        print("k3rollout: observation stopped; the passes so far are in the journal and the report", file=sys.stderr)
+        print(f"report: {run_dir / 'report.html'}")
+        return EXIT_OK
+    print(f"report: {run_dir / 'report.html'}")
+    return EXIT_HALTED if last is not None and last["decision"] == "rollback" else EXIT_OK
+
+
 def cmd_triage(args: argparse.Namespace, clock: Clock) -> int:
     from k3rollout.checks.triage import classify
 
@@ -660,6 +694,14 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("run_dir")
     sp.add_argument("--format", choices=["html", "md", "json"])
     sp.set_defaults(fn=cmd_report)
+    sp = sub.add_parser("observe", help="after the window: re-run the read-only checks on the upgraded nodes, compare "
+                                        "with the run's evidence, and recommend keep, stay isolated or roll back "
+                                        "(changes nothing, takes no lock)")
+    sp.add_argument("run_dir")
+    sp.add_argument("--every", default="1h", help="time between passes (default 1h)")
+    sp.add_argument("--for", dest="for_", default="24h", help="how long to keep observing (default 24h)")
+    sp.add_argument("--once", action="store_true", help="one pass, then stop")
+    sp.set_defaults(fn=cmd_observe)
     sp = sub.add_parser("triage", help="classify failure logs by the decision tree")
     sp.add_argument("logfile", nargs="+")
     sp.add_argument("--json", action="store_true")
@@ -712,7 +754,7 @@ PRIVATE_UMASK = 0o077
 
 
 def _main(args: argparse.Namespace, clock: Clock) -> int:
-    if args.verb in ("run", "demo", "resume", "rollback"):
+    if args.verb in ("run", "demo", "resume", "rollback", "observe"):
         # SIGTERM (a closed window, a killed tmux) unwinds like Ctrl-C: the lock is released
         # and the reports are written; the journal already holds everything done so far.
         # Only the first signal unwinds: later ones (a second Ctrl-C, TERM then TERM) must not

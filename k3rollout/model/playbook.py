@@ -309,6 +309,46 @@ class Hooks(_Strict):
     on_rollback: list[Hook] = Field(default_factory=list)       # after a node's rollback (recorded)
 
 
+# The decision after the window (DOMAIN.md "Staying power"; checklist item 9), written down
+# in advance. ``obs`` is what the observation passes found (k3rollout/engine/observe.py
+# lists its keys). Rollback when any ``rollback_when`` holds; keep the new driver when every
+# ``keep_when`` holds; otherwise stay on the isolated (upgraded) nodes and keep observing.
+DEFAULT_ROLLBACK_WHEN = (
+    "obs.recurrence | length > 0",          # the failure the change was made for (or one triaged in the run) is back
+    "obs.cuda_failures | length > 0",       # CUDA no longer initialises on an upgraded node
+)
+DEFAULT_KEEP_WHEN = (
+    "obs.passes >= 1",
+    "obs.serving_failures | length == 0",   # health and a short request answer
+    "not obs.prefix_hits_stopped",          # the repeated prefix still hits
+    "obs.prefix_hit_rate is none or obs.run_prefix_hit_rate is none or "
+    "obs.prefix_hit_rate >= obs.run_prefix_hit_rate",
+    "obs.tool_call_failures | length == 0 and obs.empty_tool_calls | length == 0",
+    "obs.restarts | length == 0",           # no serving container restarted since observation began
+    "obs.driver_drift | length == 0 and obs.image_drift | length == 0",   # the environment is the one approved
+    "obs.unreachable | length == 0 and obs.nccl_failures | length == 0",
+)
+
+
+class Observe(_Strict):
+    """``k3rollout observe``: what to watch after the window, and the decision rules."""
+
+    keep_when: list[Expression] = Field(default_factory=lambda: list(DEFAULT_KEEP_WHEN))
+    rollback_when: list[Expression] = Field(default_factory=lambda: list(DEFAULT_ROLLBACK_WHEN))
+    # serving containers to check (default: the ones the baseline saw running on the node)
+    serving: list[str] | None = None
+    prefix_words: int = Field(default=2000, ge=64)
+    tool_call: bool = True
+    # the NCCL gate, on nodes the scheduler shows idle (nothing runs there)
+    nccl: bool = False
+    request_timeout: Duration = 120
+
+    @field_validator("keep_when", "rollback_when", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+
 class Stage(_Strict):
     _typed: Any = PrivateAttr(default=None)
     name: str
@@ -380,6 +420,9 @@ class Play(_Strict):
     group_by: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     prestage: Prestage | None = None
     window: Window | None = None
+
+
+    observe: Observe = Field(default_factory=Observe)
     stages: list[Stage]
 
     @field_validator("failure_budget", mode="before")

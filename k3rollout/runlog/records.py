@@ -256,6 +256,29 @@ class PrestageDone(TypedDict):
     reason: NotRequired[OptStr]
 
 
+class ObservationStarted(TypedDict):
+    index: int
+    nodes: list
+    pid: int
+
+
+class Observation(TypedDict):
+    """One pass of ``k3rollout observe`` (after the run): per node what the read-only checks
+    found, the four pieces of evidence compared with the run's, the rules and the decision."""
+    index: int
+    nodes: dict
+    evidence: dict
+    obs: dict
+    rules: dict
+    decision: str
+    recommendation: dict
+
+
+class ObservationStopped(TypedDict):
+    index: int
+    reason: str
+
+
 RECORD_TYPES: dict[str, type] = {
     "run_started": RunStarted, "run_resumed": RunResumed, "inventory_changed": InventoryChanged,
     "inputs_changed": InputsChanged,
@@ -271,6 +294,7 @@ RECORD_TYPES: dict[str, type] = {
     "operator_rollback": OperatorRollback, "operator_rollback_resumed": OperatorRollbackResumed,
     "operator_rollback_halted": OperatorRollbackHalted, "operator_rollback_finished": OperatorRollbackFinished,
     "prestage_started": PrestageStarted, "prestage_done": PrestageDone,
+    "observation_started": ObservationStarted, "observation": Observation, "observation_stopped": ObservationStopped,
 }
 # ``node_state`` also needs "from", a Python keyword: added below
 _EXTRA_REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {"node_state": {"from": (str,)}}

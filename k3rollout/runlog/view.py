@@ -54,6 +54,9 @@ class RunView:
     approved_plan: str | None = None
     pauses: dict[str, dict[str, Any]] = field(default_factory=dict)     # id -> started/until/decision/by ...
     hooks: dict[str, dict[str, Any]] = field(default_factory=dict)      # id -> name/ok/detail/evidence
+    # ``k3rollout observe`` passes after the run (they never change the run's own state)
+    observations: list[dict[str, Any]] = field(default_factory=list)
+    observation_stops: list[dict[str, Any]] = field(default_factory=list)
 
     def node(self, name: str) -> NodeView:
         if name not in self.nodes:
@@ -183,6 +186,10 @@ def apply(v: RunView, r: dict[str, Any]) -> None:
         if r.get("evidence"):
             v.evidence.append({"node": "_run", "stage": "approvals", "path": r["evidence"], "sha256": r["sha256"],
                                "step": f"approval {r['pause']}"})
+    elif t == "observation":
+        v.observations.append(r)
+    elif t == "observation_stopped":
+        v.observation_stops.append(r)
     elif t == "hook_started":
         v.hooks[r["hook"]] = {"id": r["hook"], "name": r["name"], "target": r.get("target"), "started": r["ts"],
                               "done": False}

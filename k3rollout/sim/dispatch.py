@@ -121,6 +121,7 @@ def _run(state_dir: Path, state: dict, name: str, args: list[str], stdin: bytes 
                                f"{'No route to host' if state['dead'] else 'Connection refused'}\n",
                       unreachable=True)
     st.log_command(state_dir, [name, *args])
+    st.activate_late_faults(state, st.sim_now())
     if state["latency_s"]:
         time.sleep(state["latency_s"])
     drop = _drops_here(state, [name, *args])

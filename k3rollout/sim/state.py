@@ -61,11 +61,65 @@ def _sim_job(name: str, hv: dict[str, Any], now: float) -> dict[str, Any]:
     return job
 
 
+def sim_now() -> float:
+    """The simulated hosts' wall clock: real time, moved on by ``$K3SIM_CLOCK_OFFSET`` (a
+    duration such as ``25h``) so a test or a demo can look at the cluster a day after its run."""
+    off = os.environ.get("K3SIM_CLOCK_OFFSET")
+    if not off:
+        return time.time()
+    from k3rollout.model.durations import parse_duration
+
+    return time.time() + parse_duration(off)
+
+
+def late_faults(hv: dict[str, Any], created: float) -> list[dict[str, Any]]:
+    """``sim_late_faults``: ``[{fault: cuda_init_fails, after: 12h}]`` (after the host was
+    first seen, i.e. the start of the run) or ``{fault: ..., at: <unix time>}``."""
+    out = []
+    for item in hv.get("sim_late_faults") or []:
+        if not isinstance(item, dict) or "fault" not in item or ("after" in item) == ("at" in item):
+            raise ValueError(f"sim_late_faults: each item is {{fault: NAME, after: DURATION}} or {{fault: NAME, at: "
+                             f"UNIX_TIME}}, got {item!r}")
+        if "at" in item:
+            at = float(item["at"])
+        else:
+            from k3rollout.model.durations import parse_duration
+
+            at = created + parse_duration(item["after"])
+        out.append({"fault": str(item["fault"]), "at": at})
+    return out
+
+
+def activate_late_faults(state: dict[str, Any], now: float) -> None:
+    """A late fault whose time has come joins the host's faults (and the record of its running servers;
+    a fault of the serving process itself shows from the server's next start)."""
+    due = [f for f in state.get("late_faults", []) if f["at"] <= now]
+    if not due:
+        return
+    state["late_faults"] = [f for f in state["late_faults"] if f["at"] > now]
+    for f in due:
+        if f["fault"] not in state["faults"]:
+            state["faults"].append(f["fault"])
+        for srv in state["servers"].values():
+            if f["fault"] not in srv.setdefault("faults", []):
+                srv["faults"].append(f["fault"])
+
+
 def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> dict[str, Any]:
     driver = str(hv.get("sim_driver", "575.57.08"))
     os_family = str(hv.get("ansible_os_family", "Debian"))
     serving_image = str(hv.get("sim_serving_image", "vllm/vllm-openai:v0.11.0"))
     faults = list(hv.get("sim_faults", []))
+    # the serving container's launch flags (sim_serving_args; it listens on its --port)
+    serving_args = [str(a) for a in hv.get("sim_serving_args") or
+                    ["--model", "moonshotai/Kimi-K2-Thinking", "--tensor-parallel-size", "8", "--trust-remote-code",
+                     "--port", "8001"]]
+    from k3rollout.sim.vllm import parse_serve_args
+
+    serving_opts, bad = parse_serve_args(serving_args)
+    if bad or serving_opts is None:
+        raise ValueError(f"sim_serving_args: {bad}")
+    serving_port = int(serving_opts.get("port", 8000))
     images = {}
     for ref in (serving_image, "vllm/vllm-openai:kimi-k3"):
         if ref in REGISTRY:
@@ -76,11 +130,10 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
             "image": serving_image, "status": "running", "exit_code": 0,
             # docker's restart policy: with "no" a reboot leaves the server down until started
             "restart": str(hv.get("sim_serving_restart", "unless-stopped")),
-            "args": ["--model", "moonshotai/Kimi-K2-Thinking", "--tensor-parallel-size", "8",
-                     "--trust-remote-code", "--port", "8001"],
+            "args": serving_args,
             "env": {str(k): str(v) for k, v in (hv.get("sim_serving_env") or {}).items()},
             "started": now - 86400 * 12, "logs": ["INFO:     Application startup complete."],
-            "port": 8001,
+            "port": serving_port,
         },
     }
     if hv.get("sim_previous_k3_failure", True) and driver.split(".")[0] < "580":
@@ -121,6 +174,9 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
         "gpu": {"model": str(hv.get("sim_gpu", "NVIDIA H200")), "count": int(hv.get("sim_gpu_count", 8)),
                 "mem_gib": int(hv.get("sim_gpu_mem_gib", 141))},
         "faults": faults,
+        # faults that appear after the run (sim_late_faults): each joins ``faults`` once the
+        # host's clock passes its time
+        "late_faults": late_faults(hv, now),
         "latency_s": float(hv.get("sim_latency_s", 0.0)),
         "reboot_s": float(hv.get("sim_reboot_s", 0.05)),
         "slow_reboot_s": float(hv.get("sim_slow_reboot_s", 2.0)),
@@ -145,10 +201,11 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
         # what listens where: the daemon in sim/netd.py serves these on ``address``
         "address": address,
         "token_s": float(hv.get("sim_token_s", 0.002)),   # one decode step of the simulated vLLM
-        "servers": {"8001": {"container": "vllm-serving", "status": "running", "faults": [],
-                             "instance": uuid.uuid4().hex,
-                             "opts": {"model": "moonshotai/Kimi-K2-Thinking", "tensor_parallel_size": "8",
-                                      "trust_remote_code": True, "port": 8001, "_vllm_version": "0.11.0"}}},
+        "servers": {str(serving_port): {"container": "vllm-serving", "status": "running", "faults": [],
+                                        "instance": uuid.uuid4().hex,
+                                        "opts": {**serving_opts, "port": serving_port,
+                                                 "_vllm_version": REGISTRY.get(serving_image, {}).get("vllm",
+                                                                                                      "0.11.0")}}},
         "dropped": [],
         "sudo_password": hv.get("sim_sudo_password"),
     }

@@ -80,8 +80,10 @@ def prefix_counters(m: dict[str, float]) -> dict[str, float] | None:
     return None
 
 
-def prefix_cache_proof(ctx: NodeCtx, port: int, model: str, repeats: int, words: int) -> dict:
-    system = long_prefix(words, seed="p")
+def prefix_cache_proof(ctx: NodeCtx, port: int, model: str, repeats: int, words: int, seed: str = "p") -> dict:
+    """``seed`` makes the prefix new to the server (``observe`` passes each send their own,
+    so a prefix cached by an earlier pass does not hit on the first request)."""
+    system = long_prefix(words, seed=seed)
     readings: list[dict[str, Any]] = []
     before = _counters(ctx, port, "metrics-before")
     if before is None:
@@ -106,6 +108,16 @@ def prefix_cache_proof(ctx: NodeCtx, port: int, model: str, repeats: int, words:
     reason = "" if ok else ("no prefix-cache hits on the repeated prefix" if not any(repeat_hits)
                             else "hits did not behave as a prefix cache should")
     return {"ok": ok, "reason": reason, "readings": readings}
+
+
+def repeat_hit_rate(proof: dict) -> float | None:
+    """Cached tokens over queried tokens on the repeated requests of a prefix-cache proof
+    (not the first, which fills the cache, nor the changed tail); None without readings."""
+    rows = [r for r in proof.get("readings") or [] if r.get("request", 0) > 1 and not r.get("tail_changed")]
+    queries = sum(r.get("queries_delta") or 0 for r in rows)
+    if not rows or queries <= 0:
+        return None
+    return round(sum(r.get("hits_delta") or 0 for r in rows) / queries, 4)
 
 
 def _container(ctx: NodeCtx, step: str) -> tuple[str, int]:
