@@ -22,6 +22,7 @@ from k3rollout.checks.cuda_table import BRANCH_MAX_CUDA
 from k3rollout.evidence.store import Problem, verify_run
 from k3rollout.model.durations import format_duration
 from k3rollout.report import checklist
+from k3rollout.report.observation import summarise as observation_summary
 from k3rollout.report.result import build_result
 from k3rollout.report.timeline import render_svg
 from k3rollout.resources import shipped
@@ -163,7 +164,7 @@ def model(run_dir: Path, view: RunView | None = None, records: int | None = None
             "records": records, "batches": batches, "node_rows": _node_rows(v, result),
             "window": _window(v, result), "runbooks": runbook_links(),
             "timeline_svg": render_svg(result["batches"], v.nodes, result["finished"]),
-            "verification": [str(p) for p in problems]}
+            "verification": [str(p) for p in problems], "observation": observation_summary(v)}
 
 
 def _json(m: dict[str, Any]) -> str:
@@ -171,7 +172,8 @@ def _json(m: dict[str, Any]) -> str:
                                   **({"verification_failures": m["verification"]} if m["verification"] else {}),
                                   "window": m["window"], "plan_vs_actual": m["diff"], "timing": m["timing"],
                                   "plan_sha256": m["view"].plan_sha256, "approved_plan": m["view"].approved_plan,
-                                  "gates": list(m["view"].pauses.values()), "hooks": list(m["view"].hooks.values())})
+                                  "gates": list(m["view"].pauses.values()), "hooks": list(m["view"].hooks.values()),
+                                  **({"observation": m["observation"]} if m["observation"] else {})})
 
 
 def outputs(m: dict[str, Any]) -> dict[str, str]:
