@@ -1,0 +1,223 @@
+"""``k3rollout observe``: the run's read-only checks after the window, journaled as
+observations, compared with the run's evidence, and a keep / stay isolated / roll back
+recommendation in the report. Small simulated clusters and ``--once`` keep these quick."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, commands, journal, result, sim_state, write_inventory, write_playbook
+from k3rollout.cli import main
+
+# the team's serving replica: prefix caching and tool calls on, as the recipe asks
+SERVING = ["moonshotai/Kimi-K2-Thinking", "--tensor-parallel-size", "8", "--trust-remote-code",
+           "--enable-prefix-caching", "--enable-auto-tool-choice", "--tool-call-parser", "kimi_k2", "--port", "8001"]
+
+# what an observation pass may run on a node: queries, and throwaway --rm containers
+READ_ONLY = ("nvidia-smi ", "cat /proc/driver/nvidia/version", "systemctl is-active ", "dpkg-query ", "rpm -q",
+             "docker image inspect ", "docker inspect ", "docker run --rm ", "docker logs ",
+             "kubectl get node ", "scontrol show ")
+
+
+def _rollout(tmp_path: Path, hosts: dict[str, dict], **play) -> Path:
+    for hv in hosts.values():
+        hv.setdefault("sim_serving_args", SERVING)
+    inv = write_inventory(tmp_path / "inv", hosts)
+    pb = write_playbook(tmp_path / "pb.yml", **{"serial": 1, "min_serving": 0, "max_fail_percentage": 100, **play})
+    run_dir = tmp_path / "run"
+    main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)])
+    return run_dir
+
+
+def _ran(run_dir: Path, host: str) -> list[str]:
+    """The host's command log, one entry per command (an argument may hold a newline)."""
+    import re
+
+    text = (run_dir / "sim-hosts" / host / "commands.log").read_text()
+    return [e.split(" ", 1)[1] for e in re.split(r"\n(?=\d+\.\d{6} )", text.rstrip("\n"))]
+
+
+def _observations(run_dir: Path) -> list[dict]:
+    return [r for r in journal(run_dir) if r["type"] == "observation"]
+
+
+def test_observe_once_keeps_a_good_driver_changes_nothing_and_leaves_the_run_as_it_was(tmp_path, capsys):
+    run_dir = _rollout(tmp_path, {"gpu-01": {}, "gpu-02": {}})
+    assert result(run_dir)["status"] == "completed"
+    before = {h: len(_ran(run_dir, h)) for h in ("gpu-01", "gpu-02")}
+    states = {h: sim_state(run_dir, h) for h in ("gpu-01", "gpu-02")}
+    result_before = (run_dir / "result.json").read_bytes()
+
+    assert main(["observe", str(run_dir), "--once"]) == 0
+    out = capsys.readouterr().out
+    assert "observation 1 (2 node(s)" in out and ": keep" in out
+
+    obs = _observations(run_dir)
+    assert len(obs) == 1 and obs[0]["decision"] == "keep" and obs[0]["index"] == 1
+    o = obs[0]["obs"]
+    assert o["recurrence"] == [] and o["cuda_failures"] == [] and o["serving_failures"] == []
+    # the same prefix-cache proof as the run's, against the serving replica: hits, at the run's rate
+    assert o["prefix_hit_rate"] is not None and o["prefix_hit_rate"] >= o["run_prefix_hit_rate"] > 0
+    for node in ("gpu-01", "gpu-02"):
+        res = obs[0]["nodes"][node]
+        assert res["driver_version"] == res["module_version"] == "580.95.05" and res["cuda_init_ok"]
+        (srv,) = res["serving"]
+        assert srv["name"] == "vllm-serving" and srv["port"] == 8001 and srv["ok"]
+        assert srv["tools"]["passed"] and not srv["tools"]["empty_tool_call"]
+        assert srv["prefix_cache"]["ok"]
+        # every command of the pass is a query or a throwaway --rm container
+        ran = _ran(run_dir, node)[before[node]:]
+        assert ran and all(c.startswith(READ_ONLY) for c in ran), [c for c in ran if not c.startswith(READ_ONLY)]
+        assert any(c.startswith("docker run --rm --gpus all") for c in ran)
+        after = sim_state(run_dir, node)
+        # the serving server was talked to, not restarted; the node is as schedulable as before
+        assert after["servers"]["8001"]["instance"] == states[node]["servers"]["8001"]["instance"]
+        assert after["docker"]["containers"]["vllm-serving"] == states[node]["docker"]["containers"]["vllm-serving"]
+        assert after["scheduler"] == states[node]["scheduler"] and after["loaded_driver"] == "580.95.05"
+
+    # the journal still verifies, result.json is the run's, resume has nothing to do
+    assert (run_dir / "result.json").read_bytes() == result_before
+    assert main(["report", str(run_dir)]) == 0
+    n = len(journal(run_dir))
+    assert main(["resume", str(run_dir)]) == 0
+    assert len(journal(run_dir)) == n                      # a finished run: resume appends nothing
+    md = (run_dir / "report.md").read_text()
+    assert "## Observation (after the window)" in md and "**KEEP**" in md
+    assert "Do prefix-cache hits still reproduce? | ok" in md
+    assert json.loads((run_dir / "report.json").read_text())["observation"]["decision"] == "keep"
+
+
+def test_a_fault_that_appears_after_the_run_is_caught_as_a_recurrence_and_rollback_is_recommended(
+        tmp_path, monkeypatch, capsys):
+    # gpu-02 fails CUDA init in the run (error 802, triaged); gpu-01 passes, and the same
+    # fault starts on it an hour after the run began
+    run_dir = _rollout(tmp_path, {"gpu-01": {"sim_late_faults": [{"fault": "cuda_init_fails", "after": "1h"}]},
+                                  "gpu-02": {"sim_faults": ["cuda_init_fails"]}})
+    r = result(run_dir)
+    assert r["nodes"]["gpu-01"]["final"] == "upgraded" and r["nodes"]["gpu-02"]["final"] == "rolled_back"
+    category = r["nodes"]["gpu-02"]["triage"]
+    assert category == "container_runtime"
+
+    # right after the run: the fault has not started, the driver is kept
+    assert main(["observe", str(run_dir), "--once"]) == 0
+    first = _observations(run_dir)[-1]
+    assert first["decision"] == "keep" and list(first["nodes"]) == ["gpu-01"]     # only what the run upgraded
+
+    # two hours later (the simulated hosts' clock moved on): CUDA init fails the same way
+    monkeypatch.setenv("K3SIM_CLOCK_OFFSET", "2h")
+    before = len(_ran(run_dir, "gpu-01"))
+    assert main(["observe", str(run_dir), "--once"]) == 1
+    out = capsys.readouterr().out
+    second = _observations(run_dir)[-1]
+    assert second["index"] == 2 and second["decision"] == "rollback"
+    assert second["obs"]["recurrence"] == [{"node": "gpu-01", "check": "cuda_init", "category": category}]
+    assert second["obs"]["passes"] == 2
+    rec = second["recommendation"]
+    assert rec["command"] == f"k3rollout rollback {run_dir}" and "CHG-2026-1202" in rec["owner"]
+    assert "obs.recurrence | length > 0" in rec["why"]
+    assert "rollback" in out and f"k3rollout rollback {run_dir}" in out
+    # a recommendation, never an action: the node keeps its new driver and stays in service
+    st = sim_state(run_dir, "gpu-01")
+    assert st["loaded_driver"] == "580.95.05" and st["scheduler"]["state"] == "schedulable"
+    ran = _ran(run_dir, "gpu-01")[before:]
+    assert ran and all(c.startswith(READ_ONLY) for c in ran), [c for c in ran if not c.startswith(READ_ONLY)]
+
+    md = (run_dir / "report.md").read_text()
+    section = md[md.index("## Observation"):md.index("## Sign-off checklist")]
+    assert "**ROLLBACK**" in section and f"`k3rollout rollback {run_dir}`" in section
+    assert f"gpu-01 cuda_init: {category}" in section
+    assert "| 1 |" in section and "| keep |" in section and "| rollback |" in section
+    html = (run_dir / "report.html").read_text()
+    assert 'id="observation"' in html and "ROLLBACK" in html
+
+
+def test_observe_runs_while_another_rollout_holds_the_lock_but_not_during_its_own_run(tmp_path):
+    from k3rollout.engine.lock import RunLock
+    from k3rollout.model.inventory import load_inventory
+
+    run_dir = _rollout(tmp_path, {"gpu-01": {}})
+    inv = load_inventory([str(tmp_path / "inv" / "hosts.yml")])
+    other = RunLock(inv, tmp_path / "other-run", "2026-12-03T00:00:00+00:00")
+    other.acquire()                          # another rollout holds the cluster lock
+    try:
+        assert main(["observe", str(run_dir), "--once"]) == 0
+        assert len(_observations(run_dir)) == 1
+    finally:
+        other.release()
+    own = RunLock(inv, run_dir, "2026-12-03T00:00:00+00:00")
+    own.acquire()                            # this run is being resumed right now
+    try:
+        n = len(journal(run_dir))
+        assert main(["observe", str(run_dir), "--once"]) == 1
+        assert len(journal(run_dir)) == n    # nothing appended under a live run
+    finally:
+        own.release()
+
+
+def test_observe_stops_cleanly_on_sigterm_and_the_journal_stays_whole(tmp_path):
+    run_dir = _rollout(tmp_path, {"gpu-01": {}})
+    env = {**os.environ, "K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")}
+    p = subprocess.Popen([sys.executable, "-m", "k3rollout", "observe", str(run_dir), "--every", "1s", "--for", "1h"],
+                         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    while time.time() < deadline and len(_observations(run_dir)) < 2:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err.decode()[-800:]
+    assert b"observation stopped" in err
+    obs = _observations(run_dir)
+    assert len(obs) >= 2 and [o["index"] for o in obs] == list(range(1, len(obs) + 1))
+    # the chain verifies (report re-reads the journal), and the run is still the run
+    assert main(["report", str(run_dir)]) == 0
+    assert result(run_dir)["status"] == "completed"
+    assert main(["observe", str(run_dir), "--once"]) == 0    # so the next observe may start
+
+
+def test_playbook_rules_decide_and_a_bad_rule_is_refused_with_its_line(tmp_path, capsys):
+    run_dir = _rollout(tmp_path, {"gpu-01": {}},
+                       observe={"keep_when": ["obs.passes >= 3"], "rollback_when": ["obs.restarts | length > 0"]})
+    assert main(["observe", str(run_dir), "--once"]) == 0
+    o = _observations(run_dir)[-1]
+    assert o["decision"] == "stay_isolated" and o["recommendation"]["why"] == ["obs.passes >= 3"]
+    assert "owner GPU infra on-call" in o["recommendation"]["text"]
+
+    pb = write_playbook(tmp_path / "bad.yml", observe={"keep_when": ["obs.passes >="]})
+    inv = tmp_path / "inv" / "hosts.yml"
+    assert main(["validate", str(pb), "-i", str(inv)]) == 2
+    err = capsys.readouterr().err
+    assert "observe.keep_when" in err and "bad.yml" in err
+
+
+def test_decide_treats_a_failing_rule_as_not_keeping():
+    from k3rollout.engine.observe import decide
+    from k3rollout.model.playbook import Observe
+
+    obs = {"recurrence": [], "cuda_failures": [], "passes": 1}
+    rules, decision = decide(Observe(keep_when=["obs.passes >= 1"], rollback_when=["obs.nope | length > 0"]), obs, {})
+    # a rollback rule that cannot be evaluated counts as holding: a broken rule never keeps
+    assert decision == "rollback" and rules["rollback_when"][0]["error"]
+    rules, decision = decide(Observe(keep_when=["obs.nope"], rollback_when=["false"]), obs, {})
+    assert decision == "stay_isolated"
+
+
+def test_observe_refuses_a_run_that_upgraded_nothing(tmp_path, capsys):
+    run_dir = _rollout(tmp_path, {"gpu-01": {"sim_faults": ["driver_install_fails"]}})
+    assert main(["observe", str(run_dir), "--once"]) == 2
+    assert "nothing to observe" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", [[{"fault": "cuda_init_fails"}], [{"fault": "x", "after": "1h", "at": 5}]])
+def test_sim_late_faults_must_say_when(tmp_path, bad):
+    from k3rollout.sim.state import late_faults
+
+    with pytest.raises(ValueError, match="sim_late_faults"):
+        late_faults({"sim_late_faults": bad}, 0.0)
