@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import ROOT, journal, result, sim_state, write_inventory, write_playbook
 
-from conftest import ROOT, commands, journal, result, sim_state, write_inventory, write_playbook
 from k3rollout.cli import main
 
 # the team's serving replica: prefix caching and tool calls on, as the recipe asks

@@ -30,18 +30,18 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import structlog
 
 from k3rollout.checks import parsers
 from k3rollout.checks.triage import classify
 from k3rollout.engine.clock import Clock
-from k3rollout.engine.journal import HAVE_SYNCFS, Journal
 from k3rollout.engine.runner import Redactor, secret_values
 from k3rollout.engine.steps import StepRunnerMixin
 from k3rollout.errors import InputError, LockHeld
@@ -49,7 +49,8 @@ from k3rollout.evidence.store import EvidenceStore, verify_run
 from k3rollout.model.assertions import evaluate_all
 from k3rollout.model.playbook import MultinodeParams, load_playbook, play_vars
 from k3rollout.report.result import build_result
-from k3rollout.report.state import RunView, fold
+from k3rollout.runlog.journal import HAVE_SYNCFS, Journal
+from k3rollout.runlog.view import RunView, fold
 from k3rollout.scheduler.base import OUT_OF_SERVICE
 from k3rollout.stages import features, multinode, vllm_server
 from k3rollout.stages.base import NodeCtx, StepFailed

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from k3rollout.report.state import RunView
+from k3rollout.runlog.view import RunView
 
 PIECES = (("recurrence", "Does the same fault recur?"),
           ("prefix_cache", "Do prefix-cache hits still reproduce?"),
