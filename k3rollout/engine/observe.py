@@ -75,7 +75,7 @@ class ReadOnlyRunner(StepRunnerMixin):
         self.kinds: list[str] = []
         self.stages: list[Any] = []
         self._lock = threading.Lock()
-        self._api = None
+        self._api: Any = None
         self.stopping = threading.Event()
 
     def record(self, type_: str, *, durable: bool = False, **data: Any) -> dict:
@@ -193,7 +193,7 @@ class Observer:
     # ------------------------------------------------------------------ the loop
 
     def run(self, every_s: float, for_s: float, once: bool,
-            on_pass: Callable[[dict], None] | None = None) -> dict | None:
+            on_pass: Callable[[dict | None], None] | None = None) -> dict | None:
         """Passes until ``for_s`` has gone by (one with ``once``); the last observation record.
         Only one ``observe`` of a run directory at a time (a file lock in it)."""
         guard = os.open(self.run_dir / "observe.lock", os.O_RDWR | os.O_CREAT, 0o600)
@@ -469,7 +469,7 @@ def observe_context(nodes: dict[str, dict], reference: dict, index: int, view: R
     run_rates = [v["prefix_hit_rate"] for v in reference["nodes"].values() if v.get("prefix_hit_rate") is not None]
     finished = view.finished or view.last_ts
     hours = round((now - datetime.fromisoformat(finished).timestamp()) / 3600, 2) if finished else None
-    obs = {"passes": len(view.observations) + 1, "index": index, "hours_since_run": hours,
+    obs: dict[str, Any] = {"passes": len(view.observations) + 1, "index": index, "hours_since_run": hours,
            "recurrence": recurrence, "cuda_failures": sorted(cuda_failures), "serving_failures": serving_failures,
            "unreachable": unreachable, "prefix_hit_rate": min(rates) if rates else None,
            "run_prefix_hit_rate": min(run_rates) if run_rates else None, "prefix_hits_stopped": bool(stopped),

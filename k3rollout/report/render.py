@@ -34,6 +34,7 @@ RUNBOOK_FILES = {"baseline": "01-baseline.md", "cordon": "02-cordon.md", "driver
                  "cuda_check": "04-cuda-check.md", "vllm_smoke": "05-vllm-smoke.md",
                  "features": "06-features-multinode.md", "multinode": "06-features-multinode.md",
                  "uncordon": "07-uncordon.md", "rollback": "rollback.md", "index": "README.md"}
+OBSERVE_RUNBOOK = "08-observe.md"
 
 
 def _env(autoescape: bool) -> Environment:
@@ -164,7 +165,8 @@ def model(run_dir: Path, view: RunView | None = None, records: int | None = None
             "records": records, "batches": batches, "node_rows": _node_rows(v, result),
             "window": _window(v, result), "runbooks": runbook_links(),
             "timeline_svg": render_svg(result["batches"], v.nodes, result["finished"]),
-            "verification": [str(p) for p in problems], "observation": observation_summary(v)}
+            "verification": [str(p) for p in problems], "observation": observation_summary(v),
+            "observe_runbook": (RUNBOOKS / OBSERVE_RUNBOOK).as_uri()}
 
 
 def _json(m: dict[str, Any]) -> str:
