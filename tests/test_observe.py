@@ -24,7 +24,7 @@ SERVING = ["moonshotai/Kimi-K2-Thinking", "--tensor-parallel-size", "8", "--trus
 # what an observation pass may run on a node: queries, and throwaway --rm containers
 READ_ONLY = ("nvidia-smi ", "cat /proc/driver/nvidia/version", "systemctl is-active ", "dpkg-query ", "rpm -q",
              "docker image inspect ", "docker inspect ", "docker run --rm ", "docker logs ",
-             "kubectl get node ", "scontrol show ")
+             "kubectl get node ", "scontrol show ", "all_reduce_perf ", "mpirun ")
 
 
 def _rollout(tmp_path: Path, hosts: dict[str, dict], **play) -> Path:
@@ -221,3 +221,54 @@ def test_sim_late_faults_must_say_when(tmp_path, bad):
 
     with pytest.raises(ValueError, match="sim_late_faults"):
         late_faults({"sim_late_faults": bad}, 0.0)
+
+
+def test_nccl_gate_runs_only_on_nodes_the_scheduler_shows_idle(tmp_path):
+    # gpu-01 was cordoned before the run and stays cordoned (nothing runs there); gpu-02 serves
+    run_dir = _rollout(tmp_path, {"gpu-01": {"sim_cordoned": True}, "gpu-02": {}}, observe={"nccl": True})
+    before = {h: len(_ran(run_dir, h)) for h in ("gpu-01", "gpu-02")}
+    assert main(["observe", str(run_dir), "--once"]) == 0
+    o = _observations(run_dir)[-1]
+    idle, busy = o["nodes"]["gpu-01"], o["nodes"]["gpu-02"]
+    assert idle["scheduler_state"] == "cordoned" and idle["nccl"]["ok"] and idle["nccl"]["largest_busbw"] >= 300
+    assert "not idle" in busy["nccl"]["skipped"]
+    assert any(c.startswith("all_reduce_perf") for c in _ran(run_dir, "gpu-01")[before["gpu-01"]:])
+    assert not any("all_reduce_perf" in c for c in _ran(run_dir, "gpu-02")[before["gpu-02"]:])
+
+
+def _serving(**kw) -> dict:
+    return {"name": "vllm-serving", "state": "running", "ok": True, "restart_count": 0,
+            "prefix_cache": {"enabled": True, "ok": True, "hit_rate": 0.9}, "tools": {"passed": True}, **kw}
+
+
+def test_each_pass_is_compared_with_the_runs_evidence():
+    from k3rollout.engine.observe import observe_context
+    from k3rollout.runlog.view import RunView
+
+    ref = {"categories": ["container_runtime"], "nodes": {"n1": {"prefix_hit_rate": 0.9}}}
+    view = RunView(finished="2026-12-03T00:00:00+00:00")
+    good = {"n1": {"reachable": True, "failures": [], "serving": [_serving()]}}
+    obs, ev = observe_context(good, ref, 1, view, 3600.0 + 1_796_256_000)
+    assert all(e["ok"] for e in ev.values()) and obs["prefix_hit_rate"] == obs["run_prefix_hit_rate"] == 0.9
+
+    # the first pass's restart count is the yardstick for later ones
+    view.observations.append({"index": 1, "nodes": good})
+    bad = {"n1": {"reachable": True, "failures": [{"check": "cuda_init", "category": "container_runtime"}],
+                  "driver_drift": ["driver_version 580.105.08 (the run left 580.95.05)"],
+                  "serving": [_serving(restart_count=2, digest_drift="retagged",
+                                       prefix_cache={"enabled": True, "ok": False, "hit_rate": 0.0},
+                                       tools={"passed": False, "empty_tool_call": True})]}}
+    obs, ev = observe_context(bad, ref, 2, view, 0.0)
+    assert obs["passes"] == 2
+    assert obs["recurrence"] == [{"node": "n1", "check": "cuda_init", "category": "container_runtime"}]
+    assert obs["cuda_failures"] == ["n1"] and obs["restarts"] == ["n1/vllm-serving"]
+    assert obs["prefix_hits_stopped"] and obs["prefix_hit_rate"] == 0.0
+    assert obs["tool_call_failures"] == obs["empty_tool_calls"] == ["n1/vllm-serving"]
+    assert obs["driver_drift"] and obs["image_drift"] == ["n1/vllm-serving: retagged"]
+    assert not any(e["ok"] for e in ev.values())
+
+    # a lower hit rate than the run's (hits still there) fails the prefix-cache piece too
+    lower = {"n1": {"reachable": True, "failures": [], "serving": [_serving(
+        prefix_cache={"enabled": True, "ok": True, "hit_rate": 0.5})]}}
+    obs, ev = observe_context(lower, ref, 3, view, 0.0)
+    assert not obs["prefix_hits_stopped"] and not ev["prefix_cache"]["ok"] and "50.0%" in ev["prefix_cache"]["detail"]

@@ -405,13 +405,14 @@ class Observer:
         stage = next((s for s in self.playbook.stages if s.stage == "multinode"), None)
         params = stage.typed_params() if stage else MultinodeParams()
         ok, logs, facts = multinode._test(replace(ctx, params=params), [ctx.node], "nccl")
-        passed = ok and facts.get("avg_busbw", 0) >= params.min_busbw_gbps
+        # judged as the multinode stage judges: the largest size's bus bandwidth, no wrong rows
+        passed = ok and facts.get("largest_busbw", 0) >= params.min_busbw_gbps and not facts.get("wrong_rows")
         out["nccl"] = {"ok": passed, **facts}
         if not passed:
             tri = classify(logs or "", stage="multinode")
             out["failures"].append({"check": "nccl", "category": tri.category if not ok else "communication",
                                     "detail": self.redact(logs[-400:]) if logs else
-                                    f"bus bandwidth {facts.get('avg_busbw')} < {params.min_busbw_gbps} GB/s"})
+                                    f"bus bandwidth {facts.get('largest_busbw')} < {params.min_busbw_gbps} GB/s"})
 
 
 def observe_context(nodes: dict[str, dict], reference: dict, index: int, view: RunView,
@@ -430,7 +431,7 @@ def observe_context(nodes: dict[str, dict], reference: dict, index: int, view: R
     recurrence, cuda_failures, serving_failures, unreachable = [], [], [], []
     tool_failures, empty_calls, restarts, driver_drift, image_drift, nccl_failures = [], [], [], [], [], []
     rates: list[float] = []
-    stopped = []
+    stopped, no_cache, no_tools, tools_checked = [], [], [], 0
     first = _first_restarts(view)
     for node, r in nodes.items():
         if not r.get("reachable"):
@@ -456,12 +457,17 @@ def observe_context(nodes: dict[str, dict], reference: dict, index: int, view: R
             if c.get("state") not in (None, "running") or (isinstance(rc, int) and key in first and rc > first[key]):
                 restarts.append(key)
             pc = c.get("prefix_cache") or {}
+            if pc.get("enabled") is False:
+                no_cache.append(key)
+            if (c.get("tools") or {}).get("enabled") is False:
+                no_tools.append(key)
             if pc.get("enabled"):
                 if pc.get("hit_rate") is not None:
                     rates.append(pc["hit_rate"])
                 if not pc.get("ok") and not pc.get("inconclusive"):
                     stopped.append(key)
             t = c.get("tools") or {}
+            tools_checked += t.get("passed") is not None
             if t.get("passed") is False:
                 tool_failures.append(key)
             if t.get("empty_tool_call"):
@@ -486,11 +492,16 @@ def observe_context(nodes: dict[str, dict], reference: dict, index: int, view: R
                                                 or obs["prefix_hit_rate"] >= obs["run_prefix_hit_rate"]),
                          "detail": (f"hits stopped on {', '.join(stopped)}" if stopped else
                                     f"repeat hit rate {_pct(obs['prefix_hit_rate'])} (the run: "
-                                    f"{_pct(obs['run_prefix_hit_rate'])})")},
+                                    f"{_pct(obs['run_prefix_hit_rate'])})")
+                         + (f"; not checked on {', '.join(no_cache)} (launched without --enable-prefix-caching)"
+                            if no_cache else "")},
         "tool_calls": {"ok": not tool_failures and not empty_calls,
-                       "detail": (f"failed on {', '.join(tool_failures)}" if tool_failures else "valid calls, "
-                                  "streamed and not, and on retry") + (f"; empty calls on {', '.join(empty_calls)}"
-                                                                       if empty_calls else "")},
+                       "detail": (f"failed on {', '.join(tool_failures)}" if tool_failures else
+                                  "valid calls, streamed and not, and on retry" if tools_checked else "no tool-call "
+                                  "check ran") + (f"; empty calls on {', '.join(empty_calls)}"
+                                                                       if empty_calls else "")
+                       + (f"; not checked on {', '.join(no_tools)} (launched without --enable-auto-tool-choice)"
+                          if no_tools else "")},
         "maintainability": {"ok": not (driver_drift or image_drift or restarts or unreachable),
                             "detail": "; ".join(driver_drift + image_drift
                                                 + [f"{k} restarted or not running" for k in restarts]
