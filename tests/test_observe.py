@@ -138,6 +138,11 @@ def test_a_fault_that_appears_after_the_run_is_caught_as_a_recurrence_and_rollba
     html = (run_dir / "report.html").read_text()
     assert 'id="observation"' in html and "ROLLBACK" in html
 
+    # the command the recommendation names works on the observed run: the owner runs it
+    assert main(["rollback", str(run_dir)]) == 0
+    assert result(run_dir)["nodes"]["gpu-01"]["final"] == "rolled_back"
+    assert sim_state(run_dir, "gpu-01")["loaded_driver"] == "575.57.08"
+
 
 def test_observe_runs_while_another_rollout_holds_the_lock_but_not_during_its_own_run(tmp_path):
     from k3rollout.engine.lock import RunLock

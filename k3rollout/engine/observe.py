@@ -183,7 +183,9 @@ class Observer:
             raise InputError(f"upgraded host(s) {missing} are no longer in the inventory", path=self.inventory.path)
         self.reference = run_reference(self.view, self.nodes)
         self.run_id = self.view.run_id or ""
-        self.index = max((o["index"] for o in self.view.observations), default=0)
+        # passes are numbered on from the last one started (a pass killed mid-way keeps its number)
+        self.index = max((r["index"] for r in records if r["type"] in ("observation_started", "observation")),
+                         default=0)
         hv = [self.inventory.hosts[h].vars for h in self.nodes]
         vaulted = [v for v in getattr(self.inventory, "vault_values", ()) if len(v) >= 4]
         self.redact = Redactor(sorted(set(secret_values(self.play_vars, *hv)) | set(vaulted), key=len, reverse=True))
