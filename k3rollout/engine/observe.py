@@ -245,14 +245,16 @@ class Observer:
             try:
                 futures = {n: pool.submit(self.observe_node, runner, n, index) for n in self.nodes}
                 nodes = {n: f.result() for n, f in futures.items()}
-            except BaseException:
-                # SIGTERM or Ctrl-C: the checks in flight stop at their next command, the
-                # pass is recorded as stopped, and nothing is left half written
+            except BaseException as exc:
+                # SIGTERM or Ctrl-C (or an internal error): the checks in flight stop at their
+                # next command, the pass is recorded as stopped, and nothing is left half written
                 runner.stopping.set()
                 self.stopping.set()
                 pool.shutdown(wait=True, cancel_futures=True)
-                journal.append("observation_stopped", index=index, reason="interrupted (SIGTERM or Ctrl-C) "
-                               "during the pass; its checks so far are journaled above")
+                why = ("interrupted (SIGTERM or Ctrl-C)" if isinstance(exc, KeyboardInterrupt)
+                       else f"stopped by an internal error ({type(exc).__name__}: {self.redact(str(exc))[:300]})")
+                journal.append("observation_stopped", index=index, reason=f"{why} during the pass; its checks so "
+                               "far are journaled above")
                 raise
             pool.shutdown(wait=True)
             obs, ev = observe_context(nodes, self.reference, index, self.view, self.clock.now())
@@ -290,6 +292,9 @@ class Observer:
         except StepFailed as exc:
             out["reachable"] = False
             out["failures"].append({"check": "reach", "detail": self.redact(str(exc))[:500]})
+        except parsers.ParseError as exc:
+            # an answer that does not parse is a finding about the node, kept with the rest
+            out["failures"].append({"check": "parse", "detail": self.redact(str(exc))[:500]})
         return out
 
     def _driver(self, ctx: NodeCtx, ref: dict, out: dict) -> None:
@@ -436,7 +441,8 @@ def observe_context(nodes: dict[str, dict], reference: dict, index: int, view: R
     stopped, no_cache, no_tools, tools_checked = [], [], [], 0
     first = _first_restarts(view)
     for node, r in nodes.items():
-        if not r.get("reachable"):
+        # not reached, or an answer that did not parse: the node could not be checked
+        if not r.get("reachable") or any(f["check"] == "parse" for f in r["failures"]):
             unreachable.append(node)
         for f in r["failures"]:
             if f.get("category") in cats:
