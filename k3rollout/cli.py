@@ -514,7 +514,8 @@ def cmd_observe(args: argparse.Namespace, clock: Clock) -> int:
         print(f"observation {rec['index']} ({len(rec['nodes'])} node(s), {obs.get('hours_since_run')}h after the "
               f"run): {rec['decision']}")
         for piece, e in rec["evidence"].items():
-            print(f"  {piece}: {'ok' if e['ok'] else 'NOT OK'}: {e['detail']}")
+            status = "not checked" if e["ok"] is None else "ok" if e["ok"] else "NOT OK"
+            print(f"  {piece}: {status}: {e['detail']}")
         print(f"  {rec['recommendation']['text']}")
 
     try:

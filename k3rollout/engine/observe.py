@@ -496,19 +496,21 @@ def observe_context(nodes: dict[str, dict], reference: dict, index: int, view: R
                                   or (f"CUDA init fails on {', '.join(cuda_failures)}" if cuda_failures else
                                       f"none of the run's triaged categories ({', '.join(sorted(cats)) or 'none'}) "
                                       "seen again"))},
-        "prefix_cache": {"ok": not stopped and (obs["prefix_hit_rate"] is None or obs["run_prefix_hit_rate"] is None
-                                                or obs["prefix_hit_rate"] >= obs["run_prefix_hit_rate"]),
-                         "detail": (f"hits stopped on {', '.join(stopped)}" if stopped else
+        # ok None: not checked this pass (no serving container runs with the feature on)
+        "prefix_cache": {"ok": (None if not stopped and obs["prefix_hit_rate"] is None else
+                                not stopped and (obs["run_prefix_hit_rate"] is None
+                                                 or obs["prefix_hit_rate"] >= obs["run_prefix_hit_rate"])),
+                         "detail": (f"hits stopped on {_names(stopped)}" if stopped else
                                     f"repeat hit rate {_pct(obs['prefix_hit_rate'])} (the run: "
                                     f"{_pct(obs['run_prefix_hit_rate'])})")
-                         + (f"; not checked on {', '.join(no_cache)} (launched without --enable-prefix-caching)"
+                         + (f"; not checked on {_names(no_cache)} (launched without --enable-prefix-caching)"
                             if no_cache else "")},
-        "tool_calls": {"ok": not tool_failures and not empty_calls,
-                       "detail": (f"failed on {', '.join(tool_failures)}" if tool_failures else
-                                  "valid calls, streamed and not, and on retry" if tools_checked else "no tool-call "
-                                  "check ran") + (f"; empty calls on {', '.join(empty_calls)}"
-                                                                       if empty_calls else "")
-                       + (f"; not checked on {', '.join(no_tools)} (launched without --enable-auto-tool-choice)"
+        "tool_calls": {"ok": None if not tools_checked else not tool_failures and not empty_calls,
+                       "detail": (f"failed on {_names(tool_failures)}" if tool_failures else
+                                  "valid calls, streamed and not, and on retry" if tools_checked else
+                                  "no tool-call check ran")
+                       + (f"; empty calls on {_names(empty_calls)}" if empty_calls else "")
+                       + (f"; not checked on {_names(no_tools)} (launched without --enable-auto-tool-choice)"
                           if no_tools else "")},
         "maintainability": {"ok": not (driver_drift or image_drift or restarts or unreachable),
                             "detail": "; ".join(driver_drift + image_drift
@@ -517,6 +519,10 @@ def observe_context(nodes: dict[str, dict], reference: dict, index: int, view: R
                             or "driver, fabric manager and images as the run left them; no serving restarts"},
     }
     return obs, evidence
+
+
+def _names(keys: list[str]) -> str:
+    return ", ".join(keys) if len(keys) <= 4 else f"{', '.join(keys[:3])} and {len(keys) - 3} more"
 
 
 def _pct(x: float | None) -> str:

@@ -24,7 +24,7 @@ def summarise(v: RunView) -> dict[str, Any] | None:
         return None
     passes = [{"index": o["index"], "ts": o["ts"], "decision": o["decision"], "nodes": sorted(o["nodes"]),
                "hours": o["obs"].get("hours_since_run"),
-               "not_ok": [k for k, e in o["evidence"].items() if not e.get("ok")]} for o in v.observations]
+               "not_ok": [k for k, e in o["evidence"].items() if e.get("ok") is False]} for o in v.observations]
     last = v.observations[-1] if v.observations else None
     first_rollback = next((o for o in v.observations if o["decision"] == "rollback"), None)
     chosen = first_rollback or last
