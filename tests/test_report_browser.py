@@ -68,6 +68,7 @@ def runs(tmp_path_factory):
     inv = write_inventory(base / "inv-ok", {"gpu-01": {}, "gpu-02": {"sim_faults": ["vllm_oom"]}, "gpu-03": {}})
     pb = write_playbook(base / "pb.yml", serial=[1, 2], min_serving=0, max_fail_percentage=50)
     main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(base / "completed")])
+    main(["observe", str(base / "completed"), "--once"])       # after the window: its report gains a section
     out["completed"] = base / "completed"
     inv = write_inventory(base / "inv-bad", {"gpu-01": {"sim_faults": ["driver_install_fails"]}, "gpu-02": {}})
     main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(base / "halted")])
@@ -94,6 +95,10 @@ def test_report_renders_in_chromium(chromium, runs, tmp_path, kind, verdict):
         assert "rolled_back" in dom and "rollback ran" in dom
     if kind == "completed":
         assert "model_load_capacity" in dom       # gpu-02's OOM, triaged
+        assert_rendered(dom, shot, "observation")
+        assert "Decision: <strong>KEEP</strong>" in dom and "k3rollout rollback" in dom
+    else:
+        assert 'id="observation"' not in dom      # never observed: no section
 
 
 def test_plan_report_renders_in_chromium(chromium, tmp_path):
