@@ -227,3 +227,20 @@ def test_record_checks_are_the_same_where_typing_lacks_notrequired():
 
     required, optional = _CHECKS["run_started"]
     assert [k for k, _ in required] == ["plan", "run_id"] and "plan_sha256" in dict(optional)
+
+
+def test_a_second_writer_is_refused_before_it_forks_the_hash_chain(tmp_path):
+    """Two processes appending to one journal (an `observe` pass beside a `rollback` of the
+    same run) would write two records with one seq: the one that is late is refused."""
+    path = tmp_path / "journal.jsonl"
+    first = jr.Journal(path, lambda: "2026-12-03T00:00:00+00:00")
+    first.append("run_resumed", pid=1)
+    second = jr.Journal(path, lambda: "2026-12-03T00:00:01+00:00")    # opened at record 1
+    second.append("run_resumed", pid=2)                                # the other writer goes on
+    with pytest.raises(jr.JournalWriteError, match="another k3rollout process"):
+        first.append("run_resumed", pid=1)
+    with pytest.raises(jr.JournalWriteError):                          # and takes no record after
+        first.append("run_resumed", pid=1)
+    first.close()
+    second.close()
+    assert [r["pid"] for r in jr.Journal.read(path)] == [1, 2]         # the chain is whole

@@ -49,7 +49,7 @@ from k3rollout.evidence.store import EvidenceStore, verify_run
 from k3rollout.model.assertions import evaluate_all
 from k3rollout.model.playbook import MultinodeParams, load_playbook, play_vars
 from k3rollout.report.result import build_result
-from k3rollout.runlog.journal import HAVE_SYNCFS, Journal
+from k3rollout.runlog.journal import HAVE_SYNCFS, Journal, JournalWriteError
 from k3rollout.runlog.view import RunView, fold
 from k3rollout.scheduler.base import OUT_OF_SERVICE
 from k3rollout.stages import features, multinode, vllm_server
@@ -253,8 +253,11 @@ class Observer:
                 pool.shutdown(wait=True, cancel_futures=True)
                 why = ("interrupted (SIGTERM or Ctrl-C)" if isinstance(exc, KeyboardInterrupt)
                        else f"stopped by an internal error ({type(exc).__name__}: {self.redact(str(exc))[:300]})")
-                journal.append("observation_stopped", index=index, reason=f"{why} during the pass; its checks so "
-                               "far are journaled above")
+                try:
+                    journal.append("observation_stopped", index=index, reason=f"{why} during the pass; its checks "
+                                   "so far are journaled above")
+                except JournalWriteError:
+                    pass            # another writer took the journal: this pass may add nothing more
                 raise
             pool.shutdown(wait=True)
             obs, ev = observe_context(nodes, self.reference, index, self.view, self.clock.now())

@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import gc
 import hashlib
 import json
@@ -208,7 +209,21 @@ class Journal:
             body = fastjson.dumps_line(rec)[:-1]
             h = chain(self._last_h, body)
             line = body[:-1] + LINK + h.encode("ascii") + b'"}\n'
-            self._write_all(line, rec["seq"], type_)
+            # one writer at a time: another process that appended since this one opened the
+            # journal (an `observe` pass beside a `rollback` of the same run) would fork the
+            # hash chain; the record is refused before the side effect it announces
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                if os.fstat(self._fd).st_size != self._size:
+                    self._broken = JournalWriteError(
+                        f"{self.path}: another k3rollout process (an `observe` pass, a resume or a rollback of this "
+                        f"run) appended to the journal since this one opened it; record {rec['seq']} ({type_}) was "
+                        "not written and nothing it announced was done. Run the command again once the other one "
+                        "has finished.", run_dir=self.path.parent)
+                    raise self._broken
+                self._write_all(line, rec["seq"], type_)
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
             rec["h"] = h
             # records read at open stay in ``records``; appended ones are not kept in memory
             # (the engine folds each into its view as it goes)
