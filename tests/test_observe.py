@@ -276,3 +276,10 @@ def test_each_pass_is_compared_with_the_runs_evidence():
         prefix_cache={"enabled": True, "ok": True, "hit_rate": 0.5})]}}
     obs, ev = observe_context(lower, ref, 3, view, 0.0)
     assert not obs["prefix_hits_stopped"] and not ev["prefix_cache"]["ok"] and "50.0%" in ev["prefix_cache"]["detail"]
+
+
+def test_a_bad_late_fault_is_refused_naming_its_host(tmp_path, capsys):
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {"sim_late_faults": [{"fault": "cuda_init_fails"}]}})
+    pb = write_playbook(tmp_path / "pb.yml", min_serving=0)
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(tmp_path / "run")]) == 2
+    assert "host gpu-01: sim_late_faults" in capsys.readouterr().err

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from k3rollout.errors import InputError
 from k3rollout.sim import cache, gpu, nccl, netd, repos, sched
 from k3rollout.sim import docker as dk
 from k3rollout.sim import state as st
@@ -181,4 +182,11 @@ HANDLERS = {
 
 def init_cluster(root: Path, hosts: dict[str, dict]) -> dict[str, Path]:
     """One state directory per host under ``root``; existing hosts are left as they are."""
-    return {name: st.init_host(root / name, name, hv) for name, hv in hosts.items()}
+    out = {}
+    for name, hv in hosts.items():
+        try:
+            out[name] = st.init_host(root / name, name, hv)
+        except ValueError as exc:
+            # a simulated host's vars are input like any other: exit 2 naming the host
+            raise InputError(f"host {name}: {exc}") from None
+    return out
