@@ -380,10 +380,20 @@ class Observer:
             c.update(ok=False, reason=f"serving container {name} is {c['state']}", category=tri.category)
             return c
         model, port = serve_target(args)
-        c.update(model=model, port=port)
+        if "--headless" in args:
+            # a multi-node replica's worker rank serves no API: its head node's container answers
+            c.update(ok=True, headless=True, prefix_cache={"enabled": None}, tools={"enabled": None})
+            return c
         sctx = replace(ctx, folder=f"{ctx.folder}-{name}")
         health = sctx.api("health", "GET", port, "/health", timeout=10)
         c["health_ok"] = health.ok
+        # the name the server answers to (--served-model-name may differ from the weights' path)
+        listed = sctx.api("models", "GET", port, "/v1/models", timeout=30)
+        body = listed.json() if listed.ok else None
+        served = [m.get("id") for m in (body.get("data") or [] if isinstance(body, dict) else [])
+                  if isinstance(m, dict)]
+        model = model if model in served or not served else served[0]
+        c.update(model=model, port=port)
         good, resp = vllm_server.chat(sctx, "short-request", port, {
             "model": model, "messages": [{"role": "user", "content": "Say hello in one word."}], "max_tokens": 16},
             timeout=self.settings.request_timeout)
