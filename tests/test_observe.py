@@ -134,6 +134,8 @@ def test_a_fault_that_appears_after_the_run_is_caught_as_a_recurrence_and_rollba
     assert "**ROLLBACK**" in section and f"`k3rollout rollback {run_dir}`" in section
     assert f"gpu-01 cuda_init: {category}" in section
     assert "| 1 |" in section and "| keep |" in section and "| rollback |" in section
+    # checklist item 9 (the conditions written down) says what they decided
+    assert "observe rules (keep_when, rollback_when) decided rollback at observation pass 2" in md
     html = (run_dir / "report.html").read_text()
     assert 'id="observation"' in html and "ROLLBACK" in html
 

@@ -92,7 +92,10 @@ def evaluate(v: RunView, play_vars: dict[str, Any] | None = None) -> list[dict[s
     add(9, "Conditions for keeping the new driver, staying isolated, or rolling back written",
         "done" if v.plan else "missing",
         f"post-assertions per stage decide keep vs roll back; max_fail_percentage {mfp}; "
-        f"min_serving {(v.plan or {}).get('min_serving')}; playbook sha256 {(v.plan or {}).get('playbook_sha256')}",
+        f"min_serving {(v.plan or {}).get('min_serving')}; playbook sha256 {(v.plan or {}).get('playbook_sha256')}"
+        + (f"; after the window the playbook's observe rules (keep_when, rollback_when) decided "
+           f"{v.observations[-1]['decision']} at observation pass {v.observations[-1]['index']}"
+           if v.observations else ""),
         _ev(v, lambda e: e["node"] == "_run"))
     owner = pv.get("rollback_owner")
     plans = [n for n in nodes if n.rollback_plan]
