@@ -258,7 +258,7 @@ class PrestageDone(TypedDict):
 
 class ObservationStarted(TypedDict):
     index: int
-    nodes: list
+    nodes: list[Any]
     pid: int
 
 
@@ -266,12 +266,12 @@ class Observation(TypedDict):
     """One pass of ``k3rollout observe`` (after the run): per node what the read-only checks
     found, the four pieces of evidence compared with the run's, the rules and the decision."""
     index: int
-    nodes: dict
-    evidence: dict
-    obs: dict
-    rules: dict
+    nodes: dict[str, Any]
+    evidence: dict[str, Any]
+    obs: dict[str, Any]
+    rules: dict[str, Any]
     decision: str
-    recommendation: dict
+    recommendation: dict[str, Any]
 
 
 class ObservationStopped(TypedDict):
