@@ -126,6 +126,7 @@ class Engine(GateMixin, StepRunnerMixin):
         """Release the transports: SSH connections, the HTTP pool, the simulated network."""
         if self._api is not None:
             self._api.close()
+        self.close_kube()
         self.executor.close()
         self.evidence.close()
 

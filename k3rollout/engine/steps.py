@@ -14,6 +14,7 @@ import hashlib
 import shlex
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +39,24 @@ class ReadDropped(StepFailed):
     """A read-only command lost its connection (retried by the step runner)."""
 
 
-def _http_evidence(node: str, res: HttpResult, body: Any) -> str:
+@dataclass
+class CallResult:
+    """What ``call`` returns: rc 0 with the API's answer, or rc 1 with its refusal."""
+    rc: int
+    answer: Any
+    error: str
+    duration_s: float
+    replayed: bool = False      # a ``once`` call completed (or settled) before a crash
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+    def tail(self, n: int = 600) -> str:
+        return self.error[-n:]
+
+
+def _http_evidence(node: str, res: "HttpResult", body: Any) -> str:
     """A request and its reply as evidence. A request body over 64 KiB (a long-context
     prompt) is kept as its head, tail, length and sha256, and says so."""
     sent = "" if body is None else fastjson.dumps_pretty(body)
@@ -55,6 +73,18 @@ def _http_evidence(node: str, res: HttpResult, body: Any) -> str:
     else:
         reply = res.text
     return f"{head}\n--- response ---\n{reply}"
+
+
+def kubeconfig_for(host_vars: dict[str, Any], inventory_path: str, executor: Any = None) -> tuple[str | None, str | None]:
+    """(kubeconfig path or None for the client's default, context or None) for a host."""
+    cfg = host_vars.get("k3_kubeconfig")
+    if cfg:
+        p = Path(str(cfg)).expanduser()
+        cfg = str(p if p.is_absolute() else Path(inventory_path).resolve().parent / p)
+    else:
+        cfg = getattr(executor, "kubeconfig", None)
+        cfg = str(cfg) if cfg else None
+    return cfg, host_vars.get("k3_kube_context") or None
 
 
 class StepRunnerMixin:
@@ -165,6 +195,41 @@ class StepRunnerMixin:
             except ReadDropped as exc:
                 last = exc
 
+    def call(self, ctx: NodeCtx, name: str, what: list[str], fn: Callable[[], Any], *, ran_on: str,
+             once: bool = False, probe: Callable[[NodeCtx, dict], bool] | None = None,
+             meta: dict | None = None) -> CallResult:
+        """A call the controller makes itself (an API request, not a command on a host),
+        journaled like a step: ``what`` is what the journal shows (e.g. ``["PATCH",
+        "nodes/gpu-01", "spec.unschedulable=true"]``), ``ran_on`` where it went (the API
+        server's URL). ``fn()`` returns the answer (JSON-able, kept as evidence) or raises
+        ``K3RolloutError`` (the refusal becomes the result: rc 1 and its message). A ``once``
+        call is replayed or settled by ``probe`` after a crash, as ``step`` does."""
+        from k3rollout.errors import K3RolloutError
+
+        key = f"{ctx.folder}/{name}"
+        node = ctx.node
+        shown = [self.redact(str(a)) for a in what]
+        if once:
+            earlier = self._replay_or_settle(ctx, name, key, shown, probe)
+            if earlier is not None:
+                return CallResult(earlier.rc, None, "", 0.0, replayed=True)
+        self.record("step_started", node=node, stage=ctx.stage, step=name, key=key, argv=shown, kind="api",
+                    once=once, durable=once, ran_on=ran_on, **({"meta": meta} if meta else {}))
+        started = time.monotonic()
+        try:
+            answer, error, rc = fn(), "", 0
+        except K3RolloutError as exc:
+            answer, error, rc = None, self.redact(str(exc)), 1
+        took = time.monotonic() - started
+        body = (f"> {shlex.join(shown)}\n# node={node} ran_on={ran_on} rc={rc} duration_s={took:.3f}\n"
+                f"--- answer ---\n{self.redact(fastjson.dumps_pretty(answer)) if answer is not None else ''}\n"
+                f"--- error ---\n{error}")
+        ref = self.evidence.write(node, ctx.folder, name, body)
+        self.record("step_done", node=node, stage=ctx.stage, step=name, key=key, kind="api", rc=rc, once=once,
+                    ran_on=ran_on, error=error or None, duration_s=round(took, 4), evidence=ref.path,
+                    sha256=ref.sha256, durable=once and probe is None)
+        return CallResult(rc, answer, error, took)
+
     def _replay_or_settle(self, ctx: NodeCtx, name: str, key: str, argv: list[str],
                           probe: Callable[[NodeCtx, dict], bool] | None) -> CommandResult | None:
         """For a ``once`` step: its recorded result if it completed before, a settled result
@@ -183,6 +248,28 @@ class StepRunnerMixin:
         self.record("step_settled", node=node, stage=ctx.stage, step=name, key=key, took_effect=took,
                     how="probe after an interrupted run")
         return CommandResult(node, tuple(argv), 0, "", "", 0.0) if took else None
+
+    def kube(self, ctx: NodeCtx) -> Any:
+        """The Kubernetes API for this node's cluster, from the controller: the kubeconfig
+        the inventory names (``k3_kubeconfig``, relative to the inventory file, and
+        ``k3_kube_context``), else the simulated cluster's, else the client's default
+        (``$KUBECONFIG``, ``~/.kube/config``). One client per kubeconfig and context."""
+        from k3rollout.scheduler.k8s_api import KubernetesError, KubernetesApi
+
+        cfg, context = kubeconfig_for(ctx.vars, self.inventory.path, self.executor)
+        with self._lock:
+            apis = self.__dict__.setdefault("_kube_apis", {})
+            api = apis.get((cfg, context))
+            if api is None:
+                try:
+                    api = apis[(cfg, context)] = KubernetesApi(cfg, context)
+                except KubernetesError as exc:
+                    raise StepFailed(f"{ctx.node}: {exc}") from None
+            return api
+
+    def close_kube(self) -> None:
+        for api in self.__dict__.pop("_kube_apis", {}).values():
+            api.close()
 
     @property
     def can_run_ansible(self) -> bool:

@@ -35,6 +35,8 @@ SIM_FAULTS = (
     "prefix_cache_miss",
     "slow_reboot",
     "rollback_packages_gone",
+    "pdb_blocks_eviction",
+    "gpu_operator_driver",
 )
 
 _VALID_GROUP_KEYS = ("vars", "children", "hosts")

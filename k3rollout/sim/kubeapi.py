@@ -197,6 +197,13 @@ class Cluster:
             if not any(p["metadata"]["namespace"] == "gpu-operator" for p in mine):
                 self._new_pod(name, "gpu-operator", "nvidia-dcgm-exporter", "DaemonSet", "nvidia-dcgm-exporter")
                 changed = True
+            # the host fault gpu_operator_driver: the GPU Operator runs this node's driver as a
+            # container (its driver DaemonSet's pod, labelled app=nvidia-driver-daemonset)
+            if "gpu_operator_driver" in s.get("faults", []) and not any(
+                    p["metadata"]["labels"].get("app") == "nvidia-driver-daemonset" for p in mine):
+                self._new_pod(name, "gpu-operator", "nvidia-driver-daemonset-580.95.05", "DaemonSet",
+                              "nvidia-driver-daemonset", app="nvidia-driver-daemonset")
+                changed = True
             serving = any(c["status"] == "running" for c in s["docker"]["containers"].values())
             if serving and s["scheduler"]["state"] == "schedulable" and \
                     not any(p["metadata"]["namespace"] == "inference" for p in mine):
@@ -205,12 +212,12 @@ class Cluster:
         if changed:
             self._save()
 
-    def _new_pod(self, node: str, ns: str, prefix: str, owner_kind: str, owner: str) -> None:
+    def _new_pod(self, node: str, ns: str, prefix: str, owner_kind: str, owner: str, app: str | None = None) -> None:
         name = f"{prefix}-{uuid.uuid4().hex[:5]}"
         self.data["pods"][f"{ns}/{name}"] = {
             "kind": "Pod", "apiVersion": "v1",
             "metadata": {"name": name, "namespace": ns, "uid": str(uuid.uuid4()), "resourceVersion": self._rv(),
-                         "creationTimestamp": _now_iso(), "labels": {"app": prefix.split("-")[0]},
+                         "creationTimestamp": _now_iso(), "labels": {"app": app or prefix.split("-")[0]},
                          "ownerReferences": [{"apiVersion": "apps/v1", "kind": owner_kind, "name": owner,
                                               "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, owner)),
                                               "controller": True, "blockOwnerDeletion": True}]},
@@ -551,17 +558,20 @@ class Handler(BaseHTTPRequestHandler):
 class KubeApiServer:
     """``with KubeApiServer(sim_root) as api: api.url`` (an http:// URL on 127.0.0.1)."""
 
-    def __init__(self, sim_root: Path, pdb_release_s: float | None = None):
+    def __init__(self, sim_root: Path, pdb_release_s: float | None = None, address: tuple[str, int] = ("127.0.0.1", 0)):
         self.cluster = Cluster(sim_root, pdb_release_s)
         self.requests: list[tuple[str, str]] = []
         handler = type("BoundHandler", (Handler,), {"cluster": self.cluster, "requests": self.requests})
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        try:
+            self.httpd = ThreadingHTTPServer(address, handler)
+        except OSError:         # the address is taken: any free port on it
+            self.httpd = ThreadingHTTPServer((address[0], 0), handler)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        return f"http://{self.httpd.server_address[0]}:{self.httpd.server_address[1]}"
 
     def kubeconfig(self, path: Path, user: str = "k3rollout") -> Path:
         """A kubeconfig for the controller, pointing at this server."""

@@ -59,6 +59,20 @@ def address_of(root: Path, index: int) -> str:
     return f"127.{1 + n // 256}.{n % 256}.{1 + index % 254}"
 
 
+KUBE_PORT = 6443
+
+
+def kube_address(root: Path) -> str:
+    """Where this root's simulated Kubernetes API server listens: the .255 of the root's
+    first /24 (no host gets a .255 address, see ``address_of``)."""
+    n = _prefix(root)
+    return f"127.{1 + n // 256}.{n % 256}.255"
+
+
+def kubeconfig_path(root: Path) -> Path:
+    return Path(root) / "kubeconfig"
+
+
 def allocate(root: Path) -> str:
     """The next free host address under ``root`` (a counter kept next to the host dirs)."""
     root.mkdir(parents=True, exist_ok=True)
@@ -416,9 +430,20 @@ class Daemon:
         if not stream:
             await self.send(writer, 200, payload)
 
+    def start_kubeapi(self) -> None:
+        """The cluster's Kubernetes API server (k3rollout/sim/kubeapi.py), one per sim root,
+        at an address fixed by the root (so a restarted daemon answers where the kubeconfig
+        says), with the controller's kubeconfig written next to the hosts."""
+        from k3rollout.sim.kubeapi import KubeApiServer
+
+        self.kubeapi = KubeApiServer(self.root, address=(kube_address(self.root), KUBE_PORT))
+        self.kubeapi.__enter__()
+        self.kubeapi.kubeconfig(kubeconfig_path(self.root))
+
     async def main(self) -> None:
         global _RUNNING
         self.loop = asyncio.get_running_loop()
+        self.start_kubeapi()
         srv = await asyncio.start_unix_server(self.control, path=_control_name(self.root))
         cmd_srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         cmd_srv.bind(_command_name(self.root))
@@ -439,6 +464,7 @@ class Daemon:
                 break
         srv.close()
         cmd_srv.close()
+        self.kubeapi.__exit__(None, None, None)
         for lst in self.listeners.values():
             lst.close()
         with contextlib.suppress(OSError):

@@ -9,7 +9,8 @@ what the step journaled when it started (e.g. the boot id before a reboot).
 ``ctx.api(...)`` is the same for HTTP requests from the controller to the node's server.
 A step runs on the node unless ``on=`` names another place: ``"controller"`` (a subprocess
 where k3rollout runs) or an inventory host; the scheduler's operations use that
-(``ctx.scheduler``, k3rollout/scheduler).
+(``ctx.scheduler``, k3rollout/scheduler). ``runner.call(...)`` journals a call the
+controller makes itself (a Kubernetes API request), with ``ran_on`` the server's URL.
 """
 
 from __future__ import annotations
@@ -39,7 +40,13 @@ class StepRunner(Protocol):
 
     def prior_meta(self, ctx: NodeCtx, name: str) -> dict | None: ...
 
-    def wait_for_host(self, ctx: NodeCtx, timeout: float) -> float: ...
+    def call(self, ctx: "NodeCtx", name: str, what: list[str], fn: Callable[[], Any], *, ran_on: str,
+             once: bool = False, probe: Callable[["NodeCtx", dict], bool] | None = None,
+             meta: dict | None = None) -> Any: ...
+
+    def kube(self, ctx: "NodeCtx") -> Any: ...
+
+    def wait_for_host(self, ctx: "NodeCtx", timeout: float) -> float: ...
 
     def record_evidence(self, ctx: NodeCtx, name: str, content: str) -> dict: ...
 
@@ -100,6 +107,13 @@ class NodeCtx:
 
     def read_scheduler(self) -> str:
         return self.scheduler.read_state(self)
+
+    def publish_progress(self, state: str) -> None:
+        """The node's upgrade state where its scheduler shows it (the Kubernetes label
+        ``k3rollout.io/upgrade-state``; schedulers without labels keep it in the journal)."""
+        progress = getattr(self.scheduler, "progress", None)
+        if progress is not None:
+            progress(self, state)
 
     def read_boot_id(self) -> str:
         res = self.step("boot-id", ["cat", "/proc/sys/kernel/random/boot_id"])

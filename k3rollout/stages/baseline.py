@@ -16,6 +16,7 @@ import json
 from k3rollout.checks import parsers
 from k3rollout.checks.cuda_table import compat_verdict
 from k3rollout.checks.triage import classify
+from k3rollout.errors import K3RolloutError
 from k3rollout.stages.base import NodeCtx, StageOutcome
 from k3rollout.stages.driver_node import driver_rollback_facts
 
@@ -89,4 +90,14 @@ def run(ctx: NodeCtx) -> StageOutcome:
 
     f["scheduler"] = ctx.scheduler.kind
     f["scheduler_state"] = ctx.read_scheduler()
+    owner = getattr(ctx.scheduler, "driver_owner", None)
+    if owner is not None:
+        try:
+            f["driver_owner"] = owner(ctx)
+        except K3RolloutError as exc:
+            return StageOutcome(False, str(exc), f)
+        if f["driver_owner"] == "gpu-operator":
+            return StageOutcome(False, "the NVIDIA GPU Operator manages this node's driver (its driver DaemonSet runs "
+                                       "here): a host-level package upgrade is refused; upgrade it through the "
+                                       "operator's NVIDIADriver resource instead. Nothing was changed.", f)
     return StageOutcome(True, "", f)

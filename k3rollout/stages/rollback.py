@@ -118,12 +118,24 @@ def execute(ctx: NodeCtx, steps: list[dict], entered: set[str]) -> tuple[bool, l
         except StepFailed as exc:
             ok, detail = False, str(exc)
         results.append({"action": a, "status": "done" if ok else "failed", "detail": detail})
+        if a == "uncordon_if_healthy":
+            _publish_failed(ctx)
         if not ok:
             ok_all = False
             if a == "restore_driver":
                 # Without a sound driver the node must stay out of service: skip the rest
-                # except keeping it cordoned, which it already is.
+                # except keeping it cordoned, which it already is. A quarantine still runs:
+                # it needs only the scheduler (a node that never came back is marked too).
+                _publish_failed(ctx)
                 for rest in steps[steps.index(step) + 1:]:
+                    if rest["action"] == "quarantine":
+                        try:
+                            qok, qdetail = _quarantine(ctx, rest)
+                        except StepFailed as exc:
+                            qok, qdetail = False, str(exc)
+                        results.append({"action": "quarantine", "status": "done" if qok else "failed",
+                                        "detail": qdetail})
+                        continue
                     results.append({"action": rest["action"], "status": "skipped",
                                     "detail": "driver restore failed; node kept cordoned"})
                 break
@@ -137,6 +149,13 @@ def _needed(step: dict, entered: set[str]) -> bool:
     if step["undoes"] in entered:
         return True
     return step["action"] == "restore_serving_image" and "driver_upgrade" in entered
+
+
+def _publish_failed(ctx: NodeCtx) -> None:
+    try:
+        ctx.publish_progress("upgrade-failed")
+    except StepFailed:
+        pass    # the label informs; the rollback's own result already says what happened
 
 
 def _stop_test(ctx: NodeCtx, step: dict) -> tuple[bool, str]:

@@ -27,9 +27,12 @@ def uncordon(ctx: NodeCtx, name: str = "uncordon") -> tuple[bool, str]:
 
 
 def run(ctx: NodeCtx) -> StageOutcome:
+    ctx.publish_progress("uncordon-required")
     failed = restart_serving(ctx)
     if failed:
         return StageOutcome(False, f"existing workloads did not restart on the new driver: {', '.join(failed)}",
                             {"restarted_serving_failed": failed})
     ok, why = uncordon(ctx)
+    if ok:
+        ctx.publish_progress("upgrade-done")
     return StageOutcome(ok, why, {"scheduler_state": ctx.read_scheduler()})

@@ -46,6 +46,8 @@ class SimExecutor:
         self._links: list[socket.socket] = []
         self._links_lock = threading.Lock()
         netd.ensure(self.root)      # the simulated cluster: the hosts' commands and their vLLM sockets
+        # the cluster's simulated Kubernetes API server, which the daemon also serves
+        self.kubeconfig = netd.kubeconfig_path(self.root)
 
     def state_dir(self, host: str) -> Path:
         return self.dirs[host]
