@@ -166,6 +166,14 @@ def commands(run_dir: Path, host: str) -> list[str]:
     return executed(run_dir / "sim-hosts" / host)
 
 
+def api_changes(run_dir: Path, host: str) -> list[str]:
+    """The changes the simulated Kubernetes API server was asked for on ``host`` (its node
+    and the pods on it), in order: ``PATCH nodes/gpu-01 {...}``, ``POST .../eviction``."""
+    from k3rollout.sim.kubeapi import audited
+
+    return audited(run_dir / "sim-hosts" / host)
+
+
 @pytest.fixture
 def sshd_cluster(tmp_path_factory):
     """Factory: ``with sshd_cluster({"gpu-01": {...}}) as c`` starts real sshd hosts on loopback.

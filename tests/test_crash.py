@@ -9,18 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import (
-    assert_reports_match_journal,
-    cli,
-    commands,
-    journal,
-    result,
-    sim_state,
-    write_inventory,
-    write_playbook,
-)
 
-ONCE = re.compile(r"^(apt-get install|reboot|kubectl drain|kubectl uncordon)\b")
+from conftest import api_changes, assert_reports_match_journal, cli, commands, journal, result, sim_state, write_inventory, write_playbook
+
+ONCE = re.compile(r"^(apt-get install|reboot)\b")
 
 
 def scenario(base: Path) -> tuple[Path, Path]:
@@ -40,7 +32,10 @@ def outcome(run_dir: Path) -> dict:
 
 
 def destructive(run_dir: Path, host: str) -> list[str]:
-    return [c.split(" --")[0].split(" nvidia")[0] for c in commands(run_dir, host) if ONCE.match(c)]
+    # the host's own destructive commands, then every change asked of the Kubernetes API
+    # for it (cordon, evictions, labels, uncordon: each a ``once`` step from the controller)
+    return [c.split(" --")[0].split(" nvidia")[0] for c in commands(run_dir, host) if ONCE.match(c)] + \
+        [re.sub(r"-[0-9a-f]{5}/eviction$", "-<pod>/eviction", c) for c in api_changes(run_dir, host)]
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 from conftest import (
+    api_changes,
     assert_reports_match_journal,
     cli,
     journal,
@@ -113,8 +114,8 @@ def test_rejecting_before_cordon_changes_nothing(tmp_path):
     assert cli("approve", str(run_dir), "--reject").returncode == 0
     assert proc.wait(60) == 1
     assert result(run_dir)["nodes"]["gpu-01"]["final"] == "skipped"
-    assert not [c for c in (run_dir / "sim-hosts" / "gpu-01" / "commands.log").read_text().splitlines()
-                if "kubectl drain" in c or "kubectl cordon" in c]
+    assert not api_changes(run_dir, "gpu-01")      # nothing asked of the Kubernetes API: no cordon, no label
+    assert sim_state(run_dir, "gpu-01")["scheduler"]["state"] == "schedulable"
 
 
 def test_sigterm_while_paused_then_resume_asks_again(tmp_path):

@@ -9,17 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import (
-    PLAYBOOK,
-    assert_reports_match_journal,
-    commands,
-    journal,
-    result,
-    sim_state,
-    write_inventory,
-    write_playbook,
-)
-
+from conftest import PLAYBOOK, api_changes, assert_reports_match_journal, commands, journal, result, sim_state, write_inventory, write_playbook
 from k3rollout.cli import main
 from k3rollout.engine.clock import Clock
 
@@ -118,12 +108,29 @@ def test_every_destructive_command_runs_only_after_all_before_it_is_durable(tmp_
             destructive.append((rec["step"], jpath.stat().st_size, committed[-1][0] if committed else 0))
         return real_run(self, host, argv, **kw)
 
+    from k3rollout.engine.steps import StepRunnerMixin
+
+    real_call = StepRunnerMixin.call
+
+    def api_call(self, ctx, name, what, fn, **kw):
+        # a change through the Kubernetes API: the same rule when the request is sent
+        def send():
+            jpath = self.evidence.root.parent / "journal.jsonl"
+            rec = last_record(jpath)
+            if rec["type"] == "step_started" and rec.get("once") and rec["step"] == name:
+                destructive.append((rec["step"], jpath.stat().st_size, committed[-1][0] if committed else 0))
+            return fn()
+        return real_call(self, ctx, name, what, send, **kw)
+
     monkeypatch.setattr(journal_mod, "_SYNCFS", syncfs)
     monkeypatch.setattr(SimExecutor, "run", run_cmd)
+    monkeypatch.setattr(StepRunnerMixin, "call", api_call)
     inv = write_inventory(tmp_path / "inv", {"gpu-01": {}})       # one node: nothing else writes meanwhile
     code, run_dir = run(tmp_path, inv, write_playbook(tmp_path / "pb.yml", min_serving=0))
     assert code == 0 and result(run_dir)["nodes"]["gpu-01"]["final"] == "upgraded"
-    assert [d[0] for d in destructive] == ["drain", "vendor-step-2", "reboot", "uncordon"]
+    assert [d[0] for d in destructive] == ["upgrade-state-cordon-required", "drain", "upgrade-state-upgrade-required",
+                                           "vendor-step-2", "reboot", "upgrade-state-validation-required",
+                                           "upgrade-state-uncordon-required", "uncordon", "upgrade-state-upgrade-done"]
     for step, written, durable in destructive:
         assert durable == written, f"{step} ran with {written - durable} journal bytes not yet durable"
     asked = [(r["type"], r.get("step")) for _, r in committed]
@@ -252,7 +259,13 @@ def test_node_cordoned_before_the_run_stays_cordoned(tmp_path):
     assert result(run_dir)["nodes"]["gpu-01"]["final"] == "upgraded"
     assert sim_state(run_dir, "gpu-01")["scheduler"]["state"] != "schedulable"
     assert sim_state(run_dir, "gpu-02")["scheduler"]["state"] == "schedulable"
-    assert not any(c.startswith("kubectl uncordon") for c in commands(run_dir, "gpu-01"))
+    # the API was never asked to change gpu-01's schedulability (only its progress label);
+    # gpu-02 was cordoned and uncordoned through it
+    changes = api_changes(run_dir, "gpu-01")
+    assert changes and not any("unschedulable" in c for c in changes), changes
+    assert [c for c in api_changes(run_dir, "gpu-02") if "unschedulable" in c] == \
+        ['PATCH nodes/gpu-02 {"spec": {"unschedulable": true}}', 'PATCH nodes/gpu-02 {"spec": {"unschedulable": null}}']
+    assert sim_state(run_dir, "gpu-01")["scheduler"]["labels"]["k3rollout.io/upgrade-state"] == "upgrade-done"
 
 
 def test_no_in_place_change_captures_evidence_only(tmp_path):
@@ -266,6 +279,7 @@ def test_no_in_place_change_captures_evidence_only(tmp_path):
     for h in ("gpu-01", "gpu-02"):
         cmds = commands(run_dir, h)
         assert cmds and not any(c.split()[0] in ("apt-get", "reboot", "kubectl") and "get" not in c for c in cmds)
+        assert api_changes(run_dir, h) == []
         assert sim_state(run_dir, h)["loaded_driver"] == "575.57.08"
 
 
@@ -345,7 +359,8 @@ def test_unofficial_image_without_recorded_source_stops_before_any_change(tmp_pa
     n = result(run_dir)["nodes"]["gpu-01"]
     assert (n["final"], n["failed_stage"]) == ("failed", "baseline")
     assert "self_built_source" in n["reason"] and n["rollback"] is None
-    assert not any(c.startswith(("kubectl drain", "apt-get install")) for c in commands(run_dir, "gpu-01"))
+    assert not any(c.startswith("apt-get install") for c in commands(run_dir, "gpu-01"))
+    assert api_changes(run_dir, "gpu-01") == []
     pb2 = write_playbook(tmp_path / "pb2.yml", min_serving=0, serial=2,
                          vars={"vllm_image": "registry.local/vllm:k3-cu129",
                                "self_built_source": "git+https://github.com/vllm-project/vllm@v0.23.1 (cu129 build)"})

@@ -157,6 +157,7 @@ class Cluster:
 
     def patch_node(self, name: str, patch: Any, ctype: str) -> dict[str, Any]:
         d = self._host(name)
+        audit(d, "PATCH", f"nodes/{name}", patch)
         with st.transaction(d) as s:
             sched = s["scheduler"]
             want = _node_fields(sched)
@@ -270,6 +271,8 @@ class Cluster:
                                    {"causes": [{"reason": "DisruptionBudget",
                                                 "message": "The disruption budget k2-serving-pdb needs 1 healthy "
                                                            "pods and has 1 currently"}]})
+            if d is not None:
+                audit(d, "POST", f"namespaces/{ns}/pods/{name}/eviction", None)
             del self.data["pods"][f"{ns}/{name}"]
             self._save()
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
@@ -334,6 +337,23 @@ class Cluster:
             self._save()
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                 "details": {"name": name, "group": "coordination.k8s.io", "kind": "leases"}}
+
+
+def audit(host_dir: Path, verb: str, path: str, body: Any) -> None:
+    """The API server's audit log for one node (``kube-audit.log`` in its host dir): every
+    change requested of the node or of a pod on it, so tests can prove each ran once."""
+    line = f"{time.time():.6f} {verb} {path}" + (f" {json.dumps(body, sort_keys=True)}" if body is not None else "")
+    with open(host_dir / "kube-audit.log", "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+
+
+def audited(host_dir: Path) -> list[str]:
+    """The changes the API server was asked for on this node, in order (without timestamps)."""
+    try:
+        lines = (Path(host_dir) / "kube-audit.log").read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    return [ln.split(" ", 1)[1] for ln in lines if " " in ln]
 
 
 def _node_fields(sched: dict[str, Any]) -> dict[str, Any]:
