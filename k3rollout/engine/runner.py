@@ -385,6 +385,8 @@ class Engine(GateMixin, StepRunnerMixin):
                     results = ([drained] if drained else []) + results
             except StepFailed as exc:
                 ok, results = False, [{"action": "reach_host", "status": "failed", "detail": str(exc)}]
+                # what needs only the scheduler still runs: a node that never came back is quarantined
+                results += rb.unreachable(ctx, n.rollback_plan)
         try:
             after = ctx.read_gpu()
         except StepFailed as exc:

@@ -34,6 +34,7 @@ from k3rollout.plan.planner import Plan
 from k3rollout.report.render import write_reports
 from k3rollout.runlog.journal import Journal
 from k3rollout.scheduler import with_scheduler_hosts
+from k3rollout.scheduler.k8s_lock import ClusterLeases, Locks, lease_targets
 from k3rollout.transport.factory import check_controller_tools, make_executor
 
 
@@ -92,6 +93,16 @@ class Session:
                 self.journal_path.unlink()
             raise
         try:
+            executor = make_executor(with_scheduler_hosts(inventory.hosts, list(plan.hosts)), self.run_dir)
+            # the cluster's own lock (a Lease on Kubernetes), before anything is written
+            leases = ClusterLeases(lease_targets({h: inventory.hosts[h] for h in plan.hosts}, inventory.path,
+                                                 executor), run_id)
+            try:
+                leases.acquire()
+            except Exception:
+                executor.close()
+                raise
+            lock = Locks(lock, leases)
             inv_digest = inventory.sha256 or hashlib.sha256(Path(inventory.path).read_bytes()).hexdigest()
             _write_json(self.run_dir / "inputs.json", {
                 "playbook": str(Path(playbook.path).resolve()), "playbook_sha256": playbook.sha256,
@@ -99,7 +110,6 @@ class Session:
                 **inventory_inputs(inventory, overrides)})
             journal = Journal(self.journal_path, self.clock.iso)
             evidence = EvidenceStore(self.run_dir / "evidence")
-            executor = make_executor(with_scheduler_hosts(inventory.hosts, list(plan.hosts)), self.run_dir)
             engine = Engine(playbook=playbook, inventory=inventory, executor=executor, journal=journal,
                             evidence=evidence, clock=self.clock, run_id=run_id, log=log, on_event=on_event)
             # the approved playbook as evidence, with secret values masked (its sha256 in
@@ -114,7 +124,8 @@ class Session:
                           window_end=window_end,
                           window_end_iso=self.clock.iso(window_end) if window_end is not None else None,
                           transport=executor.kind, pid=os.getpid(), playbook_evidence=ref.path,
-                          playbook_evidence_sha256=ref.sha256)
+                          playbook_evidence_sha256=ref.sha256,
+                          **({"cluster_lock": leases.servers()} if leases.held else {}))
             try:
                 return engine.run()
             finally:
@@ -169,7 +180,7 @@ class Session:
             + "Start the rollout again with `k3rollout run`.")
 
     def _engine(self, on_event: Callable[[dict], None] | None, log: Any,
-                accept_changed: bool = False) -> tuple[Engine, Journal, RunLock]:
+                accept_changed: bool = False) -> tuple[Engine, Journal, Any]:
         playbook, inventory, journal, inputs = self.reopen()
         first = journal.records[0]
         plan_hosts = first["plan"]["hosts"]
@@ -203,6 +214,16 @@ class Session:
             journal.close()
             raise
         executor = make_executor(with_scheduler_hosts(inventory.hosts, list(plan_hosts)), self.run_dir)
+        leases = ClusterLeases(lease_targets({h: inventory.hosts[h] for h in plan_hosts}, inventory.path, executor),
+                               first["run_id"])
+        try:
+            leases.acquire()
+        except Exception:
+            executor.close()
+            lock.release()
+            journal.close()
+            raise
+        lock = Locks(lock, leases)
         engine = Engine(playbook=playbook, inventory=inventory, executor=executor, journal=journal,
                         evidence=EvidenceStore(self.run_dir / "evidence"), clock=self.clock, run_id=first["run_id"],
                         log=log, on_event=on_event)

@@ -219,7 +219,8 @@ class StepRunnerMixin:
         try:
             answer, error, rc = fn(), "", 0
         except K3RolloutError as exc:
-            answer, error, rc = None, self.redact(str(exc)), 1
+            # a refusal may carry what was done before it (a drain's evictions and refusals)
+            answer, error, rc = getattr(exc, "answer", None), self.redact(str(exc)), 1
         took = time.monotonic() - started
         body = (f"> {shlex.join(shown)}\n# node={node} ran_on={ran_on} rc={rc} duration_s={took:.3f}\n"
                 f"--- answer ---\n{self.redact(fastjson.dumps_pretty(answer)) if answer is not None else ''}\n"

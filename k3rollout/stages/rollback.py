@@ -151,6 +151,21 @@ def _needed(step: dict, entered: set[str]) -> bool:
     return step["action"] == "restore_serving_image" and "driver_upgrade" in entered
 
 
+def unreachable(ctx: NodeCtx, steps: list[dict]) -> list[dict]:
+    """For a node the rollback cannot reach: the plan's actions that need only its scheduler
+    (quarantine: cordon and mark it through the API), and its progress published as failed."""
+    results = []
+    _publish_failed(ctx)
+    for step in steps:
+        if step["action"] == "quarantine":
+            try:
+                ok, detail = _quarantine(ctx, step)
+            except StepFailed as exc:
+                ok, detail = False, str(exc)
+            results.append({"action": "quarantine", "status": "done" if ok else "failed", "detail": detail})
+    return results
+
+
 def _publish_failed(ctx: NodeCtx) -> None:
     try:
         ctx.publish_progress("upgrade-failed")
