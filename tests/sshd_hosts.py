@@ -227,6 +227,8 @@ class SSHDCluster:
                                 "ansible_python_interpreter": "/usr/bin/python3",
                                 "ansible_ssh_private_key_file": str(self.client_key),
                                 "k3_known_hosts_file": str(self.known_hosts), "scheduler": "kubernetes",
+                                # the cluster's Kubernetes API, which the hosts' network daemon serves
+                                "k3_kubeconfig": str(self.base / "states" / "kubeconfig"),
                                 **(extra_vars or {})},
                        "children": {"gpu_nodes": {"hosts": hosts}}}}
         path.parent.mkdir(parents=True, exist_ok=True)
