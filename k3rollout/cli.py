@@ -186,6 +186,14 @@ def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
     print("Stages per node: " + " -> ".join(s["stage"] for s in plan.stages))
     for note in plan.notes:
         print(f"note: {note}")
+    from k3rollout.scheduler.k8s_access import describe_where
+
+    places: dict[str, list[str]] = {}
+    for h in plan.hosts:
+        places.setdefault(describe_where(inventory.hosts[h].vars, inventory.path), []).append(h)
+    print("Scheduler operations (never on the node being changed):")
+    for place, nodes in places.items():
+        print(f"  {', '.join(nodes)}: {place}")
     print(f"{'batch':>5}  {'start':>7}  {'takes':>7}  {'+rollback':>9}  {plan.unit + 's serving':>9}  {'window':>6}  nodes")
     for b in plan.batches:
         fit = "-" if b.fits_window is None else ("fits" if b.fits_window else "NO")
@@ -201,6 +209,19 @@ def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
     print(f"total {format_duration(plan.total_estimate_s)}"
           + ("" if window_s is None else f" in a {format_duration(window_s)} window: "
              + ("fits" if plan.fits_window else "does NOT fit")))
+    if args.check_access:
+        from k3rollout.scheduler.k8s_access import check_access
+
+        bad = False
+        for c in check_access({h: inventory.hosts[h] for h in plan.hosts}, inventory.path):
+            print(f"credentials for {c['server']} ({len(c['nodes'])} nodes): {'ok' if c['ok'] else 'MISSING RIGHTS'}")
+            for a in c["checks"]:
+                bad |= not a["allowed"]
+                print(f"  {'yes' if a['allowed'] else 'NO ':<3} {a['verb']} {a['resource']}"
+                      f"{'.' + a['group'] if a['group'] else ''}: {a['for']}")
+        if bad:
+            print("error: the controller's Kubernetes credentials cannot do what this rollout needs", file=sys.stderr)
+            return 2
     if args.rollback:
         for b in plan.batches:
             for rp in b.rollback_plan:
@@ -650,6 +671,9 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--history", nargs="+", action="append", metavar="RUN_DIR",
                     help="take stage durations from these earlier runs' journals (p90 per stage and hardware "
                          "class) instead of the playbook's estimates")
+    sp.add_argument("--check-access", action="store_true",
+                    help="ask each Kubernetes API server (read-only) whether the controller's credentials can read "
+                         "nodes and pods, patch nodes, evict pods and hold the cluster's Lease")
     sp.set_defaults(fn=cmd_plan)
     sp = sub.add_parser("run", help="execute the rollout")
     pb_inv(sp)

@@ -214,3 +214,26 @@ def test_two_inventory_files_on_one_cluster_only_one_run_proceeds(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_plan_shows_where_scheduler_operations_run_and_checks_credentials_read_only(api_server, tmp_path):
+    srv, admin = api_server
+    viewer = srv.kubeconfig(tmp_path / "viewer-kubeconfig", user="viewer", token="sim-viewer-token")
+    pb = write_playbook(tmp_path / "pb.yml", min_serving=0)
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {"scheduler": "none"}},
+                          {"k3_kubeconfig": str(admin)})
+    p = cli("plan", str(pb), "-i", str(inv), "--check-access")
+    assert p.returncode == 0, p.stderr
+    assert f"  gpu-01: Kubernetes API {srv.url} (kubeconfig {admin}), from the controller" in p.stdout
+    assert "  gpu-02: no scheduler: nothing to cordon" in p.stdout
+    assert f"credentials for {srv.url} (1 nodes): ok" in p.stdout
+    assert "yes create pods/eviction: evict pods" in p.stdout and "yes update leases.coordination.k8s.io" in p.stdout
+    # a viewer may read but not cordon, evict or take the lock: refused, exit 2
+    inv2 = write_inventory(tmp_path / "inv2", {"gpu-01": {}}, {"k3_kubeconfig": str(viewer)})
+    p = cli("plan", str(pb), "-i", str(inv2), "--check-access")
+    assert p.returncode == 2 and "MISSING RIGHTS" in p.stdout
+    assert "yes get nodes: read nodes" in p.stdout and "NO  patch nodes" in p.stdout
+    assert "NO  create pods/eviction" in p.stdout and "NO  create leases.coordination.k8s.io" in p.stdout
+    # the check asked the authorizer only: nothing in the cluster changed
+    assert not [r for r in srv.requests if r[0] != "GET" and "selfsubjectaccessreviews" not in r[1]]
+    assert srv.cluster.root.joinpath("gpu-01", "kube-audit.log").exists() is False

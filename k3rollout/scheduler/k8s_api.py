@@ -246,6 +246,37 @@ class KubernetesApi:
             return True
         return any((p.metadata.labels or {}).get("app") == "nvidia-driver-daemonset" for p in self.pods_on(name))
 
+    # ------------------------------------------------------------ credentials
+
+    # what a rollout asks of the API: (what for, verb, group, resource, subresource, namespaced)
+    NEEDED = (("read nodes", "get", "", "nodes", "", False),
+              ("list pods", "list", "", "pods", "", False),
+              ("cordon, uncordon and label nodes", "patch", "", "nodes", "", False),
+              ("evict pods", "create", "", "pods", "eviction", True),
+              ("read the cluster lock", "get", "coordination.k8s.io", "leases", "", True),
+              ("take the cluster lock", "create", "coordination.k8s.io", "leases", "", True),
+              ("renew the cluster lock", "update", "coordination.k8s.io", "leases", "", True),
+              ("release the cluster lock", "delete", "coordination.k8s.io", "leases", "", True))
+
+    def check_access(self, lease_namespace: str) -> list[dict[str, Any]]:
+        """Read-only: whether these credentials may do what a rollout does, asked of the
+        API server's authorizer with SelfSubjectAccessReviews (``kubectl auth can-i``); it
+        changes nothing in the cluster."""
+        c = self._client
+        auth = c.AuthorizationV1Api(self._api)
+        out = []
+        for what, verb, group, resource, sub, namespaced in self.NEEDED:
+            attrs = c.V1ResourceAttributes(verb=verb, group=group, resource=resource, subresource=sub or None,
+                                           namespace=lease_namespace if namespaced and group else None)
+            try:
+                r = auth.create_self_subject_access_review(c.V1SelfSubjectAccessReview(
+                    spec=c.V1SelfSubjectAccessReviewSpec(resource_attributes=attrs)))
+            except Exception as exc:  # noqa: BLE001
+                raise _err(exc, f"ask whether these credentials may {verb} {resource}") from None
+            out.append({"for": what, "verb": verb, "resource": resource + (f"/{sub}" if sub else ""),
+                        "group": group, "allowed": bool(r.status.allowed), "reason": r.status.reason or ""})
+        return out
+
     # ------------------------------------------------------------ the cluster-wide lock
 
     def lease(self, namespace: str, name: str) -> LeaseHolder | None:

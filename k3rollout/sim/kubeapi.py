@@ -47,7 +47,11 @@ RESOURCES: dict[str, list[tuple[str, str, bool, list[str]]]] = {
                 ("replicasets", "ReplicaSet", True, ["get", "list"])],
     "policy/v1": [("poddisruptionbudgets", "PodDisruptionBudget", True, ["get", "list"])],
     "coordination.k8s.io/v1": [("leases", "Lease", True, ["create", "delete", "get", "list", "patch", "update"])],
+    "authorization.k8s.io/v1": [("selfsubjectaccessreviews", "SelfSubjectAccessReview", False, ["create"])],
 }
+# bearer tokens the simulated server knows: an administrator (cluster-admin) and a viewer
+# (the built-in ``view`` ClusterRole: get, list, watch), for the credentials check
+TOKENS = {"sim-admin-token": ("kubernetes-admin", "cluster-admin"), "sim-viewer-token": ("k3rollout-viewer", "view")}
 
 
 def _now_iso() -> str:
@@ -541,6 +545,8 @@ class Handler(BaseHTTPRequestHandler):
             return 201, c.evict(p[4], p[6])
         if len(p) == 8 and p[:3] == ["", "apis", "apps"] and p[6] == "daemonsets" and method == "GET":
             return 200, c.daemonset(p[5], p[7])
+        if path == "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews" and method == "POST":
+            return 201, self._access_review(body or {})
         lease_base = ["", "apis", "coordination.k8s.io", "v1", "namespaces"]
         if p[:5] == lease_base and len(p) >= 7 and p[6] == "leases":
             ns = p[5]
@@ -559,7 +565,23 @@ class Handler(BaseHTTPRequestHandler):
                     return 200, c.delete_lease(ns, p[7])
         raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
 
-    def do_GET(self) -> None:       # http.server's naming
+    def _access_review(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``kubectl auth can-i`` / SelfSubjectAccessReview, answered as RBAC answers it for
+        the request's bearer token (an unknown one is 401, as the authenticator refuses it)."""
+        token = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        if token not in TOKENS:
+            raise ApiError(401, "Unauthorized", "Unauthorized")
+        user, role = TOKENS[token]
+        attrs = (body.get("spec") or {}).get("resourceAttributes") or {}
+        allowed = role == "cluster-admin" or (attrs.get("verb") in ("get", "list", "watch")
+                                               and not attrs.get("subresource"))
+        reason = (f'RBAC: allowed by ClusterRoleBinding "{role}" of ClusterRole "{role}" to User "{user}"'
+                  if allowed else "")
+        return {"kind": "SelfSubjectAccessReview", "apiVersion": "authorization.k8s.io/v1",
+                "metadata": {"creationTimestamp": None}, "spec": body.get("spec") or {},
+                "status": {"allowed": allowed, **({"reason": reason} if reason else {})}}
+
+    def do_GET(self) -> None:       # noqa: N802 - http.server's naming
         self._handle("GET")
 
     def do_POST(self) -> None:
@@ -593,13 +615,13 @@ class KubeApiServer:
     def url(self) -> str:
         return f"http://{self.httpd.server_address[0]}:{self.httpd.server_address[1]}"
 
-    def kubeconfig(self, path: Path, user: str = "k3rollout") -> Path:
-        """A kubeconfig for the controller, pointing at this server."""
+    def kubeconfig(self, path: Path, user: str = "k3rollout", token: str = "sim-admin-token") -> Path:
+        """A kubeconfig for the controller, pointing at this server (``token``: see TOKENS)."""
         import yaml
 
         cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "sim",
                "clusters": [{"name": "sim", "cluster": {"server": self.url}}],
-               "users": [{"name": user, "user": {"token": "sim-admin-token"}}],
+               "users": [{"name": user, "user": {"token": token}}],
                "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": user}}]}
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))

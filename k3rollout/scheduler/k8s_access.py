@@ -1,0 +1,55 @@
+"""Where each node's scheduler operations run (for ``plan``), and a read-only check that the
+controller's Kubernetes credentials can do what a rollout does (for a preflight)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from k3rollout.errors import InputError
+
+
+def describe_where(host_vars: dict[str, Any], inventory_path: str) -> str:
+    """One line: where this host's scheduler operations will run. Never the node itself."""
+    from k3rollout.engine.steps import kubeconfig_for
+    from k3rollout.scheduler import scheduler_for
+    from k3rollout.scheduler.k8s_api import KubernetesApi, KubernetesError
+
+    kind = scheduler_for(host_vars).kind
+    if kind == "none":
+        return "no scheduler: nothing to cordon"
+    if kind == "slurm":
+        where = host_vars.get("k3_scheduler_host") or "controller"
+        return f"scontrol on {'the controller' if where == 'controller' else where}"
+    cfg, context = kubeconfig_for(host_vars, inventory_path)
+    if cfg is None and host_vars.get("ansible_connection", "k3sim") == "k3sim":
+        return "Kubernetes API of the simulated cluster (kubeconfig under the run directory), from the controller"
+    try:
+        api = KubernetesApi(cfg, context)
+    except KubernetesError as exc:
+        return f"Kubernetes API, from the controller: NOT USABLE ({exc})"
+    server = api.server
+    api.close()
+    return (f"Kubernetes API {server} (kubeconfig {cfg or '$KUBECONFIG or ~/.kube/config'}"
+            + (f", context {context}" if context else "") + "), from the controller")
+
+
+def check_access(hosts: dict[str, Any], inventory_path: str, executor: Any = None) -> list[dict[str, Any]]:
+    """For each Kubernetes cluster the hosts belong to: may these credentials read nodes and
+    pods, patch nodes, create evictions and read/write the lock's Lease? Read-only
+    (SelfSubjectAccessReviews). Raises InputError if the API cannot be asked."""
+    from k3rollout.scheduler.k8s_api import KubernetesApi, KubernetesError
+    from k3rollout.scheduler.k8s_lock import lease_targets
+
+    out = []
+    for (cfg, context, ns, _name), nodes in lease_targets(hosts, inventory_path, executor).items():
+        try:
+            api = KubernetesApi(cfg, context)
+            try:
+                answers = api.check_access(ns)
+            finally:
+                api.close()
+        except KubernetesError as exc:
+            raise InputError(f"cannot check the Kubernetes credentials for {', '.join(nodes[:3])}: {exc}") from None
+        out.append({"server": api.server, "kubeconfig": cfg, "context": context, "nodes": nodes, "checks": answers,
+                    "ok": all(a["allowed"] for a in answers)})
+    return out
