@@ -190,13 +190,16 @@ class Cluster:
 
     # ------------------------------------------------------------ pods
 
-    def _reconcile(self) -> None:
+    def _reconcile(self, only: str | None = None) -> None:
         """What the cluster's controllers do: every node runs its DaemonSet pod; a node that
         takes work and runs a serving container has its serving pod (a ReplicaSet replaces
         an evicted one once the node is schedulable again)."""
         pods = self.data["pods"]
         changed = False
-        for name, d in self.host_dirs().items():
+        dirs = self.host_dirs() if only is None else {only: self.root / only}
+        for name, d in dirs.items():
+            if not (d / "state.json").is_file():
+                continue
             s = st.load(d)
             mine = [p for p in pods.values() if p["spec"]["nodeName"] == name]
             if not any(p["metadata"]["namespace"] == "gpu-operator" for p in mine):
@@ -232,8 +235,11 @@ class Cluster:
         }
 
     def pods(self, namespace: str | None, field_selector: str, label_selector: str) -> list[dict[str, Any]]:
+        # the pods of one node (a drain's list) need only that node's controllers to catch up
+        one = [t.split("=")[-1] for t in field_selector.split(",") if t.startswith("spec.nodeName=")
+               and "!" not in t and "/" not in t]
         with self.lock:
-            self._reconcile()
+            self._reconcile(one[0] if len(one) == 1 and one[0] else None)
             out = list(self.data["pods"].values())
         if namespace:
             out = [p for p in out if p["metadata"]["namespace"] == namespace]
