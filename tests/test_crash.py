@@ -58,6 +58,10 @@ def kill_points(records: list[dict]) -> list[tuple[str, int, str]]:
     seen_transitions: set[tuple[str, str]] = set()
     seen_types: set[str] = set()
     for r in records:
+        if r.get("kind") == "api" and r.get("step", "").startswith("upgrade-state-"):
+            # progress labels are the same once-call through the API as the drain and the
+            # uncordon, whose records are kill points; killing at each of them adds time, not cover
+            continue
         label = f"{r['seq']}:{r['type']}:{r.get('node', '')}:{r.get('key', r.get('to', ''))}"
         first_of_type = r["type"] not in seen_types and r["type"] != "run_finished"
         seen_types.add(r["type"])
