@@ -259,7 +259,7 @@ def _preflight(playbook, inventory, out_dir: Path, skip: list[str] | None = None
     executor = make_executor({h: inventory.hosts[h] for h in plan.hosts}, out_dir)
     try:
         report = preflight(playbook, inventory, list(plan.hosts), executor,
-                           controller=controller_check(playbook, inventory, list(plan.hosts)))
+                           controller=controller_check(playbook, inventory, list(plan.hosts), executor))
     finally:
         executor.close()
     report["skipped_nodes"] = list(skip or [])

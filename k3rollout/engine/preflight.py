@@ -198,15 +198,24 @@ def target_of(playbook: Any) -> tuple[str, dict[str, Any]]:
     return target, tvars
 
 
-def controller_check(playbook: Any, inventory: Any, hosts: list[str]) -> dict[str, Any]:
+def controller_check(playbook: Any, inventory: Any, hosts: list[str], executor: Any = None) -> dict[str, Any]:
+    """The controller's tools, and its Kubernetes credentials (read-only access reviews:
+    read nodes and pods, patch nodes, create evictions, hold the cluster's Lease)."""
     from k3rollout.errors import InputError
+    from k3rollout.scheduler.k8s_access import check_access
     from k3rollout.transport.factory import check_controller_tools
 
     try:
         tools = check_controller_tools(playbook, {h: inventory.hosts[h] for h in hosts})
+        access = check_access({h: inventory.hosts[h] for h in hosts}, inventory.path, executor)
     except InputError as exc:
         return {"ok": False, "detail": str(exc)}
-    return {"ok": True, "detail": ", ".join(f"{k}: {v}" for k, v in tools.items()) or "nothing beyond k3rollout"}
+    detail = ", ".join(f"{k}: {v}" for k, v in tools.items()) or "nothing beyond k3rollout"
+    for a in access:
+        missing = [f"{c['verb']} {c['resource']} ({c['for']})" for c in a["checks"] if not c["allowed"]]
+        detail += (f"; Kubernetes API {a['server']}: " + (f"credentials lack: {', '.join(missing)}" if missing
+                                                          else "credentials can cordon, evict and hold the Lease"))
+    return {"ok": all(a["ok"] for a in access), "detail": detail, "kubernetes_access": access}
 
 
 def write_report(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:

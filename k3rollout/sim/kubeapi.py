@@ -207,7 +207,7 @@ class Cluster:
                 changed = True
             # the host fault gpu_operator_driver: the GPU Operator runs this node's driver as a
             # container (its driver DaemonSet's pod, labelled app=nvidia-driver-daemonset)
-            if "gpu_operator_driver" in s.get("faults", []) and not any(
+            if ("gpu_operator_driver" in s.get("faults", []) or s.get("gpu_operator")) and not any(
                     p["metadata"]["labels"].get("app") == "nvidia-driver-daemonset" for p in mine):
                 self._new_pod(name, "gpu-operator", "nvidia-driver-daemonset-580.95.05", "DaemonSet",
                               "nvidia-driver-daemonset", app="nvidia-driver-daemonset")
