@@ -200,9 +200,11 @@ def test_two_inventory_files_on_one_cluster_only_one_run_proceeds(tmp_path):
             assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.poll() else "slow"
             time.sleep(0.05)
         kubeconfig = run_a / "sim-hosts" / "kubeconfig"
-        # run B: another inventory file (another lock-file key) naming the same cluster
+        # run B: another inventory file naming the same cluster, from another controller (its
+        # own lock files, which know nothing of run A): only the cluster's Lease can stop it
         inv_b = write_inventory(tmp_path / "b", {"gpu-01": {}}, {"k3_kubeconfig": str(kubeconfig)})
-        b = cli("run", str(pb), "-i", str(inv_b), "--yes", "--run-dir", str(tmp_path / "run-b"))
+        b = cli("run", str(pb), "-i", str(inv_b), "--yes", "--run-dir", str(tmp_path / "run-b"),
+                env={"K3ROLLOUT_LOCK_DIR": str(tmp_path / "controller-b-locks")})
         assert b.returncode == 1, b.stderr
         run_id = journal(run_a)[0]["run_id"]
         assert "another k3rollout run holds this cluster" in b.stderr and f"k3rollout/{run_id}" in b.stderr

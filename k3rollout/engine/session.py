@@ -99,8 +99,10 @@ class Session:
                                                  executor), run_id)
             try:
                 leases.acquire()
-            except Exception:
+            except BaseException:
                 executor.close()
+                if created and self.journal_path.stat().st_size == 0:
+                    self.journal_path.unlink()      # as for a refused file lock: no run happened here
                 raise
             lock = Locks(lock, leases)
             inv_digest = inventory.sha256 or hashlib.sha256(Path(inventory.path).read_bytes()).hexdigest()
