@@ -798,6 +798,11 @@ def _main(args: argparse.Namespace, clock: Clock) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         print("k3rollout: interrupted; continue with `k3rollout resume RUN_DIR`", file=sys.stderr)
+        # the run is unwound and recorded: a later signal has nothing left to wait for, and
+        # must not kill the interpreter while it tears its modules down (the handlers are
+        # reset to the default there; one set to ignore stays ignored)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         return EXIT_HALTED
     except BrokenPipeError:
         # the reader went away (`k3rollout plan ... | head -3`): stop quietly, as a shell tool

@@ -206,8 +206,7 @@ def test_two_inventory_files_on_one_cluster_only_one_run_proceeds(tmp_path):
         b = cli("run", str(pb), "-i", str(inv_b), "--yes", "--run-dir", str(tmp_path / "run-b"),
                 env={"K3ROLLOUT_LOCK_DIR": str(tmp_path / "controller-b-locks")})
         assert b.returncode == 1, b.stderr
-        run_id = journal(run_a)[0]["run_id"]
-        assert "another k3rollout run holds this cluster" in b.stderr and f"k3rollout/{run_id}" in b.stderr
+        assert "another k3rollout run holds this cluster" in b.stderr and f":{run_a.resolve()}'" in b.stderr
         assert not (tmp_path / "run-b" / "journal.jsonl").exists()
         assert journal(run_a)[0]["cluster_lock"][0].endswith("Lease kube-system/k3rollout")
         assert cli("approve", str(run_a)).returncode == 0

@@ -96,7 +96,7 @@ class Session:
             executor = make_executor(with_scheduler_hosts(inventory.hosts, list(plan.hosts)), self.run_dir)
             # the cluster's own lock (a Lease on Kubernetes), before anything is written
             leases = ClusterLeases(lease_targets({h: inventory.hosts[h] for h in plan.hosts}, inventory.path,
-                                                 executor), run_id)
+                                                 executor), str(self.run_dir.resolve()))
             try:
                 leases.acquire()
             except BaseException:
@@ -217,7 +217,7 @@ class Session:
             raise
         executor = make_executor(with_scheduler_hosts(inventory.hosts, list(plan_hosts)), self.run_dir)
         leases = ClusterLeases(lease_targets({h: inventory.hosts[h] for h in plan_hosts}, inventory.path, executor),
-                               first["run_id"])
+                               str(self.run_dir.resolve()))
         try:
             leases.acquire()
         except Exception:

@@ -5,13 +5,13 @@ controllers, or one with a copy of the inventory, would both proceed. The Lease 
 the cluster itself, so every run against that API server sees it, whatever inventory file or
 controller it comes from. One Lease per cluster (kubeconfig and context) the run's
 Kubernetes nodes belong to, in ``k3_lease_namespace`` (default ``kube-system``) named
-``k3_lease_name`` (default ``k3rollout``), holder ``k3rollout/<run id> <user>@<host>``.
+``k3_lease_name`` (default ``k3rollout``), holder ``k3rollout <user>@<host>:<run dir>``.
 
 It is created when the run starts, renewed every third of its duration while the run
 lives, and deleted when it ends. A Lease held by anyone else is never taken, expired or
 not: a run that died may have left nodes cordoned. The refusal names the holder, when it
 last renewed, and how to release it by hand once that run is known to be gone. A ``resume``
-or ``rollback`` of the same run (same run id, user and host) renews its own Lease.
+or ``rollback`` of the same run (same run directory, user and host) renews its own Lease.
 """
 
 from __future__ import annotations
@@ -29,8 +29,11 @@ DEFAULT_NAME = "k3rollout"
 DURATION_S = 300
 
 
-def holder_identity(run_id: str) -> str:
-    return f"k3rollout/{run_id} {getpass.getuser()}@{socket.gethostname()}"
+def holder_identity(run_dir: str) -> str:
+    """Who holds the Lease: the run's directory on its controller. A resume, a rollback, or
+    a run started again in the directory of one killed before its first record (the file
+    lock admits only one of them at a time) is the same holder."""
+    return f"k3rollout {getpass.getuser()}@{socket.gethostname()}:{run_dir}"
 
 
 def lease_targets(hosts: dict[str, Any], inventory_path: str, executor: Any = None) -> dict[tuple, list[str]]:
@@ -53,9 +56,9 @@ def lease_targets(hosts: dict[str, Any], inventory_path: str, executor: Any = No
 class ClusterLeases:
     """``acquire()`` every Lease the run needs (or none: LockHeld), ``release()`` them."""
 
-    def __init__(self, targets: dict[tuple, list[str]], run_id: str, duration_s: int = DURATION_S):
+    def __init__(self, targets: dict[tuple, list[str]], run_dir: str, duration_s: int = DURATION_S):
         self.targets = targets
-        self.holder = holder_identity(run_id)
+        self.holder = holder_identity(run_dir)
         self.duration_s = duration_s
         self.held: list[tuple[KubernetesApi, str, str]] = []
         self.lost: list[str] = []
