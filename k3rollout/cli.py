@@ -209,7 +209,7 @@ def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
     print(f"total {format_duration(plan.total_estimate_s)}"
           + ("" if window_s is None else f" in a {format_duration(window_s)} window: "
              + ("fits" if plan.fits_window else "does NOT fit")))
-    if args.check_access:
+    if getattr(args, "check_access", False):
         from k3rollout.scheduler.k8s_access import check_access
 
         bad = False
@@ -412,7 +412,8 @@ def cmd_run(args: argparse.Namespace, clock: Clock) -> int:
     if args.check:
         # ansible-playbook --check: show what would change, change nothing. That is `plan`.
         print("--check: nothing is changed; this is the plan (`k3rollout plan`)", file=sys.stderr)
-        for key, value in (("json", False), ("format", "text"), ("output", None), ("rollback", False)):
+        for key, value in (("json", False), ("format", "text"), ("output", None), ("rollback", False),
+                           ("check_access", False)):
             setattr(args, key, getattr(args, key, value))
         return cmd_plan(args, clock)
     return _start_run(args.playbook, args.inventory, _run_dir(args, clock), args, clock)

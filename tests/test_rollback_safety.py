@@ -3,9 +3,10 @@ retries (issue 21, items 1, 2, 6, 7 and 17)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from conftest import cli, commands, journal, result, sim_state, write_inventory, write_playbook
+from conftest import api_changes, cli, commands, journal, result, sim_state, write_inventory, write_playbook
 
 
 def _reboot_done_seq(records: list[dict], node: str) -> int:
@@ -151,7 +152,21 @@ def test_a_rolled_back_node_whose_serving_container_cannot_run_stays_cordoned_an
     assert "serving container vllm-serving is created" in res["uncordon_if_healthy"]["detail"]
     assert "kept cordoned" in res["uncordon_if_healthy"]["detail"]
     assert sim_state(run_dir, "gpu-01")["scheduler"]["state"] != "schedulable"
-    assert not any(c.startswith("kubectl uncordon") for c in commands(run_dir, "gpu-01"))
+    assert not any('"unschedulable": null' in c for c in api_changes(run_dir, "gpu-01"))      # never uncordoned
+
+
+def _host_and_api(run_dir, host: str) -> list[str]:
+    """The host's own commands and the changes the Kubernetes API was asked for on it, in
+    the order they happened (both logs carry a timestamp)."""
+    lines = []
+    for name in ("commands.log", "kube-audit.log"):
+        f = run_dir / "sim-hosts" / host / name
+        if f.exists():
+            for ln in f.read_text().splitlines():
+                ts, _, cmd = ln.partition(" ")
+                if re.fullmatch(r"\d+\.\d+", ts):        # (a command's quoted newline continues a line)
+                    lines.append((float(ts), cmd))
+    return [c for _, c in sorted(lines, key=lambda x: x[0])]
 
 
 def _seq_of(records: list[dict], pred) -> int:
@@ -174,8 +189,9 @@ def test_operator_rollback_drains_in_service_nodes_keeps_the_floor_and_resumes(t
     assert [r["nodes"][h]["final"] for h in ("gpu-01", "gpu-02")] == ["upgraded", "upgraded"]
     last = journal(run_dir)[-1]["seq"]
     locks = {"K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")}
-    # killed right after the first node's drain was journaled, before it ran
-    p = cli("rollback", str(run_dir), "--batch", "1", env=locks, fault=("KILL", last + 6))
+    # killed right after the first node's drain was journaled, before it ran (its cordon
+    # first publishes the progress label: one more step before the drain)
+    p = cli("rollback", str(run_dir), "--batch", "1", env=locks, fault=("KILL", last + 8))
     assert p.returncode == -9, p.stdout + p.stderr
     killed_at = journal(run_dir)[-1]
     assert (killed_at["type"], killed_at.get("step"), killed_at.get("node")) == ("step_started", "drain", "gpu-01")
@@ -186,12 +202,12 @@ def test_operator_rollback_drains_in_service_nodes_keeps_the_floor_and_resumes(t
     assert r["batches"][0]["status"] == "rolled_back"
     for h in ("gpu-01", "gpu-02"):
         assert r["nodes"][h]["final"] == "rolled_back" and r["nodes"][h]["driver_after"] == "575.57.08"
-        cmds = commands(run_dir, h)
+        cmds = _host_and_api(run_dir, h)
         # the rollback: drained once (after the run's own drain and uncordon), then restored
-        # and rebooted once, then uncordoned
-        drains = [i for i, c in enumerate(cmds) if c.startswith("kubectl drain")]
+        # and rebooted once, then uncordoned (both through the Kubernetes API)
+        drains = [i for i, c in enumerate(cmds) if c == f'PATCH nodes/{h} {{"spec": {{"unschedulable": true}}}}']
         reboots = [i for i, c in enumerate(cmds) if c == "reboot"]
-        uncordons = [i for i, c in enumerate(cmds) if c.startswith("kubectl uncordon")]
+        uncordons = [i for i, c in enumerate(cmds) if c == f'PATCH nodes/{h} {{"spec": {{"unschedulable": null}}}}']
         assert len(drains) == 2 and len(reboots) == 2 and len(uncordons) == 2, cmds
         restore = [i for i, c in enumerate(cmds) if c.startswith("apt-get install") and i > uncordons[0]]
         assert len(restore) == 1 and uncordons[0] < drains[1] < restore[0] < reboots[1] < uncordons[1]
@@ -219,12 +235,14 @@ def test_operator_rollback_refuses_to_cross_the_capacity_floor(tmp_path):
     code, run_dir = _run(tmp_path, hosts, serial=1, min_serving=3, on_node_failure="quarantine")
     assert code == 0, result(run_dir)["halt"]
     before = {h: list(commands(run_dir, h)) for h in ("gpu-01", "gpu-02", "gpu-03")}
+    api_before = {h: list(api_changes(run_dir, h)) for h in before}
     p = cli("rollback", str(run_dir), "--batch", "1", env={"K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")})
     assert p.returncode == 1
     assert "STOPPED" in p.stdout and "below min_serving 3" in p.stdout and "gpu-04" in p.stdout
     for h, cmds in before.items():
         after = commands(run_dir, h)
-        assert not any(c.startswith(("kubectl drain", "apt-get", "reboot")) for c in after[len(cmds):])
+        assert not any(c.startswith(("apt-get", "reboot")) for c in after[len(cmds):])
+        assert api_changes(run_dir, h) == api_before[h]        # not cordoned, labelled or drained
     assert result(run_dir)["nodes"]["gpu-01"]["final"] == "upgraded"
     recs = journal(run_dir)
     assert any(x["type"] == "operator_rollback_halted" for x in recs)
