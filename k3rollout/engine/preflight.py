@@ -11,7 +11,9 @@ The checks:
   ansible-runner for vendor task files over SSH);
 - ``gpu_count``: nvidia-smi shows ``expected_gpu_count`` GPUs;
 - ``gpu_operator``: the node's driver is not managed by the GPU Operator (its driver
-  container owns /run/nvidia/driver; a host package install would fight it);
+  container owns /run/nvidia/driver; a host package install would fight it), or, for a node
+  with ``k3_driver_backend: gpu-operator``, that it is (then the package checks below,
+  which concern host packages, are not made);
 - ``target_packages``: the node's repositories offer the target driver for every package
   of its vendor path (all DNF module streams considered: the stream is switched later);
 - ``rollback_packages``: every NVIDIA package installed now is still downloadable at exactly
@@ -100,6 +102,16 @@ def check_node(executor: Any, host: str, hvars: dict[str, Any], target: str) -> 
             add("gpu_count", False, f"nvidia-smi fails (rc {smi.rc}): {smi.tail(200)}")
 
         op = run("gpu-operator", df.GPU_OPERATOR_PROBE)
+        if hvars.get("k3_driver_backend") == "gpu-operator":
+            # the driver is the operator's container, changed by a pool label: no host
+            # package is installed or restored, so none is queried
+            add("gpu_operator", op.ok, "the GPU Operator's driver container owns this node's driver: upgraded "
+                                       f"through its NVIDIADriver pool {hvars.get('k3_gpu_operator_pool_label')}="
+                                       f"{hvars.get('k3_gpu_operator_pool')}" if op.ok else
+                "k3_driver_backend is gpu-operator, but no GPU Operator driver container runs here "
+                "(/run/nvidia/driver)")
+            add("disk", *_disk(run, hvars))
+            return {"ok": all(c["ok"] for c in checks), "checks": checks, "info": info, "commands": log}
         add("gpu_operator", not op.ok, "the GPU Operator's driver container owns this node's driver "
                                        "(/run/nvidia/driver): upgrade it through the ClusterPolicy, not host "
                                        "packages" if op.ok else "host-installed driver")

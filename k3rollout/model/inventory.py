@@ -37,6 +37,7 @@ SIM_FAULTS = (
     "rollback_packages_gone",
     "pdb_blocks_eviction",
     "gpu_operator_driver",
+    "gpu_operator_upgrade_fails",
 )
 
 _VALID_GROUP_KEYS = ("vars", "children", "hosts")
@@ -515,11 +516,22 @@ def _check_known_vars(host: Host) -> None:
                                                                      v[var])):
             raise bad(var, f"must be a host name or IP address, got {v[var]!r}")
     for var in ("sim_token_s", "sim_latency_s", "sim_reboot_s", "sim_slow_reboot_s", "sim_slurm_job_s",
-                "sim_slurm_job_after_drain_s"):
+                "sim_slurm_job_after_drain_s", "sim_gpu_operator_state_s"):
         if var in v and (isinstance(v[var], bool) or not isinstance(v[var], (int, float)) or v[var] < 0):
             raise bad(var, f"must be a non-negative number of seconds, got {v[var]!r}")
     if "scheduler" in v and v["scheduler"] not in ("kubernetes", "slurm", "none"):
         raise bad("scheduler", f"must be kubernetes, slurm or none, got {v['scheduler']!r}")
+    if "k3_driver_backend" in v and v["k3_driver_backend"] not in ("host", "gpu-operator"):
+        raise bad("k3_driver_backend", f"must be host or gpu-operator, got {v['k3_driver_backend']!r}")
+    if v.get("k3_driver_backend") == "gpu-operator":
+        if v.get("scheduler", "kubernetes") != "kubernetes":
+            raise bad("k3_driver_backend", "gpu-operator needs scheduler: kubernetes (the operator is a Kubernetes "
+                                           f"controller), got scheduler {v.get('scheduler')!r}")
+        for var in ("k3_gpu_operator_pool_label", "k3_gpu_operator_pool"):
+            if not isinstance(v.get(var), str) or not v[var].strip():
+                raise bad(var if var in v else "k3_driver_backend",
+                          f"k3_driver_backend gpu-operator needs {var} (the node label an NVIDIADriver's "
+                          f"nodeSelector matches, and the target pool's value), got {v.get(var)!r}")
     if "k3_scheduler_host" in v:
         if not isinstance(v["k3_scheduler_host"], str) or not v["k3_scheduler_host"].strip():
             raise bad("k3_scheduler_host", f"must be an inventory host name or 'controller', got "

@@ -148,6 +148,9 @@ class DriverParams(_Strict):
     # after a crash mid-reboot: how long a host may keep its old boot id before we decide
     # the reboot never happened (sshd stops within seconds of a real reboot)
     reboot_grace: Duration = 10
+    # k3_driver_backend gpu-operator: how long the GPU Operator may take to move the node
+    # through its upgrade states to upgrade-done (stages/driver_operator.py)
+    operator_timeout: Duration = 3600
 
 
 class CudaParams(_Strict):

@@ -27,6 +27,13 @@ from k3rollout.errors import K3RolloutError
 
 UPGRADE_STATE_LABEL = "k3rollout.io/upgrade-state"
 GPU_OPERATOR_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
+# The GPU Operator's driver upgrade controller (NVIDIA/k8s-operator-libs, pkg/upgrade/consts.go:
+# UpgradeStateLabelKeyFmt "nvidia.com/%s-driver-upgrade-state" with "gpu") moves a node through
+# these states, in this order; upgrade-failed ends it from any of them.
+GPU_OPERATOR_UPGRADE_STATES = ("upgrade-required", "cordon-required", "wait-for-jobs-required",
+                               "pod-deletion-required", "drain-required", "pod-restart-required",
+                               "validation-required", "uncordon-required", "upgrade-done")
+GPU_OPERATOR_DONE, GPU_OPERATOR_FAILED = "upgrade-done", "upgrade-failed"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 
@@ -95,6 +102,7 @@ class KubernetesApi:
         self._api = client.ApiClient(cfg)
         self.core = client.CoreV1Api(self._api)
         self.coord = client.CoordinationV1Api(self._api)
+        self.custom = client.CustomObjectsApi(self._api)
         self._client = client
         self.sleep = sleep
         self.now = now
@@ -245,6 +253,38 @@ class KubernetesApi:
         if GPU_OPERATOR_STATE_LABEL in labels:
             return True
         return any((p.metadata.labels or {}).get("app") == "nvidia-driver-daemonset" for p in self.pods_on(name))
+
+    def nvidia_drivers(self) -> list[dict[str, Any]]:
+        """The GPU Operator's NVIDIADriver resources (cluster-scoped, ``nvidia.com/v1alpha1``):
+        name, driver version and the ``nodeSelector`` that picks the nodes each one runs on
+        (https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-driver-configuration.html)."""
+        try:
+            got = self.custom.list_cluster_custom_object("nvidia.com", "v1alpha1", "nvidiadrivers")
+        except Exception as exc:  # noqa: BLE001
+            raise _err(exc, "list NVIDIADriver resources") from None
+        return [{"name": (x.get("metadata") or {}).get("name"), "version": (x.get("spec") or {}).get("version"),
+                 "nodeSelector": dict((x.get("spec") or {}).get("nodeSelector") or {})}
+                for x in got.get("items", [])]
+
+    def wait_for_label(self, name: str, key: str, until: tuple[str, ...], timeout_s: float, poll_s: float = 2.0,
+                       since: str | None = None) -> tuple[str | None, list[dict[str, Any]]]:
+        """Poll the node's label ``key`` until its value is one of ``until`` or ``timeout_s``
+        passes; returns (the final value or None on a timeout, every change seen with its
+        time). ``since``: a value that is stale (left from an earlier upgrade) until the
+        label has shown something else."""
+        start = self.now()
+        seen: list[dict[str, Any]] = []
+        fresh = since is None
+        while True:
+            value = self.node(name)["labels"].get(key)
+            if not seen or seen[-1]["value"] != value:
+                seen.append({"value": value, "after_s": round(self.now() - start, 3)})
+            fresh = fresh or value != since
+            if fresh and value in until:
+                return value, seen
+            if self.now() - start >= timeout_s:
+                return None, seen
+            self.sleep(poll_s)
 
     # ------------------------------------------------------------ credentials
 

@@ -36,6 +36,10 @@ def mem_mib(state: dict[str, Any]) -> int:
 
 
 def userspace_version(state: dict[str, Any]) -> str | None:
+    if state.get("gpu_operator"):
+        # the GPU Operator's driver container brings its user-space libraries with the
+        # module it loads (under /run/nvidia/driver): they always match
+        return state["loaded_driver"]
     for name, ver in state["packages"].items():
         if name.startswith("nvidia-utils-") or name == "nvidia-driver":
             return ver.split("-")[0]

@@ -16,6 +16,23 @@ and annotations live in the host's state, and ``Ready`` follows whether the host
 Pods, budgets and leases are cluster objects, kept in ``kubeapi.json`` under the sim root.
 The host fault ``pdb_blocks_eviction`` makes the budget of the node's serving pod refuse its
 eviction (for ever, or for ``pdb_release_s`` seconds after the first refusal).
+
+The NVIDIA GPU Operator, on nodes whose driver it runs (``sim_gpu_operator``): cluster-scoped
+``nvidia.com/v1alpha1`` NVIDIADriver resources, one per driver pool, each selecting its nodes
+by ``spec.nodeSelector`` (the label ``driver.config``). A node moved into a pool whose
+driver version differs from the one its driver pod loaded goes through the operator's
+upgrade states, published as the node label ``nvidia.com/gpu-driver-upgrade-state``
+(``sim_gpu_operator_state_s`` seconds each), in the order of NVIDIA/k8s-operator-libs
+``pkg/upgrade/consts.go``: upgrade-required, cordon-required (it cordons the node, or, when
+it is unschedulable already, records that in the annotation
+``nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable`` and leaves it so),
+wait-for-jobs-required, pod-deletion-required, drain-required, pod-restart-required (the
+driver pod is replaced; the new one loads the pool's driver into the host's kernel),
+validation-required, uncordon-required (uncordons only a node it cordoned itself),
+upgrade-done. Each label change is the operator's request to the API server, so it is in
+the node's audit log. The host fault ``gpu_operator_upgrade_fails`` makes the new driver
+pod crash-loop: the old module is unloaded, none is loaded, and the state ends
+``upgrade-failed`` (moved back to a pool of the node's original driver, it loads again).
 """
 
 from __future__ import annotations
@@ -48,7 +65,17 @@ RESOURCES: dict[str, list[tuple[str, str, bool, list[str]]]] = {
     "policy/v1": [("poddisruptionbudgets", "PodDisruptionBudget", True, ["get", "list"])],
     "coordination.k8s.io/v1": [("leases", "Lease", True, ["create", "delete", "get", "list", "patch", "update"])],
     "authorization.k8s.io/v1": [("selfsubjectaccessreviews", "SelfSubjectAccessReview", False, ["create"])],
+    "nvidia.com/v1alpha1": [("nvidiadrivers", "NVIDIADriver", False, ["get", "list"])],
 }
+GPU_OPERATOR_STATE = "nvidia.com/gpu-driver-upgrade-state"
+GPU_OPERATOR_INITIAL_UNSCHEDULABLE = "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
+# the upgrade controller's states in the order a node passes them (k8s-operator-libs
+# pkg/upgrade/consts.go); the maintenance-operator states are not modelled
+GPU_OPERATOR_PROGRESSION = ("upgrade-required", "cordon-required", "wait-for-jobs-required", "pod-deletion-required",
+                            "drain-required", "pod-restart-required", "validation-required", "uncordon-required",
+                            "upgrade-done")
+# the simulated cluster's driver pools: NVIDIADriver name -> driver version
+NVIDIA_DRIVERS = {"r575": "575.57.08", "r580": "580.95.05"}
 # bearer tokens the simulated server knows: an administrator (cluster-admin) and a viewer
 # (the built-in ``view`` ClusterRole: get, list, watch), for the credentials check
 TOKENS = {"sim-admin-token": ("kubernetes-admin", "cluster-admin"), "sim-viewer-token": ("k3rollout-viewer", "view")}
@@ -119,8 +146,9 @@ class Cluster:
         return d
 
     def node(self, name: str) -> dict[str, Any]:
-        s = st.load(self._host(name))
-        return self._node_object(s)
+        d = self._host(name)
+        self._operator_tick(d)
+        return self._node_object(st.load(d))
 
     def _node_object(self, s: dict[str, Any]) -> dict[str, Any]:
         sched = s["scheduler"]
@@ -164,6 +192,7 @@ class Cluster:
         audit(d, "PATCH", f"nodes/{name}", patch)
         with st.transaction(d) as s:
             sched = s["scheduler"]
+            before_labels = dict(sched.get("labels", {}))
             want = _node_fields(sched)
             if "json-patch" in ctype:
                 _apply_json_patch(want, patch)
@@ -186,7 +215,113 @@ class Cluster:
                                and k not in ("kubernetes.io/hostname", "kubernetes.io/os", "kubernetes.io/arch")}
             sched["annotations"] = {k: str(v) for k, v in (meta.get("annotations") or {}).items() if v is not None}
             sched["rv"] = int(sched.get("rv", 1)) + 1
+            if s.get("gpu_operator"):
+                self._operator_pool_changed(d, s, before_labels)
         return self.node(name)
+
+    # ------------------------------------------------------------ the GPU Operator
+
+    def nvidia_drivers(self) -> list[dict[str, Any]]:
+        return [{"kind": "NVIDIADriver", "apiVersion": "nvidia.com/v1alpha1",
+                 "metadata": {"name": name, "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, f"nvidiadriver/{name}")),
+                              "resourceVersion": "11", "generation": 1, "creationTimestamp": "2026-05-04T10:11:12Z"},
+                 "spec": {"driverType": "gpu", "repository": "nvcr.io/nvidia", "image": "driver", "version": version,
+                          "nodeSelector": {st.GPU_OPERATOR_POOL_LABEL: name}},
+                 "status": {"state": "ready"}}
+                for name, version in NVIDIA_DRIVERS.items()]
+
+    def _pool_version(self, labels: dict[str, str]) -> str | None:
+        for nd in self.nvidia_drivers():
+            if all(labels.get(k) == v for k, v in nd["spec"]["nodeSelector"].items()):
+                return nd["spec"]["version"]
+        return None
+
+    def _operator_pool_changed(self, d: Path, s: dict[str, Any], before: dict[str, str]) -> None:
+        """A node's labels changed: when it now belongs to a pool whose driver is not the one
+        loaded, the upgrade controller marks it upgrade-required (inside the caller's
+        transaction on the host's state)."""
+        sched = s["scheduler"]
+        labels = sched["labels"]
+        if labels.get(st.GPU_OPERATOR_POOL_LABEL) == before.get(st.GPU_OPERATOR_POOL_LABEL):
+            return
+        version = self._pool_version(labels)
+        op = sched.get("operator")
+        if version is not None and version == s["loaded_driver"] and op and not op.get("done"):
+            # back in a pool of the driver it runs, before its pod was replaced: in sync
+            op["done"] = True
+            labels[GPU_OPERATOR_STATE] = "upgrade-done"
+            audit(d, "PATCH", f"nodes/{s['name']}", {"metadata": {"labels": {GPU_OPERATOR_STATE: "upgrade-done"}}})
+        if version is None or version == s["loaded_driver"]:
+            return
+        sched["operator"] = {"version": version, "started": time.time(), "at": 0}
+        labels[GPU_OPERATOR_STATE] = GPU_OPERATOR_PROGRESSION[0]
+        audit(d, "PATCH", f"nodes/{s['name']}", {"metadata": {"labels": {GPU_OPERATOR_STATE: labels[GPU_OPERATOR_STATE]}}})
+
+    def _operator_tick(self, d: Path) -> None:
+        """The upgrade controller's reconcile loop, caught up to now: one state per
+        ``gpu_operator_state_s`` since the node joined its new pool."""
+        s = st.load(d)
+        op = s["scheduler"].get("operator")
+        if not op or op.get("done"):
+            return
+        with self.lock:
+            self._operator_catch_up(d)
+            self._save()
+
+    def _operator_catch_up(self, d: Path) -> None:
+        with st.transaction(d) as s:
+            sched = s["scheduler"]
+            op = sched.get("operator")
+            if not op or op.get("done"):
+                return
+            due = min(int((time.time() - op["started"]) / max(s.get("gpu_operator_state_s", 0.05), 1e-3)),
+                      len(GPU_OPERATOR_PROGRESSION) - 1)
+            while op["at"] < due and not op.get("done"):
+                leaving = GPU_OPERATOR_PROGRESSION[op["at"]]
+                nxt = self._operator_leave(d, s, leaving, op)
+                op["at"] += 1
+                if nxt is None:
+                    nxt = GPU_OPERATOR_PROGRESSION[op["at"]]
+                sched["labels"][GPU_OPERATOR_STATE] = nxt
+                audit(d, "PATCH", f"nodes/{s['name']}", {"metadata": {"labels": {GPU_OPERATOR_STATE: nxt}}})
+                if nxt in ("upgrade-done", "upgrade-failed"):
+                    op["done"] = True
+            sched["rv"] = int(sched.get("rv", 1)) + 1
+
+    def _operator_leave(self, d: Path, s: dict[str, Any], state: str, op: dict[str, Any]) -> str | None:
+        """What the controller does to finish ``state``; returns ``upgrade-failed`` when it fails."""
+        sched = s["scheduler"]
+        name = s["name"]
+        if state == "cordon-required":
+            if sched["state"] != "schedulable":
+                sched.setdefault("annotations", {})[GPU_OPERATOR_INITIAL_UNSCHEDULABLE] = "true"
+                audit(d, "PATCH", f"nodes/{name}",
+                      {"metadata": {"annotations": {GPU_OPERATOR_INITIAL_UNSCHEDULABLE: "true"}}})
+            else:
+                sched["state"], sched["since"] = "cordoned", _now_iso()
+                audit(d, "PATCH", f"nodes/{name}", {"spec": {"unschedulable": True}})
+        elif state == "pod-restart-required":
+            pods = self.data["pods"]
+            for key in [k for k, p in pods.items() if p["spec"]["nodeName"] == name
+                        and p["metadata"]["labels"].get("app") == "nvidia-driver-daemonset"]:
+                audit(d, "DELETE", f"namespaces/{key.split('/')[0]}/pods/{key.split('/')[1]}", None)
+                del pods[key]
+            s["loaded_driver"] = None          # the old driver container unloads its module
+            # the fault breaks the new driver; the node's original one loads again
+            fails = "gpu_operator_upgrade_fails" in s.get("faults", []) and op["version"] != s["original_driver"]
+            self._new_pod(name, "gpu-operator", f"nvidia-driver-daemonset-{op['version']}", "DaemonSet",
+                          "nvidia-driver-daemonset", app="nvidia-driver-daemonset", crashing=fails)
+            if fails:
+                return "upgrade-failed"
+            s["loaded_driver"] = s["module_version"] = op["version"]
+        elif state == "uncordon-required":
+            if sched.get("annotations", {}).pop(GPU_OPERATOR_INITIAL_UNSCHEDULABLE, None) is not None:
+                audit(d, "PATCH", f"nodes/{name}",
+                      {"metadata": {"annotations": {GPU_OPERATOR_INITIAL_UNSCHEDULABLE: None}}})
+            elif sched["state"] != "schedulable":
+                sched["state"] = "schedulable"
+                audit(d, "PATCH", f"nodes/{name}", {"spec": {"unschedulable": None}})
+        return None
 
     # ------------------------------------------------------------ pods
 
@@ -209,8 +344,8 @@ class Cluster:
             # container (its driver DaemonSet's pod, labelled app=nvidia-driver-daemonset)
             if ("gpu_operator_driver" in s.get("faults", []) or s.get("gpu_operator")) and not any(
                     p["metadata"]["labels"].get("app") == "nvidia-driver-daemonset" for p in mine):
-                self._new_pod(name, "gpu-operator", "nvidia-driver-daemonset-580.95.05", "DaemonSet",
-                              "nvidia-driver-daemonset", app="nvidia-driver-daemonset")
+                self._new_pod(name, "gpu-operator", f"nvidia-driver-daemonset-{s['loaded_driver'] or '580.95.05'}",
+                              "DaemonSet", "nvidia-driver-daemonset", app="nvidia-driver-daemonset")
                 changed = True
             serving = any(c["status"] == "running" for c in s["docker"]["containers"].values())
             if serving and s["scheduler"]["state"] == "schedulable" and \
@@ -220,7 +355,8 @@ class Cluster:
         if changed:
             self._save()
 
-    def _new_pod(self, node: str, ns: str, prefix: str, owner_kind: str, owner: str, app: str | None = None) -> None:
+    def _new_pod(self, node: str, ns: str, prefix: str, owner_kind: str, owner: str, app: str | None = None,
+                 crashing: bool = False) -> None:
         name = f"{prefix}-{uuid.uuid4().hex[:5]}"
         self.data["pods"][f"{ns}/{name}"] = {
             "kind": "Pod", "apiVersion": "v1",
@@ -233,6 +369,11 @@ class Cluster:
                      "terminationGracePeriodSeconds": 30},
             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
         }
+        if crashing:
+            self.data["pods"][f"{ns}/{name}"]["status"] = {
+                "phase": "Running", "conditions": [{"type": "Ready", "status": "False"}],
+                "containerStatuses": [{"name": prefix.split("-")[0], "ready": False, "restartCount": 3,
+                                       "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}
 
     def pods(self, namespace: str | None, field_selector: str, label_selector: str) -> list[dict[str, Any]]:
         # the pods of one node (a drain's list) need only that node's controllers to catch up
@@ -549,6 +690,13 @@ class Handler(BaseHTTPRequestHandler):
             if not isinstance(body, dict) or body.get("kind", "Eviction") != "Eviction":
                 raise ApiError(400, "BadRequest", "the body of the request was not an Eviction")
             return 201, c.evict(p[4], p[6])
+        if path == "/apis/nvidia.com/v1alpha1/nvidiadrivers" and method == "GET":
+            return 200, _list("NVIDIADriverList", "nvidia.com/v1alpha1", c.nvidia_drivers(), c.data["rv"])
+        if len(p) == 6 and path.startswith("/apis/nvidia.com/v1alpha1/nvidiadrivers/") and method == "GET":
+            found = [x for x in c.nvidia_drivers() if x["metadata"]["name"] == p[5]]
+            if not found:
+                raise not_found("nvidiadrivers", p[5], "nvidia.com")
+            return 200, found[0]
         if len(p) == 8 and p[:3] == ["", "apis", "apps"] and p[6] == "daemonsets" and method == "GET":
             return 200, c.daemonset(p[5], p[7])
         if path == "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews" and method == "POST":

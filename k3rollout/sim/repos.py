@@ -368,6 +368,10 @@ def fm_down(state: dict[str, Any]) -> bool:
     CUDA init fails with error 802 (cudaErrorSystemNotReady)."""
     if not state.get("nvswitch"):
         return False
+    if state.get("gpu_operator"):
+        # the GPU Operator's driver container starts nv-fabricmanager itself on NVSwitch
+        # systems, from the same driver release as the module it loads
+        return not state["loaded_driver"]
     svc = services(state).get(df.FM_SERVICE)
     return not (svc and svc["active"] and fm_matches(state))
 

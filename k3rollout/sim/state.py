@@ -43,6 +43,11 @@ REGISTRY = {
 SLURM_CPUS = 224      # CPUTot of the simulated node (2 x 56 cores, 2 threads each)
 
 
+# the node label the simulated cluster's NVIDIADriver resources select their nodes by (the
+# GPU Operator documentation's example uses ``driver.config``; any label works)
+GPU_OPERATOR_POOL_LABEL = "driver.config"
+
+
 def fabric_manager_fails(state: dict[str, Any]) -> bool:
     """The ``cuda_init_fails`` fault: after the driver upgrade the fabric manager does not
     come up, so CUDA init fails with error 802. On the driver the node had before (a
@@ -158,6 +163,8 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
         "mok_enrolled": bool(hv.get("sim_mok_enrolled", False)),
         "nvswitch": nvswitch,
         "gpu_operator": bool(hv.get("sim_gpu_operator", False)),
+        # how long the simulated GPU Operator stays in each upgrade state (sim/kubeapi.py)
+        "gpu_operator_state_s": float(hv.get("sim_gpu_operator_state_s", 0.05)),
         "disk_free_gib": int(hv.get("sim_disk_free_gib", 2048)),
         # model weights on local or shared storage: manifest path -> {file: ok|missing|corrupt}
         "weights": dict(hv.get("sim_weights") or {}),
@@ -191,6 +198,9 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
         "boots": 0,
         "scheduler": {"kind": str(hv.get("scheduler", "kubernetes")),
                       "state": initial_sim_scheduler_state(hv),
+                      # a GPU Operator node is in the NVIDIADriver pool its label names
+                      **({"labels": {GPU_OPERATOR_POOL_LABEL: str(hv.get("sim_gpu_operator_pool", "r575"))}}
+                         if hv.get("sim_gpu_operator") else {}),
                       # Slurm jobs running on the node: sim_slurm_job_s holds it that long from
                       # now, sim_slurm_job_after_drain_s until that long after a drain is asked
                       # for, on sim_slurm_job_cpus of its CPUs (all: ALLOCATED, some: MIXED)

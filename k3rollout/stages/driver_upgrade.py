@@ -23,6 +23,7 @@ from typing import Any
 
 from k3rollout.checks import parsers
 from k3rollout.model.assertions import render_argv
+from k3rollout.stages import driver_operator
 from k3rollout.stages import driver_procedure as procedure
 from k3rollout.stages import prestage
 from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
@@ -132,6 +133,9 @@ def verify_driver(ctx: NodeCtx, expected: str) -> tuple[bool, str, dict[str, Any
 
 
 def run(ctx: NodeCtx) -> StageOutcome:
+    if driver_operator.backend(ctx.vars) == driver_operator.GPU_OPERATOR:
+        # the GPU Operator's driver container: a pool label change, no host package
+        return driver_operator.run(ctx)
     p = ctx.params
     target = p.target_driver
     if ctx.facts.get("driver_version") == target and ctx.facts.get("module_version") == target:

@@ -16,6 +16,7 @@ from typing import Any
 from k3rollout.model.assertions import AssertionSyntaxError, render_argv
 from k3rollout.model.playbook import ROLLBACK_UNDOES, Playbook
 from k3rollout.scheduler import scheduler_for
+from k3rollout.stages import driver_operator
 from k3rollout.stages import uncordon as uncordon_stage
 from k3rollout.stages.base import NodeCtx, StepFailed
 from k3rollout.stages.driver_upgrade import packages_at, pinned, reboot_and_wait
@@ -27,7 +28,7 @@ TEST_CONTAINERS = ("k3rollout-smoke", "k3rollout-features")
 
 def plan_rollback(playbook: Playbook, node: str, baseline: dict[str, Any], tvars: dict[str, Any]) -> list[dict]:
     declared: dict[str, Any] = {}
-    reboot_timeout, reboot_grace = 900.0, 10.0
+    reboot_timeout, reboot_grace, operator_timeout = 900.0, 10.0, 3600.0
     restore = None
     for stage in playbook.stages:
         for rb in stage.rollback:
@@ -37,6 +38,7 @@ def plan_rollback(playbook: Playbook, node: str, baseline: dict[str, Any], tvars
             restore = params.restore
             reboot_timeout = params.reboot_timeout
             reboot_grace = params.reboot_grace
+            operator_timeout = params.operator_timeout
     steps: list[dict] = []
     for action in ORDER:
         if action not in declared:
@@ -44,6 +46,13 @@ def plan_rollback(playbook: Playbook, node: str, baseline: dict[str, Any], tvars
         step: dict[str, Any] = {"action": action, "undoes": ROLLBACK_UNDOES[action]}
         if action == "stop_test_server":
             step["commands"] = [["docker", "rm", "-f", c] for c in TEST_CONTAINERS]
+        elif action == "restore_driver" and driver_operator.backend(tvars) == driver_operator.GPU_OPERATOR:
+            # the GPU Operator's driver: back into the NVIDIADriver pool baseline saw
+            step.update({"backend": driver_operator.GPU_OPERATOR, "to_version": baseline.get("driver_version"),
+                         "pool_label": baseline.get("gpu_operator_pool_label") or tvars.get(driver_operator.POOL_LABEL_VAR),
+                         "pool": baseline.get("gpu_operator_pool"), "timeout": operator_timeout})
+            if "gpu_operator_pool_label" not in baseline:
+                step["error"] = "baseline did not record the node's NVIDIADriver pool label"
         elif action == "restore_driver":
             mgr = baseline.get("pkg_mgr", "apt")
             tmpl = getattr(restore, mgr) if restore else []
@@ -82,6 +91,12 @@ def describe(step: dict) -> str:
     a = step["action"]
     if a == "stop_test_server":
         return "stop_test_server: " + "; ".join(shlex.join(c) for c in step["commands"])
+    if a == "restore_driver" and step.get("backend") == driver_operator.GPU_OPERATOR:
+        if step.get("error"):
+            return f"restore_driver to {step.get('to_version')}: NONE ({step['error']})"
+        return (f"restore_driver to {step.get('to_version')}: move the node back to the GPU Operator's NVIDIADriver "
+                f"pool {step['pool_label']}={step.get('pool')}; wait for nvidia.com/gpu-driver-upgrade-state="
+                f"upgrade-done; verify nvidia-smi and kernel module report {step.get('to_version')}")
     if a == "restore_driver":
         cmds = "; ".join(shlex.join(c) for c in step.get("commands", [])) or f"NONE ({step.get('error')})"
         return (f"restore_driver to {step.get('to_version')}: {cmds}"
@@ -182,6 +197,8 @@ def _stop_test(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
 def _restore_driver(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
     if step.get("error"):
         return False, step["error"]
+    if step.get("backend") == driver_operator.GPU_OPERATOR:
+        return driver_operator.restore(ctx, step)
     want = step.get("to_version")
     gpu = ctx.read_gpu()
     if gpu.get("driver_version") == want:
