@@ -9,8 +9,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
-from conftest import api_changes, assert_reports_match_journal, cli, commands, journal, result, sim_state, write_inventory, write_playbook
+from conftest import (
+    api_changes,
+    assert_reports_match_journal,
+    cli,
+    commands,
+    journal,
+    result,
+    sim_state,
+    write_inventory,
+    write_playbook,
+)
 
 ONCE = re.compile(r"^(apt-get install|reboot)\b")
 

@@ -9,7 +9,18 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import PLAYBOOK, api_changes, assert_reports_match_journal, commands, journal, result, sim_state, write_inventory, write_playbook
+from conftest import (
+    PLAYBOOK,
+    api_changes,
+    assert_reports_match_journal,
+    commands,
+    journal,
+    result,
+    sim_state,
+    write_inventory,
+    write_playbook,
+)
+
 from k3rollout.cli import main
 from k3rollout.engine.clock import Clock
 

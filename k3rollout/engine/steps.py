@@ -56,7 +56,7 @@ class CallResult:
         return self.error[-n:]
 
 
-def _http_evidence(node: str, res: "HttpResult", body: Any) -> str:
+def _http_evidence(node: str, res: HttpResult, body: Any) -> str:
     """A request and its reply as evidence. A request body over 64 KiB (a long-context
     prompt) is kept as its head, tail, length and sha256, and says so."""
     sent = "" if body is None else fastjson.dumps_pretty(body)
@@ -255,7 +255,7 @@ class StepRunnerMixin:
         the inventory names (``k3_kubeconfig``, relative to the inventory file, and
         ``k3_kube_context``), else the simulated cluster's, else the client's default
         (``$KUBECONFIG``, ``~/.kube/config``). One client per kubeconfig and context."""
-        from k3rollout.scheduler.k8s_api import KubernetesError, KubernetesApi
+        from k3rollout.scheduler.k8s_api import KubernetesApi, KubernetesError
 
         cfg, context = kubeconfig_for(ctx.vars, self.inventory.path, self.executor)
         with self._lock:

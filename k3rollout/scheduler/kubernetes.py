@@ -19,7 +19,8 @@ Operator publishes ``nvidia.com/gpu-driver-upgrade-state``): ``cordon-required``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from k3rollout.scheduler.k8s_api import UPGRADE_STATE_LABEL, KubernetesApi, KubernetesError
 
@@ -33,22 +34,22 @@ UPGRADE_STATES = ("cordon-required", "upgrade-required", "validation-required", 
 class Kubernetes:
     kind = "kubernetes"
 
-    def where(self, ctx: "NodeCtx") -> str:
+    def where(self, ctx: NodeCtx) -> str:
         return ctx.runner.kube(ctx).server
 
-    def _call(self, ctx: "NodeCtx", name: str, what: list[str], fn: Callable[[KubernetesApi], Any], **kw: Any):
+    def _call(self, ctx: NodeCtx, name: str, what: list[str], fn: Callable[[KubernetesApi], Any], **kw: Any):
         api = ctx.runner.kube(ctx)
         return ctx.runner.call(ctx, name, what, lambda: fn(api), ran_on=api.server, **kw)
 
     # ------------------------------------------------------------ reads
 
-    def read_state(self, ctx: "NodeCtx") -> str:
+    def read_state(self, ctx: NodeCtx) -> str:
         res = self._call(ctx, "scheduler-state", ["GET", f"nodes/{ctx.node}"], lambda a: a.node(ctx.node))
         if not res.ok:
             return "unknown"
         return "cordoned" if res.answer["unschedulable"] else "schedulable"
 
-    def driver_owner(self, ctx: "NodeCtx") -> str | None:
+    def driver_owner(self, ctx: NodeCtx) -> str | None:
         """``"gpu-operator"`` when the NVIDIA GPU Operator runs this node's driver as a
         container (a host package upgrade must not be attempted there), else None."""
         res = self._call(ctx, "gpu-operator-check", ["GET", f"nodes/{ctx.node}", f"pods?spec.nodeName={ctx.node}"],
@@ -58,14 +59,14 @@ class Kubernetes:
         return "gpu-operator" if res.answer["gpu_operator_manages_driver"] else None
 
     @staticmethod
-    def _unschedulable(ctx: "NodeCtx") -> bool:
+    def _unschedulable(ctx: NodeCtx) -> bool:
         try:
             return bool(ctx.runner.kube(ctx).node(ctx.node)["unschedulable"])
         except KubernetesError:
             return False
 
     @staticmethod
-    def _drained(ctx: "NodeCtx", meta: dict) -> bool:
+    def _drained(ctx: NodeCtx, meta: dict) -> bool:
         """Settles a drain interrupted by a crash: cordoned, and nothing left to evict."""
         api = ctx.runner.kube(ctx)
         try:
@@ -78,15 +79,15 @@ class Kubernetes:
 
     # ------------------------------------------------------------ changes
 
-    def progress(self, ctx: "NodeCtx", state: str) -> bool:
+    def progress(self, ctx: NodeCtx, state: str) -> bool:
         """Publish ``k3rollout.io/upgrade-state=state`` on the node (journaled; a refusal is
         recorded and returned, not raised: the label informs, it does not gate)."""
         assert state in UPGRADE_STATES, state
         ok, _ = self._set_labels(ctx, f"upgrade-state-{state}", {UPGRADE_STATE_LABEL: state})
         return ok
 
-    def _set_labels(self, ctx: "NodeCtx", name: str, labels: dict[str, str]) -> tuple[bool, str]:
-        def probe(c: "NodeCtx", m: dict) -> bool:
+    def _set_labels(self, ctx: NodeCtx, name: str, labels: dict[str, str]) -> tuple[bool, str]:
+        def probe(c: NodeCtx, m: dict) -> bool:
             try:
                 have = c.runner.kube(c).node(c.node)["labels"]
             except KubernetesError:
@@ -101,7 +102,7 @@ class Kubernetes:
                          once=True, probe=probe)
         return res.ok, res.error
 
-    def cordon(self, ctx: "NodeCtx") -> tuple[bool, str, str]:
+    def cordon(self, ctx: NodeCtx) -> tuple[bool, str, str]:
         timeout = float(ctx.params.drain_timeout)
         retry = min(5.0, max(0.2, timeout / 10))
         self.progress(ctx, "cordon-required")
@@ -124,17 +125,17 @@ class Kubernetes:
         self.progress(ctx, "upgrade-required")
         return True, "", ""
 
-    def uncordon(self, ctx: "NodeCtx", name: str) -> tuple[bool, str]:
+    def uncordon(self, ctx: NodeCtx, name: str) -> tuple[bool, str]:
         res = self._call(ctx, name, ["PATCH", f"nodes/{ctx.node}", "spec.unschedulable=null"],
                          lambda a: (a.uncordon(ctx.node), {"unschedulable": a.node(ctx.node)["unschedulable"]})[1],
                          once=True, probe=lambda c, m: not self._unschedulable(c))
         return res.ok, "" if res.ok else f"uncordon failed: {res.error}"
 
-    def label(self, ctx: "NodeCtx", name: str, key: str, value: str) -> tuple[bool, str]:
+    def label(self, ctx: NodeCtx, name: str, key: str, value: str) -> tuple[bool, str]:
         ok, err = self._set_labels(ctx, name, {key: value})
         return ok, "" if ok else f"could not label {key}={value}: {err}"
 
-    def quarantine(self, ctx: "NodeCtx", label: str) -> tuple[bool, str]:
+    def quarantine(self, ctx: NodeCtx, label: str) -> tuple[bool, str]:
         # through the API server only: a node that never came back is quarantined all the same
         res = self._call(ctx, "quarantine-1", ["PATCH", f"nodes/{ctx.node}", "spec.unschedulable=true"],
                          lambda a: {"was_unschedulable": a.cordon(ctx.node)}, once=True,
