@@ -80,11 +80,17 @@ def pool_driver(ctx: NodeCtx, label: str, pool: str | None) -> tuple[str | None,
     return res.answer["version"], ""
 
 
-def move_and_wait(ctx: NodeCtx, name: str, label: str, pool: str | None, timeout: float) -> tuple[bool, str, dict]:
+def move_and_wait(ctx: NodeCtx, name: str, label: str, pool: str | None, timeout: float,
+                  expect_change: bool = True) -> tuple[bool, str, dict]:
     """Set (or, with None, remove) the node's pool label and watch the operator's state
-    label until upgrade-done. (ok, why not, what was seen)."""
+    label until upgrade-done. (ok, why not, what was seen). With ``expect_change`` an
+    upgrade-done or upgrade-failed left from an earlier upgrade does not count until the
+    label has shown another state (the operator may take a moment to notice the move)."""
     api = ctx.runner.kube(ctx)
-    before = api.node(ctx.node)["labels"].get(GPU_OPERATOR_STATE_LABEL)
+    try:
+        before = api.node(ctx.node)["labels"].get(GPU_OPERATOR_STATE_LABEL)
+    except KubernetesError as exc:
+        return False, f"cannot read {ctx.node}: {exc}", {}
 
     def placed(c: NodeCtx, meta: dict) -> bool:
         try:
@@ -106,7 +112,8 @@ def move_and_wait(ctx: NodeCtx, name: str, label: str, pool: str | None, timeout
     def watch() -> dict:
         final, seen = api.wait_for_label(ctx.node, GPU_OPERATOR_STATE_LABEL, (GPU_OPERATOR_DONE, GPU_OPERATOR_FAILED),
                                          timeout, poll_s=poll_interval(timeout),
-                                         since=stale if stale in (GPU_OPERATOR_DONE, GPU_OPERATOR_FAILED) else None)
+                                         since=stale if expect_change and stale in (GPU_OPERATOR_DONE,
+                                                                                    GPU_OPERATOR_FAILED) else None)
         answer = {"final": final, "states": [s["value"] for s in seen], "seen": seen, "timeout_s": timeout}
         if final != GPU_OPERATOR_DONE:
             exc = KubernetesError(
@@ -176,7 +183,10 @@ def restore(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
         return False, f"cannot read {ctx.node}'s pool label: {exc}"
     if here == pool and now.get("driver_version") == want and now.get("module_version") == want:
         return True, f"already in {label}={pool} on {want}: nothing to restore"
-    ok, why, _ = move_and_wait(ctx, "restore-operator", label, pool, float(step.get("timeout", 3600)))
+    # a node still on its baseline driver (the operator never replaced it) needs no new pod
+    on_want = now.get("driver_version") == want and now.get("module_version") == want
+    ok, why, _ = move_and_wait(ctx, "restore-operator", label, pool, float(step.get("timeout", 3600)),
+                               expect_change=not on_want)
     if not ok:
         return False, why
     now = read_driver(ctx)
