@@ -61,6 +61,11 @@ def call_answer(run_dir: Path, node: str, step: str) -> tuple[dict, dict]:
     return done[-1], json.loads(ev.split("--- answer ---\n", 1)[1].split("\n--- error ---", 1)[0] or "null")
 
 
+def stage_facts(run_dir: Path, node: str, stage: str) -> dict:
+    return next(r["facts"] for r in journal(run_dir) if r["type"] == "facts" and r.get("node") == node
+                and r.get("stage") == stage)
+
+
 def host_package_commands(run_dir: Path, node: str) -> list[str]:
     return [c for c in commands(run_dir, node) if c.split(" ")[0] in HOST_PACKAGE_TOOLS
             or c.startswith(HOST_PACKAGE_TOOLS)]
@@ -95,12 +100,11 @@ def test_canary_through_the_gpu_operator_moves_the_pool_label_and_waits_for_upgr
     i_pool = changes.index(f'PATCH nodes/gpu-01 {{"metadata": {{"labels": {{"{POOL}": "r580"}}}}}}')
     i_drain = max(i for i, c in enumerate(changes) if c.endswith("/eviction"))
     assert i_drain < i_pool                     # drained before the driver changed
-    stage = next(r for r in journal(run_dir) if r.get("node") == "gpu-01" and r["type"] == "stage_done"
-                 and r.get("stage") == "driver_upgrade")
-    assert stage.get("passed", True)
+    facts = stage_facts(run_dir, "gpu-01", "driver_upgrade")
+    assert facts["driver_backend"] == "gpu-operator" and facts["gpu_operator_states"] == watched["states"]
+    assert facts["driver_version"] == facts["module_version"] == "580.95.05"
     # nothing of the host package path ran: no package tool, no reboot
-    assert host_package_commands(run_dir, "gpu-01") == []
-    assert s["boots"] == 0 or not any(c == "reboot" for c in commands(run_dir, "gpu-01"))
+    assert host_package_commands(run_dir, "gpu-01") == [] and s["boots"] == 0
 
 
 def test_upgrade_failed_fails_the_stage_and_rollback_restores_the_pool_and_driver(tmp_path):
@@ -112,9 +116,11 @@ def test_upgrade_failed_fails_the_stage_and_rollback_restores_the_pool_and_drive
     done, watched = call_answer(run_dir, "gpu-01", "operator-upgrade-watch")
     assert done["rc"] == 1 and watched["final"] == "upgrade-failed"
     # the rollback moved the node back to the pool baseline recorded, and waited again
-    base = next(r for r in journal(run_dir) if r.get("node") == "gpu-01" and r["type"] == "stage_done"
-                and r.get("stage") == "baseline")
-    assert (base.get("facts") or {}).get("gpu_operator_pool", "r575") == "r575"
+    assert stage_facts(run_dir, "gpu-01", "baseline")["gpu_operator_pool"] == "r575"
+    assert stage_facts(run_dir, "gpu-01", "driver_upgrade")["gpu_operator_states"][-1] == "upgrade-failed"
+    plan = next(r for r in journal(run_dir) if r["type"] == "rollback_plan" and r.get("node") == "gpu-01")
+    restore = next(x for x in plan["steps"] if x["action"] == "restore_driver")
+    assert (restore["backend"], restore["pool_label"], restore["pool"]) == ("gpu-operator", POOL, "r575")
     assert label_changes(run_dir, "gpu-01", POOL) == ["r580", "r575"]
     _, back = call_answer(run_dir, "gpu-01", "restore-operator-watch")
     assert back["final"] == "upgrade-done"

@@ -146,7 +146,7 @@ def run(ctx: NodeCtx) -> StageOutcome:
     p = ctx.params
     target = p.target_driver
     label, pool = str(ctx.vars[POOL_LABEL_VAR]), str(ctx.vars[POOL_VAR])
-    facts: dict[str, Any] = {"driver_backend": GPU_OPERATOR, "gpu_operator_pool": {label: pool}}
+    facts: dict[str, Any] = {"driver_backend": GPU_OPERATOR, "gpu_operator_target_pool": {label: pool}}
     if ctx.facts.get("driver_version") == target and ctx.facts.get("module_version") == target:
         return StageOutcome(True, f"already at {target}: nothing to change", {**facts,
                                                                                "driver_upgrade": "already-at-target"})
