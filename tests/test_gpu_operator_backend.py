@@ -168,3 +168,24 @@ def test_operator_backend_needs_its_pool_vars(tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert "gpu-01" in err and "k3_gpu_operator_pool_label" in err and "hosts.yml" in err
+
+
+def test_credentials_check_asks_for_the_nvidiadriver_pools_only_where_the_operator_backend_is_used(tmp_path):
+    from k3rollout.model.inventory import load_inventory
+    from k3rollout.scheduler.k8s_access import check_access
+    from k3rollout.sim.dispatch import init_cluster
+    from k3rollout.sim.kubeapi import KubeApiServer
+
+    root = tmp_path / "cluster"
+    init_cluster(root, {"gpu-01": {}})
+    with KubeApiServer(root) as srv:
+        cfg = srv.kubeconfig(tmp_path / "kubeconfig", token="sim-viewer-token")
+        for backend, asked in ((None, False), ("gpu-operator", True)):
+            hv = {"k3_kubeconfig": str(cfg), **({"k3_driver_backend": "gpu-operator", "k3_gpu_operator_pool": "r580",
+                                                 "k3_gpu_operator_pool_label": POOL} if backend else {})}
+            inv = load_inventory(write_inventory(tmp_path / f"inv-{backend}", {"gpu-01": hv}))
+            (got,) = check_access(dict(inv.hosts), inv.path)
+            pools = [c for c in got["checks"] if c["resource"] == "nvidiadrivers"]
+            assert bool(pools) == asked
+            if asked:
+                assert pools[0]["verb"] == "list" and pools[0]["allowed"]      # a viewer may list

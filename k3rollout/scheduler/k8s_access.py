@@ -45,7 +45,8 @@ def check_access(hosts: dict[str, Any], inventory_path: str, executor: Any = Non
         try:
             api = KubernetesApi(cfg, context)
             try:
-                answers = api.check_access(ns)
+                answers = api.check_access(ns, gpu_operator=any(
+                    hosts[n].vars.get("k3_driver_backend") == "gpu-operator" for n in nodes if n in hosts))
             finally:
                 api.close()
         except KubernetesError as exc:

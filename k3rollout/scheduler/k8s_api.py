@@ -298,14 +298,19 @@ class KubernetesApi:
               ("renew the cluster lock", "update", "coordination.k8s.io", "leases", "", True),
               ("release the cluster lock", "delete", "coordination.k8s.io", "leases", "", True))
 
-    def check_access(self, lease_namespace: str) -> list[dict[str, Any]]:
+    # and, for nodes whose driver the GPU Operator runs (k3_driver_backend: gpu-operator)
+    NEEDED_GPU_OPERATOR = (("read the GPU Operator's NVIDIADriver pools", "list", "nvidia.com", "nvidiadrivers", "",
+                            False),)
+
+    def check_access(self, lease_namespace: str, gpu_operator: bool = False) -> list[dict[str, Any]]:
         """Read-only: whether these credentials may do what a rollout does, asked of the
         API server's authorizer with SelfSubjectAccessReviews (``kubectl auth can-i``); it
         changes nothing in the cluster."""
         c = self._client
         auth = c.AuthorizationV1Api(self._api)
         out = []
-        for what, verb, group, resource, sub, namespaced in self.NEEDED:
+        for what, verb, group, resource, sub, namespaced in self.NEEDED + (self.NEEDED_GPU_OPERATOR if gpu_operator
+                                                                           else ()):
             attrs = c.V1ResourceAttributes(verb=verb, group=group, resource=resource, subresource=sub or None,
                                            namespace=lease_namespace if namespaced and group else None)
             try:
