@@ -86,7 +86,7 @@ def test_canary_through_the_gpu_operator_moves_the_pool_label_and_waits_for_upgr
     assert patch["argv"] == ["PATCH", "nodes/gpu-01", f"{POOL}=r580"] and patch["once"]
     server = yaml.safe_load((run_dir / "sim-hosts" / "kubeconfig").read_text())["clusters"][0]["cluster"]["server"]
     assert patch["ran_on"] == server
-    assert started["operator-upgrade-watch"]["argv"][:3] == ["WATCH", "nodes/gpu-01", f"label {STATE}"]
+    assert started["operator-upgrade-watch"]["argv"][:3] == ["POLL", "nodes/gpu-01", f"label {STATE}"]
     _, pool = call_answer(run_dir, "gpu-01", "nvidiadriver-pool")
     assert pool["matches"] == ["r580"] and pool["version"] == "580.95.05"
     done, watched = call_answer(run_dir, "gpu-01", "operator-upgrade-watch")

@@ -18,7 +18,7 @@ still decides.
 
 Every request is a journaled API call from the controller: the pool check, the label patch
 (``once``, settled after a crash by reading the label back) and the watch of the state
-label, whose evidence holds each state seen and when. No host package command and no
+label (polled), whose evidence holds each state seen and when. No host package command and no
 reboot is sent to the node; afterwards nvidia-smi and /proc/driver/nvidia/version on the
 node (reads) must report the target. The rollback (stages/rollback.py) moves the node
 back to the pool label value recorded at baseline and waits the same way.
@@ -125,8 +125,11 @@ def move_and_wait(ctx: NodeCtx, name: str, label: str, pool: str | None, timeout
             raise exc
         return answer
 
-    res = ctx.runner.call(ctx, f"{name}-watch", ["WATCH", f"nodes/{ctx.node}", f"label {GPU_OPERATOR_STATE_LABEL}",
-                                                 f"until={GPU_OPERATOR_DONE}", f"timeout={timeout:g}s"],
+    # polled with GETs (every poll_interval), not a Kubernetes watch: each read is the same
+    # request after a crash or a dropped connection
+    res = ctx.runner.call(ctx, f"{name}-watch", ["POLL", f"nodes/{ctx.node}", f"label {GPU_OPERATOR_STATE_LABEL}",
+                                                 f"until={GPU_OPERATOR_DONE}|{GPU_OPERATOR_FAILED}",
+                                                 f"every={poll_interval(timeout):g}s", f"timeout={timeout:g}s"],
                           watch, ran_on=api.server)
     seen = res.answer or {}
     if not res.ok:
