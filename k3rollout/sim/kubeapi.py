@@ -735,7 +735,7 @@ class Handler(BaseHTTPRequestHandler):
                 "metadata": {"creationTimestamp": None}, "spec": body.get("spec") or {},
                 "status": {"allowed": allowed, **({"reason": reason} if reason else {})}}
 
-    def do_GET(self) -> None:       # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         self._handle("GET")
 
     def do_POST(self) -> None:

@@ -255,3 +255,27 @@ def stage_harness(tmp_path, fake_executor):
     for h in made:
         h.engine.journal.close()
         h.engine.close()
+
+
+def _kube_api(tmp_path, host_vars: dict):
+    from k3rollout.sim.dispatch import init_cluster
+    from k3rollout.sim.kubeapi import KubeApiServer
+
+    root = tmp_path / "cluster"
+    init_cluster(root, {"gpu-01": host_vars})
+    return KubeApiServer(root)
+
+
+@pytest.fixture
+def kube_api(tmp_path):
+    """The simulated Kubernetes API server on loopback, node gpu-01 (running a serving pod
+    and a DaemonSet pod), and an admin kubeconfig for it: (server, kubeconfig path)."""
+    with _kube_api(tmp_path, {}) as srv:
+        yield srv, srv.kubeconfig(tmp_path / "kubeconfig")
+
+
+@pytest.fixture
+def kube_api_pdb(tmp_path):
+    """As ``kube_api``, with a PodDisruptionBudget that never lets gpu-01's serving pod go."""
+    with _kube_api(tmp_path, {"sim_faults": ["pdb_blocks_eviction"]}) as srv:
+        yield srv, srv.kubeconfig(tmp_path / "kubeconfig")
