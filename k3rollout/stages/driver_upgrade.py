@@ -23,9 +23,8 @@ from typing import Any
 
 from k3rollout.checks import parsers
 from k3rollout.model.assertions import render_argv
-from k3rollout.stages import driver_operator
+from k3rollout.stages import driver_operator, prestage
 from k3rollout.stages import driver_procedure as procedure
-from k3rollout.stages import prestage
 from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
 
 # a step that names the resolved install (`{{ driver.install }}`)
