@@ -189,3 +189,21 @@ def test_credentials_check_asks_for_the_nvidiadriver_pools_only_where_the_operat
             assert bool(pools) == asked
             if asked:
                 assert pools[0]["verb"] == "list" and pools[0]["allowed"]      # a viewer may list
+
+
+def test_prestage_on_an_operator_node_stages_the_image_but_no_host_package(tmp_path):
+    """The operator's driver container brings the driver: pre-staging checks disk space and
+    pulls the image, and says why it fetched no driver package."""
+    from k3rollout.sim import state as st
+
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": dict(OPERATOR)})
+    digest = st.REGISTRY["vllm/vllm-openai:kimi-k3"]["digest"]
+    playbook = write_playbook(tmp_path / "pb.yml", min_serving=0, prestage={"parallel": 1, "image_digest": digest},
+                              stage_with={"driver_upgrade": {"operator_timeout": "30s"}})
+    run_dir = tmp_path / "run"
+    assert main(["run", str(playbook), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
+    assert result(run_dir)["nodes"]["gpu-01"]["final"] == "upgraded"
+    assert host_package_commands(run_dir, "gpu-01") == []
+    assert any(c.startswith("docker pull") for c in commands(run_dir, "gpu-01"))
+    facts = stage_facts(run_dir, "gpu-01", "prestage")["prestage"]
+    assert "GPU Operator" in facts["packages_note"] and "packages" not in facts

@@ -23,6 +23,7 @@ from typing import Any
 from k3rollout.checks import driver_facts as df
 from k3rollout.stages import driver_node as dn
 from k3rollout.stages.base import NodeCtx, StageOutcome
+from k3rollout.stages.driver_operator import GPU_OPERATOR, backend
 
 ARCHIVES = "/var/cache/apt/archives"
 LIST_ARGV = ["find", ARCHIVES, "-maxdepth", "1", "-name", "*.deb", "-printf", "%s %f\\n"]
@@ -73,7 +74,11 @@ def run(ctx: NodeCtx, cfg: Any) -> StageOutcome:
             {"prestage": facts})
 
     target = str(ctx.vars.get("target_driver") or "")
-    if mgr == "apt" and target:
+    if backend(ctx.vars) == GPU_OPERATOR:
+        # the GPU Operator's driver container brings the driver: nothing to fetch on the host
+        facts["packages_note"] = ("GPU Operator: the driver comes in the NVIDIADriver pool's container image, "
+                                  "pulled by the operator; no host packages are staged")
+    elif mgr == "apt" and target:
         try:
             source = df.source_of(ctx.vars, osf["os_family"])
         except ValueError as exc:
