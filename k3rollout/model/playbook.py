@@ -426,6 +426,10 @@ class Play(_Strict):
 
 
     observe: Observe = Field(default_factory=Observe)
+    # a model profile (playbooks/profiles/NAME.yml or a path relative to the playbook): the plan
+    # then works in replicas of that model (plan/replicas.py); overrides merge key by key
+    profile: str | None = Field(default=None, min_length=1)
+    profile_overrides: dict[str, Any] | None = None
     stages: list[Stage]
 
     @field_validator("failure_budget", mode="before")
@@ -471,6 +475,7 @@ class Playbook(BaseModel):
     path: str
     sha256: str
     play: Play
+    profile: Any = None                 # model.profile.ModelProfile when the play names one
 
     @property
     def stages(self) -> list[Stage]:
@@ -509,7 +514,21 @@ def load_playbook(path: str | Path) -> Playbook:
         raise InputError(f"{field}: {msg}{more}", path=sp, line=line) from None
     _check_stages(play, play_data, sp)
     digest = hashlib.sha256(p.read_bytes()).hexdigest()
-    return Playbook(path=sp, sha256=digest, play=play)
+    profile = None
+    if play.profile is not None:
+        from k3rollout.model.profile import load_profile, resolve_profile_path
+
+        where = resolve_profile_path(play.profile, sp)
+        if where is None:
+            raise InputError(f"profile: no model profile {play.profile!r} (looked for profiles/{play.profile}.yml "
+                             "next to the playbook and among the shipped profiles)", path=sp,
+                             line=play_data.line_of("profile"))
+        profile = load_profile(where, play_data.get("profile_overrides"), overrides_path=sp,
+                               overrides_line=play_data.line_of("profile_overrides"))
+    elif play.profile_overrides is not None:
+        raise InputError("profile_overrides needs a `profile:` to override", path=sp,
+                         line=play_data.line_of("profile_overrides"))
+    return Playbook(path=sp, sha256=digest, play=play, profile=profile)
 
 
 def _check_stages(play: Play, play_data: Any, path: str) -> None:
