@@ -194,6 +194,15 @@ def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
     print("Scheduler operations (never on the node being changed):")
     for place, nodes in places.items():
         print(f"  {', '.join(nodes)}: {place}")
+    if plan.replicas:
+        print(f"Replicas of {plan.profile.get('model')} (profile {plan.profile.get('name')}, needs "
+              f"{plan.profile.get('need_gib')} GiB of usable GPU memory per replica):")
+        for r in plan.replicas:
+            lay = r["layout"]
+            print(f"  replica {r['id']}: {', '.join(r['nodes'])}  {lay['name']} (tp {lay['tp']} pp {lay['pp']} "
+                  f"dp {lay['dp']} ep {lay['ep']}, {lay['nnodes']} node(s)) on {r['gpus']} x {r['gpu']}, "
+                  f"{r['usable_gib']}/{r['gpu_mem_gib']} GiB usable/total"
+                  + (f", all-to-all {r['all2all_backend']} over {r['interconnect']}" if r.get("all2all_backend") else ""))
     print(f"{'batch':>5}  {'start':>7}  {'takes':>7}  {'+rollback':>9}  {plan.unit + 's serving':>9}  {'window':>6}  nodes")
     for b in plan.batches:
         fit = "-" if b.fits_window is None else ("fits" if b.fits_window else "NO")

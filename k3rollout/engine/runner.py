@@ -500,12 +500,19 @@ class Engine(GateMixin, StepRunnerMixin):
         status = "failed" if failed else "passed"
         halt = None
         rb_failed = [n for n, s in states.items() if s == NodeState.ROLLBACK_FAILED.value]
-        pct = 100.0 * len(failed) / len(nodes)
+        groups = self.view.plan.get("groups") or {}
+        if groups and batch.get("replicas"):
+            # max_fail_percentage counts replicas: a replica with any failed node is a failed replica
+            reps = batch["replicas"]
+            bad = [g for g in reps if any(n in failed for n in groups.get(g, []))]
+            pct, counted = 100.0 * len(bad) / len(reps), f"{len(bad)} of {len(reps)} replica(s)"
+        else:
+            pct, counted = 100.0 * len(failed) / len(nodes), f"{len(failed)} of {len(nodes)} node(s)"
         if rb_failed:
             halt = ("rollback_failed", f"ROLLBACK FAILED on {', '.join(rb_failed)}: node(s) kept cordoned and need "
                                        "hands-on recovery (see runbooks/ and the node's rollback evidence)")
         elif pct > self.playbook.play.max_fail_percentage:
-            halt = ("failure", f"batch {batch['index']}: {len(failed)} of {len(nodes)} node(s) failed ({pct:.0f}%), "
+            halt = ("failure", f"batch {batch['index']}: {counted} failed ({pct:.0f}%), "
                                f"above max_fail_percentage {self.playbook.play.max_fail_percentage:g}%")
         return status, failed, halt
 

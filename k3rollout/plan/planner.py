@@ -69,6 +69,9 @@ class Plan:
     timing: dict[str, Any] = field(default_factory=dict)
     # the sliding window (engine/window.py), when the play has `window:`: its batch and limits
     policy: dict[str, Any] = field(default_factory=dict)
+    # with a model profile: each replica's nodes, layout, GPU memory and whether it holds the model
+    replicas: list[dict[str, Any]] = field(default_factory=list)
+    profile: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -196,7 +199,7 @@ def _prestage(playbook: Playbook, hosts: list[str], in_place: bool, timing: dict
 
 
 def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | None = None,
-              history: tm.History | None = None) -> Plan:
+              history: tm.History | None = None, facts: dict[str, dict[str, Any]] | None = None) -> Plan:
     play = playbook.play
     hosts = inventory.select(play.hosts)
     if not hosts:
@@ -208,6 +211,17 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | Non
                          path=playbook.path)
     in_place = bool(play.vars.get("allow_in_place_change", True))
     not_serving = out_of_service_before(inventory, hosts)
+    if playbook.profile is not None:
+        from k3rollout.plan.replicas import plan_replicas
+
+        replicas, rnotes = plan_replicas(playbook.profile, hosts, inventory, play.group_by or "serving_group",
+                                         facts=facts)
+        groups = {r["id"]: r["nodes"] for r in replicas}
+        plan = _replica_plan(playbook, inventory, hosts, groups, not_serving, window_s, in_place, history,
+                             how=f"by model profile {playbook.profile.name}")
+        plan.notes[1:1] = rnotes
+        plan.replicas, plan.profile = replicas, playbook.profile.summary()
+        return plan
     groups = serving_groups(play.group_by, hosts, inventory) if play.group_by else {}
     if groups:
         return _replica_plan(playbook, inventory, hosts, groups, not_serving, window_s, in_place, history)
@@ -337,15 +351,16 @@ def serving_groups(var: str, hosts: list[str], inventory: Inventory) -> dict[str
 
 def _replica_plan(playbook: Playbook, inventory: Inventory, hosts: list[str], groups: dict[str, list[str]],
                   not_serving: list[str], window_s: float | None, in_place: bool,
-                  history: tm.History | None = None) -> Plan:
+                  history: tm.History | None = None, how: str | None = None) -> Plan:
     """Batches of whole serving groups; serial, min_serving and capacity count replicas."""
     play = playbook.play
     names = list(groups)
     down = {g for g, ns in groups.items() if any(n in not_serving for n in ns)}
     floor = min_serving_count(play.min_serving, len(names))
     serving = len(names) - len(down)
-    notes = [f"{len(hosts)} nodes in {len(names)} serving group(s) by `{play.group_by}`; serial, min_serving and "
-             "capacity count replicas (a replica serves only when all its nodes do)"]
+    notes = [f"{len(hosts)} nodes in {len(names)} serving group(s) {how or f'by `{play.group_by}`'}; serial, "
+             "min_serving, max_fail_percentage and capacity count replicas (a replica serves only when all its "
+             "nodes do)"]
     if down:
         notes.append(f"{len(down)} replica(s) already out of service per inventory: {', '.join(sorted(down))}")
     if floor > len(names):

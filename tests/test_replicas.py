@@ -1,0 +1,145 @@
+"""Replica planning from a model profile: layout arithmetic, grouping, batches, refusals."""
+
+import json
+
+import pytest
+
+from conftest import write_inventory, write_playbook
+from k3rollout.cli import main
+from k3rollout.errors import InputError
+from k3rollout.model import load_inventory, load_playbook
+from k3rollout.model.profile import load_profile
+from k3rollout.plan import make_plan
+from k3rollout.plan.replicas import ReplicaError, choose_layout, node_hardware
+from k3rollout.resources import shipped
+
+K3 = shipped("playbooks", "profiles", "kimi-k3.yml")
+H200 = {"sim_gpu": "NVIDIA H200", "sim_gpu_count": 8, "sim_gpu_mem_gib": 141}
+B300 = {"sim_gpu": "NVIDIA B300", "sim_gpu_count": 8, "sim_gpu_mem_gib": 268}
+
+
+def inv(tmp_path, hosts):
+    return load_inventory(write_inventory(tmp_path / "inv", hosts))
+
+
+def k3_plan(tmp_path, hosts, **over):
+    pb = load_playbook(write_playbook(tmp_path / "pb.yml", profile="kimi-k3", **over))
+    return make_plan(pb, inv(tmp_path, hosts))
+
+
+def test_playbook_without_profile_plans_as_before(tmp_path):
+    hosts = {f"gpu-{i:02d}": dict(H200) for i in range(1, 5)}
+    plan = make_plan(load_playbook(write_playbook(tmp_path / "pb.yml")), inv(tmp_path, hosts))
+    assert plan.unit == "node" and plan.replicas == [] and plan.profile == {}
+    assert [b.nodes for b in plan.batches][0] == ["gpu-01"]
+
+
+# ---- layout arithmetic ----
+
+@pytest.mark.parametrize("gpu,mem,layout,nnodes", [
+    ("NVIDIA H200", 141, "tp16-ep16", 2),      # 8 x 141 x 0.95 = 1071.6 < 1564.6; 16 GPUs hold it
+    ("NVIDIA B300", 268, "tp8", 1),            # 8 x 268 x 0.95 = 2036.8
+    ("NVIDIA B200", 167, "tp8-pp2", 2),
+    ("NVIDIA H100 80GB HBM3", 74.5, "tp8-pp4", 4),
+])
+def test_smallest_layout_that_holds_k3(tmp_path, gpu, mem, layout, nnodes):
+    i = inv(tmp_path, {"n1": {"k3_gpu_model": gpu, "k3_gpu_count": 8, "k3_gpu_mem_gib": mem}})
+    s = choose_layout(load_profile(K3), node_hardware("n1", i))
+    assert (s.layout.name, s.nnodes, s.fits) == (layout, nnodes, True)
+
+
+def test_hardware_from_baseline_facts_when_inventory_is_silent(tmp_path):
+    i = inv(tmp_path, {"n1": {}})
+    hw = node_hardware("n1", i, {"gpu_model": "NVIDIA H200", "gpu_count": 8, "gpu_mem_total_mib": 143771})
+    assert (hw.gpu, hw.count, round(hw.mem_gib, 1), hw.source) == ("NVIDIA H200", 8, 140.4, "baseline facts")
+    with pytest.raises(InputError, match="host n1: GPU model, count and memory unknown"):
+        node_hardware("n1", i)
+
+
+# ---- planning in replicas ----
+
+def test_h200_rack_plans_two_node_replicas_and_batches_take_whole_replicas(tmp_path):
+    hosts = {f"a{i:02d}": {**H200, "rack": "a"} for i in range(1, 9)}
+    plan = k3_plan(tmp_path, hosts, serial=[1, 2], min_serving="50%", max_fail_percentage=0)
+    assert plan.unit == "replica"
+    assert [r["nodes"] for r in plan.replicas] == [["a01", "a02"], ["a03", "a04"], ["a05", "a06"], ["a07", "a08"]]
+    r = plan.replicas[0]
+    assert r["layout"] == {"name": "tp16-ep16", "tp": 16, "pp": 1, "dp": 1, "ep": 16, "nnodes": 2}
+    assert r["gpu_mem_gib"] == 2256 and r["fits"] is True and r["all2all_backend"] == "deepep_v2"
+    # serial [1, 2] counts replicas; min_serving 50% of 4 replicas keeps 2 serving
+    assert [b.nodes for b in plan.batches] == [["a01", "a02"], ["a03", "a04", "a05", "a06"], ["a07", "a08"]]
+    assert plan.min_serving == 2 and plan.batches[1].serving_during == 2
+
+
+def test_replicas_do_not_cross_racks_and_explicit_serving_group_wins(tmp_path):
+    hosts = {"a01": {**H200, "rack": "a"}, "a02": {**H200, "rack": "a"}, "a03": {**H200, "rack": "a"},
+             "b01": {**H200, "rack": "b", "serving_group": "x"}, "a04": {**H200, "rack": "a"},
+             "b02": {**H200, "rack": "b", "serving_group": "x"},
+             "c01": {**B300, "rack": "c"}, "c02": {**B300, "rack": "c"}}
+    plan = k3_plan(tmp_path, hosts, serial=1, min_serving=0)
+    got = {r["id"]: r["nodes"] for r in plan.replicas}
+    assert got == {"rack-a/1": ["a01", "a02"], "rack-a/2": ["a03", "a04"], "x": ["b01", "b02"],
+                   "rack-c/1": ["c01"], "rack-c/2": ["c02"]}
+    assert {r["id"]: r["layout"]["name"] for r in plan.replicas}["rack-c/1"] == "tp8"
+
+
+def test_single_node_tp8_on_h200_is_refused_with_the_arithmetic(tmp_path, capsys):
+    hosts = {f"a{i:02d}": {**H200, "rack": "a"} for i in range(1, 5)}
+    with pytest.raises(ReplicaError) as e:
+        k3_plan(tmp_path, hosts, profile_overrides={"layout": "tp8"})
+    msg = str(e.value)
+    assert "layout tp8 = 8 x NVIDIA H200 x 141 GiB x 0.95 usable = 1071.6 GiB < 1564.6 GiB" in msg
+    assert "smallest layout that holds it on NVIDIA H200 is tp16-ep16" in msg
+    assert "4 of 4 replica(s) cannot serve" in msg
+    # the CLI refuses it: exit 2 from validate and plan
+    pb = tmp_path / "pb.yml"
+    invp = tmp_path / "inv" / "hosts.yml"
+    assert main(["validate", str(pb), "-i", str(invp)]) == 2
+    assert main(["plan", str(pb), "-i", str(invp), "--json"]) == 2
+    assert "1071.6 GiB < 1564.6 GiB" in capsys.readouterr().err
+
+
+def test_leftover_node_and_wrong_explicit_group_are_refused(tmp_path):
+    hosts = {f"a{i:02d}": {**H200, "rack": "a"} for i in range(1, 4)}
+    with pytest.raises(ReplicaError, match=r"needs 2 nodes of 8 x NVIDIA H200 but only 1 remain in rack a \(a03\)"):
+        k3_plan(tmp_path, hosts)
+    hosts = {"a01": {**H200, "serving_group": "g"}, "a02": {**B300, "serving_group": "g"}}
+    with pytest.raises(InputError, match="serving_group g: its nodes have different GPUs"):
+        k3_plan(tmp_path, hosts)
+
+
+def test_plan_json_and_markdown_show_replicas(tmp_path, capsys):
+    hosts = {f"a{i:02d}": {**H200, "rack": "a"} for i in range(1, 5)}
+    k3_plan(tmp_path, hosts, serial=1, min_serving=0)
+    pb, invp = tmp_path / "pb.yml", tmp_path / "inv" / "hosts.yml"
+    assert main(["plan", str(pb), "-i", str(invp), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [(r["id"], r["nodes"], r["layout"]["nnodes"], r["fits"]) for r in out["replicas"]] == [
+        ("rack-a/1", ["a01", "a02"], 2, True), ("rack-a/2", ["a03", "a04"], 2, True)]
+    assert set(out["replicas"][0]) >= {"id", "nodes", "layout", "gpu_mem_gib", "fits"}
+    assert out["profile"]["name"] == "kimi-k3"
+    assert main(["plan", str(pb), "-i", str(invp), "--format", "md"]) == 0
+    md = capsys.readouterr().out
+    assert "## Replicas" in md and "tp16-ep16" in md and "rack-a/2" in md
+    assert main(["plan", str(pb), "-i", str(invp)]) == 0
+    text = capsys.readouterr().out
+    assert "replica rack-a/1: a01, a02  tp16-ep16" in text
+
+
+# ---- on the simulator ----
+
+def test_rollout_in_replicas_counts_max_fail_percentage_in_replicas(tmp_path):
+    from conftest import result
+
+    hosts = {f"gpu-{i:02d}": {**H200, "rack": "a"} for i in range(1, 9)}
+    hosts["gpu-02"]["sim_faults"] = ["prefix_cache_miss"]
+    invp = write_inventory(tmp_path / "inv", hosts)
+    # batch 1 takes replicas rack-a/1 and rack-a/2 (4 nodes); gpu-02 fails: 1 of 4 nodes is 25%,
+    # but 1 of 2 replicas is 50%, above 40%: the rollout halts before batch 2
+    pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=2, max_fail_percentage=40, min_serving=0)
+    run_dir = tmp_path / "run"
+    code = main(["run", str(pb), "-i", str(invp), "--yes", "--run-dir", str(run_dir)])
+    r = result(run_dir)
+    assert code == 1 and r["status"] == "halted"
+    assert r["nodes"]["gpu-02"]["final"] == "rolled_back"
+    assert r["nodes"]["gpu-05"]["final"] == "pending"
