@@ -143,3 +143,25 @@ def test_rollout_in_replicas_counts_max_fail_percentage_in_replicas(tmp_path):
     assert code == 1 and r["status"] == "halted"
     assert r["nodes"]["gpu-02"]["final"] == "rolled_back"
     assert r["nodes"]["gpu-05"]["final"] == "pending"
+
+
+def test_a_failed_node_takes_its_whole_replica_back_and_is_named(tmp_path):
+    from conftest import journal, result
+
+    hosts = {f"gpu-{i:02d}": {**H200, "rack": "a"} for i in range(1, 5)}
+    hosts["gpu-02"]["sim_faults"] = ["prefix_cache_miss"]
+    invp = write_inventory(tmp_path / "inv", hosts)
+    pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=2, max_fail_percentage=50, min_serving=0)
+    run_dir = tmp_path / "run"
+    code = main(["run", str(pb), "-i", str(invp), "--yes", "--run-dir", str(run_dir)])
+    r = result(run_dir)
+    assert code == 0 and r["status"] == "completed"
+    assert r["nodes"]["gpu-02"]["final"] == "rolled_back" and r["nodes"]["gpu-02"]["failed_stage"] == "features"
+    # gpu-01 passed every stage of its own, but its replica does not serve without gpu-02
+    assert r["nodes"]["gpu-01"]["final"] == "rolled_back"
+    assert r["nodes"]["gpu-01"]["reason"].startswith("replica rack-a/1 is not serving: gpu-02 failed at features")
+    assert {r["nodes"][n]["final"] for n in ("gpu-03", "gpu-04")} == {"upgraded"}
+    # never returned to service before its rollback: no uncordon ran on it
+    ran = [e for e in journal(run_dir) if e.get("node") == "gpu-01" and e["type"] == "stage_done"]
+    assert [e["stage"] for e in ran][-1] == "uncordon" and ran[-1]["passed"] is False
+    assert any(e["type"] == "rollback_done" and e["node"] == "gpu-01" and e["ok"] for e in journal(run_dir))

@@ -118,6 +118,7 @@ class Engine(GateMixin, StepRunnerMixin):
         self.playbook_dir = str(Path(playbook.path).resolve().parent)
         self._api = None
         self._held: set[str] = set()          # stages the current batch waits before (pauses)
+        self._replica_released: set[str] = set()   # nodes whose whole replica reached uncordon
         self._param_templates: dict[int, tuple[dict, list[str]]] = {}   # stage parameters: dump, templated keys
         self._rejected: tuple[str, str] | None = None   # (rejected|window, why) a gate stopped the rollout
         self.rollback_halt: str | None = None      # why an operator rollback stopped short (capacity)
@@ -260,6 +261,8 @@ class Engine(GateMixin, StepRunnerMixin):
             kind = STATE_STAGE.get(state)
             if kind is None or kind in BATCH_SCOPED_STAGES or kind in self._held:
                 return
+            if kind == "uncordon" and self.view.plan.get("replicas") and node not in self._replica_released:
+                return                      # a replica returns to service whole, or not at all
             stage = self.stages[self.kinds.index(kind)]
             out = self.run_stage(node, stage)
             if out.inconclusive and not out.passed:
@@ -434,15 +437,45 @@ class Engine(GateMixin, StepRunnerMixin):
                 break
             at = {STATE_STAGE.get(NodeState(self.view.node(n).state)) for n in nodes}
             gate = next((k for k in self.kinds if k in at and (k in self._held or k in BATCH_SCOPED_STAGES)), None)
+            if gate is None and "uncordon" in at and self.view.plan.get("replicas") and any(
+                    n not in self._replica_released for n in nodes
+                    if STATE_STAGE.get(NodeState(self.view.node(n).state)) == "uncordon"):
+                gate = "replica"
             if gate is None:
                 break
-            if gate in self._held:
+            if gate == "replica":
+                self.replica_gate(nodes)
+            elif gate in self._held:
                 self._held.discard(gate)
                 self.stage_gate(nodes, idx, gate)
             else:
                 self.run_barrier(nodes, gate)
         need = [n for n in nodes if self.view.node(n).state == NodeState.ROLLBACK_REQUIRED.value]
         self.pool(lambda n: self.rollback(n, self.view.node(n).reason or "stage failed"), need)
+
+    def replica_gate(self, nodes: list[str]) -> None:
+        """Before uncordon, with a model profile: a replica serves whole or not at all. A node
+        goes back into service only when every node of its replica passed all its stages; when
+        one failed, the others are failed here (still cordoned) and rolled back by their
+        recorded plans, and the reason names the node that caused it."""
+        groups = self.view.plan.get("groups") or {}
+        waiting = {n for n in nodes if STATE_STAGE.get(NodeState(self.view.node(n).state)) == "uncordon"}
+        for rid, members in groups.items():
+            here = [n for n in members if n in waiting and n not in self._replica_released]
+            if not here:
+                continue
+            culprits = [n for n in members if n not in waiting]
+            if not culprits:
+                self._replica_released.update(here)
+                continue
+            why = "; ".join(f"{c} failed" + (f" at {v.failed_stage}" if (v := self.view.node(c)).failed_stage else "")
+                            + (f" ({v.reason[:200]})" if v.reason else "") for c in culprits)
+            reason = f"replica {rid} is not serving: {why}; its nodes are rolled back together"
+            for n in here:
+                self.record("stage_started", node=n, stage="uncordon", name="replica check")
+                self.record("stage_done", node=n, stage="uncordon", passed=False, reason=self.redact(reason))
+                self.log.warning("replica_failed", node=n, replica=rid, culprits=culprits)
+                self.transition(n, Event.ROLLBACK_REQUESTED)
 
     def stage_gate(self, nodes: list[str], idx: int | None, kind: str) -> None:
         """A stage's ``pause``: the batch waits before it; a rejection stops the batch."""
