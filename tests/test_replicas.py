@@ -165,3 +165,48 @@ def test_a_failed_node_takes_its_whole_replica_back_and_is_named(tmp_path):
     ran = [e for e in journal(run_dir) if e.get("node") == "gpu-01" and e["type"] == "stage_done"]
     assert [e["stage"] for e in ran][-1] == "uncordon" and ran[-1]["passed"] is False
     assert any(e["type"] == "rollback_done" and e["node"] == "gpu-01" and e["ok"] for e in journal(run_dir))
+
+
+# ---- the communication gate proves the fast path ----
+
+def test_sim_rdma_missing_falls_back_to_sockets_with_nccls_lines(tmp_path):
+    from k3rollout.checks.parsers import parse_nccl_tests
+    from k3rollout.sim.dispatch import dispatch, init_cluster
+    from k3rollout.stages.multinode import nccl_transport
+
+    dirs = init_cluster(tmp_path / "hosts", {"a": {}, "b": {"sim_faults": ["rdma_missing"]}, "c": {}})
+    argv = ["mpirun", "-np", "16", "-H", "{}", "-x", "NCCL_DEBUG=INFO", "all_reduce_perf", "-b", "8", "-e", "1G",
+            "-g", "1"]
+    bad = dispatch(dirs["a"], [x if x != "{}" else "a:8,b:8" for x in argv], None)
+    assert bad.rc == 0                          # it "works": only NCCL's log and the bandwidth tell
+    net = nccl_transport(bad.stdout)
+    assert net["transport"] == "Socket" and net["no_rdma_hosts"] == ["b"] and net["gpudirect_rdma"] is False
+    assert any(line.endswith("NCCL INFO NET/IB : No device found.") for line in net["lines"])
+    assert parse_nccl_tests(bad.stdout)["largest_busbw"] < 20
+    good = dispatch(dirs["a"], [x if x != "{}" else "a:8,c:8" for x in argv], None)
+    net = nccl_transport(good.stdout)
+    assert (net["transport"], net["gpudirect_rdma"], net["no_rdma_hosts"]) == ("IB", True, [])
+    assert parse_nccl_tests(good.stdout)["largest_busbw"] > 300
+    # without NCCL_DEBUG=INFO the log says nothing: the gate cannot prove the transport
+    quiet = dispatch(dirs["a"], ["mpirun", "-np", "16", "-H", "a:8,c:8", "all_reduce_perf", "-b", "8", "-e", "1G",
+                                 "-g", "1"], None)
+    assert nccl_transport(quiet.stdout)["transport"] is None
+
+
+def test_socket_fallback_fails_the_node_without_rdma_by_name(tmp_path):
+    from conftest import result
+
+    hosts = {f"gpu-{i:02d}": {} for i in range(1, 5)}
+    hosts["gpu-03"] = {"sim_faults": ["rdma_missing"]}
+    invp = write_inventory(tmp_path / "inv", hosts)
+    pb = write_playbook(tmp_path / "pb.yml", serial=[1, 3], max_fail_percentage=34, min_serving=0)
+    run_dir = tmp_path / "run"
+    code = main(["run", str(pb), "-i", str(invp), "--yes", "--run-dir", str(run_dir)])
+    r = result(run_dir)
+    assert code == 0 and r["status"] == "completed"
+    n = r["nodes"]["gpu-03"]
+    assert (n["failed_stage"], n["final"]) == ("multinode", "rolled_back")
+    assert "NCCL used network Socket, not IB/RoCE RDMA; no RDMA device on gpu-03" in n["reason"]
+    assert "NCCL INFO NET/IB : No device found." in n["reason"]
+    # the other two were measured again without it, over IB
+    assert {r["nodes"][x]["final"] for x in ("gpu-02", "gpu-04")} == {"upgraded"}

@@ -38,6 +38,7 @@ SIM_FAULTS = (
     "pdb_blocks_eviction",
     "gpu_operator_driver",
     "gpu_operator_upgrade_fails",
+    "rdma_missing",
 )
 
 _VALID_GROUP_KEYS = ("vars", "children", "hosts")

@@ -205,6 +205,10 @@ class MultinodeParams(_Strict):
     mixed_argv: list[str] = Field(default_factory=lambda: ["all_reduce_perf", "-b", "8", "-e", "128M", "-f", "2",
                                                            "-g", "1"])
     mixed_min_busbw_gbps: float | None = Field(default=None, ge=0)
+    # across nodes, NCCL's own log must show the RDMA transport (IB or RoCE: both are NET/IB);
+    # a silent fallback to TCP sockets fails the stage with NCCL's lines as evidence
+    require_rdma: bool = True
+    require_gpudirect_rdma: bool = False        # also GPUDirect RDMA (NET/IB/.../GDRDMA)
     argv: list[str] = Field(default_factory=lambda: ["all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "8"])
 
 

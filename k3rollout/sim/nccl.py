@@ -1,7 +1,10 @@
 """nccl-tests ``all_reduce_perf``, alone or under ``mpirun -H a:8,b:8``, on the simulated cluster.
 
 Peers are the sibling state directories named in ``-H``; a peer that is down, missing or
-carries the ``nccl_broken`` fault breaks the collective with NCCL's real WARN lines.
+carries the ``nccl_broken`` fault breaks the collective with NCCL's real WARN lines. A peer
+with the ``rdma_missing`` fault has no usable IB/RoCE device: the collective still works,
+over TCP sockets at a fraction of the bandwidth, and only NCCL's INFO log
+(``mpirun -x NCCL_DEBUG=INFO``) says so.
 """
 
 from __future__ import annotations
@@ -59,7 +62,34 @@ def _table(hosts: list[tuple[str, int]], gpu: str, min_b: int, max_b: int, facto
     return "\n".join(lines)
 
 
-def all_reduce_perf(state_dir: Path, state: dict[str, Any], args: list[str], hosts: list[tuple[str, int]] | None) -> Out:
+def _net_info(hosts: list[tuple[str, int]], peers: dict[str, dict[str, Any]]) -> tuple[list[str], bool]:
+    """NCCL's INFO lines about the inter-node network (NCCL_DEBUG=INFO), and whether the job
+    fell back to sockets. A host without a usable RDMA device logs ``NET/IB : No device found.``
+    and NCCL uses TCP sockets for the whole communicator: ``Using network Socket``, GPUDirect
+    RDMA disabled (NVIDIA/nccl issues #226, #952, #1053)."""
+    socket = any("rdma_missing" in peers[h]["faults"] for h, _ in hosts)
+    lines = []
+    for i, (h, _) in enumerate(hosts):
+        pid, ip = 41230 + i, f"10.0.1.{11 + i}"
+        pre = f"{h}:{pid}:{pid} [0] NCCL INFO "
+        lines.append(pre + f"Bootstrap : Using ibp26s0:{ip}<0>")
+        if "rdma_missing" in peers[h]["faults"]:
+            lines.append(pre + "NET/IB : No device found.")
+        else:
+            lines.append(pre + f"NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_3:1/IB [2]mlx5_4:1/IB [3]mlx5_5:1/IB ; "
+                               f"OOB ibp26s0:{ip}<0>")
+        if socket:
+            lines += [pre + f"NET/Socket : Using [0]eth0:192.168.0.{11 + i}<0>", pre + "Using network Socket",
+                      pre + "NET/Socket : GPU Direct RDMA Disabled for HCA 0 'eth0'"]
+        else:
+            lines += [pre + "Using network IB",
+                      f"{h}:{pid}:{pid + 90} [0] NCCL INFO Channel 00/0 : {8 * i}[0] -> "
+                      f"{8 * ((i + 1) % len(hosts))}[0] [send] via NET/IB/0/GDRDMA"]
+    return lines, socket
+
+
+def all_reduce_perf(state_dir: Path, state: dict[str, Any], args: list[str], hosts: list[tuple[str, int]] | None,
+                    env: dict[str, str] | None = None) -> Out:
     o = _opts(args)
     try:
         min_b, max_b = _size(o.get("-b", "8")), _size(o.get("-e", "128M"))
@@ -74,6 +104,7 @@ def all_reduce_perf(state_dir: Path, state: dict[str, Any], args: list[str], hos
             return 1, "", f"{state['name']}: Test CUDA failure common.cu:1087 'invalid device ordinal'\n"
         hosts = [(state["name"], g)]
     broken = []
+    peers: dict[str, dict[str, Any]] = {}
     for h, _ in hosts:
         if h == state["name"]:
             peer = state
@@ -83,6 +114,7 @@ def all_reduce_perf(state_dir: Path, state: dict[str, Any], args: list[str], hos
                 broken.append((h, "unknown host"))
                 continue
             peer = st.load(pdir)
+        peers[h] = peer
         if not st.is_up(peer, time.time()):
             broken.append((h, "down"))
         elif "nccl_broken" in peer["faults"] and len(hosts) > 1:
@@ -114,11 +146,20 @@ def all_reduce_perf(state_dir: Path, state: dict[str, Any], args: list[str], hos
                 "the job has been aborted.", "--------------------------------------------------------------------------"]
         return 1, "", "\n".join(err) + "\n"
     peak = 478.0 if len(hosts) == 1 else 362.0
-    return 0, _table(hosts, state["gpu"]["model"], min_b, max_b, factor, peak), ""
+    info: list[str] = []
+    if len(hosts) > 1:
+        lines, socket = _net_info(hosts, peers)
+        if socket:
+            peak = 11.0         # TCP over the 100 GbE management network, not 4 x 400G RDMA
+        if (env or {}).get("NCCL_DEBUG", "").upper() in ("INFO", "TRACE"):
+            info = lines
+    table = _table(hosts, state["gpu"]["model"], min_b, max_b, factor, peak)
+    return 0, "\n".join(info + [table]) if info else table, ""
 
 
 def mpirun(state_dir: Path, state: dict[str, Any], args: list[str]) -> Out:
     hosts: list[tuple[str, int]] = []
+    env: dict[str, str] = {}
     i = 0
     prog_at = None
     while i < len(args):
@@ -128,7 +169,11 @@ def mpirun(state_dir: Path, state: dict[str, Any], args: list[str]) -> Out:
                 h, _, n = item.partition(":")
                 hosts.append((h, int(n or 1)))
             i += 2
-        elif a in ("-np", "-n", "-x", "--mca", "--map-by", "--bind-to"):
+        elif a == "-x" and i + 1 < len(args):
+            k, _, v = args[i + 1].partition("=")
+            env[k] = v
+            i += 2
+        elif a in ("-np", "-n", "--mca", "--map-by", "--bind-to"):
             i += 3 if a == "--mca" else 2
         elif a.startswith("-"):
             i += 1
@@ -137,4 +182,4 @@ def mpirun(state_dir: Path, state: dict[str, Any], args: list[str]) -> Out:
             break
     if prog_at is None or not args[prog_at].endswith("all_reduce_perf"):
         return 1, "", "mpirun was unable to find the specified executable file\n"
-    return all_reduce_perf(state_dir, state, args[prog_at + 1:], hosts or None)
+    return all_reduce_perf(state_dir, state, args[prog_at + 1:], hosts or None, env)

@@ -3,9 +3,18 @@
 Runs once per batch across its nodes (a one-node batch tests NVLink inside the node).
 A failure is isolated by pairs: a node that passes with some peer is cleared, a node that
 fails with every peer is blamed. Bus bandwidth below the playbook's floor fails the stage.
+
+Across nodes the fast path must be proven, not assumed: NCCL silently falls back to TCP
+sockets when RDMA is missing (``NET/IB : No device found.``, ``Using network Socket``), and
+the collective still "works". The run sets ``NCCL_DEBUG=INFO`` and reads NCCL's own log: the
+transport must be IB (RoCE also shows as NET/IB), GPUDirect RDMA too when the playbook
+requires it. A host whose log says it has no RDMA device is blamed by name, with the lines.
 """
 
 from __future__ import annotations
+
+import re
+from typing import Any
 
 from k3rollout.checks.parsers import ParseError, parse_nccl_tests
 from k3rollout.stages.base import NodeCtx, StageOutcome
@@ -18,7 +27,7 @@ def _argv(nodes: list[str], gpus: int, base: list[str]) -> list[str]:
     if "-g" in prog:
         prog[prog.index("-g") + 1] = "1"
     return ["mpirun", "--allow-run-as-root", "-np", str(gpus * len(nodes)), "-H",
-            ",".join(f"{n}:{gpus}" for n in nodes), "-x", "NCCL_DEBUG=WARN", *prog]
+            ",".join(f"{n}:{gpus}" for n in nodes), "-x", "NCCL_DEBUG=INFO", *prog]
 
 
 def _test(ctx: NodeCtx, nodes: list[str], name: str, gpus: int | None = None,
@@ -32,7 +41,8 @@ def _test(ctx: NodeCtx, nodes: list[str], name: str, gpus: int | None = None,
     except ParseError as exc:
         return False, str(exc), {}
     return True, "", {"avg_busbw": parsed["avg_busbw"], "max_busbw": parsed["max_busbw"],
-                      "largest_busbw": parsed["largest_busbw"], "wrong_rows": parsed["wrong_rows"]}
+                      "largest_busbw": parsed["largest_busbw"], "wrong_rows": parsed["wrong_rows"],
+                      "stdout": res.stdout}
 
 
 def mixed_check(ctx: NodeCtx, nodes: list[str], outcomes: dict[str, StageOutcome]) -> None:
@@ -86,6 +96,55 @@ def mixed_check(ctx: NodeCtx, nodes: list[str], outcomes: dict[str, StageOutcome
             outcomes[n] = StageOutcome(False, why, outcomes[n].facts, logs)
 
 
+_NCCL_INFO = re.compile(r"^(?P<host>[^:\s]+):\d+:\d+ \[\d+\] NCCL INFO (?P<msg>.*)$")
+
+
+def nccl_transport(text: str) -> dict[str, Any]:
+    """What NCCL's INFO log says about the inter-node network: the transport it chose
+    ("IB", "Socket" or None when the log does not say), GPUDirect RDMA, the hosts that found
+    no RDMA device, and the lines that say so (the evidence)."""
+    nets, no_ib, lines = set(), [], []
+    gdr = None
+    for line in text.splitlines():
+        m = _NCCL_INFO.match(line.strip())
+        if not m:
+            continue
+        msg = m.group("msg")
+        if msg.startswith("Using network "):
+            nets.add(msg.removeprefix("Using network ").strip())
+            lines.append(line.strip())
+        elif msg.startswith("NET/IB : No device found"):
+            no_ib.append(m.group("host"))
+            lines.append(line.strip())
+        elif "GPU Direct RDMA Disabled" in msg:
+            gdr = False
+            lines.append(line.strip())
+        elif re.search(r"via NET/IB/\d+/GDRDMA", msg):
+            gdr = True if gdr is None else gdr
+    transport = "Socket" if "Socket" in nets else ("IB" if "IB" in nets else (sorted(nets)[0] if nets else None))
+    return {"transport": transport, "gpudirect_rdma": gdr, "no_rdma_hosts": list(dict.fromkeys(no_ib)),
+            "lines": list(dict.fromkeys(lines))[:12]}
+
+
+def _fast_path(ctx: NodeCtx, nodes: list[str], logs: str) -> tuple[bool, str, dict[str, Any]]:
+    p = ctx.params
+    net = nccl_transport(logs)
+    facts = {"nccl_transport": net["transport"], "nccl_gpudirect_rdma": net["gpudirect_rdma"],
+             "nccl_no_rdma_hosts": net["no_rdma_hosts"], "nccl_transport_lines": net["lines"]}
+    if len(nodes) < 2 or not p.require_rdma:
+        return True, "", facts
+    evidence = "\n".join(net["lines"])
+    if net["transport"] != "IB":
+        said = (f"NCCL used network {net['transport']}" if net["transport"] else
+                "NCCL's log (NCCL_DEBUG=INFO) does not say which network it used")
+        who = f"; no RDMA device on {', '.join(net['no_rdma_hosts'])}" if net["no_rdma_hosts"] else ""
+        return False, f"{said}, not IB/RoCE RDMA{who}" + (f"; NCCL's log:\n{evidence}" if evidence else ""), facts
+    if p.require_gpudirect_rdma and not net["gpudirect_rdma"]:
+        return False, "NCCL runs over IB but without GPUDirect RDMA (no NET/IB/.../GDRDMA channel)" + (
+            f"; NCCL's log:\n{evidence}" if evidence else ""), facts
+    return True, "", facts
+
+
 def run_group(ctx: NodeCtx, nodes: list[str]) -> dict[str, StageOutcome]:
     """``ctx`` is the first node's context; returns an outcome per node."""
     out = _run_group(ctx, nodes)
@@ -97,12 +156,24 @@ def _run_group(ctx: NodeCtx, nodes: list[str]) -> dict[str, StageOutcome]:
     floor = ctx.params.min_busbw_gbps
     ok, logs, m = _test(ctx, nodes, "all-reduce-" + ("batch" if len(nodes) > 1 else "local"))
     if ok:
+        fast, fast_why, net = _fast_path(ctx, nodes, m.pop("stdout", ""))
+        culprits = [n for n in net["nccl_no_rdma_hosts"] if n in nodes]
+        if not fast and culprits and len(culprits) < len(nodes):
+            # the hosts that found no RDMA device are named and failed; the others are measured
+            # again without them, so their numbers are real
+            out = {n: StageOutcome(False, fast_why, {"nccl_ok": False, "nccl_nodes": nodes, **net}, fast_why)
+                   for n in culprits}
+            out.update(_run_group(ctx, [n for n in nodes if n not in culprits]))
+            return out
         bw_ok = m["largest_busbw"] >= floor and m["wrong_rows"] == 0
         why = "" if bw_ok else (f"bus bandwidth {m['largest_busbw']:.1f} GB/s below the floor {floor:.1f} GB/s"
                                 if m["wrong_rows"] == 0 else f"{m['wrong_rows']} size(s) with wrong results")
+        if not fast:
+            why = fast_why + (f"; {why}" if why else "")
+        passed = bw_ok and fast
         facts = {"nccl_nodes": nodes, "nccl_busbw_gbps": m["largest_busbw"], "nccl_avg_busbw_gbps": m["avg_busbw"],
-                 "nccl_floor_gbps": floor, "nccl_ok": bw_ok}
-        return {n: StageOutcome(bw_ok, why, dict(facts), "" if bw_ok else why) for n in nodes}
+                 "nccl_floor_gbps": floor, "nccl_ok": passed, **net}
+        return {n: StageOutcome(passed, why, dict(facts), "" if passed else why) for n in nodes}
     if len(nodes) == 1:
         return {nodes[0]: StageOutcome(False, "all_reduce_perf failed on the node", {"nccl_ok": False}, logs)}
     cleared: set[str] = set()
