@@ -29,7 +29,10 @@ def k3_plan(tmp_path, hosts, **over):
 
 def test_playbook_without_profile_plans_as_before(tmp_path):
     hosts = {f"gpu-{i:02d}": dict(H200) for i in range(1, 5)}
-    plan = make_plan(load_playbook(write_playbook(tmp_path / "pb.yml")), inv(tmp_path, hosts))
+    pb = load_playbook(write_playbook(tmp_path / "pb.yml"))
+    assert pb.profile is None
+    assert next(s for s in pb.stages if s.stage == "features").typed_params().prefix_block_tokens is None
+    plan = make_plan(pb, inv(tmp_path, hosts))
     assert plan.unit == "node" and plan.replicas == [] and plan.profile == {}
     assert [b.nodes for b in plan.batches][0] == ["gpu-01"]
 
@@ -165,6 +168,11 @@ def test_a_failed_node_takes_its_whole_replica_back_and_is_named(tmp_path):
     ran = [e for e in journal(run_dir) if e.get("node") == "gpu-01" and e["type"] == "stage_done"]
     assert [e["stage"] for e in ran][-1] == "uncordon" and ran[-1]["passed"] is False
     assert any(e["type"] == "rollback_done" and e["node"] == "gpu-01" and e["ok"] for e in journal(run_dir))
+    # the prefix proof was sized from the profile's 1,536-token block: two full blocks plus a tail
+    proof = next(e["facts"]["prefix_cache"] for e in journal(run_dir)
+                 if e["type"] == "facts" and e["node"] == "gpu-03" and "prefix_cache" in e.get("facts", {}))
+    assert proof["ok"] and proof["block_tokens"] == 1536 and proof["prefix_words"] == 2 * 1536 + 768
+    assert proof["readings"][0]["prompt_tokens"] > 2 * 1536
 
 
 # ---- the communication gate proves the fast path ----

@@ -176,6 +176,10 @@ class FeatureParams(ServerParams):
 
     prefix_repeats: int = Field(default=2, ge=2)
     prefix_words: int = Field(default=2000, ge=64)
+    # the server's prefix-cache block, in tokens (a model profile sets it: 1,536 for Kimi K3).
+    # The last matched block is never reused, so the shared prefix is made at least two full
+    # blocks plus a tail; without it, prefix_words is used as given
+    prefix_block_tokens: int | None = Field(default=None, ge=1)
     tool_call: bool = True
     vision: bool = True
     context_tokens: int = Field(default=65536, ge=0)          # 0 skips the target-context request
@@ -529,6 +533,13 @@ def load_playbook(path: str | Path) -> Playbook:
                              line=play_data.line_of("profile"))
         profile = load_profile(where, play_data.get("profile_overrides"), overrides_path=sp,
                                overrides_line=play_data.line_of("profile_overrides"))
+        # the profile's prefix-cache block sizes the feature stage's prefix proof, unless the
+        # stage names its own
+        stages = [st.model_copy(update={"params": {**st.params,
+                                                   "prefix_block_tokens": profile.prefix_cache_block_tokens}})
+                  if st.stage == "features" and "prefix_block_tokens" not in st.params else st
+                  for st in play.stages]
+        play = play.model_copy(update={"stages": stages})
     elif play.profile_overrides is not None:
         raise InputError("profile_overrides needs a `profile:` to override", path=sp,
                          line=play_data.line_of("profile_overrides"))

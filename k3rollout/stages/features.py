@@ -80,15 +80,28 @@ def prefix_counters(m: dict[str, float]) -> dict[str, float] | None:
     return None
 
 
-def prefix_cache_proof(ctx: NodeCtx, port: int, model: str, repeats: int, words: int, seed: str = "p") -> dict:
+def prefix_words(words: int, block_tokens: int | None) -> int:
+    """How long the shared prefix is: as given, or at least two full cache blocks plus half a
+    block of tail when the block size is known (vLLM never reuses the last matched block, so a
+    prefix of under two blocks scores zero hits by design; DOMAIN.md "Prefix cache")."""
+    if not block_tokens:
+        return words
+    return max(words, 2 * block_tokens + max(16, block_tokens // 2))
+
+
+def prefix_cache_proof(ctx: NodeCtx, port: int, model: str, repeats: int, words: int,
+                       block_tokens: int | None = None, seed: str = "p") -> dict:
     """``seed`` makes the prefix new to the server (``observe`` passes each send their own,
     so a prefix cached by an earlier pass does not hit on the first request)."""
+    words = prefix_words(words, block_tokens)
+    # recorded with the proof when a block size sized it (a play without a profile keeps its record as it was)
+    sized = {"prefix_words": words, "block_tokens": block_tokens} if block_tokens else {}
     system = long_prefix(words, seed=seed)
     readings: list[dict[str, Any]] = []
     before = _counters(ctx, port, "metrics-before")
     if before is None:
         return {"ok": False, "inconclusive": True, "reason": "no prefix-cache counters in /metrics",
-                "readings": []}
+                "readings": [], **sized}
     prev = before
     tails = ["Question: what is batch 1?"] * repeats + ["Question: what is batch 2, with a changed tail?"]
     for i, tail in enumerate(tails, start=1):
@@ -97,7 +110,7 @@ def prefix_cache_proof(ctx: NodeCtx, port: int, model: str, repeats: int, words:
             "messages": [{"role": "system", "content": system}, {"role": "user", "content": tail}]})
         now = _counters(ctx, port, f"metrics-after-{i}")
         if not good or now is None:
-            return {"ok": False, "reason": f"request {i} failed: {str(resp)[:200]}", "readings": readings}
+            return {"ok": False, "reason": f"request {i} failed: {str(resp)[:200]}", "readings": readings, **sized}
         readings.append({"request": i, "tail_changed": i > repeats,
                          "prompt_tokens": resp.get("usage", {}).get("prompt_tokens"),
                          "queries_delta": now["queries"] - prev["queries"], "hits_delta": now["hits"] - prev["hits"]})
@@ -107,7 +120,7 @@ def prefix_cache_proof(ctx: NodeCtx, port: int, model: str, repeats: int, words:
         and readings[-1]["hits_delta"] > 0
     reason = "" if ok else ("no prefix-cache hits on the repeated prefix" if not any(repeat_hits)
                             else "hits did not behave as a prefix cache should")
-    return {"ok": ok, "reason": reason, "readings": readings}
+    return {"ok": ok, "reason": reason, "readings": readings, **sized}
 
 
 def repeat_hit_rate(proof: dict) -> float | None:
@@ -264,7 +277,7 @@ def run(ctx: NodeCtx) -> StageOutcome:
         for level in p.concurrency:
             yield lambda level=level: concurrency_step(ctx, p, level, restarts0)
         yield lambda: {"step": "prefix_cache", **prefix_cache_proof(ctx, p.port, p.model, p.prefix_repeats,
-                                                                    p.prefix_words)}
+                                                                    p.prefix_words, p.prefix_block_tokens)}
         if p.tool_call:
             yield lambda: tools_step(ctx, p)
         yield lambda: structured_step(ctx, p)
