@@ -144,7 +144,9 @@ def cmd_validate(args: argparse.Namespace, clock: Clock) -> int:
     plan = make_plan(playbook, inventory)
     _controller_tools(playbook, inventory, plan)
     print(f"ok: {playbook.path}: play {playbook.play.name!r}, {len(playbook.stages)} stages; "
-          f"{inventory.path}: {len(inventory.hosts)} hosts, {len(plan.hosts)} in the play, {len(plan.batches)} batches")
+          f"{inventory.path}: {len(inventory.hosts)} hosts, {len(plan.hosts)} in the play, {len(plan.batches)} batches"
+          + (f", {len(plan.replicas)} replicas of {plan.profile.get('model')} (profile {plan.profile.get('name')})"
+             if plan.replicas else ""))
     return EXIT_OK
 
 

@@ -121,6 +121,8 @@ def test_plan_json_and_markdown_show_replicas(tmp_path, capsys):
         ("rack-a/1", ["a01", "a02"], 2, True), ("rack-a/2", ["a03", "a04"], 2, True)]
     assert set(out["replicas"][0]) >= {"id", "nodes", "layout", "gpu_mem_gib", "fits"}
     assert out["profile"]["name"] == "kimi-k3"
+    assert main(["validate", str(pb), "-i", str(invp)]) == 0
+    assert "2 replicas of moonshotai/Kimi-K3 (profile kimi-k3)" in capsys.readouterr().out
     assert main(["plan", str(pb), "-i", str(invp), "--format", "md"]) == 0
     md = capsys.readouterr().out
     assert "## Replicas" in md and "tp16-ep16" in md and "rack-a/2" in md
