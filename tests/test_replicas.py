@@ -131,6 +131,26 @@ def test_plan_json_and_markdown_show_replicas(tmp_path, capsys):
     assert "replica rack-a/1: a01, a02  tp16-ep16" in text
 
 
+def test_each_replica_carries_its_multi_node_launch(tmp_path):
+    hosts = {"a01": {**H200, "rack": "a", "ansible_host": "10.0.1.11"}, "a02": {**H200, "rack": "a"},
+             "c01": {**B300, "rack": "c"}}
+    plan = k3_plan(tmp_path, hosts, serial=1, min_serving=0)
+    h200, b300 = plan.replicas
+    head, worker = h200["launch"]
+    assert (head["node"], head["rank"], head["head"]) == ("a01", 0, True)
+    for want in (["--tensor-parallel-size", "16"], ["--nnodes", "2"], ["--master-addr", "10.0.1.11"],
+                 ["--all2all-backend", "deepep_v2"], ["--moe-backend", "marlin"]):
+        i = head["args"].index(want[0])
+        assert head["args"][i:i + 2] == want and want[0] in worker["args"]
+    assert "--enable-expert-parallel" in head["args"] and "--headless" not in head["args"]
+    assert worker["args"][worker["args"].index("--node-rank") + 1] == "1" and "--headless" in worker["args"]
+    assert head["env"]["VLLM_ENGINE_READY_TIMEOUT_S"] == "3600"
+    (only,) = b300["launch"]
+    assert "--nnodes" not in only["args"] and "--headless" not in only["args"]
+    assert "fastsafetensors" in only["args"] and "--enable-prefix-caching" in only["args"]
+    assert only["args"][only["args"].index("--tensor-parallel-size") + 1] == "8"
+
+
 # ---- on the simulator ----
 
 def test_rollout_in_replicas_counts_max_fail_percentage_in_replicas(tmp_path):

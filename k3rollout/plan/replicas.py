@@ -233,6 +233,10 @@ def plan_replicas(profile: ModelProfile, hosts: list[str], inventory: Any, group
         raise ReplicaError(f"{len(bad)} of {len(out)} replica(s) cannot serve {profile.model} (profile "
                            f"{profile.name}):\n" + "\n".join(f"  replica {r['id']} ({', '.join(r['nodes'])}): "
                                                               f"{r['problem']}" for r in bad), path=path, line=line)
+    from k3rollout.plan.launch import replica_launch
+
+    for r in out:
+        r["launch"] = replica_launch(profile, r, inventory)
     shapes: dict[str, int] = {}
     for r in out:
         k = f"{r['layout']['name']} on {r['layout']['nnodes']} x {r['gpu']}"
