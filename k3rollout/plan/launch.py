@@ -18,7 +18,7 @@ from typing import Any
 
 from k3rollout.model.profile import ModelProfile
 
-DP_RPC_PORT = 29550          # vLLM's default --data-parallel-rpc-port
+DP_RPC_PORT = 29550          # vLLM's default --data-parallel-rpc-port (vllm/config/parallel.py)
 
 
 def head_address(inventory: Any, node: str) -> str:
