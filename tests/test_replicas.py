@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import write_inventory, write_playbook
+from conftest import commands, sim_state, write_inventory, write_playbook
 from k3rollout.cli import main
 from k3rollout.errors import InputError
 from k3rollout.model import load_inventory, load_playbook
@@ -174,27 +174,104 @@ def test_a_failed_node_takes_its_whole_replica_back_and_is_named(tmp_path):
     from conftest import journal, result
 
     hosts = {f"gpu-{i:02d}": {**H200, "rack": "a"} for i in range(1, 5)}
-    hosts["gpu-02"]["sim_faults"] = ["prefix_cache_miss"]
+    hosts["gpu-02"]["sim_faults"] = ["cuda_init_fails"]
     invp = write_inventory(tmp_path / "inv", hosts)
     pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=2, max_fail_percentage=50, min_serving=0)
     run_dir = tmp_path / "run"
     code = main(["run", str(pb), "-i", str(invp), "--yes", "--run-dir", str(run_dir)])
     r = result(run_dir)
     assert code == 0 and r["status"] == "completed"
-    assert r["nodes"]["gpu-02"]["final"] == "rolled_back" and r["nodes"]["gpu-02"]["failed_stage"] == "features"
-    # gpu-01 passed every stage of its own, but its replica does not serve without gpu-02
+    assert r["nodes"]["gpu-02"]["final"] == "rolled_back" and r["nodes"]["gpu-02"]["failed_stage"] == "cuda_check"
+    # gpu-01 passed every node stage of its own, but its replica cannot launch without gpu-02
     assert r["nodes"]["gpu-01"]["final"] == "rolled_back"
-    assert r["nodes"]["gpu-01"]["reason"].startswith("replica rack-a/1 is not serving: gpu-02 failed at features")
+    assert r["nodes"]["gpu-01"]["reason"].startswith("replica rack-a/1 is not serving: gpu-02 failed at cuda_check")
     assert {r["nodes"][n]["final"] for n in ("gpu-03", "gpu-04")} == {"upgraded"}
-    # never returned to service before its rollback: no uncordon ran on it
+    # no server was launched for the broken replica, and gpu-01 never returned to service
     ran = [e for e in journal(run_dir) if e.get("node") == "gpu-01" and e["type"] == "stage_done"]
-    assert [e["stage"] for e in ran][-1] == "uncordon" and ran[-1]["passed"] is False
+    assert [e["stage"] for e in ran][-1] == "vllm_smoke" and ran[-1]["passed"] is False
+    assert not any(c.startswith("docker run") and "k3rollout-smoke" in c for c in commands(run_dir, "gpu-01"))
     assert any(e["type"] == "rollback_done" and e["node"] == "gpu-01" and e["ok"] for e in journal(run_dir))
     # the prefix proof was sized from the profile's 1,536-token block: two full blocks plus a tail
     proof = next(e["facts"]["prefix_cache"] for e in journal(run_dir)
                  if e["type"] == "facts" and e["node"] == "gpu-03" and "prefix_cache" in e.get("facts", {}))
     assert proof["ok"] and proof["block_tokens"] == 1536 and proof["prefix_words"] == 2 * 1536 + 768
     assert proof["readings"][0]["prompt_tokens"] > 2 * 1536
+
+
+def test_a_multi_node_replica_is_served_once_from_its_head(tmp_path):
+    from conftest import journal, result
+
+    hosts = {f"gpu-{i:02d}": {**H200, "rack": "a"} for i in range(1, 3)}
+    hosts["gpu-02"]["sim_faults"] = ["prefix_cache_miss"]       # a worker's fault is the replica's
+    invp = write_inventory(tmp_path / "inv", hosts)
+    pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=1, max_fail_percentage=100, min_serving=0,
+                        stage_with={"features": {"context_tokens": 65536}})
+    run_dir = tmp_path / "run"
+    code = main(["run", str(pb), "-i", str(invp), "--yes", "--run-dir", str(run_dir)])
+    r = result(run_dir)
+    assert code == 0
+    # the smoke stage served the replica: head and headless worker, health and requests on the head
+    runs = {h: [c for c in commands(run_dir, h) if c.startswith("docker run") and "k3rollout-smoke" in c]
+            for h in ("gpu-01", "gpu-02")}
+    assert len(runs["gpu-01"]) == 1 and len(runs["gpu-02"]) == 1
+    assert "--nnodes 2 --node-rank 0 --master-addr gpu-01" in runs["gpu-01"][0] and "--headless" not in runs["gpu-01"][0]
+    assert "--nnodes 2 --node-rank 1 --master-addr gpu-01 --headless" in runs["gpu-02"][0]
+    assert "VLLM_ENGINE_READY_TIMEOUT_S=3600" in runs["gpu-02"][0] and "--tensor-parallel-size 16" in runs["gpu-02"][0]
+    facts = {(e["node"], e["stage"]): e["facts"] for e in journal(run_dir) if e["type"] == "facts"}
+    smoke = facts[("gpu-02", "vllm_smoke")]
+    assert smoke["smoke_request_ok"] and smoke["replica"] == "rack-a/1" and smoke["replica_role"] == "worker"
+    assert smoke["stopped_serving"] == ["vllm-serving"] and "--headless" in smoke["smoke_args"]
+    assert smoke["replica_ready_timeout_s"] == 3600
+    # the features ran once for the replica, so the worker's cache fault failed the replica: both roll back
+    for n in ("gpu-01", "gpu-02"):
+        assert (r["nodes"][n]["failed_stage"], r["nodes"][n]["final"]) == ("features", "rolled_back")
+        assert "no prefix-cache hits" in r["nodes"][n]["reason"]
+    assert sum("k3rollout-features" in c and c.startswith("docker run") for c in commands(run_dir, "gpu-02")) == 1
+    # the 64k target context of the stage is capped to what Hopper's launch serves (32k), and recorded
+    feat = facts[("gpu-01", "features")]
+    assert feat["context_tokens_capped"] == {"asked": 65536, "max_model_len": 32768}
+    ctx_row = next(row for row in feat["ladder"] if row["step"] == "context")
+    assert ctx_row["passed"] and ctx_row["target_tokens"] == 32768 - 64
+
+
+def test_replica_that_does_not_come_up_names_the_node_that_caused_it(tmp_path):
+    from conftest import journal, result
+
+    # the inventory says 141 GiB H200s; gpu-04 really has 80 GiB GPUs: the plan fits, loading does not
+    k3 = {"k3_gpu_model": "NVIDIA H200", "k3_gpu_count": 8, "k3_gpu_mem_gib": 141}
+    hosts = {f"gpu-{i:02d}": {**H200, **k3, "rack": "a"} for i in range(1, 5)}
+    hosts["gpu-02"]["sim_faults"] = ["worker_unreachable"]
+    hosts["gpu-04"]["sim_gpu_mem_gib"] = 80
+    invp = write_inventory(tmp_path / "inv", hosts)
+    # a short engine-ready timeout: the head gives up on its missing worker quickly
+    pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=2, max_fail_percentage=100, min_serving=0,
+                        profile_overrides={"engine_ready_timeout_s": 30,
+                                           "launch": {"base": {"env": {"VLLM_ENGINE_READY_TIMEOUT_S": "2"}}}})
+    run_dir = tmp_path / "run"
+    code = main(["run", str(pb), "-i", str(invp), "--yes", "--run-dir", str(run_dir)])
+    r = result(run_dir)
+    assert code == 0 and r["status"] == "completed"
+    assert {r["nodes"][n]["final"] for n in r["nodes"]} == {"rolled_back"}
+    assert {r["nodes"][n]["failed_stage"] for n in r["nodes"]} == {"vllm_smoke"}
+    one = r["nodes"]["gpu-01"]["reason"]
+    assert one.startswith("replica rack-a/1 did not come up: vLLM exited before becoming healthy (exited 1)")
+    assert "caused by worker gpu-02 (rank 1) never joined the head: [c10d] The client socket has failed to " \
+           "connect to [gpu-01]:29501" in one
+    assert r["nodes"]["gpu-02"]["reason"] == one
+    two = r["nodes"]["gpu-04"]["reason"]
+    assert "caused by worker gpu-04 (rank 1) exited with code 1: torch.OutOfMemoryError: CUDA out of memory." in two
+    facts = {(e["node"], e["stage"]): e["facts"] for e in journal(run_dir) if e["type"] == "facts"}
+    assert facts[("gpu-01", "vllm_smoke")]["replica_culprit"] == "gpu-02"
+    assert facts[("gpu-03", "vllm_smoke")]["replica_culprit"] == "gpu-04"
+    triage = {e["node"]: e for e in journal(run_dir) if e["type"] == "triage"}
+    assert triage["gpu-03"]["category"] == "model_load_capacity"
+    assert triage["gpu-01"]["category"] == "communication"
+    # the head's own log, kept as evidence, shows vLLM's timeout
+    ev = (run_dir / "evidence" / "gpu-01").rglob("k3rollout-smoke-logs*")
+    assert any("TimeoutError: Timed out waiting for engine core processes to start" in p.read_text() for p in ev)
+    # every container of the failed launches was removed again
+    for n in r["nodes"]:
+        assert not {"k3rollout-smoke", "k3rollout-features"} & set(sim_state(run_dir, n)["docker"]["containers"])
 
 
 # ---- the communication gate proves the fast path ----
@@ -240,3 +317,91 @@ def test_socket_fallback_fails_the_node_without_rdma_by_name(tmp_path):
     assert "NCCL INFO NET/IB : No device found." in n["reason"]
     # the other two were measured again without it, over IB
     assert {r["nodes"][x]["final"] for x in ("gpu-02", "gpu-04")} == {"upgraded"}
+
+
+# ---- replica-scoped serving: the simulator's head/worker semantics ----
+
+K3_IMAGE = "vllm/vllm-openai:kimi-k3"
+
+
+NEW = {"sim_driver": "580.95.05"}          # the K3 image needs CUDA 13: the upgraded driver
+
+
+def _serve(dirs, host, *args, env=None, name="k3"):
+    from k3rollout.sim.dispatch import dispatch
+
+    envs = [x for k, v in (env or {}).items() for x in ("-e", f"{k}={v}")]
+    return dispatch(dirs[host], ["docker", "run", "-d", "--name", name, "--gpus", "all", "--network", "host", *envs,
+                                 K3_IMAGE, "moonshotai/Kimi-K3", "--tensor-parallel-size", "16",
+                                 "--gpu-memory-utilization", "0.95", *args, "--port", "8000"], None)
+
+
+def _container(dirs, host, name="k3"):
+    from k3rollout.sim.dispatch import dispatch
+
+    st = dispatch(dirs[host], ["docker", "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", name], None)
+    logs = dispatch(dirs[host], ["docker", "logs", name], None)
+    return st.stdout.strip(), logs.stderr
+
+
+def test_sim_head_waits_for_its_worker_then_serves(tmp_path):
+    from k3rollout.sim.dispatch import init_cluster
+
+    dirs = init_cluster(tmp_path / "hosts", {"a": {**H200, **NEW}, "b": {**H200, **NEW}})
+    assert _serve(dirs, "a", "--nnodes", "2", "--node-rank", "0", "--master-addr", "a").rc == 0
+    status, logs = _container(dirs, "a")
+    assert status == "running 0"
+    assert "Waiting for 1 local, 0 remote core engine proc(s) to start." in logs
+    assert "Application startup complete." not in logs          # no API server before the worker joined
+    # the worker joins (started after the head: its TCP store client retries)
+    assert _serve(dirs, "b", "--nnodes", "2", "--node-rank", "1", "--master-addr", "a", "--headless").rc == 0
+    status, logs = _container(dirs, "a")
+    assert status == "running 0" and "Application startup complete." in logs
+
+
+def test_sim_missing_worker_makes_the_head_time_out(tmp_path):
+    import time
+
+    from k3rollout.sim.dispatch import init_cluster
+
+    dirs = init_cluster(tmp_path / "hosts", {"a": {**H200, **NEW}, "b": {**H200, **NEW, "sim_faults": ["worker_unreachable"]}})
+    env = {"VLLM_ENGINE_READY_TIMEOUT_S": "1"}
+    _serve(dirs, "a", "--nnodes", "2", "--node-rank", "0", "--master-addr", "a", env=env)
+    _serve(dirs, "b", "--nnodes", "2", "--node-rank", "1", "--master-addr", "a", "--headless", env=env)
+    assert _container(dirs, "a")[0] == "running 0"               # still waiting
+    status, logs = _container(dirs, "b")
+    assert status == "running 0" and "[c10d] The client socket has failed to connect to [a]:29501" in logs
+    time.sleep(1.1)
+    status, logs = _container(dirs, "a")
+    assert status == "exited 1"
+    assert ("TimeoutError: Timed out waiting for engine core processes to start. This is often caused by slow "
+            "weight loading for large models. Waited 1s (configured by VLLM_ENGINE_READY_TIMEOUT_S).") in logs
+
+
+@pytest.mark.parametrize("args,error", [
+    (["--nnodes", "2", "--node-rank", "2"], "AssertionError: node_rank=2 must be less than nnodes=2."),
+    (["--nnodes", "3", "--node-rank", "1"], "AssertionError: world_size=16 must be divisible by nnodes=3."),
+])
+def test_sim_wrong_rank_or_node_count_fails_that_node(tmp_path, args, error):
+    from k3rollout.sim.dispatch import init_cluster
+
+    dirs = init_cluster(tmp_path / "hosts", {"a": {**H200, **NEW}, "b": {**H200, **NEW}})
+    _serve(dirs, "b", *args, "--master-addr", "a", "--headless")
+    status, logs = _container(dirs, "b")
+    assert status == "exited 1" and error in logs
+
+
+def test_sim_model_that_does_not_fit_the_replica_runs_out_of_memory(tmp_path):
+    from k3rollout.sim.dispatch import init_cluster
+
+    # 16 x 80 GiB x 0.95 = 1,216 GiB < the 1,397 GiB of K3's weights: 87.3 GiB per GPU
+    h100 = {"sim_gpu": "NVIDIA H100 80GB HBM3", "sim_gpu_count": 8, "sim_gpu_mem_gib": 80, **NEW}
+    dirs = init_cluster(tmp_path / "hosts", {"a": {**H200, **NEW}, "b": h100})
+    _serve(dirs, "a", "--nnodes", "2", "--node-rank", "0", "--master-addr", "a")
+    _serve(dirs, "b", "--nnodes", "2", "--node-rank", "1", "--master-addr", "a", "--headless")
+    status, logs = _container(dirs, "a")
+    assert status == "exited 1" and "Worker proc VllmWorker-8 died unexpectedly, shutting down executor." in logs
+    status, logs = _container(dirs, "b")          # the worker whose GPUs are too small says why
+    assert status == "exited 1"
+    assert "torch.OutOfMemoryError: CUDA out of memory." in logs and "total capacity of 78.81 GiB" in logs
+    assert "Of the allocated memory 76.62 GiB is allocated by PyTorch" in logs

@@ -44,6 +44,7 @@ from k3rollout.runlog.view import RunView, apply, fold
 from k3rollout.stages import rollback as rb
 from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
 from k3rollout.stages.multinode import run_group
+from k3rollout.stages.replica_serve import REPLICA_STAGES
 from k3rollout.stages.registry import STAGES
 from k3rollout.transport.base import Executor
 
@@ -261,6 +262,8 @@ class Engine(GateMixin, StepRunnerMixin):
             kind = STATE_STAGE.get(state)
             if kind is None or kind in BATCH_SCOPED_STAGES or kind in self._held:
                 return
+            if self.replica_scoped(node, kind):
+                return                      # served once for the whole replica (run_replica_stage)
             if kind == "uncordon" and self.view.plan.get("replicas") and node not in self._replica_released:
                 return                      # a replica returns to service whole, or not at all
             stage = self.stages[self.kinds.index(kind)]
@@ -436,7 +439,9 @@ class Engine(GateMixin, StepRunnerMixin):
             if self.stopping.is_set():
                 break
             at = {STATE_STAGE.get(NodeState(self.view.node(n).state)) for n in nodes}
-            gate = next((k for k in self.kinds if k in at and (k in self._held or k in BATCH_SCOPED_STAGES)), None)
+            gate = next((k for k in self.kinds if k in at and (k in self._held or k in BATCH_SCOPED_STAGES or (
+                k in REPLICA_STAGES and any(self.replica_scoped(n, k) for n in nodes
+                                            if STATE_STAGE.get(NodeState(self.view.node(n).state)) == k)))), None)
             if gate is None and "uncordon" in at and self.view.plan.get("replicas") and any(
                     n not in self._replica_released for n in nodes
                     if STATE_STAGE.get(NodeState(self.view.node(n).state)) == "uncordon"):
@@ -448,10 +453,87 @@ class Engine(GateMixin, StepRunnerMixin):
             elif gate in self._held:
                 self._held.discard(gate)
                 self.stage_gate(nodes, idx, gate)
-            else:
+            elif gate in BATCH_SCOPED_STAGES:
                 self.run_barrier(nodes, gate)
+            else:
+                self.run_replica_stage(nodes, gate)
         need = [n for n in nodes if self.view.node(n).state == NodeState.ROLLBACK_REQUIRED.value]
         self.pool(lambda n: self.rollback(n, self.view.node(n).reason or "stage failed"), need)
+
+    def replica_of(self, node: str) -> dict[str, Any] | None:
+        return next((r for r in self.view.plan.get("replicas") or [] if node in r["nodes"]), None)
+
+    def replica_scoped(self, node: str, kind: str) -> bool:
+        """With a model profile, the serving stages of a replica of more than one node run once
+        for the replica; a one-node replica and a play without a profile run them per node."""
+        if kind not in REPLICA_STAGES or not self.view.plan.get("replicas"):
+            return False
+        rep = self.replica_of(node)
+        return rep is not None and len(rep["nodes"]) > 1
+
+    def run_replica_stage(self, nodes: list[str], kind: str) -> None:
+        """A serving stage once per multi-node replica whose nodes all wait before it: the launch
+        across its nodes, health and the ladder on its head (stages/replica_serve.py). The
+        outcome is every member's; a replica with a member that failed before does not launch,
+        and its waiting nodes fail naming that member (then all roll back by their plans)."""
+        stage = self.stages[self.kinds.index(kind)]
+        waiting = [n for n in nodes if STATE_STAGE.get(NodeState(self.view.node(n).state)) == kind
+                   and self.replica_scoped(n, kind)]
+        done: set[str] = set()
+        for n in waiting:
+            if n in done:
+                continue
+            rep = self.replica_of(n)
+            members = rep["nodes"]
+            here = [m for m in members if m in waiting]
+            done.update(here)
+            for m in here:
+                self.record("stage_started", node=m, stage=kind, name=stage.name)
+            absent = [m for m in members if m not in here]
+            outcomes: dict[str, StageOutcome] = {}
+            if absent:
+                why = "; ".join(f"{c} failed" + (f" at {v.failed_stage}" if (v := self.view.node(c)).failed_stage
+                                                 else f" ({v.state})") + (f" ({v.reason[:200]})" if v.reason else "")
+                                for c in absent)
+                reason = f"replica {rep['id']} is not serving: {why}; its nodes are rolled back together"
+                outcomes = {m: StageOutcome(False, reason, {"replica": rep["id"], "replica_culprit": absent[0]}, reason)
+                            for m in here}
+            else:
+                pre = {m: self.check(m, stage, "pre") for m in here}
+                bad = [m for m in here if not pre[m][0]]
+                if bad:
+                    reason = f"replica {rep['id']}: {bad[0]}: {pre[bad[0]][1]}"
+                    outcomes = {m: StageOutcome(False, pre[m][1] if m in bad else reason, logs=reason) for m in here}
+                else:
+                    try:
+                        outcomes = self._serve_replica(rep, stage)
+                    except GateInterrupted:
+                        return              # stopped while a person was asked: resume runs it again
+            for m in here:
+                self.finish_stage(m, stage, outcomes[m])
+            for m in here:
+                self.transition(m, Event.PASSED if self._last_stage_passed(m, kind) else Event.FAILED)
+
+    def _serve_replica(self, rep: dict[str, Any], stage: Stage) -> dict[str, StageOutcome]:
+        head = rep["nodes"][0]
+        try:
+            params = self.render_params(stage, head)
+            ctx = self.ctx(head, stage, self.folder(stage), params)
+            ctx.replica = {**rep, "baselines": {m: dict(self.view.node(m).baseline) for m in rep["nodes"]},
+                           "ready_timeout": float(self.playbook.profile.engine_ready_timeout_s)}
+            out = STAGES[stage.stage](ctx)
+        except StepFailed as exc:
+            out = StageOutcome(False, str(exc), logs=f"{exc}\n{exc.logs}")
+        except ParseError as exc:
+            out = StageOutcome(False, f"unexpected output: {exc}", logs=str(exc))
+        except (AssertionSyntaxError, ValueError) as exc:
+            out = StageOutcome(False, f"stage parameters: {exc}")
+        if out.inconclusive and not out.passed:
+            out = self.human_verdict(head, stage, out)      # GateInterrupted: resume asks again
+        shared = {k: v for k, v in out.facts.items() if k != "per_node"}
+        own = out.facts.get("per_node") or {}
+        return {m: replace(out, facts={**shared, **own.get(m, {}), "replica_role": "head" if m == head else "worker"})
+                for m in rep["nodes"]}
 
     def replica_gate(self, nodes: list[str]) -> None:
         """Before uncordon, with a model profile: a replica serves whole or not at all. A node

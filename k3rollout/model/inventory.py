@@ -39,6 +39,7 @@ SIM_FAULTS = (
     "gpu_operator_driver",
     "gpu_operator_upgrade_fails",
     "rdma_missing",
+    "worker_unreachable",
 )
 
 _VALID_GROUP_KEYS = ("vars", "children", "hosts")

@@ -160,7 +160,7 @@ HANDLERS = {
     "reboot": _reboot,
     "shutdown": _reboot,
     "systemctl": lambda d, s, a, i: gpu.systemctl(s, a),
-    "docker": lambda d, s, a, i: dk.docker(s, a),
+    "docker": lambda d, s, a, i: dk.docker(s, a, d),
     "curl": lambda d, s, a, i: dk.curl(d, s, a, i),
     "kubectl": lambda d, s, a, i: sched.kubectl(s, a),
     "scontrol": lambda d, s, a, i: sched.scontrol(s, a, d),

@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 
 from k3rollout import fastjson
 from k3rollout.sim import netd, vllm
+from k3rollout.sim import vllm_multinode as mn
 from k3rollout.sim.gpu import driver_cuda
 from k3rollout.sim.repos import fm_down
 from k3rollout.sim.state import REGISTRY, fabric_manager_fails
@@ -78,10 +79,12 @@ def _container_json(name: str, c: dict[str, Any]) -> dict[str, Any]:
             "HostConfig": {"RestartPolicy": {"Name": c.get("restart", "no")}}}
 
 
-def docker(state: dict[str, Any], args: list[str]) -> Out:
+def docker(state: dict[str, Any], args: list[str], state_dir: Path | None = None) -> Out:
     if not args:
         return 1, "", "Usage:  docker [OPTIONS] COMMAND\n"
     d = state["docker"]
+    if state_dir is not None:
+        mn.settle_all(state, state_dir)     # a multi-node head waiting for its workers looks again
     cmd, rest = args[0], args[1:]
     fmt = None
     if "--format" in rest:
@@ -166,12 +169,12 @@ def docker(state: dict[str, Any], args: list[str]) -> Out:
             if n not in d["containers"]:
                 return 1, "", f"Error response from daemon: No such container: {n}\nError: failed to start containers: {n}\n"
             d["containers"][n].pop("stopped_by_user", None)
-            rc, out, err = _start(state, n)
+            rc, out, err = _start(state, n, state_dir)
             if rc:
                 return rc, out, err
         return 0, "".join(n + "\n" for n in names), ""
     if cmd == "run":
-        return _run(state, rest)
+        return _run(state, rest, state_dir)
     return 1, "", f"docker: '{cmd}' is not a docker command.\n"
 
 
@@ -260,7 +263,7 @@ def _parse_run(args: list[str]) -> tuple[dict[str, Any], str | None, list[str]]:
     return opts, None, []
 
 
-def _run(state: dict[str, Any], args: list[str]) -> Out:
+def _run(state: dict[str, Any], args: list[str], state_dir: Path | None = None) -> Out:
     d = state["docker"]
     opts, ref, cargs = _parse_run(args)
     if not ref:
@@ -288,7 +291,7 @@ def _run(state: dict[str, Any], args: list[str]) -> Out:
     c = {"image": ref, "status": "created", "exit_code": 0, "restart": opts["restart"], "args": cargs,
          "env": opts["env"], "started": time.time(), "logs": [], "port": 8000, "gpus": bool(opts["gpus"])}
     d["containers"][name] = c
-    rc, out, err = _start(state, name)
+    rc, out, err = _start(state, name, state_dir)
     if rc == 0 and not opts["detach"]:
         out = out + "\n".join(c["logs"]) + "\n"
     if opts["rm"] and c["status"] != "running":
@@ -297,7 +300,7 @@ def _run(state: dict[str, Any], args: list[str]) -> Out:
     return rc, pulled + (cid + "\n" if opts["detach"] and rc == 0 else out), err
 
 
-def _start(state: dict[str, Any], name: str) -> Out:
+def _start(state: dict[str, Any], name: str, state_dir: Path | None = None) -> Out:
     """Start (or restart) a vLLM container; the process outcome lands in its status and logs."""
     c = state["docker"]["containers"][name]
     img = state["docker"]["images"].get(c["image"])
@@ -321,6 +324,15 @@ def _start(state: dict[str, Any], name: str) -> Out:
     # error 802: the cuda_init_fails fault on the new driver, or no fabric manager on the driver's version
     if fabric_manager_fails(state) or fm_down(state):
         c["logs"], c["status"], c["exit_code"] = logs + vllm.cuda_not_ready_logs(), "exited", 1
+        return 0, "", ""
+    topo = mn.topology(opts)
+    if topo is not None:
+        # one process of a multi-node replica (sim/vllm_multinode.py)
+        if "vllm_oom" in state["faults"] and "k3" in c["image"]:
+            c["logs"], c["status"], c["exit_code"] = logs + vllm.oom_logs(state["gpu"]["mem_gib"]), "exited", 1
+            return 0, "", ""
+        c["_vllm_version"] = img["vllm"]
+        mn.start(state, name, c, opts, logs, topo, state_dir)
         return 0, "", ""
     tp = int(opts.get("tensor_parallel_size", 1))
     if tp > state["gpu"]["count"]:

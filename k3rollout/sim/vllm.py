@@ -20,10 +20,14 @@ KNOWN_FLAGS_WITH_VALUE = {"--model", "--tensor-parallel-size", "-tp", "--pipelin
                           "--tool-call-parser", "--reasoning-parser", "--port", "--host", "--max-model-len",
                           "--gpu-memory-utilization", "--served-model-name", "--data-parallel-size",
                           "--kv-cache-dtype", "--quantization", "--decode-context-parallel-size", "-dcp",
-                          "--max-num-seqs", "--mm-encoder-tp-mode", "--all2all-backend"}
+                          "--max-num-seqs", "--mm-encoder-tp-mode", "--all2all-backend", "--moe-backend",
+                          # multi-node (vllm/config/parallel.py): --nnodes/--node-rank/--master-addr, and the
+                          # data-parallel form's address, RPC port, local size and start rank
+                          "--nnodes", "--node-rank", "--master-addr", "--master-port", "--data-parallel-size-local",
+                          "--data-parallel-address", "--data-parallel-rpc-port", "--data-parallel-start-rank"}
 KNOWN_BOOL_FLAGS = {"--trust-remote-code", "--enable-prefix-caching", "--no-enable-prefix-caching",
                     "--enable-auto-tool-choice", "--enable-expert-parallel", "--enforce-eager",
-                    "--disable-log-requests", "--disable-log-stats"}
+                    "--disable-log-requests", "--disable-log-stats", "--headless", "--disable-custom-all-reduce"}
 
 
 def parse_serve_args(args: list[str]) -> tuple[dict[str, Any] | None, str | None]:
@@ -117,8 +121,11 @@ def cuda_not_ready_logs() -> list[str]:
     ]
 
 
-def oom_logs(gpu_mem_gib: int) -> list[str]:
+def oom_logs(gpu_mem_gib: float, allocated: float | None = None) -> list[str]:
+    """PyTorch's CUDA OOM while loading weights; ``allocated``: GiB PyTorch had allocated
+    (the weights' share of this GPU), capped at what the GPU holds."""
     total = gpu_mem_gib - 1.19
+    alloc = 137.02 if allocated is None else min(allocated, total - 2.19)
     return [
         "NCCL INFO Bootstrap : Using eth0:10.0.0.11<0>",
         "NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB eth0:10.0.0.11<0>",
@@ -126,7 +133,7 @@ def oom_logs(gpu_mem_gib: int) -> list[str]:
         f"ERROR {_ts()} [core.py:708] EngineCore failed to start.",
         f"ERROR [core.py:708] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.75 GiB. GPU 3 has a "
         f"total capacity of {total:.2f} GiB of which 612.00 MiB is free. Process 41233 has {total - 0.6:.2f} GiB "
-        "memory in use. Of the allocated memory 137.02 GiB is allocated by PyTorch, and 1.38 GiB is reserved by "
+        f"memory in use. Of the allocated memory {alloc:.2f} GiB is allocated by PyTorch, and 1.38 GiB is reserved by "
         "PyTorch but unallocated. If reserved but unallocated memory is large try setting "
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.",
         "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",

@@ -80,6 +80,10 @@ class NodeCtx:
     baseline: dict[str, Any]
     runner: StepRunner
     peers: list[str] = field(default_factory=list)
+    # a serving stage of a multi-node replica runs once, on its head's context: the replica
+    # as planned (nodes, layout, per-node launch), with each member's baseline and the
+    # profile's engine-ready timeout (stages/replica_serve.py)
+    replica: dict[str, Any] | None = None
 
     def step(self, name: str, argv: list[str], **kw: Any) -> CommandResult:
         return self.runner.step(self, name, argv, **kw)

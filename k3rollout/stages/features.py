@@ -26,7 +26,7 @@ from typing import Any
 from k3rollout import fastjson
 from k3rollout.checks.openai_stream import assemble_stream
 from k3rollout.checks.parsers import ParseError, parse_vllm_metrics
-from k3rollout.stages import vllm_server
+from k3rollout.stages import replica_serve, vllm_server
 from k3rollout.stages.base import NodeCtx, StageOutcome
 
 NAME = "k3rollout-features"
@@ -261,11 +261,29 @@ def vision_step(ctx: NodeCtx, p: Any) -> dict[str, Any]:
 
 def run(ctx: NodeCtx) -> StageOutcome:
     p = ctx.params
-    args = list(p.args)
-    f: dict = {"feature_args": args, "prefix_caching_flag": "--enable-prefix-caching" in args}
-    ok, why, logs = vllm_server.launch(ctx, NAME, p.image, p.model, args, p.port, p.health_timeout)
+    if ctx.replica:
+        # a multi-node replica: one launch across its nodes (the profile's command), checked on the head
+        ok, why, logs, rf = replica_serve.launch(ctx, NAME, p.image, p.model, list(p.args), p.port)
+        args = rf["replica_args"][ctx.node]
+        f: dict = replica_serve.per_node({"prefix_caching_flag": "--enable-prefix-caching" in args, **rf},
+                                         feature_args=rf["replica_args"])
+        stop = lambda: replica_serve.stop(ctx, NAME)  # noqa: E731
+        # the target context is what the launch serves at most (Hopper's recipe: 32k)
+        if "--max-model-len" in args and p.context_tokens:
+            served = int(args[args.index("--max-model-len") + 1])
+            if p.context_tokens + 64 > served:
+                f["context_tokens_capped"] = {"asked": p.context_tokens, "max_model_len": served}
+                p = p.model_copy(update={"context_tokens": served - 64})
+    else:
+        args = list(p.args)
+        f = {"feature_args": args, "prefix_caching_flag": "--enable-prefix-caching" in args}
+        ok, why, logs = vllm_server.launch(ctx, NAME, p.image, p.model, args, p.port, p.health_timeout)
+        stop = lambda: vllm_server.stop(ctx, NAME)  # noqa: E731
     if not ok:
-        ctx.step(f"{NAME}-remove", ["docker", "rm", "-f", NAME])
+        if ctx.replica:
+            stop()
+        else:
+            ctx.step(f"{NAME}-remove", ["docker", "rm", "-f", NAME])
         return StageOutcome(False, why, f, logs)
     ladder: list[dict[str, Any]] = []
     f["ladder"] = ladder
@@ -313,7 +331,7 @@ def run(ctx: NodeCtx) -> StageOutcome:
         "context_tokens": p.context_tokens, "concurrency": list(p.concurrency), "p95_latency_max_s": p.p95_latency_max_s,
         "ttft_p95_max_s": p.ttft_p95_max_s, "max_error_rate": p.max_error_rate, "max_restarts": p.max_restarts,
         "gpu_mem_max_pct": p.gpu_mem_max_pct}, "steps": ladder}))
-    vllm_server.stop(ctx, NAME)
+    stop()
     if failed is None and undecided:
         reason = "inconclusive: " + "; ".join(f"{r['step']}: {r.get('reason')}" for r in undecided)
         return StageOutcome(False, reason, f, reason, inconclusive=True)

@@ -10,12 +10,14 @@ from k3rollout.stages.base import NodeCtx
 
 
 def launch(ctx: NodeCtx, name: str, image: str, model: str, args: list[str], port: int,
-           health_timeout: float, poll_s: float = 5.0) -> tuple[bool, str, str]:
+           health_timeout: float, poll_s: float = 5.0, docker_opts: list[str] | None = None) -> tuple[bool, str, str]:
     """Start ``name``; return (healthy, reason, logs). Healthy means /health answered 200
-    and /v1/models lists the model (weights loaded: the ladder's first step)."""
+    and /v1/models lists the model (weights loaded: the ladder's first step).
+    ``docker_opts`` replace the port mapping (a replica's head: host network, environment)."""
     ctx.step(f"{name}-cleanup", ["docker", "rm", "-f", name])
+    net = ["-p", f"{port}:{port}"] if docker_opts is None else docker_opts
     run = ctx.step(f"{name}-run", ["docker", "run", "-d", "--name", name, "--gpus", "all", "--ipc=host",
-                                   "-p", f"{port}:{port}", image, model, *args, "--port", str(port)], timeout=3600)
+                                   *net, image, model, *args, "--port", str(port)], timeout=3600)
     if not run.ok:
         return False, f"container did not start (rc {run.rc})", run.stdout + run.stderr
     deadline = time.monotonic() + health_timeout

@@ -10,7 +10,7 @@ proven here; "the cache hits" is the feature stage's job.
 
 from __future__ import annotations
 
-from k3rollout.stages import vllm_server
+from k3rollout.stages import replica_serve, vllm_server
 from k3rollout.stages.base import NodeCtx, StageOutcome
 
 NAME = "k3rollout-smoke"
@@ -18,6 +18,15 @@ NAME = "k3rollout-smoke"
 
 def run(ctx: NodeCtx) -> StageOutcome:
     p = ctx.params
+    if ctx.replica:
+        # a multi-node replica: one launch across its nodes, checked on the head
+        stopped = replica_serve.stop_serving(ctx)
+        ok, why, logs, rf = replica_serve.launch(ctx, NAME, p.image, p.model, list(p.args), p.port)
+        f = replica_serve.per_node({**rf, "smoke_healthy": ok}, stopped_serving=stopped, smoke_args=rf["replica_args"])
+        if not ok:
+            replica_serve.stop(ctx, NAME)
+            return StageOutcome(False, why, f, logs)
+        return _requests(ctx, p, f, lambda: replica_serve.stop(ctx, NAME))
     stopped = []
     for c in ctx.baseline.get("serving_containers", []):
         res = ctx.step(f"stop-{c['name']}", ["docker", "stop", c["name"]])
@@ -29,6 +38,11 @@ def run(ctx: NodeCtx) -> StageOutcome:
     if not ok:
         ctx.step(f"{NAME}-remove", ["docker", "rm", "-f", NAME])
         return StageOutcome(False, why, f, logs)
+    return _requests(ctx, p, f, lambda: vllm_server.stop(ctx, NAME))
+
+
+def _requests(ctx: NodeCtx, p, f: dict, stop) -> StageOutcome:
+    """The ladder's first two steps against the healthy server, then the server is stopped."""
     good, resp = vllm_server.chat(ctx, "short-request", p.port, {
         "model": p.model, "messages": [{"role": "user", "content": p.prompt}], "max_tokens": 16})
     text = vllm_server.message(resp).get("content") if good else None
@@ -41,7 +55,7 @@ def run(ctx: NodeCtx) -> StageOutcome:
     err = bad.json() if bad.status else None
     f["error_reporting_ok"] = bool(bad.status and 400 <= bad.status < 500 and isinstance(err, dict)
                                    and (err.get("message") or (err.get("error") or {}).get("message")))
-    vllm_server.stop(ctx, NAME)
+    stop()
     if not f["smoke_request_ok"]:
         return StageOutcome(False, f"short request failed: {str(resp)[:300]}", f, str(resp))
     if not f["error_reporting_ok"]:

@@ -1,0 +1,149 @@
+"""The serving stages of a multi-node replica: one launch across its nodes, checked on the head.
+
+With a model profile, a replica of more than one node is one server: the smoke and feature
+stages run once for it, after every node passed its own stages (the engine waits for that).
+Each node gets the ``vllm serve`` command the plan computed for it (plan/launch.py): the
+workers (``--headless``) first, then the head; /health is then polled on the head for as
+long as the profile's engine-ready timeout (``VLLM_ENGINE_READY_TIMEOUT_S`` in the recipe),
+and the ladder runs against the head.
+
+The profile's launch is the command; of the stage's own flags only those in
+``CARRIED_FLAGS`` are added (the checklist asks for ``--enable-prefix-caching`` explicitly).
+
+When the launch fails, every member's container state and log is read, and the node that
+caused it is named when the evidence shows one: a worker whose process exited (a wrong rank
+or node count, CUDA out of memory on one of its GPUs), a worker that never reached the
+head, or the head itself.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any
+
+from k3rollout.stages import vllm_server
+from k3rollout.stages.base import NodeCtx
+
+REPLICA_STAGES = ("vllm_smoke", "features")       # the stages a multi-node replica runs once
+CARRIED_FLAGS = ("--enable-prefix-caching",)
+REPLICA_POLL_S = 1.0
+
+_ERROR_LINE = re.compile(r"(torch\.OutOfMemoryError:.*|AssertionError:.*|ValueError:.*|TimeoutError:.*|"
+                         r"\[c10d\] The client socket has failed to connect.*|died unexpectedly.*)")
+
+
+def serve_args(launch_args: list[str], stage_args: list[str]) -> list[str]:
+    args = list(launch_args)
+    args += [f for f in CARRIED_FLAGS if f in stage_args and f not in args]
+    return args
+
+
+def member_ctx(ctx: NodeCtx, node: str) -> NodeCtx:
+    rep = ctx.replica or {}
+    return replace(ctx, node=node, baseline=dict((rep.get("baselines") or {}).get(node, {})), facts={})
+
+
+def _docker_opts(env: dict[str, str]) -> list[str]:
+    # host networking: the ranks talk to each other over the node's own interfaces, as the
+    # recipe's multi-node launches do (a published port would be ignored)
+    out = ["--network", "host"]
+    for k, v in env.items():
+        out += ["-e", f"{k}={v}"]
+    return out
+
+
+def stop_serving(ctx: NodeCtx) -> dict[str, list[str]]:
+    """Stop the serving containers on every node of the replica (their GPUs are needed);
+    node -> the containers stopped there (its uncordon stage restarts them)."""
+    stopped: dict[str, list[str]] = {}
+    for node in (ctx.replica or {})["nodes"]:
+        mctx = member_ctx(ctx, node)
+        stopped[node] = [c["name"] for c in mctx.baseline.get("serving_containers", [])
+                         if mctx.step(f"stop-{c['name']}", ["docker", "stop", c["name"]]).ok]
+    return stopped
+
+
+def per_node(facts: dict[str, Any], **by_node: dict[str, Any]) -> dict[str, Any]:
+    """Facts that differ per member (its own launch, what was stopped on it): the engine
+    gives each member its own under the plain key."""
+    facts["per_node"] = {n: {k: v[n] for k, v in by_node.items() if n in v}
+                         for n in {n for v in by_node.values() for n in v}}
+    return facts
+
+
+def launch(ctx: NodeCtx, name: str, image: str, model: str, stage_args: list[str], port: int
+           ) -> tuple[bool, str, str, dict[str, Any]]:
+    """Start the replica (workers, then head) and wait for the head's /health; (healthy,
+    reason, logs, facts). On failure the reason names the node that caused it when the
+    evidence shows one."""
+    rep = ctx.replica or {}
+    plan = {e["node"]: e for e in rep["launch"]}
+    head = rep["nodes"][0]
+    facts: dict[str, Any] = {"replica": rep["id"], "replica_head": head, "replica_nodes": list(rep["nodes"]),
+                             "replica_layout": rep["layout"], "replica_ready_timeout_s": rep["ready_timeout"],
+                             "replica_args": {n: serve_args(plan[n]["args"], stage_args) for n in rep["nodes"]}}
+    for node in rep["nodes"][1:]:
+        mctx = member_ctx(ctx, node)
+        mctx.step(f"{name}-cleanup", ["docker", "rm", "-f", name])
+        run = mctx.step(f"{name}-run", ["docker", "run", "-d", "--name", name, "--gpus", "all", "--ipc=host",
+                                        *_docker_opts(plan[node]["env"]), image, model,
+                                        *facts["replica_args"][node], "--port", str(port)], timeout=3600)
+        if not run.ok:
+            facts["replica_culprit"] = node
+            why = f"replica {rep['id']}: worker {node} (rank {plan[node]['rank']}) did not start (rc {run.rc})"
+            return False, why, run.stdout + run.stderr, facts
+    ok, why, logs = vllm_server.launch(ctx, name, image, model, facts["replica_args"][head], port,
+                                       rep["ready_timeout"], poll_s=REPLICA_POLL_S,
+                                       docker_opts=_docker_opts(plan[head]["env"]))
+    if ok:
+        return True, "", "", facts
+    culprit, detail, more = blame(ctx, name, plan)
+    facts["replica_culprit"] = culprit
+    reason = f"replica {rep['id']} did not come up: {why}"
+    if culprit:
+        reason += f"; caused by {detail}"
+    return False, reason, logs + more, facts
+
+
+def blame(ctx: NodeCtx, name: str, plan: dict[str, dict]) -> tuple[str | None, str, str]:
+    """(culprit, what it shows, the workers' logs) from each worker's container and log; the
+    head when only its own log shows the cause."""
+    rep = ctx.replica or {}
+    logs = ""
+    found: tuple[str | None, str] = (None, "")
+    for node in rep["nodes"][1:]:
+        mctx = member_ctx(ctx, node)
+        st = mctx.step(f"{name}-failure-state", ["docker", "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", name])
+        lg = mctx.step(f"{name}-failure-logs", ["docker", "logs", name])
+        text = lg.stdout + lg.stderr
+        logs += f"\n--- {node} (rank {plan[node]['rank']}) ---\n{text}"
+        if found[0]:
+            continue
+        line = next((m.group(1) for m in map(_ERROR_LINE.search, reversed(text.splitlines())) if m), "")
+        status = st.stdout.strip()
+        if not st.ok or not status.startswith("running"):
+            state, _, code = status.partition(" ")
+            how = (f"exited with code {code}" if state == "exited" else f"is {state}") if st.ok else \
+                f"has no container ({st.stderr.strip()[:120]})"
+            found = (node, f"worker {node} (rank {plan[node]['rank']}) {how}" + (f": {line}" if line else ""))
+        elif "failed to connect" in line:
+            found = (node, f"worker {node} (rank {plan[node]['rank']}) never joined the head: {line}")
+    if found[0] is None:
+        head = rep["nodes"][0]
+        hl = ctx.step(f"{name}-failure-logs", ["docker", "logs", name])
+        text = hl.stdout + hl.stderr
+        if "OutOfMemoryError" in text:
+            found = (head, f"head {head}: CUDA out of memory loading {rep.get('need_gib', '?')} GiB of weights over "
+                           f"{rep.get('gpus', '?')} GPUs")
+    return found[0], found[1], logs
+
+
+def stop(ctx: NodeCtx, name: str) -> None:
+    """Logs kept and containers removed on every node, head last."""
+    rep = ctx.replica or {}
+    for node in rep["nodes"][1:]:
+        mctx = member_ctx(ctx, node)
+        mctx.step(f"{name}-logs", ["docker", "logs", name])
+        mctx.step(f"{name}-remove", ["docker", "rm", "-f", name])
+    vllm_server.stop(ctx, name)
