@@ -58,6 +58,34 @@ def topology(opts: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+# --all2all-backend -> the manager class vLLM logs ("Using %s all2all manager.",
+# vllm/distributed/device_communicators/cuda_communicator.py); pplx and naive were removed and
+# fall back to the default with a warning (DOMAIN.md "All-to-all backend")
+ALL2ALL_MANAGERS = {
+    "allgather_reducescatter": "AgRsAll2AllManager", "deepep_high_throughput": "DeepEPHTAll2AllManager",
+    "deepep_low_latency": "DeepEPLLAll2AllManager", "deepep_v2": "DeepEPV2All2AllManager",
+    "flashinfer_nvlink_one_sided": "FlashInferNVLinkOneSidedManager",
+    "flashinfer_nvlink_two_sided": "FlashInferNVLinkTwoSidedManager",
+    "flashinfer_all2allv": "FlashInferNVLinkTwoSidedManager", "nixl_ep": "NixlEPAll2AllManager",
+    "mori_high_throughput": "MoriAll2AllManager", "mori_low_latency": "MoriAll2AllManager",
+}
+REMOVED_ALL2ALL = ("pplx", "naive")
+
+
+def all2all_logs(opts: dict[str, Any]) -> list[str]:
+    """What an expert-parallel server logs about its all-to-all backend."""
+    if not opts.get("enable_expert_parallel"):
+        return []
+    asked = str(opts.get("all2all_backend") or "allgather_reducescatter")
+    out = []
+    if asked in REMOVED_ALL2ALL:
+        out.append(f"WARNING {_ts()} [parallel.py:386] The {asked!r} all2all backend has been removed. Falling back "
+                   "to 'allgather_reducescatter'.")
+        asked = "allgather_reducescatter"
+    return out + [f"INFO {_ts()} [cuda_communicator.py:151] Using {ALL2ALL_MANAGERS.get(asked, 'AgRsAll2AllManager')} "
+                  "all2all manager."]
+
+
 def _ts() -> str:
     return time.strftime("%m-%d %H:%M:%S")
 
@@ -184,7 +212,7 @@ def settle(state: dict[str, Any], state_dir: Path, name: str, c: dict[str, Any])
         c["status"], c["exit_code"] = "exited", 1
         return
     faults = sorted({f for _, _, _, ps in members for f in ps["faults"]})
-    c["logs"] = c["logs"] + vllm.ready_logs(opts)
+    c["logs"] = c["logs"] + all2all_logs(opts) + vllm.ready_logs(opts)
     c["serving"] = True
     state["servers"][str(opts["port"])] = {"container": name, "status": "running", "faults": faults,
                                            "instance": uuid.uuid4().hex,

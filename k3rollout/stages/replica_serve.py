@@ -27,6 +27,16 @@ from k3rollout.stages.base import NodeCtx
 
 REPLICA_STAGES = ("vllm_smoke", "features")       # the stages a multi-node replica runs once
 CARRIED_FLAGS = ("--enable-prefix-caching",)
+# --all2all-backend -> the manager class vLLM logs when it uses it ("Using %s all2all manager.",
+# vllm/distributed/device_communicators/cuda_communicator.py)
+ALL2ALL_MANAGERS = {
+    "allgather_reducescatter": "AgRsAll2AllManager", "deepep_high_throughput": "DeepEPHTAll2AllManager",
+    "deepep_low_latency": "DeepEPLLAll2AllManager", "deepep_v2": "DeepEPV2All2AllManager",
+    "flashinfer_nvlink_one_sided": "FlashInferNVLinkOneSidedManager",
+    "flashinfer_nvlink_two_sided": "FlashInferNVLinkTwoSidedManager",
+    "flashinfer_all2allv": "FlashInferNVLinkTwoSidedManager", "nixl_ep": "NixlEPAll2AllManager",
+    "mori_high_throughput": "MoriAll2AllManager", "mori_low_latency": "MoriAll2AllManager",
+}
 REPLICA_POLL_S = 1.0
 
 _ERROR_LINE = re.compile(r"(torch\.OutOfMemoryError:.*|AssertionError:.*|ValueError:.*|TimeoutError:.*|"
@@ -97,13 +107,38 @@ def launch(ctx: NodeCtx, name: str, image: str, model: str, stage_args: list[str
                                        rep["ready_timeout"], poll_s=REPLICA_POLL_S,
                                        docker_opts=_docker_opts(plan[head]["env"]))
     if ok:
-        return True, "", "", facts
+        ok, why, logs = check_all2all(ctx, name, facts)
+        return ok, why, logs, facts
     culprit, detail, more = blame(ctx, name, plan)
     facts["replica_culprit"] = culprit
     reason = f"replica {rep['id']} did not come up: {why}"
     if culprit:
         reason += f"; caused by {detail}"
     return False, reason, logs + more, facts
+
+
+def check_all2all(ctx: NodeCtx, name: str, facts: dict[str, Any]) -> tuple[bool, str, str]:
+    """An expert-parallel replica must run the all-to-all backend it was asked for: the head's
+    log names the manager vLLM chose ("Using DeepEPV2All2AllManager all2all manager."); a
+    removed backend (pplx, naive) silently falls back to allgather_reducescatter."""
+    args = facts["replica_args"][(ctx.replica or {})["nodes"][0]]
+    if "--enable-expert-parallel" not in args:
+        return True, "", ""
+    asked = args[args.index("--all2all-backend") + 1] if "--all2all-backend" in args else "allgather_reducescatter"
+    res = ctx.step(f"{name}-startup-log", ["docker", "logs", name])
+    text = res.stdout + res.stderr
+    used = [m.group(1) for m in re.finditer(r"Using (\w+) all2all manager\.", text)]
+    want = ALL2ALL_MANAGERS.get(asked)
+    facts.update(all2all_asked=asked, all2all_manager=used[-1] if used else None, all2all_expected_manager=want)
+    if used and want and used[-1] == want:
+        return True, "", ""
+    said = [ln for ln in text.splitlines() if "all2all" in ln][-4:]
+    rid = (ctx.replica or {})["id"]
+    known = want or ("removed from vLLM, which falls back to allgather_reducescatter" if asked in ("pplx", "naive")
+                     else "a backend vLLM does not know")
+    why = (f"replica {rid}: asked for all-to-all backend {asked} ({known}), but the server "
+           + (f"uses {used[-1]}" if used else "names no all2all manager in its log"))
+    return False, why + ("; its log:\n" + "\n".join(said) if said else ""), text
 
 
 def blame(ctx: NodeCtx, name: str, plan: dict[str, dict]) -> tuple[str | None, str, str]:
