@@ -196,6 +196,11 @@ def test_a_failed_node_takes_its_whole_replica_back_and_is_named(tmp_path):
                  if e["type"] == "facts" and e["node"] == "gpu-03" and "prefix_cache" in e.get("facts", {}))
     assert proof["ok"] and proof["block_tokens"] == 1536 and proof["prefix_words"] == 2 * 1536 + 768
     assert proof["readings"][0]["prompt_tokens"] > 2 * 1536
+    # the profile turns on the agent flow: a 3-call tool loop in both modes, on the replica's head
+    flow = next(e["facts"]["agent_flow"] for e in journal(run_dir)
+                if e["type"] == "facts" and e["node"] == "gpu-04" and "agent_flow" in e.get("facts", {}))
+    assert {m: (v["tool_turns"], v["schema_accuracy"], v["passed"]) for m, v in flow.items()} == {
+        "non_stream": (3, 1.0, True), "stream": (3, 1.0, True)}
 
 
 def test_a_multi_node_replica_is_served_once_from_its_head(tmp_path):
@@ -222,6 +227,8 @@ def test_a_multi_node_replica_is_served_once_from_its_head(tmp_path):
     assert smoke["smoke_request_ok"] and smoke["replica"] == "rack-a/1" and smoke["replica_role"] == "worker"
     assert smoke["stopped_serving"] == ["vllm-serving"] and "--headless" in smoke["smoke_args"]
     assert smoke["replica_ready_timeout_s"] == 3600
+    # the server runs the all-to-all backend it was asked for (its own log says which)
+    assert (smoke["all2all_asked"], smoke["all2all_manager"]) == ("deepep_v2", "DeepEPV2All2AllManager")
     # the features ran once for the replica, so the worker's cache fault failed the replica: both roll back
     for n in ("gpu-01", "gpu-02"):
         assert (r["nodes"][n]["failed_stage"], r["nodes"][n]["final"]) == ("features", "rolled_back")
@@ -272,6 +279,26 @@ def test_replica_that_does_not_come_up_names_the_node_that_caused_it(tmp_path):
     # every container of the failed launches was removed again
     for n in r["nodes"]:
         assert not {"k3rollout-smoke", "k3rollout-features"} & set(sim_state(run_dir, n)["docker"]["containers"])
+
+
+def test_a_replica_whose_server_falls_back_to_another_all2all_backend_fails(tmp_path):
+    from conftest import result
+
+    hosts = {f"gpu-{i:02d}": {**H200, "rack": "a"} for i in range(1, 3)}
+    invp = write_inventory(tmp_path / "inv", hosts)
+    # pplx was removed from vLLM: the server comes up on allgather_reducescatter with only a warning
+    pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=1, max_fail_percentage=100, min_serving=0,
+                        profile_overrides={"all2all": {"rdma": "pplx"}})
+    run_dir = tmp_path / "run"
+    assert main(["run", str(pb), "-i", str(invp), "--yes", "--run-dir", str(run_dir)]) == 0
+    r = result(run_dir)
+    for n in ("gpu-01", "gpu-02"):
+        node = r["nodes"][n]
+        assert (node["failed_stage"], node["final"]) == ("vllm_smoke", "rolled_back")
+        assert node["reason"].startswith("replica rack-a/1: asked for all-to-all backend pplx (removed from vLLM, "
+                                         "which falls back to allgather_reducescatter), but the server uses "
+                                         "AgRsAll2AllManager")
+        assert "The 'pplx' all2all backend has been removed." in node["reason"]
 
 
 # ---- the communication gate proves the fast path ----

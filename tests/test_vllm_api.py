@@ -227,3 +227,56 @@ def test_a_sim_command_past_its_deadline_times_out_and_the_next_one_runs(tmp_pat
         assert ex.run("gpu-01", ["uname", "-r"], timeout=5).ok
     finally:
         ex.close()
+
+
+# ---- the agent flow: a multi-turn tool loop, streaming and not ----
+
+def test_agent_flow_runs_a_tool_loop_in_both_modes(tmp_path):
+    code, res, ladder = _run(tmp_path, {"features": {"context_tokens": 0, "concurrency": [1], "agent_turns": 3}})
+    assert code == 0 and res["nodes"]["gpu-01"]["final"] == "upgraded"
+    agent = next(s for s in ladder["steps"] if s["step"] == "agent")
+    assert agent["passed"] and agent["thresholds"]["min_schema_accuracy"] == 1.0
+    for run in agent["runs"]:
+        assert (run["tool_turns"], run["calls"], run["valid_calls"]) == (3, 3, 3)
+        assert (run["empty"], run["retries"], run["finish_disagree"]) == (0, 0, 0)
+        assert run["schema_accuracy"] == 1.0 and run["final_answer"].startswith("Done.")
+    assert [r["mode"] for r in agent["runs"]] == ["non_stream", "stream"]
+    # each turn carried the tool results of the turns before it, over HTTP from the controller
+    http = [r["step"] for r in journal(tmp_path / "run") if r["type"] == "step_done" and r.get("kind") == "http"]
+    assert {"agent-stream-turn3-try1", "agent-non_stream-turn4-try1"} <= set(http)
+
+
+def test_empty_streamed_tool_calls_are_retried_counted_and_judged(tmp_path):
+    faulty = {"sim_faults": ["empty_streamed_tool_calls"]}
+    code, res, ladder = _run(tmp_path, {"features": {"context_tokens": 0, "concurrency": [1], "agent_turns": 3}},
+                             faulty)
+    agent = next(s for s in ladder["steps"] if s["step"] == "agent")
+    plain, streamed = agent["runs"]
+    assert plain["passed"] and plain["empty"] == 0
+    # every other streamed call came back as finish_reason "tool_calls" with no call: retried, and counted
+    assert (streamed["tool_turns"], streamed["valid_calls"], streamed["empty"], streamed["retries"]) == (3, 3, 3, 3)
+    assert streamed["finish_disagree"] == 3 and streamed["finish_agreement"] == round(1 - 3 / 7, 4)
+    assert not streamed["passed"] and "3 empty replies of 7 (43% > 25%)" in streamed["reason"]
+    assert res["nodes"]["gpu-01"]["failed_stage"] == "features" and code == 1
+    # the playbook's thresholds decide: allowing them, the same replies pass
+    code, res, ladder = _run(tmp_path / "again", {"features": {
+        "context_tokens": 0, "concurrency": [1], "agent_turns": 3, "agent_max_empty_rate": 0.5,
+        "agent_min_finish_agreement": 0.5}}, faulty)
+    assert code == 0 and next(s for s in ladder["steps"] if s["step"] == "agent")["passed"]
+
+
+def test_tool_call_arguments_are_checked_against_the_tools_schema():
+    from k3rollout.stages.features import AGENT_TOOLS, check_call
+
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in AGENT_TOOLS}
+
+    def call(name, args):
+        return {"function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)}}
+
+    assert check_call(call("book_hotel", {"city": "Shanghai", "nights": 2}), schemas) is None
+    assert check_call(call("book_hotel", {"city": "Shanghai", "nights": 0}), schemas) == \
+        "book_hotel: 0 is less than the minimum of 1"
+    assert check_call(call("get_weather", {"city": 3}), schemas) == "get_weather: 3 is not of type 'string'"
+    assert "Additional properties are not allowed" in check_call(call("get_weather", {"city": "x", "u": 1}), schemas)
+    assert check_call(call("get_weather", '{"city": '), schemas).startswith("get_weather: arguments are not JSON")
+    assert check_call(call("rm_rf", {}), schemas) == "unknown tool 'rm_rf'"

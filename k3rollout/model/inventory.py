@@ -40,6 +40,7 @@ SIM_FAULTS = (
     "gpu_operator_upgrade_fails",
     "rdma_missing",
     "worker_unreachable",
+    "empty_streamed_tool_calls",
 )
 
 _VALID_GROUP_KEYS = ("vars", "children", "hosts")

@@ -115,6 +115,7 @@ class ModelProfile(_Strict):
     all2all: All2All
     prefix_cache_block_tokens: int = Field(ge=16)
     engine_ready_timeout_s: float = Field(gt=0)
+    agent_turns: int = Field(default=0, ge=0, le=4)      # tool calls of the feature stage's agent loop
     path: str = ""
     sha256: str = ""
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 import functools
 import json
 import math
+
+import jsonschema
 from typing import Any
 
 from k3rollout import fastjson
@@ -34,6 +36,28 @@ NAME = "k3rollout-features"
 WEATHER_TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "Get the current weather for a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+# the agent flow's tools: a trip planned one call at a time (strict schemas: every argument
+# is checked against them, as Moonshot's K2-Vendor-Verifier checks schema accuracy)
+AGENT_TOOLS = [
+    {"type": "function", "function": {
+        "name": "search_flights", "description": "Find flights between two cities.",
+        "parameters": {"type": "object", "properties": {"origin": {"type": "string"}, "destination": {"type": "string"}},
+                       "required": ["origin", "destination"], "additionalProperties": False}}},
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Get the current weather for a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+                       "additionalProperties": False}}},
+    {"type": "function", "function": {
+        "name": "book_hotel", "description": "Book a hotel for some nights.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "nights": {"type": "integer",
+                                                                                               "minimum": 1}},
+                       "required": ["city", "nights"], "additionalProperties": False}}},
+    {"type": "function", "function": {
+        "name": "send_summary", "description": "Send the itinerary to the traveller.",
+        "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"],
+                       "additionalProperties": False}}},
+]
 
 SCHEMA = {"type": "object", "properties": {"node": {"type": "string"}, "ok": {"type": "boolean"}},
           "required": ["node", "ok"]}
@@ -237,6 +261,105 @@ def tools_step(ctx: NodeCtx, p: Any) -> dict[str, Any]:
     return row
 
 
+def check_call(call: dict[str, Any], tools: dict[str, dict]) -> str | None:
+    """Why a tool call is not valid for the tools offered (None: valid): a known tool, JSON
+    arguments, and those arguments valid against the tool's JSON schema."""
+    fn = call.get("function") or {}
+    schema = tools.get(fn.get("name") or "")
+    if schema is None:
+        return f"unknown tool {fn.get('name')!r}"
+    try:
+        args = json.loads(fn.get("arguments") or "")
+    except (TypeError, ValueError) as exc:
+        return f"{fn.get('name')}: arguments are not JSON ({exc})"
+    err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(args))
+    return f"{fn.get('name')}: {err.message}" if err is not None else None
+
+
+def agent_loop(ctx: NodeCtx, p: Any, stream: bool) -> dict[str, Any]:
+    """One multi-turn tool loop: call, tool result, next call ... final answer. Every reply's
+    finish_reason must agree with it ("tool_calls" exactly when calls came back); an empty or
+    invalid call is retried up to ``agent_retries`` times in its turn, and counted."""
+    tools = AGENT_TOOLS[:p.agent_turns]
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+    mode = "stream" if stream else "non_stream"
+    messages: list[dict[str, Any]] = [{"role": "user", "content": (
+        "Plan a trip from Beijing to Shanghai. Use the tools one at a time, in the order given, then answer.")}]
+    n = {"replies": 0, "calls": 0, "valid_calls": 0, "empty": 0, "retries": 0, "finish_disagree": 0}
+    invalid: list[str] = []
+    final, error = None, None
+    for turn in range(1, p.agent_turns + 2):
+        calls: list[dict] = []
+        for attempt in range(p.agent_retries + 1):
+            body = {"model": p.model, "tools": tools, "tool_choice": "auto", "max_tokens": 256, "messages": messages}
+            step = f"agent-{mode}-turn{turn}-try{attempt + 1}"
+            if stream:
+                res = ctx.api(step, "POST", p.port, "/v1/chat/completions", body, stream=True)
+                got = assemble_stream(res.events) if res.ok and res.done else None
+            else:
+                good, resp = vllm_server.chat(ctx, step, p.port, body, timeout=p.request_timeout)
+                msg = vllm_server.message(resp) if good else {}
+                got = {"content": msg.get("content") or "", "tool_calls": msg.get("tool_calls") or [],
+                       "finish_reason": (resp.get("choices") or [{}])[0].get("finish_reason")} if good else None
+                res = resp
+            if got is None:
+                error = f"turn {turn}: request failed: {str(getattr(res, 'describe', lambda: res)())[:200]}"
+                break
+            n["replies"] += 1
+            calls = got["tool_calls"] or []
+            if (got["finish_reason"] == "tool_calls") != bool(calls):
+                n["finish_disagree"] += 1
+            bad = [why for why in (check_call(c, schemas) for c in calls) if why]
+            n["calls"] += len(calls)
+            n["valid_calls"] += len(calls) - len(bad)
+            invalid += bad
+            if not calls and not (got["content"] or "").strip() or got["finish_reason"] == "tool_calls" and not calls:
+                n["empty"] += 1             # neither a call nor an answer: retried
+            elif not bad:
+                break
+            if attempt < p.agent_retries:
+                n["retries"] += 1
+        if error:
+            break
+        if not calls:
+            final = got["content"] if got and got["content"].strip() and got["finish_reason"] != "tool_calls" else None
+            break
+        messages.append({"role": "assistant", "content": got.get("content") or None, "tool_calls": calls})
+        for c in calls:
+            messages.append({"role": "tool", "tool_call_id": c.get("id") or "", "content": json.dumps(
+                {"tool": c["function"]["name"], "ok": True})})
+    tool_turns = sum(1 for m in messages if m["role"] == "assistant")
+    accuracy = n["valid_calls"] / n["calls"] if n["calls"] else 0.0
+    agreement = 1 - n["finish_disagree"] / n["replies"] if n["replies"] else 0.0
+    empty_rate = n["empty"] / n["replies"] if n["replies"] else 1.0
+    why = []
+    if error:
+        why.append(error)
+    elif final is None:
+        why.append(f"no final answer after {tool_turns} tool turn(s)")
+    if not error and tool_turns < p.agent_turns:
+        why.append(f"{tool_turns} tool turn(s), {p.agent_turns} expected")
+    if n["calls"] and accuracy < p.agent_min_schema_accuracy:
+        why.append(f"schema accuracy {accuracy:.2%} < {p.agent_min_schema_accuracy:.0%} ({'; '.join(invalid[:3])})")
+    if agreement < p.agent_min_finish_agreement:
+        why.append(f"finish_reason agreed with the reply in {agreement:.2%} < {p.agent_min_finish_agreement:.0%}")
+    if empty_rate > p.agent_max_empty_rate:
+        why.append(f"{n['empty']} empty replies of {n['replies']} ({empty_rate:.0%} > {p.agent_max_empty_rate:.0%})")
+    return {"mode": mode, "tool_turns": tool_turns, **n, "schema_accuracy": round(accuracy, 4),
+            "finish_agreement": round(agreement, 4), "empty_rate": round(empty_rate, 4), "invalid": invalid[:8],
+            "final_answer": (final or "")[:200], "passed": not why, "reason": "; ".join(why)}
+
+
+def agent_step(ctx: NodeCtx, p: Any) -> dict[str, Any]:
+    """The agent flow in both modes; the thresholds are the playbook's (``agent_*``)."""
+    runs = [agent_loop(ctx, p, stream=False), agent_loop(ctx, p, stream=True)]
+    failed = [r for r in runs if not r["passed"]]
+    return {"step": "agent", "runs": runs, "thresholds": {
+        "turns": p.agent_turns, "retries": p.agent_retries, "min_schema_accuracy": p.agent_min_schema_accuracy,
+        "min_finish_agreement": p.agent_min_finish_agreement, "max_empty_rate": p.agent_max_empty_rate},
+        "passed": not failed, "reason": "; ".join(f"{r['mode']}: {r['reason']}" for r in failed)}
+
+
 def structured_step(ctx: NodeCtx, p: Any) -> dict[str, Any]:
     good, resp = vllm_server.chat(ctx, "structured-output", p.port, {
         "model": p.model, "max_tokens": 64,
@@ -298,6 +421,8 @@ def run(ctx: NodeCtx) -> StageOutcome:
                                                                     p.prefix_words, p.prefix_block_tokens)}
         if p.tool_call:
             yield lambda: tools_step(ctx, p)
+        if p.tool_call and p.agent_turns:
+            yield lambda: agent_step(ctx, p)
         yield lambda: structured_step(ctx, p)
         if p.vision:
             yield lambda: vision_step(ctx, p)
@@ -321,6 +446,10 @@ def run(ctx: NodeCtx) -> StageOutcome:
         f.update(tool_calls=tools["tool_calls"], empty_tool_call=tools["empty_tool_call"],
                  tool_call_ok=tools["tool_call_ok"], tool_call_retry_ok=tools["retry_ok"],
                  stream_ok=tools["stream_ok"])
+    agent = next((r for r in ladder if r["step"] == "agent"), None)
+    if agent:
+        f["agent_flow"] = {r["mode"]: {k: v for k, v in r.items() if k != "mode"} for r in agent["runs"]}
+        f["agent_flow_ok"] = agent["passed"]
     conc = [r for r in ladder if r["step"] == "concurrency"]
     f["concurrency_levels_passed"] = [r["level"] for r in conc if r["passed"]]
     f["ladder_complete"] = failed is None
