@@ -14,7 +14,8 @@ from k3rollout.plan.replicas import ReplicaError, choose_layout, node_hardware
 from k3rollout.resources import shipped
 
 K3 = shipped("playbooks", "profiles", "kimi-k3.yml")
-H200 = {"sim_gpu": "NVIDIA H200", "sim_gpu_count": 8, "sim_gpu_mem_gib": 141}
+# sim_peer_mapping_override: the node's modprobe.d sets the module options DeepEP needs
+H200 = {"sim_gpu": "NVIDIA H200", "sim_gpu_count": 8, "sim_gpu_mem_gib": 141, "sim_peer_mapping_override": True}
 B300 = {"sim_gpu": "NVIDIA B300", "sim_gpu_count": 8, "sim_gpu_mem_gib": 268}
 
 
@@ -299,6 +300,26 @@ def test_a_replica_whose_server_falls_back_to_another_all2all_backend_fails(tmp_
                                          "which falls back to allgather_reducescatter), but the server uses "
                                          "AgRsAll2AllManager")
         assert "The 'pplx' all2all backend has been removed." in node["reason"]
+
+
+def test_driver_module_parameters_deepep_needs_are_checked_after_the_upgrade(tmp_path):
+    from conftest import result
+
+    hosts = {f"gpu-{i:02d}": {**H200, "rack": "a"} for i in range(1, 5)}
+    hosts["gpu-02"]["sim_faults"] = ["driver_params_lost"]      # the reinstall dropped its modprobe.d options
+    hosts["gpu-04"]["sim_peer_mapping_override"] = False        # never had PeerMappingOverride
+    invp = write_inventory(tmp_path / "inv", hosts)
+    pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=2, max_fail_percentage=100, min_serving=0)
+    run_dir = tmp_path / "run"
+    assert main(["run", str(pb), "-i", str(invp), "--yes", "--run-dir", str(run_dir)]) == 0
+    r = result(run_dir)
+    assert {(n, v["failed_stage"], v["final"]) for n, v in r["nodes"].items()} == {
+        (n, "vllm_smoke", "rolled_back") for n in r["nodes"]}
+    assert "the driver's module parameters for deepep_v2 are missing on gpu-02 (EnableStreamMemOPs=1, " \
+           "PeerMappingOverride=1)" in r["nodes"]["gpu-01"]["reason"]
+    assert "missing on gpu-04 (PeerMappingOverride=1)" in r["nodes"]["gpu-03"]["reason"]
+    # no server was started on a replica whose driver cannot run its backend
+    assert not any(c.startswith("docker run") and "k3rollout-smoke" in c for c in commands(run_dir, "gpu-01"))
 
 
 # ---- the communication gate proves the fast path ----

@@ -41,6 +41,7 @@ SIM_FAULTS = (
     "rdma_missing",
     "worker_unreachable",
     "empty_streamed_tool_calls",
+    "driver_params_lost",
 )
 
 _VALID_GROUP_KEYS = ("vars", "children", "hosts")

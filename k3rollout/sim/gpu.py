@@ -274,6 +274,9 @@ def _install(state: dict[str, Any], wanted: dict[str, str], tool: str, args: lis
             state["holds"].remove(n)
     new = [n for n in wanted if n not in pk]
     pk.update(wanted)
+    if target and target != state["original_driver"] and "driver_params_lost" in state["faults"]:
+        # the reinstall purged the package that carried the node's nvidia module options
+        state.get("modprobe_d", {}).pop("/etc/modprobe.d/nvidia-k3.conf", None)
     out: list[str] = [head.rstrip("\n")] if tool == "apt" else [head.rstrip("\n"), "Dependencies resolved."]
     if removed:
         out += ["The following packages will be REMOVED:", "  " + " ".join(removed)]

@@ -22,6 +22,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
+from k3rollout.checks import parsers
 from k3rollout.stages import vllm_server
 from k3rollout.stages.base import NodeCtx
 
@@ -93,6 +94,9 @@ def launch(ctx: NodeCtx, name: str, image: str, model: str, stage_args: list[str
     facts: dict[str, Any] = {"replica": rep["id"], "replica_head": head, "replica_nodes": list(rep["nodes"]),
                              "replica_layout": rep["layout"], "replica_ready_timeout_s": rep["ready_timeout"],
                              "replica_args": {n: serve_args(plan[n]["args"], stage_args) for n in rep["nodes"]}}
+    ok, why, logs = check_driver_params(ctx, facts)
+    if not ok:
+        return False, why, logs, facts
     for node in rep["nodes"][1:]:
         mctx = member_ctx(ctx, node)
         mctx.step(f"{name}-cleanup", ["docker", "rm", "-f", name])
@@ -115,6 +119,38 @@ def launch(ctx: NodeCtx, name: str, image: str, model: str, stage_args: list[str
     if culprit:
         reason += f"; caused by {detail}"
     return False, reason, logs + more, facts
+
+
+def check_driver_params(ctx: NodeCtx, facts: dict[str, Any]) -> tuple[bool, str, str]:
+    """DeepEP needs the driver's module options ``NVreg_EnableStreamMemOPs=1`` and
+    ``PeerMappingOverride=1`` (in ``NVreg_RegistryDwords``), set in /etc/modprobe.d and
+    visible in /proc/driver/nvidia/params; a driver reinstall can drop them (DOMAIN.md
+    "Missing RDMA is silent"). Read on every node of the replica, after its upgrade."""
+    rep = ctx.replica or {}
+    args = facts["replica_args"][rep["nodes"][0]]
+    backend = args[args.index("--all2all-backend") + 1] if "--all2all-backend" in args else ""
+    if "--enable-expert-parallel" not in args or not backend.startswith("deepep"):
+        return True, "", ""
+    lacking: dict[str, list[str]] = {}
+    text = ""
+    for node in rep["nodes"]:
+        res = member_ctx(ctx, node).step("nvidia-params", ["cat", "/proc/driver/nvidia/params"])
+        params = parsers.parse_nvidia_params(res.stdout) if res.ok else {}
+        miss = [k for k, ok in (("EnableStreamMemOPs=1", params.get("EnableStreamMemOPs") == "1"),
+                                ("PeerMappingOverride=1", "PeerMappingOverride=1" in params.get("RegistryDwords", "")))
+                if not ok]
+        if miss:
+            lacking[node] = miss
+            text += f"--- {node}: /proc/driver/nvidia/params ---\n{res.stdout or res.stderr}"
+    facts["driver_params_ok"] = not lacking
+    if not lacking:
+        return True, "", ""
+    facts["replica_culprit"] = next(iter(lacking))
+    return False, (f"replica {rep['id']}: the driver's module parameters for {backend} are missing on "
+                   + "; ".join(f"{n} ({', '.join(m)})" for n, m in lacking.items())
+                   + ": set them in /etc/modprobe.d (options nvidia NVreg_EnableStreamMemOPs=1 "
+                   'NVreg_RegistryDwords="PeerMappingOverride=1;") and reload the module; a driver reinstall can '
+                   "drop them"), text
 
 
 def check_all2all(ctx: NodeCtx, name: str, facts: dict[str, Any]) -> tuple[bool, str, str]:
