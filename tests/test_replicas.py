@@ -426,6 +426,28 @@ def test_sim_missing_worker_makes_the_head_time_out(tmp_path):
             "weight loading for large models. Waited 1s (configured by VLLM_ENGINE_READY_TIMEOUT_S).") in logs
 
 
+def test_sim_data_parallel_form_waits_for_its_remote_engines(tmp_path):
+    from k3rollout.sim.dispatch import dispatch, init_cluster
+
+    dirs = init_cluster(tmp_path / "hosts", {"a": {**H200, **NEW}, "b": {**H200, **NEW}})
+
+    def serve(host, *extra):
+        return dispatch(dirs[host], ["docker", "run", "-d", "--name", "k3", "--gpus", "all", "--network", "host",
+                                     K3_IMAGE, "moonshotai/Kimi-K3", "--tensor-parallel-size", "8",
+                                     "--enable-expert-parallel", "--all2all-backend", "deepep_v2",
+                                     "--data-parallel-size", "2", "--data-parallel-size-local", "1",
+                                     "--data-parallel-address", "a", "--data-parallel-rpc-port", "29550", *extra,
+                                     "--port", "8000"], None)
+
+    serve("a")
+    status, logs = _container(dirs, "a")
+    assert status == "running 0" and "Waiting for 1 local, 1 remote core engine proc(s) to start." in logs
+    serve("b", "--headless", "--data-parallel-start-rank", "1")
+    status, logs = _container(dirs, "a")
+    assert status == "running 0" and "Application startup complete." in logs
+    assert "Using DeepEPV2All2AllManager all2all manager." in logs
+
+
 @pytest.mark.parametrize("args,error", [
     (["--nnodes", "2", "--node-rank", "2"], "AssertionError: node_rank=2 must be less than nnodes=2."),
     (["--nnodes", "3", "--node-rank", "1"], "AssertionError: world_size=16 must be divisible by nnodes=3."),

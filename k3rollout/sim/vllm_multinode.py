@@ -199,8 +199,9 @@ def settle(state: dict[str, Any], state_dir: Path, name: str, c: dict[str, Any])
         for r, h, cn, ps in short:
             if h == state["name"]:
                 continue
-            with st.transaction(state_dir.parent / h) as peer:
-                pc = peer["docker"]["containers"].get(cn)
+            # another host's state, taken while this one's is held: bounded, never a deadlock
+            with st.try_transaction(state_dir.parent / h, 5.0) as peer:
+                pc = peer["docker"]["containers"].get(cn) if peer is not None else None
                 if pc is not None and pc["status"] == "running":
                     pc["logs"] = pc["logs"] + vllm.oom_logs(peer["gpu"]["mem_gib"], allocated=per_gpu)
                     pc["status"], pc["exit_code"] = "exited", 1
