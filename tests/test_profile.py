@@ -1,8 +1,8 @@
 """Model profiles: the shipped Kimi K3 profile, the loader's errors, playbook overrides."""
 
 import pytest
-
 from conftest import write_playbook
+
 from k3rollout.errors import InputError
 from k3rollout.model import load_playbook
 from k3rollout.model.profile import load_profile

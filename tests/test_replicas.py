@@ -3,8 +3,8 @@
 import json
 
 import pytest
-
 from conftest import commands, sim_state, write_inventory, write_playbook
+
 from k3rollout.cli import main
 from k3rollout.errors import InputError
 from k3rollout.model import load_inventory, load_playbook

@@ -44,8 +44,8 @@ from k3rollout.runlog.view import RunView, apply, fold
 from k3rollout.stages import rollback as rb
 from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
 from k3rollout.stages.multinode import run_group
-from k3rollout.stages.replica_serve import REPLICA_STAGES
 from k3rollout.stages.registry import STAGES
+from k3rollout.stages.replica_serve import REPLICA_STAGES
 from k3rollout.transport.base import Executor
 
 SECRET_HINTS = ("pass", "secret", "token", "key_data", "api_key", "credential")

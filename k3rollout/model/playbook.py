@@ -543,9 +543,9 @@ def load_playbook(path: str | Path) -> Playbook:
         if where is None:
             raise InputError(f"profile: no model profile {play.profile!r} (looked for profiles/{play.profile}.yml "
                              "next to the playbook and among the shipped profiles)", path=sp,
-                             line=play_data.line_of("profile"))
+                             line=line_at(play_data, ["profile"]))
         profile = load_profile(where, play_data.get("profile_overrides"), overrides_path=sp,
-                               overrides_line=play_data.line_of("profile_overrides"))
+                               overrides_line=line_at(play_data, ["profile_overrides"]))
         # the profile's prefix-cache block sizes the feature stage's prefix proof, unless the
         # stage names its own
         given = {"prefix_block_tokens": profile.prefix_cache_block_tokens, "agent_turns": profile.agent_turns}
@@ -555,7 +555,7 @@ def load_playbook(path: str | Path) -> Playbook:
         play = play.model_copy(update={"stages": stages})
     elif play.profile_overrides is not None:
         raise InputError("profile_overrides needs a `profile:` to override", path=sp,
-                         line=play_data.line_of("profile_overrides"))
+                         line=line_at(play_data, ["profile_overrides"]))
     return Playbook(path=sp, sha256=digest, play=play, profile=profile)
 
 

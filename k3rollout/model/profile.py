@@ -39,7 +39,7 @@ class Footprint(_Strict):
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
 
     @model_validator(mode="after")
-    def _weights_fit_minimum(self) -> "Footprint":
+    def _weights_fit_minimum(self) -> Footprint:
         if self.vram_minimum_gb < self.weights_gb:
             raise ValueError(f"vram_minimum_gb {self.vram_minimum_gb:g} is below weights_gb {self.weights_gb:g}: "
                              "the weights alone would not fit")
@@ -64,7 +64,7 @@ class Layout(_Strict):
         return self.tp * self.pp * self.dp
 
     @model_validator(mode="after")
-    def _consistent(self) -> "Layout":
+    def _consistent(self) -> Layout:
         if self.min_gpus != self.gpus:
             raise ValueError(f"layout {self.name}: min_gpus {self.min_gpus} is not tp*pp*dp = "
                              f"{self.tp}*{self.pp}*{self.dp} = {self.gpus}")
@@ -120,7 +120,7 @@ class ModelProfile(_Strict):
     sha256: str = ""
 
     @model_validator(mode="after")
-    def _names(self) -> "ModelProfile":
+    def _names(self) -> ModelProfile:
         names = [lay.name for lay in self.layouts]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:

@@ -200,7 +200,7 @@ def plan_replicas(profile: ModelProfile, hosts: list[str], inventory: Any, group
         notes.append(f"{sum(len(v) for v in explicit.values())} node(s) in {len(explicit)} replica(s) named by "
                      f"host var `{group_var}`")
     # the rest: consecutive nodes of one domain and one kind of GPU
-    buckets: dict[tuple, list[str]] = {}
+    buckets: dict[tuple[str | None, tuple[str, int, float]], list[str]] = {}
     no_domain = []
     for h in rest:
         d = _domain(h, inventory)

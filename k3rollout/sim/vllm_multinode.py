@@ -196,7 +196,7 @@ def settle(state: dict[str, Any], state_dir: Path, name: str, c: dict[str, Any])
     members = [(0, state["name"], name, state)] + [(r, h, cn, ps) for r, (h, cn, ps) in sorted(joined.items())]
     short = [(r, h, cn, ps) for r, h, cn, ps in members if per_gpu > ps["gpu"]["mem_gib"] * util]
     if short:
-        for r, h, cn, ps in short:
+        for _, h, cn, _ in short:
             if h == state["name"]:
                 continue
             # another host's state, taken while this one's is held: bounded, never a deadlock

@@ -21,9 +21,9 @@ from __future__ import annotations
 import functools
 import json
 import math
+from typing import Any
 
 import jsonschema
-from typing import Any
 
 from k3rollout import fastjson
 from k3rollout.checks.openai_stream import assemble_stream
@@ -303,7 +303,8 @@ def agent_loop(ctx: NodeCtx, p: Any, stream: bool) -> dict[str, Any]:
                        "finish_reason": (resp.get("choices") or [{}])[0].get("finish_reason")} if good else None
                 res = resp
             if got is None:
-                error = f"turn {turn}: request failed: {str(getattr(res, 'describe', lambda: res)())[:200]}"
+                said = res.describe() if hasattr(res, "describe") else str(res)
+                error = f"turn {turn}: request failed: {said[:200]}"
                 break
             n["replies"] += 1
             calls = got["tool_calls"] or []
