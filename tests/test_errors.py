@@ -27,13 +27,13 @@ def test_the_drawn_tree_is_the_real_one():
                 real[obj.__name__] = obj.__mro__[1].__name__
     drawn, stack = {}, []
     for line in errors.__doc__.splitlines():
-        m = re.match(r"^(\s*)(?:[├└]── )?([A-Z]\w+)\s{2,}", line)
+        m = re.match(r"^([\s│]*)(?:[├└]── )?([A-Z]\w+)\s{2,}", line)   # │: a parent's later siblings
         if not m or not line.startswith("    "):
             continue
         depth = (len(m.group(1)) - 4) // 4 + (1 if "──" in line else 0)
         stack = stack[:depth] + [m.group(2)]
         drawn[m.group(2)] = stack[-2] if depth else "Exception"
-    assert len(drawn) == 12 and drawn == real
+    assert len(drawn) == 13 and drawn == real
 
 
 def test_every_class_in_the_tree_is_raised_somewhere():
