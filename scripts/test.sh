@@ -33,6 +33,6 @@ fi
 .venv/bin/ruff check k3rollout tests bench scripts setup.py
 .venv/bin/lint-imports --no-cache
 .venv/bin/mypy
-# two workers: most of a test's time is spent in the processes it drives (sim daemons,
-# sshd, ansible-playbook, chromium), so two share this machine's two cores well
-exec .venv/bin/python -m pytest -q -n "${K3ROLLOUT_TEST_WORKERS:-2}" "$@"
+# four workers on two cores: most of a test's time is spent waiting on the processes it drives (sim daemons,
+# sshd, ansible-playbook, chromium, simulated reboots), not on the CPU
+exec .venv/bin/python -m pytest -q -n "${K3ROLLOUT_TEST_WORKERS:-4}" "$@"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -172,6 +173,20 @@ def api_changes(run_dir: Path, host: str) -> list[str]:
     from k3rollout.sim.kubeapi import audited
 
     return audited(run_dir / "sim-hosts" / host)
+
+
+def host_timeline(run_dir: Path, host: str) -> list[str]:
+    """The host's own commands and the changes the Kubernetes API was asked for on it, in
+    the order they happened (both logs carry a timestamp)."""
+    lines = []
+    for name in ("commands.log", "kube-audit.log"):
+        f = run_dir / "sim-hosts" / host / name
+        if f.exists():
+            for ln in f.read_text().splitlines():
+                ts, _, cmd = ln.partition(" ")
+                if re.fullmatch(r"\d+\.\d+", ts):        # (a command's quoted newline continues a line)
+                    lines.append((float(ts), cmd))
+    return [c for _, c in sorted(lines, key=lambda x: x[0])]
 
 
 @pytest.fixture

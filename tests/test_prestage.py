@@ -2,7 +2,7 @@
 
 import json
 
-from conftest import commands, journal, result, sim_state, write_inventory, write_playbook
+from conftest import commands, host_timeline, journal, result, sim_state, write_inventory, write_playbook
 
 from k3rollout.cli import main
 from k3rollout.sim import state as st
@@ -33,9 +33,11 @@ def test_prestage_runs_before_cordon_and_changes_no_installed_package(tmp_path):
     recs = journal(run_dir)
     first_batch = next(r["seq"] for r in recs if r["type"] == "batch_started")
     for node in hosts:
-        cmds = commands(run_dir, node)
+        # the node's commands and the Kubernetes API's changes to it (the cordon and drain run
+        # from the controller through the API), in time order
+        cmds = host_timeline(run_dir, node)
         download = next(i for i, c in enumerate(cmds) if c.startswith("apt-get install --download-only"))
-        drain = next(i for i, c in enumerate(cmds) if c.startswith("kubectl drain"))
+        drain = next(i for i, c in enumerate(cmds) if c.startswith("PATCH") and '"unschedulable": true' in c)
         install = next(i for i, c in enumerate(cmds) if c.startswith("apt-get install") and "--download-only" not in c)
         assert download < drain < install
         assert any(c.startswith(f"docker pull vllm/vllm-openai@{_digest()}") for c in cmds[:drain])

@@ -3,10 +3,19 @@ retries (issue 21, items 1, 2, 6, 7 and 17)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-from conftest import api_changes, cli, commands, journal, result, sim_state, write_inventory, write_playbook
+from conftest import (
+    api_changes,
+    cli,
+    commands,
+    host_timeline,
+    journal,
+    result,
+    sim_state,
+    write_inventory,
+    write_playbook,
+)
 
 
 def _reboot_done_seq(records: list[dict], node: str) -> int:
@@ -156,17 +165,7 @@ def test_a_rolled_back_node_whose_serving_container_cannot_run_stays_cordoned_an
 
 
 def _host_and_api(run_dir, host: str) -> list[str]:
-    """The host's own commands and the changes the Kubernetes API was asked for on it, in
-    the order they happened (both logs carry a timestamp)."""
-    lines = []
-    for name in ("commands.log", "kube-audit.log"):
-        f = run_dir / "sim-hosts" / host / name
-        if f.exists():
-            for ln in f.read_text().splitlines():
-                ts, _, cmd = ln.partition(" ")
-                if re.fullmatch(r"\d+\.\d+", ts):        # (a command's quoted newline continues a line)
-                    lines.append((float(ts), cmd))
-    return [c for _, c in sorted(lines, key=lambda x: x[0])]
+    return host_timeline(run_dir, host)
 
 
 def _seq_of(records: list[dict], pred) -> int:
