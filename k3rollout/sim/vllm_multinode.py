@@ -29,6 +29,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from k3rollout.checks.all2all import ALL2ALL_MANAGERS, REMOVED_ALL2ALL
 from k3rollout.sim import state as st
 from k3rollout.sim import vllm
 
@@ -56,20 +57,6 @@ def topology(opts: dict[str, Any]) -> dict[str, Any] | None:
                 "head_addr": opts.get("data_parallel_address"), "local_gpus": tp * pp * local,
                 "headless": bool(opts.get("headless"))}
     return None
-
-
-# --all2all-backend -> the manager class vLLM logs ("Using %s all2all manager.",
-# vllm/distributed/device_communicators/cuda_communicator.py); pplx and naive were removed and
-# fall back to the default with a warning (DOMAIN.md "All-to-all backend")
-ALL2ALL_MANAGERS = {
-    "allgather_reducescatter": "AgRsAll2AllManager", "deepep_high_throughput": "DeepEPHTAll2AllManager",
-    "deepep_low_latency": "DeepEPLLAll2AllManager", "deepep_v2": "DeepEPV2All2AllManager",
-    "flashinfer_nvlink_one_sided": "FlashInferNVLinkOneSidedManager",
-    "flashinfer_nvlink_two_sided": "FlashInferNVLinkTwoSidedManager",
-    "flashinfer_all2allv": "FlashInferNVLinkTwoSidedManager", "nixl_ep": "NixlEPAll2AllManager",
-    "mori_high_throughput": "MoriAll2AllManager", "mori_low_latency": "MoriAll2AllManager",
-}
-REMOVED_ALL2ALL = ("pplx", "naive")
 
 
 def all2all_logs(opts: dict[str, Any]) -> list[str]:

@@ -23,21 +23,12 @@ from dataclasses import replace
 from typing import Any
 
 from k3rollout.checks import parsers
+from k3rollout.checks.all2all import ALL2ALL_MANAGERS
 from k3rollout.stages import vllm_server
 from k3rollout.stages.base import NodeCtx
 
 REPLICA_STAGES = ("vllm_smoke", "features")       # the stages a multi-node replica runs once
 CARRIED_FLAGS = ("--enable-prefix-caching",)
-# --all2all-backend -> the manager class vLLM logs when it uses it ("Using %s all2all manager.",
-# vllm/distributed/device_communicators/cuda_communicator.py)
-ALL2ALL_MANAGERS = {
-    "allgather_reducescatter": "AgRsAll2AllManager", "deepep_high_throughput": "DeepEPHTAll2AllManager",
-    "deepep_low_latency": "DeepEPLLAll2AllManager", "deepep_v2": "DeepEPV2All2AllManager",
-    "flashinfer_nvlink_one_sided": "FlashInferNVLinkOneSidedManager",
-    "flashinfer_nvlink_two_sided": "FlashInferNVLinkTwoSidedManager",
-    "flashinfer_all2allv": "FlashInferNVLinkTwoSidedManager", "nixl_ep": "NixlEPAll2AllManager",
-    "mori_high_throughput": "MoriAll2AllManager", "mori_low_latency": "MoriAll2AllManager",
-}
 REPLICA_POLL_S = 1.0
 
 _ERROR_LINE = re.compile(r"(torch\.OutOfMemoryError:.*|AssertionError:.*|ValueError:.*|TimeoutError:.*|"
