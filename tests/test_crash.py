@@ -145,8 +145,14 @@ def check_point(reference: dict, mode: str, seq: int, label: str, base: Path) ->
     return failures
 
 
-def test_every_kill_point_resumes_to_the_same_result(reference, tmp_path):
-    points = kill_points(reference["records"])
+SHARDS = 4
+
+
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_every_kill_point_resumes_to_the_same_result(reference, tmp_path, shard):
+    # every kill point, split in shards so the test workers share them (shard k takes every
+    # SHARDS-th point from k: together they cover each point once)
+    points = kill_points(reference["records"])[shard::SHARDS]
     # independent runs in separate directories and lock dirs: two at a time
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = pool.map(lambda pt: check_point(reference, *pt, tmp_path / f"{pt[0]}-{pt[1]}"), points)
