@@ -164,10 +164,6 @@ def test_a_rolled_back_node_whose_serving_container_cannot_run_stays_cordoned_an
     assert not any('"unschedulable": null' in c for c in api_changes(run_dir, "gpu-01"))      # never uncordoned
 
 
-def _host_and_api(run_dir, host: str) -> list[str]:
-    return host_timeline(run_dir, host)
-
-
 def _seq_of(records: list[dict], pred) -> int:
     return next(r["seq"] for r in records if pred(r))
 
@@ -201,7 +197,7 @@ def test_operator_rollback_drains_in_service_nodes_keeps_the_floor_and_resumes(t
     assert r["batches"][0]["status"] == "rolled_back"
     for h in ("gpu-01", "gpu-02"):
         assert r["nodes"][h]["final"] == "rolled_back" and r["nodes"][h]["driver_after"] == "575.57.08"
-        cmds = _host_and_api(run_dir, h)
+        cmds = host_timeline(run_dir, h)
         # the rollback: drained once (after the run's own drain and uncordon), then restored
         # and rebooted once, then uncordoned (both through the Kubernetes API)
         drains = [i for i, c in enumerate(cmds) if c == f'PATCH nodes/{h} {{"spec": {{"unschedulable": true}}}}']

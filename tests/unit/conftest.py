@@ -279,3 +279,16 @@ def kube_api_pdb(tmp_path):
     """As ``kube_api``, with a PodDisruptionBudget that never lets gpu-01's serving pod go."""
     with _kube_api(tmp_path, {"sim_faults": ["pdb_blocks_eviction"]}) as srv:
         yield srv, srv.kubeconfig(tmp_path / "kubeconfig")
+
+
+@pytest.fixture
+def dead_kubeconfig(tmp_path):
+    """A kubeconfig whose API server is a closed port on loopback (discard, 9)."""
+    import yaml
+
+    cfg = tmp_path / "dead-kubeconfig"
+    cfg.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Config", "current-context": "c",
+                                   "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
+                                   "users": [{"name": "u", "user": {"token": "t"}}],
+                                   "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    return cfg

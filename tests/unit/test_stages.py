@@ -141,15 +141,8 @@ def test_cordon_failing_drain_fails_the_stage_with_its_reason(stage_harness, fak
     assert fake_executor.sent() == []
 
 
-def test_cordon_with_the_api_unreachable(stage_harness, fake_executor, tmp_path):
-    import yaml
-
-    cfg = tmp_path / "dead-kubeconfig"
-    cfg.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Config", "current-context": "c",
-                                   "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
-                                   "users": [{"name": "u", "user": {"token": "t"}}],
-                                   "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
-    h = stage_harness(group_vars={"k3_kubeconfig": str(cfg)})
+def test_cordon_with_the_api_unreachable(stage_harness, fake_executor, dead_kubeconfig):
+    h = stage_harness(group_vars={"k3_kubeconfig": str(dead_kubeconfig)})
     out = cordon.run(h.ctx("cordon"))
     assert not out.passed and out.reason.startswith("drain failed: ")
     assert out.facts == {"scheduler_state": "unknown"}       # never read as schedulable or cordoned
@@ -275,15 +268,8 @@ def test_uncordon_a_container_that_started_and_exited_is_not_restarted(stage_har
     assert not out.passed and out.facts == {"restarted_serving_failed": ["vllm-k2"]}
 
 
-def test_uncordon_with_the_api_unreachable(stage_harness, fake_executor, tmp_path):
-    import yaml
-
-    cfg = tmp_path / "dead-kubeconfig"
-    cfg.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Config", "current-context": "c",
-                                   "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
-                                   "users": [{"name": "u", "user": {"token": "t"}}],
-                                   "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
-    h = stage_harness(group_vars={"k3_kubeconfig": str(cfg)})
+def test_uncordon_with_the_api_unreachable(stage_harness, fake_executor, dead_kubeconfig):
+    h = stage_harness(group_vars={"k3_kubeconfig": str(dead_kubeconfig)})
     out = uncordon.run(h.ctx("uncordon", baseline={"scheduler_state": "schedulable"}))
     assert not out.passed and out.reason.startswith("uncordon failed: ")
     assert out.facts == {"scheduler_state": "unknown"}
