@@ -105,7 +105,7 @@ class StepRunnerMixin:
         node = ctx.node
         target = on or node
         shown = [self.redact(a) for a in argv]
-        if once:
+        if once and _retry:      # the retry below comes straight from a settle: not probed twice
             earlier = self._replay_or_settle(ctx, name, key, argv, probe)
             if earlier is not None:
                 return earlier
