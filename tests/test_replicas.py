@@ -187,6 +187,14 @@ def test_a_failed_node_takes_its_whole_replica_back_and_is_named(tmp_path):
     assert r["nodes"]["gpu-01"]["final"] == "rolled_back"
     assert r["nodes"]["gpu-01"]["reason"].startswith("replica rack-a/1 is not serving: gpu-02 failed at cuda_check")
     assert {r["nodes"][n]["final"] for n in ("gpu-03", "gpu-04")} == {"upgraded"}
+    # result.json names each node's replica, and what became of each replica and why
+    assert {n: r["nodes"][n]["replica"] for n in r["nodes"]} == {
+        "gpu-01": "rack-a/1", "gpu-02": "rack-a/1", "gpu-03": "rack-a/2", "gpu-04": "rack-a/2"}
+    assert r["replicas"] == {
+        "rack-a/1": {"nodes": ["gpu-01", "gpu-02"], "layout": {"tp": 16, "pp": 1, "dp": 1, "ep": 16, "nnodes": 2},
+                     "final": "rolled_back", "caused_by": "gpu-02"},
+        "rack-a/2": {"nodes": ["gpu-03", "gpu-04"], "layout": {"tp": 16, "pp": 1, "dp": 1, "ep": 16, "nnodes": 2},
+                     "final": "serving", "caused_by": None}}
     # no server was launched for the broken replica, and gpu-01 never returned to service
     ran = [e for e in journal(run_dir) if e.get("node") == "gpu-01" and e["type"] == "stage_done"]
     assert [e["stage"] for e in ran][-1] == "vllm_smoke" and ran[-1]["passed"] is False
@@ -271,6 +279,11 @@ def test_replica_that_does_not_come_up_names_the_node_that_caused_it(tmp_path):
     facts = {(e["node"], e["stage"]): e["facts"] for e in journal(run_dir) if e["type"] == "facts"}
     assert facts[("gpu-01", "vllm_smoke")]["replica_culprit"] == "gpu-02"
     assert facts[("gpu-03", "vllm_smoke")]["replica_culprit"] == "gpu-04"
+    assert {rid: (rep["final"], rep["caused_by"]) for rid, rep in r["replicas"].items()} == {
+        "rack-a/1": ("rolled_back", "gpu-02"), "rack-a/2": ("rolled_back", "gpu-04")}
+    md = (run_dir / "report.md").read_text()
+    assert "## Replicas" in md and "| rack-a/1 | gpu-01, gpu-02 | TP16 PP1 DP1 EP16 on 2 node(s) | rolled_back | gpu-02 |" in md
+    assert '<table id="replicas">' in (run_dir / "report.html").read_text()
     triage = {e["node"]: e for e in journal(run_dir) if e["type"] == "triage"}
     assert triage["gpu-03"]["category"] == "model_load_capacity"
     assert triage["gpu-01"]["category"] == "communication"

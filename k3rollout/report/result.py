@@ -15,6 +15,39 @@ def final_of(state: str) -> str:
     return FINAL.get(state, "failed" if state == "rollback-required" else "pending")
 
 
+# a replica serves only when every node of it does; one node that failed (or could not be
+# rolled back, or was quarantined) is the replica's failure, whichever node caused it
+_REPLICA_FAILED = frozenset({"failed", "rollback_failed", "quarantined"})
+
+
+def _replicas(v: RunView, nodes: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The serving groups of the plan (a model profile's replicas, or ``group_by``'s groups)
+    with what became of each: ``serving`` (every node upgraded, or not touched), ``rolled_back``,
+    ``failed``, or ``pending`` (a node of it is mid-change: the run stopped before it finished),
+    and the node that caused a failure when the evidence named one."""
+    plan = v.plan or {}
+    listed = plan.get("replicas") or [{"id": rid, "nodes": members} for rid, members in
+                                      (plan.get("groups") or {}).items()]
+    out: dict[str, dict[str, Any]] = {}
+    for rep in listed:
+        members = [n for n in rep["nodes"] if n in nodes]
+        finals = {nodes[n]["final"] for n in members}
+        in_flight = any(nodes[n]["final"] == "pending" and v.nodes[n].state != "pending" for n in members)
+        final = ("failed" if finals & _REPLICA_FAILED else "rolled_back" if "rolled_back" in finals
+                 else "pending" if in_flight else "serving")
+        culprit = next((v.nodes[n].facts.get("replica_culprit") for n in members
+                        if v.nodes[n].facts.get("replica_culprit")), None)
+        if culprit is None and final != "serving":
+            culprit = next((n for n in members if nodes[n]["failed_stage"] and not
+                            str(nodes[n]["reason"] or "").startswith(f"replica {rep['id']}")), None)
+        layout = rep.get("layout")
+        out[rep["id"]] = {"nodes": list(rep["nodes"]),
+                          "layout": ({k: layout.get(k) for k in ("tp", "pp", "dp", "ep", "nnodes")}
+                                     if isinstance(layout, dict) else None),
+                          "final": final, "caused_by": culprit if final != "serving" else None}
+    return out
+
+
 def build_result(v: RunView) -> dict[str, Any]:
     nodes = {}
     plan_nodes = [n for b in (v.plan or {}).get("batches", []) for n in b["nodes"]]
@@ -24,7 +57,7 @@ def build_result(v: RunView) -> dict[str, Any]:
             continue
         after = n.facts.get("driver_version") if n.state != "pending" else None
         nodes[name] = {
-            "final": final_of(n.state), "state": n.state, "batch": n.batch,
+            "final": final_of(n.state), "state": n.state, "batch": n.batch, "replica": None,
             "driver_before": n.baseline.get("driver_version"),
             "driver_after": after,
             "failed_stage": n.failed_stage, "reason": n.reason or None,
@@ -32,6 +65,11 @@ def build_result(v: RunView) -> dict[str, Any]:
             "rollback": ({"attempts": n.rollback_attempts, "results": n.rollback_results}
                          if n.rollback_attempts else None),
         }
+    replicas = _replicas(v, nodes)
+    for rid, rep in replicas.items():
+        for n in rep["nodes"]:
+            if n in nodes:
+                nodes[n]["replica"] = rid
     batches = []
     for idx in sorted(v.batches):
         b = v.batches[idx]
@@ -45,4 +83,5 @@ def build_result(v: RunView) -> dict[str, Any]:
     return {"run_id": v.run_id, "status": v.status, "started": v.started, "finished": v.finished,
             "halt": v.halt, "window_end": v.window_end_iso, "resumes": v.resumes,
             "playbook": (v.plan or {}).get("playbook"), "playbook_sha256": (v.plan or {}).get("playbook_sha256"),
-            "inventory": (v.plan or {}).get("inventory"), "nodes": nodes, "batches": batches}
+            "inventory": (v.plan or {}).get("inventory"), "nodes": nodes,
+            **({"replicas": replicas} if replicas else {}), "batches": batches}
