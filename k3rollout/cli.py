@@ -124,10 +124,11 @@ def _controller_tools(playbook, inventory, plan) -> dict[str, str]:
 def _list_hosts(playbook, inventory) -> int:
     """ansible-playbook --list-hosts, in its format."""
     play = playbook.play
-    hosts = inventory.select(play.hosts)
+    pattern = play.host_pattern()
+    hosts = inventory.select(pattern)
     print(f"\nplaybook: {playbook.path}\n")
-    print(f"  play #1 ({play.hosts}): {play.name}\tTAGS: []")
-    print(f"    pattern: {[play.hosts]!r}")
+    print(f"  play #1 ({pattern}): {play.name}\tTAGS: []")
+    print(f"    pattern: {[pattern]!r}")
     print(f"    hosts ({len(hosts)}):")
     for h in hosts:
         print(f"      {h}")

@@ -589,7 +589,7 @@ def _check_identity(host: Host) -> None:
                 raise InputError(f"host {host.name}: {var} {v!r} is not a host name (RFC 1123) or IP address",
                                  path=o.path, line=o.line)
     if "ansible_host" not in host.vars and "ansible_ssh_host" not in host.vars and not valid_address(host.name) \
-            and host.vars.get("ansible_connection") not in (None, "k3sim", "local"):
+            and connection_of(host.vars) not in ("k3sim", "local"):
         raise InputError(f"host {host.name!r} is dialled by its name, which is not a host name (RFC 1123) or IP "
                          "address: give it an ansible_host", path=host.origin.path, line=host.origin.line)
 
@@ -790,10 +790,21 @@ def initial_sim_scheduler_state(hv: dict[str, Any]) -> str:
     return "cordoned" if hv.get("sim_cordoned") else "schedulable"
 
 
+# Ansible's own default connection: a host the inventory gives no ``ansible_connection`` is
+# dialled over SSH. Only ``ansible_connection: k3sim`` (the shipped sim inventory sets it)
+# makes a host simulated, so a real inventory can never run against the simulator unawares.
+DEFAULT_CONNECTION = "ssh"
+
+
+def connection_of(host_vars: dict[str, Any]) -> str:
+    """The host's connection as Ansible resolves it (``ssh`` when the inventory is silent)."""
+    return str(host_vars.get("ansible_connection") or DEFAULT_CONNECTION)
+
+
 def declared_out_of_service(hv: dict[str, Any]) -> bool:
     """A host the inventory itself says serves nothing before the run: ``serving: false``
     (the operator's word), or a simulated host (``ansible_connection: k3sim``) built cordoned
     (``sim_cordoned``), which is what a preflight would read from it."""
     if hv.get("serving") is False:
         return True
-    return hv.get("ansible_connection", "k3sim") == "k3sim" and initial_sim_scheduler_state(hv) != "schedulable"
+    return connection_of(hv) == "k3sim" and initial_sim_scheduler_state(hv) != "schedulable"

@@ -40,7 +40,7 @@ from pydantic import (
 )
 
 from k3rollout.errors import InputError
-from k3rollout.model.assertions import AssertionSyntaxError, check_expression, check_template
+from k3rollout.model.assertions import AssertionSyntaxError, check_expression, check_template, render, templated
 from k3rollout.model.durations import parse_duration
 from k3rollout.model.yamlsrc import LDict, LList, line_at, load_yaml, plain
 
@@ -452,6 +452,31 @@ class Play(_Strict):
     profile: str | None = Field(default=None, min_length=1)
     profile_overrides: dict[str, Any] | None = None
     stages: list[Stage]
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts(cls, v: str) -> str:
+        try:
+            check_template(v)
+        except AssertionSyntaxError as exc:
+            raise ValueError(str(exc)) from None
+        return v
+
+    def host_pattern(self) -> str:
+        """``hosts:`` as Ansible resolves it before it selects hosts: a template such as
+        ``"{{ k3_hosts | default('gpu_nodes') }}"`` rendered with the play's vars (``-e``
+        is merged over them), so one playbook serves inventories that name their GPU nodes
+        differently (``-e k3_hosts=slurm-node``). A list renders as Ansible's comma form."""
+        if not templated(self.hosts):
+            return self.hosts
+        try:
+            out = render(self.hosts, dict(self.vars))
+        except AssertionSyntaxError as exc:
+            raise InputError(f"hosts: {exc}") from None
+        pattern = ",".join(str(x) for x in out) if isinstance(out, list) else str(out).strip()
+        if not pattern:
+            raise InputError(f"hosts: {self.hosts!r} renders to an empty host pattern")
+        return pattern
 
     @field_validator("failure_budget", mode="before")
     @classmethod

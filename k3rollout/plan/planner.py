@@ -201,9 +201,14 @@ def _prestage(playbook: Playbook, hosts: list[str], in_place: bool, timing: dict
 def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | None = None,
               history: tm.History | None = None, facts: dict[str, dict[str, Any]] | None = None) -> Plan:
     play = playbook.play
-    hosts = inventory.select(play.hosts)
+    pattern = play.host_pattern()
+    hosts = inventory.select(pattern)
     if not hosts:
-        raise InputError(f"hosts pattern {play.hosts!r} matches no host in the inventory", path=inventory.path)
+        named = sorted(g for g in inventory.groups if g not in ("all", "ungrouped"))
+        shown = f"{pattern!r} (from {play.hosts!r})" if pattern != play.hosts else repr(pattern)
+        raise InputError(f"hosts pattern {shown} matches no host in the inventory; its groups are "
+                         f"{', '.join(named) or '(none)'}. Name the GPU nodes' group in the play's `hosts:` "
+                         "(the shipped playbook takes it from -e k3_hosts=GROUP)", path=inventory.path)
     total = len(hosts)
     floor = min_serving_count(play.min_serving, total)
     if floor > total:

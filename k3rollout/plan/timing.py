@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from k3rollout.model.inventory import connection_of
+
 UNKNOWN = "unknown"
 
 
@@ -45,7 +47,7 @@ def hardware_class(host_vars: dict[str, Any]) -> str:
     for key in ("hardware_class", "gpu_model"):
         if host_vars.get(key):
             return str(host_vars[key])
-    if host_vars.get("ansible_connection", "k3sim") == "k3sim":
+    if connection_of(host_vars) == "k3sim":
         return str(host_vars.get("sim_gpu") or "NVIDIA H200")
     return UNKNOWN
 

@@ -11,6 +11,7 @@ from k3rollout.errors import InputError
 def describe_where(host_vars: dict[str, Any], inventory_path: str) -> str:
     """One line: where this host's scheduler operations will run. Never the node itself."""
     from k3rollout.engine.steps import kubeconfig_for
+    from k3rollout.model.inventory import connection_of
     from k3rollout.scheduler import scheduler_for
     from k3rollout.scheduler.k8s_api import KubernetesApi, KubernetesError
 
@@ -21,7 +22,7 @@ def describe_where(host_vars: dict[str, Any], inventory_path: str) -> str:
         where = host_vars.get("k3_scheduler_host") or "controller"
         return f"scontrol on {'the controller' if where == 'controller' else where}"
     cfg, context = kubeconfig_for(host_vars, inventory_path)
-    if cfg is None and host_vars.get("ansible_connection", "k3sim") == "k3sim":
+    if cfg is None and connection_of(host_vars) == "k3sim":
         return "Kubernetes API of the simulated cluster (kubeconfig under the run directory), from the controller"
     try:
         api = KubernetesApi(cfg, context)

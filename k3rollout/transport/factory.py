@@ -11,10 +11,12 @@ SSH_KINDS = ("ssh", "paramiko")
 
 
 def connection_kind(hosts: dict[str, Any]) -> str:
-    kinds = {h.vars.get("ansible_connection", "k3sim") for h in hosts.values()}
+    from k3rollout.model.inventory import connection_of
+
+    kinds = {connection_of(h.vars) for h in hosts.values()}
     if len(kinds) > 1:
         raise InputError(f"the play mixes connections {sorted(kinds)}; one run uses one transport")
-    return kinds.pop() if kinds else "k3sim"
+    return kinds.pop() if kinds else "ssh"
 
 
 def vendor_task_files(playbook: Any) -> list[str]:

@@ -1,0 +1,74 @@
+"""Real public inventories (tests/data/inventories/real, sources in each file's header):
+NVIDIA DeepOps' and Kubespray's INI examples, which name their GPU nodes in their own groups
+and set no ``ansible_connection``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import DATA, PLAYBOOK, ROOT, cli
+
+from k3rollout.model import load_inventory, load_playbook
+from k3rollout.model.inputs import apply_overrides
+from k3rollout.plan import make_plan
+from k3rollout.transport.factory import connection_kind
+
+REAL = DATA / "inventories" / "real"
+
+
+@pytest.fixture
+def known_hosts(tmp_path):
+    f = tmp_path / "known_hosts"
+    f.write_text("")
+    return str(f)
+
+
+def test_deepops_inventory_names_its_groups_when_the_play_matches_none(tmp_path):
+    p = cli("plan", str(PLAYBOOK), "-i", str(REAL / "deepops.ini"))
+    assert p.returncode == 2
+    err = p.stderr
+    assert "deepops.ini" in err and "hosts pattern 'gpu_nodes'" in err
+    for group in ("kube-node", "slurm-node", "slurm-master", "kube-master", "etcd"):
+        assert group in err
+    assert "-e k3_hosts=GROUP" in err
+
+
+@pytest.mark.parametrize(("inventory", "group", "scheduler", "nodes", "where"), [
+    ("deepops.ini", "slurm-node", "slurm", ["gpu01", "gpu02"], "scontrol on the controller"),
+    ("kubespray.ini", "kube-node", "none", ["node2", "node3", "node4", "node5", "node6"], "nothing to cordon"),
+])
+def test_a_real_inventory_plans_its_gpu_group_over_ssh_never_on_the_simulator(
+        tmp_path, known_hosts, inventory, group, scheduler, nodes, where):
+    """The shipped playbook takes the GPU nodes' group from -e k3_hosts; hosts with no
+    ansible_connection are SSH hosts, as Ansible dials them, never simulated ones."""
+    args = ("plan", str(PLAYBOOK), "-i", str(REAL / inventory), "-e", f"k3_hosts={group}",
+            "-e", f"scheduler={scheduler}", "-e", f"k3_known_hosts_file={known_hosts}")
+    p = cli(*args, "--json")
+    assert p.returncode == 0, p.stderr
+    plan = json.loads(p.stdout)
+    assert plan["hosts"] == nodes
+    assert [n for b in plan["batches"] for n in b["nodes"]] == nodes
+    text = cli(*args).stdout
+    assert where in text and "simulated" not in text
+    inv = load_inventory(REAL / inventory)
+    playbook, inv = apply_overrides(load_playbook(PLAYBOOK), inv, {"extra_vars": {"k3_hosts": group}})
+    picked = make_plan(playbook, inv).hosts
+    assert connection_kind({h: inv.hosts[h] for h in picked}) == "ssh"
+
+
+def test_the_inventory_verb_matches_ansible_inventory_on_real_inventories():
+    import subprocess
+
+    from conftest import ansible_tool
+
+    for name in ("deepops.ini", "kubespray.ini"):
+        ours = json.loads(cli("inventory", "-i", str(REAL / name), "--list").stdout)
+        ref = json.loads(subprocess.run([ansible_tool("ansible-inventory"), "-i", str(REAL / name), "--list"],
+                                        capture_output=True, text=True, check=True, cwd=ROOT).stdout)
+        for data in (ours, ref):
+            data["_meta"].pop("profile", None)
+        assert ours == ref, name
+    kubespray = load_inventory(REAL / "kubespray.ini")
+    # the INI inline comment after ansible_host is a comment, not part of the value
+    assert kubespray.hosts["node2"].vars["ansible_host"] == "95.54.0.13"
