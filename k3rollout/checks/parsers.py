@@ -143,6 +143,24 @@ def scontrol_node_state(text: str) -> str:
     return "cordoned"
 
 
+# flags under which an IDLE node is not idle: a job is still completing there, or the
+# backfill scheduler has planned one on it (slurm.schedmd.com/scontrol.html, NODE STATE)
+_SLURM_NOT_IDLE_FLAGS = ("COMPLETING", "PLANNED")
+
+
+def scontrol_node_idle(text: str) -> tuple[bool, str]:
+    """``scontrol show node N``: (nothing runs there, the ``State=`` value). Idle is the
+    base state IDLE (a drained node, ``IDLE+DRAIN``, included), without a job completing
+    or planned there; MIXED, ALLOCATED (with or without DRAIN: DRAINING), DOWN or FAIL
+    are not."""
+    m = re.search(r"\bState=(\S+)", text)
+    if not m:
+        raise ParseError("no State= in scontrol output")
+    state = m.group(1).upper()
+    parts = state.rstrip("*~#!%$@^-").split("+")
+    return parts[0] == "IDLE" and not set(parts[1:]) & set(_SLURM_NOT_IDLE_FLAGS), state
+
+
 _SCHEDULER_STATE = {"kubernetes": kubectl_unschedulable, "slurm": scontrol_node_state}
 
 

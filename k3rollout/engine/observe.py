@@ -12,7 +12,8 @@ functions:
 - each serving container the baseline saw: its state and restart count, its image digest,
   ``/health``, a short request, the prefix-cache proof and the tool-call checks, against
   the running server without restarting it;
-- optionally the NCCL gate, only on nodes the scheduler shows idle (nothing runs there).
+- optionally the NCCL gate, only on nodes the scheduler shows idle (Slurm IDLE; no
+  Kubernetes pod there requests ``nvidia.com/gpu``); a busy node is skipped, with why.
 
 A pass compares what it found with the run's own evidence (``obs``, the keys listed in
 ``observe_context``) and evaluates the playbook's ``observe.keep_when`` and
@@ -51,7 +52,6 @@ from k3rollout.model.playbook import MultinodeParams, load_playbook, play_vars
 from k3rollout.report.result import build_result
 from k3rollout.runlog.journal import HAVE_SYNCFS, Journal, JournalWriteError
 from k3rollout.runlog.view import RunView, fold
-from k3rollout.scheduler.base import OUT_OF_SERVICE
 from k3rollout.stages import features, multinode, vllm_server
 from k3rollout.stages.base import NodeCtx, StepFailed
 from k3rollout.stages.cuda_check import TORCH_INIT
@@ -136,6 +136,9 @@ def run_reference(view: RunView, nodes: list[str]) -> dict[str, Any]:
                      "image_digest": f.get("image_digest"), "image_cuda": f.get("image_cuda"),
                      "serving": [{"name": c["name"], "image": c.get("image"), "digest": c.get("digest")}
                                  for c in n.baseline.get("serving_containers") or []],
+                     # each restarted serving container's RestartCount as the uncordon stage left it
+                     # (absent in runs made before the stage recorded it)
+                     "restart_counts": dict(f.get("serving_restart_counts") or {}),
                      "prefix_hit_rate": features.repeat_hit_rate(f.get("prefix_cache") or {}),
                      "tool_call_ok": f.get("tool_call_ok")}
     return {"nodes": per, "categories": sorted(categories)}
@@ -233,7 +236,8 @@ class Observer:
         evidence = EvidenceStore(self.run_dir / "evidence")
         evidence.track_pending = not HAVE_SYNCFS
         journal.extra_sync = evidence.sync
-        executor = make_executor(with_scheduler_hosts(self.inventory.hosts, list(self.nodes)), self.run_dir)
+        executor = make_executor(with_scheduler_hosts(self.inventory.hosts, list(self.nodes)), self.run_dir,
+                                 observation_pass=index)
         runner = self.runner = ReadOnlyRunner(journal, evidence, executor, self.inventory, self.redact,
                                               self.log.bind(run_id=self.run_id))
         rec = None
@@ -418,9 +422,12 @@ class Observer:
         return c
 
     def _nccl(self, ctx: NodeCtx, out: dict) -> None:
-        """The NCCL gate on one node, only when the scheduler shows nothing runs there."""
-        if out.get("scheduler_state") not in OUT_OF_SERVICE:
-            out["nccl"] = {"skipped": f"the node is {out.get('scheduler_state')}: not idle"}
+        """The NCCL gate on one node, only when the scheduler shows nothing runs there (Slurm
+        IDLE, no Kubernetes pod holding its GPUs): a busy node is skipped, its reason kept."""
+        idle, why = ctx.scheduler.idle(ctx)
+        out["scheduler_idle"] = {"idle": idle, "reason": why}
+        if not idle:
+            out["nccl"] = {"skipped": f"not idle: {why}; the NCCL gate never runs beside work"}
             return
         stage = next((s for s in self.playbook.stages if s.stage == "multinode"), None)
         params = stage.typed_params() if stage else MultinodeParams()
@@ -443,8 +450,10 @@ def observe_context(nodes: dict[str, dict], reference: dict, index: int, view: R
     cuda_failures, serving_failures, unreachable, prefix_hit_rate (lowest over the serving
     containers with prefix caching; None without), run_prefix_hit_rate (the run's lowest),
     prefix_hits_stopped, tool_call_failures, empty_tool_calls, restarts (containers
-    restarted since observation began, or not running), driver_drift, image_drift,
-    nccl_failures. Lists name nodes (``node`` or ``node/container``)."""
+    restarted since the run left them, or not running), restart_baseline ({container:
+    {count, source}}: the run's recorded RestartCount, or for a run that recorded none the
+    first observation pass's), driver_drift, image_drift, nccl_failures. Lists name nodes
+    (``node`` or ``node/container``)."""
     from datetime import datetime
 
     cats = set(reference["categories"])
@@ -453,6 +462,10 @@ def observe_context(nodes: dict[str, dict], reference: dict, index: int, view: R
     rates: list[float] = []
     stopped, no_cache, no_tools, tools_checked = [], [], [], 0
     first = _first_restarts(view)
+    recorded = {f"{node}/{name}": count for node, ref in reference["nodes"].items()
+                for name, count in (ref.get("restart_counts") or {}).items() if isinstance(count, int)}
+    baseline: dict[str, dict[str, Any]] = {}
+    from_first: list[str] = []
     for node, r in nodes.items():
         # not reached, or an answer that did not parse: the node could not be checked
         if not r.get("reachable") or any(f["check"] == "parse" for f in r["failures"]):
@@ -475,7 +488,16 @@ def observe_context(nodes: dict[str, dict], reference: dict, index: int, view: R
             if c.get("digest_drift"):
                 image_drift.append(f"{key}: {c['digest_drift']}")
             rc = c.get("restart_count")
-            if c.get("state") not in (None, "running") or (isinstance(rc, int) and key in first and rc > first[key]):
+            if key in recorded:
+                baseline[key] = {"count": recorded[key], "source": "run"}
+            else:
+                # a run made before the uncordon stage recorded restart counts (or a container
+                # the run did not restart): the first observation pass is the yardstick
+                from_first.append(key)
+                if key in first:
+                    baseline[key] = {"count": first[key], "source": "first observation pass"}
+            if c.get("state") not in (None, "running") or (
+                    isinstance(rc, int) and key in baseline and rc > baseline[key]["count"]):
                 restarts.append(key)
             pc = c.get("prefix_cache") or {}
             if pc.get("enabled") is False:
@@ -501,7 +523,7 @@ def observe_context(nodes: dict[str, dict], reference: dict, index: int, view: R
            "unreachable": unreachable, "prefix_hit_rate": min(rates) if rates else None,
            "run_prefix_hit_rate": min(run_rates) if run_rates else None, "prefix_hits_stopped": bool(stopped),
            "prefix_stopped_on": stopped, "tool_call_failures": tool_failures, "empty_tool_calls": empty_calls,
-           "restarts": restarts, "driver_drift": driver_drift, "image_drift": image_drift,
+           "restarts": restarts, "restart_baseline": baseline, "driver_drift": driver_drift, "image_drift": image_drift,
            "nccl_failures": nccl_failures, "run_categories": sorted(cats)}
     evidence = {
         "recurrence": {"ok": not recurrence and not cuda_failures,
@@ -526,10 +548,12 @@ def observe_context(nodes: dict[str, dict], reference: dict, index: int, view: R
                        + (f"; not checked on {_names(no_tools)} (launched without --enable-auto-tool-choice)"
                           if no_tools else "")},
         "maintainability": {"ok": not (driver_drift or image_drift or restarts or unreachable),
-                            "detail": "; ".join(driver_drift + image_drift
+                            "detail": ("; ".join(driver_drift + image_drift
                                                 + [f"{k} restarted or not running" for k in restarts]
                                                 + [f"{k} unreachable" for k in unreachable])
-                            or "driver, fabric manager and images as the run left them; no serving restarts"},
+                            or "driver, fabric manager and images as the run left them; no serving restarts")
+                           + (f"; serving restart counts of {_names(from_first)} compared with the first "
+                              "observation pass (the run recorded none)" if from_first else "")},
     }
     return obs, evidence
 

@@ -38,6 +38,13 @@ class Scheduler(Protocol):
         """The node's state as the scheduler sees it now."""
         ...
 
+    def idle(self, ctx: NodeCtx) -> tuple[bool, str]:
+        """Whether the scheduler shows nothing running on the node now (read-only): Slurm
+        state IDLE (no jobs, none completing or planned there: never MIXED, ALLOCATED or
+        DRAINING), Kubernetes no pod bound there that requests ``nvidia.com/gpu`` and has
+        not ended. (idle, what the scheduler showed or why not.)"""
+        ...
+
     def cordon(self, ctx: NodeCtx) -> tuple[bool, str, str]:
         """Take the node out of service: mark it unschedulable and wait until no work runs
         there, bounded by the cordon stage's ``drain_timeout``. (ok, why not, output tail

@@ -35,6 +35,7 @@ GPU_OPERATOR_UPGRADE_STATES = ("upgrade-required", "cordon-required", "wait-for-
                                "validation-required", "uncordon-required", "upgrade-done")
 GPU_OPERATOR_DONE, GPU_OPERATOR_FAILED = "upgrade-done", "upgrade-failed"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+GPU_RESOURCE = "nvidia.com/gpu"       # the NVIDIA device plugin's extended resource
 
 
 class KubernetesError(K3RolloutError):
@@ -79,6 +80,19 @@ def _err(exc: Any, what: str) -> KubernetesError:
         return KubernetesError(f"{what}: HTTP {exc.status} {body.get('reason') or exc.reason}: {msg}",
                                status=exc.status, reason=str(body.get("reason") or exc.reason))
     return KubernetesError(f"{what}: {type(exc).__name__}: {exc}")
+
+
+def _gpu_count(container: Any) -> int:
+    """The ``nvidia.com/gpu`` a container asks for (its request, else its limit)."""
+    res = container.resources
+    for table in (getattr(res, "requests", None), getattr(res, "limits", None)):
+        value = (table or {}).get(GPU_RESOURCE)
+        if value is not None:
+            try:
+                return int(str(value))
+            except ValueError:
+                return 1            # a quantity that is not a plain count still asks for GPUs
+    return 0
 
 
 def _micro(t: datetime) -> str:
@@ -154,6 +168,19 @@ class KubernetesApi:
             return list(self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items)
         except Exception as exc:  # noqa: BLE001 - translated once, here
             raise _err(exc, f"list pods on {name}") from None
+
+    def gpu_pods_on(self, name: str) -> list[str]:
+        """``namespace/name`` of each pod bound to the node that has not ended (Pending or
+        Running) and whose containers request ``nvidia.com/gpu`` (an extended resource: its
+        request is its limit when only the limit is set)."""
+        out = []
+        for pod in self.pods_on(name):
+            if pod.status and pod.status.phase in ("Succeeded", "Failed"):
+                continue
+            spec = pod.spec
+            if any(_gpu_count(c) > 0 for c in (spec.containers or []) + (spec.init_containers or [])):
+                out.append(f"{pod.metadata.namespace}/{pod.metadata.name}")
+        return out
 
     @staticmethod
     def _left_alone(pod: Any) -> bool:

@@ -49,6 +49,17 @@ class Kubernetes:
             return "unknown"
         return "cordoned" if res.answer["unschedulable"] else "schedulable"
 
+    def idle(self, ctx: NodeCtx) -> tuple[bool, str]:
+        res = self._call(ctx, "scheduler-idle", ["GET", f"pods?fieldSelector=spec.nodeName={ctx.node}"],
+                         lambda a: {"gpu_pods": a.gpu_pods_on(ctx.node)})
+        if not res.ok:
+            return False, f"could not list the node's pods: {res.error}"
+        pods = res.answer["gpu_pods"]
+        if pods:
+            shown = ", ".join(pods[:3]) + (f" and {len(pods) - 3} more" if len(pods) > 3 else "")
+            return False, f"{len(pods)} pod(s) requesting nvidia.com/gpu run there ({shown})"
+        return True, "no pod there requests nvidia.com/gpu"
+
     def driver_owner(self, ctx: NodeCtx) -> str | None:
         """``"gpu-operator"`` when the NVIDIA GPU Operator runs this node's driver as a
         container (a host package upgrade must not be attempted there), else None."""

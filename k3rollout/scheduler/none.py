@@ -17,6 +17,9 @@ class NoScheduler:
     def read_state(self, ctx: NodeCtx) -> str:
         return "unmanaged"
 
+    def idle(self, ctx: NodeCtx) -> tuple[bool, str]:
+        return False, "no scheduler: nothing shows whether work runs there"
+
     def cordon(self, ctx: NodeCtx) -> tuple[bool, str, str]:
         return True, "scheduler 'none': nothing to cordon", ""
 

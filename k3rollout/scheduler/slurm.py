@@ -53,6 +53,16 @@ class Slurm:
         except parsers.ParseError:
             return "unknown"
 
+    def idle(self, ctx: NodeCtx) -> tuple[bool, str]:
+        res = self._step(ctx, "scheduler-idle", ["show", "node", ctx.node])
+        if not res.ok:
+            return False, f"scontrol show node failed (rc {res.rc}): {res.tail(200)}"
+        try:
+            idle, state = parsers.scontrol_node_idle(res.stdout)
+        except parsers.ParseError as exc:
+            return False, f"scontrol show node: {exc}"
+        return idle, f"Slurm shows it {state}" + ("" if idle else " (jobs run, complete or are planned there)")
+
     def _drain_set(self, ctx: NodeCtx, meta: dict | None = None) -> bool:
         return self.read_state(ctx) in ("draining", "cordoned")
 

@@ -122,7 +122,12 @@ def _run(state_dir: Path, state: dict, name: str, args: list[str], stdin: bytes 
                                f"{'No route to host' if state['dead'] else 'Connection refused'}\n",
                       unreachable=True)
     st.log_command(state_dir, [name, *args])
-    st.activate_late_faults(state, st.sim_now())
+    for fault in st.activate_late_faults(state, st.sim_now()):
+        if fault == "serving_crash":
+            # the serving process is killed once; Docker's restart policy answers it
+            for cname in sorted({srv["container"] for srv in state["servers"].values()}):
+                if cname in state["docker"]["containers"]:
+                    dk.crash(state, cname, state_dir)
     if state["latency_s"]:
         time.sleep(state["latency_s"])
     drop = _drops_here(state, [name, *args])

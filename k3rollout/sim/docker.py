@@ -169,6 +169,9 @@ def docker(state: dict[str, Any], args: list[str], state_dir: Path | None = None
             if n not in d["containers"]:
                 return 1, "", f"Error response from daemon: No such container: {n}\nError: failed to start containers: {n}\n"
             d["containers"][n].pop("stopped_by_user", None)
+            # a start by hand resets the restart manager and its count (moby daemon/start.go:
+            # containerStart(..., resetRestartManager=true) -> ResetRestartManager(true))
+            d["containers"][n]["restart_count"] = 0
             rc, out, err = _start(state, n, state_dir)
             if rc:
                 return rc, out, err
@@ -387,7 +390,9 @@ def on_boot(state: dict[str, Any]) -> None:
     says so. ``always`` and ``unless-stopped`` restart a container that exited on an error
     too (Docker kept restarting it; a failed start is not a stop), ``unless-stopped`` not
     one a person stopped with ``docker stop`` (docs.docker.com, "Start containers
-    automatically"); ``on-failure`` one that exited non-zero."""
+    automatically"); ``on-failure`` one that exited non-zero. The daemon's restore starts
+    them as a start by hand does, resetting ``RestartCount`` to 0 (moby daemon/daemon.go:
+    ``containerStart(..., true)``)."""
     for name, c in state["docker"]["containers"].items():
         was_running = c["status"] == "running"
         c["status"] = "exited"
@@ -396,8 +401,25 @@ def on_boot(state: dict[str, Any]) -> None:
         again = policy == "always" or (policy == "unless-stopped" and not c.get("stopped_by_user")) or \
             (policy == "on-failure" and c["exit_code"] != 0)
         if again:
-            c["restart_count"] = c.get("restart_count", 0) + 1
+            c["restart_count"] = 0
             _start(state, name)
+
+
+def crash(state: dict[str, Any], name: str, state_dir: Path | None = None) -> None:
+    """The container's process is killed while the daemon runs (an Xid error, the kernel's
+    OOM killer: exit 137). Docker's restart manager restarts it as its policy says and
+    counts the restart in ``RestartCount`` (moby daemon/monitor.go: the restart after an
+    exit keeps the count and adds one); with ``no`` (or ``on-failure`` after a clean exit)
+    it stays exited."""
+    c = state["docker"]["containers"][name]
+    if c["status"] != "running":
+        return
+    _stop(state, name)
+    c["exit_code"] = 137
+    policy = c.get("restart")
+    if policy in ("always", "unless-stopped", "on-failure"):
+        c["restart_count"] = c.get("restart_count", 0) + 1
+        _start(state, name, state_dir)
 
 
 # ---------------------------------------------------------------- curl

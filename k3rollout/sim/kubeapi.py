@@ -350,14 +350,19 @@ class Cluster:
             serving = any(c["status"] == "running" for c in s["docker"]["containers"].values())
             if serving and s["scheduler"]["state"] == "schedulable" and \
                     not any(p["metadata"]["namespace"] == "inference" for p in mine):
-                self._new_pod(name, "inference", "k2-serving-7d9f8b6c5", "ReplicaSet", "k2-serving-7d9f8b6c5")
+                # the serving pod holds the node's GPUs (the device plugin's nvidia.com/gpu)
+                self._new_pod(name, "inference", "k2-serving-7d9f8b6c5", "ReplicaSet", "k2-serving-7d9f8b6c5",
+                              gpus=s["gpu"]["count"])
                 changed = True
         if changed:
             self._save()
 
     def _new_pod(self, node: str, ns: str, prefix: str, owner_kind: str, owner: str, app: str | None = None,
-                 crashing: bool = False) -> None:
+                 crashing: bool = False, gpus: int = 0) -> None:
         name = f"{prefix}-{uuid.uuid4().hex[:5]}"
+        container: dict[str, Any] = {"name": prefix.split("-")[0], "image": "registry/x:1"}
+        if gpus:
+            container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}, "requests": {"nvidia.com/gpu": str(gpus)}}
         self.data["pods"][f"{ns}/{name}"] = {
             "kind": "Pod", "apiVersion": "v1",
             "metadata": {"name": name, "namespace": ns, "uid": str(uuid.uuid4()), "resourceVersion": self._rv(),
@@ -365,7 +370,7 @@ class Cluster:
                          "ownerReferences": [{"apiVersion": "apps/v1", "kind": owner_kind, "name": owner,
                                               "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, owner)),
                                               "controller": True, "blockOwnerDeletion": True}]},
-            "spec": {"nodeName": node, "containers": [{"name": prefix.split("-")[0], "image": "registry/x:1"}],
+            "spec": {"nodeName": node, "containers": [container],
                      "terminationGracePeriodSeconds": 30},
             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
         }

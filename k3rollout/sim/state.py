@@ -21,7 +21,7 @@ from typing import Any
 
 from k3rollout import fastjson
 from k3rollout.checks import driver_facts
-from k3rollout.model.inventory import initial_sim_scheduler_state
+from k3rollout.model.inventory import SIM_FAULTS, initial_sim_scheduler_state
 from k3rollout.sim.repos import REPO_DRIVERS, initial_packages  # noqa: F401  (REPO_DRIVERS: the repositories' releases)
 
 # Images the simulated registry can pull. CUDA_VERSION / NVIDIA_REQUIRE_CUDA follow the
@@ -77,14 +77,31 @@ def sim_now() -> float:
     return time.time() + parse_duration(off)
 
 
+# faults that only make sense as events after the run (sim_late_faults): the serving
+# container's process is killed once and Docker's restart policy restarts it (docker.crash)
+LATE_ONLY_FAULTS = ("serving_crash",)
+
+
 def late_faults(hv: dict[str, Any], created: float) -> list[dict[str, Any]]:
     """``sim_late_faults``: ``[{fault: cuda_init_fails, after: 12h}]`` (after the host was
-    first seen, i.e. the start of the run) or ``{fault: ..., at: <unix time>}``."""
+    first seen, i.e. the start of the run), ``{fault: ..., at: <unix time>}``, or
+    ``{fault: ..., pass: N}`` (from the N-th ``k3rollout observe`` pass of the run on: the
+    simulated cluster is told which pass is looking, see ``begin_observation``)."""
     out = []
     for item in hv.get("sim_late_faults") or []:
-        if not isinstance(item, dict) or "fault" not in item or ("after" in item) == ("at" in item):
-            raise ValueError(f"sim_late_faults: each item is {{fault: NAME, after: DURATION}} or {{fault: NAME, at: "
-                             f"UNIX_TIME}}, got {item!r}")
+        when = [k for k in ("after", "at", "pass") if isinstance(item, dict) and k in item]
+        if not isinstance(item, dict) or "fault" not in item or len(when) != 1:
+            raise ValueError(f"sim_late_faults: each item is {{fault: NAME, after: DURATION}}, {{fault: NAME, at: "
+                             f"UNIX_TIME}} or {{fault: NAME, pass: N}}, got {item!r}")
+        if item["fault"] not in SIM_FAULTS + LATE_ONLY_FAULTS:
+            raise ValueError(f"sim_late_faults: unknown fault {item['fault']!r}; known: "
+                             f"{', '.join(SIM_FAULTS + LATE_ONLY_FAULTS)}")
+        if "pass" in item:
+            n = item["pass"]
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ValueError(f"sim_late_faults: pass is an observation pass number (1, 2, ...), got {item!r}")
+            out.append({"fault": str(item["fault"]), "pass": n})
+            continue
         if "at" in item:
             at = float(item["at"])
         else:
@@ -95,19 +112,34 @@ def late_faults(hv: dict[str, Any], created: float) -> list[dict[str, Any]]:
     return out
 
 
-def activate_late_faults(state: dict[str, Any], now: float) -> None:
-    """A late fault whose time has come joins the host's faults (and the record of its running servers;
-    a fault of the serving process itself shows from the server's next start)."""
-    due = [f for f in state.get("late_faults", []) if f["at"] <= now]
+def begin_observation(state_dir: Path, index: int) -> None:
+    """The controller's ``k3rollout observe`` pass ``index`` is about to look at this host:
+    a late fault given as ``pass: N`` starts with pass N (at the pass's first command)."""
+    with transaction(state_dir) as state:
+        state["observation_pass"] = max(int(state.get("observation_pass", 0)), index)
+
+
+def _due(f: dict[str, Any], state: dict[str, Any], now: float) -> bool:
+    if "pass" in f:
+        return int(state.get("observation_pass", 0)) >= f["pass"]
+    return f["at"] <= now
+
+
+def activate_late_faults(state: dict[str, Any], now: float) -> list[str]:
+    """A late fault whose time (or observation pass) has come joins the host's faults (and
+    the record of its running servers; a fault of the serving process itself shows from the
+    server's next start). Returns the faults that started now."""
+    due = [f for f in state.get("late_faults", []) if _due(f, state, now)]
     if not due:
-        return
-    state["late_faults"] = [f for f in state["late_faults"] if f["at"] > now]
+        return []
+    state["late_faults"] = [f for f in state["late_faults"] if not _due(f, state, now)]
     for f in due:
         if f["fault"] not in state["faults"]:
             state["faults"].append(f["fault"])
         for srv in state["servers"].values():
             if f["fault"] not in srv.setdefault("faults", []):
                 srv["faults"].append(f["fault"])
+    return [f["fault"] for f in due]
 
 
 def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> dict[str, Any]:

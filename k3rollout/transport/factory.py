@@ -85,12 +85,15 @@ def check_ssh_settings(hosts: dict[str, Any]) -> None:
         resolver.resolve(name, h.vars)
 
 
-def make_executor(hosts: dict[str, Any], run_dir: Path) -> Any:
+def make_executor(hosts: dict[str, Any], run_dir: Path, observation_pass: int | None = None) -> Any:
+    """The run's transport. ``observation_pass``: the ``k3rollout observe`` pass it serves,
+    which only a simulated cluster is told (its late faults may start at a pass)."""
     kind = connection_kind(hosts)
     if kind == "k3sim":
         from k3rollout.transport.sim import SimExecutor
 
-        return SimExecutor(run_dir / "sim-hosts", {n: h.vars for n, h in hosts.items()})
+        return SimExecutor(run_dir / "sim-hosts", {n: h.vars for n, h in hosts.items()},
+                           observation_pass=observation_pass)
     if kind in SSH_KINDS:
         from k3rollout.toolpaths import find_tool
         from k3rollout.transport.ssh import SSHExecutor

@@ -37,9 +37,15 @@ class SimExecutor:
     kind = "k3sim"
     answer_margin_s = 30.0      # past a command's timeout (the simulator has no timeouts of its own)
 
-    def __init__(self, root: Path, hosts: dict[str, dict[str, Any]], poll_s: float = 0.02):
+    def __init__(self, root: Path, hosts: dict[str, dict[str, Any]], poll_s: float = 0.02,
+                 observation_pass: int | None = None):
         self.root = Path(root)
         self.dirs = init_cluster(self.root, hosts)
+        if observation_pass is not None:
+            # the simulated hosts learn which ``k3rollout observe`` pass looks at them (a late
+            # fault may start at a pass); a real host is told nothing
+            for d in self.dirs.values():
+                st.begin_observation(d, observation_pass)
         self.poll_s = poll_s
         self._addresses: dict[str, str] = {}
         self._local = threading.local()

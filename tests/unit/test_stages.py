@@ -223,10 +223,12 @@ def test_uncordon_restarts_serving_and_uncordons_a_node_that_was_schedulable(sta
     h, srv = kube_harness(stage_harness, kube_api)
     KubernetesApi(str(kube_api[1])).cordon("gpu-01")
     fake_executor.expect(["docker", "start", "vllm-k2"], stdout="vllm-k2\n")
-    fake_executor.expect(["docker", "inspect", "-f", "{{.State.Status}}", "vllm-k2"], stdout="running\n")
+    fake_executor.expect(["docker", "inspect", "-f", "{{.State.Status}} {{.RestartCount}}", "vllm-k2"],
+                         stdout="running 0\n")
     out = uncordon.run(h.ctx("uncordon", facts={"stopped_serving": ["vllm-k2"]},
                              baseline={"scheduler_state": "schedulable"}))
-    assert out.passed and out.facts == {"scheduler_state": "schedulable"}
+    # the restart count the run leaves: observe compares its passes with it
+    assert out.passed and out.facts == {"scheduler_state": "schedulable", "serving_restart_counts": {"vllm-k2": 0}}
     steps = [(r["step"], r["once"], r.get("kind")) for r in h.steps() if not r["step"].startswith("upgrade-state-")]
     assert steps == [("start-vllm-k2", False, None), ("state-vllm-k2", False, None), ("uncordon", True, "api"),
                      ("scheduler-state", False, "api")]
@@ -249,7 +251,8 @@ def test_uncordon_does_not_return_a_node_whose_workload_did_not_restart(stage_ha
     fake_executor.expect(["docker", "start", "vllm-k2"], rc=1,
                          stderr="Error response from daemon: could not select device driver \"\" with capabilities: "
                                 "[[gpu]]\nError: failed to start containers: vllm-k2\n")
-    fake_executor.expect(["docker", "inspect", "-f", "{{.State.Status}}", "vllm-k2"], stdout="exited\n")
+    fake_executor.expect(["docker", "inspect", "-f", "{{.State.Status}} {{.RestartCount}}", "vllm-k2"],
+                         stdout="exited 0\n")
     out = uncordon.run(h.ctx("uncordon", facts={"stopped_serving": ["vllm-k2"]},
                              baseline={"scheduler_state": "schedulable"}))
     assert not out.passed
@@ -262,7 +265,8 @@ def test_uncordon_a_container_that_started_and_exited_is_not_restarted(stage_har
     failing on the new driver): only its state afterwards tells."""
     h, _ = kube_harness(stage_harness, kube_api)
     fake_executor.expect(["docker", "start", "vllm-k2"], stdout="vllm-k2\n")
-    fake_executor.expect(["docker", "inspect", "-f", "{{.State.Status}}", "vllm-k2"], stdout="exited\n")
+    fake_executor.expect(["docker", "inspect", "-f", "{{.State.Status}} {{.RestartCount}}", "vllm-k2"],
+                         stdout="exited 0\n")
     out = uncordon.run(h.ctx("uncordon", facts={"stopped_serving": ["vllm-k2"]},
                              baseline={"scheduler_state": "schedulable"}))
     assert not out.passed and out.facts == {"restarted_serving_failed": ["vllm-k2"]}
