@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, journal, result, sim_state, write_inventory, write_playbook
+from conftest import ROOT, api_changes, journal, result, sim_state, write_inventory, write_playbook
 
 from k3rollout.cli import main
 
@@ -53,6 +53,7 @@ def test_observe_once_keeps_a_good_driver_changes_nothing_and_leaves_the_run_as_
     assert result(run_dir)["status"] == "completed"
     before = {h: len(_ran(run_dir, h)) for h in ("gpu-01", "gpu-02")}
     states = {h: sim_state(run_dir, h) for h in ("gpu-01", "gpu-02")}
+    api_before = {h: api_changes(run_dir, h) for h in ("gpu-01", "gpu-02")}
     result_before = (run_dir / "result.json").read_bytes()
 
     assert main(["observe", str(run_dir), "--once"]) == 0
@@ -81,6 +82,10 @@ def test_observe_once_keeps_a_good_driver_changes_nothing_and_leaves_the_run_as_
         assert after["servers"]["8001"]["instance"] == states[node]["servers"]["8001"]["instance"]
         assert after["docker"]["containers"]["vllm-serving"] == states[node]["docker"]["containers"]["vllm-serving"]
         assert after["scheduler"] == states[node]["scheduler"] and after["loaded_driver"] == "580.95.05"
+        # the Kubernetes API was only read: its audit log of changes to the node and its pods is as it was
+        assert api_changes(run_dir, node) == api_before[node]
+        # the run recorded the serving container's restart count; the pass compared with it
+        assert o["restart_baseline"][f"{node}/vllm-serving"] == {"count": 0, "source": "run"}
 
     # the journal still verifies, result.json is the run's, resume has nothing to do
     assert (run_dir / "result.json").read_bytes() == result_before
@@ -221,7 +226,10 @@ def test_observe_refuses_a_run_that_upgraded_nothing(tmp_path, capsys):
     assert "nothing to observe" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("bad", [[{"fault": "cuda_init_fails"}], [{"fault": "x", "after": "1h", "at": 5}]])
+@pytest.mark.parametrize("bad", [[{"fault": "cuda_init_fails"}], [{"fault": "x", "after": "1h", "at": 5}],
+                                 [{"fault": "cuda_init_fails", "pass": 2, "after": "1h"}],
+                                 [{"fault": "cuda_init_fails", "pass": 0}], [{"fault": "cuda_init_fails", "pass": "2"}],
+                                 [{"fault": "no_such_fault", "pass": 1}]])
 def test_sim_late_faults_must_say_when(tmp_path, bad):
     from k3rollout.sim.state import late_faults
 
@@ -229,17 +237,120 @@ def test_sim_late_faults_must_say_when(tmp_path, bad):
         late_faults({"sim_late_faults": bad}, 0.0)
 
 
-def test_nccl_gate_runs_only_on_nodes_the_scheduler_shows_idle(tmp_path):
-    # gpu-01 was cordoned before the run and stays cordoned (nothing runs there); gpu-02 serves
+def test_nccl_gate_runs_only_where_no_pod_holds_the_gpus_and_a_busy_node_is_left_alone(tmp_path):
+    from k3rollout.sim import state as st
+
+    # gpu-01 was cordoned before the run and stays cordoned (no pod runs there); gpu-02 serves,
+    # its serving pod holding the node's GPUs (nvidia.com/gpu)
     run_dir = _rollout(tmp_path, {"gpu-01": {"sim_cordoned": True}, "gpu-02": {}}, observe={"nccl": True})
     before = {h: len(_ran(run_dir, h)) for h in ("gpu-01", "gpu-02")}
+    api_before = {h: api_changes(run_dir, h) for h in ("gpu-01", "gpu-02")}
     assert main(["observe", str(run_dir), "--once"]) == 0
     o = _observations(run_dir)[-1]
     idle, busy = o["nodes"]["gpu-01"], o["nodes"]["gpu-02"]
-    assert idle["scheduler_state"] == "cordoned" and idle["nccl"]["ok"] and idle["nccl"]["largest_busbw"] >= 300
-    assert "not idle" in busy["nccl"]["skipped"]
+    assert idle["scheduler_idle"]["idle"] and idle["nccl"]["ok"] and idle["nccl"]["largest_busbw"] >= 300
+    assert busy["scheduler_state"] == "schedulable" and not busy["scheduler_idle"]["idle"]
+    assert re.search(r"not idle: 1 pod\(s\) requesting nvidia.com/gpu run there \(inference/k2-serving-",
+                     busy["nccl"]["skipped"]), busy["nccl"]
     assert any(c.startswith("all_reduce_perf") for c in _ran(run_dir, "gpu-01")[before["gpu-01"]:])
     assert not any("all_reduce_perf" in c for c in _ran(run_dir, "gpu-02")[before["gpu-02"]:])
+
+    # an operator cordons gpu-02 (cordoned, not drained: its serving pod keeps running there):
+    # out of service, but not idle, so the gate still leaves it alone
+    with st.transaction(run_dir / "sim-hosts" / "gpu-02") as state:
+        state["scheduler"]["state"] = "cordoned"
+    mid = len(_ran(run_dir, "gpu-02"))
+    assert main(["observe", str(run_dir), "--once"]) == 0
+    busy = _observations(run_dir)[-1]["nodes"]["gpu-02"]
+    assert busy["scheduler_state"] == "cordoned" and "inference/k2-serving-" in busy["nccl"]["skipped"]
+    assert not any("all_reduce_perf" in c for c in _ran(run_dir, "gpu-02")[mid:])
+    # the idleness was read from the API server, which was asked to change nothing
+    for h in ("gpu-01", "gpu-02"):
+        assert api_changes(run_dir, h) == api_before[h]
+        ran = _ran(run_dir, h)[before[h]:]
+        assert all(c.startswith(READ_ONLY) for c in ran), [c for c in ran if not c.startswith(READ_ONLY)]
+
+
+def test_under_slurm_the_nccl_gate_runs_on_an_idle_node_and_skips_one_running_jobs(tmp_path):
+    import yaml
+
+    from k3rollout.sim import state as st
+
+    # scontrol runs on the cluster's slurmctld host, slurm-ctl, never on a GPU node
+    inv = {"all": {"vars": {"ansible_connection": "k3sim", "scheduler": "slurm"},
+                   "children": {"gpu_nodes": {"vars": {"k3_scheduler_host": "slurm-ctl",
+                                                       "sim_serving_args": SERVING},
+                                              "hosts": {"gpu-01": None, "gpu-02": None}},
+                                "slurm_controller": {"hosts": {"slurm-ctl": None}}}}}
+    (tmp_path / "inv").mkdir()
+    (tmp_path / "inv" / "hosts.yml").write_text(yaml.safe_dump(inv, sort_keys=False))
+    pb = write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0, max_fail_percentage=100, observe={"nccl": True})
+    run_dir = tmp_path / "run"
+    main(["run", str(pb), "-i", str(tmp_path / "inv" / "hosts.yml"), "--yes", "--run-dir", str(run_dir)])
+    assert {n: r["final"] for n, r in result(run_dir)["nodes"].items()} == {"gpu-01": "upgraded", "gpu-02": "upgraded"}
+    # back in service after the run: gpu-01 runs nothing (IDLE); a job now holds half of gpu-02 (MIXED)
+    with st.transaction(run_dir / "sim-hosts" / "gpu-02") as state:
+        state["scheduler"]["jobs"].append({"id": 4242, "cpus": 112, "end": time.time() + 3600})
+    before = {h: len(_ran(run_dir, h)) for h in ("gpu-01", "gpu-02", "slurm-ctl")}
+    assert main(["observe", str(run_dir), "--once"]) == 0
+    o = _observations(run_dir)[-1]
+    idle, busy = o["nodes"]["gpu-01"], o["nodes"]["gpu-02"]
+    # schedulable and IDLE: nothing runs there, so the gate runs (cordoned is not the test)
+    assert idle["scheduler_state"] == "schedulable" and idle["scheduler_idle"] == {"idle": True,
+                                                                                  "reason": "Slurm shows it IDLE"}
+    assert idle["nccl"]["ok"]
+    assert busy["nccl"] == {"skipped": "not idle: Slurm shows it MIXED (jobs run, complete or are planned there); "
+                                       "the NCCL gate never runs beside work"}
+    assert any(c.startswith("all_reduce_perf") for c in _ran(run_dir, "gpu-01")[before["gpu-01"]:])
+    assert not any("all_reduce_perf" in c for c in _ran(run_dir, "gpu-02")[before["gpu-02"]:])
+    # the job runs on, untouched; the controller host only answered queries
+    assert [j["id"] for j in sim_state(run_dir, "gpu-02")["scheduler"]["jobs"]] == [4242]
+    ctl = _ran(run_dir, "slurm-ctl")[before["slurm-ctl"]:]
+    assert ctl and all(c.startswith("scontrol show node ") for c in ctl), ctl
+
+
+def test_the_run_records_serving_restart_counts_and_a_restart_before_the_first_pass_is_caught(tmp_path):
+    # the serving process on gpu-01 is killed once just before the first observation pass
+    # looks (an Xid error, the OOM killer); Docker's restart policy (unless-stopped) restarts it
+    run_dir = _rollout(tmp_path, {"gpu-01": {"sim_late_faults": [{"fault": "serving_crash", "pass": 1}]},
+                                  "gpu-02": {}})
+    # the uncordon stage recorded each restarted container's RestartCount: 0 after a start by hand
+    facts = [r["facts"] for r in journal(run_dir) if r["type"] == "facts" and "serving_restart_counts" in r["facts"]]
+    assert {tuple(f["serving_restart_counts"].items()) for f in facts} == {(("vllm-serving", 0),)} and len(facts) == 2
+    instance = sim_state(run_dir, "gpu-01")["servers"]["8001"]["instance"]
+
+    assert main(["observe", str(run_dir), "--once"]) == 0
+    o = _observations(run_dir)[-1]
+    # caught at the first pass, against the run's own count (a first-pass yardstick would miss it)
+    (srv,) = o["nodes"]["gpu-01"]["serving"]
+    assert srv["restart_count"] == 1 and srv["state"] == "running" and srv["ok"]
+    assert o["obs"]["restarts"] == ["gpu-01/vllm-serving"]
+    assert o["obs"]["restart_baseline"] == {"gpu-01/vllm-serving": {"count": 0, "source": "run"},
+                                            "gpu-02/vllm-serving": {"count": 0, "source": "run"}}
+    assert o["decision"] == "stay_isolated" and "obs.restarts | length == 0" in o["recommendation"]["why"]
+    assert not o["evidence"]["maintainability"]["ok"]
+    assert "gpu-01/vllm-serving restarted or not running" in o["evidence"]["maintainability"]["detail"]
+    # Docker restarted it, not the pass
+    assert sim_state(run_dir, "gpu-01")["servers"]["8001"]["instance"] != instance
+    md = (run_dir / "report.md").read_text()
+    assert "gpu-01/vllm-serving restarted or not running" in md[md.index("## Observation"):]
+
+
+def test_a_late_fault_given_as_a_pass_is_caught_at_that_pass_and_not_before(tmp_path):
+    # gpu-02 fails CUDA init in the run (triaged); the same fault starts on gpu-01 with the
+    # third observation pass, whenever that is
+    run_dir = _rollout(tmp_path, {"gpu-01": {"sim_late_faults": [{"fault": "cuda_init_fails", "pass": 3}]},
+                                  "gpu-02": {"sim_faults": ["cuda_init_fails"]}})
+    category = result(run_dir)["nodes"]["gpu-02"]["triage"]
+    for expected in (0, 0, 1):
+        assert main(["observe", str(run_dir), "--once"]) == expected
+    first, second, third = _observations(run_dir)
+    assert [o["index"] for o in (first, second, third)] == [1, 2, 3]
+    assert first["decision"] == second["decision"] == "keep"
+    assert first["obs"]["recurrence"] == second["obs"]["recurrence"] == []
+    assert third["decision"] == "rollback"
+    assert third["obs"]["recurrence"] == [{"node": "gpu-01", "check": "cuda_init", "category": category}]
+    assert sim_state(run_dir, "gpu-01")["loaded_driver"] == "580.95.05"     # recommended, not done
 
 
 def _serving(**kw) -> dict:
@@ -256,8 +367,19 @@ def test_each_pass_is_compared_with_the_runs_evidence():
     good = {"n1": {"reachable": True, "failures": [], "serving": [_serving()]}}
     obs, ev = observe_context(good, ref, 1, view, 3600.0 + 1_796_256_000)
     assert all(e["ok"] for e in ev.values()) and obs["prefix_hit_rate"] == obs["run_prefix_hit_rate"] == 0.9
+    # a run made before restart counts were recorded: nothing to compare the first pass with, and the report says so
+    assert obs["restarts"] == [] and obs["restart_baseline"] == {}
+    assert "restart counts of n1/vllm-serving compared with the first observation pass (the run recorded none)" in \
+        ev["maintainability"]["detail"]
 
-    # the first pass's restart count is the yardstick for later ones
+    # the run's recorded count is the yardstick, from the first pass on
+    recorded = {**ref, "nodes": {"n1": {"prefix_hit_rate": 0.9, "restart_counts": {"vllm-serving": 0}}}}
+    once = {"n1": {"reachable": True, "failures": [], "serving": [_serving(restart_count=1)]}}
+    obs, ev = observe_context(once, recorded, 1, view, 0.0)
+    assert obs["restarts"] == ["n1/vllm-serving"] and obs["restart_baseline"]["n1/vllm-serving"]["source"] == "run"
+    assert "first observation pass" not in ev["maintainability"]["detail"]
+
+    # without it, the first pass's restart count is the yardstick for later ones
     view.observations.append({"index": 1, "nodes": good})
     bad = {"n1": {"reachable": True, "failures": [{"check": "cuda_init", "category": "container_runtime"}],
                   "driver_drift": ["driver_version 580.105.08 (the run left 580.95.05)"],
@@ -268,6 +390,7 @@ def test_each_pass_is_compared_with_the_runs_evidence():
     assert obs["passes"] == 2
     assert obs["recurrence"] == [{"node": "n1", "check": "cuda_init", "category": "container_runtime"}]
     assert obs["cuda_failures"] == ["n1"] and obs["restarts"] == ["n1/vllm-serving"]
+    assert obs["restart_baseline"] == {"n1/vllm-serving": {"count": 0, "source": "first observation pass"}}
     assert obs["prefix_hits_stopped"] and obs["prefix_hit_rate"] == 0.0
     assert obs["tool_call_failures"] == obs["empty_tool_calls"] == ["n1/vllm-serving"]
     assert obs["driver_drift"] and obs["image_drift"] == ["n1/vllm-serving: retagged"]

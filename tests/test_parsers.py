@@ -1,5 +1,7 @@
 """Parsers on real command output (tests/data/parsers, sources in its README)."""
 
+import re
+
 import pytest
 from conftest import DATA
 
@@ -96,3 +98,20 @@ def test_scontrol_state_flags_and_errors():
     assert parsers.scheduler_state("kubernetes", "true") == "cordoned"
     assert parsers.scheduler_state("kubernetes", "") == "schedulable"
     assert parsers.scheduler_state("none", "") == "unmanaged"
+
+
+@pytest.mark.parametrize("sample, idle", [
+    ("idle", True), ("idle-drain", True),          # nothing runs there, drained or not
+    ("mixed", False), ("allocated", False), ("mixed-drain", False), ("allocated-drain", False), ("down", False),
+])
+def test_scontrol_show_node_idle_is_the_base_state_idle(sample, idle):
+    text = (P / f"scontrol-show-node-{sample}.txt").read_text()
+    got, state = parsers.scontrol_node_idle(text)
+    assert got is idle and state == re.search(r"State=(\S+)", text).group(1)
+
+
+def test_scontrol_idle_with_a_job_completing_or_planned_is_not_idle():
+    assert parsers.scontrol_node_idle("   State=IDLE+COMPLETING ThreadsPerCore=2") == (False, "IDLE+COMPLETING")
+    assert parsers.scontrol_node_idle("   State=IDLE+PLANNED ThreadsPerCore=2") == (False, "IDLE+PLANNED")
+    with pytest.raises(ParseError):
+        parsers.scontrol_node_idle("Node gpu-09 not found\n")

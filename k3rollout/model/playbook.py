@@ -348,7 +348,7 @@ DEFAULT_KEEP_WHEN = (
     "obs.prefix_hit_rate is none or obs.run_prefix_hit_rate is none or "
     "obs.prefix_hit_rate >= obs.run_prefix_hit_rate",
     "obs.tool_call_failures | length == 0 and obs.empty_tool_calls | length == 0",
-    "obs.restarts | length == 0",           # no serving container restarted since observation began
+    "obs.restarts | length == 0",           # no serving container restarted since the run left it
     "obs.driver_drift | length == 0 and obs.image_drift | length == 0",   # the environment is the one approved
     "obs.unreachable | length == 0 and obs.nccl_failures | length == 0",
 )
