@@ -14,7 +14,16 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, api_changes, journal, result, sim_state, write_inventory, write_playbook
+from conftest import (
+    ROOT,
+    api_changes,
+    assert_reports_match_journal,
+    journal,
+    result,
+    sim_state,
+    write_inventory,
+    write_playbook,
+)
 
 from k3rollout.cli import main
 
@@ -334,6 +343,7 @@ def test_the_run_records_serving_restart_counts_and_a_restart_before_the_first_p
     assert sim_state(run_dir, "gpu-01")["servers"]["8001"]["instance"] != instance
     md = (run_dir / "report.md").read_text()
     assert "gpu-01/vllm-serving restarted or not running" in md[md.index("## Observation"):]
+    assert_reports_match_journal(run_dir)
 
 
 def test_a_late_fault_given_as_a_pass_is_caught_at_that_pass_and_not_before(tmp_path):
@@ -351,6 +361,11 @@ def test_a_late_fault_given_as_a_pass_is_caught_at_that_pass_and_not_before(tmp_
     assert third["decision"] == "rollback"
     assert third["obs"]["recurrence"] == [{"node": "gpu-01", "check": "cuda_init", "category": category}]
     assert sim_state(run_dir, "gpu-01")["loaded_driver"] == "580.95.05"     # recommended, not done
+    # the Observation section is the journal's: the pass that decided, and the timeline of all three
+    assert_reports_match_journal(run_dir)
+    report = json.loads((run_dir / "report.json").read_text())["observation"]
+    assert report["decision"] == "rollback" and report["decided_at"] == 3
+    assert [x["decision"] for x in report["passes"]] == ["keep", "keep", "rollback"]
 
 
 def _serving(**kw) -> dict:
