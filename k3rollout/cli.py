@@ -279,6 +279,33 @@ def _preflight(playbook, inventory, out_dir: Path, skip: list[str] | None = None
     return report
 
 
+def cmd_unlock(args: argparse.Namespace, clock: Clock) -> int:
+    """Take over the in-cluster lock a run that is gone left (a Slurm reservation, the lock
+    directory of a ``scheduler: none`` cluster): never one whose holder is alive on this
+    controller. The operator has checked that run's nodes first."""
+    from k3rollout.engine.session import executor_hosts, new_run_id
+    from k3rollout.plan import make_plan
+    from k3rollout.scheduler.cluster_lock import cluster_locks, holder_text
+    from k3rollout.transport.factory import make_executor
+
+    playbook, inventory = _load(args)
+    hosts = list(make_plan(playbook, inventory).hosts)
+    run_dir = Path(args.run_dir or Path("runs") / f"unlock-{new_run_id(clock)}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    executor = make_executor(executor_hosts(inventory, hosts), run_dir)
+    try:
+        locks = cluster_locks(inventory, hosts, executor, str(run_dir.resolve()), clock.iso())
+        if not locks.locks:
+            print("no in-cluster lock for these hosts (Kubernetes: the Lease; `kubectl -n kube-system delete lease "
+                  "k3rollout` releases it)")
+        for lock in locks.locks:
+            gone = lock.unlock()
+            print(f"released {lock.describe()}: " + (f"held by {holder_text(gone)}" if gone else "no holder named"))
+    finally:
+        executor.close()
+    return EXIT_OK
+
+
 def _skip_note(pre: dict | None, skip: list[str]) -> str:
     why = []
     for h in skip:
@@ -708,6 +735,11 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true")
     sp.add_argument("--output", help="folder for preflight.json and preflight.md (default runs/preflight-<id>)")
     sp.set_defaults(fn=cmd_preflight)
+    sp = sub.add_parser("unlock", help="take over the in-cluster lock (Slurm reservation, lock directory) of a run "
+                                       "that is gone, once its nodes are checked; never a live holder's")
+    pb_inv(sp)
+    sp.add_argument("--run-dir", help="where simulated hosts live (the sim transport); default runs/unlock-<id>")
+    sp.set_defaults(fn=cmd_unlock)
     sp = sub.add_parser("resume", help="continue a run that was interrupted")
     sp.add_argument("run_dir")
     sp.add_argument("--accept-changed-inputs", action="store_true", help=ACCEPT_CHANGED_HELP)

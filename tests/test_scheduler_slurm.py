@@ -9,7 +9,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from conftest import commands, journal, result, sim_state, write_inventory, write_playbook
+import pytest
+from conftest import cli, commands, journal, journal_so_far, result, sim_state, write_inventory, write_playbook
 
 from k3rollout.checks import parsers
 from k3rollout.cli import main
@@ -112,3 +113,149 @@ def test_quarantine_drains_with_a_reason(tmp_path, slurm_cluster):
     show = slurm.scontrol("show", "node", "gpu-02").stdout
     assert "State=IDLE+DRAIN" in show and f"Reason=k3rollout quarantine {journal(run_dir)[0]['run_id']}" in show
     assert "DRAIN" not in slurm.state("gpu-01")
+
+
+# ---------------------------------------------------------------- the cluster's own lock
+
+
+def _start_paused(tmp_path: Path, inv: Path, pb: Path, run_dir: Path, lock_dir: Path):
+    """Run ``pb`` in a subprocess until it waits at its cordon pause, holding its locks."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "K3ROLLOUT_APPROVAL_POLL_S": "0.05", "K3ROLLOUT_LOCK_DIR": str(lock_dir)}
+    proc = subprocess.Popen([sys.executable, "-m", "k3rollout", "run", str(pb), "-i", str(inv), "--yes", "--plain",
+                             "--run-dir", str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env)
+    deadline = time.monotonic() + 60
+    while not ((run_dir / "journal.jsonl").exists() and
+               any(r["type"] == "pause_started" for r in journal_so_far(run_dir))):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.poll() else "slow"
+        time.sleep(0.05)
+    return proc
+
+
+def reservations(slurm) -> list[str]:
+    import re
+
+    return re.findall(r"^ReservationName=(\S+)", slurm.scontrol("-o", "show", "reservation").stdout, re.M)
+
+
+def test_two_inventory_files_from_two_controllers_on_one_slurm_cluster_only_one_run_proceeds(tmp_path,
+                                                                                              slurm_cluster):
+    slurm = slurm_cluster(["gpu-01", "gpu-02"])
+    pb = write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0, stage_set={"cordon": {"pause": {}}})
+    inv_a = write_inventory(tmp_path / "a", {"gpu-01": {}}, {"scheduler": "slurm", "sim_reboot_s": 0.01})
+    run_a = tmp_path / "run-a"
+    proc = _start_paused(tmp_path, inv_a, pb, run_a, tmp_path / "controller-a-locks")
+    try:
+        # the lock is a reservation slurmctld keeps, named by the cluster's ClusterName, and
+        # a second one names its holder
+        held = reservations(slurm)
+        assert "k3rollout-lock.k3test" in held
+        holder = [n for n in held if n.startswith("k3rollout-holder.k3test;")]
+        assert len(holder) == 1 and f"pid={proc.pid};" in holder[0]
+        show = slurm.scontrol("show", "reservation", "k3rollout-lock.k3test").stdout
+        assert "State=INACTIVE" in show and "Flags=OVERLAP" in show     # it holds back no job
+        assert journal(run_a)[0]["cluster_lock"] == ["Slurm reservation k3rollout-lock.k3test (scontrol on "
+                                                     "controller)"]
+        # run B: another inventory file, other nodes, another cluster id, another controller's
+        # lock files: only the cluster's own lock stops it
+        inv_b = write_inventory(tmp_path / "b", {"gpu-02": {}}, {"scheduler": "slurm", "k3_cluster_id": "other"})
+        b = cli("run", str(pb), "-i", str(inv_b), "--yes", "--run-dir", str(tmp_path / "run-b"),
+                env={"K3ROLLOUT_LOCK_DIR": str(tmp_path / "controller-b-locks")})
+        assert b.returncode == 1, b.stderr
+        assert "another k3rollout run holds the cluster lock Slurm reservation k3rollout-lock.k3test" in b.stderr
+        assert f"pid {proc.pid} " in b.stderr and str(run_a.resolve()) in b.stderr
+        assert not (tmp_path / "run-b" / "journal.jsonl").exists()
+        assert "DRAIN" not in slurm.state("gpu-02")
+        assert reservations(slurm) == held                  # B's refusal left A's lock as it was
+        assert cli("approve", str(run_a)).returncode == 0
+        assert proc.wait(120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert reservations(slurm) == []                       # released on completion
+    assert result(run_a)["nodes"]["gpu-01"]["final"] == "upgraded"
+
+
+def _dead_pid() -> int:
+    import subprocess
+
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def test_a_stale_slurm_lock_is_reported_never_taken_and_unlock_takes_it_over(tmp_path, slurm_cluster):
+    from k3rollout.errors import LockHeld
+    from k3rollout.scheduler.cluster_lock import SlurmLock, me
+
+    slurm = slurm_cluster(["gpu-01"])
+    # a run on this controller that died holding the lock
+    dead = {**me(str(tmp_path / "dead-run"), "2026-12-03T01:00:00Z", "20261203T010000-dead00"), "pid": _dead_pid()}
+    SlurmLock(None, "controller", "gpu-01", None, dead).acquire()
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}}, {"scheduler": "slurm", "sim_reboot_s": 0.01})
+    pb = playbook(tmp_path)
+    b = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(tmp_path / "run-b"))
+    assert b.returncode == 1
+    assert "stale cluster lock Slurm reservation k3rollout-lock.k3test" in b.stderr
+    assert f"its holder is dead (pid {dead['pid']} " in b.stderr and "run 20261203T010000-dead00" in b.stderr
+    assert f"k3rollout resume {tmp_path / 'dead-run'}" in b.stderr and "k3rollout unlock PLAYBOOK -i" in b.stderr
+    assert "k3rollout-lock.k3test" in reservations(slurm)                  # not stolen
+    # the dead run itself (a resume: same user, controller and run directory) takes its own
+    # lock again, and names itself; that resume dies too
+    again = SlurmLock(None, "controller", "gpu-01", None,
+                      {**me(str(tmp_path / "dead-run"), "2026-12-03T02:00:00Z", "20261203T010000-dead00"),
+                       "pid": _dead_pid()})
+    again.acquire()
+    assert again.holder()["pid"] == again.info["pid"] != dead["pid"] and len(reservations(slurm)) == 2
+    # a live holder is never unlocked
+    live = SlurmLock(None, "controller", "gpu-01", None,
+                     me(str(tmp_path / "dead-run"), "2026-12-03T03:00:00Z", "20261203T010000-dead00"))
+    live.acquire()
+    with pytest.raises(LockHeld, match="another k3rollout run holds"):
+        live.unlock()
+    live.info["pid"] = again.info["pid"]
+    live._write_holder()
+    # the operator has checked the nodes and takes the lock over
+    u = cli("unlock", str(pb), "-i", str(inv), "--run-dir", str(tmp_path / "unlock"))
+    assert u.returncode == 0, u.stderr
+    assert "released Slurm reservation k3rollout-lock.k3test" in u.stdout and f"pid {again.info['pid']}" in u.stdout
+    assert reservations(slurm) == []
+    code, run_dir = run(tmp_path, inv, pb)
+    assert code == 0 and result(run_dir)["nodes"]["gpu-01"]["final"] == "upgraded"
+    assert reservations(slurm) == []
+
+
+def test_two_runs_racing_for_the_slurm_lock_exactly_one_wins(tmp_path, slurm_cluster):
+    import threading
+
+    from k3rollout.errors import LockHeld
+    from k3rollout.scheduler.cluster_lock import SlurmLock, me
+
+    slurm = slurm_cluster(["gpu-01", "gpu-02"])
+    won, refused = [], []
+    barrier = threading.Barrier(2)
+
+    def go(i: int) -> None:
+        lock = SlurmLock(None, "controller", f"gpu-0{i}", None, me(str(tmp_path / f"run-{i}"), "t0", f"id-{i}"))
+        barrier.wait()
+        try:
+            lock.acquire()
+            won.append(lock)
+        except LockHeld as exc:
+            refused.append(str(exc))
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) == 1 and len(refused) == 1, (won, refused)
+    assert "k3rollout-lock.k3test" in refused[0] and won[0].info["run_dir"] in refused[0] \
+        or "names no holder" in refused[0]
+    won[0].release()
+    assert reservations(slurm) == []

@@ -34,6 +34,7 @@ from k3rollout.plan.planner import Plan
 from k3rollout.report.render import write_reports
 from k3rollout.runlog.journal import Journal
 from k3rollout.scheduler import with_scheduler_hosts
+from k3rollout.scheduler.cluster_lock import ClusterLocks, cluster_locks, lock_hosts
 from k3rollout.scheduler.k8s_lock import ClusterLeases, Locks, lease_targets
 from k3rollout.transport.factory import check_controller_tools, make_executor
 
@@ -55,6 +56,28 @@ def verification_error(run_dir: Path, problems: list[Problem]) -> InputError:
 
 def new_run_id(clock: Clock) -> str:
     return clock.iso().replace(":", "").replace("-", "")[:15] + "-" + uuid.uuid4().hex[:6]
+
+
+def in_cluster_locks(inventory: Inventory, hosts: list[str], executor: Any, run_dir: Path, started: str,
+                     run_id: str) -> tuple[ClusterLeases, ClusterLocks]:
+    """Take the cluster's own locks (a Lease on Kubernetes, a reservation on Slurm, a lock
+    directory on a host of a ``scheduler: none`` cluster): all of them, or none (LockHeld)."""
+    leases = ClusterLeases(lease_targets({h: inventory.hosts[h] for h in hosts}, inventory.path, executor),
+                           str(run_dir.resolve()))
+    leases.acquire()
+    try:
+        others = cluster_locks(inventory, hosts, executor, str(run_dir.resolve()), started, run_id)
+        others.acquire()
+    except BaseException:
+        leases.release()
+        raise
+    return leases, others
+
+
+def executor_hosts(inventory: Inventory, hosts: list[str]) -> dict[str, Any]:
+    """The run's hosts, the scheduler hosts they name and the host of their cluster lock."""
+    return with_scheduler_hosts(inventory.hosts, [*hosts, *(h for h in lock_hosts(inventory, hosts)
+                                                            if h not in hosts)])
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -93,18 +116,18 @@ class Session:
                 self.journal_path.unlink()
             raise
         try:
-            executor = make_executor(with_scheduler_hosts(inventory.hosts, list(plan.hosts)), self.run_dir)
-            # the cluster's own lock (a Lease on Kubernetes), before anything is written
-            leases = ClusterLeases(lease_targets({h: inventory.hosts[h] for h in plan.hosts}, inventory.path,
-                                                 executor), str(self.run_dir.resolve()))
+            executor = make_executor(executor_hosts(inventory, list(plan.hosts)), self.run_dir)
+            # the cluster's own lock (a Lease on Kubernetes, a reservation on Slurm, a lock
+            # directory on a cluster host), before anything is written
             try:
-                leases.acquire()
+                leases, others = in_cluster_locks(inventory, list(plan.hosts), executor, self.run_dir,
+                                                  self.clock.iso(), run_id)
             except BaseException:
                 executor.close()
                 if created and self.journal_path.stat().st_size == 0:
                     self.journal_path.unlink()      # as for a refused file lock: no run happened here
                 raise
-            lock = Locks(lock, leases)
+            lock = Locks(lock, leases, others)
             inv_digest = inventory.sha256 or hashlib.sha256(Path(inventory.path).read_bytes()).hexdigest()
             _write_json(self.run_dir / "inputs.json", {
                 "playbook": str(Path(playbook.path).resolve()), "playbook_sha256": playbook.sha256,
@@ -127,7 +150,8 @@ class Session:
                           window_end_iso=self.clock.iso(window_end) if window_end is not None else None,
                           transport=executor.kind, pid=os.getpid(), playbook_evidence=ref.path,
                           playbook_evidence_sha256=ref.sha256,
-                          **({"cluster_lock": leases.servers()} if leases.held else {}))
+                          **({"cluster_lock": leases.servers() + others.servers()}
+                             if leases.held or others.held else {}))
             try:
                 return engine.run()
             finally:
@@ -215,17 +239,16 @@ class Session:
         except Exception:
             journal.close()
             raise
-        executor = make_executor(with_scheduler_hosts(inventory.hosts, list(plan_hosts)), self.run_dir)
-        leases = ClusterLeases(lease_targets({h: inventory.hosts[h] for h in plan_hosts}, inventory.path, executor),
-                               str(self.run_dir.resolve()))
+        executor = make_executor(executor_hosts(inventory, list(plan_hosts)), self.run_dir)
         try:
-            leases.acquire()
+            leases, others = in_cluster_locks(inventory, list(plan_hosts), executor, self.run_dir, self.clock.iso(),
+                                              first["run_id"])
         except Exception:
             executor.close()
             lock.release()
             journal.close()
             raise
-        lock = Locks(lock, leases)
+        lock = Locks(lock, leases, others)
         engine = Engine(playbook=playbook, inventory=inventory, executor=executor, journal=journal,
                         evidence=EvidenceStore(self.run_dir / "evidence"), clock=self.clock, run_id=first["run_id"],
                         log=log, on_event=on_event)

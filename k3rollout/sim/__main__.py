@@ -13,7 +13,7 @@ import signal
 import sys
 from pathlib import Path
 
-from k3rollout.sim.dispatch import dispatch
+from k3rollout.sim.dispatch import FS_COMMANDS, dispatch, in_sim_fs
 
 
 def _session_pid() -> int:
@@ -41,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     if not state or not Path(state, "state.json").is_file():
         sys.stderr.write("k3rollout-sim: K3SIM_STATE must name a simulated host's state directory\n")
         return 2
+    if args and args[0] in FS_COMMANDS and not in_sim_fs(args[1:]):
+        # the machine's own files (an Ansible module's temporary directory): its own program
+        real = next((p for p in (f"/usr/bin/{args[0]}", f"/bin/{args[0]}") if os.access(p, os.X_OK)), args[0])
+        os.execv(real, [real, *args[1:]])
     stdin = None if sys.stdin is None or sys.stdin.isatty() else sys.stdin.buffer.read()
     res = dispatch(Path(state), args, stdin)
     sys.stdout.write(res.stdout)

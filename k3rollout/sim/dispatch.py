@@ -52,9 +52,75 @@ def _cat(state: dict, args: list[str]) -> tuple[int, str, str]:
             out.append((f'PRETTY_NAME="Ubuntu {osv} LTS"\nID=ubuntu\nVERSION_ID="{osv}"\n'
                         f'VERSION_CODENAME={repos.codename(state)}\n') if state["os_family"] == "Debian"
                        else 'PRETTY_NAME="Rocky Linux 9.5 (Blue Onyx)"\nID="rocky"\nVERSION_ID="9.5"\n')
+        elif isinstance(state.get("files", {}).get(path), str):
+            out.append(state["files"][path])
+        elif path in state.get("files", {}):
+            return 1, "", f"cat: {path}: Is a directory\n"
         else:
             return 1, "", f"cat: {path}: No such file or directory\n"
     return 0, "".join(out), ""
+
+
+# the directories of the simulated host that hold plain files (world-writable, sticky; a
+# reboot empties /run/lock and /var/lock, a tmpfs, and keeps /var/tmp)
+FS_ROOTS = ("/var/tmp", "/run/lock", "/var/lock")
+FS_COMMANDS = ("mkdir", "tee", "rm")
+
+
+def in_sim_fs(args: list[str]) -> bool:
+    """Whether a file command names the simulated host's files (else, behind a real sshd,
+    the machine's own program runs: Ansible's temporary directories are real)."""
+    return any(a.rstrip("/") in FS_ROOTS or a.startswith(tuple(r + "/" for r in FS_ROOTS)) for a in args)
+
+
+def _parent_ok(state: dict, path: str) -> bool:
+    parent = path.rsplit("/", 1)[0]
+    return parent in FS_ROOTS or state.get("files", {}).get(parent, "") is None
+
+
+def _mkdir(state: dict, args: list[str]) -> tuple[int, str, str]:
+    """``mkdir DIR``: atomic on the host, it fails when DIR exists (the basis of a lock)."""
+    files = state.setdefault("files", {})
+    paths = [a for a in args if not a.startswith("-")]
+    if not paths:
+        return 1, "", "mkdir: missing operand\n"
+    for p in paths:
+        p = p.rstrip("/")
+        if p in files or p in FS_ROOTS:
+            return 1, "", f"mkdir: cannot create directory '{p}': File exists\n"
+        if not _parent_ok(state, p):
+            return 1, "", f"mkdir: cannot create directory '{p}': No such file or directory\n"
+        files[p] = None
+    return 0, "", ""
+
+
+def _tee(state: dict, args: list[str], stdin: bytes | None) -> tuple[int, str, str]:
+    files = state.setdefault("files", {})
+    text = (stdin or b"").decode()
+    for p in (a for a in args if not a.startswith("-")):
+        if files.get(p, "") is None:
+            return 1, text, f"tee: {p}: Is a directory\n"
+        if not _parent_ok(state, p):
+            return 1, text, f"tee: {p}: No such file or directory\n"
+        files[p] = (files.get(p) or "") + text if "-a" in args else text
+    return 0, text, ""
+
+
+def _rm(state: dict, args: list[str]) -> tuple[int, str, str]:
+    files = state.setdefault("files", {})
+    force = any(a.startswith("-") and "f" in a for a in args)
+    recursive = any(a.startswith("-") and ("r" in a or "R" in a) for a in args)
+    for p in (a.rstrip("/") for a in args if not a.startswith("-")):
+        if p not in files:
+            if not force:
+                return 1, "", f"rm: cannot remove '{p}': No such file or directory\n"
+            continue
+        inside = [f for f in files if f.startswith(p + "/")]
+        if files[p] is None and not recursive:
+            return 1, "", f"rm: cannot remove '{p}': Is a directory\n"
+        for f in [*inside, p]:
+            files.pop(f, None)
+    return 0, "", ""
 
 
 def _sudo(state_dir: Path, args: list[str], stdin: bytes | None) -> Result:
@@ -181,6 +247,9 @@ HANDLERS = {
     "df": lambda d, s, a, i: repos.df_cmd(s, a),
     "find": lambda d, s, a, i: cache.find(s, a),
     "sha256sum": lambda d, s, a, i: cache.sha256sum(s, a),
+    "mkdir": lambda d, s, a, i: _mkdir(s, a),
+    "tee": lambda d, s, a, i: _tee(s, a, i),
+    "rm": lambda d, s, a, i: _rm(s, a),
     "grep": lambda d, s, a, i: repos.grep_modprobe(s, a) or (2, "", "grep: k3rollout sim greps /etc/modprobe.d only\n"),
 }
 

@@ -475,6 +475,9 @@ def reboot(state: dict[str, Any]) -> Out:
     unsigned = state.get("secure_boot") and not state.get("module_signed", True)
     state["loaded_driver"] = None if unsigned else state["module_version"]
     state["servers"] = {}
+    # /run (and /var/lock, its link) is a tmpfs: emptied by the reboot; /var/tmp is kept
+    if state.get("files"):
+        state["files"] = {p: v for p, v in state["files"].items() if not p.startswith(("/run/", "/var/lock/"))}
     repos.on_boot(state)
     if "no_boot_after_upgrade" in state["faults"] and state["module_version"] != state["original_driver"]:
         # The host hangs in early boot with the new module (the classic "black screen

@@ -94,6 +94,13 @@ def scontrol(state: dict[str, Any], args: list[str], state_dir: Path | None = No
         name = args[2] if len(args) > 2 else state["name"]
         return _on_node(state, state_dir, name, lambda n: (0, show_node(n, time.time()), ""),
                         (1, "", f"Node {name} not found\n"))
+    if args[:2] == ["show", "config"]:
+        return 0, show_config(), ""
+    if args[:1] == ["-o"]:          # --oneliner: one line per record
+        rc, out, err = scontrol(state, args[1:], state_dir)
+        return rc, out.replace("\n   ", " ").replace("\n\n", "\n"), err
+    if args[:1] in (["create"], ["show"], ["delete"]) and state_dir is not None:
+        return reservation(state_dir.parent, args)
     if args[:1] == ["update"]:
         kv = dict(a.split("=", 1) for a in args[1:] if "=" in a)
         st = kv.get("State", "").upper()
@@ -117,6 +124,82 @@ def scontrol(state: dict[str, Any], args: list[str], state_dir: Path | None = No
 
         return _on_node(state, state_dir, kv.get("NodeName", ""), update,
                         (1, "", "slurm_update error: Invalid node name specified\n"))
+    return 1, "", "invalid command\n"
+
+
+CLUSTER_NAME = "k3sim"
+
+
+def show_config() -> str:
+    """The head of ``scontrol show config`` as slurmctld 22.05/24.11 prints it."""
+    return ("Configuration data as of 2026-12-03T02:00:00\n"
+            "AccountingStorageType   = accounting_storage/none\n"
+            f"ClusterName             = {CLUSTER_NAME}\n"
+            "SLURM_VERSION           = 24.11.1\n"
+            "SlurmctldHost[0]        = ctl-01\n")
+
+
+def reservation(root: Path, args: list[str]) -> Out:
+    """``scontrol create|show|delete reservation`` against the cluster's one slurmctld: the
+    reservations of the simulated cluster live beside its hosts (``root/_slurmctld.json``),
+    changed under one lock, so a name is unique cluster-wide as slurmctld makes it
+    ("Duplicate reservation name")."""
+    import fcntl
+    import json
+    import os
+
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / "_slurmctld.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        f = root / "_slurmctld.json"
+        resv: dict[str, dict[str, str]] = json.loads(f.read_text()) if f.exists() else {}
+        out = _reservation(root, resv, args)
+        tmp = f.with_suffix(".tmp")
+        tmp.write_text(json.dumps(resv))
+        os.replace(tmp, f)
+        return out
+    finally:
+        os.close(fd)
+
+
+def _reservation(root: Path, resv: dict[str, dict[str, str]], args: list[str]) -> Out:
+    words = [a for a in args if "=" not in a]
+    kv = dict(a.split("=", 1) for a in args if "=" in a)
+    if words[:2] == ["create", "reservation"] or words[:1] == ["create"] and "ReservationName" in kv:
+        name = kv.get("ReservationName", "")
+        if not any(k in kv for k in ("Nodes", "NodeCnt", "CoreCnt", "Licenses", "BurstBuffer", "Watts")):
+            return 1, "", ("scontrol: error: CoreCnt, Nodes, NodeCnt, BurstBuffer, Licenses or Watts must be "
+                           "specified.  No reservation created.\n")
+        if name in resv:
+            return 1, "", "Error creating the reservation: Duplicate reservation name\n"
+        for n in kv.get("Nodes", "").split(","):
+            sd = root / n
+            if not n or "/" in n or not (sd / "state.json").exists() or \
+                    st_mod.load(sd)["scheduler"]["kind"] != "slurm":
+                return 1, "", "Error creating the reservation: Invalid node name specified\n"
+        resv[name] = {"Nodes": kv.get("Nodes", ""), "Users": kv.get("Users", "root"),
+                      "Flags": ",".join([*filter(None, kv.get("Flags", "").upper().split(",")), "SPEC_NODES"]),
+                      "StartTime": "2036-11-30T02:00:00", "EndTime": "2036-11-30T02:01:00"}
+        return 0, f"Reservation created: {name}\n", ""
+    if words[:2] == ["show", "reservation"] or words[:1] == ["show"] and "reservation" in kv:
+        only = words[2] if len(words) > 2 else kv.get("reservation")
+        if only is not None and only not in resv:
+            return 1, "", f"Reservation {only} not found\n"
+        if not resv:
+            return 0, "No reservations in the system\n", ""
+        return 0, "".join(
+            f"ReservationName={n} StartTime={r['StartTime']} EndTime={r['EndTime']} Duration=00:01:00\n"
+            f"   Nodes={r['Nodes']} NodeCnt=1 CoreCnt=1 Features=(null) PartitionName=(null) Flags={r['Flags']}\n"
+            f"   TRES=cpu=1\n   Users={r['Users']} Groups=(null) Accounts=(null) Licenses=(null) State=INACTIVE "
+            "BurstBuffer=(null) Watts=n/a\n   MaxStartDelay=(null)\n\n"
+            for n, r in resv.items() if only in (None, n)), ""
+    if words[:1] == ["delete"]:
+        name = kv.get("ReservationName") or kv.get("reservation") or kv.get("Reservation") or ""
+        if name not in resv:
+            return 1, "", f"delete_reservation ReservationName={name}: Requested reservation is invalid\n"
+        del resv[name]
+        return 0, "", ""
     return 1, "", "invalid command\n"
 
 
