@@ -3,6 +3,7 @@ and the cluster id, in a directory every user's runs see."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -106,3 +107,155 @@ def test_resume_of_a_run_that_is_starting_right_now_changes_nothing(tmp_path):
         assert (run_dir / "journal.jsonl").exists() and all(p.exists() for p in held.taken)
     finally:
         held.release()
+
+
+# ---------------------------------------------------------------- scheduler: none, a lock on a cluster host
+
+
+def _dead_pid() -> int:
+    import subprocess
+
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def _none_locks(inv: Path, executor, run_dir: Path, hosts: list[str] | None = None):
+    from k3rollout.scheduler.cluster_lock import cluster_locks
+
+    inventory = load_inventory(str(inv))
+    return cluster_locks(inventory, hosts or list(inventory.hosts), executor, str(run_dir), "2026-12-03T01:00:00Z",
+                         f"id-{run_dir.name}")
+
+
+def test_two_inventories_of_one_none_cluster_from_two_controllers_exactly_one_proceeds(tmp_path):
+    """Two inventory files (other nodes, other order) and two controllers (each its own
+    executor and lock files) racing for one ``scheduler: none`` cluster: its lock directory,
+    made with mkdir on the first host of the first group, admits exactly one."""
+    import threading
+
+    from k3rollout.sim.state import executed
+    from k3rollout.transport.sim import SimExecutor
+
+    cluster = tmp_path / "cluster"
+    a = write_inventory(tmp_path / "a", {"gpu-01": {}, "gpu-02": {}}, {"scheduler": "none"})
+    b = write_inventory(tmp_path / "b", {"gpu-01": {}, "gpu-03": {}}, {"scheduler": "none"})
+    won, refused = [], []
+    barrier = threading.Barrier(2)
+
+    def go(inv: Path, run: str) -> None:
+        ex = SimExecutor(cluster, {h: {} for h in ("gpu-01", "gpu-02", "gpu-03")})
+        locks = _none_locks(inv, ex, tmp_path / run, hosts=[h for h in load_inventory(str(inv)).hosts
+                                                            if h != "gpu-01"])
+        barrier.wait()
+        try:
+            locks.acquire()
+            won.append(locks)
+        except LockHeld as exc:
+            refused.append(str(exc))
+
+    threads = [threading.Thread(target=go, args=(inv, run)) for inv, run in ((a, "run-a"), (b, "run-b"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) == 1 and len(refused) == 1, (won, refused)
+    lock = won[0].locks[0]
+    assert lock.where == "gpu-01" and lock.path == "/var/tmp/k3rollout-lock.host-gpu-01:22"
+    assert won[0].servers() == ["/var/tmp/k3rollout-lock.host-gpu-01:22 on gpu-01"]
+    assert "another k3rollout run holds the cluster lock /var/tmp/k3rollout-lock.host-gpu-01:22 on gpu-01" in \
+        refused[0] or "names no holder" in refused[0]
+    assert lock.holder()["run_dir"] == lock.info["run_dir"]
+    won[0].release()
+    assert lock.holder() is None
+    log = executed(cluster / "gpu-01")
+    assert log.count("mkdir /var/tmp/k3rollout-lock.host-gpu-01:22") == 2 and \
+        log.count("rm -rf /var/tmp/k3rollout-lock.host-gpu-01:22") == 1
+
+
+def test_a_stale_none_lock_survives_a_reboot_is_reported_and_only_unlock_takes_it(tmp_path):
+    import time
+
+    from k3rollout.errors import HostUnreachable
+    from k3rollout.scheduler.cluster_lock import HostLock, me
+    from k3rollout.transport.sim import SimExecutor
+
+    ex = SimExecutor(tmp_path / "cluster", {"gpu-01": {"sim_reboot_s": 0.01}, "gpu-02": {}})
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {}},
+                          {"scheduler": "none", "k3_cluster_id": "lab-7", "k3_lock_host": "gpu-02"})
+    dead = {**me(str(tmp_path / "dead-run"), "2026-12-03T01:00:00Z", "20261203T010000-dead00"), "pid": _dead_pid()}
+    HostLock(ex, "gpu-02", "lab-7", "/var/tmp", dead).acquire()
+    # the lock host reboots (it may be a node of the rollout): /var/tmp keeps the lock
+    assert ex.run("gpu-02", ["reboot"]).rc == 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            ex.run("gpu-02", ["true"])
+            break
+        except HostUnreachable:
+            time.sleep(0.02)
+    with pytest.raises(LockHeld) as e:
+        _none_locks(inv, ex, tmp_path / "run-b").acquire()
+    assert "stale cluster lock /var/tmp/k3rollout-lock.lab-7 on gpu-02: its holder is dead" in str(e.value)
+    assert f"pid {dead['pid']} " in str(e.value) and "k3rollout unlock PLAYBOOK -i INVENTORY" in str(e.value)
+    assert f"k3rollout resume {tmp_path / 'dead-run'}" in str(e.value)
+    kept = HostLock(ex, "gpu-02", "lab-7", "/var/tmp", dead)
+    assert kept.holder()["pid"] == dead["pid"]                           # not stolen
+    # the run itself (a resume) takes its own lock again
+    mine = _none_locks(inv, ex, tmp_path / "dead-run")
+    mine.locks[0].info["user"], mine.locks[0].info["host"] = dead["user"], dead["host"]
+    mine.acquire()
+    assert kept.holder()["pid"] == os.getpid()
+    # a live holder is never unlocked; a gone one is
+    with pytest.raises(LockHeld, match="another k3rollout run holds"):
+        kept.unlock()
+    mine.locks[0].held = False
+    ex.run("gpu-02", ["tee", "/var/tmp/k3rollout-lock.lab-7/holder"], stdin=b'{"pid": 1, "host": "elsewhere"}')
+    assert kept.unlock() == {"pid": 1, "host": "elsewhere"}
+    b = _none_locks(inv, ex, tmp_path / "run-b")
+    b.acquire()
+    b.release()
+    ex.close()
+
+
+def test_over_real_sshd_a_second_run_of_a_none_cluster_is_refused_naming_the_holder(sshd_cluster, tmp_path):
+    """Two controllers (each its own lock files), two inventory files, real SSH: the lock
+    directory on the cluster's first host lets one run through."""
+    import subprocess
+    import sys
+    import time
+
+    from conftest import cli, journal, journal_so_far, write_playbook
+
+    with sshd_cluster({"gpu-01": {"sim_reboot_s": 0.3}}) as c:
+        inv_a = c.inventory(tmp_path / "a" / "hosts.yml", {"scheduler": "none"})
+        inv_b = c.inventory(tmp_path / "b" / "hosts.yml", {"scheduler": "none", "forks": 1})
+        pb = write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0, stage_set={"baseline": {"pause": {}}})
+        run_a = tmp_path / "run-a"
+        env = {**os.environ, "K3ROLLOUT_APPROVAL_POLL_S": "0.05", "K3ROLLOUT_LOCK_DIR": str(tmp_path / "ctl-a")}
+        proc = subprocess.Popen([sys.executable, "-m", "k3rollout", "run", str(pb), "-i", str(inv_a), "--yes",
+                                 "--plain", "--run-dir", str(run_a)], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, env=env)
+        try:
+            deadline = time.monotonic() + 90
+            while not ((run_a / "journal.jsonl").exists() and
+                       any(r["type"] == "pause_started" for r in journal_so_far(run_a))):
+                assert proc.poll() is None and time.monotonic() < deadline, \
+                    proc.stdout.read() if proc.poll() is not None else "slow"
+                time.sleep(0.05)
+            path = "/var/tmp/k3rollout-lock.host-127.0.0.1:" + str(c.hosts["gpu-01"].port)
+            assert journal(run_a)[0]["cluster_lock"] == [f"{path} on gpu-01"]
+            b = cli("run", str(pb), "-i", str(inv_b), "--yes", "--run-dir", str(tmp_path / "run-b"),
+                    env={"K3ROLLOUT_LOCK_DIR": str(tmp_path / "ctl-b")})
+            assert b.returncode == 1, b.stderr
+            assert f"another k3rollout run holds the cluster lock {path} on gpu-01: pid {proc.pid} " in b.stderr
+            assert str(run_a.resolve()) in b.stderr and not (tmp_path / "run-b" / "journal.jsonl").exists()
+            # run A is stopped at its gate: a halted run releases the lock
+            assert cli("approve", str(run_a), "--reject").returncode == 0
+            assert proc.wait(60) == 1
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        state = json.loads((c.hosts["gpu-01"].state / "state.json").read_text())
+        assert not [p for p in state.get("files", {}) if "k3rollout-lock" in p]

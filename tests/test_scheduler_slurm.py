@@ -145,7 +145,7 @@ def reservations(slurm) -> list[str]:
 def test_two_inventory_files_from_two_controllers_on_one_slurm_cluster_only_one_run_proceeds(tmp_path,
                                                                                               slurm_cluster):
     slurm = slurm_cluster(["gpu-01", "gpu-02"])
-    pb = write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0, stage_set={"cordon": {"pause": {}}})
+    pb = write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0, stage_set={"baseline": {"pause": {}}})
     inv_a = write_inventory(tmp_path / "a", {"gpu-01": {}}, {"scheduler": "slurm", "sim_reboot_s": 0.01})
     run_a = tmp_path / "run-a"
     proc = _start_paused(tmp_path, inv_a, pb, run_a, tmp_path / "controller-a-locks")

@@ -270,7 +270,7 @@ class HostLock(_Lock):
     def __init__(self, executor: Any, where: str, key: str, directory: str, info: dict[str, Any]):
         super().__init__(executor, info)
         self.where, self.key = where, key
-        self.path = f"{directory.rstrip('/')}/{LOCK_PREFIX}{quote(key, safe='-_.~+')}"
+        self.path = f"{directory.rstrip('/')}/{LOCK_PREFIX}{quote(key, safe='-_.~+:@')}"
 
     def describe(self) -> str:
         return f"{self.path} on {self.where}"
