@@ -403,3 +403,99 @@ def test_a_full_disk_gives_one_message_and_exit_70_and_resume_works_after(refere
     r = cli("resume", str(run_dir))
     assert r.returncode == 0, r.stderr
     assert outcome(run_dir) == reference["outcome"]
+
+
+# ---------------------------------------------------------------- the GPU Operator backend's API calls
+
+OPERATOR_POOL = "driver.config"
+
+
+def operator_scenario(base: Path) -> tuple[Path, Path]:
+    # gpu-01 is upgraded by moving it into the r580 pool; on gpu-02 the operator reports
+    # upgrade-failed and the rollback moves it back to r575: every label move and watch runs
+    op = {"sim_gpu_operator": True, "sim_gpu_operator_state_s": 0.03, "k3_driver_backend": "gpu-operator",
+          "k3_gpu_operator_pool_label": OPERATOR_POOL, "k3_gpu_operator_pool": "r580"}
+    inv = write_inventory(base / "inv", {"gpu-01": dict(op), "gpu-02": {**op, "sim_faults": ["gpu_operator_upgrade_fails"]}})
+    pb = write_playbook(base / "pb.yml", serial=1, min_serving=0, max_fail_percentage=100,
+                        stage_with={"driver_upgrade": {"operator_timeout": "30s"}})
+    return inv, pb
+
+
+def own_changes(run_dir: Path, host: str) -> list[str]:
+    """What this run asked of the API for ``host`` (the operator's own label and pod changes
+    left out: its progression runs on its own clock)."""
+    return [re.sub(r"-[0-9a-f]{5}/eviction$", "-<pod>/eviction", c) for c in api_changes(run_dir, host)
+            if "nvidia.com/gpu-driver-upgrade" not in c and "nvidia-driver-daemonset" not in c]
+
+
+@pytest.fixture(scope="module")
+def operator_reference(tmp_path_factory):
+    base = tmp_path_factory.mktemp("opref")
+    inv, pb = operator_scenario(base)
+    run_dir = base / "run"
+    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
+            env={"K3ROLLOUT_LOCK_DIR": str(base / "locks")})
+    assert p.returncode == 0, p.stderr        # completed: gpu-02 failed and was rolled back
+    return {"records": journal(run_dir), "outcome": outcome(run_dir),
+            "changes": {h: own_changes(run_dir, h) for h in ("gpu-01", "gpu-02")},
+            "pools": {h: sim_state(run_dir, h)["scheduler"]["labels"][OPERATOR_POOL] for h in ("gpu-01", "gpu-02")}}
+
+
+def operator_kill_points(records: list[dict]) -> list[tuple[str, int, str]]:
+    """Around each label move: the PATCH sent but its outcome not recorded (BEFORE the done
+    record), recorded (KILL), torn (TEAR); and in the middle of each watch."""
+    def seq(node: str, step: str, rtype: str) -> int:
+        return next(r["seq"] for r in records if r["type"] == rtype and r.get("node") == node
+                    and r.get("kind") == "api" and r.get("step") == step)
+
+    points = [("BEFORE", "gpu-01", "operator-upgrade-pool", "step_done"),
+              ("KILL", "gpu-01", "operator-upgrade-watch", "step_started"),
+              ("KILL", "gpu-02", "operator-upgrade-watch", "step_started"),
+              ("BEFORE", "gpu-02", "restore-operator-pool", "step_done"),
+              ("TEAR", "gpu-02", "restore-operator-pool", "step_done"),
+              ("KILL", "gpu-02", "restore-operator-watch", "step_started")]
+    return [(mode, seq(node, step, rtype), f"{mode}:{node}:{step}:{rtype}") for mode, node, step, rtype in points]
+
+
+def check_operator_point(reference: dict, mode: str, seq: int, label: str, base: Path) -> list[str]:
+    inv, pb = operator_scenario(base)
+    run_dir = base / "run"
+    locks = {"K3ROLLOUT_LOCK_DIR": str(base / "locks")}
+    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), env=locks, fault=(mode, seq))
+    if p.returncode != -9:
+        return [f"{label}: expected SIGKILL, got {p.returncode}"]
+    r = cli("resume", str(run_dir), env=locks)
+    if r.returncode != 0:
+        return [f"{label}: resume -> {r.returncode}: {r.stderr[-500:]}"]
+    failures = []
+    if outcome(run_dir) != reference["outcome"]:
+        failures.append(f"{label}: outcome {outcome(run_dir)} != {reference['outcome']}")
+    for h in ("gpu-01", "gpu-02"):
+        # each label move (and cordon, eviction, uncordon) asked once: none repeated or lost
+        if own_changes(run_dir, h) != reference["changes"][h]:
+            failures.append(f"{label}: {h} changes {own_changes(run_dir, h)} != {reference['changes'][h]}")
+        s = sim_state(run_dir, h)
+        if s["scheduler"]["labels"][OPERATOR_POOL] != reference["pools"][h]:
+            failures.append(f"{label}: {h} ends in pool {s['scheduler']['labels'][OPERATOR_POOL]}")
+        if s["boots"] != 0:
+            failures.append(f"{label}: {h} was rebooted")
+    try:
+        assert_reports_match_journal(run_dir)
+    except AssertionError as exc:
+        failures.append(f"{label}: {exc}")
+    return failures
+
+
+@pytest.mark.parametrize("shard", range(2))
+def test_a_crash_around_the_gpu_operator_label_moves_and_watches_resumes_to_the_same_result(operator_reference,
+                                                                                              tmp_path, shard):
+    assert operator_reference["pools"] == {"gpu-01": "r580", "gpu-02": "r575"}
+    assert [c for c in operator_reference["changes"]["gpu-02"] if OPERATOR_POOL in c] == [
+        f'PATCH nodes/gpu-02 {{"metadata": {{"labels": {{"{OPERATOR_POOL}": "r580"}}}}}}',
+        f'PATCH nodes/gpu-02 {{"metadata": {{"labels": {{"{OPERATOR_POOL}": "r575"}}}}}}']
+    points = operator_kill_points(operator_reference["records"])[shard::2]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = pool.map(lambda pt: check_operator_point(operator_reference, *pt,
+                                                           tmp_path / f"{pt[0]}-{pt[1]}"), points)
+        failures = [f for r in results for f in r]
+    assert not failures, "\n".join(failures)
