@@ -8,7 +8,8 @@ the inventory sets it. A copy or hard link of the inventory, the same file under
 lock files: two runs whose host sets overlap (or that name the same cluster id) cannot
 run at once. Names are not looked up in DNS (a lock must not hang on a resolver); two
 inventories that reach one machine under two different names are not detected, which is
-what the in-cluster lock of the control plane will close.
+what the cluster's own lock closes (a Lease, a Slurm reservation, a lock directory on a
+cluster host: scheduler/k8s_lock.py, scheduler/cluster_lock.py).
 
 The files live in a system-wide directory every user's runs see: ``$K3ROLLOUT_LOCK_DIR``
 when set, else ``/run/lock/k3rollout`` (or ``/var/lock/k3rollout``), created
