@@ -306,7 +306,7 @@ def parse_apt_showhold(text: str) -> list[str]:
 _VERSIONLOCK = re.compile(r"^(?P<name>.+)-(?:(?P<epoch>\d+):)?(?P<version>[^-:]+)-(?P<release>[^-]+)\.(?P<arch>[^.]+)$")
 
 
-def parse_versionlock_list(text: str) -> list[dict[str, str]]:
+def parse_versionlock_list(text: str) -> list[dict[str, Any]]:
     """``dnf versionlock list`` (python3-dnf-plugin-versionlock): the lock list's entries as
     written, ``name-epoch:version-release.*`` (``dnf versionlock add``'s form; an entry written
     by hand may leave the epoch out); a ``!`` entry excludes that version instead of locking.

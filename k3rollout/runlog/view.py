@@ -103,10 +103,10 @@ def apply(v: RunView, r: dict[str, Any]) -> None:
                                      "started": None, "finished": None, "failed": [], "rollback_ran": False}
             for node in b["nodes"]:
                 v.node(node).batch = b["index"]
-        v.preflight = r.get("preflight")
-        if (v.preflight or {}).get("evidence"):
-            v.evidence.append({"node": "_run", "stage": "preflight", "path": v.preflight["evidence"],
-                               "sha256": v.preflight.get("evidence_sha256"), "step": "preflight"})
+        pre = v.preflight = r.get("preflight")
+        if pre and pre.get("evidence"):
+            v.evidence.append({"node": "_run", "stage": "preflight", "path": pre["evidence"],
+                               "sha256": pre.get("evidence_sha256"), "step": "preflight"})
         if r.get("playbook_evidence"):
             v.evidence.append({"node": "_run", "stage": "inputs", "path": r["playbook_evidence"],
                                "sha256": r.get("playbook_evidence_sha256"), "step": "playbook"})

@@ -105,6 +105,29 @@ def module_stream(run: Run) -> str | None:
     return parsers.enabled_stream(parsers.parse_dnf_module_list(res.stdout)) if res.ok else None
 
 
+def module_step_probe(argv: list[str]) -> Callable[[Any, dict], bool] | None:
+    """For ``dnf module reset|enable|switch-to nvidia-driver[:STREAM]``: a probe that tells,
+    from the stream enabled now, whether the command took effect (reset: none enabled;
+    enable / switch-to: that stream), so an interrupted one is settled on resume, never
+    guessed. None for any other command."""
+    if argv[:1] != ["dnf"] or "module" not in argv:
+        return None
+    rest = [a for a in argv[argv.index("module") + 1:] if not a.startswith("-")]
+    op, target = (rest + ["", ""])[:2]
+    if target.partition(":")[0] != df.DNF_MODULE:
+        return None
+    if op == "reset":
+        want = None
+    elif op in ("enable", "switch-to"):
+        want = target.partition(":")[2].split("/")[0] or None
+    else:
+        return None
+
+    def probe(ctx: Any, meta: dict) -> bool:
+        return module_stream(lambda name, a: ctx.step(name, a)) == want
+    return probe
+
+
 def resolve_target(run: Run, source: str, target: str, kernel: str, fabric: bool, *,
                    all_streams: bool = False, name: str = "target-offers") -> dict[str, Any]:
     """The install for ``target`` on this node: exact versions its repositories offer.

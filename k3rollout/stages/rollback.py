@@ -223,8 +223,10 @@ def _restore_driver(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
             return False, f"could not release the holds on {', '.join(held)} (rc {res.rc}): {res.tail(300)}"
     for i, argv in enumerate(step["commands"], start=1):
         wanted = pinned(argv)
-        res = ctx.step(f"restore-step-{i}", argv, once=True,
-                       probe=(lambda c, m, w=wanted: packages_at(c, w)) if wanted else None, timeout=3600)
+        # an interrupted step is settled by what it changes: the packages it pins, or the
+        # DNF module stream it resets or enables
+        probe = (lambda c, m, w=wanted: packages_at(c, w)) if wanted else dn.module_step_probe(argv)
+        res = ctx.step(f"restore-step-{i}", argv, once=True, probe=probe, timeout=3600)
         if not res.ok:
             return False, f"restore step {i} failed (rc {res.rc}): {res.tail(300)}"
     ok, why = _hold_again(ctx, step, mgr)
