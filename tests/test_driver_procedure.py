@@ -373,8 +373,9 @@ def test_vendor_task_files_over_real_sshd_through_ansible_runner(sshd_cluster, t
 
     from k3rollout.sim.state import executed
 
-    sim = {"deb": {"nvidia_driver_source": "cuda-repo", "sim_held_packages": ["nvidia-driver-575-open"]},
-           "rh": {"ansible_os_family": "RedHat"}}
+    sim = {"deb": {"nvidia_driver_source": "cuda-repo", "sim_held_packages": ["nvidia-driver-575-open"],
+                   "sim_device_plugin": True},
+           "rh": {"ansible_os_family": "RedHat", "sim_held_packages": ["nvidia-driver"]}}
     with sshd_cluster(sim) as c:
         inv = c.inventory(tmp_path / "inv" / "hosts.yml",
                           host_vars={n: {k: v for k, v in hv.items() if not k.startswith("sim_")}
@@ -391,6 +392,11 @@ def test_vendor_task_files_over_real_sshd_through_ansible_runner(sshd_cluster, t
     assert deb["packages"]["nvidia-fabricmanager"] == "580.95.05-1" and "nvidia-fabricmanager-575" not in deb["packages"]
     assert rh["packages"]["nvidia-driver"] == "580.95.05-1.el9" and rh["module_stream"] == "580-open"
     assert "nvidia-driver-580-open" in deb["holds"]
+    # the RHEL version lock was released before the task file ran and put on the new version after
+    assert "nvidia-driver-3:580.95.05-1.el9.*" in rh["version_locks"]
+    assert rh_cmds.index("dnf versionlock delete nvidia-driver") < rh_cmds.index("dnf -y module reset nvidia-driver")
+    assert deb["services"]["nvidia-device-plugin"]["active"]
+    assert any(x.startswith("systemctl disable --now") and x.endswith("nvidia-device-plugin") for x in deb_cmds)
     assert any(x.startswith("apt-cache madison linux-headers-6.8.0-45-generic nvidia-driver-580-open") for x in deb_cmds)
     install = [x for x in deb_cmds if x.startswith("apt-get install")]
     assert len(install) == 1 and "nvidia-driver-580-open=580.95.05-0ubuntu1" in install[0]
