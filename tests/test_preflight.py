@@ -53,7 +53,7 @@ def failed(report: dict, node: str) -> dict[str, str]:
 
 
 def test_each_refusal_names_its_node_and_check_and_changes_nothing(tmp_path):
-    hosts = {"ok": {}, "rhel": {"ansible_os_family": "RedHat"},
+    hosts = {"ok": {}, "rhel": {"ansible_os_family": "RedHat", "sim_held_packages": ["nvidia-driver"]},
              "gone": {"sim_faults": ["rollback_packages_gone"]},
              "gone-rhel": {"ansible_os_family": "RedHat", "sim_faults": ["rollback_packages_gone"]},
              "operator": {"sim_gpu_operator": True},
@@ -75,6 +75,10 @@ def test_each_refusal_names_its_node_and_check_and_changes_nothing(tmp_path):
     assert failed(rep, "seven") == {"gpu_count": "7 GPUs, expected 8"}
     assert set(failed(rep, "disk")) == {"disk"} and "600 GiB needed" in failed(rep, "disk")["disk"]
     assert rep["nodes"]["rhel"]["info"]["driver_module_stream"] == "575-open"
+    assert rep["nodes"]["rhel"]["info"]["held_packages"] == ["nvidia-driver"]          # a DNF version lock
+    # Canonical's precompiled module is among what the rollback restores, and still offered
+    assert "linux-modules-nvidia-575-server-open-6.8.0-45-generic" in {
+        p["name"] for p in rep["nodes"]["sb-ok"]["info"]["installed_driver_packages"]}
     md = (out / "preflight.md").read_text()
     assert "**FAILED**" in md and "| gone | rollback_packages | **FAIL** |" in md
     # read-only: every command any node ran is a query
