@@ -318,8 +318,9 @@ def _skip_note(pre: dict | None, skip: list[str]) -> str:
 
 
 def _run_preflight(playbook, inventory, run_dir: Path, skip: list[str], given: str | None) -> dict | None:
-    """``run --preflight``: performed now (read-only, on every node of the play), or
-    ``--preflight REPORT`` from an earlier ``k3rollout preflight`` of the same play."""
+    """The preflight of ``run``: performed now (read-only, on every node of the play; the
+    default), ``--preflight REPORT`` from an earlier ``k3rollout preflight`` of the same
+    play, or none (``given`` None: ``--no-preflight``)."""
     from k3rollout.engine.preflight import target_of, write_report
     from k3rollout.plan import make_plan
 
@@ -387,10 +388,16 @@ def _start_run(playbook_path: str, inventory_path: str | list[str], run_dir: Pat
     window_s, window_end = _window_seconds(args, clock)
     plan = make_plan(playbook, inventory, window_s=window_s)
     _controller_tools(playbook, inventory, plan)
-    # with --preflight, a failed node stops the run unless named with --skip-node, and is
-    # then left out of the run (the plan's notes in the journal and preflight.json say so)
+    # the read-only preflight, before anything changes (opt out with --no-preflight, which
+    # the journal and the report record): a failed node stops the run unless named with
+    # --skip-node, and is then left out of it (the plan's notes in the journal and
+    # preflight.json say so)
     skip = list(getattr(args, "skip_node", None) or [])
-    pre = _run_preflight(playbook, inventory, run_dir, skip, getattr(args, "preflight", None))
+    given = getattr(args, "preflight", None)
+    no_preflight = bool(getattr(args, "no_preflight", False))
+    if no_preflight and given:
+        raise InputError("--no-preflight and --preflight exclude each other")
+    pre = _run_preflight(playbook, inventory, run_dir, skip, None if no_preflight else (given or "now"))
     refused = [h for h in (pre or {}).get("failed_nodes", []) if h not in skip]
     if pre is not None and (refused or not pre["controller"].get("ok", True)):
         from k3rollout.engine.preflight import summary_lines
@@ -429,8 +436,21 @@ def _start_run(playbook_path: str, inventory_path: str | list[str], run_dir: Pat
     logsetup.configure(run_dir / "events.jsonl")
     status = Session(run_dir, clock).start(playbook, inventory, plan, window_end, on_event=make_progress(
         window_end, len(plan.batches), getattr(args, "plain", False)),
-        approved_plan=str(Path(approved).resolve()) if approved else None, overrides=overrides)
+        approved_plan=str(Path(approved).resolve()) if approved else None, overrides=overrides,
+        preflight=_preflight_record(pre, given))
     return _report_and_code(run_dir, status)
+
+
+def _preflight_record(pre: dict | None, given: str | None) -> dict:
+    """What run_started records of the preflight: its outcome and report (kept as evidence
+    by the session), or that it was not run (--no-preflight)."""
+    if pre is None:
+        return {"ran": False, "reason": "--no-preflight: nobody checked before the run that the target packages "
+                                        "are offered and each node's rollback packages can still be downloaded"}
+    report = {k: v for k, v in pre.items() if not k.startswith("_")}
+    return {"ran": True, "ok": bool(pre["ok"]), "from": "now" if given in (None, "now") else str(given),
+            "failed_nodes": list(pre["failed_nodes"]), "skipped_nodes": list(pre.get("skipped_nodes", [])),
+            "report": report}
 
 
 def _report_and_code(run_dir: Path, status: str) -> int:
@@ -725,8 +745,11 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     sp.add_argument("--plain", action="store_true", help="one line per event, even on a terminal")
     sp.add_argument("--preflight", nargs="?", const="now", metavar="REPORT",
-                    help="refuse to start when a node fails the read-only preflight: performed now, or read from "
-                         "an earlier `k3rollout preflight` report (preflight.json)")
+                    help="the read-only preflight `run` performs on every node before any change (the default); "
+                         "with REPORT, read from an earlier `k3rollout preflight` report (preflight.json) instead")
+    sp.add_argument("--no-preflight", action="store_true",
+                    help="start without the read-only preflight (recorded in the journal and the report: nobody "
+                         "checked before the window that each node's rollback packages can still be downloaded)")
     sp.add_argument("--skip-node", action="append", metavar="NODE",
                     help="leave this node out of the run (e.g. one that failed preflight); may repeat")
     sp.set_defaults(fn=cmd_run)
@@ -786,6 +809,7 @@ def parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_triage)
     sp = sub.add_parser("demo", help="a whole rollout on the embedded simulated cluster")
     sp.add_argument("--run-dir")
+    sp.add_argument("--no-preflight", action="store_true", help="as for `run`: start without the read-only preflight")
     sp.add_argument("--plain", action="store_true", help="one line per event, even on a terminal")
     window(sp)
     sp.set_defaults(fn=cmd_demo)

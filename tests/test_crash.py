@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import (
     api_changes,
     assert_reports_match_journal,
@@ -499,3 +500,83 @@ def test_a_crash_around_the_gpu_operator_label_moves_and_watches_resumes_to_the_
                                                            tmp_path / f"{pt[0]}-{pt[1]}"), points)
         failures = [f for r in results for f in r]
     assert not failures, "\n".join(failures)
+
+
+# ---------------------------------------------------------------- a crash in a RHEL module stream switch
+
+RHEL_STAGES = ("baseline", "cordon", "driver_upgrade", "cuda_check", "uncordon")
+
+
+def rhel_scenario(base: Path) -> tuple[Path, Path]:
+    # a RHEL 9 node whose CUDA init fails on 580: the upgrade leaves the 575-open stream
+    # (dnf module reset, then enable 580-open) and the rollback switches back
+    inv = write_inventory(base / "inv", {"rh-01": {"ansible_os_family": "RedHat", "sim_faults": ["cuda_init_fails"],
+                                                   "sim_held_packages": ["nvidia-driver"]}})
+    pb = write_playbook(base / "pb.yml", serial=1, min_serving=0, max_fail_percentage=100, reboot_grace=1)
+    data = yaml.safe_load(pb.read_text())
+    data[0]["stages"] = [s for s in data[0]["stages"] if s["stage"] in RHEL_STAGES]
+    pb.write_text(yaml.safe_dump(data, sort_keys=False))
+    return inv, pb
+
+
+def rhel_changes(run_dir: Path) -> list[str]:
+    """What changed the node's packages or its module stream, in order."""
+    return [c for c in commands(run_dir, "rh-01") if c.startswith(("dnf install", "dnf -y module", "reboot"))]
+
+
+@pytest.fixture(scope="module")
+def rhel_reference(tmp_path_factory):
+    base = tmp_path_factory.mktemp("rhel-ref")
+    inv, pb = rhel_scenario(base)
+    run_dir = base / "run"
+    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
+            env={"K3ROLLOUT_LOCK_DIR": str(base / "locks")})
+    assert p.returncode == 0, p.stderr
+    st = sim_state(run_dir, "rh-01")
+    assert result(run_dir)["nodes"]["rh-01"]["final"] == "rolled_back"
+    assert st["module_stream"] == "575-open" and st["version_locks"] == ["nvidia-driver-3:575.57.08-1.el9.*"]
+    return {"records": journal(run_dir), "outcome": outcome(run_dir), "changes": rhel_changes(run_dir),
+            "state": {k: st[k] for k in ("packages", "module_stream", "version_locks", "loaded_driver")}}
+
+
+def _module_points(records: list[dict]) -> list[tuple[str, int, str]]:
+    """Kill points in each `dnf module` step: right after the start of the upgrade's reset and
+    enable (re-run on resume), and after the start and the end of the rollback's (``once``:
+    settled by the stream enabled on the node)."""
+    starts = {r["key"]: r for r in records if r["type"] == "step_started" and r.get("node") == "rh-01"
+              and " ".join(r.get("argv", [])).startswith("dnf -y module")}
+    return [("KILL", r["seq"], f"{r['seq']}:{r['type']}:{r['key']}") for r in records
+            if r.get("node") == "rh-01" and r.get("key") in starts
+            and (r["type"] == "step_started" or (r["type"] == "step_done" and r.get("once")))]
+
+
+def test_the_module_switch_has_kill_points_in_upgrade_and_rollback(rhel_reference):
+    pts = _module_points(rhel_reference["records"])
+    assert len(pts) == 6, pts           # reset and enable: started in the upgrade; started and done in the rollback
+    assert sum(1 for p in pts if ":step_done:" in p[2]) == 2
+    ref = rhel_reference["changes"]
+    assert ref[:2] == ["dnf -y module reset nvidia-driver", "dnf -y module enable nvidia-driver:580-open"]
+    assert "dnf -y module enable nvidia-driver:575-open" in ref
+
+
+@pytest.mark.parametrize("index", range(6))
+def test_a_crash_in_a_rhel_module_switch_resumes_to_the_same_result(rhel_reference, tmp_path, index):
+    mode, seq, label = _module_points(rhel_reference["records"])[index]
+    inv, pb = rhel_scenario(tmp_path)
+    run_dir = tmp_path / "run"
+    locks = {"K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")}
+    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), env=locks, fault=(mode, seq))
+    assert p.returncode == -9, (label, p.stderr[-500:])
+    r = cli("resume", str(run_dir), env=locks)
+    assert r.returncode == 0, (label, r.stderr[-800:])
+    assert outcome(run_dir) == rhel_reference["outcome"], label
+    st = sim_state(run_dir, "rh-01")
+    assert {k: st[k] for k in rhel_reference["state"]} == rhel_reference["state"], label
+    # nothing destructive ran twice: each install and reboot once, as in the uninterrupted
+    # run; a module command may be sent again only where it was cut off (it changes nothing
+    # the second time)
+    got = rhel_changes(run_dir)
+    for kind in ("dnf install", "reboot"):
+        assert [c for c in got if c.startswith(kind)] == [c for c in rhel_reference["changes"] if c.startswith(kind)]
+    assert [c for c in dict.fromkeys(got)] == [c for c in dict.fromkeys(rhel_reference["changes"])], label
+    assert_reports_match_journal(run_dir)

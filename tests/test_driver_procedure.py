@@ -101,6 +101,19 @@ def test_mokutil_showhold_and_params():
     assert params["RmMsg"] == ""
 
 
+def test_versionlock_list_entries():
+    # `dnf versionlock list` prints the lock list's entries as `dnf versionlock add` wrote them
+    # (dnf-plugins-core plugins/versionlock.py: pkgtup2spec "name-epoch:version-release.*"),
+    # after dnf's metadata line; "!" entries exclude a version instead of locking one
+    text = ("Last metadata expiration check: 0:12:04 ago on Thu 03 Dec 2026 02:11:54 AM UTC.\n"
+            "nvidia-driver-3:575.57.08-1.el9.*\nnvidia-fabric-manager-0:575.57.08-1.*\n"
+            "!kernel-0:5.14.0-570.el9.*\nbash-4.4.20-1.el8_4.*\n")
+    got = parsers.parse_versionlock_list(text)
+    assert [(e["name"], e["version"], e["exclude"]) for e in got] == [
+        ("nvidia-driver", "575.57.08-1.el9", False), ("nvidia-fabric-manager", "575.57.08-1", False),
+        ("kernel", "5.14.0-570.el9", True), ("bash", "4.4.20-1.el8_4", False)]
+
+
 # ---------------------------------------------------------------- the simulated repositories
 
 
@@ -159,6 +172,44 @@ def test_dnf_module_streams_filter_installs_until_switched(node):
     assert pk["nvidia-driver"] == "580.95.05-1.el9" and pk["libnvidia-container1"] == "1.17.8-1"
 
 
+def test_dnf_versionlock_as_the_plugin_does_it(node):
+    plain = node(ansible_os_family="RedHat")
+    r = sh(plain, "dnf", "versionlock", "list")
+    assert r.rc == 1 and "No such command: versionlock" in r.stderr      # the plugin is not installed
+    d = node(ansible_os_family="RedHat", sim_held_packages=["nvidia-driver"])
+    assert sh(d, "dnf", "versionlock", "list").stdout.splitlines()[1:] == ["nvidia-driver-3:575.57.08-1.el9.*"]
+    sh(d, "dnf", "-y", "module", "reset", "nvidia-driver")
+    sh(d, "dnf", "-y", "module", "enable", "nvidia-driver:580-open")
+    # every other version of a locked name is hidden from the install
+    r = sh(d, "dnf", "install", "-y", "nvidia-driver-580.95.05-1.el9")
+    assert r.rc == 1 and "filtered out by exclude filtering for argument: nvidia-driver-580.95.05-1.el9" in r.stderr
+    r = sh(d, "dnf", "versionlock", "delete", "nvidia-driver")
+    assert r.stdout.endswith("Deleting versionlock for: nvidia-driver-3:575.57.08-1.el9.*\n")
+    assert sh(d, "dnf", "install", "-y", "nvidia-driver-580.95.05-1.el9", "nvidia-fabricmanager-580.95.05-1",
+              "kernel-devel-matched-5.14.0-503.el9", "kernel-headers-5.14.0-503.el9").rc == 0
+    r = sh(d, "dnf", "versionlock", "add", "nvidia-driver", "nvidia-fabricmanager", "nope")
+    assert r.stdout.splitlines()[1:] == ["Adding versionlock on: nvidia-driver-3:580.95.05-1.el9.*",
+                                         "Adding versionlock on: nvidia-fabricmanager-0:580.95.05-1.*",
+                                         "No package found for: nope"]
+    assert "already locked in equivalent form" in sh(d, "dnf", "versionlock", "add", "nvidia-driver").stdout
+
+
+def test_a_precompiled_node_without_its_module_package_has_no_kernel_module(node):
+    # Canonical's precompiled module is the only kernel module on that path: the driver's
+    # user space without linux-modules-nvidia-575-server-open-$(uname -r) loads nothing
+    d = node(nvidia_driver_source="ubuntu-archive-precompiled")
+    pins = [f"{n}=575.57.08-0ubuntu0.22.04.1" for n in df.driver_packages("ubuntu-archive-precompiled", 575)]
+    sh(d, "apt-get", "install", "-y", *[f"{n}=580.95.05-0ubuntu0.22.04.1" for n in
+                                        df.target_names("ubuntu-archive-precompiled", 580, "6.8.0-45-generic", True)],
+       "linux-modules-nvidia-580-server-open-6.8.0-45-generic=6.8.0-45.45+1")
+    assert sh(d, "modinfo", "-F", "version", "nvidia").stdout == "580.95.05\n"
+    assert sh(d, "apt-get", "install", "-y", "--allow-downgrades", *pins).rc == 0
+    assert sh(d, "modinfo", "-F", "version", "nvidia").rc == 1
+    assert sh(d, "apt-get", "install", "-y", "--allow-downgrades", *pins,
+              "linux-modules-nvidia-575-server-open-6.8.0-45-generic=6.8.0-45.45+1").rc == 0
+    assert sh(d, "modinfo", "-F", "version", "nvidia").stdout == "575.57.08\n"
+
+
 def test_fabric_manager_must_match_the_driver(node):
     d = node(nvidia_driver_source="cuda-repo")
     r = sh(d, "apt-get", "install", "-y", "nvidia-driver-580-open=580.95.05-0ubuntu1",
@@ -207,11 +258,11 @@ def installed(run_dir: Path, host: str) -> dict[str, str]:
 
 
 def test_each_vendor_path_upgrades_with_resolved_versions_and_restores_services(tmp_path):
-    hosts = {"arch": {"sim_held_packages": ["nvidia-driver-575-server-open"]},
+    hosts = {"arch": {"sim_held_packages": ["nvidia-driver-575-server-open"], "sim_device_plugin": True},
              "pre": {"nvidia_driver_source": "ubuntu-archive-precompiled", "sim_secure_boot": True,
                      "sim_os_version": "24.04"},
              "cuda": {"nvidia_driver_source": "cuda-repo"},
-             "rhel": {"ansible_os_family": "RedHat"}}
+             "rhel": {"ansible_os_family": "RedHat", "sim_held_packages": ["nvidia-driver"]}}
     code, run_dir = go(tmp_path, hosts)
     r = result(run_dir)
     assert code == 0, r
@@ -228,12 +279,26 @@ def test_each_vendor_path_upgrades_with_resolved_versions_and_restores_services(
     for n in hosts:
         st = sim_state(run_dir, n)
         assert {u: s["active"] for u, s in st["services"].items()} == {
-            "nvidia-fabricmanager": True, "nvidia-persistenced": True, "nvidia-dcgm": True}, n
+            "nvidia-fabricmanager": True, "nvidia-persistenced": True, "nvidia-dcgm": True,
+            **({"nvidia-device-plugin": True} if n == "arch" else {})}, n
     # the hold was released for the upgrade, recorded, and put back on the new packages
     assert "nvidia-driver-580-server-open" in sim_state(run_dir, "arch")["holds"]
     facts = {(x["node"], x["stage"]): x["facts"] for x in journal(run_dir) if x["type"] == "facts"}
     assert facts[("arch", "baseline")]["held_packages"] == ["nvidia-driver-575-server-open"]
     assert facts[("arch", "driver_upgrade")]["held_packages"] == ["nvidia-driver-575-server-open"]
+    # RHEL: the DNF version lock likewise, by name, and on the new version after the upgrade
+    assert facts[("rhel", "baseline")]["held_packages"] == ["nvidia-driver"]
+    assert facts[("rhel", "driver_upgrade")]["held_packages"] == ["nvidia-driver"]
+    locks = sim_state(run_dir, "rhel")["version_locks"]
+    assert "nvidia-driver-3:580.95.05-1.el9.*" in locks and not any("575" in e for e in locks)
+    rcmds = commands(run_dir, "rhel")
+    assert rcmds.index("dnf versionlock delete nvidia-driver") < rcmds.index("dnf -y module reset nvidia-driver")
+    # the device plugin on the host holds the GPU like DCGM: stopped before, started last
+    acmds = commands(run_dir, "arch")
+    stop = "systemctl disable --now nvidia-fabricmanager nvidia-persistenced nvidia-dcgm nvidia-device-plugin"
+    assert acmds.index(stop) < acmds.index(next(x for x in acmds if x.startswith("apt-get install")))
+    restarts = [x for x in acmds if x.startswith("systemctl enable --now")]
+    assert restarts[-1] == "systemctl enable --now nvidia-device-plugin"
     assert facts[("rhel", "baseline")]["driver_module_stream"] == "575-open"
     assert facts[("pre", "baseline")]["secure_boot"] is True
     assert any("NVreg_EnableStreamMemOPs=1" in m["line"] for m in facts[("arch", "baseline")]["modprobe_d"])
@@ -247,25 +312,44 @@ def test_each_vendor_path_upgrades_with_resolved_versions_and_restores_services(
     install = [x for x in cmds if x.startswith("apt-get install")]
     assert len(install) == 1 and "linux-headers-6.8.0-45-generic=6.8.0-45.45" in install[0]
     assert any(x.startswith("apt-cache madison") for x in cmds)
-    assert cmds.index("systemctl disable --now nvidia-fabricmanager nvidia-persistenced nvidia-dcgm") < \
-        cmds.index(install[0])
     assert cmds.index("apt-mark unhold nvidia-driver-575-server-open") < cmds.index(install[0])
     assert any(x.startswith("dnf -y module reset nvidia-driver") for x in commands(run_dir, "rhel"))
 
 
 def test_rollback_restores_every_package_exactly_on_each_path(tmp_path):
     hosts = {n: {"sim_faults": ["cuda_init_fails"], **hv} for n, hv in
-             {"arch": {}, "cuda": {"nvidia_driver_source": "cuda-repo"},
-              "rhel": {"ansible_os_family": "RedHat"}}.items()}
-    before = {n: default_state(n, hv)["packages"] for n, hv in hosts.items()}
+             {"arch": {"sim_held_packages": ["nvidia-driver-575-server-open"], "sim_device_plugin": True},
+              "cuda": {"nvidia_driver_source": "cuda-repo"},
+              "pre": {"nvidia_driver_source": "ubuntu-archive-precompiled", "sim_secure_boot": True},
+              "rhel": {"ansible_os_family": "RedHat", "sim_held_packages": ["nvidia-driver"]}}.items()}
+    before = {n: default_state(n, hv) for n, hv in hosts.items()}
     code, run_dir = go(tmp_path, hosts)
     r = result(run_dir)
     assert {v["final"] for v in r["nodes"].values()} == {"rolled_back"}, (code, r)
     for n in hosts:
         st = sim_state(run_dir, n)
-        assert st["packages"] == before[n], n
-        assert st["loaded_driver"] == "575.57.08" and st["services"]["nvidia-fabricmanager"]["active"], n
+        assert st["packages"] == before[n]["packages"], n
+        assert st["loaded_driver"] == "575.57.08" and all(s["active"] for s in st["services"].values()), n
+        # held / version-locked again exactly as before the change
+        assert st["holds"] == before[n]["holds"] and st.get("version_locks") == before[n].get("version_locks"), n
     assert sim_state(run_dir, "rhel")["module_stream"] == "575-open"
+    assert sim_state(run_dir, "rhel")["version_locks"] == ["nvidia-driver-3:575.57.08-1.el9.*"]
+    assert sim_state(run_dir, "arch")["holds"] == ["nvidia-driver-575-server-open"]
+    # Canonical's precompiled 575 module came back (in the baseline, in the restore), signed
+    assert "linux-modules-nvidia-575-server-open-6.8.0-45-generic" in sim_state(run_dir, "pre")["packages"]
+    facts = {(x["node"], x["stage"]): x["facts"] for x in journal(run_dir) if x["type"] == "facts"}
+    assert "linux-modules-nvidia-575-server-open-6.8.0-45-generic" in {
+        p["name"] for p in facts[("pre", "baseline")]["driver_packages"]}
+    plans = {x["node"]: x["steps"] for x in journal(run_dir) if x["type"] == "rollback_plan"}
+    restore = next(s for s in plans["rhel"] if s["action"] == "restore_driver")
+    assert restore["holds"] == ["nvidia-driver"]
+    rcmds = commands(run_dir, "rhel")
+    last_install = max(i for i, x in enumerate(rcmds) if x.startswith("dnf install"))
+    # the 580 locks the upgrade put back are released before the restore, the baseline's added after it
+    relock = next(i for i, x in enumerate(rcmds) if x.startswith("dnf versionlock add nvidia-open"))
+    release = next(i for i, x in enumerate(rcmds) if i > relock and x.startswith("dnf versionlock delete"))
+    assert "nvidia-driver" in rcmds[release].split()
+    assert release < last_install < rcmds.index("dnf versionlock add nvidia-driver", last_install)
 
 
 def test_install_without_the_fabric_manager_fails_the_driver_stage_and_rolls_back(tmp_path):
@@ -289,8 +373,9 @@ def test_vendor_task_files_over_real_sshd_through_ansible_runner(sshd_cluster, t
 
     from k3rollout.sim.state import executed
 
-    sim = {"deb": {"nvidia_driver_source": "cuda-repo", "sim_held_packages": ["nvidia-driver-575-open"]},
-           "rh": {"ansible_os_family": "RedHat"}}
+    sim = {"deb": {"nvidia_driver_source": "cuda-repo", "sim_held_packages": ["nvidia-driver-575-open"],
+                   "sim_device_plugin": True},
+           "rh": {"ansible_os_family": "RedHat", "sim_held_packages": ["nvidia-driver"]}}
     with sshd_cluster(sim) as c:
         inv = c.inventory(tmp_path / "inv" / "hosts.yml",
                           host_vars={n: {k: v for k, v in hv.items() if not k.startswith("sim_")}
@@ -307,6 +392,11 @@ def test_vendor_task_files_over_real_sshd_through_ansible_runner(sshd_cluster, t
     assert deb["packages"]["nvidia-fabricmanager"] == "580.95.05-1" and "nvidia-fabricmanager-575" not in deb["packages"]
     assert rh["packages"]["nvidia-driver"] == "580.95.05-1.el9" and rh["module_stream"] == "580-open"
     assert "nvidia-driver-580-open" in deb["holds"]
+    # the RHEL version lock was released before the task file ran and put on the new version after
+    assert "nvidia-driver-3:580.95.05-1.el9.*" in rh["version_locks"]
+    assert rh_cmds.index("dnf versionlock delete nvidia-driver") < rh_cmds.index("dnf -y module reset nvidia-driver")
+    assert deb["services"]["nvidia-device-plugin"]["active"]
+    assert any(x.startswith("systemctl disable --now") and x.endswith("nvidia-device-plugin") for x in deb_cmds)
     assert any(x.startswith("apt-cache madison linux-headers-6.8.0-45-generic nvidia-driver-580-open") for x in deb_cmds)
     install = [x for x in deb_cmds if x.startswith("apt-get install")]
     assert len(install) == 1 and "nvidia-driver-580-open=580.95.05-0ubuntu1" in install[0]

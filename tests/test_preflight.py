@@ -53,7 +53,7 @@ def failed(report: dict, node: str) -> dict[str, str]:
 
 
 def test_each_refusal_names_its_node_and_check_and_changes_nothing(tmp_path):
-    hosts = {"ok": {}, "rhel": {"ansible_os_family": "RedHat"},
+    hosts = {"ok": {}, "rhel": {"ansible_os_family": "RedHat", "sim_held_packages": ["nvidia-driver"]},
              "gone": {"sim_faults": ["rollback_packages_gone"]},
              "gone-rhel": {"ansible_os_family": "RedHat", "sim_faults": ["rollback_packages_gone"]},
              "operator": {"sim_gpu_operator": True},
@@ -75,6 +75,10 @@ def test_each_refusal_names_its_node_and_check_and_changes_nothing(tmp_path):
     assert failed(rep, "seven") == {"gpu_count": "7 GPUs, expected 8"}
     assert set(failed(rep, "disk")) == {"disk"} and "600 GiB needed" in failed(rep, "disk")["disk"]
     assert rep["nodes"]["rhel"]["info"]["driver_module_stream"] == "575-open"
+    assert rep["nodes"]["rhel"]["info"]["held_packages"] == ["nvidia-driver"]          # a DNF version lock
+    # Canonical's precompiled module is among what the rollback restores, and still offered
+    assert "linux-modules-nvidia-575-server-open-6.8.0-45-generic" in {
+        p["name"] for p in rep["nodes"]["sb-ok"]["info"]["installed_driver_packages"]}
     md = (out / "preflight.md").read_text()
     assert "**FAILED**" in md and "| gone | rollback_packages | **FAIL** |" in md
     # read-only: every command any node ran is a query
@@ -105,10 +109,10 @@ def test_default_sim_cluster_passes(tmp_path):
 
 
 def test_run_refuses_a_failed_preflight_and_touches_nothing(tmp_path, capsys):
+    # the preflight is run's default: no flag asks for it
     inv = write_inventory(tmp_path / "inv", {"a": {}, "b": {"sim_faults": ["rollback_packages_gone"]}})
     run_dir = tmp_path / "run"
-    code = main(["run", str(short_playbook(tmp_path / "pb.yml")), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
-                 "--preflight"])
+    code = main(["run", str(short_playbook(tmp_path / "pb.yml")), "-i", str(inv), "--yes", "--run-dir", str(run_dir)])
     err = capsys.readouterr().err
     assert code == 1 and "preflight FAILED on b" in err and "b: rollback_packages: no longer downloadable" in err
     assert not (run_dir / "journal.jsonl").exists()
@@ -121,7 +125,7 @@ def test_skip_node_leaves_the_failed_node_out_and_records_it(tmp_path):
     inv = write_inventory(tmp_path / "inv", {"a": {}, "b": {"sim_faults": ["rollback_packages_gone"]}})
     run_dir = tmp_path / "run"
     code = main(["run", str(short_playbook(tmp_path / "pb.yml")), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
-                 "--preflight", "--skip-node", "b"])
+                 "--skip-node", "b"])
     assert code == 0
     r = result(run_dir)
     assert list(r["nodes"]) == ["a"] and r["nodes"]["a"]["final"] == "upgraded"
@@ -130,10 +134,38 @@ def test_skip_node_leaves_the_failed_node_out_and_records_it(tmp_path):
     started = next(x for x in journal(run_dir) if x["type"] == "run_started")
     assert any("left out of this run with --skip-node: b (rollback_packages:" in n for n in started["plan"]["notes"])
     assert "Left out of the run with --skip-node: b" in (run_dir / "preflight.md").read_text()
+    # journaled with its evidence: the report the run started on is in the evidence store
+    rec = started["preflight"]
+    assert (rec["ran"], rec["ok"], rec["failed_nodes"], rec["skipped_nodes"]) == (True, False, ["b"], ["b"])
+    kept = json.loads((run_dir / "evidence" / rec["evidence"]).read_text())
+    assert kept["failed_nodes"] == ["b"] and "rollback_packages" in {c["check"] for c in kept["nodes"]["b"]["checks"]}
+    assert rec["evidence"] in (run_dir / "evidence" / "MANIFEST.sha256").read_text()
+    md = (run_dir / "report.md").read_text()
+    assert "Preflight: FAILED on b; left out of the run with --skip-node: b; evidence" in md
+    assert json.loads((run_dir / "report.json").read_text())["preflight"]["skipped_nodes"] == ["b"]
     assert all(c.startswith(READ_ONLY) for c in ran(run_dir / "sim-hosts" / "b"))
     # naming a node that is not in the play is bad input
     assert main(["run", str(short_playbook(tmp_path / "pb.yml")), "-i", str(inv), "--yes", "--run-dir",
-                 str(tmp_path / "run2"), "--preflight", "--skip-node", "nope"]) == 2
+                 str(tmp_path / "run2"), "--skip-node", "nope"]) == 2
+
+
+def test_no_preflight_starts_without_it_and_says_so_in_the_journal_and_report(tmp_path, capsys):
+    inv = write_inventory(tmp_path / "inv", {"a": {}, "b": {"sim_faults": ["rollback_packages_gone"]}})
+    pb = short_playbook(tmp_path / "pb.yml")
+    run_dir = tmp_path / "run"
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), "--no-preflight"]) == 0
+    assert not (run_dir / "preflight.json").exists()
+    started = next(x for x in journal(run_dir) if x["type"] == "run_started")
+    assert started["preflight"]["ran"] is False and "--no-preflight" in started["preflight"]["reason"]
+    # the node whose rollback packages are gone was not refused: nobody looked
+    assert {n: v["final"] for n, v in result(run_dir)["nodes"].items()} == {"a": "upgraded", "b": "upgraded"}
+    assert "Preflight: NOT RUN (--no-preflight:" in (run_dir / "report.md").read_text()
+    assert "<strong>NOT RUN</strong>" in (run_dir / "report.html").read_text()
+    # no preflight command reached a node: the first thing each ran is the baseline's
+    assert ran(run_dir / "sim-hosts" / "a")[0].startswith("date -u")
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(tmp_path / "run2"), "--no-preflight",
+                 "--preflight"]) == 2
+    assert "--no-preflight and --preflight exclude each other" in capsys.readouterr().err
 
 
 def test_run_reads_an_earlier_preflight_report(tmp_path, capsys):

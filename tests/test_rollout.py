@@ -3,12 +3,14 @@ the evidence store and the simulated hosts themselves."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from conftest import (
     PLAYBOOK,
     api_changes,
@@ -31,6 +33,7 @@ def run(tmp_path, inventory, playbook=PLAYBOOK, *extra) -> tuple[int, Path]:
     return code, run_dir
 
 
+@pytest.mark.preflight
 def test_demo_rollout_upgrades_all_but_the_faulty_node_and_rolls_it_back(tmp_path, capsys):
     run_dir = tmp_path / "demo"
     assert main(["demo", "--run-dir", str(run_dir)]) == 0
@@ -60,6 +63,11 @@ def test_demo_rollout_upgrades_all_but_the_faulty_node_and_rolls_it_back(tmp_pat
     assert sim_state(run_dir, "gpu-a01")["loaded_driver"] == "580.95.05"
     for f in ("journal.jsonl", "result.json", "report.md", "report.html", "report.json", "evidence/MANIFEST.sha256"):
         assert (run_dir / f).is_file(), f
+    # the read-only preflight ran on all 16 nodes before the first change, and is on record
+    started = next(x for x in journal(run_dir) if x["type"] == "run_started")
+    assert started["preflight"]["ran"] and started["preflight"]["ok"]
+    assert len(json.loads((run_dir / "evidence" / started["preflight"]["evidence"]).read_text())["nodes"]) == 16
+    assert "Preflight: passed; evidence" in (run_dir / "report.md").read_text()
 
 
 def test_journal_pairs_every_step_and_evidence_verifies(tmp_path):

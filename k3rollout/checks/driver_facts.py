@@ -51,9 +51,14 @@ SOURCES = ("ubuntu-archive", "ubuntu-archive-precompiled", "cuda-repo", "rhel-mo
 
 # What holds /dev/nvidia* on a GPU node and must be stopped before the driver changes
 # (a module unload fails with "Module nvidia is in use" while one runs). The fabric manager
-# comes back first after the reboot: CUDA needs it on NVSwitch systems.
-GPU_SERVICES = ("nvidia-fabricmanager", "nvidia-persistenced", "nvidia-dcgm", "dcgm-exporter")
-RESTART_ORDER = ("nvidia-fabricmanager", "nvidia-persistenced", "nvidia-dcgm", "dcgm-exporter")
+# comes back first after the reboot: CUDA needs it on NVSwitch systems. The Kubernetes device
+# plugin usually runs as a DaemonSet pod (the drain leaves it; the GPU Operator's upgrade
+# controller deletes it); where it runs on the host as a systemd unit, as on AKS node images
+# (Azure/AgentBaker: nvidia-device-plugin.service), it holds NVML open like DCGM, and starts
+# last, once the driver and its services are up.
+DEVICE_PLUGIN_SERVICE = "nvidia-device-plugin"
+GPU_SERVICES = ("nvidia-fabricmanager", "nvidia-persistenced", "nvidia-dcgm", "dcgm-exporter", DEVICE_PLUGIN_SERVICE)
+RESTART_ORDER = ("nvidia-fabricmanager", "nvidia-persistenced", "nvidia-dcgm", "dcgm-exporter", DEVICE_PLUGIN_SERVICE)
 FM_SERVICE = "nvidia-fabricmanager"
 
 DNF_MODULE = "nvidia-driver"
@@ -154,6 +159,17 @@ def is_driver_package(name: str) -> bool:
     if "container" in name or name.startswith(("linux-", "kernel-")):
         return False
     return name.startswith(("nvidia-", "libnvidia-", "kmod-nvidia"))
+
+
+def is_precompiled_module(name: str) -> bool:
+    """Canonical's signed precompiled module package (``linux-modules-nvidia-575-server-open-6.8.0-45-generic``)."""
+    return name.startswith("linux-modules-nvidia-")
+
+
+def changes_with_driver(name: str) -> bool:
+    """A package the driver change replaces: a hold or version lock on it is released for
+    the change (recorded) and put back after it."""
+    return is_driver_package(name) or is_precompiled_module(name)
 
 
 def pin(mgr: str, name: str, version: str) -> str:

@@ -73,6 +73,8 @@ def parse_proc_version(text: str) -> str:
 
 
 DPKG_ARGV = ["dpkg-query", "-W", "-f=${Package}\t${Version}\t${db:Status-Abbrev}\n", "nvidia-*", "libnvidia-*"]
+# Canonical's precompiled module packages (dpkg-query exits 1 when none is installed)
+DPKG_MODULES_ARGV = ["dpkg-query", "-W", "-f=${Package}\t${Version}\t${db:Status-Abbrev}\n", "linux-modules-nvidia-*"]
 RPM_ARGV = ["rpm", "-qa", "--qf", "%{NAME}\t%{VERSION}-%{RELEASE}\n", "nvidia*", "kmod-nvidia*", "libnvidia*"]
 
 
@@ -299,6 +301,28 @@ def parse_apt_policy(text: str) -> dict[str, dict[str, Any]]:
 def parse_apt_showhold(text: str) -> list[str]:
     """``apt-mark showhold``: one held package name per line."""
     return sorted({ln.strip() for ln in text.splitlines() if ln.strip() and " " not in ln.strip()})
+
+
+_VERSIONLOCK = re.compile(r"^(?P<name>.+)-(?:(?P<epoch>\d+):)?(?P<version>[^-:]+)-(?P<release>[^-]+)\.(?P<arch>[^.]+)$")
+
+
+def parse_versionlock_list(text: str) -> list[dict[str, Any]]:
+    """``dnf versionlock list`` (python3-dnf-plugin-versionlock): the lock list's entries as
+    written, ``name-epoch:version-release.*`` (``dnf versionlock add``'s form; an entry written
+    by hand may leave the epoch out); a ``!`` entry excludes that version instead of locking.
+    Returns [{name, entry, version, exclude}] for each entry; dnf's metadata line and the
+    list file's comments are not entries."""
+    out = []
+    for line in text.splitlines():
+        ln = line.strip()
+        if not ln or ln.startswith(("#", "Last metadata expiration check")):
+            continue
+        m = _VERSIONLOCK.match(ln.lstrip("!"))
+        if not m:
+            continue
+        out.append({"name": m["name"], "entry": ln, "version": f"{m['version']}-{m['release']}",
+                    "exclude": ln.startswith("!")})
+    return out
 
 
 _DNF_ROW = re.compile(r"^(\S+)\.(x86_64|aarch64|noarch|i686)\s+(\S+)\s+(@?\S+)\s*$")

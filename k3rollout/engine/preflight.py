@@ -127,6 +127,10 @@ def check_node(executor: Any, host: str, hvars: dict[str, Any], target: str) -> 
         argv = parsers.RPM_ARGV if mgr == "dnf" else parsers.DPKG_ARGV
         pk = run("installed-packages", argv)
         installed = [p for p in parsers.parse_packages(pk.stdout) if p["status"].startswith("ii")]
+        if mgr == "apt":
+            # Canonical's precompiled module packages: the rollback restores them too
+            mods = run("precompiled-modules", parsers.DPKG_MODULES_ARGV)
+            installed += [p for p in parsers.parse_packages(mods.stdout) if p["status"].startswith("ii")]
         info["installed_driver_packages"] = installed
         gone, origins = dn.baseline_downloadable(run, source, installed)
         info["origins"] = origins

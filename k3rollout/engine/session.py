@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from k3rollout import fastjson
 from k3rollout.engine.clock import Clock
 from k3rollout.engine.lock import RunLock
 from k3rollout.engine.runner import Engine
@@ -97,7 +98,8 @@ class Session:
 
     def start(self, playbook: Playbook, inventory: Inventory, plan: Plan, window_end: float | None,
               on_event: Callable[[dict], None] | None = None, log: Any = None,
-              approved_plan: str | None = None, overrides: dict | None = None) -> str:
+              approved_plan: str | None = None, overrides: dict | None = None,
+              preflight: dict | None = None) -> str:
         if self.journal_path.exists() and self.journal_path.stat().st_size > 0:
             raise InputError(f"run directory already holds a run; use `k3rollout resume {self.run_dir}` or pick "
                              "another --run-dir", path=str(self.run_dir))
@@ -143,6 +145,16 @@ class Session:
                                  engine.redact(Path(playbook.path).read_text(encoding="utf-8")))
             from k3rollout.plan.approval import plan_digest
 
+            pre = None
+            if preflight is not None:
+                # the preflight before the run: its report as evidence, its outcome (or that
+                # it was not run) in run_started
+                pre = {k: v for k, v in preflight.items() if k != "report"}
+                if "report" in preflight:
+                    pref = evidence.write("_run", "preflight", "preflight.json",
+                                          engine.redact(fastjson.dumps_pretty(preflight["report"])))
+                    pre.update(evidence=pref.path, evidence_sha256=pref.sha256)
+
             engine.record("run_started", run_id=run_id, plan=plan.to_dict(), plan_sha256=plan_digest(plan.to_dict()),
                           approved_plan=approved_plan, playbook=str(playbook.path),
                           playbook_sha256=playbook.sha256, inventory=inventory.path, inventory_sha256=inv_digest,
@@ -151,7 +163,8 @@ class Session:
                           transport=executor.kind, pid=os.getpid(), playbook_evidence=ref.path,
                           playbook_evidence_sha256=ref.sha256,
                           **({"cluster_lock": leases.servers() + others.servers()}
-                             if leases.held or others.held else {}))
+                             if leases.held or others.held else {}),
+                          **({"preflight": pre} if pre is not None else {}))
             try:
                 return engine.run()
             finally:

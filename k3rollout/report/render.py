@@ -174,6 +174,7 @@ def _json(m: dict[str, Any]) -> str:
                                   **({"verification_failures": m["verification"]} if m["verification"] else {}),
                                   "window": m["window"], "plan_vs_actual": m["diff"], "timing": m["timing"],
                                   "plan_sha256": m["view"].plan_sha256, "approved_plan": m["view"].approved_plan,
+                                  **({"preflight": m["view"].preflight} if m["view"].preflight else {}),
                                   "gates": list(m["view"].pauses.values()), "hooks": list(m["view"].hooks.values()),
                                   **({"observation": m["observation"]} if m["observation"] else {})})
 

@@ -38,6 +38,9 @@ class RunStarted(TypedDict):
     window_end_iso: NotRequired[OptStr]
     playbook_evidence: NotRequired[OptStr]
     playbook_evidence_sha256: NotRequired[OptStr]
+    # the read-only preflight before the run: {ran, ok, failed_nodes, skipped_nodes,
+    # evidence...}, or {ran: false, reason} under --no-preflight
+    preflight: NotRequired[dict[str, Any]]
 
 
 class RunResumed(TypedDict):

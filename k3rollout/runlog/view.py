@@ -52,6 +52,8 @@ class RunView:
     last_ts: str | None = None
     plan_sha256: str | None = None
     approved_plan: str | None = None
+    # run_started's preflight record (None: a run from before the preflight was recorded)
+    preflight: dict[str, Any] | None = None
     pauses: dict[str, dict[str, Any]] = field(default_factory=dict)     # id -> started/until/decision/by ...
     hooks: dict[str, dict[str, Any]] = field(default_factory=dict)      # id -> name/ok/detail/evidence
     # ``k3rollout observe`` passes after the run (they never change the run's own state)
@@ -101,6 +103,10 @@ def apply(v: RunView, r: dict[str, Any]) -> None:
                                      "started": None, "finished": None, "failed": [], "rollback_ran": False}
             for node in b["nodes"]:
                 v.node(node).batch = b["index"]
+        pre = v.preflight = r.get("preflight")
+        if pre and pre.get("evidence"):
+            v.evidence.append({"node": "_run", "stage": "preflight", "path": pre["evidence"],
+                               "sha256": pre.get("evidence_sha256"), "step": "preflight"})
         if r.get("playbook_evidence"):
             v.evidence.append({"node": "_run", "stage": "inputs", "path": r["playbook_evidence"],
                                "sha256": r.get("playbook_evidence_sha256"), "step": "playbook"})

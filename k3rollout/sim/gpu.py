@@ -223,6 +223,11 @@ def _install(state: dict[str, Any], wanted: dict[str, str], tool: str, args: lis
             if repos.dnf_filtered(state, name, hit[0]["version"]):
                 return 1, head, (f"All matches were filtered out by modular filtering for argument: {arg}\n"
                                  f"Error: Unable to find a match: {arg}\n")
+            lock = repos.locked_version(state, name)
+            if lock is not None and lock != hit[0]["version"].split(":")[-1]:
+                # the versionlock plugin excludes every other version of a locked name
+                return 1, head, (f"All matches were filtered out by exclude filtering for argument: {arg}\n"
+                                 f"Error: Unable to find a match: {arg}\n")
             wanted[name] = repos.installed_form(state, hit[0]["version"])
     drivers = {n: df.upstream(v) for n, v in wanted.items() if df.is_driver_package(n)}
     versions = sorted(set(drivers.values()))
@@ -292,6 +297,13 @@ def _install(state: dict[str, Any], wanted: dict[str, str], tool: str, args: lis
                 f"linux-restricted-modules: nvidia {carried} signed by Canonical Ltd. Kernel Module Signing"]
         state["module_version"], state["module_signed"] = carried, True
         state["half_configured"] = []
+        if tool == "dnf":
+            out.append("Complete!")
+        return 0, "\n".join(out) + "\n", ""
+    if not any("dkms" in n for n in pk):
+        # neither Canonical's precompiled module for this branch nor a DKMS package: the
+        # user space is installed, no kernel module is (modinfo: not found)
+        state["module_version"], state["half_configured"] = None, []
         if tool == "dnf":
             out.append("Complete!")
         return 0, "\n".join(out) + "\n", ""
@@ -380,8 +392,7 @@ def dnf(state: dict[str, Any], args: list[str]) -> Out:
     if op == "module":
         return repos.dnf_module(state, args[args.index("module") + 1:])
     if op == "versionlock":
-        return 1, "", ("No such command: versionlock. Please use /usr/bin/dnf --help\nIt could be a DNF plugin "
-                       "command, try: \"dnf install 'dnf-command(versionlock)'\"\n")
+        return repos.dnf_versionlock(state, args[args.index("versionlock") + 1:])
     if op not in ("install", "downgrade"):
         return 1, "", "Error: k3rollout sim supports dnf install/downgrade/list/repoquery/module only\n"
     wanted: dict[str, str] = {}

@@ -10,12 +10,19 @@ Ansible variables and this model). What each repository offers follows the real 
   unless the node's mirror was pruned (the same fault);
 - RHEL: ``nvidia-driver`` DNF module streams (``575-open``...). ``dnf install`` only sees the
   enabled stream ("All matches were filtered out by modular filtering"), and an enabled
-  stream is not switched by ``module enable`` without ``module reset`` first.
+  stream is not switched by ``module enable`` without ``module reset`` first;
+- held packages: ``apt-mark hold`` on Ubuntu; on RHEL the DNF versionlock plugin
+  (python3-dnf-plugin-versionlock, ``dnf versionlock add|delete|list``), whose lock list holds
+  ``name-epoch:version-release.*`` entries and hides every other version of a locked name
+  from ``dnf install`` ("filtered out by exclude filtering"). Without the plugin installed
+  ``dnf versionlock`` is "No such command". Output and matching as the plugin's
+  (dnf-plugins-core plugins/versionlock.py).
 """
 
 from __future__ import annotations
 
 import fnmatch
+import re
 from typing import Any
 
 from k3rollout.checks import driver_facts as df
@@ -537,3 +544,80 @@ def proc_params(state: dict[str, Any]) -> Out:
             "EnableResizableBar": "0", "RegistryDwords": '""', "RmMsg": '""', "OpenRmEnableUnsupportedGpus": "1"}
     base.update(opts)
     return 0, "".join(f"{k}: {v}\n" for k, v in base.items()), ""
+
+
+# ---------------------------------------------------------------- dnf versionlock
+
+NO_VERSIONLOCK = ("No such command: versionlock. Please use /usr/bin/dnf --help\nIt could be a DNF plugin command, "
+                  "try: \"dnf install 'dnf-command(versionlock)'\"\n")
+_LOCK = re.compile(r"^(?P<n>.+)-(?P<e>\d+):(?P<v>[^-:]+)-(?P<r>[^-]+)\.(?P<a>[^.]+)$")
+
+
+def lock_spec(state: dict[str, Any], name: str) -> str | None:
+    """The entry ``dnf versionlock add NAME`` writes for the installed package:
+    ``name-epoch:version-release.*`` (the plugin's pkgtup2spec; rpm's epoch is 0 when unset)."""
+    v = state["packages"].get(name)
+    if v is None:
+        return None
+    epoch = "0"
+    if df.is_driver_package(name):
+        spelled = version_string(state, name, df.upstream(v))
+        epoch = spelled.split(":", 1)[0] if ":" in spelled else "0"
+    return f"{name}-{epoch}:{v}.*"
+
+
+def _lock_forms(entry: str) -> list[str]:
+    m = _LOCK.match(entry.lstrip("!"))
+    if not m:
+        return [entry.lstrip("!")]
+    n, e, v, r = m["n"], m["e"], m["v"], m["r"]
+    return [entry.lstrip("!"), n, f"{n}-{v}", f"{n}-{v}-{r}", f"{n}-{e}:{v}", f"{n}-{e}:{v}-{r}"]
+
+
+def _lock_match(entry: str, patterns: list[str]) -> bool:
+    """The plugin's ``_match``: the entry itself, or its name (with version, release...)
+    matched by a shell-style pattern."""
+    return any(fnmatch.fnmatch(f, p) for f in _lock_forms(entry) for p in patterns)
+
+
+def locked_version(state: dict[str, Any], name: str) -> str | None:
+    """VERSION-RELEASE a version lock pins ``name`` to (None: not locked)."""
+    for entry in state.get("version_locks", []):
+        m = _LOCK.match(entry)
+        if m and not entry.startswith("!") and m["n"] == name:
+            return f"{m['v']}-{m['r']}"
+    return None
+
+
+def dnf_versionlock(state: dict[str, Any], args: list[str]) -> Out:
+    if not state.get("versionlock_plugin"):
+        return 1, "", NO_VERSIONLOCK
+    args = [a for a in args if a not in ("-y", "--assumeyes", "-q")]
+    locks: list[str] = state.setdefault("version_locks", [])
+    head = "Last metadata expiration check: 0:12:04 ago.\n"
+    sub = args[0] if args else "list"
+    pkgs = args[1:]
+    if sub == "list":
+        return 0, head + "".join(f"{e}\n" for e in locks), ""
+    if sub in ("delete", "del"):
+        gone = [e for e in locks if _lock_match(e, pkgs)]
+        state["version_locks"] = [e for e in locks if e not in gone]
+        return 0, head + "".join(f"Deleting versionlock for: {e}\n" for e in gone), ""
+    if sub == "clear":
+        state["version_locks"] = []
+        return 0, head, ""
+    if sub != "add":
+        pkgs = [sub, *pkgs]                 # `dnf versionlock NAME` adds, as the plugin does
+    out = []
+    for p in pkgs:
+        hit = next((e for e in locks if _lock_match(e, [p])), None)
+        if hit is not None:
+            out.append(f"Package already locked in equivalent form: {hit}")
+            continue
+        spec = lock_spec(state, p)
+        if spec is None:
+            out.append(f"No package found for: {p}")
+            continue
+        locks.append(spec)
+        out.append(f"Adding versionlock on: {spec}")
+    return 0, head + "".join(o + "\n" for o in out), ""

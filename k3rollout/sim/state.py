@@ -190,7 +190,10 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
         "os_version": str(hv.get("sim_os_version", "22.04" if os_family == "Debian" else "9.5")),
         "driver_source": driver_facts.source_of(hv, os_family),
         "module_stream": driver_facts.module_stream(driver.split(".")[0]) if os_family == "RedHat" else None,
-        "holds": list(hv.get("sim_held_packages", [])),
+        # held packages: apt-mark holds on Ubuntu, DNF version locks on RHEL (sim/repos.py)
+        "holds": list(hv.get("sim_held_packages", [])) if os_family == "Debian" else [],
+        "versionlock_plugin": os_family == "RedHat" and bool(hv.get("sim_versionlock_plugin",
+                                                                     bool(hv.get("sim_held_packages")))),
         "secure_boot": bool(hv.get("sim_secure_boot", False)),
         "mok_enrolled": bool(hv.get("sim_mok_enrolled", False)),
         "nvswitch": nvswitch,
@@ -210,8 +213,10 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
                        + (' NVreg_RegistryDwords="PeerMappingOverride=1;"' if hv.get("sim_peer_mapping_override")
                           else "") + "\n"},
         # services that hold /dev/nvidia*: a module unload fails until they stop
+        # (sim_device_plugin: the Kubernetes device plugin as a host systemd unit, as on AKS)
         "services": {u: {"enabled": True, "active": True, "failed": False}
-                     for u in (["nvidia-fabricmanager"] if nvswitch else []) + ["nvidia-persistenced", "nvidia-dcgm"]},
+                     for u in (["nvidia-fabricmanager"] if nvswitch else []) + ["nvidia-persistenced", "nvidia-dcgm"]
+                     + (["nvidia-device-plugin"] if hv.get("sim_device_plugin") else [])},
         "kernel": str(hv.get("sim_kernel", "6.8.0-45-generic" if os_family == "Debian" else "5.14.0-503.el9.x86_64")),
         "gpu": {"model": str(hv.get("sim_gpu", "NVIDIA H200")), "count": int(hv.get("sim_gpu_count", 8)),
                 "mem_gib": int(hv.get("sim_gpu_mem_gib", 141))},
@@ -255,6 +260,10 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
         "sudo_password": hv.get("sim_sudo_password"),
     }
     state["packages"] = initial_packages(state, driver)
+    if os_family == "RedHat":
+        from k3rollout.sim.repos import lock_spec
+
+        state["version_locks"] = [x for x in (lock_spec(state, n) for n in hv.get("sim_held_packages", [])) if x]
     from k3rollout.sim.repos import on_boot
 
     on_boot(state)                         # services as they came up at the last boot

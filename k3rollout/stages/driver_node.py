@@ -75,15 +75,20 @@ def nvswitch(run: Run) -> bool:
     return res.ok and bool(res.stdout.strip())
 
 
-def holds(run: Run, mgr: str) -> list[str]:
-    """Held (apt-mark) or version-locked (dnf versionlock) NVIDIA packages."""
+def holds(run: Run, mgr: str, name: str | None = None) -> list[str]:
+    """Names of the held (apt-mark) or version-locked (dnf versionlock) packages the driver
+    change replaces (a held container toolkit is not the driver's: left as it is). Both are
+    released and put back by name (``apt-mark unhold|hold NAME``, ``dnf versionlock
+    delete|add NAME``: the plugin matches an entry by its name and locks the installed
+    version)."""
     if mgr == "apt":
-        res = run("held-packages", ["apt-mark", "showhold"])
-        return [h for h in parsers.parse_apt_showhold(res.stdout) if "nvidia" in h] if res.ok else []
-    res = run("version-locks", ["dnf", "versionlock", "list"])
+        res = run(name or "held-packages", ["apt-mark", "showhold"])
+        return [h for h in parsers.parse_apt_showhold(res.stdout) if df.changes_with_driver(h)] if res.ok else []
+    res = run(name or "version-locks", ["dnf", "versionlock", "list"])
     if not res.ok:
         return []                      # no versionlock plugin: nothing can be locked
-    return [ln.strip() for ln in res.stdout.splitlines() if "nvidia" in ln and not ln.startswith("Last metadata")]
+    return sorted({e["name"] for e in parsers.parse_versionlock_list(res.stdout)
+                   if not e["exclude"] and df.changes_with_driver(e["name"])})
 
 
 def active_services(run: Run) -> list[str]:
@@ -98,6 +103,29 @@ def active_services(run: Run) -> list[str]:
 def module_stream(run: Run) -> str | None:
     res = run("module-stream", ["dnf", "module", "list", "--enabled", df.DNF_MODULE])
     return parsers.enabled_stream(parsers.parse_dnf_module_list(res.stdout)) if res.ok else None
+
+
+def module_step_probe(argv: list[str]) -> Callable[[Any, dict], bool] | None:
+    """For ``dnf module reset|enable|switch-to nvidia-driver[:STREAM]``: a probe that tells,
+    from the stream enabled now, whether the command took effect (reset: none enabled;
+    enable / switch-to: that stream), so an interrupted one is settled on resume, never
+    guessed. None for any other command."""
+    if argv[:1] != ["dnf"] or "module" not in argv:
+        return None
+    rest = [a for a in argv[argv.index("module") + 1:] if not a.startswith("-")]
+    op, target = (rest + ["", ""])[:2]
+    if target.partition(":")[0] != df.DNF_MODULE:
+        return None
+    if op == "reset":
+        want = None
+    elif op in ("enable", "switch-to"):
+        want = target.partition(":")[2].split("/")[0] or None
+    else:
+        return None
+
+    def probe(ctx: Any, meta: dict) -> bool:
+        return module_stream(lambda name, a: ctx.step(name, a)) == want
+    return probe
 
 
 def resolve_target(run: Run, source: str, target: str, kernel: str, fabric: bool, *,
@@ -160,6 +188,11 @@ def driver_rollback_facts(ctx: Any, f: dict[str, Any]) -> dict[str, Any]:
     except ValueError:
         out["driver_source"] = None
     pk = f.get("driver_packages", [])
+    if mgr == "apt":
+        # Canonical's signed precompiled modules (linux-modules-nvidia-575-server-open-$(uname -r))
+        # are not nvidia-*: without them a rollback on that path restores no kernel module
+        mods = run("precompiled-modules", parsers.DPKG_MODULES_ARGV)
+        pk.extend(p for p in parsers.parse_packages(mods.stdout) if p["status"].startswith("ii"))
     org = origins(run, mgr, [p["name"] for p in pk])
     for p in pk:
         p["origin"] = org.get(p["name"])

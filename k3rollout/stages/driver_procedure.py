@@ -139,7 +139,7 @@ class Procedure:
                     return False, f"{u} did not start again on the new driver (rc {res.rc}): {res.tail(200)}"
         if self.held:
             names = df.target_names(self.source, self.target.split(".")[0], self.kernel, self.nvswitch)
-            names = [n for n in names if not n.startswith("linux-")]
+            names = [n for n in names if df.changes_with_driver(n)]
             argv = ["apt-mark", "hold", *names] if self.mgr == "apt" else ["dnf", "versionlock", "add", *names]
             res = ctx.step("hold-new-packages", argv)
             if not res.ok:

@@ -16,6 +16,7 @@ from typing import Any
 from k3rollout.model.assertions import AssertionSyntaxError, render_argv
 from k3rollout.model.playbook import ROLLBACK_UNDOES, Playbook
 from k3rollout.scheduler import scheduler_for
+from k3rollout.stages import driver_node as dn
 from k3rollout.stages import driver_operator
 from k3rollout.stages import uncordon as uncordon_stage
 from k3rollout.stages.base import NodeCtx, StepFailed
@@ -66,6 +67,9 @@ def plan_rollback(playbook: Playbook, node: str, baseline: dict[str, Any], tvars
                          "reboot": declared[action].reboot, "reboot_timeout": reboot_timeout,
                          "reboot_grace": reboot_grace,
                          "packages": baseline.get("driver_packages", [])})
+            if baseline.get("held_packages"):
+                # held / version-locked before the change: held again once restored
+                step["holds"] = list(baseline["held_packages"])
             if not cmds:
                 step.setdefault("error", f"no `restore.{mgr}` steps in the driver_upgrade stage")
         elif action == "restore_serving_image":
@@ -99,6 +103,8 @@ def describe(step: dict) -> str:
                 f"upgrade-done; verify nvidia-smi and kernel module report {step.get('to_version')}")
     if a == "restore_driver":
         cmds = "; ".join(shlex.join(c) for c in step.get("commands", [])) or f"NONE ({step.get('error')})"
+        if step.get("holds") and step.get("commands"):
+            cmds += f"; hold again {', '.join(step['holds'])}"
         return (f"restore_driver to {step.get('to_version')}: {cmds}"
                 + ("; reboot; verify nvidia-smi and kernel module report " + str(step.get("to_version"))
                    if step.get("reboot") else ""))
@@ -201,16 +207,31 @@ def _restore_driver(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
         return driver_operator.restore(ctx, step)
     want = step.get("to_version")
     gpu = ctx.read_gpu()
+    mgr = ctx.baseline.get("pkg_mgr", "apt")
     if gpu.get("driver_version") == want:
         wanted = {p["name"]: p["version"] for p in step.get("packages", [])}
         if not wanted or packages_at(ctx, wanted):
-            return True, f"driver already at {want}: nothing to restore"
+            ok, why = _hold_again(ctx, step, mgr)
+            return ok, why or f"driver already at {want}: nothing to restore"
+    # a hold or version lock on what is installed now (the new driver's, put there by the
+    # upgrade) would refuse the restore: released first, the baseline's put back after
+    held = dn.holds(lambda name, argv: ctx.step(name, argv), mgr, name="rollback-holds")
+    if held:
+        argv = ["apt-mark", "unhold", *held] if mgr == "apt" else ["dnf", "versionlock", "delete", *held]
+        res = ctx.step("rollback-release-holds", argv)
+        if not res.ok:
+            return False, f"could not release the holds on {', '.join(held)} (rc {res.rc}): {res.tail(300)}"
     for i, argv in enumerate(step["commands"], start=1):
         wanted = pinned(argv)
-        res = ctx.step(f"restore-step-{i}", argv, once=True,
-                       probe=(lambda c, m, w=wanted: packages_at(c, w)) if wanted else None, timeout=3600)
+        # an interrupted step is settled by what it changes: the packages it pins, or the
+        # DNF module stream it resets or enables
+        probe = (lambda c, m, w=wanted: packages_at(c, w)) if wanted else dn.module_step_probe(argv)
+        res = ctx.step(f"restore-step-{i}", argv, once=True, probe=probe, timeout=3600)
         if not res.ok:
             return False, f"restore step {i} failed (rc {res.rc}): {res.tail(300)}"
+    ok, why = _hold_again(ctx, step, mgr)
+    if not ok:
+        return False, why
     if step.get("reboot", True):
         ok, why, _ = reboot_and_wait(ctx, "restore-reboot", float(step.get("reboot_timeout", 900)),
                                      float(step.get("reboot_grace", 10)))
@@ -220,6 +241,19 @@ def _restore_driver(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
     if gpu.get("driver_version") != want:
         return False, f"after restore nvidia-smi reports {gpu.get('driver_version')} ({gpu.get('gpu_error', '')})"
     return True, f"driver restored to {want}"
+
+
+def _hold_again(ctx: NodeCtx, step: dict, mgr: str) -> tuple[bool, str]:
+    """The baseline's holds / version locks, on the restored packages (idempotent: holding
+    a held package again changes nothing)."""
+    names = step.get("holds") or []
+    if not names:
+        return True, ""
+    argv = ["apt-mark", "hold", *names] if mgr == "apt" else ["dnf", "versionlock", "add", *names]
+    res = ctx.step("rollback-hold-again", argv)
+    if not res.ok:
+        return False, f"restored, but could not hold {', '.join(names)} again (rc {res.rc}): {res.tail(300)}"
+    return True, ""
 
 
 def _restore_serving(ctx: NodeCtx, step: dict) -> tuple[bool, str]:

@@ -391,6 +391,8 @@ def test_baseline_sends_exactly_these_commands(stage_harness, fake_executor, kub
     f.expect(["uname", "-r"], stdout="5.15.0-83-generic\n")
     f.expect(["cat", "/proc/sys/kernel/random/boot_id"], stdout="5e5d0e6e-4c1b-4b6e-9f5e-0c0a4b8d2a11\n")
     f.expect(parsers.DPKG_ARGV, stdout=DPKG_OUT)
+    # Canonical's precompiled modules: none on this DKMS node (dpkg-query says so, rc 1)
+    f.expect(parsers.DPKG_MODULES_ARGV, rc=1, stderr="dpkg-query: no packages found matching linux-modules-nvidia-*\n")
     f.expect(["apt-cache", "policy", "nvidia-driver-575-server-open", "libnvidia-compute-575-server"], stdout="")
     f.expect(["apt-mark", "showhold"], stdout="nvidia-driver-575-server-open\n")
     f.expect(["grep", "-rH", ".", "/etc/modprobe.d"],
@@ -420,7 +422,7 @@ def test_baseline_sends_exactly_these_commands(stage_harness, fake_executor, kub
     assert fx["scheduler"] == "kubernetes" and fx["scheduler_state"] == "schedulable"
     # every command is journaled and kept as evidence under the stage's folder
     done = [r for r in h.steps() if r.get("kind") != "api"]   # the scheduler's are API calls
-    assert len(done) == len(f.calls) == 20
+    assert len(done) == len(f.calls) == 21
     assert [r["step"] for r in h.steps() if r.get("kind") == "api"] == ["scheduler-state", "gpu-operator-check"]
     assert all(r["evidence"].startswith("gpu-01/01-baseline/") for r in done)
     assert "too old (found version 12090)" in h.evidence(
