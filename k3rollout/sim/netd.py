@@ -48,14 +48,72 @@ REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not All
 # ---------------------------------------------------------------- addresses
 
 
+# Each sim root holds a block of /24s of 127.0.0.0/8, claimed machine-wide: two sim clusters
+# alive at once (tests in parallel, a demo beside a test run) must never share an address,
+# or one's client would reach the other's server (a listener that cannot bind because its
+# address is taken leaves the port to the other cluster). A hash alone collides: with a few
+# hundred roots alive in one test session, two of 64,516 /24s coincide more often than not.
+NETS = 254 * 256                  # /24s: 127.1.0.0 .. 127.254.255.0
+BLOCK = 8                         # /24s per root: 8 x 254 = 2,032 hosts before it wraps
+CLAIMS = Path(os.environ.get("K3SIM_NET_CLAIMS") or f"/tmp/k3sim-net-{os.getuid()}")
+
+
+def _held(claim: Path, root: Path, serving: bool = False) -> bool:
+    """Whether another root holds this claim: its root still records a block
+    (``.net-prefix``), and with ``serving`` its daemon also answers."""
+    try:
+        owner = claim.read_text()
+    except FileNotFoundError:
+        return False
+    if owner == str(root) or not (Path(owner) / ".net-prefix").is_file():
+        return False
+    if not serving:
+        return True
+    try:
+        return _ask(Path(owner), "ping", timeout=2.0) == "pong"
+    except OSError:
+        return False
+
+
 def _prefix(root: Path) -> int:
-    """A 16-bit network number for this sim root, so concurrent sim clusters do not collide."""
-    return int(hashlib.sha256(str(Path(root).resolve()).encode()).hexdigest()[:8], 16) % (254 * 256)
+    """The first /24 number of this sim root's block, claimed once (kept in ``.net-prefix``)."""
+    root = Path(root).resolve()
+    mine = root / ".net-prefix"
+    with contextlib.suppress(FileNotFoundError, ValueError):
+        return int(mine.read_text())
+    root.mkdir(parents=True, exist_ok=True)
+    CLAIMS.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(CLAIMS / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            return int(mine.read_text())          # claimed meanwhile by another process
+        blocks = NETS // BLOCK
+        start = int(hashlib.sha256(str(root).encode()).hexdigest()[:8], 16) % blocks
+        order = [(start + i) % blocks for i in range(blocks)]
+        # first a block nobody holds (or whose root is gone); failing that, the block of a
+        # root whose daemon is not running (an old run directory nothing serves from)
+        block = next((b for b in order if not _held(CLAIMS / str(b), root)), None)
+        if block is None:
+            block = next((b for b in order if not _held(CLAIMS / str(b), root, serving=True)), None)
+        if block is None:
+            raise RuntimeError(f"no free loopback block for a simulated cluster: all {blocks} are held by running "
+                               f"simulated clusters (claims under {CLAIMS})")
+        tmp = CLAIMS / f".{block}.{os.getpid()}"
+        tmp.write_text(str(root))
+        os.replace(tmp, CLAIMS / str(block))
+        prefix = block * BLOCK
+        tmp = root / f".net-prefix.{os.getpid()}"
+        tmp.write_text(str(prefix))
+        os.replace(tmp, mine)
+        return prefix
+    finally:
+        os.close(fd)
 
 
 def address_of(root: Path, index: int) -> str:
     """The ``index``-th host's loopback address under ``root`` (254 hosts per /24)."""
-    n = (_prefix(root) + index // 254) % (254 * 256)
+    n = (_prefix(root) + index // 254) % NETS
     return f"127.{1 + n // 256}.{n % 256}.{1 + index % 254}"
 
 

@@ -1,0 +1,40 @@
+"""The simulated cluster's loopback addresses: each sim root claims its own block, so two
+clusters alive at once never share an address (one's client would reach the other's server)."""
+
+from __future__ import annotations
+
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+
+from k3rollout.sim import netd
+
+
+def test_roots_get_disjoint_blocks_even_when_their_hashes_meet(tmp_path, monkeypatch):
+    monkeypatch.setattr(netd, "CLAIMS", tmp_path / "claims")
+    monkeypatch.setattr(netd, "NETS", 2 * netd.BLOCK)          # two blocks: any two roots' hashes meet
+    r1, r2, r3 = (tmp_path / f"root{i}" for i in (1, 2, 3))
+    a1, a2 = netd.address_of(r1, 0), netd.address_of(r2, 0)
+    assert a1 != a2
+    assert {netd._prefix(r1), netd._prefix(r2)} == {0, netd.BLOCK}
+    assert netd.address_of(r1, 0) == a1 and netd.kube_address(r1) != netd.kube_address(r2)
+    # every host address of one root differs from every one of the other (2,032 hosts a block)
+    hosts1 = {netd.address_of(r1, i) for i in range(0, 2032, 97)}
+    hosts2 = {netd.address_of(r2, i) for i in range(0, 2032, 97)}
+    assert not hosts1 & hosts2
+    # a root that is gone frees its block for the next one
+    shutil.rmtree(r1)
+    assert netd.address_of(r3, 0) == a1
+    # with both blocks held and no daemon serving either, the next root still gets one
+    # (an old run directory's block is reused only when nothing is free)
+    r4 = tmp_path / "root4"
+    assert netd._prefix(r4) in (0, netd.BLOCK)
+
+
+def test_concurrent_claims_never_hand_out_one_block_twice(tmp_path, monkeypatch):
+    monkeypatch.setattr(netd, "CLAIMS", tmp_path / "claims")
+    monkeypatch.setattr(netd, "NETS", 64 * netd.BLOCK)
+    roots = [tmp_path / f"r{i}" for i in range(48)]
+    with ThreadPoolExecutor(max_workers=16) as ex:
+        prefixes = list(ex.map(netd._prefix, roots))
+    assert len(set(prefixes)) == len(roots)
+    assert prefixes == [netd._prefix(r) for r in roots]          # kept in each root: stable
