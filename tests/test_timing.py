@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from conftest import PLAYBOOK, journal, write_inventory, write_playbook
 
 from k3rollout.cli import main
@@ -72,7 +73,10 @@ def test_history_takes_p90_per_stage_and_hardware_class(tmp_path, capsys):
     up_b, up_h = rows[("driver_upgrade", "NVIDIA B200")], rows[("driver_upgrade", "NVIDIA H200")]
     assert up_b["source"] == "history (NVIDIA B200)" and up_b["samples"] == 2
     assert up_h["source"] == "history (NVIDIA H200)"
-    assert up_b["used_s"] == up_b["p90_s"] >= up_b["median_s"] >= 1.5 > up_h["used_s"]
+    # the B200 samples hold its 1.5 s reboot (a floor, whatever the machine's speed); each
+    # class is estimated from its own samples
+    assert up_b["used_s"] == up_b["p90_s"] >= up_b["median_s"] >= 1.5
+    assert up_h["used_s"] == up_h["p90_s"] and up_h["samples"] == 2
     # a class no run had takes the stage's samples over every class
     assert rows[("driver_upgrade", "NVIDIA GB300")]["source"] == "history (all classes)"
     assert rows[("baseline", "NVIDIA H200")]["samples"] == 3        # two from r1, one from r2
@@ -81,7 +85,12 @@ def test_history_takes_p90_per_stage_and_hardware_class(tmp_path, capsys):
     assert data["total_estimate_s"] < 600 and data["timing"]["serial_makespan_s"] == data["total_estimate_s"]
     assert max(per.values()) >= 1.5
     units = {u["unit"]: u for u in data["timing"]["units"]}
-    assert units["gpu-x02"]["out_of_service_s"] > units["gpu-x01"]["out_of_service_s"]
+    # out of service: each node's class's estimates from cordon on (not a comparison of two
+    # measured times, which the machine's load can turn either way)
+    kinds = [r["stage"] for r in data["stages"]]
+    after = kinds[kinds.index("cordon"):]
+    for unit, cls in (("gpu-x01", "NVIDIA H200"), ("gpu-x02", "NVIDIA B200")):
+        assert units[unit]["out_of_service_s"] == pytest.approx(sum(rows[(k, cls)]["used_s"] for k in after))
     assert data["timing"]["history_runs"] == [str(run_dir), str(run_dir2)]
 
     # a stage kind no run recorded keeps the playbook's estimate, and says so
