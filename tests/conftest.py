@@ -106,6 +106,12 @@ def write_playbook(path: Path, reboot_timeout: str | int | None = None, reboot_g
     and, per stage kind, some ``with:`` parameters (``stage_with={"features": {...}}``)."""
     data = yaml.safe_load(PLAYBOOK.read_text())
     play = data[0]
+    if "profile" not in play_overrides:
+        # The shipped play plans Kimi K3 in replicas (`profile: kimi-k3`, serial [1, 2, 4] over the
+        # default cluster's 12 replicas). A test plans in nodes unless it asks for a profile
+        # (profile="kimi-k3"): the node-level play, a canary, then 2, then a quarter of the nodes.
+        play.pop("profile", None)
+        play["serial"] = [1, 2, "25%"]
     # a shorter load ladder than the shipped one keeps rollouts in tests quick; the shipped
     # ladder runs in the demo test and tests/test_vllm_api.py sets its own
     next(s for s in play["stages"] if s["stage"] == "features")["with"].update(

@@ -101,9 +101,11 @@ def test_list_hosts_and_limit_on_plan_and_run(tmp_path, capsys):
                  str(tmp_path / "r")]) == 0
     assert "hosts (16):" in capsys.readouterr().out and not (tmp_path / "r").exists()
     # the plan covers only the limited hosts
-    assert main(["plan", str(PLAYBOOK), "-i", str(SIM_INVENTORY), "-l", "rack_a[0:1]", "--json"]) == 0
+    # (two whole K3 replicas: with one, min_serving 50% would leave none to take out)
+    assert main(["plan", str(PLAYBOOK), "-i", str(SIM_INVENTORY), "-l", "rack_a[0:3]", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
-    assert plan["hosts"] == ["gpu-a01", "gpu-a02"]
+    assert plan["hosts"] == ["gpu-a01", "gpu-a02", "gpu-a03", "gpu-a04"]
+    assert [r["nodes"] for r in plan["replicas"]] == [["gpu-a01", "gpu-a02"], ["gpu-a03", "gpu-a04"]]
     assert main(["plan", str(PLAYBOOK), "-i", str(SIM_INVENTORY), "--limit", "no_such_group"]) == 2
     assert "matches no host" in capsys.readouterr().err
     assert main(["plan", str(PLAYBOOK), "-i", str(SIM_INVENTORY), "--limit", f"@{tmp_path / 'absent'}"]) == 2
@@ -121,10 +123,10 @@ def test_extra_vars_forms_and_precedence(tmp_path):
     # over host_vars/ (the highest inventory level) and over play vars
     pb = load_playbook(PLAYBOOK)
     inv = load_inventory(SIM_INVENTORY)
-    assert "sim_faults" in inv.hosts["gpu-b03"].vars
+    assert inv.hosts["gpu-a08"].vars["sim_faults"] == ["cuda_init_fails"]     # from its host_vars/ file
     key = next(iter(pb.play.vars))
     pb2, inv2 = apply_overrides(pb, inv, {"extra_vars": {"sim_faults": [], key: "from -e"}, "forks": 3})
-    assert inv2.hosts["gpu-b03"].vars["sim_faults"] == [] and inv2.hosts["gpu-a01"].vars[key] == "from -e"
+    assert inv2.hosts["gpu-a08"].vars["sim_faults"] == [] and inv2.hosts["gpu-a01"].vars[key] == "from -e"
     assert pb2.play.vars[key] == "from -e" and pb2.play.forks == 3
     assert pb.play.vars[key] != "from -e"          # the loaded playbook itself is unchanged
 
@@ -165,7 +167,8 @@ def test_failed_run_writes_an_ansible_retry_file_for_limit(tmp_path, capsys):
 def test_completed_run_writes_no_retry_file(tmp_path):
     inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {}})
     run_dir = tmp_path / "run"
-    assert main(["run", str(PLAYBOOK), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
+    pb = write_playbook(tmp_path / "pb.yml")          # node-level: single nodes hold no K3 replica
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
     assert not list(run_dir.glob("*.retry"))
 
 
@@ -174,7 +177,8 @@ def test_extra_vars_win_in_the_run_and_resume_sees_them_again(tmp_path):
 
     inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {"sim_faults": ["vllm_oom"]}})
     run_dir = tmp_path / "run"
-    assert main(["run", str(PLAYBOOK), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
+    pb = write_playbook(tmp_path / "pb.yml")          # node-level: single nodes hold no K3 replica
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
                  "-e", '{"sim_faults": []}', "-e", "marker=yes", "-f", "3"]) == 0
     r = result(run_dir)
     assert r["nodes"]["gpu-02"]["failed_stage"] is None          # -e over the host's own sim_faults
@@ -191,7 +195,8 @@ def test_a_limited_run_resumes_with_the_same_hosts(tmp_path):
     retry = tmp_path / "pb.retry"
     retry.write_text("gpu-02\ngpu-03\n")
     run_dir = tmp_path / "run"
-    assert main(["run", str(PLAYBOOK), "-i", str(inv), "--yes", "--run-dir", str(run_dir), "-l", f"@{retry}"]) == 0
+    pb = write_playbook(tmp_path / "pb.yml")          # node-level: single nodes hold no K3 replica
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), "-l", f"@{retry}"]) == 0
     assert set(result(run_dir)["nodes"]) == {"gpu-02", "gpu-03"}
     retry.write_text("gpu-01\n")             # the limit file changes; the run's hosts do not
     playbook, inventory, journal, _ = Session(run_dir).reopen()

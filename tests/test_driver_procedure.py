@@ -25,6 +25,7 @@ def short_playbook(path: Path, **with_) -> Path:
     """The shipped playbook, only the stages the driver procedure needs (fast)."""
     data = yaml.safe_load(PLAYBOOK.read_text())
     play = data[0]
+    play.pop("profile", None)           # single-node test clusters: plan in nodes, not K3 replicas
     play["stages"] = [s for s in play["stages"] if s["stage"] in SHORT]
     play["min_serving"] = 0
     play["max_fail_percentage"] = 100
@@ -258,7 +259,10 @@ def installed(run_dir: Path, host: str) -> dict[str, str]:
 
 
 def test_each_vendor_path_upgrades_with_resolved_versions_and_restores_services(tmp_path):
-    hosts = {"arch": {"sim_held_packages": ["nvidia-driver-575-server-open"], "sim_device_plugin": True},
+    # arch carries a DeepEP site's nvidia module options in modprobe.d (a fresh driver sets none):
+    # the baseline records them and the reinstall keeps them
+    hosts = {"arch": {"sim_held_packages": ["nvidia-driver-575-server-open"], "sim_device_plugin": True,
+                      "sim_nvidia_module_options": 'NVreg_EnableStreamMemOPs=1 NVreg_RegistryDwords="PeerMappingOverride=1;"'},
              "pre": {"nvidia_driver_source": "ubuntu-archive-precompiled", "sim_secure_boot": True,
                      "sim_os_version": "24.04"},
              "cuda": {"nvidia_driver_source": "cuda-repo"},
@@ -303,6 +307,7 @@ def test_each_vendor_path_upgrades_with_resolved_versions_and_restores_services(
     assert facts[("pre", "baseline")]["secure_boot"] is True
     assert any("NVreg_EnableStreamMemOPs=1" in m["line"] for m in facts[("arch", "baseline")]["modprobe_d"])
     assert facts[("arch", "driver_upgrade")]["nvidia_params"]["EnableStreamMemOPs"] == "1"
+    assert facts[("cuda", "driver_upgrade")]["nvidia_params"]["EnableStreamMemOPs"] == "0"     # the driver's default
     pk = {p["name"]: p for p in facts[("cuda", "baseline")]["driver_packages"]}
     assert pk["libnvidia-compute-575"]["version"] == "575.57.08-0ubuntu1"
     assert "developer.download.nvidia.com/compute/cuda/repos/ubuntu2204" in pk["libnvidia-compute-575"]["origin"]

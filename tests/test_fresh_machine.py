@@ -30,10 +30,12 @@ def test_own_tools_are_found_beside_the_interpreter_with_a_bare_path(monkeypatch
 
 
 def _ssh_inventory(tmp_path: Path) -> Path:
+    # two B300 nodes, one Kimi K3 replica each: the shipped play's replica plan reads the GPUs here
     inv = tmp_path / "inv.yml"
     inv.write_text(textwrap.dedent("""\
         all:
-          vars: {ansible_connection: ssh, ansible_user: root, ansible_ssh_private_key_file: /nonexistent/key}
+          vars: {ansible_connection: ssh, ansible_user: root, ansible_ssh_private_key_file: /nonexistent/key,
+                 k3_gpu_model: NVIDIA B300 SXM6 AC, k3_gpu_count: 8, k3_gpu_mem_gib: 268}
           children:
             gpu_nodes:
               hosts:

@@ -120,7 +120,9 @@ def test_real_names_and_addresses_pass(tmp_path, capsys):
     inv = tmp_path / "hosts.yml"
     known = tmp_path / "known_hosts"
     known.write_text("")
+    # the GPUs, which the shipped play's K3 replica plan reads from the inventory before any node is reached
     inv.write_text(f"all:\n  vars:\n    ansible_connection: ssh\n    k3_known_hosts_file: {known}\n"
+                   "    k3_gpu_model: NVIDIA B300 SXM6 AC\n    k3_gpu_count: 8\n    k3_gpu_mem_gib: 268\n"
                    "  children:\n    gpu_nodes:\n      hosts:\n"
                    "        gpu-01.dc1.example.com:\n        gpu_alias_02:\n          ansible_host: 10.0.0.2\n"
                    "        n3:\n          ansible_host: 'fe80::1'\n        '10.0.0.4':\n")

@@ -10,17 +10,20 @@ from k3rollout.model.assertions import evaluate, render, render_argv
 from k3rollout.model.inventory import expand_hostname
 
 
-def test_sim_inventory_has_16_h200_nodes_in_two_racks_with_one_fault():
+def test_sim_inventory_has_an_h200_rack_and_a_b300_rack_with_one_fault():
     inv = load_inventory(SIM_INVENTORY)
     hosts = inv.select("gpu_nodes")
     assert len(hosts) == 16 and hosts[0] == "gpu-a01" and hosts[-1] == "gpu-b08"
     assert inv.group_hosts("rack_a") == [f"gpu-a{i:02d}" for i in range(1, 9)]
     for h in hosts:
         v = inv.hosts[h].vars
-        assert (v["sim_gpu"], v["sim_gpu_count"], v["sim_driver"]) == ("NVIDIA H200", 8, "575.57.08")
+        gpu = ("NVIDIA H200", 8, 141) if h.startswith("gpu-a") else ("NVIDIA B300 SXM6 AC", 8, 268)
+        assert (v["sim_gpu"], v["sim_gpu_count"], v["sim_gpu_mem_gib"], v["sim_driver"]) == (*gpu, "575.57.08")
+        # the H200 rack runs DeepEP across nodes: its modprobe.d sets the module options it needs
+        assert ("PeerMappingOverride=1" in v.get("sim_nvidia_module_options", "")) == h.startswith("gpu-a")
     faulty = [h for h in hosts if inv.hosts[h].vars["sim_faults"]]
-    assert faulty == ["gpu-b03"]
-    assert set(inv.hosts["gpu-b03"].groups) == {"gpu_nodes", "rack_b"}
+    assert faulty == ["gpu-a08"]
+    assert set(inv.hosts["gpu-a08"].groups) == {"gpu_nodes", "rack_a"}
 
 
 def test_variable_precedence_follows_ansible(tmp_path):

@@ -18,12 +18,19 @@ def plan_for(tmp_path, n=8, window_s=None, **over):
 
 def test_plan_shows_batches_stages_durations_and_rollback_plans():
     plan = make_plan(load_playbook(PLAYBOOK), load_inventory(SIM_INVENTORY), window_s=None)
-    assert [len(b.nodes) for b in plan.batches] == [1, 2, 4, 4, 4, 1]
+    # the default cluster in Kimi K3 replicas: rack_a's 8 H200 nodes in 4 two-node tp16-ep16
+    # replicas, rack_b's 8 B300 nodes in 8 one-node tp8 replicas; serial [1, 2, 4] counts replicas
+    assert plan.unit == "replica"
+    assert [(r["id"], len(r["nodes"]), r["layout"]["name"]) for r in plan.replicas] == \
+        [(f"rack-a/{i}", 2, "tp16-ep16") for i in range(1, 5)] + [(f"rack-b/{i}", 1, "tp8") for i in range(1, 9)]
+    assert [len(b.nodes) for b in plan.batches] == [2, 4, 5, 4, 1]
+    assert plan.batches[2].nodes == ["gpu-a07", "gpu-a08", "gpu-b01", "gpu-b02", "gpu-b03"]
     assert [s["stage"] for s in plan.stages] == ["baseline", "cordon", "driver_upgrade", "cuda_check",
                                                   "vllm_smoke", "features", "multinode", "uncordon"]
     b1 = plan.batches[0]
     assert b1.estimate_s == sum(s["estimate_s"] for s in plan.stages)
-    assert b1.serving_during == 15 and b1.serving_floor == 8
+    # in replicas: 11 of 12 serve while the canary replica is out; min_serving 50% of 12
+    assert b1.serving_during == 11 and b1.serving_floor == 6
     steps = b1.rollback_plan[0]["steps"]
     assert any("575.57.08" in s and s.startswith("restore_driver") for s in steps)
     assert steps[-1].startswith("uncordon_if_healthy")
@@ -59,7 +66,8 @@ def test_plan_json_cli_touches_nothing(tmp_path, capsys, monkeypatch):
     assert main(["plan", str(PLAYBOOK), "-i", str(SIM_INVENTORY), "--json", "--window", "8h"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["window_s"] == 8 * 3600
-    assert len(data["batches"]) == 6 and data["batches"][0]["nodes"] == ["gpu-a01"]
+    # the canary is the first replica: both nodes of rack-a/1 (the default cluster plans K3 replicas)
+    assert len(data["batches"]) == 5 and data["batches"][0]["nodes"] == ["gpu-a01", "gpu-a02"]
     assert [p.name for p in Path(tmp_path).iterdir() if p.name != "locks"] == []
 
 

@@ -30,6 +30,7 @@ def ran(host_dir: Path) -> list[str]:
 def short_playbook(path: Path, **vars_) -> Path:
     data = yaml.safe_load(PLAYBOOK.read_text())
     play = data[0]
+    play.pop("profile", None)           # single-node test clusters: plan in nodes, not K3 replicas
     play["stages"] = [s for s in play["stages"] if s["stage"] in ("baseline", "cordon", "driver_upgrade",
                                                                    "cuda_check", "uncordon")]
     play["min_serving"], play["max_fail_percentage"], play["serial"] = 0, 100, 4

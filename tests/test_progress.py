@@ -36,7 +36,7 @@ def test_terminal_gets_a_redrawn_status_block(tmp_path):
     p.wait(timeout=120)
     assert p.returncode == 0
     text = out.decode(errors="replace")
-    assert "\x1b[" in text and "k3rollout  batch 6/6" in text
+    assert "\x1b[" in text and "k3rollout  batch 5/5" in text
     assert "gpu-b08" in text and "run completed" in text
 
 
@@ -46,8 +46,10 @@ def test_pipe_gets_one_line_per_event(tmp_path):
                        capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
     assert p.returncode == 0
     assert "\x1b[" not in p.stderr
-    assert "batch 4 failed (failed: gpu-b03)" in p.stderr
-    assert "ROLLBACK gpu-b03" in p.stderr
-    # 15 nodes walk all 8 stages; gpu-b03 stops at its 4th (cuda_check)
+    # the default cluster plans K3 replicas: gpu-a08 fails and its replica partner gpu-a07 with it
+    assert "batch 3 failed (failed: gpu-a07, gpu-a08)" in p.stderr
+    assert "ROLLBACK gpu-a08" in p.stderr and "ROLLBACK gpu-a07" in p.stderr
+    # 14 nodes walk all 8 stages; gpu-a08 stops at its 4th (cuda_check), gpu-a07 at its 5th
+    # (vllm_smoke: its replica cannot launch without gpu-a08)
     events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
-    assert sum(1 for e in events if e["event"] == "stage_done") == 15 * 8 + 4
+    assert sum(1 for e in events if e["event"] == "stage_done") == 14 * 8 + 4 + 5

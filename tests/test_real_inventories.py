@@ -42,8 +42,11 @@ def test_a_real_inventory_plans_its_gpu_group_over_ssh_never_on_the_simulator(
         tmp_path, known_hosts, inventory, group, scheduler, nodes, where):
     """The shipped playbook takes the GPU nodes' group from -e k3_hosts; hosts with no
     ansible_connection are SSH hosts, as Ansible dials them, never simulated ones."""
+    # the shipped play plans Kimi K3 replicas; these inventories name no GPUs, so -e gives them
+    # (8 x B300 per node: one node per replica, so the batches still take the nodes in order)
     args = ("plan", str(PLAYBOOK), "-i", str(REAL / inventory), "-e", f"k3_hosts={group}",
-            "-e", f"scheduler={scheduler}", "-e", f"k3_known_hosts_file={known_hosts}")
+            "-e", f"scheduler={scheduler}", "-e", f"k3_known_hosts_file={known_hosts}",
+            "-e", '{"k3_gpu_model": "NVIDIA B300 SXM6 AC", "k3_gpu_count": 8, "k3_gpu_mem_gib": 268}')
     p = cli(*args, "--json")
     assert p.returncode == 0, p.stderr
     plan = json.loads(p.stdout)
@@ -52,7 +55,8 @@ def test_a_real_inventory_plans_its_gpu_group_over_ssh_never_on_the_simulator(
     text = cli(*args).stdout
     assert where in text and "simulated" not in text
     inv = load_inventory(REAL / inventory)
-    playbook, inv = apply_overrides(load_playbook(PLAYBOOK), inv, {"extra_vars": {"k3_hosts": group}})
+    playbook, inv = apply_overrides(load_playbook(PLAYBOOK), inv, {"extra_vars": {
+        "k3_hosts": group, "k3_gpu_model": "NVIDIA B300 SXM6 AC", "k3_gpu_count": 8, "k3_gpu_mem_gib": 268}})
     picked = make_plan(playbook, inv).hosts
     assert connection_kind({h: inv.hosts[h] for h in picked}) == "ssh"
 

@@ -42,23 +42,43 @@ def test_demo_rollout_upgrades_all_but_the_faulty_node_and_rolls_it_back(tmp_pat
     r = result(run_dir)
     assert r["status"] == "completed"
     assert len(r["nodes"]) == 16
-    b03 = r["nodes"]["gpu-b03"]
-    assert b03["final"] == "rolled_back"
-    assert b03["failed_stage"] == "cuda_check"
-    assert b03["triage"] == "container_runtime"
-    assert (b03["driver_before"], b03["driver_after"]) == ("575.57.08", "575.57.08")
-    others = {n: v for n, v in r["nodes"].items() if n != "gpu-b03"}
+    # the default cluster plans Kimi K3 replicas: gpu-a08's CUDA init fails after the upgrade,
+    # and its replica rack-a/4 (gpu-a07, gpu-a08) is rolled back whole, naming gpu-a08
+    a08 = r["nodes"]["gpu-a08"]
+    assert a08["final"] == "rolled_back"
+    assert a08["failed_stage"] == "cuda_check"
+    assert a08["triage"] == "container_runtime"
+    assert (a08["driver_before"], a08["driver_after"]) == ("575.57.08", "575.57.08")
+    a07 = r["nodes"]["gpu-a07"]
+    assert (a07["final"], a07["failed_stage"], a07["driver_after"]) == ("rolled_back", "vllm_smoke", "575.57.08")
+    assert a07["reason"].startswith("replica rack-a/4 is not serving: gpu-a08 failed at cuda_check")
+    assert (r["replicas"]["rack-a/4"]["final"], r["replicas"]["rack-a/4"]["caused_by"]) == ("rolled_back", "gpu-a08")
+    assert {k: v["final"] for k, v in r["replicas"].items() if k != "rack-a/4"} == dict.fromkeys(
+        [f"rack-a/{i}" for i in (1, 2, 3)] + [f"rack-b/{i}" for i in range(1, 9)], "serving")
+    others = {n: v for n, v in r["nodes"].items() if n not in ("gpu-a07", "gpu-a08")}
     assert {v["final"] for v in others.values()} == {"upgraded"}
     assert {v["driver_after"] for v in others.values()} == {"580.95.05"}
-    assert [b["status"] for b in r["batches"]] == ["passed", "passed", "passed", "failed", "passed", "passed"]
-    assert r["batches"][3]["rollback_ran"] is True
+    # 1 failed replica of batch 3's 4 is within max_fail_percentage 25: the rollout goes on
+    assert [b["status"] for b in r["batches"]] == ["passed", "passed", "failed", "passed", "passed"]
+    assert r["batches"][2]["rollback_ran"] is True
+    # both shapes served with the profile's launch: the H200 replica across its two nodes with
+    # DeepEP (module options present on both), the B300 node alone with Blackwell's arguments
+    facts = {(e["node"], e["stage"]): e["facts"] for e in journal(run_dir) if e["type"] == "facts"}
+    h200 = facts[("gpu-a02", "vllm_smoke")]
+    assert (h200["replica"], h200["replica_role"], h200["driver_params_ok"]) == ("rack-a/1", "worker", True)
+    assert h200["all2all_manager"] == "DeepEPV2All2AllManager" and "--headless" in h200["smoke_args"]
+    b300 = facts[("gpu-b01", "features")]
+    assert (b300["replica"], b300["replica_role"]) == ("rack-b/1", "head")
+    for flag in ("fastsafetensors", "--enable-prefix-caching", "1048576"):
+        assert flag in b300["feature_args"]
+    assert b300["prefix_cache"]["ok"] and b300["prefix_cache"]["block_tokens"] == 1536
     # every batch carries a rollback plan for each of its nodes, recorded at baseline
     for b in r["batches"]:
         assert [p["node"] for p in b["rollback_plan"]] == b["nodes"]
         for p in b["rollback_plan"]:
             assert any("575.57.08" in s for s in p["steps"])
     # the hosts themselves: the rolled-back node is on 575 and schedulable again
-    st = sim_state(run_dir, "gpu-b03")
+    st = sim_state(run_dir, "gpu-a08")
     assert st["loaded_driver"] == "575.57.08" and st["scheduler"]["state"] == "schedulable"
     assert sim_state(run_dir, "gpu-a01")["loaded_driver"] == "580.95.05"
     for f in ("journal.jsonl", "result.json", "report.md", "report.html", "report.json", "evidence/MANIFEST.sha256"):
@@ -160,7 +180,8 @@ def test_every_destructive_command_runs_only_after_all_before_it_is_durable(tmp_
 def test_canary_failure_halts_rollout_and_rolls_back(tmp_path):
     hosts = {f"gpu-{i:02d}": {} for i in range(1, 6)}
     hosts["gpu-01"] = {"sim_faults": ["driver_install_fails"]}
-    code, run_dir = run(tmp_path, write_inventory(tmp_path / "inv", hosts))
+    # the node-level play (the shipped one plans K3 replicas, which single nodes cannot hold)
+    code, run_dir = run(tmp_path, write_inventory(tmp_path / "inv", hosts), write_playbook(tmp_path / "pb.yml"))
     assert code == 1
     r = result(run_dir)
     assert r["status"] == "halted" and r["halt"]["kind"] == "failure"

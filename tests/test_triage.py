@@ -147,3 +147,35 @@ def test_one_node_replica_dying_at_load_is_step_three():
     t = classify(text, stage="vllm_smoke", nnodes=1, cuda_init_ok=True)
     assert t.category == "model_load_capacity" and t.evidence and all(e in text for e in t.evidence)
     assert classify(text, stage="multinode", nnodes=2, cuda_init_ok=True).category == "communication"
+
+
+def test_replica_failure_lines_of_the_simulator_triage_to_their_step():
+    """The lines a K3 replica fails with (sim/vllm_multinode.py, sim/vllm.py, the communication
+    gate) land where DOMAIN.md's tree puts them: a worker that never joined, a socket fallback
+    and an expert-parallel transport in communication; a layout or memory that does not hold
+    the model in model_load_capacity."""
+    from k3rollout.sim import vllm
+
+    worker = ("[W1203 16:20:00.000000000 socket.cpp:755] [c10d] The client socket has failed to connect to "
+              "[gpu-a01]:29501 (errno: 110 - Connection timed out).")
+    head = ("TimeoutError: Timed out waiting for engine core processes to start. This is often caused by slow "
+            "weight loading for large models. Waited 3600s (configured by VLLM_ENGINE_READY_TIMEOUT_S).")
+    fallback = ("NCCL used network Socket, not IB/RoCE RDMA; no RDMA device on gpu-a03\n"
+                "gpu-a03:1:1 [0] NCCL INFO NET/IB : No device found.\n"
+                "gpu-a03:1:1 [0] NCCL INFO Using network Socket\n")
+    cases = [
+        (head + "\n" + worker, "communication", worker),
+        (fallback, "communication", "NCCL used network Socket, not IB/RoCE RDMA; no RDMA device on gpu-a03"),
+        ("AssertionError: world_size=16 must be divisible by nnodes=3.", "model_load_capacity", None),
+        ("AssertionError: node_rank=2 must be less than nnodes=2.", "other", None),
+        ("\n".join(vllm.oom_logs(80, allocated=87.3)), "model_load_capacity", None),
+    ]
+    for text, category, line in cases:
+        t = classify(text, stage="vllm_smoke", nnodes=2, cuda_init_ok=True)
+        assert t.category == category, (text[:80], t.category, t.reasons)
+        assert all("NCCL INFO" not in e for e in t.evidence)
+        if line:
+            assert line in t.evidence[0]
+    # NCCL's INFO lines alone never decide: a log that only says so is not a verdict
+    assert classify("gpu-a03:1:1 [0] NCCL INFO NET/IB : No device found.\n"
+                    "gpu-a03:1:1 [0] NCCL INFO Using network Socket\n").category == "other"

@@ -245,8 +245,19 @@ class Engine(GateMixin, StepRunnerMixin):
         except (AssertionSyntaxError, ValueError) as exc:
             return StageOutcome(False, f"stage parameters: {exc}")
         ctx = self.ctx(node, stage, self.folder(stage), params)
+        rep = self.replica_of(node) if stage.stage in REPLICA_STAGES and self.playbook.profile is not None else None
+        if rep is not None:
+            # a one-node replica (8 x B300 for K3) runs on its own node, with the profile's launch
+            # for its hardware and ready timeout, as a multi-node one does across its nodes
+            ctx.replica = {**rep, "baselines": {node: dict(self.view.node(node).baseline)},
+                           "ready_timeout": float(self.playbook.profile.engine_ready_timeout_s)}
         try:
-            return STAGES[stage.stage](ctx)
+            out = STAGES[stage.stage](ctx)
+            if rep is not None:
+                own = out.facts.get("per_node") or {}
+                facts = {k: v for k, v in out.facts.items() if k != "per_node"}
+                out = replace(out, facts={**facts, **own.get(node, {}), "replica_role": "head"})
+            return out
         except StepFailed as exc:
             return StageOutcome(False, str(exc), logs=f"{exc}\n{exc.logs}")
         except ParseError as exc:

@@ -30,9 +30,39 @@ def driver_cuda(version: str | None) -> str | None:
     return BRANCH_CUDA.get(version.split(".")[0])
 
 
+# What nvidia-smi reports for the GPU models the default cluster runs: memory.total in MiB,
+# compute_cap and the board's power cap in W. H200: 143771 MiB, 9.0, 700 W. B300 (HGX B300,
+# "NVIDIA B300 SXM6 AC"): 275040 MiB, compute capability 10.3 (sm_103a), 1100 W, as nvidia-smi
+# shows it on 580.95.05 and 580.126.09 hosts in public benchmark notes.
+GPU_MODELS: dict[str, tuple[int, str, int]] = {
+    "NVIDIA H200": (143771, "9.0", 700),
+    "NVIDIA B300 SXM6 AC": (275040, "10.3", 1100),
+}
+
+
+def _model_facts(state: dict[str, Any]) -> tuple[int, str, int] | None:
+    """The table's row when the node's model is in it and its GiB (sim_gpu_mem_gib, whole GiB)
+    is that model's memory."""
+    row = GPU_MODELS.get(state["gpu"]["model"])
+    return row if row and row[0] // 1024 == state["gpu"]["mem_gib"] else None
+
+
 def mem_mib(state: dict[str, Any]) -> int:
     gib = state["gpu"]["mem_gib"]
+    row = _model_facts(state)
+    if row:
+        return row[0]
     return 143771 if gib == 141 else gib * 1024 - 613
+
+
+def compute_cap(state: dict[str, Any]) -> str:
+    row = _model_facts(state) or GPU_MODELS.get(state["gpu"]["model"])
+    return row[1] if row else "9.0"
+
+
+def power_cap_w(state: dict[str, Any]) -> int:
+    row = GPU_MODELS.get(state["gpu"]["model"])
+    return row[2] if row else 700
 
 
 def userspace_version(state: dict[str, Any]) -> str | None:
@@ -113,7 +143,7 @@ def _query(state: dict[str, Any], fields: list[str], fmt: list[str]) -> Out:
         "temperature.gpu": lambda i: "33",
         "utilization.gpu": lambda i: ("87 %" if used else "0 %") if units else ("87" if used else "0"),
         "persistence_mode": lambda i: "Enabled",
-        "compute_cap": lambda i: "9.0",
+        "compute_cap": lambda i: compute_cap(state),
         "count": lambda i: str(state["gpu"]["count"]),
     }
     header_units = {"memory.total": " [MiB]", "memory.used": " [MiB]", "memory.free": " [MiB]",
@@ -147,7 +177,7 @@ def _table(state: dict[str, Any]) -> str:
         name = state["gpu"]["model"][:24]
         mem = f"{used}MiB / {total}MiB"
         out.append("|" + f"{i:>4}  {name}".ljust(37) + "On  |" + f"{_bus_id(i):>19} Off " + "|" + " " * 20 + "0 |")
-        out.append("| N/A   33C    P0".ljust(29) + f"{'402' if used else '117'}W /  700W |" + f"{mem:>23} |"
+        out.append("| N/A   33C    P0".ljust(29) + f"{'402' if used else '117'}W / {power_cap_w(state):>4}W |" + f"{mem:>23} |"
                    + f"{'87' if used else '0':>7}%      Default |")
         out.append("|                                         |                        |             Disabled |")
         out.append("+-----------------------------------------+------------------------+----------------------+")

@@ -194,6 +194,12 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("rdma", "communication", 3.5,
      r"NET/IB|ibv_\w+ failed|ibv_modify_qp|\bQP\b.*(error|failed)|RDMA|IBGDA|GID index|mlx5.*(error|fail)"
      r"|local protection error|transport retry counter exceeded|wr_id", "InfiniBand/RDMA transport error"),
+    # NCCL found no RDMA device or verbs library and fell back to TCP sockets: a multi-node server
+    # still comes up, slow (DOMAIN.md "Missing RDMA is silent"). NCCL says so at INFO ("NET/IB : No
+    # device found", "Using network Socket"), which never decides; its WARN about libibverbs and
+    # the communication gate's own verdict do.
+    ("socket_fallback", "communication", 3.5,
+     r"Failed to open libibverbs|NCCL used network Socket, not IB", "NCCL fell back to sockets (no RDMA)"),
     ("ep_transport", "communication", 3.5,
      r"NVSHMEM|nvshmem|DeepEP|deep_ep|pplx|all2all|all_to_all.*(fail|error)|ibgda",
      "expert-parallel transport (NVSHMEM/DeepEP) failed"),
@@ -204,7 +210,9 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|Unable to connect to (the )?(Ray )?head"
      r"|ray\.init\(\) .*(failed|timed out)|The node with node id .* has been marked dead|RaySystemError"
      r"|failed to (join|register).*(cluster|head)|TCPStore.*(failed|timed out|Connection)|c10d.*(failed|timed out)"
-     r"|Rendezvous.*(failed|timed out|closed)|MASTER_ADDR|ActorDiedError|ActorUnavailableError",
+     r"|Rendezvous.*(failed|timed out|closed)|MASTER_ADDR|ActorDiedError|ActorUnavailableError"
+     # vLLM's front-end: its engine processes (remote ones on other nodes) never connected back
+     r"|Timed out waiting for engines to send ?initial message",
      "worker cannot join the head or the control store"),
     ("p2p_nvlink", "communication", 2.0,
      r"P2P (access|is) (not|disabled)|peer access is not supported|NVLink.*(error|down|inactive)"
