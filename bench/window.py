@@ -1,0 +1,205 @@
+"""Serial batches against the sliding window, on a simulated cluster whose stages take time.
+
+    python bench/window.py [--nodes 1000] [--max-out 50] [--scale 0.05] [--stragglers 5] [--seed 22]
+
+Runs the shipped playbook (playbooks/k3-driver-rollout.yml) twice over the same simulated
+cluster of N nodes, at the same capacity floor (``min_serving: N - max_out``, ``forks:
+max_out``):
+
+- **serial batches**: ``serial: [1, 2, max_out]`` (two canaries, then barriers of max_out);
+- **sliding window**: ``serial: [1, 2]`` and ``window: {max_unavailable: max_out}``.
+
+Every stage takes its estimate from the playbook (``estimate:``; DEFAULT_ESTIMATES in
+k3rollout/model/playbook.py where a stage gives none), scaled: ``--scale`` seconds stand
+for one minute. The default is 0.05 s per minute (a 25-minute driver stage takes 1.25 s;
+a node's 83 minutes take about 4 s), so both 1,000-node runs fit in five minutes on a
+2-vCPU machine; 1 s per minute would take over an hour. The bench holds each stage for
+its scaled estimate before the stage's own work runs (the engine has journaled the
+stage's start), except for the reboot inside ``driver_upgrade``: that one is the
+simulator's own (``sim_reboot_s``: the host is down, refuses connections, and the engine
+polls it back, as on a real node), :data:`REBOOT_MIN` of the stage's 25 minutes.
+Stragglers: ``--stragglers`` percent of the nodes (chosen with ``--seed``, so both runs
+and every rerun get the same ones) reboot three times as long.
+
+What it prints, from each run's journal through the report's own timing
+(``report/history.run_timing`` over ``plan/timing.actual``, which uses plan/timing.py's
+lower bound):
+
+- per node, the time out of service (cordon start to uncordon end) against the
+  irreducible in-window work (the sum of its stage spans from the cordon on): mean, p95
+  and the ratio of the totals (``out_of_service_ratio``);
+- the makespan (run start to end) against the lower bound for the floor (the critical
+  path, or the out-of-service work over max_out slots plus the shortest in-service lead).
+
+Targets (issue 22): out_of_service_ratio <= 1.15 and the sliding window's makespan_ratio
+<= 1.15. The last line reads
+``window: out_of_service_ratio=X makespan_ratio=Y serial_makespan_ratio=Z`` (X and Y of
+the sliding window, Z of serial batches).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+PLAYBOOK = ROOT / "playbooks" / "k3-driver-rollout.yml"
+REBOOT_MIN = 10.0           # minutes of the driver stage a normal node spends rebooting
+STRAGGLER_FACTOR = 3.0
+
+
+def stage_minutes() -> dict[str, float]:
+    """Stage kind -> its estimate in minutes, as the shipped playbook gives it."""
+    from k3rollout.model import load_playbook
+
+    return {s.stage: s.estimate_s / 60.0 for s in load_playbook(PLAYBOOK).play.stages}
+
+
+def stragglers(nodes: list[str], pct: float, seed: int) -> set[str]:
+    return set(random.Random(seed).sample(nodes, round(len(nodes) * pct / 100.0)))
+
+
+def write_inventory(path: Path, nodes: list[str], slow: set[str], reboot_s: float) -> Path:
+    hosts = {n: ({"sim_reboot_s": reboot_s * STRAGGLER_FACTOR} if n in slow else None) for n in nodes}
+    # every other sim latency zero: the stage's time is the scaled estimate, not the simulator
+    path.write_text(yaml.safe_dump({"all": {"vars": {"ansible_connection": "k3sim", "sim_latency_s": 0,
+                                                     "sim_token_s": 0, "sim_reboot_s": reboot_s},
+                                            "children": {"gpu_nodes": {"hosts": hosts}}}}))
+    return path
+
+
+def write_playbook(path: Path, n: int, k: int, window: bool) -> Path:
+    pb = yaml.safe_load(PLAYBOOK.read_text())
+    play = pb[0]
+    play.update({"serial": [1, 2] if window else [1, 2, k], "min_serving": n - k, "forks": k,
+                 "max_fail_percentage": 25})
+    if window:
+        play["window"] = {"max_unavailable": k}
+    # the gates' own load is not what this measures: one request per ladder step, no
+    # target-context request (their time is in the stage's scaled estimate)
+    feats = next(st for st in play["stages"] if st["stage"] == "features")
+    feats["with"].update({"context_tokens": 0, "concurrency": [1]})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    vendor = path.parent / "vendor"
+    if not vendor.exists():
+        vendor.symlink_to(ROOT / "playbooks" / "vendor")
+    path.write_text(yaml.safe_dump(pb, sort_keys=False))
+    return path
+
+
+@contextlib.contextmanager
+def timed_stages(seconds: dict[str, float]):
+    """Hold each stage for its scaled estimate before its own work runs (the engine looks
+    the stage up in the registry at every call)."""
+    from k3rollout.stages import registry
+
+    saved = dict(registry.STAGES)
+
+    def held(fn: Callable[[Any], Any], s: float) -> Callable[[Any], Any]:
+        def run(ctx: Any) -> Any:
+            time.sleep(s)
+            return fn(ctx)
+        return run
+
+    for kind, fn in saved.items():
+        registry.STAGES[kind] = held(fn, seconds.get(kind, 0.0))
+    try:
+        yield
+    finally:
+        registry.STAGES.clear()
+        registry.STAGES.update(saved)
+
+
+def rollout(base: Path, nodes: list[str], slow: set[str], k: int, scale: float, window: bool) -> dict[str, Any]:
+    from k3rollout.cli import main
+    from k3rollout.report.history import run_timing
+    from k3rollout.runlog.journal import Journal
+    from k3rollout.runlog.view import fold
+
+    minutes = stage_minutes()
+    seconds = {kind: m * scale for kind, m in minutes.items()}
+    reboot_s = REBOOT_MIN * scale
+    seconds["driver_upgrade"] = max(0.0, seconds["driver_upgrade"] - reboot_s)   # the rest is the sim's reboot
+    name = "window" if window else "serial"
+    inv = write_inventory(base / f"{name}-hosts.yml", nodes, slow, reboot_s)
+    pb = write_playbook(base / name / "pb.yml", len(nodes), k, window)
+    run_dir = base / f"{name}-run"
+    os.environ["K3ROLLOUT_LOCK_DIR"] = str(base / f"{name}-locks")
+    t = time.perf_counter()
+    out = io.StringIO()
+    with timed_stages(seconds), contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = main(["run", str(pb), "-i", str(inv), "--yes", "--plain", "--run-dir", str(run_dir)])
+    wall = time.perf_counter() - t
+    if code != 0:
+        raise SystemExit(f"{name}: the rollout exited {code}:\n{out.getvalue()[-3000:]}")
+    view = fold(Journal.read(run_dir / "journal.jsonl"))
+    tm = run_timing(view)
+    assert tm is not None, name
+    upgraded = sum(1 for v in view.nodes.values() if v.state == "upgrade-done")
+    works = sorted(u["work_s"] for u in tm["units"])
+    return {"name": name, "wall_s": wall, "upgraded": upgraded, "timing": tm,
+            "work_mean_s": sum(works) / len(works), "work_p95_s": works[max(0, -(-95 * len(works) // 100) - 1)]}
+
+
+def report(r: dict[str, Any], scale: float) -> list[str]:
+    t = r["timing"]
+
+    def mins(s: float) -> str:
+        return f"{s / scale:.1f} min" if scale else f"{s:.2f} s"
+
+    return [f"{r['name']}: {r['upgraded']} node(s) upgraded, {r['wall_s']:.1f} s wall",
+            f"  out of service per node: mean {mins(t['out_of_service_mean_s'])}, p95 {mins(t['out_of_service_p95_s'])}"
+            f"; in-window work mean {mins(r['work_mean_s'])}, p95 {mins(r['work_p95_s'])}"
+            f"; ratio {t['out_of_service_ratio']:.3f}",
+            f"  makespan {mins(t['makespan_s'])} against the lower bound {mins(t['lower_bound_s'])}"
+            f" ({t['lower_bound_basis']}, {t['max_out']} out at once): ratio {t['makespan_ratio']:.3f}"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--max-out", type=int, default=50, help="nodes out of service at once (the floor: N minus this)")
+    ap.add_argument("--scale", type=float, default=0.05, help="seconds that stand for one minute")
+    ap.add_argument("--stragglers", type=float, default=5.0, help="percent of nodes whose reboot takes 3x as long")
+    ap.add_argument("--seed", type=int, default=22)
+    ap.add_argument("--only", choices=("serial", "window"), help="run one policy (the last line needs both)")
+    args = ap.parse_args()
+    nodes = [f"gpu-{i:04d}" for i in range(args.nodes)]
+    slow = stragglers(nodes, args.stragglers, args.seed)
+    minutes = stage_minutes()
+    print(f"{args.nodes} simulated nodes, {args.max_out} out of service at once (min_serving {args.nodes - args.max_out}), "
+          f"{args.scale:g} s per minute; {len(slow)} straggler(s) reboot in {REBOOT_MIN * STRAGGLER_FACTOR:g} min "
+          f"instead of {REBOOT_MIN:g} (seed {args.seed})")
+    print("stage minutes (playbook estimates): " + ", ".join(f"{k} {v:g}" for k, v in minutes.items()))
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="k3window-", dir=os.environ.get("K3WINDOW_DIR")) as d:
+        for window in (False, True):
+            name = "window" if window else "serial"
+            if args.only and args.only != name:
+                continue
+            results[name] = rollout(Path(d), nodes, slow, args.max_out, args.scale, window)
+            for line in report(results[name], args.scale):
+                print(line, flush=True)
+    if len(results) < 2:
+        return 0
+    w, s = results["window"]["timing"], results["serial"]["timing"]
+    print(f"serial: out_of_service_ratio={s['out_of_service_ratio']:.3f} makespan_ratio={s['makespan_ratio']:.3f}")
+    print(f"window: out_of_service_ratio={w['out_of_service_ratio']:.3f} makespan_ratio={w['makespan_ratio']:.3f} "
+          f"serial_makespan_ratio={s['makespan_ratio']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
