@@ -130,12 +130,26 @@ def test_every_destructive_command_runs_only_after_all_before_it_is_durable(tmp_
         return json.loads(path.read_bytes().rstrip(b"\n").rsplit(b"\n", 1)[-1])
 
     committed = []                         # (journal bytes durable, the record that asked)
-    real_syncfs = journal_mod._SYNCFS
+    synced: set[str] = set()               # every file and folder fsynced so far
+    real_fsync = os.fsync
 
-    def syncfs(fd: int) -> int:
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
         path = Path(os.readlink(f"/proc/self/fd/{fd}"))
-        committed.append((os.fstat(fd).st_size, last_record(path)))
-        return real_syncfs(fd) if real_syncfs is not None else (os.fsync(fd) or 0)
+        synced.add(str(path))
+        if path.name == "journal.jsonl":
+            committed.append((os.fstat(fd).st_size, last_record(path)))
+
+    def evidence_durable(jpath: Path) -> None:
+        # every evidence file the journal cites so far, and the folders naming it, were fsynced
+        import json
+
+        for line in jpath.read_bytes().splitlines():
+            rec = json.loads(line)
+            if rec["type"] == "evidence":
+                f = jpath.parent / "evidence" / rec["path"]
+                for p in (f, f.parent, f.parent.parent, f.parent.parent.parent):
+                    assert str(p) in synced, f"{p} is cited by record {rec['seq']} but was never fsynced"
 
     destructive = []
     real_run = SimExecutor.run
@@ -145,6 +159,7 @@ def test_every_destructive_command_runs_only_after_all_before_it_is_durable(tmp_
         rec = last_record(jpath)
         if rec["type"] == "step_started" and rec.get("once") and rec["argv"][-len(argv):] == argv[-len(rec["argv"]):]:
             destructive.append((rec["step"], jpath.stat().st_size, committed[-1][0] if committed else 0))
+            evidence_durable(jpath)
         return real_run(self, host, argv, **kw)
 
     from k3rollout.engine.steps import StepRunnerMixin
@@ -158,10 +173,11 @@ def test_every_destructive_command_runs_only_after_all_before_it_is_durable(tmp_
             rec = last_record(jpath)
             if rec["type"] == "step_started" and rec.get("once") and rec["step"] == name:
                 destructive.append((rec["step"], jpath.stat().st_size, committed[-1][0] if committed else 0))
+                evidence_durable(jpath)
             return fn()
         return real_call(self, ctx, name, what, send, **kw)
 
-    monkeypatch.setattr(journal_mod, "_SYNCFS", syncfs)
+    monkeypatch.setattr(journal_mod.os, "fsync", fsync)
     monkeypatch.setattr(SimExecutor, "run", run_cmd)
     monkeypatch.setattr(StepRunnerMixin, "call", api_call)
     inv = write_inventory(tmp_path / "inv", {"gpu-01": {}})       # one node: nothing else writes meanwhile

@@ -50,7 +50,7 @@ from k3rollout.evidence.store import EvidenceStore, verify_run
 from k3rollout.model.assertions import evaluate_all
 from k3rollout.model.playbook import MultinodeParams, load_playbook, play_vars
 from k3rollout.report.result import build_result
-from k3rollout.runlog.journal import HAVE_SYNCFS, Journal, JournalWriteError
+from k3rollout.runlog.journal import Journal, JournalWriteError
 from k3rollout.runlog.view import RunView, fold
 from k3rollout.stages import features, multinode, vllm_server
 from k3rollout.stages.base import NodeCtx, StepFailed
@@ -234,7 +234,6 @@ class Observer:
         index = self.index
         journal = Journal(self.run_dir / "journal.jsonl", self.clock.iso)
         evidence = EvidenceStore(self.run_dir / "evidence")
-        evidence.track_pending = not HAVE_SYNCFS
         journal.extra_sync = evidence.sync
         executor = make_executor(with_scheduler_hosts(self.inventory.hosts, list(self.nodes)), self.run_dir,
                                  observation_pass=index)

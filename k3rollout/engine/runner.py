@@ -39,7 +39,7 @@ from k3rollout.model.inventory import Inventory
 from k3rollout.model.playbook import BATCH_SCOPED_STAGES, PARAMS_BY_KIND, Playbook, Stage, play_vars
 from k3rollout.plan.planner import out_of_service_before
 from k3rollout.plan.serial import pct_to_int
-from k3rollout.runlog.journal import HAVE_SYNCFS, Journal
+from k3rollout.runlog.journal import Journal
 from k3rollout.runlog.view import RunView, apply, fold
 from k3rollout.stages import rollback as rb
 from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
@@ -96,7 +96,6 @@ class Engine(GateMixin, StepRunnerMixin):
         self.journal = journal
         self.evidence = evidence
         # one commit makes journal and evidence durable together (see runlog/journal.py)
-        evidence.track_pending = not HAVE_SYNCFS
         journal.extra_sync = evidence.sync
         self.clock = clock
         self.run_id = run_id

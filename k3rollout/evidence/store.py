@@ -3,10 +3,11 @@
 Layout: ``evidence/<node>/<NN-stage>/<name>.txt`` with ``evidence/MANIFEST.sha256`` in
 ``sha256sum`` format (paths relative to ``evidence/``). A second capture of the same
 name gets ``<name>.2.txt``, ``.3`` ... Files are written read-only and private (0400, in
-0700 folders; the manifest 0600) and listed in the manifest. They are made durable by the journal's next commit (one ``syncfs`` of
-the run's file system covers journal, evidence and manifest; see runlog/journal.py), so
-a journal record on disk never points at evidence that is not; ``sync()`` fsyncs the
-pending files one by one where ``syncfs`` is not available.
+0700 folders; the manifest 0600) and listed in the manifest. They are made durable by
+the journal's next commit, which calls ``sync()``: an ``fsync`` of each file written
+since the last one, of the manifest, and of each folder that got a new entry (a file, or
+a node's or stage's new folder), so a journal record on disk never points at evidence
+that is not (see runlog/journal.py).
 """
 
 from __future__ import annotations
@@ -52,12 +53,12 @@ class EvidenceStore:
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.manifest = self.root / "MANIFEST.sha256"
         self._lock = threading.Lock()
-        self._pending: list[Path] = []
+        self._pending: list[str] = []        # files written since the last sync
+        self._pending_dirs: set[str] = {str(self.root.parent)}   # folders with a new entry
         self._root = str(self.root)
         self._dirs: set[str] = set()
         self._manifest_fd: int | None = None
         self._manifest_size = 0
-        self.track_pending = True          # off when the journal's syncfs covers evidence
 
     def write(self, node: str, folder: str, name: str, content: str | bytes) -> EvidenceRef:
         data = content.encode("utf-8", "backslashreplace") if isinstance(content, str) else content
@@ -65,8 +66,7 @@ class EvidenceStore:
         rel_dir = f"{_safe(node)}/{_safe(folder)}"
         d = f"{self._root}/{rel_dir}"
         if rel_dir not in self._dirs:
-            os.makedirs(d, mode=0o700, exist_ok=True)
-            self._dirs.add(rel_dir)
+            self._makedirs(rel_dir)
         stem, ext = _stem_ext(name)
         n = 1
         while True:
@@ -90,6 +90,7 @@ class EvidenceStore:
         with self._lock:
             if self._manifest_fd is None:
                 self._manifest_fd = os.open(self.manifest, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                self._pending_dirs.add(self._root)          # the manifest's name, when new
                 self._manifest_size = os.fstat(self._manifest_fd).st_size
             done = 0
             try:
@@ -103,8 +104,8 @@ class EvidenceStore:
                         os.ftruncate(self._manifest_fd, self._manifest_size)
                 raise
             self._manifest_size += len(line)
-            if self.track_pending:
-                self._pending.append(self.root / rel)
+            self._pending.append(f"{self._root}/{rel}")
+            self._pending_dirs.add(d)
         return EvidenceRef(rel, digest, len(data))
 
     def close(self) -> None:
@@ -113,19 +114,46 @@ class EvidenceStore:
                 os.close(self._manifest_fd)
                 self._manifest_fd = None
 
+    def _makedirs(self, rel_dir: str) -> None:
+        """Create ``<node>/<stage>`` under the root; each folder that gets a new entry is
+        fsynced by the next ``sync`` (a new file's name lives in its folder, a new folder's
+        in its parent)."""
+        node = rel_dir.split("/", 1)[0]
+        made = []
+        for rel in (node, rel_dir):
+            try:
+                os.mkdir(f"{self._root}/{rel}", 0o700)
+                made.append(rel)
+            except FileExistsError:
+                pass
+        with self._lock:
+            for rel in made:
+                parent = rel.rpartition("/")[0]
+                self._pending_dirs.add(f"{self._root}/{parent}" if parent else self._root)
+            self._dirs.add(rel_dir)
+
     def sync(self) -> None:
-        """fsync what was written since the last sync (the fallback to the journal's syncfs)."""
+        """fsync what was written since the last sync: the new files, the manifest, and the
+        folders holding new entries (the journal's commit calls this before its own fsync)."""
         with self._lock:
             pending, self._pending = self._pending, []
-        for p in [*pending, self.manifest, *sorted({q.parent for q in pending})]:
-            try:
-                fd = os.open(p, os.O_RDONLY)
-            except FileNotFoundError:
-                continue
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            dirs, self._pending_dirs = self._pending_dirs, set()
+        try:
+            for p in [*pending, str(self.manifest), *sorted(dirs)]:
+                try:
+                    fd = os.open(p, os.O_RDONLY)
+                except FileNotFoundError:
+                    continue
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        except OSError:
+            # not durable: the next commit tries these again (this one fails the journal)
+            with self._lock:
+                self._pending[:0] = pending
+                self._pending_dirs |= dirs
+            raise
 
     def read(self, rel: str) -> str:
         return (self.root / rel).read_text(encoding="utf-8", errors="replace")

@@ -17,12 +17,12 @@ elsewhere, pins even that). Every record is also checked against its type
 (runlog/records.py) as it is read. A journal without a chain (written before it existed)
 is refused with the reason: it could not show an edit.
 
-Durability is a group commit of the whole run directory: one ``syncfs(2)`` on the run's
-file system flushes the journal *and* every evidence file and manifest line written
-before it, so evidence files need no fsync of their own (``fsync`` of the journal and of
-the pending evidence files is the fallback where ``syncfs`` is missing). Threads that ask
-for durability while another thread's commit is in flight share the next commit instead
-of each paying for one. On open, a torn last line (the process died mid-write) is
+Durability is a group commit with plain ``fsync``: a commit fsyncs every evidence file
+written since the last one, the evidence manifest, and each folder that got a new file or
+folder (``extra_sync``, the evidence store's ``sync``), then the journal (and, once, the
+run folder that holds it). A journal record on disk therefore never points at evidence
+that is not. Threads that ask for durability while another thread's commit is in flight
+share the next commit instead of each paying for one. On open, a torn last line (the process died mid-write) is
 detected, its bytes are kept in ``journal.torn.<offset>``, the file is cut back to the last
 complete record and a ``journal_repaired`` record says so. Damage anywhere else is an
 error: a journal with a hole in the middle cannot be trusted to resume from.
@@ -36,7 +36,6 @@ kill the process there (tests/faultinject.py).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import fcntl
 import gc
@@ -52,25 +51,17 @@ from k3rollout import fastjson
 from k3rollout.errors import InputError, K3RolloutError
 from k3rollout.runlog.records import check as check_record
 
-
-def _load_syncfs() -> Callable[[int], int] | None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.syncfs
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_SYNCFS = _load_syncfs()
-HAVE_SYNCFS = _SYNCFS is not None
-
-
 DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 LINK = b',"h":"'           # a record's line ends with LINK + 64 hex digits + '"}'
 LINK_TAIL = len(LINK) + 64 + 2
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def chain(prev: str, body: bytes) -> str:
@@ -119,8 +110,9 @@ class Journal:
         self._commit_lock = threading.Lock()
         self._written = 0          # seq of the last record written to the file
         self._synced = 0           # seq of the last record known durable
+        self._dir_synced = False   # the run folder's entry for the journal
         self.commits = 0           # how many syncs it took (bench and tests read this)
-        self.extra_sync: Callable[[], None] | None = None   # fsync fallback for evidence files
+        self.extra_sync: Callable[[], None] | None = None   # fsyncs the evidence a commit covers
         self._write = write
         self._after_append = after_append
         self._broken: JournalWriteError | None = None
@@ -284,12 +276,14 @@ class Journal:
                                         "not committed", run_dir=self.path.parent)
             upto = self._written
             try:
-                if _SYNCFS is not None and _SYNCFS(self._fd) == 0:
-                    pass
-                else:
-                    if self.extra_sync:
-                        self.extra_sync()
-                    os.fsync(self._fd)
+                if self.extra_sync:
+                    self.extra_sync()
+                os.fsync(self._fd)
+                if not self._dir_synced:
+                    # the journal's own name in the run folder (created by this process, or
+                    # by one that may have died before any commit)
+                    _fsync_path(self.path.parent)
+                    self._dir_synced = True
             except OSError as exc:
                 self._broken = JournalWriteError(
                     f"could not make {self.path} durable up to record {upto}: {exc.strerror or exc}. The run "
