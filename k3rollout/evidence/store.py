@@ -115,21 +115,12 @@ class EvidenceStore:
                 self._manifest_fd = None
 
     def _makedirs(self, rel_dir: str) -> None:
-        """Create ``<node>/<stage>`` under the root; each folder that gets a new entry is
-        fsynced by the next ``sync`` (a new file's name lives in its folder, a new folder's
-        in its parent)."""
-        node = rel_dir.split("/", 1)[0]
-        made = []
-        for rel in (node, rel_dir):
-            try:
-                os.mkdir(f"{self._root}/{rel}", 0o700)
-                made.append(rel)
-            except FileExistsError:
-                pass
+        """Create ``<node>/<stage>`` under the root. The first time this store writes into
+        a folder, the next ``sync`` fsyncs the folders above it too (a new folder's name
+        lives in its parent), whichever thread created them."""
+        os.makedirs(f"{self._root}/{rel_dir}", mode=0o700, exist_ok=True)
         with self._lock:
-            for rel in made:
-                parent = rel.rpartition("/")[0]
-                self._pending_dirs.add(f"{self._root}/{parent}" if parent else self._root)
+            self._pending_dirs.update((self._root, f"{self._root}/{rel_dir.split('/', 1)[0]}"))
             self._dirs.add(rel_dir)
 
     def sync(self) -> None:
