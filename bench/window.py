@@ -15,7 +15,7 @@ k3rollout/model/playbook.py where a stage gives none), scaled: ``--scale`` secon
 for one minute. The default is 0.05 s per minute (a 25-minute driver stage takes 1.25 s;
 a node's 83 minutes take about 4 s; with 50 slots each policy's sleeps then come to
 about 90 s for 1,000 nodes, leaving room for the engine's own work in five minutes on a
-quiet 2-vCPU machine; 1 s per minute would take over half an hour per policy). On a
+quiet 2-vCPU machine; 1 s per minute would take about half an hour per policy). On a
 loaded machine the engine's own work per stage grows and so do the runs: measure on a
 quiet one (bench/README.md). The bench holds each stage for
 its scaled estimate before the stage's own work runs (the engine has journaled the
