@@ -35,6 +35,9 @@ def inventory(path: Path, n: int, racks: int = 40, sim_vars: dict | None = None)
         children["rack_extra"] = {"hosts": {h: None for h in rest}}
     path.mkdir(parents=True, exist_ok=True)
     (path / "hosts.yml").write_text(yaml.safe_dump({"all": {"vars": {"ansible_connection": "k3sim",
+                                                                     # the model profile sizes replicas from these
+                                                                     "k3_gpu_model": "NVIDIA H200", "k3_gpu_count": 8,
+                                                                     "k3_gpu_mem_gib": 141,
                                                                      **(sim_vars or {})},
                                                            "children": {"gpu_nodes": {"children": children}}}}))
     return path / "hosts.yml"

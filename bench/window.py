@@ -79,7 +79,10 @@ def write_inventory(path: Path, nodes: list[str], slow: set[str], reboot_s: floa
     hosts = {n: ({"sim_reboot_s": reboot_s * STRAGGLER_FACTOR} if n in slow else None) for n in nodes}
     # every other sim latency zero: the stage's time is the scaled estimate, not the simulator
     path.write_text(yaml.safe_dump({"all": {"vars": {"ansible_connection": "k3sim", "sim_latency_s": 0,
-                                                     "sim_token_s": 0, "sim_reboot_s": reboot_s},
+                                                     "sim_token_s": 0, "sim_reboot_s": reboot_s,
+                                                     # what the model profile sizes replicas from
+                                                     "k3_gpu_model": "NVIDIA H200", "k3_gpu_count": 8,
+                                                     "k3_gpu_mem_gib": 141},
                                             "children": {"gpu_nodes": {"hosts": hosts}}}}))
     return path
 
@@ -87,6 +90,9 @@ def write_inventory(path: Path, nodes: list[str], slow: set[str], reboot_s: floa
 def write_playbook(path: Path, n: int, k: int, window: bool) -> Path:
     pb = yaml.safe_load(PLAYBOOK.read_text())
     play = pb[0]
+    # one node is one unit: the batch policy is what this measures, not K3's two-node
+    # replicas (with the model profile, units are replicas and the floor counts them)
+    play.pop("profile", None)
     # the same serial list in both: its leading values (1, 2) are the canary batches; with
     # a window, every node after them is one sliding window (engine/window.py)
     play.update({"serial": [1, 2, k], "min_serving": n - k, "forks": k,
