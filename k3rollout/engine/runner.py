@@ -29,23 +29,29 @@ from k3rollout.checks.parsers import ParseError
 from k3rollout.checks.triage import classify
 from k3rollout.engine.clock import Clock
 from k3rollout.engine.gates import GateMixin
-from k3rollout.engine.states import STATE_STAGE, Event, NodeState, build_table
+from k3rollout.engine.states import AFTER_CHANGE_STATES, STATE_STAGE, Event, NodeState, build_table
 from k3rollout.engine.states import step as fsm_step
 from k3rollout.engine.steps import StepRunnerMixin
 from k3rollout.evidence.redact import mask_credentials
 from k3rollout.evidence.store import EvidenceStore
 from k3rollout.model.assertions import AssertionSyntaxError, evaluate_all, render, templated
 from k3rollout.model.inventory import Inventory
-from k3rollout.model.playbook import BATCH_SCOPED_STAGES, PARAMS_BY_KIND, Playbook, Stage, play_vars
+from k3rollout.model.playbook import (
+    BATCH_SCOPED_STAGES,
+    PARAMS_BY_KIND,
+    REPLICA_SCOPED_STAGES,
+    STAGE_TABLES,
+    Playbook,
+    Stage,
+    play_vars,
+)
 from k3rollout.plan.planner import out_of_service_before
 from k3rollout.plan.serial import pct_to_int
 from k3rollout.runlog.journal import Journal
 from k3rollout.runlog.view import RunView, apply, fold
 from k3rollout.stages import rollback as rb
 from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
-from k3rollout.stages.multinode import run_group
-from k3rollout.stages.registry import STAGES
-from k3rollout.stages.replica_serve import REPLICA_STAGES
+from k3rollout.stages.registry import SPECS, STAGES
 from k3rollout.transport.base import Executor
 
 SECRET_HINTS = ("pass", "secret", "token", "key_data", "api_key", "credential")
@@ -225,7 +231,7 @@ class Engine(GateMixin, StepRunnerMixin):
                 out = StageOutcome(False, why, {}, out.logs + "\n" + why)
         if not out.passed:
             f = self.view.node(node).facts
-            image_cuda = f.get("image_cuda") if stage.stage in ("cuda_check", "vllm_smoke", "features") else None
+            image_cuda = f.get("image_cuda") if stage.stage in STAGE_TABLES.image_stages else None
             groups = self.view.plan.get("groups") or {}
             tri = classify(out.logs or out.reason, driver=f.get("driver_version") if image_cuda else None,
                            image_cuda=image_cuda, stage=stage.stage, cuda_init_ok=f.get("cuda_init_ok"),
@@ -351,7 +357,9 @@ class Engine(GateMixin, StepRunnerMixin):
                 params = self.render_params(stage, lead)
                 ctx = self.ctx(ready[0], stage, self.folder(stage), params)
                 ctx.peers = self.old_driver_peers(nodes)
-                outcomes = run_group(ctx, ready)
+                run_batch = SPECS[kind].run_batch
+                assert run_batch is not None     # a batch-scoped spec declares it (stages/spec.py)
+                outcomes = run_batch(ctx, ready)
             except StepFailed as exc:
                 outcomes = {n: StageOutcome(False, str(exc), logs=f"{exc}\n{exc.logs}") for n in ready}
             except (AssertionSyntaxError, ValueError) as exc:
@@ -450,7 +458,7 @@ class Engine(GateMixin, StepRunnerMixin):
                 break
             at = {STATE_STAGE.get(NodeState(self.view.node(n).state)) for n in nodes}
             gate = next((k for k in self.kinds if k in at and (k in self._held or k in BATCH_SCOPED_STAGES or (
-                k in REPLICA_STAGES and any(self.replica_scoped(n, k) for n in nodes
+                k in REPLICA_SCOPED_STAGES and any(self.replica_scoped(n, k) for n in nodes
                                             if STATE_STAGE.get(NodeState(self.view.node(n).state)) == k)))), None)
             if gate is None and "uncordon" in at and self.view.plan.get("replicas") and any(
                     n not in self._replica_released for n in nodes
@@ -476,7 +484,7 @@ class Engine(GateMixin, StepRunnerMixin):
     def replica_scoped(self, node: str, kind: str) -> bool:
         """With a model profile, the serving stages of a replica of more than one node run once
         for the replica; a one-node replica and a play without a profile run them per node."""
-        if kind not in REPLICA_STAGES or not self.view.plan.get("replicas"):
+        if kind not in REPLICA_SCOPED_STAGES or not self.view.plan.get("replicas"):
             return False
         rep = self.replica_of(node)
         return rep is not None and len(rep["nodes"]) > 1
@@ -882,6 +890,5 @@ class Engine(GateMixin, StepRunnerMixin):
     def _rolling_back(self) -> set[str]:
         """Nodes this run holds out of service: between a rollback's request and its end,
         or stopped mid-stage after their cordon (a halted or interrupted batch)."""
-        held = {NodeState.ROLLBACK_REQUIRED.value} | {
-            st.value for st in STATE_STAGE if STATE_STAGE[st] not in ("baseline", "cordon")}
+        held = {NodeState.ROLLBACK_REQUIRED.value} | {st.value for st in AFTER_CHANGE_STATES}
         return {n for n, v in self.view.nodes.items() if v.state in held}

@@ -2,33 +2,40 @@
 
 States are named for what must happen next (after NVIDIA's upgrade controller:
 ``cordon-required``, ``upgrade-required`` ... ``upgrade-done``). The table is built from
-the playbook's stage list, declares every (state, event) pair that may happen, and raises
-on any other: an undeclared transition is a bug, never a silent no-op. ``render_table``
+the playbook's stage list (each stage kind's state and destructiveness are declared
+once, in model/playbook.py's ``STAGE_KINDS``), declares every (state, event) pair that
+may happen, and raises on any other: an undeclared transition is a bug, never a silent no-op. ``render_table``
 prints it for runbooks/ and ``k3rollout states``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from enum import Enum
+from typing import Any
+
+from k3rollout.model.playbook import STAGE_KINDS, STAGE_TABLES
+from k3rollout.model.stagekinds import StageKind, StageTables
 
 
-class NodeState(str, Enum):
-    PENDING = "pending"
-    BASELINE_REQUIRED = "baseline-required"
-    CORDON_REQUIRED = "cordon-required"
-    DRIVER_UPGRADE_REQUIRED = "upgrade-required"
-    CUDA_CHECK_REQUIRED = "validation-required"
-    VLLM_SMOKE_REQUIRED = "smoke-test-required"
-    FEATURES_REQUIRED = "feature-test-required"
-    MULTINODE_REQUIRED = "multinode-test-required"
-    UNCORDON_REQUIRED = "uncordon-required"
-    UPGRADE_DONE = "upgrade-done"
-    ROLLBACK_REQUIRED = "rollback-required"
-    ROLLED_BACK = "rolled-back"
-    ROLLBACK_FAILED = "rollback-failed"
-    FAILED = "failed"
-    SKIPPED = "skipped"
+def node_states(kinds: Sequence[StageKind]) -> type[Enum]:
+    """The node states: pending, one ``NAME_REQUIRED`` per stage kind (its declared state,
+    in the declared order), then the end and rollback states."""
+    return Enum("NodeState", [  # type: ignore[misc]
+        ("PENDING", "pending"),
+        *((f"{k.name.upper()}_REQUIRED", k.state) for k in kinds),
+        ("UPGRADE_DONE", "upgrade-done"),
+        ("ROLLBACK_REQUIRED", "rollback-required"),
+        ("ROLLED_BACK", "rolled-back"),
+        ("ROLLBACK_FAILED", "rollback-failed"),
+        ("FAILED", "failed"),
+        ("SKIPPED", "skipped"),
+    ], type=str, module=__name__, qualname="NodeState")
+
+
+# a str Enum: BASELINE_REQUIRED = "baseline-required", CORDON_REQUIRED = "cordon-required",
+# DRIVER_UPGRADE_REQUIRED = "upgrade-required" ... from the stage kinds (model/playbook.py)
+NodeState: Any = node_states(STAGE_KINDS)
 
 
 class Event(str, Enum):
@@ -41,49 +48,52 @@ class Event(str, Enum):
     ROLLBACK_REQUESTED = "rollback_requested"
 
 
-STAGE_STATE = {
-    "baseline": NodeState.BASELINE_REQUIRED, "cordon": NodeState.CORDON_REQUIRED,
-    "driver_upgrade": NodeState.DRIVER_UPGRADE_REQUIRED, "cuda_check": NodeState.CUDA_CHECK_REQUIRED,
-    "vllm_smoke": NodeState.VLLM_SMOKE_REQUIRED, "features": NodeState.FEATURES_REQUIRED,
-    "multinode": NodeState.MULTINODE_REQUIRED, "uncordon": NodeState.UNCORDON_REQUIRED,
-}
+STAGE_STATE = {k: NodeState(state) for k, state in STAGE_TABLES.states.items()}
 STATE_STAGE = {v: k for k, v in STAGE_STATE.items()}
+# states of nodes a destructive stage has already changed (held out of service by the run)
+AFTER_CHANGE_STATES = frozenset(STAGE_STATE[k] for k in STAGE_TABLES.after_change)
 
 
 class IllegalTransition(RuntimeError):
     pass
 
 
-def build_table(stage_kinds: Iterable[str]) -> dict[tuple[NodeState, Event], NodeState]:
+def build_table(stage_kinds: Iterable[str], *, tables: StageTables = STAGE_TABLES,
+                node_state: Any = NodeState) -> dict[tuple[Any, Event], Any]:
+    """The table for a play's stage kinds (``tables`` and ``node_state``: the declarations'
+    own, unless a test derives its own)."""
     kinds = list(stage_kinds)
-    states = [STAGE_STATE[k] for k in kinds]
-    t: dict[tuple[NodeState, Event], NodeState] = {(NodeState.PENDING, Event.START): states[0]}
+    ns = node_state
+    states = [ns(tables.states[k]) for k in kinds]
+    t: dict[tuple[Any, Event], Any] = {(ns.PENDING, Event.START): states[0]}
     for i, s in enumerate(states):
-        t[(s, Event.PASSED)] = states[i + 1] if i + 1 < len(states) else NodeState.UPGRADE_DONE
-        # a failure before anything changed needs no rollback; from cordon on, one is owed
-        t[(s, Event.FAILED)] = NodeState.FAILED if kinds[i] == "baseline" else NodeState.ROLLBACK_REQUIRED
-    t[(states[0], Event.HOLD)] = NodeState.SKIPPED
+        t[(s, Event.PASSED)] = states[i + 1] if i + 1 < len(states) else ns.UPGRADE_DONE
+        # a failure before anything changed needs no rollback; from the first destructive
+        # stage on (cordon), one is owed
+        owed = any(k in tables.destructive for k in kinds[:i + 1])
+        t[(s, Event.FAILED)] = ns.ROLLBACK_REQUIRED if owed else ns.FAILED
+    t[(states[0], Event.HOLD)] = ns.SKIPPED
     if len(kinds) > 1 and kinds[1] == "cordon":
         # stopped at a gate before anything changed (a rejected pause before cordon)
-        t[(states[1], Event.HOLD)] = NodeState.SKIPPED
-    t[(NodeState.ROLLBACK_REQUIRED, Event.ROLLBACK_DONE)] = NodeState.ROLLED_BACK
-    t[(NodeState.ROLLBACK_REQUIRED, Event.ROLLBACK_FAILED)] = NodeState.ROLLBACK_FAILED
-    t[(NodeState.UPGRADE_DONE, Event.ROLLBACK_REQUESTED)] = NodeState.ROLLBACK_REQUIRED
-    t[(NodeState.ROLLBACK_FAILED, Event.ROLLBACK_REQUESTED)] = NodeState.ROLLBACK_REQUIRED
+        t[(states[1], Event.HOLD)] = ns.SKIPPED
+    t[(ns.ROLLBACK_REQUIRED, Event.ROLLBACK_DONE)] = ns.ROLLED_BACK
+    t[(ns.ROLLBACK_REQUIRED, Event.ROLLBACK_FAILED)] = ns.ROLLBACK_FAILED
+    t[(ns.UPGRADE_DONE, Event.ROLLBACK_REQUESTED)] = ns.ROLLBACK_REQUIRED
+    t[(ns.ROLLBACK_FAILED, Event.ROLLBACK_REQUESTED)] = ns.ROLLBACK_REQUIRED
     for s in states[1:]:
         # an operator rollback of a batch halted mid-stage (e.g. after a crash)
-        t[(s, Event.ROLLBACK_REQUESTED)] = NodeState.ROLLBACK_REQUIRED
+        t[(s, Event.ROLLBACK_REQUESTED)] = ns.ROLLBACK_REQUIRED
     return t
 
 
-def step(table: dict[tuple[NodeState, Event], NodeState], state: NodeState, event: Event) -> NodeState:
+def step(table: dict[tuple[Any, Event], Any], state: Any, event: Event) -> Any:
     try:
         return table[(state, event)]
     except KeyError:
         raise IllegalTransition(f"no transition from {state.value} on {event.value}") from None
 
 
-def render_table(table: dict[tuple[NodeState, Event], NodeState]) -> str:
+def render_table(table: dict[tuple[Any, Event], Any]) -> str:
     rows = ["| state | event | next state |", "|---|---|---|"]
     for (s, e), n in table.items():
         rows.append(f"| `{s.value}` | `{e.value}` | `{n.value}` |")

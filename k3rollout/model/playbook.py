@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -42,30 +42,11 @@ from pydantic import (
 from k3rollout.errors import InputError
 from k3rollout.model.assertions import AssertionSyntaxError, check_expression, check_template, render, templated
 from k3rollout.model.durations import parse_duration
+from k3rollout.model.stagekinds import StageKind, derive
 from k3rollout.model.yamlsrc import LDict, LList, line_at, load_yaml, plain
-
-# DOMAIN.md "The change, in order": evidence, cordon, upgrade, CUDA init, minimal launch,
-# features and cross-node, then expansion. The order is a safety rule, not a preference.
-STAGE_ORDER = ("baseline", "cordon", "driver_upgrade", "cuda_check", "vllm_smoke",
-               "features", "multinode", "uncordon")
-StageKind = Literal["baseline", "cordon", "driver_upgrade", "cuda_check", "vllm_smoke",
-                    "features", "multinode", "uncordon"]
-
-DEFAULT_ESTIMATES = {"baseline": 120, "cordon": 300, "driver_upgrade": 1200, "cuda_check": 180,
-                     "vllm_smoke": 900, "features": 600, "multinode": 300, "uncordon": 60}
-
-# Stages whose run changes the node; a rollback is owed once one of them has started.
-DESTRUCTIVE_STAGES = frozenset({"cordon", "driver_upgrade", "vllm_smoke", "features", "uncordon"})
-BATCH_SCOPED_STAGES = frozenset({"multinode"})
 
 RollbackAction = Literal["restore_driver", "stop_test_server", "restore_serving_image",
                          "uncordon_if_healthy"]
-# Which stage's changes each rollback action undoes (so a node is only rolled back for
-# what actually ran on it).
-ROLLBACK_UNDOES = {"restore_driver": "driver_upgrade", "stop_test_server": "vllm_smoke",
-                   "restore_serving_image": "vllm_smoke", "uncordon_if_healthy": "cordon",
-                   # on_node_failure: quarantine puts this in place of uncordon_if_healthy
-                   "quarantine": "cordon"}
 
 
 class _Strict(BaseModel):
@@ -233,11 +214,49 @@ class UncordonParams(_Strict):
     pass
 
 
-PARAMS_BY_KIND: dict[str, type[_Strict]] = {
-    "baseline": BaselineParams, "cordon": CordonParams, "driver_upgrade": DriverParams,
-    "cuda_check": CudaParams, "vllm_smoke": SmokeParams, "features": FeatureParams,
-    "multinode": MultinodeParams, "uncordon": UncordonParams,
-}
+# Every stage kind, once, in DOMAIN.md's "The change, in order": evidence, cordon, upgrade,
+# CUDA init, minimal launch, features and cross-node, then expansion. The order is a safety
+# rule, not a preference. Each kind's behaviour is its module's ``StageSpec`` under
+# k3rollout/stages; every table below (and the state machine's, and the registry's) is
+# derived from these declarations (model/stagekinds.py).
+STAGE_KINDS: tuple[StageKind, ...] = (
+    StageKind("baseline", scope="node", params=BaselineParams, destructive=False, state="baseline-required",
+              runbook="01-baseline.md", estimate_s=120),
+    StageKind("cordon", scope="node", params=CordonParams, destructive=True, state="cordon-required",
+              runbook="02-cordon.md", estimate_s=300,
+              # on_node_failure: quarantine puts quarantine in place of uncordon_if_healthy
+              undone_by=("uncordon_if_healthy", "quarantine")),
+    StageKind("driver_upgrade", scope="node", params=DriverParams, destructive=True, state="upgrade-required",
+              runbook="03-driver-upgrade.md", estimate_s=1200, undone_by=("restore_driver",)),
+    StageKind("cuda_check", scope="node", params=CudaParams, destructive=True, state="validation-required",
+              runbook="04-cuda-check.md", estimate_s=180, runs_image=True),
+    StageKind("vllm_smoke", scope="replica", params=SmokeParams, destructive=True, state="smoke-test-required",
+              runbook="05-vllm-smoke.md", estimate_s=900, runs_image=True,
+              undone_by=("stop_test_server", "restore_serving_image")),
+    StageKind("features", scope="replica", params=FeatureParams, destructive=True, state="feature-test-required",
+              runbook="06-features-multinode.md", estimate_s=600, runs_image=True),
+    StageKind("multinode", scope="batch", params=MultinodeParams, destructive=True, state="multinode-test-required",
+              runbook="06-features-multinode.md", estimate_s=300),
+    StageKind("uncordon", scope="node", params=UncordonParams, destructive=True, state="uncordon-required",
+              runbook="07-uncordon.md", estimate_s=60),
+)
+STAGE_TABLES = derive(STAGE_KINDS)
+STAGE_ORDER = STAGE_TABLES.order
+DEFAULT_ESTIMATES = STAGE_TABLES.estimates
+# a stage whose run takes the node out of service or changes it: from the first one on, a
+# failure owes the node a rollback (engine/states.py builds its FAILED transitions from this)
+DESTRUCTIVE_STAGES = STAGE_TABLES.destructive
+BATCH_SCOPED_STAGES = STAGE_TABLES.batch_scoped
+REPLICA_SCOPED_STAGES = STAGE_TABLES.replica_scoped
+PARAMS_BY_KIND = STAGE_TABLES.params
+# Which stage's changes each rollback action undoes (so a node is only rolled back for
+# what actually ran on it).
+ROLLBACK_UNDOES = STAGE_TABLES.rollback_undoes
+if TYPE_CHECKING:
+    StageName = str
+else:
+    # the `stage:` values a playbook may name (pydantic lists them in order when one is not)
+    StageName = Literal[STAGE_ORDER]
 
 
 class Pause(_Strict):
@@ -376,7 +395,7 @@ class Observe(_Strict):
 class Stage(_Strict):
     _typed: Any = PrivateAttr(default=None)
     name: str
-    stage: StageKind
+    stage: StageName
     estimate: float | None = None
     timeout: float | None = None
     pause: Pause | None = None          # once per batch, before this stage starts

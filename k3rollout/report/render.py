@@ -21,6 +21,7 @@ from k3rollout import fastjson
 from k3rollout.checks.cuda_table import BRANCH_MAX_CUDA
 from k3rollout.evidence.store import Problem, verify_run
 from k3rollout.model.durations import format_duration
+from k3rollout.model.playbook import STAGE_TABLES
 from k3rollout.report import checklist
 from k3rollout.report.observation import summarise as observation_summary
 from k3rollout.report.result import build_result
@@ -30,10 +31,8 @@ from k3rollout.runlog.journal import Journal, no_gc
 from k3rollout.runlog.view import RunView, fold
 
 RUNBOOKS = shipped("runbooks")
-RUNBOOK_FILES = {"baseline": "01-baseline.md", "cordon": "02-cordon.md", "driver_upgrade": "03-driver-upgrade.md",
-                 "cuda_check": "04-cuda-check.md", "vllm_smoke": "05-vllm-smoke.md",
-                 "features": "06-features-multinode.md", "multinode": "06-features-multinode.md",
-                 "uncordon": "07-uncordon.md", "rollback": "rollback.md", "index": "README.md"}
+# each stage kind's runbook (model/playbook.py's STAGE_KINDS), then the rollback's and the index
+RUNBOOK_FILES = {**STAGE_TABLES.runbooks, "rollback": "rollback.md", "index": "README.md"}
 OBSERVE_RUNBOOK = "08-observe.md"
 
 

@@ -2,7 +2,10 @@
 
 Each stage receives a ``NodeCtx`` (facts, vars, rendered params, and a journaled
 ``ctx.step`` that runs a command through whatever executor the engine plugged in) and
-returns a ``StageOutcome``. Rollback actions live in ``rollback``.
+returns a ``StageOutcome``. Each module declares its ``SPEC`` (``stages/spec.py``): the
+stage kind it implements (declared as data in model/playbook.py's ``STAGE_KINDS``) and
+its run; ``registry`` derives the kind -> spec table from them. Rollback actions live
+in ``rollback``.
 """
 
 from k3rollout.stages.base import NodeCtx, StageOutcome

@@ -21,6 +21,7 @@ from k3rollout.errors import K3RolloutError
 from k3rollout.stages import driver_operator
 from k3rollout.stages.base import NodeCtx, StageOutcome
 from k3rollout.stages.driver_node import driver_rollback_facts
+from k3rollout.stages.spec import StageSpec, kind
 
 
 def run(ctx: NodeCtx) -> StageOutcome:
@@ -124,3 +125,6 @@ def run(ctx: NodeCtx) -> StageOutcome:
                                        "operator's NVIDIADriver resource instead (inventory k3_driver_backend: gpu-operator). "
                                        "Nothing was changed.", f)
     return StageOutcome(True, "", f)
+
+
+SPEC = StageSpec(kind("baseline"), run=run)

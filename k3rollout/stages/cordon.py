@@ -9,9 +9,13 @@ running) after ``drain_timeout`` fails it, and the node is never upgraded under 
 from __future__ import annotations
 
 from k3rollout.stages.base import NodeCtx, StageOutcome
+from k3rollout.stages.spec import StageSpec, kind
 
 
 def run(ctx: NodeCtx) -> StageOutcome:
     sched = ctx.scheduler
     ok, why, logs = sched.cordon(ctx)
     return StageOutcome(ok, why, {"scheduler_state": sched.read_state(ctx)}, logs)
+
+
+SPEC = StageSpec(kind("cordon"), run=run)

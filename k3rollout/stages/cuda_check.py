@@ -10,6 +10,7 @@ import re
 
 from k3rollout.checks.cuda_table import compat_verdict
 from k3rollout.stages.base import NodeCtx, StageOutcome
+from k3rollout.stages.spec import StageSpec, kind
 
 TORCH_INIT = ("import torch; torch.cuda.init(); "
               "print(f'cuda_available={torch.cuda.is_available()} device_count={torch.cuda.device_count()}')")
@@ -51,3 +52,6 @@ def run(ctx: NodeCtx) -> StageOutcome:
     if not f["cuda_init_ok"]:
         return StageOutcome(False, f"CUDA init failed in {image} (rc {init.rc})", f, init.stdout + init.stderr)
     return StageOutcome(True, "", f)
+
+
+SPEC = StageSpec(kind("cuda_check"), run=run)

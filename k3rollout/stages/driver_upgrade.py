@@ -26,6 +26,7 @@ from k3rollout.model.assertions import render_argv
 from k3rollout.stages import driver_operator, prestage
 from k3rollout.stages import driver_procedure as procedure
 from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
+from k3rollout.stages.spec import StageSpec, kind
 
 # a step that names the resolved install (`{{ driver.install }}`)
 _USES_DRIVER = re.compile(r"\{\{[^}]*\bdriver\.")
@@ -228,3 +229,7 @@ def run_ansible(ctx: NodeCtx, tasks_file: Path, proc: procedure.Procedure) -> St
         return StageOutcome(False, f"reboot: {exc}", {}, str(exc))
     ok, why, facts = verify_driver(ctx, target)
     return StageOutcome(ok, why, facts, "" if ok else res.stdout[-4000:] + "\n" + why)
+
+
+# on pass, the node shows NVIDIA's next upgrade state
+SPEC = StageSpec(kind("driver_upgrade"), run=run, publishes_on_pass="validation-required")

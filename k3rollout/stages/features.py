@@ -30,6 +30,7 @@ from k3rollout.checks.openai_stream import assemble_stream
 from k3rollout.checks.parsers import ParseError, parse_vllm_metrics
 from k3rollout.stages import replica_serve, vllm_server
 from k3rollout.stages.base import NodeCtx, StageOutcome
+from k3rollout.stages.spec import StageSpec, kind
 
 NAME = "k3rollout-features"
 
@@ -470,3 +471,6 @@ def run(ctx: NodeCtx) -> StageOutcome:
             + f": {failed.get('reason')}"
         return StageOutcome(False, reason, f, reason)
     return StageOutcome(True, "", f)
+
+
+SPEC = StageSpec(kind("features"), run=run)

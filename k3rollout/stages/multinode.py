@@ -18,6 +18,7 @@ from typing import Any
 
 from k3rollout.checks.parsers import ParseError, parse_nccl_tests
 from k3rollout.stages.base import NodeCtx, StageOutcome
+from k3rollout.stages.spec import StageSpec, kind
 
 
 def _argv(nodes: list[str], gpus: int, base: list[str]) -> list[str]:
@@ -198,3 +199,6 @@ def _run_group(ctx: NodeCtx, nodes: list[str]) -> dict[str, StageOutcome]:
 
 def run(ctx: NodeCtx) -> StageOutcome:
     return run_group(ctx, [ctx.node])[ctx.node]
+
+
+SPEC = StageSpec(kind("multinode"), run=run, run_batch=run_group)

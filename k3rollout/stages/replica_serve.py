@@ -27,7 +27,6 @@ from k3rollout.checks.all2all import ALL2ALL_MANAGERS
 from k3rollout.stages import vllm_server
 from k3rollout.stages.base import NodeCtx
 
-REPLICA_STAGES = ("vllm_smoke", "features")       # the stages a multi-node replica runs once
 CARRIED_FLAGS = ("--enable-prefix-caching",)
 REPLICA_POLL_S = 1.0
 

@@ -14,6 +14,7 @@ restarted after the run shows as a higher count.
 from __future__ import annotations
 
 from k3rollout.stages.base import NodeCtx, StageOutcome
+from k3rollout.stages.spec import StageSpec, kind
 
 
 def restart_serving(ctx: NodeCtx) -> tuple[list[str], dict[str, int]]:
@@ -50,3 +51,6 @@ def run(ctx: NodeCtx) -> StageOutcome:
     if counts:
         facts["serving_restart_counts"] = counts
     return StageOutcome(ok, why, facts)
+
+
+SPEC = StageSpec(kind("uncordon"), run=run)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from k3rollout.stages import replica_serve, vllm_server
 from k3rollout.stages.base import NodeCtx, StageOutcome
+from k3rollout.stages.spec import StageSpec, kind
 
 NAME = "k3rollout-smoke"
 
@@ -62,3 +63,6 @@ def _requests(ctx: NodeCtx, p, f: dict, stop) -> StageOutcome:
         return StageOutcome(False, f"a bad request was not reported as an API error: {bad.describe()}", f,
                             bad.describe())
     return StageOutcome(True, "", f)
+
+
+SPEC = StageSpec(kind("vllm_smoke"), run=run)

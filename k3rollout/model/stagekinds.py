@@ -1,0 +1,104 @@
+"""What a stage kind is, as data, and every table that lists stages, derived from it.
+
+Each stage kind is declared once, as a ``StageKind`` in ``model/playbook.py``'s
+``STAGE_KINDS`` (next to its parameters model, in DOMAIN.md's order); its behaviour is
+declared once, as a ``StageSpec`` in its own module under ``k3rollout/stages`` that names
+this declaration. ``derive`` turns the declarations into the tables the rest of the code
+reads: the order a play must follow, the default estimates, the destructive, batch- and
+replica-scoped sets, the parameters model per kind, the node state per kind, the runbook
+per kind and which rollback action undoes which stage. The engine's state machine
+(``engine/states.py``) and the stage registry (``stages/registry.py``) derive theirs from
+the same declarations.
+
+This module is pure data (model imports no other layer: ``.importlinter``), so model can
+validate a playbook against the stage kinds without importing a stage's code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel
+
+Scope = Literal["node", "replica", "batch"]
+SCOPES: tuple[Scope, ...] = ("node", "replica", "batch")
+
+
+@dataclass(frozen=True)
+class StageKind:
+    """One stage kind: everything about it that is data."""
+
+    name: str                   # the `stage:` a playbook names
+    # node: run on each node of a batch; replica: once per multi-node replica of a model
+    # profile (on its head, for all its nodes), per node otherwise; batch: once per batch
+    scope: Scope
+    params: type[BaseModel]     # the model of its `with:` block
+    # its run takes the node out of service or changes it (the scheduler's state, the
+    # driver, what runs on the GPUs): from the first destructive stage of a play on, a
+    # failure owes the node a rollback (engine/states.py)
+    destructive: bool
+    # the node's state while this stage is the next to run (named for what must happen
+    # next, after NVIDIA's upgrade controller); the state machine's member is NAME_REQUIRED
+    state: str
+    runbook: str                # its page under runbooks/
+    estimate_s: float           # its default estimate, when the playbook gives none
+    # the rollback actions that undo what its run changed (a node is rolled back only for
+    # what actually ran on it)
+    undone_by: tuple[str, ...] = ()
+    # its run starts the serving image on the node's GPUs (triage reads the image's CUDA
+    # version against the driver when it fails)
+    runs_image: bool = False
+
+
+@dataclass(frozen=True)
+class StageTables:
+    """Every table that lists stages, derived from the declarations by ``derive``."""
+
+    kinds: tuple[StageKind, ...]
+    order: tuple[str, ...]
+    estimates: dict[str, float]
+    destructive: frozenset[str]
+    batch_scoped: frozenset[str]
+    replica_scoped: frozenset[str]
+    image_stages: frozenset[str]
+    params: dict[str, type[BaseModel]]
+    states: dict[str, str]
+    runbooks: dict[str, str]
+    rollback_undoes: dict[str, str]
+    # stages reached only after a destructive stage has run: a node waiting before one of
+    # them (a halted or interrupted batch) is held out of service by the run
+    after_change: frozenset[str]
+
+    def kind(self, name: str) -> StageKind:
+        return self.kinds[self.order.index(name)]
+
+
+def derive(kinds: Sequence[StageKind]) -> StageTables:
+    """The tables, from the declarations in their order; a declaration that collides with
+    another (a name, a state or a rollback action twice) or has no valid scope raises."""
+    kinds = tuple(kinds)
+    order = tuple(k.name for k in kinds)
+    for what, values in (("name", order), ("state", tuple(k.state for k in kinds)),
+                         ("rollback action", tuple(a for k in kinds for a in k.undone_by))):
+        twice = sorted({v for v in values if values.count(v) > 1})
+        if twice:
+            raise ValueError(f"stage kinds: {what} declared twice: {', '.join(twice)}")
+    bad = [k.name for k in kinds if k.scope not in SCOPES]
+    if bad:
+        raise ValueError(f"stage kinds: {', '.join(bad)}: scope must be one of {', '.join(SCOPES)}")
+    return StageTables(
+        kinds=kinds,
+        order=order,
+        estimates={k.name: k.estimate_s for k in kinds},
+        destructive=frozenset(k.name for k in kinds if k.destructive),
+        batch_scoped=frozenset(k.name for k in kinds if k.scope == "batch"),
+        replica_scoped=frozenset(k.name for k in kinds if k.scope == "replica"),
+        image_stages=frozenset(k.name for k in kinds if k.runs_image),
+        params={k.name: k.params for k in kinds},
+        states={k.name: k.state for k in kinds},
+        runbooks={k.name: k.runbook for k in kinds},
+        rollback_undoes={a: k.name for k in kinds for a in k.undone_by},
+        after_change=frozenset(k.name for i, k in enumerate(kinds) if any(p.destructive for p in kinds[:i])),
+    )
