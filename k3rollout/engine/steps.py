@@ -1,6 +1,6 @@
 """How a stage's commands run: journaled before and after, output kept as evidence.
 
-``StepRunnerMixin`` is the engine's implementation of ``stages.base.StepRunner``. A
+``StepRunnerMixin`` is the engine's implementation of ``stages.base.StageContext``. A
 ``once`` step (cordon, driver install, reboot, uncordon, restore) is never run twice: a
 completed one is replayed from the journal, an interrupted one is settled by its probe.
 A dropped connection during a ``once`` step is settled the same way, then retried once
@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from k3rollout import fastjson
+from k3rollout.engine.clock import Clock
 from k3rollout.errors import CommandTimeout, ConnectionLost, HostUnreachable, TransportError
+from k3rollout.scheduler import Scheduler, scheduler_for
 from k3rollout.stages.base import NodeCtx, StepFailed
 from k3rollout.transport import local
 from k3rollout.transport.base import CommandResult
@@ -89,6 +91,13 @@ def kubeconfig_for(host_vars: dict[str, Any], inventory_path: str, executor: Any
 
 class StepRunnerMixin:
     """Needs from its host class: view, record, executor, evidence, redact, inventory, log."""
+
+    # the wall clock, unless the host class holds its own (the engine's is passed in)
+    clock: Clock = Clock()
+
+    def scheduler(self, ctx: NodeCtx) -> Scheduler:
+        """The node's scheduler, from its vars (``scheduler: kubernetes|slurm|none``)."""
+        return scheduler_for(ctx.vars)
 
     def prior_meta(self, ctx: NodeCtx, name: str) -> dict | None:
         """The meta journaled with an earlier start of this step (before a crash), if any."""

@@ -11,16 +11,18 @@ A step runs on the node unless ``on=`` names another place: ``"controller"`` (a 
 where k3rollout runs) or an inventory host; the scheduler's operations use that
 (``ctx.scheduler``, k3rollout/scheduler). ``runner.call(...)`` journals a call the
 controller makes itself (a Kubernetes API request), with ``ran_on`` the server's URL.
+``ctx.runner`` is a ``StageContext``: the engine as far as a stage may use it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 from k3rollout.checks import parsers
-from k3rollout.scheduler import Scheduler, scheduler_for
+from k3rollout.scheduler import Scheduler
 from k3rollout.transport.base import CommandResult
 
 
@@ -32,29 +34,66 @@ class StepFailed(Exception):
         self.logs = logs
 
 
-class StepRunner(Protocol):
+class StageClock(Protocol):
+    """Wall-clock time as the run sees it (``engine/clock.py``; a test may pass its own)."""
+
+    def now(self) -> float: ...
+
+    def iso(self, t: float | None = None) -> str: ...
+
+
+@runtime_checkable
+class StageContext(Protocol):
+    """Everything a stage may ask of the engine, as ``ctx.runner``: each way it reaches the
+    node, the node's server, the controller or the Kubernetes API, every one journaled and
+    kept as evidence. The engine implements it (``engine/steps.py``'s ``StepRunnerMixin``,
+    for a run and for read-only observation); mypy checks the stages against it, so a stage
+    cannot reach for the rest of the engine."""
+
+    # ---- run a step (on the node, ``on=`` the controller or an inventory host)
     def step(self, ctx: NodeCtx, name: str, argv: list[str], *, once: bool = False,
              probe: Callable[[NodeCtx, dict], bool] | None = None, stdin: bytes | None = None,
              timeout: float = 600.0, evidence: bool = True, meta: dict | None = None,
              on: str | None = None) -> CommandResult: ...
 
-    def prior_meta(self, ctx: NodeCtx, name: str) -> dict | None: ...
-
+    # a call the controller makes itself (a Kubernetes API request), journaled as a step
     def call(self, ctx: NodeCtx, name: str, what: list[str], fn: Callable[[], Any], *, ran_on: str,
              once: bool = False, probe: Callable[[NodeCtx, dict], bool] | None = None,
              meta: dict | None = None) -> Any: ...
 
-    def kube(self, ctx: NodeCtx) -> Any: ...
+    # vendor task files through ansible-runner (only where the transport is SSH and
+    # ansible-playbook is installed), as one ``once`` step
+    @property
+    def can_run_ansible(self) -> bool: ...
 
-    def wait_for_host(self, ctx: NodeCtx, timeout: float) -> float: ...
+    def ansible_step(self, ctx: NodeCtx, name: str, tasks_file: Path, extravars: dict[str, Any], *,
+                     probe: Callable[[NodeCtx, dict], bool], timeout: float) -> CommandResult: ...
 
-    def record_evidence(self, ctx: NodeCtx, name: str, content: str) -> dict: ...
+    # ---- the prior step's metadata: what a ``once`` step journaled when it started
+    # before a crash (e.g. the boot id before a reboot), or None
+    def prior_meta(self, ctx: NodeCtx, name: str) -> dict | None: ...
 
+    # ---- the HTTP client, from the controller to the node's server
     def http(self, ctx: NodeCtx, name: str, method: str, port: int, path: str, body: Any = None, *,
              stream: bool = False, timeout: float = 120.0, evidence: bool = True) -> Any: ...
 
     def http_many(self, ctx: NodeCtx, name: str, port: int, path: str, bodies: list[Any], *, stream: bool = True,
                   timeout: float = 300.0) -> list[Any]: ...
+
+    # ---- the Kubernetes API of the node's cluster (a ``KubernetesApi``)
+    def kube(self, ctx: NodeCtx) -> Any: ...
+
+    # ---- evidence: a file under the stage's folder, journaled with its sha256
+    def record_evidence(self, ctx: NodeCtx, name: str, content: str) -> dict: ...
+
+    # ---- waiting: until the node answers again (after a reboot), the seconds waited
+    def wait_for_host(self, ctx: NodeCtx, timeout: float) -> float: ...
+
+    # ---- the clock, and the node's scheduler (k3rollout/scheduler)
+    @property
+    def clock(self) -> StageClock: ...
+
+    def scheduler(self, ctx: NodeCtx) -> Scheduler: ...
 
 
 @dataclass
@@ -78,7 +117,7 @@ class NodeCtx:
     vars: dict[str, Any]
     facts: dict[str, Any]
     baseline: dict[str, Any]
-    runner: StepRunner
+    runner: StageContext             # the engine, as far as a stage may use it
     peers: list[str] = field(default_factory=list)
     # a serving stage of a multi-node replica runs once, on its head's context: the replica
     # as planned (nodes, layout, per-node launch), with each member's baseline and the
@@ -107,7 +146,7 @@ class NodeCtx:
 
     @property
     def scheduler(self) -> Scheduler:
-        return scheduler_for(self.vars)
+        return self.runner.scheduler(self)
 
     def read_scheduler(self) -> str:
         return self.scheduler.read_state(self)

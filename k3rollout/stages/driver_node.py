@@ -144,7 +144,7 @@ def resolve_target(run: Run, source: str, target: str, kernel: str, fabric: bool
 
 
 def baseline_downloadable(run: Run, source: str, packages: list[dict[str, str]],
-                          name: str = "baseline-offers") -> tuple[list[str], dict[str, str]]:
+                          name: str = "baseline-offers") -> tuple[list[str], dict[str, str | None]]:
     """Which of the installed driver packages the repositories no longer offer at exactly
     that version (then a rollback cannot reinstall them), and where each came from."""
     names = [p["name"] for p in packages]

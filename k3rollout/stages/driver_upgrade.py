@@ -160,13 +160,13 @@ def run(ctx: NodeCtx) -> StageOutcome:
         if staged is not None:
             proc.facts.update(staged)
     tasks = getattr(p.tasks, mgr)
-    if tasks and getattr(ctx.runner, "can_run_ansible", False):
+    if tasks and ctx.runner.can_run_ansible:
         return proc.finish(run_ansible(ctx, Path(ctx.vars["playbook_dir"]) / tasks, proc))
     steps = getattr(p.install, mgr)
     if not steps:
         return proc.fail(f"the playbook has no `with.install.{mgr}` vendor steps for this node's package manager")
     tctx = template_context(ctx)
-    logs = []
+    logs: list[str] = []
     if resumed_in_reboot:
         # every vendor step before the reboot had succeeded: none is sent again
         steps = []

@@ -40,7 +40,7 @@ WEATHER_TOOL = {"type": "function", "function": {
 
 # the agent flow's tools: a trip planned one call at a time (strict schemas: every argument
 # is checked against them, as Moonshot's K2-Vendor-Verifier checks schema accuracy)
-AGENT_TOOLS = [
+AGENT_TOOLS: list[dict[str, Any]] = [
     {"type": "function", "function": {
         "name": "search_flights", "description": "Find flights between two cities.",
         "parameters": {"type": "object", "properties": {"origin": {"type": "string"}, "destination": {"type": "string"}},
@@ -326,6 +326,7 @@ def agent_loop(ctx: NodeCtx, p: Any, stream: bool) -> dict[str, Any]:
         if not calls:
             final = got["content"] if got and got["content"].strip() and got["finish_reason"] != "tool_calls" else None
             break
+        assert got is not None          # a request that failed ended the loop above, with its error
         messages.append({"role": "assistant", "content": got.get("content") or None, "tool_calls": calls})
         for c in calls:
             messages.append({"role": "tool", "tool_call_id": c.get("id") or "", "content": json.dumps(

@@ -74,7 +74,7 @@ def mixed_check(ctx: NodeCtx, nodes: list[str], outcomes: dict[str, StageOutcome
             outcomes[n].facts.update(facts)
         return
     a = ok_nodes[0]
-    tried = []
+    tried: list[dict[str, Any]] = []
     for peer in peers[:2]:
         good, logs, m = _test(ctx, [a, peer], f"all-reduce-mixed-{a}-{peer}", gpus=1, argv=p.mixed_argv)
         floor_ok = good and (p.mixed_min_busbw_gbps is None or m["largest_busbw"] >= p.mixed_min_busbw_gbps)

@@ -21,9 +21,10 @@ def run(ctx: NodeCtx) -> StageOutcome:
     p = ctx.params
     if ctx.replica:
         # a multi-node replica: one launch across its nodes, checked on the head
-        stopped = replica_serve.stop_serving(ctx)
+        stopped_by_node = replica_serve.stop_serving(ctx)
         ok, why, logs, rf = replica_serve.launch(ctx, NAME, p.image, p.model, list(p.args), p.port)
-        f = replica_serve.per_node({**rf, "smoke_healthy": ok}, stopped_serving=stopped, smoke_args=rf["replica_args"])
+        f = replica_serve.per_node({**rf, "smoke_healthy": ok}, stopped_serving=stopped_by_node,
+                                   smoke_args=rf["replica_args"])
         if not ok:
             replica_serve.stop(ctx, NAME)
             return StageOutcome(False, why, f, logs)

@@ -1,0 +1,63 @@
+"""The narrow context a stage gets as ``ctx.runner`` (``stages.base.StageContext``).
+
+mypy checks the stages against the protocol (pyproject.toml lists k3rollout/stages), so a
+stage cannot call what the protocol does not name. Here: the protocol names exactly what
+a stage may ask for, and the engine's two step runners (a run's ``Engine``, observation's
+``ReadOnlyRunner``) offer every member of it with the parameters it declares.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from k3rollout.engine.clock import Clock
+from k3rollout.engine.observe import ReadOnlyRunner
+from k3rollout.engine.runner import Engine
+from k3rollout.stages.base import StageContext
+
+MEMBERS = {"step", "call", "can_run_ansible", "ansible_step", "prior_meta", "http", "http_many", "kube",
+           "record_evidence", "wait_for_host", "clock", "scheduler"}
+
+
+def _params(fn) -> list[str]:
+    return [p for p in inspect.signature(fn).parameters if p != "self"]
+
+
+def test_the_protocol_is_exactly_what_a_stage_may_ask_for():
+    assert {n for n in vars(StageContext) if not n.startswith("_")} == MEMBERS
+
+
+def test_both_step_runners_offer_every_member_with_its_parameters():
+    for impl in (Engine, ReadOnlyRunner):
+        for name in MEMBERS:
+            want = vars(StageContext)[name]
+            have = getattr(impl, name)
+            if isinstance(want, property):
+                continue                # an attribute or a property: checked on instances below
+            sig = inspect.signature(have)
+            forwards = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())     # **kw passed on
+            missing = [p for p in _params(want) if p not in sig.parameters
+                       and not (forwards and inspect.signature(want).parameters[p].kind is inspect.Parameter.KEYWORD_ONLY)]
+            assert not missing, f"{impl.__name__}.{name} lacks {missing}"
+
+
+def test_a_stage_context_answers_through_the_protocol(stage_harness):
+    h = stage_harness(scheduler="slurm")
+    assert isinstance(h.engine, StageContext)
+    ctx = h.ctx("cordon")
+    assert ctx.runner is h.engine and ctx.runner.clock is h.engine.clock
+    assert ctx.scheduler.kind == "slurm"            # NodeCtx asks its runner for the node's scheduler
+    assert ctx.runner.can_run_ansible is False      # the fake executor is not SSH
+
+
+def test_the_observation_runner_is_a_stage_context(tmp_path, fake_executor):
+    from k3rollout.evidence.store import EvidenceStore
+    from k3rollout.runlog.journal import Journal
+
+    journal = Journal(tmp_path / "journal.jsonl", Clock().iso)
+    try:
+        runner = ReadOnlyRunner(journal, EvidenceStore(tmp_path / "evidence"), fake_executor, None, str, None)
+        assert isinstance(runner, StageContext)
+        assert isinstance(runner.clock, Clock)
+    finally:
+        journal.close()
