@@ -34,7 +34,7 @@ from k3rollout.engine.states import step as fsm_step
 from k3rollout.engine.steps import StepRunnerMixin
 from k3rollout.evidence.redact import mask_credentials
 from k3rollout.evidence.store import EvidenceStore
-from k3rollout.model.assertions import AssertionSyntaxError, evaluate_all, render, templated
+from k3rollout.model.assertions import AssertionSyntaxError, evaluate_all, render, template_context, templated
 from k3rollout.model.inventory import Inventory
 from k3rollout.model.playbook import (
     BATCH_SCOPED_STAGES,
@@ -186,8 +186,7 @@ class Engine(GateMixin, StepRunnerMixin):
 
     def assertion_context(self, node: str) -> dict[str, Any]:
         n = self.view.node(node)
-        tv = self.tvars(node)
-        return {**tv, "facts": dict(n.facts), "baseline": dict(n.baseline), "node": node, "vars": dict(tv)}
+        return template_context(self.tvars(node), node=node, facts=dict(n.facts), baseline=dict(n.baseline))
 
     def render_params(self, stage: Stage, node: str) -> Any:
         typed = stage.typed_params()

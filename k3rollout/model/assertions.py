@@ -261,6 +261,16 @@ def templated(value: Any) -> bool:
     return False
 
 
+def template_context(host_vars: dict[str, Any], *, node: str, facts: dict[str, Any],
+                     baseline: dict[str, Any]) -> dict[str, Any]:
+    """What a template or an assertion sees, wherever it is rendered (a stage's ``pre`` and
+    ``post``, its parameters, the driver's vendor steps, the rollback's restore steps): the
+    node's vars (play vars over inventory vars) by name and as ``vars``, the node's
+    ``facts`` and ``baseline``, and its name as ``node`` and ``inventory_hostname``."""
+    return {**host_vars, "facts": facts, "baseline": baseline, "node": node, "inventory_hostname": node,
+            "vars": dict(host_vars)}
+
+
 def render(value: Any, context: dict[str, Any]) -> Any:
     """Render templates inside a (nested) parameter value; non-strings pass through.
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from k3rollout.checks import parsers
 from k3rollout.model.assertions import render_argv
+from k3rollout.model.assertions import template_context as shared_template_context
 from k3rollout.stages import driver_operator, prestage
 from k3rollout.stages import driver_procedure as procedure
 from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
@@ -33,8 +34,7 @@ _USES_DRIVER = re.compile(r"\{\{[^}]*\bdriver\.")
 
 
 def template_context(ctx: NodeCtx) -> dict[str, Any]:
-    return {**ctx.vars, "facts": ctx.facts, "baseline": ctx.baseline, "node": ctx.node,
-            "inventory_hostname": ctx.node}
+    return shared_template_context(ctx.vars, node=ctx.node, facts=ctx.facts, baseline=ctx.baseline)
 
 
 def pinned(argv: list[str]) -> dict[str, str]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from k3rollout.model.assertions import AssertionSyntaxError, render_argv
+from k3rollout.model.assertions import AssertionSyntaxError, render_argv, template_context
 from k3rollout.model.playbook import ROLLBACK_UNDOES, Playbook
 from k3rollout.scheduler import scheduler_for
 from k3rollout.stages import driver_node as dn
@@ -57,7 +57,8 @@ def plan_rollback(playbook: Playbook, node: str, baseline: dict[str, Any], tvars
         elif action == "restore_driver":
             mgr = baseline.get("pkg_mgr", "apt")
             tmpl = getattr(restore, mgr) if restore else []
-            ctx = {**tvars, "baseline": baseline, "facts": baseline, "node": node, "inventory_hostname": node}
+            # planned right after baseline: the node's facts are its baseline
+            ctx = template_context(tvars, node=node, facts=baseline, baseline=baseline)
             try:
                 cmds = [render_argv(t, ctx) for t in tmpl]
             except AssertionSyntaxError as exc:
