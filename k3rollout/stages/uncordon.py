@@ -13,6 +13,8 @@ restarted after the run shows as a higher count.
 
 from __future__ import annotations
 
+from typing import Any
+
 from k3rollout.stages.base import NodeCtx, StageOutcome
 from k3rollout.stages.spec import StageSpec, kind
 
@@ -47,7 +49,7 @@ def run(ctx: NodeCtx) -> StageOutcome:
     ok, why = uncordon(ctx)
     if ok:
         ctx.publish_progress("upgrade-done")
-    facts = {"scheduler_state": ctx.read_scheduler()}
+    facts: dict[str, Any] = {"scheduler_state": ctx.read_scheduler()}
     if counts:
         facts["serving_restart_counts"] = counts
     return StageOutcome(ok, why, facts)
