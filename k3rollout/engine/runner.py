@@ -249,7 +249,7 @@ class Engine(GateMixin, StepRunnerMixin):
         except (AssertionSyntaxError, ValueError) as exc:
             return StageOutcome(False, f"stage parameters: {exc}")
         ctx = self.ctx(node, stage, self.folder(stage), params)
-        rep = self.replica_of(node) if stage.stage in REPLICA_STAGES and self.playbook.profile is not None else None
+        rep = self.replica_of(node) if stage.stage in REPLICA_SCOPED_STAGES and self.playbook.profile is not None else None
         if rep is not None:
             # a one-node replica (8 x B300 for K3) runs on its own node, with the profile's launch
             # for its hardware and ready timeout, as a multi-node one does across its nodes
