@@ -11,7 +11,7 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 # the real kubectl drives the simulated Kubernetes API server (Debian's kubernetes-client
 # where the image has no kubectl)
 command -v kubectl >/dev/null 2>&1 || need+=(kubernetes-client)
-# a real Slurm controller on loopback (tests/slurm_cluster.py): munged, slurmctld, slurmd, scontrol/sbatch
+# a real Slurm controller on loopback (tests/support/slurm_cluster.py): munged, slurmctld, slurmd, scontrol/sbatch
 for b in munged slurmctld slurmd scontrol; do
   command -v $b >/dev/null 2>&1 || [ -x /usr/sbin/$b ] || { need+=(munge slurmctld slurmd slurm-client); break; }
 done

@@ -9,7 +9,7 @@ import time
 import httpx
 import openai  # a declared test dependency: missing means a broken install, never a skip
 import pytest
-from conftest import journal, result, write_inventory, write_playbook
+from support import journal, result, write_inventory, write_playbook
 
 from k3rollout.checks.parsers import parse_vllm_metrics
 from k3rollout.cli import main

@@ -8,7 +8,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
-from conftest import cli, journal, write_inventory, write_playbook
+from support import cli, journal, write_inventory, write_playbook
 
 from k3rollout.evidence.redact import mask_credentials, masked
 from k3rollout.model import load_inventory

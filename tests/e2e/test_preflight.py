@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import yaml
-from conftest import PLAYBOOK, journal, result, write_inventory
+from support import PLAYBOOK, journal, result, write_inventory
 
 from k3rollout.cli import main
 
@@ -99,7 +99,7 @@ def test_target_not_offered_by_the_updates_pocket(tmp_path):
 
 
 def test_default_sim_cluster_passes(tmp_path):
-    from conftest import SIM_INVENTORY
+    from support import SIM_INVENTORY
 
     out = tmp_path / "pre"
     assert main(["preflight", str(PLAYBOOK), "-i", str(SIM_INVENTORY), "--output", str(out)]) == 0

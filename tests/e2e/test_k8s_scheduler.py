@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import api_changes, cli, commands, journal, result, sim_state, write_inventory, write_playbook
+from support import api_changes, cli, commands, journal, result, sim_state, write_inventory, write_playbook
 
 from k3rollout.cli import main
 from k3rollout.errors import LockHeld

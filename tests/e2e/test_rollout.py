@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import (
+from support import (
     PLAYBOOK,
     api_changes,
     assert_reports_match_journal,
@@ -393,7 +393,7 @@ def test_sigterm_releases_the_lock_and_resume_finishes(tmp_path):
     import signal as sig
     import sys
 
-    from conftest import ROOT
+    from support import ROOT
 
     inv = write_inventory(tmp_path / "inv", {f"gpu-{i:02d}": {"sim_latency_s": 0.01} for i in range(1, 4)})
     pb = write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0)

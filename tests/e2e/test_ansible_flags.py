@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import DATA, PLAYBOOK, SIM_INVENTORY, result, write_inventory, write_playbook
-from conftest import ansible_tool as _tool
+from support import DATA, PLAYBOOK, SIM_INVENTORY, result, write_inventory, write_playbook
+from support import ansible_tool as _tool
 
 from k3rollout.cli import main
 from k3rollout.errors import InputError

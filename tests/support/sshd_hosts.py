@@ -27,7 +27,7 @@ from k3rollout.sim import netd
 from k3rollout.sim.dispatch import HANDLERS
 from k3rollout.sim.state import init_host
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
 

@@ -2,7 +2,7 @@
 
 import json
 
-from conftest import commands, host_timeline, journal, result, sim_state, write_inventory, write_playbook
+from support import commands, host_timeline, journal, result, sim_state, write_inventory, write_playbook
 
 from k3rollout.cli import main
 from k3rollout.sim import state as st

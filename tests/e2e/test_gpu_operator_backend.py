@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import yaml
-from conftest import (
+from support import (
     api_changes,
     commands,
     journal,
@@ -20,8 +20,8 @@ from conftest import (
     write_inventory,
     write_playbook,
 )
-from test_preflight import failed, preflight, ran
 
+from e2e.test_preflight import failed, preflight, ran
 from k3rollout.cli import main
 
 STATE = "nvidia.com/gpu-driver-upgrade-state"

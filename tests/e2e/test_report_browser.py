@@ -10,7 +10,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from conftest import PLAYBOOK, write_inventory, write_playbook
+from support import PLAYBOOK, write_inventory, write_playbook
 
 from k3rollout.cli import main
 

@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import PLAYBOOK, ROOT, SIM_INVENTORY, write_playbook
+from support import PLAYBOOK, ROOT, SIM_INVENTORY, write_playbook
 
 from k3rollout.cli import main
 
@@ -143,7 +143,7 @@ def test_a_wheel_installed_k3rollout_runs_its_demo_from_another_folder(tmp_path)
 
 
 def test_under_ci_a_skip_is_a_failure(pytester, monkeypatch):
-    pytester.makeconftest((Path(__file__).parent / "conftest.py").read_text().split("@pytest.fixture(autouse=True")[0])
+    pytester.makeconftest((ROOT / "tests" / "conftest.py").read_text().split("@pytest.fixture(autouse=True")[0])
     pytester.makepyfile(test_x="""
         import pytest
         def test_needs_a_tool():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import (
+from support import (
     api_changes,
     cli,
     commands,

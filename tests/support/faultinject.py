@@ -1,6 +1,6 @@
 """The real k3rollout CLI with a fault injected at one journal record (the crash tests' harness).
 
-    python tests/faultinject.py MODE N k3rollout-arguments...
+    python tests/support/faultinject.py MODE N k3rollout-arguments...
 
 MODE is one of:
     KILL    SIGKILL right after record N is written (and committed, when it is a durable one)

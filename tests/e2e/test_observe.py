@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import (
+from support import (
     ROOT,
     api_changes,
     assert_reports_match_journal,

@@ -1,6 +1,6 @@
 """Both transports through a bastion, as an OpenSSH user's ~/.ssh/config names it.
 
-The sshd hosts (tests/sshd_hosts.py) get a jump host that runs no commands and logs every
+The sshd hosts (tests/support/sshd_hosts.py) get a jump host that runs no commands and logs every
 connection it forwards; each target logs every connection it accepts. A test proves the hop
 was used by finding, for each target, exactly as many accepted connections as the bastion
 forwarded to it: a connection made around the bastion would make the counts differ.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import write_playbook
+from support import write_playbook
 
 from k3rollout.cli import main
 from k3rollout.sim.state import executed
@@ -27,7 +27,7 @@ from k3rollout.transport.ssh import HostKeyError, SSHExecutor
 def bastion_cluster(sshd_cluster, tmp_path, monkeypatch):
     """``with bastion_cluster({...}) as c``: sshd hosts behind a bastion, and a HOME whose
     ~/.ssh/config reaches them by alias through it (``c.home``)."""
-    from sshd_hosts import SSHDCluster
+    from support.sshd_hosts import SSHDCluster
 
     home = tmp_path / "home"
     home.mkdir()

@@ -3,7 +3,7 @@
 from datetime import datetime
 
 import pytest
-from conftest import journal, result, write_inventory, write_playbook
+from support import journal, result, write_inventory, write_playbook
 
 from k3rollout.cli import main
 from k3rollout.errors import InputError
@@ -99,7 +99,7 @@ def test_window_plan_and_bad_input(tmp_path):
 
 
 def test_a_run_killed_inside_the_window_resumes_without_repeating(tmp_path):
-    from conftest import cli
+    from support import cli
 
     inv = write_inventory(tmp_path / "inv", {f"gpu-{i:02d}": {} for i in range(1, 7)})
     pb = write_playbook(tmp_path / "pb.yml", serial=[1, 1], min_serving=3, window={"max_unavailable": 2},

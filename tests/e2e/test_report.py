@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import yaml
-from conftest import result, write_inventory, write_playbook
+from support import result, write_inventory, write_playbook
 
 from k3rollout.cli import main
 
@@ -96,7 +96,7 @@ def test_internal_error_exits_70_with_traceback_in_debug_log(tmp_path, monkeypat
 def test_end_of_run_reports_are_written_from_the_engines_view_not_a_reread(tmp_path, monkeypatch):
     """At 1,000 nodes the journal is 190,000 records: the run's end does not read it back,
     it renders the view the engine folded as it appended each record (the same fold)."""
-    from conftest import assert_reports_match_journal
+    from support import assert_reports_match_journal
 
     from k3rollout.report import render
     from k3rollout.runlog.journal import Journal

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import commands, sim_state, write_inventory, write_playbook
+from support import commands, sim_state, write_inventory, write_playbook
 
 from k3rollout.cli import main
 from k3rollout.errors import InputError
@@ -155,7 +155,7 @@ def test_each_replica_carries_its_multi_node_launch(tmp_path):
 # ---- on the simulator ----
 
 def test_rollout_in_replicas_counts_max_fail_percentage_in_replicas(tmp_path):
-    from conftest import result
+    from support import result
 
     hosts = {f"gpu-{i:02d}": {**H200, "rack": "a"} for i in range(1, 9)}
     hosts["gpu-02"]["sim_faults"] = ["prefix_cache_miss"]
@@ -172,7 +172,7 @@ def test_rollout_in_replicas_counts_max_fail_percentage_in_replicas(tmp_path):
 
 
 def test_a_failed_node_takes_its_whole_replica_back_and_is_named(tmp_path):
-    from conftest import journal, result
+    from support import journal, result
 
     hosts = {f"gpu-{i:02d}": {**H200, "rack": "a"} for i in range(1, 5)}
     hosts["gpu-02"]["sim_faults"] = ["cuda_init_fails"]
@@ -213,7 +213,7 @@ def test_a_failed_node_takes_its_whole_replica_back_and_is_named(tmp_path):
 
 
 def test_a_multi_node_replica_is_served_once_from_its_head(tmp_path):
-    from conftest import journal, result
+    from support import journal, result
 
     hosts = {f"gpu-{i:02d}": {**H200, "rack": "a"} for i in range(1, 3)}
     hosts["gpu-02"]["sim_faults"] = ["prefix_cache_miss"]       # a worker's fault is the replica's
@@ -251,7 +251,7 @@ def test_a_multi_node_replica_is_served_once_from_its_head(tmp_path):
 
 
 def test_replica_that_does_not_come_up_names_the_node_that_caused_it(tmp_path):
-    from conftest import journal, result
+    from support import journal, result
 
     # the inventory says 141 GiB H200s; gpu-04 really has 80 GiB GPUs: the plan fits, loading does not
     k3 = {"k3_gpu_model": "NVIDIA H200", "k3_gpu_count": 8, "k3_gpu_mem_gib": 141}
@@ -296,7 +296,7 @@ def test_replica_that_does_not_come_up_names_the_node_that_caused_it(tmp_path):
 
 
 def test_a_replica_whose_server_falls_back_to_another_all2all_backend_fails(tmp_path):
-    from conftest import result
+    from support import result
 
     hosts = {f"gpu-{i:02d}": {**H200, "rack": "a"} for i in range(1, 3)}
     invp = write_inventory(tmp_path / "inv", hosts)
@@ -316,7 +316,7 @@ def test_a_replica_whose_server_falls_back_to_another_all2all_backend_fails(tmp_
 
 
 def test_driver_module_parameters_deepep_needs_are_checked_after_the_upgrade(tmp_path):
-    from conftest import result
+    from support import result
 
     hosts = {f"gpu-{i:02d}": {**H200, "rack": "a"} for i in range(1, 5)}
     hosts["gpu-02"]["sim_faults"] = ["driver_params_lost"]      # the reinstall dropped its modprobe.d options
@@ -362,7 +362,7 @@ def test_sim_rdma_missing_falls_back_to_sockets_with_nccls_lines(tmp_path):
 
 
 def test_socket_fallback_fails_the_node_without_rdma_by_name(tmp_path):
-    from conftest import result
+    from support import result
 
     hosts = {f"gpu-{i:02d}": {} for i in range(1, 5)}
     hosts["gpu-03"] = {"sim_faults": ["rdma_missing"]}

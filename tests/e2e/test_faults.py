@@ -4,7 +4,7 @@ stage fails, the right rollback runs, the right halt decision is taken, the repo
 from __future__ import annotations
 
 import pytest
-from conftest import assert_reports_match_journal, commands, journal, result, sim_state, write_inventory, write_playbook
+from support import assert_reports_match_journal, commands, journal, result, sim_state, write_inventory, write_playbook
 
 from k3rollout.cli import main
 

@@ -1,6 +1,6 @@
 """The Scheduler seam: one implementation per kind, the simulated Slurm cluster's DRAINING
 state, and scheduler operations on a host the inventory names (k3_scheduler_host), never on
-the node being changed. Real-controller Slurm tests: tests/test_scheduler_slurm.py."""
+the node being changed. Real-controller Slurm tests: tests/e2e/test_scheduler_slurm.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import PLAYBOOK, ROOT, commands, journal, result, write_playbook
+from support import PLAYBOOK, ROOT, commands, journal, result, write_playbook
 
 from k3rollout.checks import parsers
 from k3rollout.cli import main
@@ -142,7 +142,7 @@ def test_a_bad_scheduler_host_is_an_input_error_naming_the_file(tmp_path, capsys
 
 
 def test_a_drain_interrupted_by_a_crash_is_settled_on_resume_not_sent_twice(tmp_path):
-    from conftest import cli
+    from support import cli
 
     inv = slurm_inventory(tmp_path, {"gpu-01": {"sim_slurm_job_s": 1.0}})
     pb = write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0)

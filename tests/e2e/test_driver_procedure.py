@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import DATA, PLAYBOOK, commands, journal, result, sim_state, write_inventory
+from support import DATA, PLAYBOOK, commands, journal, result, sim_state, write_inventory
 
 from k3rollout.checks import driver_facts as df
 from k3rollout.checks import parsers

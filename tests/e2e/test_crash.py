@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import (
+from support import (
     api_changes,
     assert_reports_match_journal,
     cli,
@@ -210,7 +210,7 @@ def test_a_file_size_limit_stops_the_run_cleanly_and_resume_finishes(reference, 
     import subprocess
     import sys
 
-    from conftest import ROOT
+    from support import ROOT
 
     inv, pb = scenario(tmp_path)
     run_dir = tmp_path / "run"
@@ -325,7 +325,7 @@ def test_a_second_signal_waits_for_the_steps_in_flight(tmp_path, forks):
     import sys
     import time
 
-    from conftest import ROOT
+    from support import ROOT
 
     from k3rollout.evidence.store import verify_run
     from k3rollout.runlog.journal import Journal

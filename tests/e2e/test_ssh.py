@@ -1,5 +1,5 @@
 """The same playbook over real SSH: paramiko against real sshd test hosts on loopback,
-each serving a simulated GPU node (tests/sshd_hosts.py)."""
+each serving a simulated GPU node (tests/support/sshd_hosts.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import journal, result, write_playbook
+from support import journal, result, write_playbook
 
 from k3rollout.cli import main
 from k3rollout.errors import ConnectionLost, HostUnreachable

@@ -7,7 +7,7 @@ import select
 import subprocess
 import sys
 
-from conftest import ROOT
+from support import ROOT
 
 
 def read_all(fd: int) -> bytes:

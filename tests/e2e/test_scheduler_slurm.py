@@ -1,5 +1,5 @@
 """Slurm with a real controller: Debian's slurmctld, one ``slurmd -N`` per node and munge on
-loopback (tests/slurm_cluster.py) answer for the simulated GPU hosts. Jobs submitted with
+loopback (tests/support/slurm_cluster.py) answer for the simulated GPU hosts. Jobs submitted with
 ``sbatch`` hold nodes, so the rollout meets DRAINING (ALLOCATED+DRAIN) and must wait for
 DRAINED before it touches the driver. ``scontrol`` runs on the controller, never on the node."""
 
@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from conftest import cli, commands, journal, journal_so_far, result, sim_state, write_inventory, write_playbook
+from support import cli, commands, journal, journal_so_far, result, sim_state, write_inventory, write_playbook
 
 from k3rollout.checks import parsers
 from k3rollout.cli import main

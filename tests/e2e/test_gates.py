@@ -12,7 +12,7 @@ import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
-from conftest import (
+from support import (
     api_changes,
     assert_reports_match_journal,
     cli,

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import DATA, PLAYBOOK, ROOT, SIM_INVENTORY
-from conftest import ansible_tool as _tool
+from support import DATA, PLAYBOOK, ROOT, SIM_INVENTORY
+from support import ansible_tool as _tool
 
 from k3rollout.cli import main
 from k3rollout.model import load_inventory

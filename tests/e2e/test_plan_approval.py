@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import cli, journal, result, write_inventory, write_playbook
+from support import cli, journal, result, write_inventory, write_playbook
 
 
 def _setup(tmp_path, n=3, **play):

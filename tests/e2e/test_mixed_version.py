@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import cli, journal, result, write_inventory, write_playbook
+from support import cli, journal, result, write_inventory, write_playbook
 
 
 def _run(tmp_path, faults, mixed=True, serial=(1, 3)):
