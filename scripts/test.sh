@@ -34,5 +34,7 @@ fi
 .venv/bin/lint-imports --no-cache
 .venv/bin/mypy
 # four workers on two cores: most of a test's time is spent waiting on the processes it drives (sim daemons,
-# sshd, ansible-playbook, chromium, simulated reboots), not on the CPU
-exec .venv/bin/python -m pytest -q -n "${K3ROLLOUT_TEST_WORKERS:-4}" "$@"
+# sshd, ansible-playbook, chromium, simulated reboots), not on the CPU. Tests marked `long` are
+# collected first (tests/conftest.py) and an idle worker takes queued tests from a busy one
+# (worksteal), so the workers finish together.
+exec .venv/bin/python -m pytest -q -n "${K3ROLLOUT_TEST_WORKERS:-4}" --dist worksteal "$@"

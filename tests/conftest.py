@@ -41,6 +41,15 @@ def pytest_make_collect_report(collector):
         rep.longrepr = f"{CI_NO_SKIP}\n{rep.longrepr}"
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``long`` (the crash matrix, whole rollouts over sshd, the wheel install)
+    start first; everything else keeps its collection order. With the workers stealing
+    queued tests from each other (``--dist worksteal`` in scripts/test.sh), the short tests
+    then fill in around the long ones, and no worker is left running a long test alone at
+    the end."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _stop_sim_networks(tmp_path_factory):
     """Simulated-network daemons outlive a killed engine by design (as containers outlive a

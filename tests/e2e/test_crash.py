@@ -149,6 +149,7 @@ def check_point(reference: dict, mode: str, seq: int, label: str, base: Path) ->
 SHARDS = 4
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("shard", range(SHARDS))
 def test_every_kill_point_resumes_to_the_same_result(reference, tmp_path, shard):
     # every kill point, split in shards so the test workers share them (shard k takes every

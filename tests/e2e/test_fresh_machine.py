@@ -70,6 +70,7 @@ def test_the_sim_transport_needs_no_ansible(tmp_path, monkeypatch):
     assert main(["validate", str(PLAYBOOK), "-i", str(SIM_INVENTORY)]) == 0
 
 
+@pytest.mark.long
 def test_ssh_rollout_with_a_bare_path_and_no_activated_venv(sshd_cluster, tmp_path):
     """The README's way: `.venv/bin/k3rollout` run with PATH holding only the system dirs.
     The vendor steps run through ansible-runner and the venv's own ansible-playbook."""
@@ -98,6 +99,7 @@ def test_plan_into_a_pipe_that_closes_early_exits_quietly(tmp_path):
     assert "internal error" not in p.stderr and "Traceback" not in p.stderr, p.stderr
 
 
+@pytest.mark.long
 def test_a_wheel_installed_k3rollout_runs_its_demo_from_another_folder(tmp_path):
     """`pip install .` (a wheel, not editable) into a fresh venv, then `k3rollout demo` from an
     unrelated folder: the default playbook, sim inventory and runbooks come with the package,
@@ -142,6 +144,7 @@ def test_a_wheel_installed_k3rollout_runs_its_demo_from_another_folder(tmp_path)
     assert len(r["nodes"]) >= 2
 
 
+@pytest.mark.long
 def test_under_ci_a_skip_is_a_failure(pytester, monkeypatch):
     pytester.makeconftest((ROOT / "tests" / "conftest.py").read_text().split("@pytest.fixture(autouse=True")[0])
     pytester.makepyfile(test_x="""

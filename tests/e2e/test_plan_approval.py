@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from support import cli, journal, result, write_inventory, write_playbook
 
 
@@ -79,6 +80,7 @@ def test_the_approved_digest_covers_the_inventory_content(tmp_path):
     assert not (tmp_path / "run" / "journal.jsonl").exists()
 
 
+@pytest.mark.long
 def test_resume_refuses_changed_inputs_unless_told_and_journals_them(tmp_path):
     pb, inv = _setup(tmp_path, serial=1)
     run = tmp_path / "run"

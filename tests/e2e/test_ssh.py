@@ -21,6 +21,7 @@ def state(c, host: str) -> dict:
     return json.loads((c.hosts[host].state / "state.json").read_text())
 
 
+@pytest.mark.long
 def test_full_rollout_over_ssh_on_eight_hosts(sshd_cluster, tmp_path):
     hosts = {f"gpu-{i:02d}": {} for i in range(1, 9)}
     hosts["gpu-02"] = {"sim_faults": ["ssh_drops"]}
