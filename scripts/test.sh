@@ -35,6 +35,7 @@ fi
 .venv/bin/mypy
 # four workers on two cores: most of a test's time is spent waiting on the processes it drives (sim daemons,
 # sshd, ansible-playbook, chromium, simulated reboots), not on the CPU. Tests marked `long` are
-# collected first (tests/conftest.py) and an idle worker takes queued tests from a busy one
-# (worksteal), so the workers finish together.
-exec .venv/bin/python -m pytest -q -n "${K3ROLLOUT_TEST_WORKERS:-4}" --dist worksteal "$@"
+# collected first (tests/conftest.py) and handed out one at a time (--maxschedchunk 1: a worker
+# gets its next test when it finishes one, not a block of the collection), so the long ones
+# start at once on different workers and the short ones fill in around them.
+exec .venv/bin/python -m pytest -q -n "${K3ROLLOUT_TEST_WORKERS:-4}" --maxschedchunk 1 "$@"

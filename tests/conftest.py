@@ -43,10 +43,10 @@ def pytest_make_collect_report(collector):
 
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``long`` (the crash matrix, whole rollouts over sshd, the wheel install)
-    start first; everything else keeps its collection order. With the workers stealing
-    queued tests from each other (``--dist worksteal`` in scripts/test.sh), the short tests
-    then fill in around the long ones, and no worker is left running a long test alone at
-    the end."""
+    start first; everything else keeps its collection order. scripts/test.sh hands tests to
+    the workers one at a time (``--maxschedchunk 1``), so the long ones start at once on
+    different workers, the short ones fill in around them, and no worker is left running a
+    long test alone at the end."""
     items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 

@@ -146,7 +146,7 @@ def check_point(reference: dict, mode: str, seq: int, label: str, base: Path) ->
     return failures
 
 
-SHARDS = 4
+SHARDS = 8
 
 
 @pytest.mark.long
