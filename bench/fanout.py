@@ -104,7 +104,7 @@ def ansible_playbook(cluster, names: list[str], work: Path) -> float:
 
 
 def main() -> int:
-    from sshd_hosts import SSHDCluster, sshd_available
+    from support.sshd_hosts import SSHDCluster, sshd_available
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--hosts", type=int, nargs="+", default=[10, 50, 100])

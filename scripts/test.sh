@@ -11,7 +11,7 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 # the real kubectl drives the simulated Kubernetes API server (Debian's kubernetes-client
 # where the image has no kubectl)
 command -v kubectl >/dev/null 2>&1 || need+=(kubernetes-client)
-# a real Slurm controller on loopback (tests/slurm_cluster.py): munged, slurmctld, slurmd, scontrol/sbatch
+# a real Slurm controller on loopback (tests/support/slurm_cluster.py): munged, slurmctld, slurmd, scontrol/sbatch
 for b in munged slurmctld slurmd scontrol; do
   command -v $b >/dev/null 2>&1 || [ -x /usr/sbin/$b ] || { need+=(munge slurmctld slurmd slurm-client); break; }
 done
@@ -34,5 +34,8 @@ fi
 .venv/bin/lint-imports --no-cache
 .venv/bin/mypy
 # four workers on two cores: most of a test's time is spent waiting on the processes it drives (sim daemons,
-# sshd, ansible-playbook, chromium, simulated reboots), not on the CPU
-exec .venv/bin/python -m pytest -q -n "${K3ROLLOUT_TEST_WORKERS:-4}" "$@"
+# sshd, ansible-playbook, chromium, simulated reboots), not on the CPU. Tests marked `long` are
+# collected first (tests/conftest.py) and handed out one at a time (--maxschedchunk 1: a worker
+# gets its next test when it finishes one, not a block of the collection), so the long ones
+# start at once on different workers and the short ones fill in around them.
+exec .venv/bin/python -m pytest -q -n "${K3ROLLOUT_TEST_WORKERS:-4}" --maxschedchunk 1 "$@"

@@ -5,7 +5,7 @@ import shutil
 import time
 
 import pytest
-from conftest import DATA, PLAYBOOK, SIM_INVENTORY
+from support import DATA, PLAYBOOK, SIM_INVENTORY
 
 from k3rollout.cli import main
 from k3rollout.errors import InputError

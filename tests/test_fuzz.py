@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import PLAYBOOK, journal, write_inventory, write_playbook
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import PLAYBOOK, journal, write_inventory, write_playbook
 
 from k3rollout.cli import main
 from k3rollout.errors import InputError

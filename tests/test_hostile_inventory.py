@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from conftest import PLAYBOOK, ROOT
+from support import PLAYBOOK, ROOT
 
 from k3rollout.cli import main
 

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import write_inventory
+from support import write_inventory
 
 from k3rollout.engine import lock as lk
 from k3rollout.errors import LockHeld
@@ -225,7 +225,7 @@ def test_over_real_sshd_a_second_run_of_a_none_cluster_is_refused_naming_the_hol
     import sys
     import time
 
-    from conftest import cli, journal, journal_so_far, write_playbook
+    from support import cli, journal, journal_so_far, write_playbook
 
     with sshd_cluster({"gpu-01": {"sim_reboot_s": 0.3}}) as c:
         inv_a = c.inventory(tmp_path / "a" / "hosts.yml", {"scheduler": "none"})

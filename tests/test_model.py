@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import PLAYBOOK, SIM_INVENTORY
+from support import PLAYBOOK, SIM_INVENTORY
 
 from k3rollout.model import load_inventory, load_playbook
 from k3rollout.model.assertions import evaluate, render, render_argv

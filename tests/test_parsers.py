@@ -3,7 +3,7 @@
 import re
 
 import pytest
-from conftest import DATA
+from support import DATA
 
 from k3rollout.checks import parsers
 from k3rollout.checks.parsers import ParseError

@@ -2,7 +2,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import PLAYBOOK, SIM_INVENTORY, write_inventory, write_playbook
+from support import PLAYBOOK, SIM_INVENTORY, write_inventory, write_playbook
 
 from k3rollout.cli import main
 from k3rollout.errors import InputError
@@ -79,7 +79,7 @@ def test_plan_text_says_whether_each_batch_fits(capsys):
 
 
 def _grouped(tmp_path, groups: dict[str, int], serial, min_serving, extra_hosts: dict | None = None):
-    from conftest import write_inventory, write_playbook
+    from support import write_inventory, write_playbook
 
     from k3rollout.model import load_inventory, load_playbook
     from k3rollout.plan import make_plan

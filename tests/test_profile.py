@@ -1,7 +1,7 @@
 """Model profiles: the shipped Kimi K3 profile, the loader's errors, playbook overrides."""
 
 import pytest
-from conftest import write_playbook
+from support import write_playbook
 
 from k3rollout.errors import InputError
 from k3rollout.model import load_playbook

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import DATA, PLAYBOOK, ROOT, cli
+from support import DATA, PLAYBOOK, ROOT, cli
 
 from k3rollout.model import load_inventory, load_playbook
 from k3rollout.model.inputs import apply_overrides
@@ -64,7 +64,7 @@ def test_a_real_inventory_plans_its_gpu_group_over_ssh_never_on_the_simulator(
 def test_the_inventory_verb_matches_ansible_inventory_on_real_inventories():
     import subprocess
 
-    from conftest import ansible_tool
+    from support import ansible_tool
 
     for name in ("deepops.ini", "kubespray.ini"):
         ours = json.loads(cli("inventory", "-i", str(REAL / name), "--list").stdout)

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import PLAYBOOK, journal, write_inventory, write_playbook
+from support import PLAYBOOK, journal, write_inventory, write_playbook
 
 from k3rollout.cli import main
 from k3rollout.model import load_inventory, load_playbook

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import DATA
+from support import DATA
 
 from k3rollout.checks.cuda_table import compat_verdict, driver_supports, image_cuda
 from k3rollout.checks.triage import CATEGORIES, classify
@@ -126,7 +126,7 @@ def test_live_facts_follow_the_tree():
 
 
 def test_report_shows_the_scoring_for_a_triaged_node(tmp_path):
-    from conftest import journal, write_inventory, write_playbook
+    from support import journal, write_inventory, write_playbook
 
     inv = write_inventory(tmp_path / "inv", {"gpu-01": {"sim_faults": ["vllm_oom"]}})
     pb = write_playbook(tmp_path / "pb.yml", min_serving=0)

@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import DATA
+from support import DATA
 
 from k3rollout.checks.triage import CATEGORIES, classify, scan
 from k3rollout.checks.triage.fit import fit_family_weights

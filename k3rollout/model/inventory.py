@@ -670,7 +670,7 @@ def _digest(files: list[Path], single: Path | None) -> str:
 
 def _native_file(sources: list[str], playbook_dir: str | None) -> Path | None:
     """The one YAML file this module resolves exactly as ansible-inventory does (proved by
-    tests/test_ansible_inventory.py), or None: then ansible-inventory resolves it."""
+    tests/e2e/test_ansible_inventory.py), or None: then ansible-inventory resolves it."""
     if len(sources) != 1:
         return None
     p = Path(sources[0])

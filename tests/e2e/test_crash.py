@@ -1,0 +1,583 @@
+"""Kill the real CLI with SIGKILL at chosen journal records, resume, and compare with an
+uninterrupted run: same outcome, no destructive step run twice, nothing forgotten."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import yaml
+from support import (
+    api_changes,
+    assert_reports_match_journal,
+    cli,
+    commands,
+    journal,
+    result,
+    sim_state,
+    write_inventory,
+    write_playbook,
+)
+
+ONCE = re.compile(r"^(apt-get install|reboot)\b")
+
+
+def scenario(base: Path) -> tuple[Path, Path]:
+    # gpu-02 fails its smoke test (OOM) and is rolled back: the run exercises every
+    # destructive step and the rollback, one node at a time so journal order is fixed
+    inv = write_inventory(base / "inv", {"gpu-01": {}, "gpu-02": {"sim_faults": ["vllm_oom"]}})
+    # the simulator reboots at once: a host still on its old boot id after 1 s did not reboot
+    pb = write_playbook(base / "pb.yml", serial=1, min_serving=0, max_fail_percentage=100, reboot_grace=1)
+    return inv, pb
+
+
+def outcome(run_dir: Path) -> dict:
+    r = result(run_dir)
+    return {"status": r["status"],
+            "nodes": {n: (v["final"], v["driver_after"], v["failed_stage"], v["triage"]) for n, v in r["nodes"].items()},
+            "batches": [b["status"] for b in r["batches"]]}
+
+
+def destructive(run_dir: Path, host: str) -> list[str]:
+    # the host's own destructive commands, then every change asked of the Kubernetes API
+    # for it (cordon, evictions, labels, uncordon: each a ``once`` step from the controller)
+    return [c.split(" --")[0].split(" nvidia")[0] for c in commands(run_dir, host) if ONCE.match(c)] + \
+        [re.sub(r"-[0-9a-f]{5}/eviction$", "-<pod>/eviction", c) for c in api_changes(run_dir, host)]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    base = tmp_path_factory.mktemp("ref")
+    inv, pb = scenario(base)
+    run_dir = base / "run"
+    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
+            env={"K3ROLLOUT_LOCK_DIR": str(base / "locks")})
+    assert p.returncode == 0, p.stderr
+    recs = journal(run_dir)
+    return {"run_dir": run_dir, "records": recs, "outcome": outcome(run_dir),
+            "destructive": {h: destructive(run_dir, h) for h in ("gpu-01", "gpu-02")}}
+
+
+def kill_points(records: list[dict]) -> list[tuple[str, int, str]]:
+    """Every destructive step (before it runs, after it is recorded, and torn mid-record),
+    every rollback record, one of each transition kind, and the first record of each type."""
+    points: list[tuple[str, int, str]] = []
+    seen_transitions: set[tuple[str, str]] = set()
+    seen_types: set[str] = set()
+    for r in records:
+        if r.get("kind") == "api" and r.get("step", "").startswith("upgrade-state-"):
+            # progress labels are the same once-call through the API as the drain and the
+            # uncordon, whose records are kill points; killing at each of them adds time, not cover
+            continue
+        label = f"{r['seq']}:{r['type']}:{r.get('node', '')}:{r.get('key', r.get('to', ''))}"
+        first_of_type = r["type"] not in seen_types and r["type"] != "run_finished"
+        seen_types.add(r["type"])
+        if first_of_type and not (r["type"] in ("step_started", "step_done") and r.get("once")):
+            points.append(("KILL", r["seq"], label))
+        elif r["type"] in ("step_started", "step_done") and r.get("once"):
+            points.append(("KILL", r["seq"], label))
+            if r["type"] == "step_done":
+                points.append(("TEAR", r["seq"], label))
+        elif r["type"] in ("rollback_plan", "rollback_started", "rollback_done", "batch_started", "batch_done",
+                           "triage"):
+            points.append(("KILL", r["seq"], label))
+        elif r["type"] == "node_state" and (r["from"], r["to"]) not in seen_transitions:
+            seen_transitions.add((r["from"], r["to"]))
+            points.append(("KILL", r["seq"], label))
+    return points
+
+
+def test_reference_run_has_the_shape_the_matrix_needs(reference):
+    o = reference["outcome"]
+    assert o["nodes"]["gpu-01"][0] == "upgraded" and o["nodes"]["gpu-02"][0] == "rolled_back"
+    assert reference["destructive"]["gpu-02"].count("reboot") == 2
+    points = kill_points(reference["records"])
+    assert len(points) >= 35
+    kinds = {label.split(":")[1] for _, _, label in points}
+    assert {"run_started", "stage_started", "facts", "assertions", "evidence", "stage_done", "triage",
+            "rollback_plan", "rollback_started", "rollback_done", "batch_done", "node_state"} <= kinds
+
+
+def check_point(reference: dict, mode: str, seq: int, label: str, base: Path) -> list[str]:
+    """Kill a fresh run at one journal record, resume it, compare with the reference."""
+    failures: list[str] = []
+    inv, pb = scenario(base)
+    run_dir = base / "run"
+    locks = {"K3ROLLOUT_LOCK_DIR": str(base / "locks")}
+    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), env=locks, fault=(mode, seq))
+    if p.returncode != -9:
+        return [f"{label}: expected SIGKILL, got {p.returncode}"]
+    if seq % 5 == 0:
+        # while the crashed run holds the lock, a new run on the cluster is refused
+        other = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(base / "other"), env=locks)
+        if other.returncode != 1 or "stale" not in other.stderr:
+            failures.append(f"{label}: second run not refused as stale: {other.stderr[-300:]}")
+    r = cli("resume", str(run_dir), env=locks)
+    if r.returncode != 0:
+        return failures + [f"{label}: resume -> {r.returncode}: {r.stderr[-500:]}"]
+    got = outcome(run_dir)
+    if got != reference["outcome"]:
+        failures.append(f"{label}: outcome {got} != {reference['outcome']}")
+    for h in ("gpu-01", "gpu-02"):
+        d = destructive(run_dir, h)
+        if d != reference["destructive"][h]:
+            failures.append(f"{label}: {h} destructive steps {d} != {reference['destructive'][h]}")
+    # no node is left out of service without a record saying so
+    for h, v in result(run_dir)["nodes"].items():
+        sched = sim_state(run_dir, h)["scheduler"]["state"]
+        if (sched == "schedulable") != (v["final"] in ("upgraded", "rolled_back", "pending")):
+            failures.append(f"{label}: {h} is {sched} but its result says {v['final']}")
+    recs = journal(run_dir)
+    if [x["seq"] for x in recs] != list(range(1, len(recs) + 1)):
+        failures.append(f"{label}: journal sequence has a gap")
+    if mode == "TEAR":
+        if not any(x["type"] == "journal_repaired" for x in recs) or not list(run_dir.glob("journal.torn.*")):
+            failures.append(f"{label}: torn line not detected and kept")
+    if not (run_dir / "report.html").exists():
+        failures.append(f"{label}: no report after resume")
+    else:
+        try:
+            assert_reports_match_journal(run_dir)
+        except AssertionError as exc:
+            failures.append(f"{label}: {exc}")
+    return failures
+
+
+SHARDS = 8
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_every_kill_point_resumes_to_the_same_result(reference, tmp_path, shard):
+    # every kill point, split in shards so the test workers share them (shard k takes every
+    # SHARDS-th point from k: together they cover each point once)
+    points = kill_points(reference["records"])[shard::SHARDS]
+    # independent runs in separate directories and lock dirs: two at a time
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = pool.map(lambda pt: check_point(reference, *pt, tmp_path / f"{pt[0]}-{pt[1]}"), points)
+        failures = [f for r in results for f in r]
+    assert not failures, "\n".join(failures)
+
+
+def test_damaged_journal_middle_is_refused_with_its_line(reference, tmp_path):
+    run_dir = tmp_path / "copy"
+    shutil.copytree(reference["run_dir"], run_dir)
+    lines = (run_dir / "journal.jsonl").read_text().splitlines(keepends=True)
+    lines[5] = lines[5][:10] + "\n"
+    (run_dir / "journal.jsonl").write_text("".join(lines))
+    p = cli("resume", str(run_dir), env={"K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")})
+    assert p.returncode == 2
+    assert "journal.jsonl:6:" in p.stderr and "damaged" in p.stderr
+
+
+def _first(records: list[dict], host: str, step: str) -> int:
+    return next(r["seq"] for r in records if r["type"] == "step_started" and r.get("node") == host
+                and r.get("once") and r["step"] == step)
+
+
+def _same_as_reference(reference: dict, run_dir: Path) -> None:
+    assert outcome(run_dir) == reference["outcome"]
+    for h in ("gpu-01", "gpu-02"):
+        assert destructive(run_dir, h) == reference["destructive"][h], h
+    assert_reports_match_journal(run_dir)
+
+
+def test_a_start_record_cut_short_stops_before_the_reboot(reference, tmp_path):
+    """A full disk in the middle of the reboot's start record: the reboot does not run, the
+    message says the journal is intact, and resume reboots once, not twice."""
+    inv, pb = scenario(tmp_path)
+    run_dir = tmp_path / "run"
+    seq = _first(reference["records"], "gpu-01", "reboot")
+    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), fault=("SHORT", seq))
+    assert p.returncode == 70, p.stderr
+    assert f"could not write record {seq}" in p.stderr and "The journal is intact" in p.stderr
+    assert f"k3rollout resume {run_dir}" in p.stderr and "Traceback" not in p.stderr
+    assert "reboot" not in destructive(run_dir, "gpu-01")
+    assert journal(run_dir)[-1]["seq"] == seq - 1
+    r = cli("resume", str(run_dir))
+    assert r.returncode == 0, r.stderr
+    _same_as_reference(reference, run_dir)
+
+
+def test_a_file_size_limit_stops_the_run_cleanly_and_resume_finishes(reference, tmp_path):
+    """`prlimit --fsize`: whatever file reaches the limit first, the run stops with one message
+    naming the file system and the resume command (no traceback, exit 70), no destructive
+    step runs twice, and resume after the limit is lifted finishes as an uninterrupted run."""
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    from support import ROOT
+
+    inv, pb = scenario(tmp_path)
+    run_dir = tmp_path / "run"
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (35200, 35200))
+
+    p = subprocess.run([sys.executable, "-m", "k3rollout", "run", str(pb), "-i", str(inv), "--yes", "--run-dir",
+                        str(run_dir)], cwd=ROOT, env=os.environ, capture_output=True, text=True, timeout=300,
+                       preexec_fn=limit)
+    assert p.returncode == 70, p.stderr
+    assert "Traceback" not in p.stderr and p.stderr.count("k3rollout: error:") == 1, p.stderr
+    assert "File too large" in p.stderr and "mounted at" in p.stderr and f"k3rollout resume {run_dir}" in p.stderr
+    assert not (run_dir / "debug.log").exists()
+    r = cli("resume", str(run_dir))
+    assert r.returncode == 0, r.stderr
+    _same_as_reference(reference, run_dir)
+
+
+@pytest.mark.parametrize("mode", ["BEFORE", "TEAR"])
+def test_a_run_killed_before_its_first_record_is_released_by_resume(tmp_path, mode):
+    inv, pb = scenario(tmp_path)
+    run_dir = tmp_path / "run"
+    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), fault=(mode, 1))
+    assert p.returncode == -9
+    other = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(tmp_path / "other"))
+    assert other.returncode == 1 and "stale" in other.stderr and f"k3rollout resume {run_dir.resolve()}" in other.stderr
+    r = cli("resume", str(run_dir))
+    assert r.returncode == 1 and "never started" in r.stderr and "nothing was changed" in r.stderr, r.stderr
+    assert "Released its stale cluster lock" in r.stderr
+    assert (run_dir / "journal.torn.0").exists() == (mode == "TEAR")     # the torn record is kept aside
+    again = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir))
+    assert again.returncode == 0, again.stderr
+
+
+def _rechain(lines: list[bytes]) -> bytes:
+    """Recompute every link, as someone who knows the chain would after an edit."""
+    from k3rollout.runlog.journal import LINK_TAIL, chain
+
+    out, prev = [], ""
+    for line in lines:
+        body = line.rstrip(b"\n")[:-LINK_TAIL] + b"}"
+        prev = chain(prev, body)
+        out.append(body[:-1] + b',"h":"' + prev.encode() + b'"}\n')
+    return b"".join(out)
+
+
+def test_a_damaged_record_key_is_refused_with_its_line_by_resume_report_and_rollback(reference, tmp_path):
+    run_dir = tmp_path / "copy"
+    shutil.copytree(reference["run_dir"], run_dir)
+    lines = (run_dir / "journal.jsonl").read_bytes().splitlines(keepends=True)
+    i = next(i for i, r in enumerate(reference["records"]) if r["type"] == "node_state")
+    lines[i] = lines[i].replace(b'"node":', b'"nodf":', 1)
+    (run_dir / "journal.jsonl").write_bytes(_rechain(lines))
+    for verb in (["resume"], ["report"], ["rollback", "--batch", "1"]):
+        p = cli(*verb, str(run_dir))
+        assert p.returncode == 2, (verb, p.stderr)
+        assert f"journal.jsonl:{i + 1}:" in p.stderr and "lacks 'node'" in p.stderr and "intact" not in p.stderr
+
+
+def test_tampered_evidence_is_caught_by_report_and_resume(reference, tmp_path):
+    """An evidence file edited or deleted, or the manifest deleted: `report` exits 2 naming
+    the file and line and marks the checklist items that evidence backs as not proven;
+    `resume` refuses to go on."""
+    import json
+
+    ref = reference["run_dir"]
+    plan_ev = next(r["path"] for r in reference["records"] if r["type"] == "evidence" and r["name"] == "rollback-plan")
+    listed = (ref / "evidence" / "MANIFEST.sha256").read_text().splitlines()
+    line = next(i for i, x in enumerate(listed, start=1) if x.endswith("  " + plan_ev))
+
+    def copy(name: str) -> Path:
+        d = tmp_path / name
+        shutil.copytree(ref, d)
+        return d
+
+    edited = copy("edited")
+    f = edited / "evidence" / plan_ev
+    f.chmod(0o644)
+    f.write_text(f.read_text().replace("575.57.08", "570.00.01"))
+    deleted = copy("deleted")
+    (deleted / "evidence" / plan_ev).unlink()
+    no_manifest = copy("no-manifest")
+    (no_manifest / "evidence" / "MANIFEST.sha256").unlink()
+    for run_dir, where in ((edited, f"evidence/MANIFEST.sha256:{line}: {plan_ev}: content changed"),
+                           (deleted, f"evidence/MANIFEST.sha256:{line}: {plan_ev}: file missing"),
+                           (no_manifest, "evidence/MANIFEST.sha256: missing")):
+        p = cli("report", str(run_dir))
+        assert p.returncode == 2 and where in p.stderr, p.stderr
+        items = {i["item"]: i for i in json.loads((run_dir / "report.json").read_text())["checklist"]}
+        assert items[10]["status"] == "not proven" and plan_ev in items[10]["detail"]
+        if run_dir is no_manifest:
+            assert all(i["status"] == "not proven" for i in items.values() if i["evidence"])
+        else:
+            assert items[3]["status"] == "done"             # evidence that still verifies still counts
+        assert "does not verify" in (run_dir / "report.md").read_text()
+        r = cli("resume", str(run_dir))
+        assert r.returncode == 2 and where in r.stderr, r.stderr
+    clean = cli("report", str(copy("clean")))
+    assert clean.returncode == 0, clean.stderr
+
+
+@pytest.mark.parametrize("forks", [8, 1])
+def test_a_second_signal_waits_for_the_steps_in_flight(tmp_path, forks):
+    """TERM, then TERM again 0.1 s later, in a batch worked in parallel or one node at a time:
+    no new step starts, the ones in flight finish and are journaled, and only then are the
+    journal and evidence closed. The journal and the evidence verify, and resume finishes
+    the run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from support import ROOT
+
+    from k3rollout.evidence.store import verify_run
+    from k3rollout.runlog.journal import Journal
+
+    hosts = {f"gpu-{i:02d}": {"sim_latency_s": 0.02} for i in range(1, 9)}
+    inv = write_inventory(tmp_path / "inv", hosts)
+    pb = write_playbook(tmp_path / "pb.yml", serial=8, forks=forks, min_serving=0)
+    run_dir = tmp_path / "run"
+    p = subprocess.Popen([sys.executable, "-m", "k3rollout", "run", str(pb), "-i", str(inv), "--yes", "--run-dir",
+                          str(run_dir)], cwd=ROOT, env=os.environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    j = run_dir / "journal.jsonl"
+    while time.time() < deadline and not (j.exists() and j.read_bytes().count(b"\n") > 150):
+        time.sleep(0.02)
+    p.send_signal(signal.SIGTERM)
+    time.sleep(0.1)
+    p.send_signal(signal.SIGTERM)
+    time.sleep(0.1)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 1, err.decode()[-2000:]
+    recs = Journal.read(j)
+    assert verify_run(run_dir, recs) == []
+    open_steps = {(r["node"], r["key"]) for r in recs if r["type"] == "step_started"}
+    for r in recs:
+        if r["type"] in ("step_done", "step_error", "step_settled"):
+            open_steps.discard((r["node"], r["key"]))
+    assert open_steps == set(), "steps in flight were cut off unrecorded"
+    assert not list((tmp_path / "locks").glob("*.lock"))
+    r = cli("resume", str(run_dir))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert {n["final"] for n in result(run_dir)["nodes"].values()} == {"upgraded"}
+    assert verify_run(run_dir, Journal.read(j)) == []
+
+
+def test_a_full_disk_gives_one_message_and_exit_70_and_resume_works_after(reference, tmp_path, monkeypatch, capsys):
+    """Evidence, reports and debug.log all on the full disk: one message naming the file
+    system and the run directory, exit 70, the resume command; no chained traceback."""
+    import errno
+
+    from k3rollout import cli as k3cli
+    from k3rollout.engine import session
+    from k3rollout.evidence.store import EvidenceStore
+
+    inv, pb = scenario(tmp_path)
+    run_dir = tmp_path / "run"
+    real_write = EvidenceStore.write
+    calls = [0]
+
+    def write(self, *a, **kw):
+        calls[0] += 1
+        if calls[0] > 30:
+            raise OSError(errno.ENOSPC, "No space left on device", str(self.root / "x.txt"))
+        return real_write(self, *a, **kw)
+
+    def no_space(*a, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device", str(run_dir / "report.html.tmp"))
+
+    real_open = open
+
+    def open_(path, *a, **kw):
+        if str(path).endswith("debug.log"):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real_open(path, *a, **kw)
+
+    monkeypatch.setattr(EvidenceStore, "write", write)
+    monkeypatch.setattr(session, "write_reports", no_space)
+    monkeypatch.setattr("builtins.open", open_)
+    code = k3cli.main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), "--plain"])
+    err = capsys.readouterr().err
+    assert code == 70
+    assert "Traceback" not in err and err.count("k3rollout: error:") == 1, err
+    assert "No space left on device" in err and "mounted at" in err and str(run_dir.resolve()) in err
+    assert f"k3rollout resume {run_dir}" in err
+    monkeypatch.undo()
+    r = cli("resume", str(run_dir))
+    assert r.returncode == 0, r.stderr
+    assert outcome(run_dir) == reference["outcome"]
+
+
+# ---------------------------------------------------------------- the GPU Operator backend's API calls
+
+OPERATOR_POOL = "driver.config"
+
+
+def operator_scenario(base: Path) -> tuple[Path, Path]:
+    # gpu-01 is upgraded by moving it into the r580 pool; on gpu-02 the operator reports
+    # upgrade-failed and the rollback moves it back to r575: every label move and watch runs
+    op = {"sim_gpu_operator": True, "sim_gpu_operator_state_s": 0.03, "k3_driver_backend": "gpu-operator",
+          "k3_gpu_operator_pool_label": OPERATOR_POOL, "k3_gpu_operator_pool": "r580"}
+    inv = write_inventory(base / "inv", {"gpu-01": dict(op), "gpu-02": {**op, "sim_faults": ["gpu_operator_upgrade_fails"]}})
+    pb = write_playbook(base / "pb.yml", serial=1, min_serving=0, max_fail_percentage=100,
+                        stage_with={"driver_upgrade": {"operator_timeout": "30s"}})
+    return inv, pb
+
+
+def own_changes(run_dir: Path, host: str) -> list[str]:
+    """What this run asked of the API for ``host`` (the operator's own label and pod changes
+    left out: its progression runs on its own clock)."""
+    return [re.sub(r"-[0-9a-f]{5}/eviction$", "-<pod>/eviction", c) for c in api_changes(run_dir, host)
+            if "nvidia.com/gpu-driver-upgrade" not in c and "nvidia-driver-daemonset" not in c]
+
+
+@pytest.fixture(scope="module")
+def operator_reference(tmp_path_factory):
+    base = tmp_path_factory.mktemp("opref")
+    inv, pb = operator_scenario(base)
+    run_dir = base / "run"
+    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
+            env={"K3ROLLOUT_LOCK_DIR": str(base / "locks")})
+    assert p.returncode == 0, p.stderr        # completed: gpu-02 failed and was rolled back
+    return {"records": journal(run_dir), "outcome": outcome(run_dir),
+            "changes": {h: own_changes(run_dir, h) for h in ("gpu-01", "gpu-02")},
+            "pools": {h: sim_state(run_dir, h)["scheduler"]["labels"][OPERATOR_POOL] for h in ("gpu-01", "gpu-02")}}
+
+
+def operator_kill_points(records: list[dict]) -> list[tuple[str, int, str]]:
+    """Around each label move: the PATCH sent but its outcome not recorded (BEFORE the done
+    record), recorded (KILL), torn (TEAR); and in the middle of each watch."""
+    def seq(node: str, step: str, rtype: str) -> int:
+        return next(r["seq"] for r in records if r["type"] == rtype and r.get("node") == node
+                    and r.get("kind") == "api" and r.get("step") == step)
+
+    points = [("BEFORE", "gpu-01", "operator-upgrade-pool", "step_done"),
+              ("KILL", "gpu-01", "operator-upgrade-watch", "step_started"),
+              ("KILL", "gpu-02", "operator-upgrade-watch", "step_started"),
+              ("BEFORE", "gpu-02", "restore-operator-pool", "step_done"),
+              ("TEAR", "gpu-02", "restore-operator-pool", "step_done"),
+              ("KILL", "gpu-02", "restore-operator-watch", "step_started")]
+    return [(mode, seq(node, step, rtype), f"{mode}:{node}:{step}:{rtype}") for mode, node, step, rtype in points]
+
+
+def check_operator_point(reference: dict, mode: str, seq: int, label: str, base: Path) -> list[str]:
+    inv, pb = operator_scenario(base)
+    run_dir = base / "run"
+    locks = {"K3ROLLOUT_LOCK_DIR": str(base / "locks")}
+    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), env=locks, fault=(mode, seq))
+    if p.returncode != -9:
+        return [f"{label}: expected SIGKILL, got {p.returncode}"]
+    r = cli("resume", str(run_dir), env=locks)
+    if r.returncode != 0:
+        return [f"{label}: resume -> {r.returncode}: {r.stderr[-500:]}"]
+    failures = []
+    if outcome(run_dir) != reference["outcome"]:
+        failures.append(f"{label}: outcome {outcome(run_dir)} != {reference['outcome']}")
+    for h in ("gpu-01", "gpu-02"):
+        # each label move (and cordon, eviction, uncordon) asked once: none repeated or lost
+        if own_changes(run_dir, h) != reference["changes"][h]:
+            failures.append(f"{label}: {h} changes {own_changes(run_dir, h)} != {reference['changes'][h]}")
+        s = sim_state(run_dir, h)
+        if s["scheduler"]["labels"][OPERATOR_POOL] != reference["pools"][h]:
+            failures.append(f"{label}: {h} ends in pool {s['scheduler']['labels'][OPERATOR_POOL]}")
+        if s["boots"] != 0:
+            failures.append(f"{label}: {h} was rebooted")
+    try:
+        assert_reports_match_journal(run_dir)
+    except AssertionError as exc:
+        failures.append(f"{label}: {exc}")
+    return failures
+
+
+@pytest.mark.parametrize("shard", range(2))
+def test_a_crash_around_the_gpu_operator_label_moves_and_watches_resumes_to_the_same_result(operator_reference,
+                                                                                              tmp_path, shard):
+    assert operator_reference["pools"] == {"gpu-01": "r580", "gpu-02": "r575"}
+    assert [c for c in operator_reference["changes"]["gpu-02"] if OPERATOR_POOL in c] == [
+        f'PATCH nodes/gpu-02 {{"metadata": {{"labels": {{"{OPERATOR_POOL}": "r580"}}}}}}',
+        f'PATCH nodes/gpu-02 {{"metadata": {{"labels": {{"{OPERATOR_POOL}": "r575"}}}}}}']
+    points = operator_kill_points(operator_reference["records"])[shard::2]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = pool.map(lambda pt: check_operator_point(operator_reference, *pt,
+                                                           tmp_path / f"{pt[0]}-{pt[1]}"), points)
+        failures = [f for r in results for f in r]
+    assert not failures, "\n".join(failures)
+
+
+# ---------------------------------------------------------------- a crash in a RHEL module stream switch
+
+RHEL_STAGES = ("baseline", "cordon", "driver_upgrade", "cuda_check", "uncordon")
+
+
+def rhel_scenario(base: Path) -> tuple[Path, Path]:
+    # a RHEL 9 node whose CUDA init fails on 580: the upgrade leaves the 575-open stream
+    # (dnf module reset, then enable 580-open) and the rollback switches back
+    inv = write_inventory(base / "inv", {"rh-01": {"ansible_os_family": "RedHat", "sim_faults": ["cuda_init_fails"],
+                                                   "sim_held_packages": ["nvidia-driver"]}})
+    pb = write_playbook(base / "pb.yml", serial=1, min_serving=0, max_fail_percentage=100, reboot_grace=1)
+    data = yaml.safe_load(pb.read_text())
+    data[0]["stages"] = [s for s in data[0]["stages"] if s["stage"] in RHEL_STAGES]
+    pb.write_text(yaml.safe_dump(data, sort_keys=False))
+    return inv, pb
+
+
+def rhel_changes(run_dir: Path) -> list[str]:
+    """What changed the node's packages or its module stream, in order."""
+    return [c for c in commands(run_dir, "rh-01") if c.startswith(("dnf install", "dnf -y module", "reboot"))]
+
+
+@pytest.fixture(scope="module")
+def rhel_reference(tmp_path_factory):
+    base = tmp_path_factory.mktemp("rhel-ref")
+    inv, pb = rhel_scenario(base)
+    run_dir = base / "run"
+    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
+            env={"K3ROLLOUT_LOCK_DIR": str(base / "locks")})
+    assert p.returncode == 0, p.stderr
+    st = sim_state(run_dir, "rh-01")
+    assert result(run_dir)["nodes"]["rh-01"]["final"] == "rolled_back"
+    assert st["module_stream"] == "575-open" and st["version_locks"] == ["nvidia-driver-3:575.57.08-1.el9.*"]
+    return {"records": journal(run_dir), "outcome": outcome(run_dir), "changes": rhel_changes(run_dir),
+            "state": {k: st[k] for k in ("packages", "module_stream", "version_locks", "loaded_driver")}}
+
+
+def _module_points(records: list[dict]) -> list[tuple[str, int, str]]:
+    """Kill points in each `dnf module` step: right after the start of the upgrade's reset and
+    enable (re-run on resume), and after the start and the end of the rollback's (``once``:
+    settled by the stream enabled on the node)."""
+    starts = {r["key"]: r for r in records if r["type"] == "step_started" and r.get("node") == "rh-01"
+              and " ".join(r.get("argv", [])).startswith("dnf -y module")}
+    return [("KILL", r["seq"], f"{r['seq']}:{r['type']}:{r['key']}") for r in records
+            if r.get("node") == "rh-01" and r.get("key") in starts
+            and (r["type"] == "step_started" or (r["type"] == "step_done" and r.get("once")))]
+
+
+def test_the_module_switch_has_kill_points_in_upgrade_and_rollback(rhel_reference):
+    pts = _module_points(rhel_reference["records"])
+    assert len(pts) == 6, pts           # reset and enable: started in the upgrade; started and done in the rollback
+    assert sum(1 for p in pts if ":step_done:" in p[2]) == 2
+    ref = rhel_reference["changes"]
+    assert ref[:2] == ["dnf -y module reset nvidia-driver", "dnf -y module enable nvidia-driver:580-open"]
+    assert "dnf -y module enable nvidia-driver:575-open" in ref
+
+
+@pytest.mark.parametrize("index", range(6))
+def test_a_crash_in_a_rhel_module_switch_resumes_to_the_same_result(rhel_reference, tmp_path, index):
+    mode, seq, label = _module_points(rhel_reference["records"])[index]
+    inv, pb = rhel_scenario(tmp_path)
+    run_dir = tmp_path / "run"
+    locks = {"K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")}
+    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), env=locks, fault=(mode, seq))
+    assert p.returncode == -9, (label, p.stderr[-500:])
+    r = cli("resume", str(run_dir), env=locks)
+    assert r.returncode == 0, (label, r.stderr[-800:])
+    assert outcome(run_dir) == rhel_reference["outcome"], label
+    st = sim_state(run_dir, "rh-01")
+    assert {k: st[k] for k in rhel_reference["state"]} == rhel_reference["state"], label
+    # nothing destructive ran twice: each install and reboot once, as in the uninterrupted
+    # run; a module command may be sent again only where it was cut off (it changes nothing
+    # the second time)
+    got = rhel_changes(run_dir)
+    for kind in ("dnf install", "reboot"):
+        assert [c for c in got if c.startswith(kind)] == [c for c in rhel_reference["changes"] if c.startswith(kind)]
+    assert [c for c in dict.fromkeys(got)] == [c for c in dict.fromkeys(rhel_reference["changes"])], label
+    assert_reports_match_journal(run_dir)

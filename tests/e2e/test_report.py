@@ -1,0 +1,114 @@
+"""Reports are regenerated from the journal and never let host or playbook text inject markup."""
+
+from __future__ import annotations
+
+import yaml
+from support import result, write_inventory, write_playbook
+
+from k3rollout.cli import main
+
+HOSTILE = "<script>alert('x')</script>"
+
+
+def test_hostile_strings_are_escaped_and_reports_regenerate(tmp_path, capsys):
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {"sim_serving_image": f"evil/{HOSTILE}"}})
+    pb = write_playbook(tmp_path / "pb.yml", min_serving=0)
+    data = yaml.safe_load(pb.read_text())
+    cuda = next(s for s in data[0]["stages"] if s["stage"] == "cuda_check")
+    cuda["post"] = {"that": ["facts.cuda_device_count == 9"], "fail_msg": f"<img src=x onerror=alert(1)> {HOSTILE}"}
+    pb.write_text(yaml.safe_dump(data, sort_keys=False))
+    run_dir = tmp_path / "run"
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 1
+    html = (run_dir / "report.html").read_text()
+    assert "<script>" not in html and "<img src=x" not in html
+    assert "&lt;script&gt;" in html and "&lt;img src=x" in html
+    md = (run_dir / "report.md").read_text()
+    assert "<script>" not in md and "<img" not in md
+    r = result(run_dir)
+    # the serving image exists only by name on the simulated host, so its container cannot
+    # start again after the rollback: the node is kept cordoned (rollback_failed)
+    assert r["nodes"]["gpu-01"]["final"] == "rollback_failed"
+    assert "fail_msg" not in r["nodes"]["gpu-01"]["reason"] and "<img" in r["nodes"]["gpu-01"]["reason"]
+    # reports are a pure function of the run directory
+    before = {f: (run_dir / f).read_text() for f in ("report.md", "report.html", "result.json")}
+    for f in before:
+        (run_dir / f).unlink()
+    assert main(["report", str(run_dir)]) == 0
+    assert {f: (run_dir / f).read_text() for f in before} == before
+    capsys.readouterr()
+    assert main(["report", str(run_dir), "--format", "md"]) == 0
+    assert capsys.readouterr().out == before["report.md"]
+
+
+def test_report_checklist_is_ticked_only_from_evidence(tmp_path):
+    import json
+
+    run_dir = tmp_path / "run"
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}})
+    pb = write_playbook(tmp_path / "pb.yml", min_serving=0, vars={"allow_in_place_change": False})
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
+    items = {i["item"]: i for i in json.loads((run_dir / "report.json").read_text())["checklist"]}
+    # evidence-only run: the r575 failure is captured, nothing was upgraded or served
+    assert items[1]["status"] == "done" and items[1]["evidence"]
+    for n in (3, 4, 5, 6):
+        assert items[n]["status"] == "missing", items[n]
+
+
+def test_planted_secret_never_reaches_journal_evidence_events_or_reports(tmp_path):
+    secret = "planted-S3cret-4242"
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {"ansible_become_password": "hv-" + secret}})
+    pb = write_playbook(tmp_path / "pb.yml", min_serving=0, vars={"proxy_password": secret})
+    data = yaml.safe_load(pb.read_text())
+    up = next(s for s in data[0]["stages"] if s["stage"] == "driver_upgrade")
+    up["with"]["install"]["apt"][0] = ["apt-get", "-o", "Acquire::http::Proxy=http://ops:{{ proxy_password }}@proxy",
+                                      "update"]
+    pb.write_text(yaml.safe_dump(data, sort_keys=False))
+    run_dir = tmp_path / "run"
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
+    used = [line for line in (run_dir / "journal.jsonl").read_text().splitlines() if "Acquire::http::Proxy" in line]
+    assert used and all("********" in line for line in used)
+    leaks = []
+    for p in run_dir.rglob("*"):
+        # sim-hosts/ is the simulated machines' own disk, not something k3rollout writes
+        if p.is_file() and "sim-hosts" not in p.parts and secret in p.read_text(errors="replace"):
+            leaks.append(str(p.relative_to(run_dir)))
+    assert leaks == []
+
+
+def test_internal_error_exits_70_with_traceback_in_debug_log(tmp_path, monkeypatch, capsys):
+    from k3rollout.engine import runner
+
+    def boom(self):
+        raise RuntimeError("simulated bug")
+
+    monkeypatch.setattr(runner.Engine, "run", boom)
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}})
+    run_dir = tmp_path / "run"
+    code = main(["run", str(write_playbook(tmp_path / "pb.yml", min_serving=0)), "-i", str(inv), "--yes",
+                 "--run-dir", str(run_dir)])
+    assert code == 70
+    err = capsys.readouterr().err
+    assert "debug.log" in err and "Traceback" not in err
+    assert "RuntimeError: simulated bug" in (run_dir / "debug.log").read_text()
+    assert (run_dir / "journal.jsonl").read_text().count("run_started") == 1
+
+
+def test_end_of_run_reports_are_written_from_the_engines_view_not_a_reread(tmp_path, monkeypatch):
+    """At 1,000 nodes the journal is 190,000 records: the run's end does not read it back,
+    it renders the view the engine folded as it appended each record (the same fold)."""
+    from support import assert_reports_match_journal
+
+    from k3rollout.report import render
+    from k3rollout.runlog.journal import Journal
+
+    reads = []
+    read = Journal.read
+    monkeypatch.setattr(render.Journal, "read", staticmethod(lambda p: reads.append(p) or read(p)))
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {"sim_faults": ["cuda_init_fails"]}})
+    run_dir = tmp_path / "run"
+    assert main(["run", str(write_playbook(tmp_path / "pb.yml", min_serving=0, max_fail_percentage=100)), "-i",
+                 str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
+    assert reads == [] and (run_dir / "report.html").is_file()
+    assert result(run_dir)["nodes"]["gpu-02"]["final"] == "rolled_back"
+    assert_reports_match_journal(run_dir)
+    assert reads == [run_dir / "journal.jsonl"]

@@ -1,0 +1,282 @@
+"""The simulated vLLM server over a real socket, checked with the official OpenAI client,
+and the stage gates that talk to it from the controller."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import openai  # a declared test dependency: missing means a broken install, never a skip
+import pytest
+from support import journal, result, write_inventory, write_playbook
+
+from k3rollout.checks.parsers import parse_vllm_metrics
+from k3rollout.cli import main
+from k3rollout.stages.features import WEATHER_TOOL, prefix_counters
+from k3rollout.transport.sim import SimExecutor
+
+REFERENCE = ["moonshotai/Kimi-K3", "--tensor-parallel-size", "8", "--trust-remote-code", "--enable-prefix-caching",
+             "--enable-auto-tool-choice", "--tool-call-parser", "kimi_k3", "--reasoning-parser", "kimi_k3"]
+
+
+@pytest.fixture
+def node(tmp_path):
+    ex = SimExecutor(tmp_path / "sim", {"gpu-01": {"sim_driver": "580.95.05", "sim_token_s": 0.0005, "sim_reboot_s": 0.5},
+                                         "gpu-02": {"sim_driver": "580.95.05", "sim_faults": ["vllm_oom"]}})
+    yield ex
+    ex.close()
+
+
+def start(ex: SimExecutor, host: str, args: list[str], port: int = 8000) -> str:
+    r = ex.run(host, ["docker", "run", "-d", "--name", "k3", "--gpus", "all", "vllm/vllm-openai:kimi-k3", *args,
+                      "--port", str(port)])
+    assert r.ok, r.stderr
+    return f"http://{ex.api_host(host)}:{port}"
+
+
+def test_official_openai_client_models_chat_tools_and_streaming(node):
+    base = start(node, "gpu-01", REFERENCE)
+    client = openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0)
+    assert [m.id for m in client.models.list().data] == ["moonshotai/Kimi-K3"]
+    reply = client.chat.completions.create(model="moonshotai/Kimi-K3", max_tokens=8,
+                                           messages=[{"role": "user", "content": "Say hello"}])
+    assert reply.choices[0].message.content and reply.usage.prompt_tokens > 0
+    tool = client.chat.completions.create(model="moonshotai/Kimi-K3", tools=[WEATHER_TOOL], tool_choice="auto",
+                                          messages=[{"role": "user", "content": "Weather in Beijing?"}])
+    call = tool.choices[0].message.tool_calls[0]
+    assert tool.choices[0].finish_reason == "tool_calls"
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Beijing"}
+    # streamed: the client folds the deltas; the arguments arrive in pieces
+    parts, name, finish = [], None, None
+    for chunk in client.chat.completions.create(model="moonshotai/Kimi-K3", tools=[WEATHER_TOOL], stream=True,
+                                                messages=[{"role": "user", "content": "Weather in Beijing?"}]):
+        for c in chunk.choices:
+            for d in c.delta.tool_calls or []:
+                name = d.function.name or name
+                parts.append(d.function.arguments or "")
+            finish = c.finish_reason or finish
+    assert name == "get_weather" and len([p for p in parts if p]) > 1
+    assert json.loads("".join(parts)) == {"city": "Beijing"} and finish == "tool_calls"
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="other", messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(openai.BadRequestError, match="maximum context length"):
+        client.chat.completions.create(model="moonshotai/Kimi-K3", max_tokens=1048576,
+                                       messages=[{"role": "user", "content": "x"}])
+
+
+def _counters(base: str) -> dict:
+    return prefix_counters(parse_vllm_metrics(httpx.get(base + "/metrics").text))
+
+
+@pytest.mark.parametrize("flags,hits", [(REFERENCE, True), ([a for a in REFERENCE if a != "--enable-prefix-caching"],
+                                                             False)])
+def test_prefix_cache_hits_only_with_the_flag(node, flags, hits):
+    base = start(node, "gpu-01", flags)
+    body = {"model": "moonshotai/Kimi-K3", "max_tokens": 4,
+            "messages": [{"role": "system", "content": " ".join(f"w{i}" for i in range(500))},
+                         {"role": "user", "content": "q"}]}
+    seen = []
+    for _ in range(2):
+        before = _counters(base)
+        assert httpx.post(base + "/v1/chat/completions", json=body).status_code == 200
+        after = _counters(base)
+        seen.append(after["hits"] - before["hits"])
+        assert after["queries"] - before["queries"] > 500
+    assert seen[0] == 0
+    assert (seen[1] >= 496) if hits else (seen[1] == 0)
+
+
+def test_stopped_crashed_and_rebooting_servers_refuse_connections(node):
+    base = start(node, "gpu-01", REFERENCE)
+    assert httpx.get(base + "/health").status_code == 200
+    node.run("gpu-01", ["docker", "stop", "k3"])
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(base + "/health")
+    # vllm_oom: the container dies during start-up; nothing ever listens
+    r = node.run("gpu-02", ["docker", "run", "-d", "--name", "k3", "--gpus", "all", "vllm/vllm-openai:kimi-k3",
+                            *REFERENCE, "--port", "8000"])
+    assert r.ok
+    assert "Exited" in node.run("gpu-02", ["docker", "ps", "-a"]).stdout
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://{node.api_host('gpu-02')}:8000/health")
+    # the serving container (restart unless-stopped) is down while the host reboots, then back
+    serving = f"http://{node.api_host('gpu-01')}:8001"
+    assert httpx.get(serving + "/health").status_code == 200
+    node.run("gpu-01", ["reboot"])
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(serving + "/health")
+    node.wait_for_host("gpu-01", 10)
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            assert httpx.get(serving + "/health").status_code == 200
+            break
+        except httpx.ConnectError:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+
+
+def test_curl_on_the_node_reaches_its_own_server_over_the_socket(node):
+    start(node, "gpu-01", REFERENCE)
+    r = node.run("gpu-01", ["curl", "-sS", "http://127.0.0.1:8000/v1/models"])
+    assert r.ok and json.loads(r.stdout)["data"][0]["id"] == "moonshotai/Kimi-K3"
+    assert node.run("gpu-01", ["curl", "-sf", "http://127.0.0.1:8999/health"]).rc == 7
+
+
+# ---------------------------------------------------------------- gates through the engine
+
+
+def _run(tmp_path, stage_with: dict, host_vars: dict | None = None) -> tuple[int, dict, dict]:
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": host_vars or {}}, {"sim_reboot_s": 0.01})
+    pb = write_playbook(tmp_path / "pb.yml", serial=[1], min_serving=0, stage_with=stage_with)
+    run_dir = tmp_path / "run"
+    code = main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)])
+    res = result(run_dir)
+    ladder_file = next((run_dir / "evidence" / "gpu-01").glob("*features/load-ladder*.json"), None)
+    return code, res, json.loads(ladder_file.read_text()) if ladder_file else {}
+
+
+def test_ladder_passes_and_records_every_step(tmp_path):
+    code, res, ladder = _run(tmp_path, {"features": {"context_tokens": 8192, "concurrency": [1, 8]}})
+    assert code == 0 and res["nodes"]["gpu-01"]["final"] == "upgraded"
+    steps = [(s["step"], s.get("level")) for s in ladder["steps"]]
+    assert steps == [("context", None), ("concurrency", 1), ("concurrency", 8), ("prefix_cache", None),
+                     ("tools", None), ("structured", None), ("vision", None)]
+    c8 = ladder["steps"][2]
+    assert c8["errors"] == 0 and c8["p95_s"] >= c8["p50_s"] > 0 and c8["ttft_p95_s"] > 0
+    assert c8["gpu_mem_used_mib"] > 0 and c8["restarts"] == 0 and c8["container"] == "running"
+    assert ladder["steps"][1]["p50_s"] > 0
+    tools = ladder["steps"][4]
+    assert tools["tool_call_ok"] and tools["retry_ok"] and tools["stream_tool_call_ok"]
+    # every request went over HTTP from the controller and is in the journal with its status
+    http = [r for r in journal(tmp_path / "run") if r["type"] == "step_done" and r.get("kind") == "http"]
+    assert any(r["step"] == "ladder-concurrency-8" for r in http)
+    assert all(r["http_status"] == 200 for r in http if r["step"] == "short-request")
+
+
+def test_ladder_stops_at_the_first_step_over_its_threshold(tmp_path):
+    code, res, ladder = _run(tmp_path, {"features": {"context_tokens": 0, "concurrency": [1, 4],
+                                                     "p95_latency_max_s": 0.000001}})
+    node = res["nodes"]["gpu-01"]
+    assert code == 1 and node["final"] == "rolled_back" and node["failed_stage"] == "features"
+    assert [(s["step"], s.get("level")) for s in ladder["steps"]] == [("concurrency", 1)]
+    assert "p95 latency" in ladder["steps"][0]["reason"]
+
+
+def test_target_context_beyond_max_model_len_fails_the_context_step(tmp_path):
+    args = ["--tensor-parallel-size", "8", "--trust-remote-code", "--enable-prefix-caching",
+            "--enable-auto-tool-choice", "--tool-call-parser", "kimi_k3", "--max-model-len", "4096"]
+    code, res, ladder = _run(tmp_path, {"features": {"args": args, "context_tokens": 8192}})
+    assert res["nodes"]["gpu-01"]["failed_stage"] == "features"
+    assert ladder["steps"][0]["step"] == "context" and not ladder["steps"][0]["passed"]
+    assert "maximum context length is 4096" in ladder["steps"][0]["reason"]
+
+
+def test_wrong_tool_parser_is_an_empty_tool_call(tmp_path):
+    args = ["--tensor-parallel-size", "8", "--trust-remote-code", "--enable-prefix-caching",
+            "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+    code, res, ladder = _run(tmp_path, {"features": {"args": args, "context_tokens": 0, "concurrency": [1]}})
+    tools = next(s for s in ladder["steps"] if s["step"] == "tools")
+    assert tools["empty_tool_call"] and not tools["passed"]
+    assert "<|tool_calls_section_begin|>" in tools["content_instead"]
+    assert res["nodes"]["gpu-01"]["failed_stage"] == "features"
+
+
+def test_host_commands_run_in_the_cluster_daemon_and_survive_its_restart(node):
+    """The k3sim transport sends commands to the sim cluster's daemon: they run in its
+    process, not the engine's; a daemon that went away is noticed on the next command (the
+    stale connection is dropped, the daemon restarted) and the host keeps its state."""
+    import os
+    import signal
+
+    from k3rollout.sim import netd
+    from k3rollout.sim.state import executed
+
+    assert node.run("gpu-01", ["hostname"]).stdout == "gpu-01\n"
+    pid = int((node.root / "netd.pid").read_text())
+    assert pid != os.getpid()
+    base = start(node, "gpu-01", REFERENCE)
+    assert httpx.get(base + "/health").status_code == 200
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while netd.running(node.root) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not netd.running(node.root)
+    # same engine thread, same (now dead) connection: the next command still runs, once
+    assert node.run("gpu-01", ["uname", "-r"]).ok
+    assert int((node.root / "netd.pid").read_text()) != pid
+    assert executed(node.state_dir("gpu-01")).count("uname -r") == 1
+    # the restarted daemon serves the container that was running before
+    assert httpx.get(base + "/health").status_code == 200
+
+
+def test_a_sim_command_past_its_deadline_times_out_and_the_next_one_runs(tmp_path, monkeypatch):
+    """The k3sim link is a blocking socket with the kernel's receive timeout: no answer in
+    time is CommandTimeout (not a hang, not a lost connection), and the thread's next
+    command runs on a fresh link."""
+    from k3rollout.errors import CommandTimeout
+
+    ex = SimExecutor(tmp_path / "sim", {"gpu-01": {"sim_latency_s": 1.0}})
+    try:
+        monkeypatch.setattr(SimExecutor, "answer_margin_s", 0.0)
+        started = time.monotonic()
+        with pytest.raises(CommandTimeout, match="no answer within"):
+            ex.run("gpu-01", ["hostname"], timeout=0.3)
+        assert 0.25 < time.monotonic() - started < 0.9
+        assert ex.run("gpu-01", ["uname", "-r"], timeout=5).ok
+    finally:
+        ex.close()
+
+
+# ---- the agent flow: a multi-turn tool loop, streaming and not ----
+
+def test_agent_flow_runs_a_tool_loop_in_both_modes(tmp_path):
+    code, res, ladder = _run(tmp_path, {"features": {"context_tokens": 0, "concurrency": [1], "agent_turns": 3}})
+    assert code == 0 and res["nodes"]["gpu-01"]["final"] == "upgraded"
+    agent = next(s for s in ladder["steps"] if s["step"] == "agent")
+    assert agent["passed"] and agent["thresholds"]["min_schema_accuracy"] == 1.0
+    for run in agent["runs"]:
+        assert (run["tool_turns"], run["calls"], run["valid_calls"]) == (3, 3, 3)
+        assert (run["empty"], run["retries"], run["finish_disagree"]) == (0, 0, 0)
+        assert run["schema_accuracy"] == 1.0 and run["final_answer"].startswith("Done.")
+    assert [r["mode"] for r in agent["runs"]] == ["non_stream", "stream"]
+    # each turn carried the tool results of the turns before it, over HTTP from the controller
+    http = [r["step"] for r in journal(tmp_path / "run") if r["type"] == "step_done" and r.get("kind") == "http"]
+    assert {"agent-stream-turn3-try1", "agent-non_stream-turn4-try1"} <= set(http)
+
+
+def test_empty_streamed_tool_calls_are_retried_counted_and_judged(tmp_path):
+    faulty = {"sim_faults": ["empty_streamed_tool_calls"]}
+    code, res, ladder = _run(tmp_path, {"features": {"context_tokens": 0, "concurrency": [1], "agent_turns": 3}},
+                             faulty)
+    agent = next(s for s in ladder["steps"] if s["step"] == "agent")
+    plain, streamed = agent["runs"]
+    assert plain["passed"] and plain["empty"] == 0
+    # every other streamed call came back as finish_reason "tool_calls" with no call: retried, and counted
+    assert (streamed["tool_turns"], streamed["valid_calls"], streamed["empty"], streamed["retries"]) == (3, 3, 3, 3)
+    assert streamed["finish_disagree"] == 3 and streamed["finish_agreement"] == round(1 - 3 / 7, 4)
+    assert not streamed["passed"] and "3 empty replies of 7 (43% > 25%)" in streamed["reason"]
+    assert res["nodes"]["gpu-01"]["failed_stage"] == "features" and code == 1
+    # the playbook's thresholds decide: allowing them, the same replies pass
+    code, res, ladder = _run(tmp_path / "again", {"features": {
+        "context_tokens": 0, "concurrency": [1], "agent_turns": 3, "agent_max_empty_rate": 0.5,
+        "agent_min_finish_agreement": 0.5}}, faulty)
+    assert code == 0 and next(s for s in ladder["steps"] if s["step"] == "agent")["passed"]
+
+
+def test_tool_call_arguments_are_checked_against_the_tools_schema():
+    from k3rollout.stages.features import AGENT_TOOLS, check_call
+
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in AGENT_TOOLS}
+
+    def call(name, args):
+        return {"function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)}}
+
+    assert check_call(call("book_hotel", {"city": "Shanghai", "nights": 2}), schemas) is None
+    assert check_call(call("book_hotel", {"city": "Shanghai", "nights": 0}), schemas) == \
+        "book_hotel: 0 is less than the minimum of 1"
+    assert check_call(call("get_weather", {"city": 3}), schemas) == "get_weather: 3 is not of type 'string'"
+    assert "Additional properties are not allowed" in check_call(call("get_weather", {"city": "x", "u": 1}), schemas)
+    assert check_call(call("get_weather", '{"city": '), schemas).startswith("get_weather: arguments are not JSON")
+    assert check_call(call("rm_rf", {}), schemas) == "unknown tool 'rm_rf'"

@@ -1,0 +1,157 @@
+"""What the tests share that is not a fixture: where the repository's files are, writing an
+inventory or a playbook the way users write them, running the real CLI, and reading back
+what a run left (its result, journal, reports, and each simulated host's command log).
+
+Imported as ``support`` (``pythonpath = ["tests"]`` in pyproject.toml puts ``tests/`` on
+``sys.path`` for every test module and xdist worker, whatever the import mode). Fixtures
+and hooks live in ``tests/conftest.py``; the real sshd hosts and Slurm controller the
+fixtures start are ``support.sshd_hosts`` and ``support.slurm_cluster``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data"
+PLAYBOOK = ROOT / "playbooks" / "k3-driver-rollout.yml"
+SIM_INVENTORY = ROOT / "inventories" / "sim" / "hosts.yml"
+
+
+def write_inventory(path: Path, hosts: dict[str, dict], group_vars: dict | None = None) -> Path:
+    """An Ansible YAML inventory with every host in group gpu_nodes."""
+    path.mkdir(parents=True, exist_ok=True)
+    inv = {"all": {"vars": {"ansible_connection": "k3sim", "scheduler": "kubernetes", **(group_vars or {})},
+                   "children": {"gpu_nodes": {"hosts": {h: (v or None) for h, v in hosts.items()}}}}}
+    f = path / "hosts.yml"
+    f.write_text(yaml.safe_dump(inv, sort_keys=False))
+    return f
+
+
+def write_playbook(path: Path, reboot_timeout: str | int | None = None, reboot_grace: str | int | None = None,
+                   stage_with: dict[str, dict] | None = None, stage_set: dict[str, dict] | None = None,
+                   **play_overrides) -> Path:
+    """The shipped playbook with some play keys replaced (serial, max_fail_percentage ...)
+    and, per stage kind, some ``with:`` parameters (``stage_with={"features": {...}}``)."""
+    data = yaml.safe_load(PLAYBOOK.read_text())
+    play = data[0]
+    if "profile" not in play_overrides:
+        # The shipped play plans Kimi K3 in replicas (`profile: kimi-k3`, serial [1, 2, 4] over the
+        # default cluster's 12 replicas). A test plans in nodes unless it asks for a profile
+        # (profile="kimi-k3"): the node-level play, a canary, then 2, then a quarter of the nodes.
+        play.pop("profile", None)
+        play["serial"] = [1, 2, "25%"]
+    # a shorter load ladder than the shipped one keeps rollouts in tests quick; the shipped
+    # ladder runs in the demo test and tests/e2e/test_vllm_api.py sets its own
+    next(s for s in play["stages"] if s["stage"] == "features")["with"].update(
+        {"context_tokens": 4096, "concurrency": [1, 4]})
+    for kind, keys in (stage_set or {}).items():
+        next(s for s in play["stages"] if s["stage"] == kind).update(keys)
+    for kind, params in (stage_with or {}).items():
+        next(s for s in play["stages"] if s["stage"] == kind).setdefault("with", {}).update(params)
+    upgrade = next(s for s in play["stages"] if s["stage"] == "driver_upgrade")
+    # the vendor task files stay where the shipped playbook keeps them
+    upgrade["with"]["tasks"] = {k: str(PLAYBOOK.parent / v) for k, v in upgrade["with"]["tasks"].items()}
+    if reboot_timeout is not None:
+        upgrade["with"]["reboot_timeout"] = reboot_timeout
+    if reboot_grace is not None:
+        upgrade["with"]["reboot_grace"] = reboot_grace
+    for k, v in play_overrides.items():
+        if k == "vars":
+            play["vars"].update(v)
+        else:
+            play[k] = v
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def cli(*args: str, env: dict | None = None, check: bool = False,
+        fault: tuple[str, int] | None = None) -> subprocess.CompletedProcess:
+    """Run the real CLI in a subprocess (needed for SIGKILL tests); ``fault=(MODE, N)``
+    injects a fault at journal record N (tests/support/faultinject.py: KILL, TEAR, BEFORE, SHORT)."""
+    e = {**os.environ, **(env or {})}
+    head = [str(Path(__file__).resolve().parent / "faultinject.py"), fault[0], str(fault[1])] if fault else \
+        ["-m", "k3rollout"]
+    p = subprocess.run([sys.executable, *head, *args], capture_output=True, text=True, env=e,
+                       cwd=str(ROOT), timeout=300)
+    if check and p.returncode != 0:
+        raise AssertionError(f"k3rollout {' '.join(args)} -> {p.returncode}\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def result(run_dir: Path) -> dict:
+    return json.loads((run_dir / "result.json").read_text())
+
+
+def journal(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
+
+
+def journal_so_far(run_dir: Path) -> list[dict]:
+    """The whole records of a journal a running process is still appending to: a last line
+    without its newline is a record being written, not yet one to read."""
+    text = (run_dir / "journal.jsonl").read_text()
+    return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines()]
+
+
+def assert_reports_match_journal(run_dir: Path) -> None:
+    """The reports a run wrote at its end (from the engine's view, folded record by record
+    as they were appended) are exactly what its journal on disk renders."""
+    from k3rollout.report import render
+
+    for name, text in render.outputs(render.model(run_dir)).items():
+        assert (run_dir / name).read_text(encoding="utf-8") == text, f"{run_dir / name} differs from its journal"
+
+
+def sim_state(run_dir: Path, host: str) -> dict:
+    return json.loads((run_dir / "sim-hosts" / host / "state.json").read_text())
+
+
+def ansible_tool(name: str) -> str:
+    """An ansible-core program, found as k3rollout finds it (beside the interpreter, then
+    PATH); missing fails under CI=true (scripts/test.sh installs it), else skips."""
+    from k3rollout.toolpaths import find_tool
+
+    found = find_tool(name)
+    if not found:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{name} missing: scripts/test.sh installs ansible-core")
+        pytest.skip("ansible-core not installed")
+    return found
+
+
+def commands(run_dir: Path, host: str) -> list[str]:
+    from k3rollout.sim.state import executed
+
+    return executed(run_dir / "sim-hosts" / host)
+
+
+def api_changes(run_dir: Path, host: str) -> list[str]:
+    """The changes the simulated Kubernetes API server was asked for on ``host`` (its node
+    and the pods on it), in order: ``PATCH nodes/gpu-01 {...}``, ``POST .../eviction``."""
+    from k3rollout.sim.kubeapi import audited
+
+    return audited(run_dir / "sim-hosts" / host)
+
+
+def host_timeline(run_dir: Path, host: str) -> list[str]:
+    """The host's own commands and the changes the Kubernetes API was asked for on it, in
+    the order they happened (both logs carry a timestamp)."""
+    lines = []
+    for name in ("commands.log", "kube-audit.log"):
+        f = run_dir / "sim-hosts" / host / name
+        if f.exists():
+            for ln in f.read_text().splitlines():
+                ts, _, cmd = ln.partition(" ")
+                if re.fullmatch(r"\d+\.\d+", ts):        # (a command's quoted newline continues a line)
+                    lines.append((float(ts), cmd))
+    return [c for _, c in sorted(lines, key=lambda x: x[0])]
