@@ -397,6 +397,9 @@ def _start_run(playbook_path: str, inventory_path: str | list[str], run_dir: Pat
     no_preflight = bool(getattr(args, "no_preflight", False))
     if no_preflight and given:
         raise InputError("--no-preflight and --preflight exclude each other")
+    # the preflight writes its report into the run directory: a full disk there is reported
+    # with the run directory's file system, as one later in the run is
+    _CURRENT_RUN_DIR[0] = run_dir
     pre = _run_preflight(playbook, inventory, run_dir, skip, None if no_preflight else (given or "now"))
     refused = [h for h in (pre or {}).get("failed_nodes", []) if h not in skip]
     if pre is not None and (refused or not pre["controller"].get("ok", True)):
@@ -927,6 +930,12 @@ def _internal_error(exc: Exception) -> int:
                 where = f" The run directory is {run_dir}."
         if isinstance(cause, JournalWriteError):
             print(f"k3rollout: error: {cause}{where}", file=sys.stderr)
+        elif run_dir is not None and not (run_dir / "journal.jsonl").exists():
+            # stopped before the run's first record (the preflight's report, say): there is
+            # nothing to resume, and nothing was changed
+            what = f" ({full.filename})" if full.filename else ""
+            print(f"k3rollout: error: {full.strerror or full}{what}: the run stopped before it started; nothing was "
+                  f"changed.{where} Free space (or lift the file-size limit), then run it again.", file=sys.stderr)
         else:
             what = f" ({full.filename})" if full.filename else ""
             print(f"k3rollout: error: {full.strerror or full}{what}: the run stopped.{where} The journal holds every "

@@ -202,10 +202,14 @@ def test_a_start_record_cut_short_stops_before_the_reboot(reference, tmp_path):
     _same_as_reference(reference, run_dir)
 
 
-def test_a_file_size_limit_stops_the_run_cleanly_and_resume_finishes(reference, tmp_path):
+@pytest.mark.parametrize("preflight", [True, False], ids=["preflight", "no-preflight"])
+def test_a_file_size_limit_stops_the_run_cleanly_and_resume_finishes(reference, tmp_path, preflight):
     """`prlimit --fsize`: whatever file reaches the limit first, the run stops with one message
-    naming the file system and the resume command (no traceback, exit 70), no destructive
-    step runs twice, and resume after the limit is lifted finishes as an uninterrupted run."""
+    naming the file system (no traceback, exit 70). With the preflight the first file to
+    reach it is the preflight's report, before the run's first record: nothing changed, the
+    message says to run again, and a run once the limit is lifted finishes as an uninterrupted
+    one. Without it the journal reaches it mid-run: the message names the resume command, no
+    destructive step runs twice, and resume finishes as an uninterrupted run."""
     import os
     import resource
     import subprocess
@@ -219,13 +223,22 @@ def test_a_file_size_limit_stops_the_run_cleanly_and_resume_finishes(reference, 
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (35200, 35200))
 
-    p = subprocess.run([sys.executable, "-m", "k3rollout", "run", str(pb), "-i", str(inv), "--yes", "--run-dir",
-                        str(run_dir)], cwd=ROOT, env=os.environ, capture_output=True, text=True, timeout=300,
-                       preexec_fn=limit)
+    argv = [sys.executable, "-m", "k3rollout", "run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]
+    p = subprocess.run(argv + ([] if preflight else ["--no-preflight"]), cwd=ROOT, env=os.environ,
+                       capture_output=True, text=True, timeout=300, preexec_fn=limit)
     assert p.returncode == 70, p.stderr
     assert "Traceback" not in p.stderr and p.stderr.count("k3rollout: error:") == 1, p.stderr
-    assert "File too large" in p.stderr and "mounted at" in p.stderr and f"k3rollout resume {run_dir}" in p.stderr
+    assert "File too large" in p.stderr and "mounted at" in p.stderr, p.stderr
     assert not (run_dir / "debug.log").exists()
+    if preflight:
+        assert "nothing was changed" in p.stderr and "run it again" in p.stderr and "resume" not in p.stderr
+        assert not (run_dir / "journal.jsonl").exists()
+        again = tmp_path / "again"
+        r = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(again))
+        assert r.returncode == 0, r.stderr
+        _same_as_reference(reference, again)
+        return
+    assert f"k3rollout resume {run_dir}" in p.stderr
     r = cli("resume", str(run_dir))
     assert r.returncode == 0, r.stderr
     _same_as_reference(reference, run_dir)
