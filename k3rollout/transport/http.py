@@ -51,6 +51,7 @@ class HttpResult:
         return f"HTTP {self.status}: {self.text[:300]}"
 
 
+IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS"})
 HEADERS = {"Accept": "application/json, text/event-stream", "User-Agent": "k3rollout"}
 
 
@@ -76,12 +77,22 @@ class ApiClient:
     def request(self, method: str, url: str, body: Any = None, timeout: float = 60.0) -> HttpResult:
         res = HttpResult(method, url)
         started = time.perf_counter()
-        try:
-            reply = self._client.send(self._build(method, url, body, timeout))
-            res.status = reply.status_code
-            res.text = reply.text
-        except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
-            res.error = _describe(exc, url)
+        for attempt in (1, 2):
+            try:
+                reply = self._client.send(self._build(method, url, body, timeout))
+                res.status = reply.status_code
+                res.text = reply.text
+            except httpx.RemoteProtocolError as exc:
+                # A server may close an idle keep-alive connection just as the pool hands it
+                # out (its FIN not yet read): the request then gets no reply at all. An
+                # idempotent request is sent once more, on a new connection, as browsers and
+                # urllib3 do; anything else, or a second failure, is the answer.
+                if attempt == 1 and method in IDEMPOTENT and "without sending a response" in str(exc):
+                    continue
+                res.error = _describe(exc, url)
+            except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
+                res.error = _describe(exc, url)
+            break
         res.elapsed_s = time.perf_counter() - started
         return res
 
