@@ -102,7 +102,7 @@ def write_playbook(path: Path, n: int, k: int, window: bool) -> Path:
     # the gates' own load is not what this measures: one request per ladder step, no
     # target-context request (their time is in the stage's scaled estimate)
     feats = next(st for st in play["stages"] if st["stage"] == "features")
-    feats["with"].update({"context_tokens": 0, "concurrency": [1]})
+    feats["with"].update({"context_tokens": 0, "concurrency": [1], "prefix_block_tokens": 1536})
     path.parent.mkdir(parents=True, exist_ok=True)
     vendor = path.parent / "vendor"
     if not vendor.exists():

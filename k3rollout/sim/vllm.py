@@ -15,12 +15,16 @@ import time
 from typing import Any
 
 BLOCK = 16  # vLLM's default KV block size, in tokens
+# Kimi K3 caches prefixes in 1,536-token blocks and never reuses the last matched block, so a
+# shared prefix under about two blocks scores zero hits by design (DOMAIN.md "Prefix cache";
+# the recipe's prefix_cache_block_tokens in playbooks/profiles/kimi-k3.yml)
+K3_BLOCK = 1536
 
 KNOWN_FLAGS_WITH_VALUE = {"--model", "--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "--load-format",
                           "--tool-call-parser", "--reasoning-parser", "--port", "--host", "--max-model-len",
                           "--gpu-memory-utilization", "--served-model-name", "--data-parallel-size",
                           "--kv-cache-dtype", "--quantization", "--decode-context-parallel-size", "-dcp",
-                          "--max-num-seqs", "--mm-encoder-tp-mode", "--all2all-backend", "--moe-backend",
+                          "--max-num-seqs", "--mm-encoder-tp-mode", "--block-size", "--all2all-backend", "--moe-backend",
                           # multi-node (vllm/config/parallel.py): --nnodes/--node-rank/--master-addr, and the
                           # data-parallel form's address, RPC port, local size and start rank
                           "--nnodes", "--node-rank", "--master-addr", "--master-port", "--data-parallel-size-local",
@@ -175,6 +179,17 @@ class Runtime:
         return bool(self.opts.get("enable_prefix_caching")) and not self.opts.get("no_enable_prefix_caching")
 
     @property
+    def k3(self) -> bool:
+        return "kimi-k3" in str(self.opts["model"]).lower()
+
+    @property
+    def block(self) -> int:
+        """Tokens per cached block: ``--block-size``, else the model's (K3: 1,536; vLLM: 16)."""
+        if self.opts.get("block_size"):
+            return max(1, int(self.opts["block_size"]))
+        return K3_BLOCK if self.k3 else BLOCK
+
+    @property
     def max_num_seqs(self) -> int:
         return int(self.opts.get("max_num_seqs", 256))
 
@@ -245,16 +260,19 @@ def admit(rt: Runtime, body: Any) -> tuple[int, dict[str, Any]] | Completion:
                      f"This model's maximum context length is {rt.max_model_len} tokens. However, you requested "
                      f"{len(toks) + max_tokens} tokens ({len(toks)} in the messages, {max_tokens} in the "
                      "completion). Please reduce the length of the messages or completion.")
-    hashes, h = [], ""
-    for i in range(0, len(toks) - len(toks) % BLOCK, BLOCK):
-        h = hashlib.sha256((h + "\x00" + " ".join(toks[i:i + BLOCK])).encode()).hexdigest()[:16]
+    hashes, h, blk = [], "", rt.block
+    for i in range(0, len(toks) - len(toks) % blk, blk):
+        h = hashlib.sha256((h + "\x00" + " ".join(toks[i:i + blk])).encode()).hexdigest()[:16]
         hashes.append(h)
     cached = 0
     if rt.caching:
+        matched = 0
         for hh in hashes:
             if hh not in rt.blocks:
                 break
-            cached += BLOCK
+            matched += 1
+        # K3 recomputes the last matched block rather than reuse it
+        cached = (max(0, matched - 1) if rt.k3 else matched) * blk
         if "prefix_cache_miss" not in rt.faults:
             rt.blocks.update(hashes)
     rt.c["queries"] += len(toks)
@@ -369,7 +387,7 @@ def metrics(rt: Runtime) -> str:
         "# TYPE vllm:num_requests_waiting gauge", f"vllm:num_requests_waiting{{{lab}}} {float(rt.waiting)}",
         "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.",
         "# TYPE vllm:kv_cache_usage_perc gauge",
-        f"vllm:kv_cache_usage_perc{{{lab}}} {min(1.0, len(rt.blocks) * BLOCK / 1036288):.6f}",
+        f"vllm:kv_cache_usage_perc{{{lab}}} {min(1.0, len(rt.blocks) * rt.block / 1036288):.6f}",
         "# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.",
         "# TYPE vllm:prefix_cache_queries_total counter",
         f"vllm:prefix_cache_queries_total{{{lab}}} {float(c['queries'])}",

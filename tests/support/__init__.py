@@ -49,6 +49,9 @@ def write_playbook(path: Path, reboot_timeout: str | int | None = None, reboot_g
         # (profile="kimi-k3"): the node-level play, a canary, then 2, then a quarter of the nodes.
         play.pop("profile", None)
         play["serial"] = [1, 2, "25%"]
+        # the simulated K3 server caches prefixes in the profile's 1,536-token blocks: the
+        # prefix proof is sized from them, as the profile would size it
+        next(s for s in play["stages"] if s["stage"] == "features")["with"]["prefix_block_tokens"] = 1536
     # a shorter load ladder than the shipped one keeps rollouts in tests quick; the shipped
     # ladder runs in the demo test and tests/e2e/test_vllm_api.py sets its own
     next(s for s in play["stages"] if s["stage"] == "features")["with"].update(
