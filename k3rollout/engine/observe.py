@@ -402,8 +402,12 @@ class Observer:
             timeout=self.settings.request_timeout)
         c["short_request_ok"] = bool(good and vllm_server.message(resp).get("content"))
         if "--enable-prefix-caching" in args:
+            # sized as the run's features stage sized it: a K3 server scores no hits on a
+            # prefix under two of its 1,536-token blocks
+            feats = next((st for st in self.playbook.stages if st.stage == "features"), None)
+            block = feats.typed_params().prefix_block_tokens if feats is not None else None
             proof = features.prefix_cache_proof(sctx, port, model or "", 2, self.settings.prefix_words,
-                                                seed=f"o{index}-")
+                                                block, seed=f"o{index}-")
             c["prefix_cache"] = {"enabled": True, "ok": proof["ok"], "reason": proof.get("reason", ""),
                                  "hit_rate": features.repeat_hit_rate(proof), "readings": proof.get("readings"),
                                  "inconclusive": bool(proof.get("inconclusive"))}
