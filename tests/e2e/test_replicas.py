@@ -30,7 +30,9 @@ def k3_plan(tmp_path, hosts, **over):
 
 def test_playbook_without_profile_plans_as_before(tmp_path):
     hosts = {f"gpu-{i:02d}": dict(H200) for i in range(1, 5)}
-    pb = load_playbook(write_playbook(tmp_path / "pb.yml"))
+    # (the test helper sizes node-level prefix proofs for the simulated K3; without that, and
+    # without a profile, nothing sets the block)
+    pb = load_playbook(write_playbook(tmp_path / "pb.yml", stage_with={"features": {"prefix_block_tokens": None}}))
     assert pb.profile is None
     assert next(s for s in pb.stages if s.stage == "features").typed_params().prefix_block_tokens is None
     plan = make_plan(pb, inv(tmp_path, hosts))
