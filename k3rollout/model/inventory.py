@@ -39,6 +39,7 @@ SIM_FAULTS = (
     "gpu_operator_driver",
     "gpu_operator_upgrade_fails",
     "rdma_missing",
+    "rdma_transport_init_fails",
     "worker_unreachable",
     "empty_streamed_tool_calls",
     "driver_params_lost",

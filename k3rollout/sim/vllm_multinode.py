@@ -20,6 +20,12 @@ must fit each GPU's usable memory (``--gpu-memory-utilization``), else the rank 
 fit dies with PyTorch's CUDA out-of-memory text. A worker with the ``worker_unreachable``
 fault cannot reach the head's rendezvous port (firewall, wrong interface): it logs torch's
 connect failures and never joins.
+
+An expert-parallel replica on a DeepEP all-to-all backend initialises NVSHMEM once the model is
+loaded; on a node with the ``rdma_transport_init_fails`` fault no NVSHMEM transport comes up
+(neither ibrc nor IBGDA): that node's process exits with NVSHMEM's own lines (as in
+deepseek-ai/DeepEP#55 and sgl-project/sglang#6017), and the head's executor reports the dead
+worker. Any other backend, or a launch without expert parallel, does not touch NVSHMEM.
 """
 
 from __future__ import annotations
@@ -71,6 +77,28 @@ def all2all_logs(opts: dict[str, Any]) -> list[str]:
         asked = "allgather_reducescatter"
     return out + [f"INFO {_ts()} [cuda_communicator.py:151] Using {ALL2ALL_MANAGERS.get(asked, 'AgRsAll2AllManager')} "
                   "all2all manager."]
+
+
+def uses_nvshmem(opts: dict[str, Any]) -> bool:
+    """Expert parallel on a DeepEP backend (the ones that initialise NVSHMEM)."""
+    asked = str(opts.get("all2all_backend") or "allgather_reducescatter")
+    return bool(opts.get("enable_expert_parallel")) and asked.startswith("deepep")
+
+
+def nvshmem_init_failed_logs(opts: dict[str, Any]) -> list[str]:
+    """NVSHMEM 3.2.5 finding no usable remote transport when DeepEP allocates its buffer
+    (lines from deepseek-ai/DeepEP#55; the closing line, where NVSHMEM calls exit() in the
+    worker process, from sgl-project/sglang#6017)."""
+    src = "/workspace/nvshmem_src/src/host"
+    return all2all_logs(opts) + [
+        "WARN: init failed for remote transport: ibrc",
+        f"{src}/transport/transport.cpp:nvshmemi_transport_init:275: init failed for transport: IBGDA",
+        f"{src}/transport/transport.cpp:nvshmemi_transport_init:287: Unable to initialize any transports. "
+        "returning error.",
+        f"{src}/init/init.cu:989: non-zero status: 7 nvshmem detect topo failed ",
+        "",
+        f"{src}/init/init.cu:nvshmemi_check_state_and_init:1080: nvshmem initialization failed, exiting",
+    ]
 
 
 def _ts() -> str:
@@ -183,22 +211,14 @@ def settle(state: dict[str, Any], state_dir: Path, name: str, c: dict[str, Any])
     members = [(0, state["name"], name, state)] + [(r, h, cn, ps) for r, (h, cn, ps) in sorted(joined.items())]
     short = [(r, h, cn, ps) for r, h, cn, ps in members if per_gpu > ps["gpu"]["mem_gib"] * util]
     if short:
-        for _, h, cn, _ in short:
-            if h == state["name"]:
-                continue
-            # another host's state, taken while this one's is held: bounded, never a deadlock
-            with st.try_transaction(state_dir.parent / h, 5.0) as peer:
-                pc = peer["docker"]["containers"].get(cn) if peer is not None else None
-                if pc is not None and pc["status"] == "running":
-                    pc["logs"] = pc["logs"] + vllm.oom_logs(peer["gpu"]["mem_gib"], allocated=per_gpu)
-                    pc["status"], pc["exit_code"] = "exited", 1
-        mine = [m for m in short if m[1] == state["name"]]
-        c["logs"] = c["logs"] + (vllm.oom_logs(state["gpu"]["mem_gib"], allocated=per_gpu) if mine else [
-            f"ERROR {_ts()} [multiproc_executor.py:154] Worker proc VllmWorker-{short[0][0] * (topo['local_gpus'] or 1)} "
-            "died unexpectedly, shutting down executor.",
-            "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"])
-        c["status"], c["exit_code"] = "exited", 1
+        _exit_members(state, state_dir, c, topo, short,
+                      lambda ps: vllm.oom_logs(ps["gpu"]["mem_gib"], allocated=per_gpu))
         return
+    if uses_nvshmem(opts):
+        broken = [m for m in members if "rdma_transport_init_fails" in m[3]["faults"]]
+        if broken:
+            _exit_members(state, state_dir, c, topo, broken, lambda ps: nvshmem_init_failed_logs(opts))
+            return
     faults = sorted({f for _, _, _, ps in members for f in ps["faults"]})
     c["logs"] = c["logs"] + all2all_logs(opts) + vllm.ready_logs(opts)
     c["serving"] = True
@@ -206,6 +226,27 @@ def settle(state: dict[str, Any], state_dir: Path, name: str, c: dict[str, Any])
                                            "instance": uuid.uuid4().hex,
                                            "opts": {**opts, "_vllm_version": c.get("_vllm_version", ""),
                                                     "_replica_nodes": [m[1] for m in members]}}
+
+
+def _exit_members(state: dict[str, Any], state_dir: Path, c: dict[str, Any], topo: dict[str, Any],
+                  bad: list[tuple[int, str, str, dict]], logs_for: Any) -> None:
+    """The members in ``bad`` (rank, host, container, state) exit with ``logs_for(their state)``;
+    the head exits too, with its own cause or its executor's word for the first dead worker."""
+    for _, h, cn, _ in bad:
+        if h == state["name"]:
+            continue
+        # another host's state, taken while this one's is held: bounded, never a deadlock
+        with st.try_transaction(state_dir.parent / h, 5.0) as peer:
+            pc = peer["docker"]["containers"].get(cn) if peer is not None else None
+            if pc is not None and pc["status"] == "running":
+                pc["logs"] = pc["logs"] + logs_for(peer)
+                pc["status"], pc["exit_code"] = "exited", 1
+    mine = any(m[1] == state["name"] for m in bad)
+    c["logs"] = c["logs"] + (logs_for(state) if mine else [
+        f"ERROR {_ts()} [multiproc_executor.py:154] Worker proc VllmWorker-{bad[0][0] * (topo['local_gpus'] or 1)} "
+        "died unexpectedly, shutting down executor.",
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"])
+    c["status"], c["exit_code"] = "exited", 1
 
 
 def settle_all(state: dict[str, Any], state_dir: Path) -> None:

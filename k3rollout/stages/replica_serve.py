@@ -31,7 +31,8 @@ CARRIED_FLAGS = ("--enable-prefix-caching",)
 REPLICA_POLL_S = 1.0
 
 _ERROR_LINE = re.compile(r"(torch\.OutOfMemoryError:.*|AssertionError:.*|ValueError:.*|TimeoutError:.*|"
-                         r"\[c10d\] The client socket has failed to connect.*|died unexpectedly.*)")
+                         r"\[c10d\] The client socket has failed to connect.*|died unexpectedly.*|"
+                         r"nvshmemi_transport_init:\d+: Unable to initialize any transports.*)")
 
 
 def serve_args(launch_args: list[str], stage_args: list[str]) -> list[str]:

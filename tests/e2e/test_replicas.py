@@ -297,6 +297,54 @@ def test_replica_that_does_not_come_up_names_the_node_that_caused_it(tmp_path):
         assert not {"k3rollout-smoke", "k3rollout-features"} & set(sim_state(run_dir, n)["docker"]["containers"])
 
 
+def test_nvshmem_transport_init_failure_on_a_worker_takes_the_replica_back_and_names_it(tmp_path):
+    from support import journal, result
+
+    hosts = {f"gpu-{i:02d}": {**H200, "rack": "a"} for i in range(1, 3)}
+    hosts["gpu-02"]["sim_faults"] = ["rdma_transport_init_fails"]
+    invp = write_inventory(tmp_path / "inv", hosts)
+    pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=2, max_fail_percentage=100, min_serving=0)
+    run_dir = tmp_path / "run"
+    assert main(["run", str(pb), "-i", str(invp), "--yes", "--run-dir", str(run_dir)]) == 0
+    r = result(run_dir)
+    assert {(n, v["failed_stage"], v["final"]) for n, v in r["nodes"].items()} == {
+        ("gpu-01", "vllm_smoke", "rolled_back"), ("gpu-02", "vllm_smoke", "rolled_back")}
+    reason = r["nodes"]["gpu-01"]["reason"]
+    assert reason.startswith("replica rack-a/1 did not come up: vLLM exited before becoming healthy (exited 1)")
+    assert "caused by worker gpu-02 (rank 1) exited with code 1: nvshmemi_transport_init:287: Unable to " \
+           "initialize any transports. returning error." in reason
+    assert r["nodes"]["gpu-02"]["reason"] == reason
+    assert r["replicas"]["rack-a/1"]["caused_by"] == "gpu-02"
+    triage = {e["node"]: e for e in journal(run_dir) if e["type"] == "triage"}
+    assert triage["gpu-01"]["category"] == triage["gpu-02"]["category"] == "communication"
+    for n in r["nodes"]:
+        assert sim_state(run_dir, n)["loaded_driver"] == "575.57.08"
+
+
+def test_sim_nvshmem_fault_touches_only_deepep_backends(tmp_path):
+    from k3rollout.sim.dispatch import init_cluster
+
+    def replica(backend):
+        dirs = init_cluster(tmp_path / backend, {"a": {**H200, **NEW},
+                                                 "b": {**H200, **NEW, "sim_faults": ["rdma_transport_init_fails"]}})
+        ep = ["--enable-expert-parallel", "--all2all-backend", backend]
+        _serve(dirs, "a", "--nnodes", "2", "--node-rank", "0", "--master-addr", "a", *ep)
+        _serve(dirs, "b", "--nnodes", "2", "--node-rank", "1", "--master-addr", "a", "--headless", *ep)
+        return _container(dirs, "a"), _container(dirs, "b")
+
+    # the default all-to-all never initialises NVSHMEM: the replica serves
+    (status, logs), _ = replica("allgather_reducescatter")
+    assert status == "running 0" and "Application startup complete." in logs
+    # DeepEP does: the worker exits with NVSHMEM's lines, the head with its dead worker
+    (status, logs), (wstatus, wlogs) = replica("deepep_v2")
+    assert wstatus == "exited 1"
+    assert "WARN: init failed for remote transport: ibrc" in wlogs
+    assert "nvshmemi_transport_init:287: Unable to initialize any transports. returning error." in wlogs
+    assert wlogs.rstrip().endswith("nvshmemi_check_state_and_init:1080: nvshmem initialization failed, exiting")
+    assert status == "exited 1" and "Worker proc VllmWorker-8 died unexpectedly, shutting down executor." in logs
+    assert "Application startup complete." not in logs
+
+
 def test_a_replica_whose_server_falls_back_to_another_all2all_backend_fails(tmp_path):
     from support import result
 
