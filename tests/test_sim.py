@@ -129,8 +129,11 @@ def hits(d):
     return m["vllm:prefix_cache_hits_total"], m["vllm:prefix_cache_queries_total"]
 
 
-LONG = {"model": "moonshotai/Kimi-K3", "messages": [{"role": "system", "content": " ".join(f"w{i}" for i in range(500))},
-                                                    {"role": "user", "content": "q"}]}
+# two of K3's 1,536-token cache blocks and a tail: K3 recomputes the last matched block, so a
+# shorter shared prefix scores no hits at all
+LONG = {"model": "moonshotai/Kimi-K3",
+        "messages": [{"role": "system", "content": " ".join(f"w{i}" for i in range(2 * 1536 + 768))},
+                     {"role": "user", "content": "q"}]}
 
 
 @pytest.mark.parametrize("faults,flags,expect_hits", [
