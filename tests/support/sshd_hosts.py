@@ -60,6 +60,9 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+SHUTDOWN_S = 0.3
+
+
 def _kill_tree(pid: int) -> None:
     for child in _children(pid):
         _kill_tree(child)
@@ -197,6 +200,10 @@ class SSHDCluster:
         netd.shutdown(self.base / "states")
 
     def _supervise(self) -> None:
+        # a real `shutdown -r` returns its exit status before systemd stops sshd: a reboot
+        # whose down time is long enough takes the host down SHUTDOWN_S after it is seen,
+        # so the command's own session gets its answer first (Ansible's reboot module reads it)
+        seen: dict[str, tuple[float, float]] = {}
         while not self._stop.is_set():
             now = time.time()
             for h in self.hosts.values():
@@ -204,7 +211,12 @@ class SSHDCluster:
                     st = json.loads((h.state / "state.json").read_text())
                 except (OSError, ValueError):
                     continue
-                down = st["dead"] or now < st["down_until"]
+                until = float(st["down_until"])
+                if seen.get(h.name, (None,))[0] != until:
+                    seen[h.name] = (until, now)
+                first = seen[h.name][1]
+                late = until - first > 4 * SHUTDOWN_S and now - first < SHUTDOWN_S
+                down = st["dead"] or (now < until and not late)
                 if down and h.running:
                     h.stop()
                 elif not down and not h.running and not self._stop.is_set():
