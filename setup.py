@@ -22,6 +22,9 @@ class build_py_with_shipped(build_py):  # setuptools' command naming
             return
         here = Path(__file__).resolve().parent
         dest = Path(self.build_lib) / "k3rollout" / "_shipped"
+        # a file deleted from the checkout (a sim host's fault, an old runbook) must not ride
+        # along from an earlier build: the copy starts empty
+        shutil.rmtree(dest, ignore_errors=True)
         for name in SHIPPED:
             shutil.copytree(here / name, dest / name, dirs_exist_ok=True,
                             ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
