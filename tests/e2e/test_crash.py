@@ -9,11 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import support
 import yaml
 from support import (
     api_changes,
     assert_reports_match_journal,
-    cli,
     commands,
     journal,
     result,
@@ -21,6 +21,13 @@ from support import (
     write_inventory,
     write_playbook,
 )
+
+
+def cli(*args: str, **kw):
+    """The real CLI in its own process, forked from this worker's fork server (support/forkcli.py):
+    the matrix starts about 180 of them, and the server has their libraries imported already."""
+    return support.cli(*args, fork=True, **kw)
+
 
 ONCE = re.compile(r"^(apt-get install|reboot)\b")
 
@@ -37,7 +44,7 @@ def scenario(base: Path) -> tuple[Path, Path]:
 def outcome(run_dir: Path) -> dict:
     r = result(run_dir)
     return {"status": r["status"],
-            "nodes": {n: (v["final"], v["driver_after"], v["failed_stage"], v["triage"]) for n, v in r["nodes"].items()},
+            "nodes": {n: [v["final"], v["driver_after"], v["failed_stage"], v["triage"]] for n, v in r["nodes"].items()},
             "batches": [b["status"] for b in r["batches"]]}
 
 
@@ -48,9 +55,42 @@ def destructive(run_dir: Path, host: str) -> list[str]:
         [re.sub(r"-[0-9a-f]{5}/eviction$", "-<pod>/eviction", c) for c in api_changes(run_dir, host)]
 
 
+def shared(tmp_path_factory, name: str, make) -> dict:
+    """``make(base)``'s result, made once per test session: under xdist the first worker to
+    ask runs the uninterrupted reference run and the others read what it found (the run is
+    deterministic, so each worker's own would be the same, and the crash matrix's shards are
+    spread over the workers). The result goes through JSON either way, so every worker
+    compares against the same values; ``run_dir`` comes back as a Path."""
+    import fcntl
+    import json
+    import os
+
+    def load(text: str) -> dict:
+        d = json.loads(text)
+        return {**d, "run_dir": Path(d["run_dir"])} if "run_dir" in d else d
+
+    def dump(d: dict) -> str:
+        return json.dumps({**d, "run_dir": str(d["run_dir"])} if "run_dir" in d else d)
+
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return load(dump(make(tmp_path_factory.mktemp(name))))
+    root = tmp_path_factory.getbasetemp().parent          # this session's, shared by its workers
+    cache = root / f"k3-crash-{name}.json"
+    with open(root / f"k3-crash-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not cache.exists():
+            tmp = cache.with_suffix(".tmp")
+            tmp.write_text(dump(make(tmp_path_factory.mktemp(name))))
+            tmp.rename(cache)
+        return load(cache.read_text())
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    base = tmp_path_factory.mktemp("ref")
+    return shared(tmp_path_factory, "ref", _reference)
+
+
+def _reference(base: Path) -> dict:
     inv, pb = scenario(base)
     run_dir = base / "run"
     p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
@@ -445,7 +485,10 @@ def own_changes(run_dir: Path, host: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def operator_reference(tmp_path_factory):
-    base = tmp_path_factory.mktemp("opref")
+    return shared(tmp_path_factory, "opref", _operator_reference)
+
+
+def _operator_reference(base: Path) -> dict:
     inv, pb = operator_scenario(base)
     run_dir = base / "run"
     p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
@@ -540,7 +583,10 @@ def rhel_changes(run_dir: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def rhel_reference(tmp_path_factory):
-    base = tmp_path_factory.mktemp("rhel-ref")
+    return shared(tmp_path_factory, "rhel-ref", _rhel_reference)
+
+
+def _rhel_reference(base: Path) -> dict:
     inv, pb = rhel_scenario(base)
     run_dir = base / "run"
     p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
