@@ -21,7 +21,6 @@ from typing import Any
 
 from k3rollout import fastjson
 from k3rollout.checks import driver_facts
-from k3rollout.model.inventory import SIM_FAULTS, initial_sim_scheduler_state
 from k3rollout.sim.repos import REPO_DRIVERS, initial_packages  # noqa: F401  (REPO_DRIVERS: the repositories' releases)
 
 # Images the simulated registry can pull. CUDA_VERSION / NVIDIA_REQUIRE_CUDA follow the
@@ -103,6 +102,8 @@ def late_faults(hv: dict[str, Any], created: float) -> list[dict[str, Any]]:
     simulated cluster is told which pass is looking, see ``begin_observation``)."""
     out = []
     for item in hv.get("sim_late_faults") or []:
+        from k3rollout.model.inventory import SIM_FAULTS
+
         when = [k for k in ("after", "at", "pass") if isinstance(item, dict) and k in item]
         if not isinstance(item, dict) or "fault" not in item or len(when) != 1:
             raise ValueError(f"sim_late_faults: each item is {{fault: NAME, after: DURATION}}, {{fault: NAME, at: "
@@ -165,6 +166,7 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
     serving_args = [str(a) for a in hv.get("sim_serving_args") or
                     ["--model", "moonshotai/Kimi-K2-Thinking", "--tensor-parallel-size", "8", "--trust-remote-code",
                      "--port", "8001"]]
+    from k3rollout.model.inventory import initial_sim_scheduler_state
     from k3rollout.sim.vllm import parse_serve_args
 
     serving_opts, bad = parse_serve_args(serving_args)
