@@ -223,3 +223,7 @@ if __name__ == "__main__":
         serve(sys.argv[1])
     except _ChildReady:
         pass        # a forked child: the module is run; leaving here is its interpreter's exit
+    else:           # the server, its worker gone (a child leaves by an exception, never here)
+        import shutil
+
+        shutil.rmtree(os.path.dirname(sys.argv[1]), ignore_errors=True)
