@@ -9,7 +9,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-import support
 import yaml
 from support import (
     api_changes,
@@ -21,13 +20,7 @@ from support import (
     write_inventory,
     write_playbook,
 )
-
-
-def cli(*args: str, **kw):
-    """The real CLI in its own process, forked from this worker's fork server (support/forkcli.py):
-    the matrix starts about 180 of them, and the server has their libraries imported already."""
-    return support.cli(*args, fork=True, **kw)
-
+from support import forked_cli as cli
 
 ONCE = re.compile(r"^(apt-get install|reboot)\b")
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from support import cli, journal, result, write_inventory, write_playbook
+from support import forked_cli as cli
+from support import journal, result, write_inventory, write_playbook
 
 
 def _setup(tmp_path, n=3, **play):

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from support import (
     api_changes,
-    cli,
     commands,
     host_timeline,
     journal,
@@ -15,6 +14,9 @@ from support import (
     sim_state,
     write_inventory,
     write_playbook,
+)
+from support import (
+    forked_cli as cli,
 )
 
 

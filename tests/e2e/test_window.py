@@ -99,7 +99,7 @@ def test_window_plan_and_bad_input(tmp_path):
 
 
 def test_a_run_killed_inside_the_window_resumes_without_repeating(tmp_path):
-    from support import cli
+    from support import forked_cli as cli
 
     inv = write_inventory(tmp_path / "inv", {f"gpu-{i:02d}": {} for i in range(1, 7)})
     pb = write_playbook(tmp_path / "pb.yml", serial=[1, 1], min_serving=3, window={"max_unavailable": 2},

@@ -113,6 +113,12 @@ def cli(*args: str, env: dict | None = None, check: bool = False,
     return p
 
 
+def forked_cli(*args: str, **kw) -> subprocess.CompletedProcess:
+    """``cli(..., fork=True)``: for the tests that start the CLI many times over (the crash
+    matrix and the other kill-and-resume tests)."""
+    return cli(*args, fork=True, **kw)
+
+
 def result(run_dir: Path) -> dict:
     return json.loads((run_dir / "result.json").read_text())
 
