@@ -166,6 +166,15 @@ def check_point(reference: dict, mode: str, seq: int, label: str, base: Path) ->
     recs = journal(run_dir)
     if [x["seq"] for x in recs] != list(range(1, len(recs) + 1)):
         failures.append(f"{label}: journal sequence has a gap")
+    # a once step whose completion was on record before the kill is replayed from the
+    # journal on resume: never probed again (its probe would answer, but ask the node twice)
+    # (KILL stops right after record ``seq`` is written, TEAR tears it)
+    last_kept = seq if mode == "KILL" else seq - 1
+    done_before = {(x.get("node"), x["key"]) for x in recs
+                   if x["type"] == "step_done" and x.get("once") and x["seq"] <= last_kept}
+    reprobed = [x["key"] for x in recs if x["type"] == "step_settled" and (x.get("node"), x["key"]) in done_before]
+    if reprobed:
+        failures.append(f"{label}: completed once step(s) probed again on resume: {reprobed}")
     if mode == "TEAR":
         if not any(x["type"] == "journal_repaired" for x in recs) or not list(run_dir.glob("journal.torn.*")):
             failures.append(f"{label}: torn line not detected and kept")
