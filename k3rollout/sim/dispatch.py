@@ -65,12 +65,15 @@ def _cat(state: dict, args: list[str]) -> tuple[int, str, str]:
 # reboot empties /run/lock and /var/lock, a tmpfs, and keeps /var/tmp)
 FS_ROOTS = ("/var/tmp", "/run/lock", "/var/lock")
 FS_COMMANDS = ("mkdir", "tee", "rm")
+# the module configuration directory: its files are the host's ``modprobe_d`` (tee writes them)
+MODPROBE_D = "/etc/modprobe.d"
 
 
 def in_sim_fs(args: list[str]) -> bool:
     """Whether a file command names the simulated host's files (else, behind a real sshd,
     the machine's own program runs: Ansible's temporary directories are real)."""
-    return any(a.rstrip("/") in FS_ROOTS or a.startswith(tuple(r + "/" for r in FS_ROOTS)) for a in args)
+    roots = (*FS_ROOTS, MODPROBE_D)
+    return any(a.rstrip("/") in roots or a.startswith(tuple(r + "/" for r in roots)) for a in args)
 
 
 def _parent_ok(state: dict, path: str) -> bool:
@@ -98,6 +101,10 @@ def _tee(state: dict, args: list[str], stdin: bytes | None) -> tuple[int, str, s
     files = state.setdefault("files", {})
     text = (stdin or b"").decode()
     for p in (a for a in args if not a.startswith("-")):
+        if p.startswith(MODPROBE_D + "/") and "/" not in p[len(MODPROBE_D) + 1:]:
+            conf = state.setdefault("modprobe_d", {})
+            conf[p] = (conf.get(p) or "") + text if "-a" in args else text
+            continue
         if files.get(p, "") is None:
             return 1, text, f"tee: {p}: Is a directory\n"
         if not _parent_ok(state, p):

@@ -383,6 +383,12 @@ def test_driver_module_parameters_deepep_needs_are_checked_after_the_upgrade(tmp
     assert "missing on gpu-04 (PeerMappingOverride=1)" in r["nodes"]["gpu-03"]["reason"]
     # no server was started on a replica whose driver cannot run its backend
     assert not any(c.startswith("docker run") and "k3rollout-smoke" in c for c in commands(run_dir, "gpu-01"))
+    # the rollback wrote gpu-02's options back before its reboot: the restored driver loaded with them
+    from k3rollout.checks.parsers import parse_nvidia_params
+    from k3rollout.sim.dispatch import dispatch
+
+    params = parse_nvidia_params(dispatch(run_dir / "sim-hosts" / "gpu-02", ["cat", "/proc/driver/nvidia/params"]).stdout)
+    assert (params["EnableStreamMemOPs"], params["RegistryDwords"]) == ("1", "PeerMappingOverride=1;")
 
 
 # ---- the communication gate proves the fast path ----
