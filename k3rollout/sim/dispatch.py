@@ -131,9 +131,10 @@ def _rm(state: dict, args: list[str]) -> tuple[int, str, str]:
 
 
 def _sudo(state_dir: Path, args: list[str], stdin: bytes | None) -> Result:
-    """sudo [-n] [-S] [-p PROMPT] [--] CMD...: with -S the password is stdin's first line."""
+    """sudo [-n] [-S] [-p PROMPT] [-u USER] [--] CMD...: with -S the password is stdin's first line."""
     i = 0
     read_password = False
+    as_user = "root"
     while i < len(args) and args[i].startswith("-"):
         if args[i] == "--":
             i += 1
@@ -142,6 +143,9 @@ def _sudo(state_dir: Path, args: list[str], stdin: bytes | None) -> Result:
             read_password = True
         if args[i] == "-p":
             i += 1
+        if args[i] == "-u" and i + 1 < len(args):
+            i += 1
+            as_user = args[i]
         i += 1
     if read_password:
         password, _, rest = (stdin or b"").partition(b"\n")
@@ -149,7 +153,16 @@ def _sudo(state_dir: Path, args: list[str], stdin: bytes | None) -> Result:
         if expected is not None and password.decode() != expected:
             return Result(1, "", "sudo: 1 incorrect password attempt\n")
         stdin = rest
+    if args[i:i + 1] == ["id"]:
+        return Result(*id_command(args[i + 1:], as_user))
     return dispatch(state_dir, args[i:], stdin)
+
+
+def id_command(args: list[str], user: str | None = None) -> tuple[int, str, str]:
+    """``id -un`` (``id -nu``): the session's user name (``user`` under sudo)."""
+    if sorted(args) in (["-un"], ["-nu"], ["-n", "-u"]):
+        return 0, (user or st.session_user()) + "\n", ""
+    return 1, "", "id: k3rollout sim answers `id -un` only\n"
 
 
 def _drops_here(state: dict, argv: list[str]) -> bool:
@@ -257,6 +270,7 @@ HANDLERS = {
     "mkdir": lambda d, s, a, i: _mkdir(s, a),
     "tee": lambda d, s, a, i: _tee(s, a, i),
     "rm": lambda d, s, a, i: _rm(s, a),
+    "id": lambda d, s, a, i: id_command(a),
     "grep": lambda d, s, a, i: repos.grep_modprobe(s, a) or (2, "", "grep: k3rollout sim greps /etc/modprobe.d only\n"),
 }
 
