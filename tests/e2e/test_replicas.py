@@ -189,6 +189,15 @@ def test_a_failed_node_takes_its_whole_replica_back_and_is_named(tmp_path):
     assert r["nodes"]["gpu-01"]["final"] == "rolled_back"
     assert r["nodes"]["gpu-01"]["reason"].startswith("replica rack-a/1 is not serving: gpu-02 failed at cuda_check")
     assert {r["nodes"][n]["final"] for n in ("gpu-03", "gpu-04")} == {"upgraded"}
+    # its triage is gpu-02's (CUDA init failed: the container path), naming gpu-02, not "other"
+    # for the replica's refusal to launch
+    assert (r["nodes"]["gpu-02"]["triage"], r["nodes"]["gpu-01"]["triage"]) == ("container_runtime",) * 2
+    triage = {e["node"]: e for e in journal(run_dir) if e["type"] == "triage"}
+    assert triage["gpu-01"]["caused_by"] == "gpu-02" and "caused_by" not in triage["gpu-02"]
+    assert triage["gpu-01"]["reasons"][0] == "caused by gpu-02: replica rack-a/1 is rolled back whole"
+    assert triage["gpu-01"]["evidence"] == triage["gpu-02"]["evidence"] != []
+    assert triage["gpu-01"]["next_steps"] == triage["gpu-02"]["next_steps"]
+    assert "caused by gpu-02: replica rack-a/1 is rolled back whole" in (run_dir / "report.md").read_text()
     # result.json names each node's replica, and what became of each replica and why
     assert {n: r["nodes"][n]["replica"] for n in r["nodes"]} == {
         "gpu-01": "rack-a/1", "gpu-02": "rack-a/1", "gpu-03": "rack-a/2", "gpu-04": "rack-a/2"}
