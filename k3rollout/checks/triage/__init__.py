@@ -24,6 +24,7 @@ from typing import Any
 
 from k3rollout.checks.cuda_table import compat_verdict
 from k3rollout.checks.triage.signals import FAMILIES, SIGNALS, Signal
+from k3rollout.model.playbook import STAGE_TABLES
 
 CATEGORIES = ("driver_incompatible", "container_runtime", "model_load_capacity", "communication", "other")
 TREE = CATEGORIES[:4]
@@ -87,15 +88,15 @@ NEXT_STEPS = {
 }
 
 # The stage that failed, as evidence: which tree steps it can reach. A cuda_check failure is
-# steps 1-2 by construction; vllm_smoke/features run after CUDA init, so step 3 leads; the
+# steps 1-2 by construction; the stages that load the model (vllm_smoke, features: declared
+# with loads_model in model/playbook.py's STAGE_KINDS) run after CUDA init, so step 3 leads; the
 # multinode stage is where step 4 shows. 1.0 is "supports", never "decides" (MIN_SCORE is 1.5).
-LOAD_STAGES = frozenset({"vllm_smoke", "features"})
+LOAD_STAGES = STAGE_TABLES.load_stages
 # driver_upgrade is not here on purpose: a failed package install is not the tree's step 1 (an
 # NVML/kernel mismatch after it is, and its signal says so).
 STAGE_PRIOR: dict[str, dict[str, float]] = {
     "cuda_check": {"driver_incompatible": 0.75, "container_runtime": 0.75},
-    "vllm_smoke": {"model_load_capacity": 0.75},
-    "features": {"model_load_capacity": 0.75},
+    **{kind: {"model_load_capacity": 0.75} for kind in STAGE_TABLES.order if kind in LOAD_STAGES},
     "multinode": {"communication": 1.0},
 }
 
