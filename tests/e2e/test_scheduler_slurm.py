@@ -11,7 +11,17 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from support import cli, commands, journal, journal_so_far, result, sim_state, write_inventory, write_playbook
+from support import (
+    cli,
+    commands,
+    journal,
+    journal_so_far,
+    race_for_lock,
+    result,
+    sim_state,
+    write_inventory,
+    write_playbook,
+)
 
 from k3rollout.checks import parsers
 from k3rollout.cli import main
@@ -232,33 +242,14 @@ def test_a_stale_slurm_lock_is_reported_never_taken_and_unlock_takes_it_over(tmp
 
 
 def test_two_runs_racing_for_the_slurm_lock_exactly_one_wins(tmp_path, slurm_cluster):
-    import threading
-
-    from k3rollout.errors import LockHeld
     from k3rollout.scheduler.cluster_lock import SlurmLock, me
 
     slurm = slurm_cluster(["gpu-01", "gpu-02"])
-    won, refused = [], []
-    barrier = threading.Barrier(2)
-
-    def go(i: int) -> None:
-        lock = SlurmLock(None, "controller", f"gpu-0{i}", None, me(str(tmp_path / f"run-{i}"), "t0", f"id-{i}"))
-        barrier.wait()
-        try:
-            lock.acquire()
-            won.append(lock)
-        except LockHeld as exc:
-            refused.append(str(exc))
-
-    threads = [threading.Thread(target=go, args=(i,)) for i in (1, 2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(won) == 1 and len(refused) == 1, (won, refused)
-    assert "k3rollout-lock.k3test" in refused[0] and won[0].info["run_dir"] in refused[0] \
-        or "names no holder" in refused[0]
-    won[0].release()
+    won, refused = race_for_lock(*(lambda i=i: SlurmLock(None, "controller", f"gpu-0{i}", None,
+                                                          me(str(tmp_path / f"run-{i}"), "t0", f"id-{i}"))
+                                   for i in (1, 2)))
+    assert "k3rollout-lock.k3test" in refused and won.info["run_dir"] in refused or "names no holder" in refused
+    won.release()
     assert reservations(slurm) == []
 
 
