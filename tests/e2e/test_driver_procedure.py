@@ -419,6 +419,23 @@ def test_rollback_writes_back_the_nvidia_module_options_the_reinstall_dropped_on
     assert done["plain"]["restore_driver"]["detail"] == "driver restored to 575.57.08"
 
 
+def test_behind_sshd_tee_writes_the_simulated_hosts_modprobe_d_not_this_machines(node):
+    """Behind a real sshd the simulator runs as plain executables: a ``tee`` into
+    /etc/modprobe.d is the simulated host's (as the rollback writes it), never this machine's."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    d = node()
+    real = Path("/etc/modprobe.d/nvidia-k3-sim-test.conf")
+    p = subprocess.run([sys.executable, "-m", "k3rollout.sim", "tee", str(real)], input=b"options nvidia X=1\n",
+                       capture_output=True, env={**os.environ, "K3SIM_STATE": str(d)}, timeout=60)
+    assert (p.returncode, p.stdout) == (0, b"options nvidia X=1\n"), p.stderr
+    assert json.loads((d / "state.json").read_text())["modprobe_d"][str(real)] == "options nvidia X=1\n"
+    assert not real.exists()
+
+
 def test_install_without_the_fabric_manager_fails_the_driver_stage_and_rolls_back(tmp_path):
     pb = short_playbook(tmp_path / "pb.yml", install={
         "apt": [["apt-get", "update"],
