@@ -575,8 +575,12 @@ class Engine(GateMixin, StepRunnerMixin):
             why = "; ".join(f"{c} failed" + (f" at {v.failed_stage}" if (v := self.view.node(c)).failed_stage else "")
                             + (f" ({v.reason[:200]})" if v.reason else "") for c in culprits)
             reason = f"replica {rid} is not serving: {why}; its nodes are rolled back together"
+            cause = next((c for c in culprits if c in self.view.nodes and self.view.nodes[c].triage), None)
             for n in here:
                 self.record("stage_started", node=n, stage="uncordon", name="replica check")
+                if cause:       # its triage is the failed node's, naming it
+                    self.record("triage", node=n, stage="uncordon",
+                                **caused_by(self.view.nodes[cause].triage or {}, cause, rid).to_dict())
                 self.record("stage_done", node=n, stage="uncordon", passed=False, reason=self.redact(reason))
                 self.log.warning("replica_failed", node=n, replica=rid, culprits=culprits)
                 self.transition(n, Event.ROLLBACK_REQUESTED)

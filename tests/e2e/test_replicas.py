@@ -223,6 +223,25 @@ def test_a_failed_node_takes_its_whole_replica_back_and_is_named(tmp_path):
         "non_stream": (3, 1.0, True), "stream": (3, 1.0, True)}
 
 
+def test_a_node_whose_replica_peer_fails_after_its_own_stages_carries_the_peers_triage(tmp_path):
+    from support import journal, result
+
+    # gpu-02 has no RDMA device: the replica served, then the cross-node test fails gpu-02 alone;
+    # gpu-01 passed every stage and is rolled back at the replica check before its uncordon
+    hosts = {f"gpu-{i:02d}": {**H200, "rack": "a"} for i in range(1, 3)}
+    hosts["gpu-02"]["sim_faults"] = ["rdma_missing"]
+    invp = write_inventory(tmp_path / "inv", hosts)
+    pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=1, max_fail_percentage=100, min_serving=0)
+    run_dir = tmp_path / "run"
+    assert main(["run", str(pb), "-i", str(invp), "--yes", "--run-dir", str(run_dir)]) == 0
+    r = result(run_dir)
+    assert {n: (v["final"], v["failed_stage"], v["triage"]) for n, v in r["nodes"].items()} == {
+        "gpu-01": ("rolled_back", "uncordon", "communication"), "gpu-02": ("rolled_back", "multinode", "communication")}
+    tri = next(e for e in journal(run_dir) if e["type"] == "triage" and e["node"] == "gpu-01")
+    assert (tri["stage"], tri["caused_by"]) == ("uncordon", "gpu-02")
+    assert tri["reasons"][0] == "caused by gpu-02: replica rack-a/1 is rolled back whole"
+
+
 def test_a_multi_node_replica_is_served_once_from_its_head(tmp_path):
     from support import journal, result
 
