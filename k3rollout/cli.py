@@ -234,6 +234,13 @@ def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
         if bad:
             print("error: the controller's Kubernetes credentials cannot do what this rollout needs", file=sys.stderr)
             return 2
+        slurm = _slurm_access(inventory, list(plan.hosts))
+        for s in slurm:
+            print(f"Slurm reservations ({len(s['nodes'])} nodes): {'ok' if s['ok'] else 'MISSING RIGHTS'}")
+            print(f"  {'yes' if s['ok'] else 'NO ':<3} create reservation (the cluster lock): {s['detail']}")
+        if not all(s["ok"] for s in slurm):
+            print("error: " + "; ".join(s["detail"] for s in slurm if not s["ok"]), file=sys.stderr)
+            return 2
     if args.rollback:
         for b in plan.batches:
             for rp in b.rollback_plan:
@@ -241,6 +248,30 @@ def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
                 for s in rp["steps"]:
                     print(f"    - {s}")
     return EXIT_OK
+
+
+def _slurm_access(inventory, hosts: list[str]) -> list[dict]:
+    """The Slurm reservation right of ``plan --check-access`` (read-only), through the run's
+    transport where scontrol runs on an inventory host (or on a simulated controller)."""
+    import shutil
+    import tempfile
+
+    from k3rollout.engine.session import executor_hosts
+    from k3rollout.scheduler.cluster_lock import slurm_controllers
+    from k3rollout.scheduler.slurm_access import check_slurm_access
+    from k3rollout.transport.factory import make_executor
+
+    if not slurm_controllers(inventory, hosts):
+        return []
+    scratch = Path(tempfile.mkdtemp(prefix="k3rollout-access-"))
+    try:
+        executor = make_executor(executor_hosts(inventory, hosts), scratch)
+        try:
+            return check_slurm_access(inventory, hosts, executor)
+        finally:
+            executor.close()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def cmd_preflight(args: argparse.Namespace, clock: Clock) -> int:
@@ -260,6 +291,7 @@ def cmd_preflight(args: argparse.Namespace, clock: Clock) -> int:
 
 def _preflight(playbook, inventory, out_dir: Path, skip: list[str] | None = None) -> dict:
     from k3rollout.engine.preflight import controller_check, preflight, write_report
+    from k3rollout.engine.session import executor_hosts
     from k3rollout.plan import make_plan
     from k3rollout.transport.factory import make_executor
 
@@ -268,7 +300,8 @@ def _preflight(playbook, inventory, out_dir: Path, skip: list[str] | None = None
     if unknown:
         raise InputError(f"--skip-node {', '.join(unknown)}: not a node of this play ({len(plan.hosts)} nodes)")
     out_dir.mkdir(parents=True, exist_ok=True)
-    executor = make_executor({h: inventory.hosts[h] for h in plan.hosts}, out_dir)
+    # the scheduler hosts too: a Slurm controller named by k3_scheduler_host is asked there
+    executor = make_executor(executor_hosts(inventory, list(plan.hosts)), out_dir)
     try:
         report = preflight(playbook, inventory, list(plan.hosts), executor,
                            controller=controller_check(playbook, inventory, list(plan.hosts), executor))
@@ -736,7 +769,8 @@ def parser() -> argparse.ArgumentParser:
                          "class) instead of the playbook's estimates")
     sp.add_argument("--check-access", action="store_true",
                     help="ask each Kubernetes API server (read-only) whether the controller's credentials can read "
-                         "nodes and pods, patch nodes, evict pods and hold the cluster's Lease")
+                         "nodes and pods, patch nodes, evict pods and hold the cluster's Lease, and each Slurm "
+                         "controller whether scontrol's user may create the reservation that is the cluster lock")
     sp.set_defaults(fn=cmd_plan)
     sp = sub.add_parser("run", help="execute the rollout")
     pb_inv(sp)

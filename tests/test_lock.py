@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support import write_inventory
+from support import race_for_lock, write_inventory
 
 from k3rollout.engine import lock as lk
 from k3rollout.errors import LockHeld
@@ -132,41 +132,28 @@ def test_two_inventories_of_one_none_cluster_from_two_controllers_exactly_one_pr
     """Two inventory files (other nodes, other order) and two controllers (each its own
     executor and lock files) racing for one ``scheduler: none`` cluster: its lock directory,
     made with mkdir on the first host of the first group, admits exactly one."""
-    import threading
-
     from k3rollout.sim.state import executed
     from k3rollout.transport.sim import SimExecutor
 
     cluster = tmp_path / "cluster"
     a = write_inventory(tmp_path / "a", {"gpu-01": {}, "gpu-02": {}}, {"scheduler": "none"})
     b = write_inventory(tmp_path / "b", {"gpu-01": {}, "gpu-03": {}}, {"scheduler": "none"})
-    won, refused = [], []
-    barrier = threading.Barrier(2)
 
-    def go(inv: Path, run: str) -> None:
-        ex = SimExecutor(cluster, {h: {} for h in ("gpu-01", "gpu-02", "gpu-03")})
-        locks = _none_locks(inv, ex, tmp_path / run, hosts=[h for h in load_inventory(str(inv)).hosts
-                                                            if h != "gpu-01"])
-        barrier.wait()
-        try:
-            locks.acquire()
-            won.append(locks)
-        except LockHeld as exc:
-            refused.append(str(exc))
+    def run(inv: Path, name: str):
+        def make():
+            ex = SimExecutor(cluster, {h: {} for h in ("gpu-01", "gpu-02", "gpu-03")})
+            return _none_locks(inv, ex, tmp_path / name, hosts=[h for h in load_inventory(str(inv)).hosts
+                                                                if h != "gpu-01"])
+        return make
 
-    threads = [threading.Thread(target=go, args=(inv, run)) for inv, run in ((a, "run-a"), (b, "run-b"))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(won) == 1 and len(refused) == 1, (won, refused)
-    lock = won[0].locks[0]
+    won, refused = race_for_lock(run(a, "run-a"), run(b, "run-b"))
+    lock = won.locks[0]
     assert lock.where == "gpu-01" and lock.path == "/var/tmp/k3rollout-lock.host-gpu-01:22"
-    assert won[0].servers() == ["/var/tmp/k3rollout-lock.host-gpu-01:22 on gpu-01"]
+    assert won.servers() == ["/var/tmp/k3rollout-lock.host-gpu-01:22 on gpu-01"]
     assert "another k3rollout run holds the cluster lock /var/tmp/k3rollout-lock.host-gpu-01:22 on gpu-01" in \
-        refused[0] or "names no holder" in refused[0]
+        refused or "names no holder" in refused
     assert lock.holder()["run_dir"] == lock.info["run_dir"]
-    won[0].release()
+    won.release()
     assert lock.holder() is None
     log = executed(cluster / "gpu-01")
     assert log.count("mkdir /var/tmp/k3rollout-lock.host-gpu-01:22") == 2 and \

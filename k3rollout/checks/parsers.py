@@ -425,3 +425,17 @@ def parse_modprobe_d(text: str) -> list[dict[str, str]]:
         if "nvidia" in rest or "nouveau" in rest:
             out.append({"file": path, "line": rest})
     return out
+
+
+def nvidia_options_files(text: str) -> list[dict[str, str]]:
+    """The files of ``grep -rH . /etc/modprobe.d`` that set options of the ``nvidia`` kernel
+    module (an ``options nvidia ...`` line; ``nvidia-drm``, ``nvidia_uvm`` and the rest are
+    other modules), each with its lines as grep printed them (every non-empty line, in order):
+    what a driver rollback writes back when a reinstall dropped the file."""
+    lines: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        path, sep, rest = line.partition(":")
+        if sep:
+            lines.setdefault(path, []).append(rest)
+    return [{"file": path, "content": "".join(f"{x}\n" for x in got)} for path, got in lines.items()
+            if any(x.split()[:2] == ["options", "nvidia"] for x in got)]

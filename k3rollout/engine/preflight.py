@@ -215,10 +215,13 @@ def target_of(playbook: Any) -> tuple[str, dict[str, Any]]:
 
 
 def controller_check(playbook: Any, inventory: Any, hosts: list[str], executor: Any = None) -> dict[str, Any]:
-    """The controller's tools, and its Kubernetes credentials (read-only access reviews:
-    read nodes and pods, patch nodes, create evictions, hold the cluster's Lease)."""
+    """The controller's tools, its Kubernetes credentials (read-only access reviews: read
+    nodes and pods, patch nodes, create evictions, hold the cluster's Lease), and, for Slurm
+    nodes, the right to create the reservation that is the cluster lock
+    (scheduler/slurm_access.py)."""
     from k3rollout.errors import InputError
     from k3rollout.scheduler.k8s_access import check_access
+    from k3rollout.scheduler.slurm_access import check_slurm_access
     from k3rollout.transport.factory import check_controller_tools
 
     try:
@@ -226,12 +229,16 @@ def controller_check(playbook: Any, inventory: Any, hosts: list[str], executor: 
         access = check_access({h: inventory.hosts[h] for h in hosts}, inventory.path, executor)
     except InputError as exc:
         return {"ok": False, "detail": str(exc)}
+    slurm = check_slurm_access(inventory, hosts, executor)
     detail = ", ".join(f"{k}: {v}" for k, v in tools.items()) or "nothing beyond k3rollout"
     for a in access:
         missing = [f"{c['verb']} {c['resource']} ({c['for']})" for c in a["checks"] if not c["allowed"]]
         detail += (f"; Kubernetes API {a['server']}: " + (f"credentials lack: {', '.join(missing)}" if missing
                                                           else "credentials can cordon, evict and hold the Lease"))
-    return {"ok": all(a["ok"] for a in access), "detail": detail, "kubernetes_access": access}
+    for s in slurm:
+        detail += f"; Slurm: {s['detail']}"
+    return {"ok": all(a["ok"] for a in access) and all(s["ok"] for s in slurm), "detail": detail,
+            "kubernetes_access": access, **({"slurm_access": slurm} if slurm else {})}
 
 
 def write_report(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:

@@ -26,7 +26,7 @@ import structlog
 
 from k3rollout import fastjson
 from k3rollout.checks.parsers import ParseError
-from k3rollout.checks.triage import classify
+from k3rollout.checks.triage import caused_by, classify
 from k3rollout.engine.clock import Clock
 from k3rollout.engine.gates import GateMixin
 from k3rollout.engine.states import AFTER_CHANGE_STATES, STATE_STAGE, Event, NodeState, build_table
@@ -232,9 +232,13 @@ class Engine(GateMixin, StepRunnerMixin):
             f = self.view.node(node).facts
             image_cuda = f.get("image_cuda") if stage.stage in STAGE_TABLES.image_stages else None
             groups = self.view.plan.get("groups") or {}
-            tri = classify(out.logs or out.reason, driver=f.get("driver_version") if image_cuda else None,
-                           image_cuda=image_cuda, stage=stage.stage, cuda_init_ok=f.get("cuda_init_ok"),
-                           nnodes=next((len(ns) for ns in groups.values() if node in ns), None))
+            # failed because another node of its replica did: that node's triage, naming it
+            culprit = out.facts.get("replica_culprit")
+            peer = self.view.nodes[culprit].triage if culprit != node and culprit in self.view.nodes else None
+            tri = caused_by(peer, culprit, out.facts.get("replica")) if peer else \
+                classify(out.logs or out.reason, driver=f.get("driver_version") if image_cuda else None,
+                         image_cuda=image_cuda, stage=stage.stage, cuda_init_ok=f.get("cuda_init_ok"),
+                         nnodes=next((len(ns) for ns in groups.values() if node in ns), None))
             self.record("triage", node=node, stage=stage.stage, **tri.to_dict())
         self.record("stage_done", node=node, stage=stage.stage, passed=out.passed, reason=self.redact(out.reason))
         self.log.info("stage_done", node=node, stage=stage.stage, passed=out.passed, reason=out.reason)
@@ -526,7 +530,8 @@ class Engine(GateMixin, StepRunnerMixin):
                         outcomes = self._serve_replica(rep, stage)
                     except GateInterrupted:
                         return              # stopped while a person was asked: resume runs it again
-            for m in here:
+            # the node that caused a failure first: its triage is the others'
+            for m in sorted(here, key=lambda m: outcomes[m].facts.get("replica_culprit") != m):
                 self.finish_stage(m, stage, outcomes[m])
             for m in here:
                 self.transition(m, Event.PASSED if self._last_stage_passed(m, kind) else Event.FAILED)
@@ -570,8 +575,12 @@ class Engine(GateMixin, StepRunnerMixin):
             why = "; ".join(f"{c} failed" + (f" at {v.failed_stage}" if (v := self.view.node(c)).failed_stage else "")
                             + (f" ({v.reason[:200]})" if v.reason else "") for c in culprits)
             reason = f"replica {rid} is not serving: {why}; its nodes are rolled back together"
+            cause = next((c for c in culprits if c in self.view.nodes and self.view.nodes[c].triage), None)
             for n in here:
                 self.record("stage_started", node=n, stage="uncordon", name="replica check")
+                if cause:       # its triage is the failed node's, naming it
+                    self.record("triage", node=n, stage="uncordon",
+                                **caused_by(self.view.nodes[cause].triage or {}, cause, rid).to_dict())
                 self.record("stage_done", node=n, stage="uncordon", passed=False, reason=self.redact(reason))
                 self.log.warning("replica_failed", node=n, replica=rid, culprits=culprits)
                 self.transition(n, Event.ROLLBACK_REQUESTED)

@@ -5,8 +5,9 @@ Each stage kind is declared once, as a ``StageKind`` in ``model/playbook.py``'s
 declared once, as a ``StageSpec`` in its own module under ``k3rollout/stages`` that names
 this declaration. ``derive`` turns the declarations into the tables the rest of the code
 reads: the order a play must follow, the default estimates, the destructive, batch- and
-replica-scoped sets, the parameters model per kind, the node state per kind, the runbook
-per kind and which rollback action undoes which stage. The engine's state machine
+replica-scoped sets, the stages that run the serving image and those that load the model
+(triage's step 3), the parameters model per kind, the node state per kind, the runbook per
+kind and which rollback action undoes which stage. The engine's state machine
 (``engine/states.py``) and the stage registry (``stages/registry.py``) derive theirs from
 the same declarations.
 
@@ -50,6 +51,9 @@ class StageKind:
     # its run starts the serving image on the node's GPUs (triage reads the image's CUDA
     # version against the driver when it fails)
     runs_image: bool = False
+    # its run loads the model into a vLLM server (after CUDA init): a failure there is the
+    # triage tree's step 3, model load / capacity, unless the log proves otherwise
+    loads_model: bool = False
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,7 @@ class StageTables:
     batch_scoped: frozenset[str]
     replica_scoped: frozenset[str]
     image_stages: frozenset[str]
+    load_stages: frozenset[str]
     params: dict[str, type[BaseModel]]
     states: dict[str, str]
     runbooks: dict[str, str]
@@ -96,6 +101,7 @@ def derive(kinds: Sequence[StageKind]) -> StageTables:
         batch_scoped=frozenset(k.name for k in kinds if k.scope == "batch"),
         replica_scoped=frozenset(k.name for k in kinds if k.scope == "replica"),
         image_stages=frozenset(k.name for k in kinds if k.runs_image),
+        load_stages=frozenset(k.name for k in kinds if k.loads_model),
         params={k.name: k.params for k in kinds},
         states={k.name: k.state for k in kinds},
         runbooks={k.name: k.runbook for k in kinds},

@@ -144,7 +144,7 @@ def apply(v: RunView, r: dict[str, Any]) -> None:
     elif t == "triage":
         assert n is not None             # records.check refuses a node record without a node
         n.triage = {k: r[k] for k in ("category", "evidence", "reasons", "next_steps", "stage", "confidence",
-                                      "runner_up", "scores", "candidates", "contributions") if k in r}
+                                      "runner_up", "scores", "candidates", "contributions", "caused_by") if k in r}
     elif t == "rollback_plan":
         assert n is not None             # records.check refuses a node record without a node
         n.rollback_plan, n.rollback_described = r["steps"], r.get("described", [])

@@ -98,7 +98,7 @@ def _alive_here(h: dict[str, Any]) -> bool | None:
     return True
 
 
-def _run(executor: Any, where: str, argv: list[str], stdin: bytes | None = None):
+def run_at(executor: Any, where: str, argv: list[str], stdin: bytes | None = None):
     """A lock command on the controller (a simulated cluster answers for its own) or on an
     inventory host through the run's transport."""
     try:
@@ -196,7 +196,7 @@ class SlurmLock(_Lock):
         self.key = self._cluster_name()
 
     def _scontrol(self, *args: str):
-        return _run(self.executor, self.where, ["scontrol", *args])
+        return run_at(self.executor, self.where, ["scontrol", *args])
 
     def _cluster_name(self) -> str:
         res = self._scontrol("show", "config")
@@ -276,14 +276,14 @@ class HostLock(_Lock):
         return f"{self.path} on {self.where}"
 
     def _create(self) -> tuple[bool, str]:
-        res = _run(self.executor, self.where, ["mkdir", self.path])
+        res = run_at(self.executor, self.where, ["mkdir", self.path])
         if res.rc == 0:
             return True, ""
         err = (res.stderr + res.stdout).strip()
         return False, "" if "File exists" in err else err[-300:]
 
     def holder(self) -> dict[str, Any] | None:
-        res = _run(self.executor, self.where, ["cat", f"{self.path}/holder"])
+        res = run_at(self.executor, self.where, ["cat", f"{self.path}/holder"])
         if res.rc != 0:
             return None
         try:
@@ -293,14 +293,14 @@ class HostLock(_Lock):
         return h if isinstance(h, dict) else None
 
     def _write_holder(self) -> None:
-        res = _run(self.executor, self.where, ["tee", f"{self.path}/holder"],
+        res = run_at(self.executor, self.where, ["tee", f"{self.path}/holder"],
                    stdin=json.dumps({**self.info, "key": self.key}).encode())
         if res.rc != 0:
-            _run(self.executor, self.where, ["rm", "-rf", self.path])
+            run_at(self.executor, self.where, ["rm", "-rf", self.path])
             raise LockHeld(f"cannot record the holder of {self.describe()}: {(res.stderr or res.stdout).strip()[-300:]}")
 
     def _remove(self) -> None:
-        _run(self.executor, self.where, ["rm", "-rf", self.path])
+        run_at(self.executor, self.where, ["rm", "-rf", self.path])
 
 
 @dataclass
@@ -371,6 +371,18 @@ def lock_hosts(inventory: Any, hosts: list[str]) -> list[str]:
     return [lock_host(inventory, none)] if none else []
 
 
+def slurm_controllers(inventory: Any, hosts: list[str]) -> dict[str, list[str]]:
+    """Where ``scontrol`` runs for the run's Slurm nodes (``k3_scheduler_host``, else this
+    controller), with the nodes each place serves: one lock per place."""
+    from k3rollout.scheduler import scheduler_for
+
+    out: dict[str, list[str]] = {}
+    for h in hosts:
+        if scheduler_for(inventory.hosts[h].vars).kind == "slurm":
+            out.setdefault(str(inventory.hosts[h].vars.get("k3_scheduler_host") or CONTROLLER), []).append(h)
+    return out
+
+
 def cluster_locks(inventory: Any, hosts: list[str], executor: Any, run_dir: str, started: str,
                   run_id: str = "") -> ClusterLocks:
     """The in-cluster locks of a run on ``hosts`` (Kubernetes has its Lease, k8s_lock.py)."""
@@ -379,15 +391,8 @@ def cluster_locks(inventory: Any, hosts: list[str], executor: Any, run_dir: str,
 
     info = me(run_dir, started, run_id)
     out = ClusterLocks()
-    slurm: dict[str, list[str]] = {}
-    none: list[str] = []
-    for h in hosts:
-        kind = scheduler_for(inventory.hosts[h].vars).kind
-        if kind == "slurm":
-            slurm.setdefault(str(inventory.hosts[h].vars.get("k3_scheduler_host") or CONTROLLER), []).append(h)
-        elif kind == "none":
-            none.append(h)
-    for where, nodes in slurm.items():
+    none = [h for h in hosts if scheduler_for(inventory.hosts[h].vars).kind == "none"]
+    for where, nodes in slurm_controllers(inventory, hosts).items():
         out.locks.append(SlurmLock(executor, where, sorted(nodes)[0], _cluster_id(inventory, nodes), info))
     if none:
         host = lock_host(inventory, none)

@@ -65,12 +65,15 @@ def _cat(state: dict, args: list[str]) -> tuple[int, str, str]:
 # reboot empties /run/lock and /var/lock, a tmpfs, and keeps /var/tmp)
 FS_ROOTS = ("/var/tmp", "/run/lock", "/var/lock")
 FS_COMMANDS = ("mkdir", "tee", "rm")
+# the module configuration directory: its files are the host's ``modprobe_d`` (tee writes them)
+MODPROBE_D = "/etc/modprobe.d"
 
 
 def in_sim_fs(args: list[str]) -> bool:
     """Whether a file command names the simulated host's files (else, behind a real sshd,
     the machine's own program runs: Ansible's temporary directories are real)."""
-    return any(a.rstrip("/") in FS_ROOTS or a.startswith(tuple(r + "/" for r in FS_ROOTS)) for a in args)
+    roots = (*FS_ROOTS, MODPROBE_D)
+    return any(a.rstrip("/") in roots or a.startswith(tuple(r + "/" for r in roots)) for a in args)
 
 
 def _parent_ok(state: dict, path: str) -> bool:
@@ -98,6 +101,10 @@ def _tee(state: dict, args: list[str], stdin: bytes | None) -> tuple[int, str, s
     files = state.setdefault("files", {})
     text = (stdin or b"").decode()
     for p in (a for a in args if not a.startswith("-")):
+        if p.startswith(MODPROBE_D + "/") and "/" not in p[len(MODPROBE_D) + 1:]:
+            conf = state.setdefault("modprobe_d", {})
+            conf[p] = (conf.get(p) or "") + text if "-a" in args else text
+            continue
         if files.get(p, "") is None:
             return 1, text, f"tee: {p}: Is a directory\n"
         if not _parent_ok(state, p):
@@ -124,9 +131,10 @@ def _rm(state: dict, args: list[str]) -> tuple[int, str, str]:
 
 
 def _sudo(state_dir: Path, args: list[str], stdin: bytes | None) -> Result:
-    """sudo [-n] [-S] [-p PROMPT] [--] CMD...: with -S the password is stdin's first line."""
+    """sudo [-n] [-S] [-p PROMPT] [-u USER] [--] CMD...: with -S the password is stdin's first line."""
     i = 0
     read_password = False
+    as_user = "root"
     while i < len(args) and args[i].startswith("-"):
         if args[i] == "--":
             i += 1
@@ -135,6 +143,9 @@ def _sudo(state_dir: Path, args: list[str], stdin: bytes | None) -> Result:
             read_password = True
         if args[i] == "-p":
             i += 1
+        if args[i] == "-u" and i + 1 < len(args):
+            i += 1
+            as_user = args[i]
         i += 1
     if read_password:
         password, _, rest = (stdin or b"").partition(b"\n")
@@ -142,7 +153,16 @@ def _sudo(state_dir: Path, args: list[str], stdin: bytes | None) -> Result:
         if expected is not None and password.decode() != expected:
             return Result(1, "", "sudo: 1 incorrect password attempt\n")
         stdin = rest
+    if args[i:i + 1] == ["id"]:
+        return Result(*id_command(args[i + 1:], as_user))
     return dispatch(state_dir, args[i:], stdin)
+
+
+def id_command(args: list[str], user: str | None = None) -> tuple[int, str, str]:
+    """``id -un`` (``id -nu``): the session's user name (``user`` under sudo)."""
+    if sorted(args) in (["-un"], ["-nu"], ["-n", "-u"]):
+        return 0, (user or st.session_user()) + "\n", ""
+    return 1, "", "id: k3rollout sim answers `id -un` only\n"
 
 
 def _drops_here(state: dict, argv: list[str]) -> bool:
@@ -250,6 +270,7 @@ HANDLERS = {
     "mkdir": lambda d, s, a, i: _mkdir(s, a),
     "tee": lambda d, s, a, i: _tee(s, a, i),
     "rm": lambda d, s, a, i: _rm(s, a),
+    "id": lambda d, s, a, i: id_command(a),
     "grep": lambda d, s, a, i: repos.grep_modprobe(s, a) or (2, "", "grep: k3rollout sim greps /etc/modprobe.d only\n"),
 }
 

@@ -450,6 +450,8 @@ def systemctl(state: dict[str, Any], args: list[str]) -> Out | None:
 
 
 def on_boot(state: dict[str, Any]) -> None:
+    if state["loaded_driver"]:
+        load_options(state)
     for u, s in services(state).items():
         ok = s["enabled"] and can_start(state, u)
         s["active"], s["failed"] = ok, s["enabled"] and not ok
@@ -489,6 +491,7 @@ def modprobe(state: dict[str, Any], args: list[str]) -> Out:
         if state["secure_boot"] and not state.get("module_signed", True):
             return 1, "", "modprobe: ERROR: could not insert 'nvidia': Key was rejected by service\n"
         state["loaded_driver"] = state["module_version"]
+        load_options(state)
         return 0, "", ""
     return 1, "", "modprobe: ERROR: k3rollout sim loads or removes nvidia only\n"
 
@@ -528,9 +531,8 @@ def grep_modprobe(state: dict[str, Any], args: list[str]) -> Out | None:
     return (0, "".join(o + "\n" for o in out), "") if out else (1, "", "")
 
 
-def proc_params(state: dict[str, Any]) -> Out:
-    if not state["loaded_driver"]:
-        return 1, "", "cat: /proc/driver/nvidia/params: No such file or directory\n"
+def module_options(state: dict[str, Any]) -> dict[str, str]:
+    """The nvidia module's options as /etc/modprobe.d sets them now (``options nvidia`` lines)."""
     opts = {}
     for text in state.get("modprobe_d", {}).values():
         for line in text.splitlines():
@@ -539,6 +541,20 @@ def proc_params(state: dict[str, Any]) -> Out:
                 for kv in parts[2:]:
                     k, _, v = kv.partition("=")
                     opts[k.removeprefix("NVreg_")] = v
+    return opts
+
+
+def load_options(state: dict[str, Any]) -> None:
+    """The module reads its options from /etc/modprobe.d when it loads (at boot, or
+    ``modprobe nvidia``); a file changed afterwards shows in /proc/driver/nvidia/params only
+    after the next load."""
+    state["loaded_options"] = module_options(state)
+
+
+def proc_params(state: dict[str, Any]) -> Out:
+    if not state["loaded_driver"]:
+        return 1, "", "cat: /proc/driver/nvidia/params: No such file or directory\n"
+    opts = state["loaded_options"] if "loaded_options" in state else module_options(state)
     base = {"ResmanDebugLevel": "4294967295", "RmLogonRC": "1", "ModifyDeviceFiles": "1", "DeviceFileUID": "0",
             "DeviceFileGID": "0", "DeviceFileMode": "438", "EnableMSI": "1", "EnableStreamMemOPs": "0",
             "EnableResizableBar": "0", "RegistryDwords": '""', "RmMsg": '""', "OpenRmEnableUnsupportedGpus": "1"}

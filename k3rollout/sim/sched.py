@@ -131,12 +131,17 @@ CLUSTER_NAME = "k3sim"
 
 
 def show_config() -> str:
-    """The head of ``scontrol show config`` as slurmctld 22.05/24.11 prints it."""
+    """The head of ``scontrol show config`` as slurmctld 22.05/24.11 prints it. The simulated
+    slurmctld runs in the simulating user's processes: that user is its SlurmUser, as for a
+    test slurmctld started by hand."""
+    import os
+
     return ("Configuration data as of 2026-12-03T02:00:00\n"
             "AccountingStorageType   = accounting_storage/none\n"
             f"ClusterName             = {CLUSTER_NAME}\n"
             "SLURM_VERSION           = 24.11.1\n"
-            "SlurmctldHost[0]        = ctl-01\n")
+            "SlurmctldHost[0]        = ctl-01\n"
+            f"SlurmUser               = {st_mod.session_user()}({os.geteuid()})\n")
 
 
 def reservation(root: Path, args: list[str]) -> Out:

@@ -48,6 +48,14 @@ GPU_OPERATOR_POOL_LABEL = "driver.config"
 
 
 
+def session_user() -> str:
+    """Who a simulated host's session (and the simulated slurmctld) runs as without sudo:
+    the simulating user, whose processes they are, as a test slurmctld started by hand is."""
+    import pwd
+
+    return pwd.getpwuid(os.geteuid()).pw_name
+
+
 def _site_module_options(hv: dict[str, Any]) -> dict[str, str]:
     """The site's own nvidia module options in /etc/modprobe.d/nvidia-k3.conf. A fresh driver
     sets none: /proc/driver/nvidia/params then reads ``EnableStreamMemOPs: 0`` and

@@ -175,7 +175,8 @@ def origins(run: Run, mgr: str, names: list[str]) -> dict[str, str | None]:
 def driver_rollback_facts(ctx: Any, f: dict[str, Any]) -> dict[str, Any]:
     """Baseline facts a driver rollback needs, beyond the package list: where each package
     came from, holds / version locks, the enabled DNF module stream, the module options in
-    /etc/modprobe.d, Secure Boot, and whether this is an NVSwitch system."""
+    /etc/modprobe.d (and the files that set the nvidia module's, whole), Secure Boot, and
+    whether this is an NVSwitch system."""
     from k3rollout.checks import parsers as ps
 
     def run(name: str, argv: list[str]) -> CommandResult:
@@ -201,6 +202,9 @@ def driver_rollback_facts(ctx: Any, f: dict[str, Any]) -> dict[str, Any]:
         out["driver_module_stream"] = module_stream(run)
     conf = run("modprobe-d", ["grep", "-rH", ".", "/etc/modprobe.d"])
     out["modprobe_d"] = ps.parse_modprobe_d(conf.stdout)
+    # the files that set the nvidia module's options, whole: the rollback writes back any
+    # that the change dropped or altered (a reinstall can purge them)
+    out["nvidia_options_files"] = ps.nvidia_options_files(conf.stdout)
     out.update(secure_boot(run))
     out["nvswitch"] = nvswitch(run)
     return out

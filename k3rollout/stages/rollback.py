@@ -71,6 +71,11 @@ def plan_rollback(playbook: Playbook, node: str, baseline: dict[str, Any], tvars
             if baseline.get("held_packages"):
                 # held / version-locked before the change: held again once restored
                 step["holds"] = list(baseline["held_packages"])
+            if baseline.get("nvidia_options_files"):
+                # the files that set the nvidia module's options (a site's, e.g. DeepEP's): a
+                # reinstall can drop them, and the restored module must load with them again
+                step["module_options"] = [{"file": f["file"], "content": f["content"]}
+                                          for f in baseline["nvidia_options_files"]]
             if not cmds:
                 step.setdefault("error", f"no `restore.{mgr}` steps in the driver_upgrade stage")
         elif action == "restore_serving_image":
@@ -106,6 +111,8 @@ def describe(step: dict) -> str:
         cmds = "; ".join(shlex.join(c) for c in step.get("commands", [])) or f"NONE ({step.get('error')})"
         if step.get("holds") and step.get("commands"):
             cmds += f"; hold again {', '.join(step['holds'])}"
+        if step.get("module_options") and step.get("commands"):
+            cmds += f"; write back {', '.join(f['file'] for f in step['module_options'])} as the baseline saw it"
         return (f"restore_driver to {step.get('to_version')}: {cmds}"
                 + ("; reboot; verify nvidia-smi and kernel module report " + str(step.get("to_version"))
                    if step.get("reboot") else ""))
@@ -213,7 +220,21 @@ def _restore_driver(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
         wanted = {p["name"]: p["version"] for p in step.get("packages", [])}
         if not wanted or packages_at(ctx, wanted):
             ok, why = _hold_again(ctx, step, mgr)
-            return ok, why or f"driver already at {want}: nothing to restore"
+            if not ok:
+                return ok, why
+            ok, why, restored = _restore_module_options(ctx, step)
+            if not ok:
+                return ok, why
+            if not restored:
+                return True, f"driver already at {want}: nothing to restore"
+            if step.get("reboot", True):
+                # the loaded module read its options before they were written back: it
+                # takes them at its next load
+                ok, why, _ = reboot_and_wait(ctx, "restore-reboot", float(step.get("reboot_timeout", 900)),
+                                             float(step.get("reboot_grace", 10)))
+                if not ok:
+                    return False, f"reboot after restoring {', '.join(restored)}: {why}"
+            return True, f"driver already at {want}; module options restored: {', '.join(restored)}"
     # a hold or version lock on what is installed now (the new driver's, put there by the
     # upgrade) would refuse the restore: released first, the baseline's put back after
     held = dn.holds(lambda name, argv: ctx.step(name, argv), mgr, name="rollback-holds")
@@ -233,6 +254,10 @@ def _restore_driver(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
     ok, why = _hold_again(ctx, step, mgr)
     if not ok:
         return False, why
+    # before the reboot: the restored module reads its options from /etc/modprobe.d as it loads
+    ok, why, restored = _restore_module_options(ctx, step)
+    if not ok:
+        return False, why
     if step.get("reboot", True):
         ok, why, _ = reboot_and_wait(ctx, "restore-reboot", float(step.get("reboot_timeout", 900)),
                                      float(step.get("reboot_grace", 10)))
@@ -241,7 +266,55 @@ def _restore_driver(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
     gpu = ctx.read_gpu()
     if gpu.get("driver_version") != want:
         return False, f"after restore nvidia-smi reports {gpu.get('driver_version')} ({gpu.get('gpu_error', '')})"
-    return True, f"driver restored to {want}"
+    also = f"; module options restored: {', '.join(restored)}" if restored else ""
+    return True, f"driver restored to {want}{also}"
+
+
+def _options_file_lines(text: str) -> list[str]:
+    # as the baseline's ``grep -rH .`` saw a file: its non-empty lines
+    return [line for line in text.splitlines() if line]
+
+
+def _read_options_file(ctx: NodeCtx, name: str, path: str) -> str | None:
+    res = ctx.step(name, ["cat", path])
+    return res.stdout if res.ok else None
+
+
+def _restore_module_options(ctx: NodeCtx, step: dict) -> tuple[bool, str, list[str]]:
+    """Write back each nvidia module options file the baseline recorded that is now missing
+    or different (a reinstall can purge it), and keep what was found and written as
+    evidence. Each write is a ``once`` step, settled after a crash by the file's content.
+    Returns (ok, why not, the files written back)."""
+    restored: list[str] = []
+    report: list[str] = []
+    for i, f in enumerate(step.get("module_options") or [], start=1):
+        path, content = f["file"], f["content"]
+        want = _options_file_lines(content)
+        name = f"module-options-restore-{i}"
+        found = _read_options_file(ctx, f"module-options-check-{i}", path)
+        intact = found is not None and _options_file_lines(found) == want
+        # started before a crash: replayed or settled by its probe below, never sent twice
+        earlier = ctx.runner.prior_meta(ctx, name) is not None
+        if intact and not earlier:
+            continue
+
+        def written(c: NodeCtx, meta: dict, p: str = path, n: int = i, w: list[str] = want) -> bool:
+            now = _read_options_file(c, f"module-options-probe-{n}", p)
+            return now is not None and _options_file_lines(now) == w
+
+        res = ctx.step(name, ["tee", path], stdin=content.encode(), once=True, probe=written, meta={"file": path})
+        if not res.ok:
+            return False, f"could not write back {path} (rc {res.rc}): {res.tail(300)}", restored
+        after = _read_options_file(ctx, f"module-options-verify-{i}", path)
+        if after is None or _options_file_lines(after) != want:
+            return False, f"wrote back {path}, but it does not read as the baseline recorded it", restored
+        restored.append(path)
+        was = "written back before an interruption" if intact else "missing" if found is None else "changed"
+        report.append(f"{path}: {was}; written back as the baseline recorded it\n"
+                      f"--- found ---\n{found or ''}--- written ---\n{content}")
+    if report:
+        ctx.evidence("module-options-restored", "\n".join(report))
+    return True, "", restored
 
 
 def _hold_again(ctx: NodeCtx, step: dict, mgr: str) -> tuple[bool, str]:

@@ -177,6 +177,10 @@ class SimExecutor:
         if argv and argv[0] == "scontrol":
             controller = {"name": "", "scheduler": {"kind": "slurm" if "slurm" in kinds else "none"}}
             rc, out, err = sched.scontrol(controller, list(argv[1:]), self.root / "_controller")
+        elif argv[:1] == ["id"]:
+            from k3rollout.sim.dispatch import id_command
+
+            rc, out, err = id_command(list(argv[1:]))      # the operator simulating the cluster
         else:
             rc, out, err = 127, "", f"{argv[0] if argv else ''}: command not found on the controller\n"
         return CommandResult("controller", tuple(argv), rc, out, err, time.monotonic() - started)

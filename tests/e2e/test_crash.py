@@ -642,3 +642,62 @@ def test_a_crash_in_a_rhel_module_switch_resumes_to_the_same_result(rhel_referen
         assert [c for c in got if c.startswith(kind)] == [c for c in rhel_reference["changes"] if c.startswith(kind)]
     assert [c for c in dict.fromkeys(got)] == [c for c in dict.fromkeys(rhel_reference["changes"])], label
     assert_reports_match_journal(run_dir)
+
+
+# ---------------------------------------------------------------- a crash while the rollback writes back module options
+
+OPTIONS = 'NVreg_EnableStreamMemOPs=1 NVreg_RegistryDwords="PeerMappingOverride=1;"'
+
+
+def options_scenario(base: Path) -> tuple[Path, Path]:
+    # the upgrade's reinstall drops the node's nvidia options file and CUDA fails on 580: the
+    # rollback writes the file back (a ``once`` step) before its reboot
+    inv = write_inventory(base / "inv", {"op-01": {"sim_nvidia_module_options": OPTIONS,
+                                                   "sim_faults": ["driver_params_lost", "cuda_init_fails"]}})
+    pb = write_playbook(base / "pb.yml", serial=1, min_serving=0, max_fail_percentage=100, reboot_grace=1)
+    data = yaml.safe_load(pb.read_text())
+    data[0]["stages"] = [s for s in data[0]["stages"] if s["stage"] in RHEL_STAGES]
+    pb.write_text(yaml.safe_dump(data, sort_keys=False))
+    return inv, pb
+
+
+def options_changes(run_dir: Path) -> list[str]:
+    return [c for c in commands(run_dir, "op-01") if c.startswith(("apt-get install", "tee ", "reboot"))]
+
+
+@pytest.fixture(scope="module")
+def options_reference(tmp_path_factory):
+    base = tmp_path_factory.mktemp("options-ref")
+    inv, pb = options_scenario(base)
+    run_dir = base / "run"
+    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
+            env={"K3ROLLOUT_LOCK_DIR": str(base / "locks")})
+    assert p.returncode == 0, p.stderr
+    assert result(run_dir)["nodes"]["op-01"]["final"] == "rolled_back"
+    records = journal(run_dir)
+    write = [r for r in records if r.get("key", "").endswith("/module-options-restore-1")]
+    assert [r["type"] for r in write] == ["step_started", "step_done"] and write[0]["once"]
+    return {"records": write, "outcome": outcome(run_dir), "changes": options_changes(run_dir),
+            "modprobe_d": sim_state(run_dir, "op-01")["modprobe_d"]}
+
+
+@pytest.mark.parametrize("mode,which", [("KILL", "step_started"), ("TEAR", "step_done")])
+def test_a_crash_while_the_rollback_writes_back_module_options_resumes_to_the_same_result(options_reference,
+                                                                                         tmp_path, mode, which):
+    seq = next(r["seq"] for r in options_reference["records"] if r["type"] == which)
+    inv, pb = options_scenario(tmp_path)
+    run_dir = tmp_path / "run"
+    locks = {"K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")}
+    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), env=locks, fault=(mode, seq))
+    assert p.returncode == -9, p.stderr[-500:]
+    r = cli("resume", str(run_dir), env=locks)
+    assert r.returncode == 0, r.stderr[-800:]
+    assert outcome(run_dir) == options_reference["outcome"]
+    assert sim_state(run_dir, "op-01")["modprobe_d"] == options_reference["modprobe_d"]
+    # written once (a write cut off before it ran is sent on resume; one that ran is settled
+    # by the file's content, never sent again), and before the restore's reboot
+    assert options_changes(run_dir) == options_reference["changes"]
+    settled = [x for x in journal(run_dir) if x["type"] == "step_settled"
+               and x["key"].endswith("/module-options-restore-1")]
+    assert [x["took_effect"] for x in settled] == ([True] if mode == "TEAR" else [False])
+    assert_reports_match_journal(run_dir)

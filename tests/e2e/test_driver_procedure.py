@@ -237,6 +237,21 @@ def test_gpu_services_hold_the_module_until_stopped(node):
     assert sh(d, "nvidia-smi").rc == 9
 
 
+def test_the_module_reads_its_modprobe_options_when_it_loads(node):
+    d = node()
+    def params():
+        return parsers.parse_nvidia_params(sh(d, "cat", "/proc/driver/nvidia/params").stdout)
+    assert params()["EnableStreamMemOPs"] == "0"            # a fresh driver's default
+    w = dispatch(d, ["tee", "/etc/modprobe.d/nvidia-k3.conf"], b"options nvidia NVreg_EnableStreamMemOPs=1\n")
+    assert (w.rc, w.stdout) == (0, "options nvidia NVreg_EnableStreamMemOPs=1\n")
+    assert sh(d, "cat", "/etc/modprobe.d/nvidia-k3.conf").stdout == "options nvidia NVreg_EnableStreamMemOPs=1\n"
+    assert "nvidia-k3.conf" in sh(d, "ls", "/etc/modprobe.d").stdout.split()
+    assert params()["EnableStreamMemOPs"] == "0"            # the loaded module read its options already
+    sh(d, "reboot")
+    time.sleep(0.1)
+    assert params()["EnableStreamMemOPs"] == "1"
+
+
 def test_secure_boot_rejects_an_unsigned_dkms_module(node):
     d = node(sim_secure_boot=True)
     assert sh(d, "mokutil", "--sb-state").stdout == "SecureBoot enabled\n"
@@ -355,6 +370,70 @@ def test_rollback_restores_every_package_exactly_on_each_path(tmp_path):
     release = next(i for i, x in enumerate(rcmds) if i > relock and x.startswith("dnf versionlock delete"))
     assert "nvidia-driver" in rcmds[release].split()
     assert release < last_install < rcmds.index("dnf versionlock add nvidia-driver", last_install)
+
+
+DEEPEP_OPTIONS = 'NVreg_EnableStreamMemOPs=1 NVreg_RegistryDwords="PeerMappingOverride=1;"'
+K3_CONF = "/etc/modprobe.d/nvidia-k3.conf"
+
+
+def test_rollback_writes_back_the_nvidia_module_options_the_reinstall_dropped_on_each_path(tmp_path):
+    # the upgrade's reinstall drops the site's nvidia options (driver_params_lost) and CUDA then
+    # fails: the rollback writes the file back before its reboot, so the restored module loads
+    # with the baseline's options; a node without such a file gets none written
+    lost = {"sim_nvidia_module_options": DEEPEP_OPTIONS, "sim_faults": ["driver_params_lost", "cuda_init_fails"]}
+    hosts = {"deb": dict(lost), "rhel": {"ansible_os_family": "RedHat", **lost},
+             "plain": {"sim_faults": ["cuda_init_fails"]}}
+    code, run_dir = go(tmp_path, hosts)
+    r = result(run_dir)
+    assert {v["final"] for v in r["nodes"].values()} == {"rolled_back"}, (code, r)
+    facts = {(x["node"], x["stage"]): x["facts"] for x in journal(run_dir) if x["type"] == "facts"}
+    plans = {x["node"]: x for x in journal(run_dir) if x["type"] == "rollback_plan"}
+    done = {x["node"]: {a["action"]: a for a in x["results"]} for x in journal(run_dir) if x["type"] == "rollback_done"}
+    for n in ("deb", "rhel"):
+        # the upgrade lost them: the module it loaded ran on the driver's defaults
+        assert facts[(n, "driver_upgrade")]["nvidia_params"]["EnableStreamMemOPs"] == "0", n
+        st = sim_state(run_dir, n)
+        assert st["modprobe_d"][K3_CONF] == f"options nvidia {DEEPEP_OPTIONS}\n", n
+        params = parsers.parse_nvidia_params(dispatch(run_dir / "sim-hosts" / n,
+                                                      ["cat", "/proc/driver/nvidia/params"]).stdout)
+        assert (params["EnableStreamMemOPs"], params["RegistryDwords"]) == ("1", "PeerMappingOverride=1;"), n
+        # only the file that sets the nvidia module's options: the driver package's own
+        # (options nvidia-drm) is the restored package's to put back
+        restore = next(s for s in plans[n]["steps"] if s["action"] == "restore_driver")
+        assert [f["file"] for f in restore["module_options"]] == [K3_CONF], n
+        assert f"write back {K3_CONF} as the baseline saw it" in " ".join(plans[n]["described"]), n
+        assert done[n]["restore_driver"]["detail"] == f"driver restored to 575.57.08; module options restored: {K3_CONF}"
+        cmds = commands(run_dir, n)
+        writes = [i for i, c in enumerate(cmds) if c.startswith("tee ")]
+        assert [cmds[i] for i in writes] == [f"tee {K3_CONF}"], n
+        # after the restore's package install, before the reboot that loads the module
+        install = "apt-get install" if n == "deb" else "dnf install"
+        assert max(i for i, c in enumerate(cmds) if c.startswith(install)) < writes[0] < \
+            max(i for i, c in enumerate(cmds) if c == "reboot"), n
+        ev = sorted((run_dir / "evidence" / n).glob("*rollback*/module-options-restored.txt"))
+        assert len(ev) == 1, n
+        text = ev[0].read_text()
+        assert text.startswith(f"{K3_CONF}: missing; written back as the baseline recorded it") and DEEPEP_OPTIONS in text
+    assert "module_options" not in next(s for s in plans["plain"]["steps"] if s["action"] == "restore_driver")
+    assert not any(c.startswith("tee ") for c in commands(run_dir, "plain"))
+    assert done["plain"]["restore_driver"]["detail"] == "driver restored to 575.57.08"
+
+
+def test_behind_sshd_tee_writes_the_simulated_hosts_modprobe_d_not_this_machines(node):
+    """Behind a real sshd the simulator runs as plain executables: a ``tee`` into
+    /etc/modprobe.d is the simulated host's (as the rollback writes it), never this machine's."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    d = node()
+    real = Path("/etc/modprobe.d/nvidia-k3-sim-test.conf")
+    p = subprocess.run([sys.executable, "-m", "k3rollout.sim", "tee", str(real)], input=b"options nvidia X=1\n",
+                       capture_output=True, env={**os.environ, "K3SIM_STATE": str(d)}, timeout=60)
+    assert (p.returncode, p.stdout) == (0, b"options nvidia X=1\n"), p.stderr
+    assert json.loads((d / "state.json").read_text())["modprobe_d"][str(real)] == "options nvidia X=1\n"
+    assert not real.exists()
 
 
 def test_install_without_the_fabric_manager_fails_the_driver_stage_and_rolls_back(tmp_path):

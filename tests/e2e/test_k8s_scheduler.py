@@ -11,14 +11,23 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 import yaml
-from support import api_changes, cli, commands, journal, result, sim_state, write_inventory, write_playbook
+from support import (
+    api_changes,
+    cli,
+    commands,
+    journal,
+    race_for_lock,
+    result,
+    sim_state,
+    write_inventory,
+    write_playbook,
+)
 
 from k3rollout.cli import main
 from k3rollout.errors import LockHeld
@@ -136,29 +145,12 @@ def targets(cfg: Path) -> dict:
 
 def test_two_runs_racing_for_the_lease_exactly_one_wins(api_server):
     _, cfg = api_server
-    won, refused = [], []
-    barrier = threading.Barrier(2)
-
-    def go(run_id: str) -> None:
-        leases = ClusterLeases(targets(cfg), run_id)
-        barrier.wait()
-        try:
-            leases.acquire()
-            won.append(leases)
-        except LockHeld as exc:
-            refused.append(str(exc))
-
-    threads = [threading.Thread(target=go, args=(f"run-{i}",)) for i in (1, 2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(won) == 1 and len(refused) == 1, (won, refused)
-    holder = won[0].holder
-    assert holder in refused[0] and "kubectl -n kube-system delete lease k3rollout" in refused[0]
+    won, refused = race_for_lock(*(lambda i=i: ClusterLeases(targets(cfg), f"run-{i}") for i in (1, 2)))
+    holder = won.holder
+    assert holder in refused and "kubectl -n kube-system delete lease k3rollout" in refused
     api = KubernetesApi(str(cfg))
     assert api.lease("kube-system", "k3rollout").holder == holder
-    won[0].release()
+    won.release()
     assert api.lease("kube-system", "k3rollout") is None
     api.close()
 

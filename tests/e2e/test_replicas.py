@@ -189,6 +189,15 @@ def test_a_failed_node_takes_its_whole_replica_back_and_is_named(tmp_path):
     assert r["nodes"]["gpu-01"]["final"] == "rolled_back"
     assert r["nodes"]["gpu-01"]["reason"].startswith("replica rack-a/1 is not serving: gpu-02 failed at cuda_check")
     assert {r["nodes"][n]["final"] for n in ("gpu-03", "gpu-04")} == {"upgraded"}
+    # its triage is gpu-02's (CUDA init failed: the container path), naming gpu-02, not "other"
+    # for the replica's refusal to launch
+    assert (r["nodes"]["gpu-02"]["triage"], r["nodes"]["gpu-01"]["triage"]) == ("container_runtime",) * 2
+    triage = {e["node"]: e for e in journal(run_dir) if e["type"] == "triage"}
+    assert triage["gpu-01"]["caused_by"] == "gpu-02" and "caused_by" not in triage["gpu-02"]
+    assert triage["gpu-01"]["reasons"][0] == "caused by gpu-02: replica rack-a/1 is rolled back whole"
+    assert triage["gpu-01"]["evidence"] == triage["gpu-02"]["evidence"] != []
+    assert triage["gpu-01"]["next_steps"] == triage["gpu-02"]["next_steps"]
+    assert "caused by gpu-02: replica rack-a/1 is rolled back whole" in (run_dir / "report.md").read_text()
     # result.json names each node's replica, and what became of each replica and why
     assert {n: r["nodes"][n]["replica"] for n in r["nodes"]} == {
         "gpu-01": "rack-a/1", "gpu-02": "rack-a/1", "gpu-03": "rack-a/2", "gpu-04": "rack-a/2"}
@@ -212,6 +221,25 @@ def test_a_failed_node_takes_its_whole_replica_back_and_is_named(tmp_path):
                 if e["type"] == "facts" and e["node"] == "gpu-04" and "agent_flow" in e.get("facts", {}))
     assert {m: (v["tool_turns"], v["schema_accuracy"], v["passed"]) for m, v in flow.items()} == {
         "non_stream": (3, 1.0, True), "stream": (3, 1.0, True)}
+
+
+def test_a_node_whose_replica_peer_fails_after_its_own_stages_carries_the_peers_triage(tmp_path):
+    from support import journal, result
+
+    # gpu-02 has no RDMA device: the replica served, then the cross-node test fails gpu-02 alone;
+    # gpu-01 passed every stage and is rolled back at the replica check before its uncordon
+    hosts = {f"gpu-{i:02d}": {**H200, "rack": "a"} for i in range(1, 3)}
+    hosts["gpu-02"]["sim_faults"] = ["rdma_missing"]
+    invp = write_inventory(tmp_path / "inv", hosts)
+    pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=1, max_fail_percentage=100, min_serving=0)
+    run_dir = tmp_path / "run"
+    assert main(["run", str(pb), "-i", str(invp), "--yes", "--run-dir", str(run_dir)]) == 0
+    r = result(run_dir)
+    assert {n: (v["final"], v["failed_stage"], v["triage"]) for n, v in r["nodes"].items()} == {
+        "gpu-01": ("rolled_back", "uncordon", "communication"), "gpu-02": ("rolled_back", "multinode", "communication")}
+    tri = next(e for e in journal(run_dir) if e["type"] == "triage" and e["node"] == "gpu-01")
+    assert (tri["stage"], tri["caused_by"]) == ("uncordon", "gpu-02")
+    assert tri["reasons"][0] == "caused by gpu-02: replica rack-a/1 is rolled back whole"
 
 
 def test_a_multi_node_replica_is_served_once_from_its_head(tmp_path):
@@ -383,6 +411,12 @@ def test_driver_module_parameters_deepep_needs_are_checked_after_the_upgrade(tmp
     assert "missing on gpu-04 (PeerMappingOverride=1)" in r["nodes"]["gpu-03"]["reason"]
     # no server was started on a replica whose driver cannot run its backend
     assert not any(c.startswith("docker run") and "k3rollout-smoke" in c for c in commands(run_dir, "gpu-01"))
+    # the rollback wrote gpu-02's options back before its reboot: the restored driver loaded with them
+    from k3rollout.checks.parsers import parse_nvidia_params
+    from k3rollout.sim.dispatch import dispatch
+
+    params = parse_nvidia_params(dispatch(run_dir / "sim-hosts" / "gpu-02", ["cat", "/proc/driver/nvidia/params"]).stdout)
+    assert (params["EnableStreamMemOPs"], params["RegistryDwords"]) == ("1", "PeerMappingOverride=1;")
 
 
 # ---- the communication gate proves the fast path ----

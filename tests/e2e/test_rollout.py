@@ -52,6 +52,7 @@ def test_demo_rollout_upgrades_all_but_the_faulty_node_and_rolls_it_back(tmp_pat
     a07 = r["nodes"]["gpu-a07"]
     assert (a07["final"], a07["failed_stage"], a07["driver_after"]) == ("rolled_back", "vllm_smoke", "575.57.08")
     assert a07["reason"].startswith("replica rack-a/4 is not serving: gpu-a08 failed at cuda_check")
+    assert a07["triage"] == "container_runtime"          # gpu-a08's, which caused it
     assert (r["replicas"]["rack-a/4"]["final"], r["replicas"]["rack-a/4"]["caused_by"]) == ("rolled_back", "gpu-a08")
     assert {k: v["final"] for k, v in r["replicas"].items() if k != "rack-a/4"} == dict.fromkeys(
         [f"rack-a/{i}" for i in (1, 2, 3)] + [f"rack-b/{i}" for i in range(1, 9)], "serving")

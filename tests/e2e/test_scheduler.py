@@ -95,6 +95,27 @@ def test_slurm_operations_run_on_the_named_scheduler_host_and_wait_for_drained(t
     assert "# host=slurm-ctl " in next(evidence).read_text()
 
 
+def test_check_access_asks_the_simulated_slurm_controller_where_scontrol_runs(tmp_path, capsys):
+    """The simulated slurmctld runs as the simulating user (its SlurmUser), and a simulated
+    host's session is that user, root under sudo: the reservation right holds on either place."""
+    import os
+    import pwd
+
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    d = init_cluster(tmp_path / "hosts", {"h": {"scheduler": "slurm"}})["h"]
+    assert sh(d, "id", "-un").stdout == f"{me}\n"
+    assert sh(d, "sudo", "-n", "--", "id", "-un").stdout == "root\n"
+    assert sh(d, "sudo", "-n", "-u", "slurm", "--", "id", "-un").stdout == "slurm\n"
+    assert f"SlurmUser               = {me}({os.geteuid()})\n" in sh(d, "scontrol", "show", "config").stdout
+    pb = write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0)
+    for controller, where in ((True, "slurm-ctl"), (False, "the controller")):
+        inv = slurm_inventory(tmp_path / where.replace(" ", "-"), {"gpu-01": {}}, controller=controller)
+        assert main(["plan", str(pb), "-i", str(inv), "--check-access"]) == 0
+        out = capsys.readouterr().out
+        assert "Slurm reservations (1 nodes): ok" in out
+        assert f"scontrol on {where} runs as {me} (" in out and "k3rollout-lock.k3sim (the cluster lock)" in out
+
+
 def test_without_a_scheduler_host_the_simulated_controller_answers_scontrol(tmp_path):
     """scontrol runs on the controller by default; on a simulated cluster that is the sim's
     controller (it answers for every node, as slurmctld does), never the node itself and

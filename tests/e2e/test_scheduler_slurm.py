@@ -5,12 +5,23 @@ DRAINED before it touches the driver. ``scontrol`` runs on the controller, never
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import datetime
 from pathlib import Path
 
 import pytest
-from support import cli, commands, journal, journal_so_far, result, sim_state, write_inventory, write_playbook
+from support import (
+    cli,
+    commands,
+    journal,
+    journal_so_far,
+    race_for_lock,
+    result,
+    sim_state,
+    write_inventory,
+    write_playbook,
+)
 
 from k3rollout.checks import parsers
 from k3rollout.cli import main
@@ -231,31 +242,71 @@ def test_a_stale_slurm_lock_is_reported_never_taken_and_unlock_takes_it_over(tmp
 
 
 def test_two_runs_racing_for_the_slurm_lock_exactly_one_wins(tmp_path, slurm_cluster):
-    import threading
-
-    from k3rollout.errors import LockHeld
     from k3rollout.scheduler.cluster_lock import SlurmLock, me
 
     slurm = slurm_cluster(["gpu-01", "gpu-02"])
-    won, refused = [], []
-    barrier = threading.Barrier(2)
-
-    def go(i: int) -> None:
-        lock = SlurmLock(None, "controller", f"gpu-0{i}", None, me(str(tmp_path / f"run-{i}"), "t0", f"id-{i}"))
-        barrier.wait()
-        try:
-            lock.acquire()
-            won.append(lock)
-        except LockHeld as exc:
-            refused.append(str(exc))
-
-    threads = [threading.Thread(target=go, args=(i,)) for i in (1, 2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(won) == 1 and len(refused) == 1, (won, refused)
-    assert "k3rollout-lock.k3test" in refused[0] and won[0].info["run_dir"] in refused[0] \
-        or "names no holder" in refused[0]
-    won[0].release()
+    won, refused = race_for_lock(*(lambda i=i: SlurmLock(None, "controller", f"gpu-0{i}", None,
+                                                          me(str(tmp_path / f"run-{i}"), "t0", f"id-{i}"))
+                                   for i in (1, 2)))
+    assert "k3rollout-lock.k3test" in refused and won.info["run_dir"] in refused or "names no holder" in refused
+    won.release()
     assert reservations(slurm) == []
+
+
+def _scontrol_as(tmp_path: Path, user: str) -> dict[str, str]:
+    """An environment whose controller-side ``scontrol``, ``sacctmgr`` and ``id`` run as
+    ``user`` (an operator without root on the controller), through wrappers first on PATH."""
+    import os
+    import shutil
+
+    d = tmp_path / f"as-{user}"
+    d.mkdir()
+    for prog in ("scontrol", "sacctmgr", "id"):
+        real = shutil.which(prog) or f"/usr/bin/{prog}"
+        (d / prog).write_text(f'#!/bin/sh\nexec setpriv --reuid={user} --regid=nogroup --clear-groups {real} "$@"\n')
+        (d / prog).chmod(0o755)
+    return {"PATH": f"{d}:{os.environ['PATH']}"}
+
+
+def test_check_access_and_preflight_name_a_user_who_may_not_create_the_lock_reservation(tmp_path, slurm_cluster):
+    import os
+    import subprocess
+
+    slurm = slurm_cluster(["gpu-01"])
+    # the cluster's files readable by another user (slurm.conf, the munge socket), the key not
+    os.chmod(slurm.root, 0o711)
+    os.chmod(slurm.root / "munge", 0o711)
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}}, {"scheduler": "slurm"})
+    pb = playbook(tmp_path)
+    # root (the test cluster's SlurmUser too) may create the reservation the lock is
+    p = cli("plan", str(pb), "-i", str(inv), "--check-access")
+    assert p.returncode == 0, p.stderr
+    assert "Slurm reservations (1 nodes): ok" in p.stdout
+    assert ("yes create reservation (the cluster lock): scontrol on the controller runs as root (root): it may create "
+            "the reservation k3rollout-lock.k3test (the cluster lock)") in p.stdout
+    # an operator whose scontrol runs as nobody: slurmctld refuses its reservation ...
+    nobody = _scontrol_as(tmp_path, "nobody")
+    env = {**os.environ, **nobody}
+    made = subprocess.run(["scontrol", "create", "reservation", "ReservationName=probe", "Nodes=gpu-01",
+                           "StartTime=now+3650days", "Duration=1", "Users=root", "Flags=OVERLAP"],
+                          capture_output=True, text=True, env=env)
+    assert made.returncode == 1 and "Invalid user id" in made.stderr
+    assert subprocess.run(["id", "-un"], capture_output=True, text=True, env=env).stdout == "nobody\n"
+    # ... and the read-only check says so before the run, naming who, what and how
+    why = ("scontrol on the controller runs as nobody, who may not create Slurm reservations (slurmctld allows root, "
+           "its SlurmUser root and users with AdminLevel Operator or Administrator; nobody has no AdminLevel: "
+           "accounting is not in slurmdbd). The run's cluster lock is the reservation k3rollout-lock.k3test: run "
+           "k3rollout as root, or grant it: sacctmgr modify user nobody set AdminLevel=Operator")
+    p = cli("plan", str(pb), "-i", str(inv), "--check-access", env=nobody)
+    assert p.returncode == 2, p.stderr
+    assert "Slurm reservations (1 nodes): MISSING RIGHTS" in p.stdout and "NO  create reservation" in p.stdout
+    assert f"error: {why}" in p.stderr
+    # the preflight (and so `run`) fails on the controller with the same words, before any change
+    r = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(tmp_path / "run"), env=nobody)
+    assert r.returncode == 1, r.stderr
+    assert "controller: FAIL" in r.stderr and why in r.stderr
+    pre = json.loads(next((tmp_path / "run").glob("**/preflight.json")).read_text())
+    assert pre["controller"]["ok"] is False
+    assert pre["controller"]["slurm_access"][0] | {"detail": why} == {
+        "where": "controller", "ok": False, "user": "nobody", "slurm_user": "root", "detail": why, "nodes": ["gpu-01"]}
+    assert reservations(slurm) == [] and "DRAIN" not in slurm.state("gpu-01")

@@ -15,7 +15,10 @@ import os
 import re
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -186,3 +189,32 @@ def host_timeline(run_dir: Path, host: str) -> list[str]:
                 if re.fullmatch(r"\d+\.\d+", ts):        # (a command's quoted newline continues a line)
                     lines.append((float(ts), cmd))
     return [c for _, c in sorted(lines, key=lambda x: x[0])]
+
+
+def race_for_lock(*makers: Callable[[], Any], timeout: float = 120.0) -> tuple[Any, str]:
+    """Runs racing for one cluster lock: each maker builds its run's lock (its own executor
+    or client, as another controller would), then a barrier lets every lock call
+    ``acquire()`` at once, each in a thread of its own, and exactly one must win. Returns the
+    winner (to check and release) and the refusal (``LockHeld``'s message) of the other. An
+    error that is not a refusal fails the test with its traceback."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from k3rollout.errors import LockHeld
+
+    locks = [make() for make in makers]
+    barrier = threading.Barrier(len(locks), timeout=timeout)
+
+    def go(lock: Any) -> tuple[Any, str | None]:
+        barrier.wait()
+        try:
+            lock.acquire()
+        except LockHeld as exc:
+            return None, str(exc)
+        return lock, None
+
+    with ThreadPoolExecutor(max_workers=len(locks)) as pool:
+        outcomes = [f.result() for f in [pool.submit(go, lock) for lock in locks]]
+    won = [lock for lock, _ in outcomes if lock is not None]
+    refused = [why for _, why in outcomes if why is not None]
+    assert len(won) == 1 and len(refused) == len(locks) - 1, (won, refused)
+    return won[0], refused[0]

@@ -40,6 +40,7 @@ PARSERS = {
     "mokutil_sb_state": p.parse_mokutil_sb_state,
     "nvidia_params": p.parse_nvidia_params,
     "modprobe_d": p.parse_modprobe_d,
+    "nvidia_options_files": p.nvidia_options_files,
     "nccl_tests": p.parse_nccl_tests,
     "vllm_metrics": p.parse_vllm_metrics,         # the reply to GET /metrics from the node's server
 }

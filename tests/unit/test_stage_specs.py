@@ -13,6 +13,7 @@ import types
 
 import pytest
 
+from k3rollout.checks import triage
 from k3rollout.engine import states
 from k3rollout.engine.states import AFTER_CHANGE_STATES, STAGE_STATE, STATE_STAGE, Event, NodeState, build_table
 from k3rollout.model import playbook
@@ -58,6 +59,12 @@ def test_the_derived_tables_are_the_tables_they_replaced():
     # the runner's "stopped mid-stage after the cordon": every stage but baseline and cordon
     assert {STATE_STAGE[s] for s in AFTER_CHANGE_STATES} == set(playbook.STAGE_ORDER) - {"baseline", "cordon"}
     assert playbook.STAGE_TABLES.image_stages == frozenset({"cuda_check", "vllm_smoke", "features"})
+    # triage's step-3 stages (the literal LOAD_STAGES it kept), from the declarations
+    assert playbook.STAGE_TABLES.load_stages == frozenset({"vllm_smoke", "features"})
+    assert triage.LOAD_STAGES is playbook.STAGE_TABLES.load_stages
+    assert triage.STAGE_PRIOR == {"cuda_check": {"driver_incompatible": 0.75, "container_runtime": 0.75},
+                                  "vllm_smoke": {"model_load_capacity": 0.75},
+                                  "features": {"model_load_capacity": 0.75}, "multinode": {"communication": 1.0}}
     assert RUNBOOK_FILES == {"baseline": "01-baseline.md", "cordon": "02-cordon.md",
                              "driver_upgrade": "03-driver-upgrade.md", "cuda_check": "04-cuda-check.md",
                              "vllm_smoke": "05-vllm-smoke.md", "features": "06-features-multinode.md",
@@ -85,7 +92,12 @@ class DummyParams(playbook.CordonParams):
 
 
 DUMMY = StageKind("dummy_check", scope="batch", params=DummyParams, destructive=True, state="dummy-check-required",
-                  runbook="09-dummy.md", estimate_s=42, undone_by=("undo_dummy",), runs_image=True)
+                  runbook="09-dummy.md", estimate_s=42, undone_by=("undo_dummy",), runs_image=True,
+                  loads_model=True)
+
+
+def real_load_stages() -> frozenset[str]:
+    return playbook.STAGE_TABLES.load_stages
 
 
 def _dummy_group(ctx, nodes):
@@ -100,6 +112,7 @@ def test_a_new_declaration_and_spec_is_all_a_new_stage_takes(monkeypatch):
     assert "dummy_check" in t.destructive and "dummy_check" in t.batch_scoped
     assert "dummy_check" not in t.replica_scoped
     assert "dummy_check" in t.image_stages and "dummy_check" in t.after_change
+    assert "dummy_check" in t.load_stages and t.load_stages - {"dummy_check"} == real_load_stages()
     assert t.params["dummy_check"] is DummyParams
     assert t.states["dummy_check"] == "dummy-check-required"
     assert t.runbooks["dummy_check"] == "09-dummy.md"

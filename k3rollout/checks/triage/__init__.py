@@ -24,6 +24,7 @@ from typing import Any
 
 from k3rollout.checks.cuda_table import compat_verdict
 from k3rollout.checks.triage.signals import FAMILIES, SIGNALS, Signal
+from k3rollout.model.playbook import STAGE_TABLES
 
 CATEGORIES = ("driver_incompatible", "container_runtime", "model_load_capacity", "communication", "other")
 TREE = CATEGORIES[:4]
@@ -87,15 +88,15 @@ NEXT_STEPS = {
 }
 
 # The stage that failed, as evidence: which tree steps it can reach. A cuda_check failure is
-# steps 1-2 by construction; vllm_smoke/features run after CUDA init, so step 3 leads; the
+# steps 1-2 by construction; the stages that load the model (vllm_smoke, features: declared
+# with loads_model in model/playbook.py's STAGE_KINDS) run after CUDA init, so step 3 leads; the
 # multinode stage is where step 4 shows. 1.0 is "supports", never "decides" (MIN_SCORE is 1.5).
-LOAD_STAGES = frozenset({"vllm_smoke", "features"})
+LOAD_STAGES = STAGE_TABLES.load_stages
 # driver_upgrade is not here on purpose: a failed package install is not the tree's step 1 (an
 # NVML/kernel mismatch after it is, and its signal says so).
 STAGE_PRIOR: dict[str, dict[str, float]] = {
     "cuda_check": {"driver_incompatible": 0.75, "container_runtime": 0.75},
-    "vllm_smoke": {"model_load_capacity": 0.75},
-    "features": {"model_load_capacity": 0.75},
+    **{kind: {"model_load_capacity": 0.75} for kind in STAGE_TABLES.order if kind in LOAD_STAGES},
     "multinode": {"communication": 1.0},
 }
 
@@ -126,6 +127,8 @@ class Triage:
     scores: dict[str, float] = field(default_factory=dict)
     candidates: list[str] = field(default_factory=list)
     hits: list[Hit] = field(default_factory=list)
+    # the node whose failure this one's is (a replica is rolled back whole): its category
+    caused_by: str | None = None
 
     def to_dict(self, file: str | None = None) -> dict[str, Any]:
         d: dict[str, Any] = {"category": self.category, "evidence": self.evidence, "reasons": self.reasons,
@@ -133,6 +136,8 @@ class Triage:
                              "runner_up": self.runner_up, "scores": self.scores}
         if self.candidates:
             d["candidates"] = self.candidates
+        if self.caused_by:
+            d["caused_by"] = self.caused_by
         # the scoring behind the decision (what `triage --explain` prints), strongest first, capped
         # so that a log repeating one line a thousand times keeps the record small
         d["contributions"] = [h.to_dict() for h in sorted(self.hits, key=lambda h: -abs(h.weight))[:MAX_CONTRIBUTIONS]]
@@ -155,6 +160,22 @@ class Triage:
             if h.line:
                 out.append(f"      > {h.line[:200]}")
         return "\n".join(out) + "\n"
+
+
+def caused_by(peer: Mapping[str, Any], culprit: str, replica: str | None = None) -> Triage:
+    """The triage of a node that failed only because another node of its replica did (a
+    replica serves whole or not at all, so it is rolled back with that node): the culprit's
+    category, evidence and next steps, with a reason naming the culprit. Its own log (the
+    replica's refusal to launch) says nothing about the cause; classified alone it reads
+    ``other``."""
+    category = str(peer.get("category") or "other")
+    why = f"caused by {culprit}" + (f": replica {replica} is rolled back whole" if replica else "")
+    return Triage(category, evidence=list(peer.get("evidence") or []),
+                  reasons=[why, *(r for r in peer.get("reasons") or [] if r != why)],
+                  next_steps=list(peer.get("next_steps") or NEXT_STEPS.get(category, NEXT_STEPS["other"])),
+                  confidence=float(peer.get("confidence") or 0.0), runner_up=peer.get("runner_up"),
+                  scores=dict(peer.get("scores") or {}), candidates=list(peer.get("candidates") or []),
+                  caused_by=culprit)
 
 
 def _level(line: str) -> str:
