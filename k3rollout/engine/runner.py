@@ -128,6 +128,9 @@ class Engine(GateMixin, StepRunnerMixin):
         self._param_templates: dict[int, tuple[dict, list[str]]] = {}   # stage parameters: dump, templated keys
         self._rejected: tuple[str, str] | None = None   # (rejected|window, why) a gate stopped the rollout
         self.rollback_halt: str | None = None      # why an operator rollback stopped short (capacity)
+        # called on a node's walk right before its cordon; False holds the node there (not out of
+        # service, nothing changed). The sliding window waits in it for a slot and the floor.
+        self.before_cordon: Callable[[str], bool] | None = None
 
     def close(self) -> None:
         """Release the transports: SSH connections, the HTTP pool, the simulated network."""
@@ -285,6 +288,8 @@ class Engine(GateMixin, StepRunnerMixin):
                 return                      # served once for the whole replica (run_replica_stage)
             if kind == "uncordon" and self.view.plan.get("replicas") and node not in self._replica_released:
                 return                      # a replica returns to service whole, or not at all
+            if kind == "cordon" and self.before_cordon is not None and not self.before_cordon(node):
+                return                      # held before its cordon (engine/window.py)
             stage = self.stages[self.kinds.index(kind)]
             out = self.run_stage(node, stage)
             if out.inconclusive and not out.passed:

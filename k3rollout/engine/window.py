@@ -16,21 +16,34 @@ as soon as another finishes, while
   them failed, no further node starts; those in flight finish (or roll back). A rollback
   that fails stops new starts at once. ``failure_budget`` stays rollout-wide, as before.
 
+A node counts against ``max_unavailable`` and the floor from its cordon on, not before:
+its stages before the cordon (baseline ...) change nothing and run while it still serves,
+so a node walks them ahead of a free slot and waits right before its cordon
+(``Engine.before_cordon``) until a slot is free and taking it out keeps the floor, checked
+there against every node already out of service. The cut-off, ``max_fail_percentage`` and
+``failure_budget`` are checked again at that point; a node held there when new starts stop
+stays in service, nothing changed (``cordon-required``). Besides one per free slot, at most
+:func:`lookahead` nodes walk ahead at once, so one is ready when a slot frees and none waits
+long on a baseline that ages. ``max_fail_percentage`` counts a node from its cordon on (or
+from its end, if it failed before it).
+
 Each node runs through ``Engine.run_batch([node], idx)``: its stages, the batch-scoped
 multinode stage on its own, and its rollback if it fails, all journaled as for a batch.
 The window is one batch in the plan and the journal (``batch_started``/``batch_done``), so
-``resume`` continues it: nodes already done are left alone, pending ones start again under
-the same rules. Stage ``pause`` gates need a batch to wait in; a play with a window
-refuses them (model/playbook.py).
+``resume`` continues it: nodes already done are left alone; a node whose cordon had
+started takes its slot again at once (it is out of service already); the others start
+again under the same rules, and wait before their cordon as above. Stage ``pause`` gates
+need a batch to wait in; a play with a window refuses them (model/playbook.py).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from k3rollout.engine.states import NodeState
+from k3rollout.engine.states import STAGE_STATE, NodeState
 
 TERMINAL = {NodeState.UPGRADE_DONE.value, NodeState.SKIPPED.value, NodeState.ROLLED_BACK.value,
             NodeState.ROLLBACK_FAILED.value, NodeState.FAILED.value}
@@ -52,40 +65,159 @@ def _failing(engine: Any, started: list[str], last_n: int, pct: float) -> str | 
     return None
 
 
+def lookahead(engine: Any, k: int) -> int:
+    """How many nodes may walk their in-service stages ahead of a free slot (besides one
+    per free slot): enough that one is ready each time a slot frees, and no more."""
+    kinds = [s.stage for s in engine.stages]
+    if "cordon" not in kinds:
+        return 1
+    i = kinds.index("cordon")
+    lead = sum(float(s.estimate_s) for s in engine.stages[:i])
+    out = sum(float(s.estimate_s) for s in engine.stages[i:]) or 1.0
+    return min(k, math.ceil(k * lead / out) + 1)
+
+
+def went_out(engine: Any, node: str) -> bool:
+    """Whether the node's cordon has started (in this run): from then on it is out of service,
+    or may be, and holds a slot until it is done."""
+    v = engine.view.node(node)
+    if v.state in TERMINAL or v.state == NodeState.PENDING.value:
+        return False
+    kinds = list(engine.kinds)
+    before = {STAGE_STATE[kd].value for kd in kinds[:kinds.index("cordon") + 1]} if "cordon" in kinds else set()
+    return v.state not in before or any(sp["stage"] == "cordon" for sp in v.timeline)
+
+
+class _Window:
+    """The window's shared state, under one condition variable."""
+
+    def __init__(self, engine: Any, idx: int, nodes: list[str], policy: dict[str, Any]):
+        self.engine = engine
+        self.idx = idx
+        self.k = max(1, int(policy["max_unavailable"]))
+        self.ahead = lookahead(engine, self.k)
+        self.need = (float(policy["unit_estimate_s"]) + float(policy["rollback_estimate_s"])
+                     + float(policy.get("cutoff_s") or 0))
+        self.last_n = int(policy.get("fail_window") or 10)
+        self.pct = engine.playbook.play.max_fail_percentage
+        self.cond = threading.Condition()
+        self.out: set[str] = set()        # from their cordon on: what max_unavailable and the floor count
+        self.waiting: set[str] = set()    # walking their in-service stages (baseline ...), still serving
+        self.stop: tuple[str, str] | None = None
+        # the units started, in order (what max_fail_percentage looks at): a node counts from its
+        # cordon on, or once it ended before it (failed its baseline); earlier runs' first (resume)
+        self.started = [n for n in nodes if went_out(engine, n) or engine.view.node(n).state in TERMINAL]
+
+    def stopped(self) -> bool:
+        return self.stop is not None or self.engine.stopping.is_set()
+
+    def why_stop(self, node: str, cutoff: bool) -> tuple[str, str] | None:
+        e = self.engine
+        why = _failing(e, self.started, self.last_n, self.pct)
+        if why:
+            return ("rollback_failed" if why.startswith("ROLLBACK FAILED") else "failure", why)
+        over = e.over_budget()
+        if over:
+            return ("failure_budget", over)
+        if cutoff and e.view.window_end is not None:
+            left = e.view.window_end - e.clock.now()
+            if self.need > left:
+                return ("window", f"sliding window: {node} needs {self.need / 60:.0f} min (with its rollback "
+                                  f"and the cut-off margin) but the window has {max(0, left) / 60:.0f} "
+                                  "min left; no further node starts")
+        return None
+
+    def before_cordon(self, node: str) -> bool:
+        """Engine.before_cordon: wait for a slot and the capacity floor, right before the
+        node's cordon. False: the window stopped, the node stays where it is (serving)."""
+        with self.cond:
+            if node in self.out:
+                return True                 # its cordon had started before a crash: it holds its slot
+            while not self.stopped():
+                why = self.why_stop(node, cutoff=True)
+                if why:
+                    self.stop = why
+                    self.cond.notify_all()
+                    break
+                if len(self.out) < self.k:
+                    short = self.engine.capacity_short([node], f"cordoning {node}", extra_out=set(self.out))
+                    if short is None:
+                        self.waiting.discard(node)
+                        self.out.add(node)
+                        self.started.append(node)
+                        return True
+                    if not self.out:
+                        # nothing of the window's is out to come back: the floor cannot be met
+                        self.stop = ("capacity", short)
+                        self.cond.notify_all()
+                        break
+                self.cond.wait(0.5)
+            return False
+
+    def one(self, node: str) -> None:
+        try:
+            self.engine.run_batch([node], self.idx)
+        finally:
+            with self.cond:
+                self.out.discard(node)
+                self.waiting.discard(node)
+                if node not in self.started and self.engine.view.node(node).state in TERMINAL:
+                    self.started.append(node)
+                self.cond.notify_all()
+
+    def dispatch(self, node: str) -> bool:
+        """Wait until ``node`` may start; False when the window stopped."""
+        e = self.engine
+        with self.cond:
+            resumed_out = went_out(e, node)
+            while not self.stopped():
+                why = self.why_stop(node, cutoff=e.view.node(node).state == NodeState.PENDING.value)
+                if why:
+                    self.stop = why
+                    self.cond.notify_all()
+                    return False
+                if resumed_out:
+                    # resumed after its cordon: out of service already, it needs a slot (its
+                    # floor check was made when it went out)
+                    if len(self.out) < self.k:
+                        self.out.add(node)
+                        return True
+                elif len(self.waiting) < self.k - len(self.out) + self.ahead:
+                    self.waiting.add(node)
+                    return True
+                self.cond.wait(0.5)
+            return False
+
+
 def run(engine: Any, batch: dict[str, Any], policy: dict[str, Any]) -> tuple[str, str] | None:
     """Run the window batch; (halt kind, why) when new starts stopped early, else None."""
     idx, nodes = batch["index"], batch["nodes"]
     if engine.view.batches[idx]["status"] == "not_started":
         engine.record("batch_started", batch=idx, nodes=nodes)
         engine.log.info("batch_started", batch=idx, nodes=nodes, policy="window")
-    k = max(1, int(policy["max_unavailable"]))
-    need = float(policy["unit_estimate_s"]) + float(policy["rollback_estimate_s"]) + float(policy.get("cutoff_s") or 0)
-    last_n = int(policy.get("fail_window") or 10)
-    pct = engine.playbook.play.max_fail_percentage
-    cond = threading.Condition()
-    in_flight: set[str] = set()
-    # the order nodes started in: earlier runs of this window (resume) first
-    started = [n for n in nodes if engine.view.node(n).state != NodeState.PENDING.value]
-
-    def one(node: str) -> None:
-        try:
-            engine.run_batch([node], idx)
-        finally:
-            with cond:
-                in_flight.discard(node)
-                cond.notify_all()
-
+    w = _Window(engine, idx, nodes, policy)
     todo = [n for n in nodes if engine.view.node(n).state not in TERMINAL]
+    engine.before_cordon = w.before_cordon
     try:
-        stop = _slide(engine, todo, k, need, last_n, pct, one, cond, in_flight, started)
+        with ThreadPoolExecutor(max_workers=w.k + w.ahead, thread_name_prefix="k3window") as ex:
+            futures = []
+            for node in todo:
+                if not w.dispatch(node):
+                    break
+                futures.append(ex.submit(w.one, node))
+            for f in futures:
+                f.result()
     except KeyboardInterrupt:
         # as Engine.pool: no new step starts; what runs now finishes and is journaled
         engine.stopping.set()
         raise
+    finally:
+        engine.before_cordon = None
     if engine.stopping.is_set():
         raise KeyboardInterrupt
+    stop = w.stop
     if stop is None:
-        why = _failing(engine, started, last_n, pct)
+        why = _failing(engine, w.started, w.last_n, w.pct)
         if why:
             stop = ("rollback_failed" if why.startswith("ROLLBACK FAILED") else "failure", why)
     failed = sorted(n for n in nodes if engine.view.node(n).state in FAILED)
@@ -93,48 +225,4 @@ def run(engine: Any, batch: dict[str, Any], policy: dict[str, Any]) -> tuple[str
     engine.record("batch_done", batch=idx, status=status, failed=failed)
     engine.log.info("batch_done", batch=idx, status=status, failed=failed, policy="window")
     engine.post_batch(idx, nodes, status, failed)
-    return stop
-
-
-def _slide(engine: Any, todo: list[str], k: int, need: float, last_n: int, pct: float, one: Any,
-           cond: threading.Condition, in_flight: set[str], started: list[str]) -> tuple[str, str] | None:
-    stop: tuple[str, str] | None = None
-    with ThreadPoolExecutor(max_workers=k, thread_name_prefix="k3window") as ex:
-        futures = []
-        for node in todo:
-            with cond:
-                while stop is None and not engine.stopping.is_set():
-                    why = _failing(engine, started, last_n, pct)
-                    if why:
-                        stop = ("rollback_failed" if why.startswith("ROLLBACK FAILED") else "failure", why)
-                        break
-                    over = engine.over_budget()
-                    if over:
-                        stop = ("failure_budget", over)
-                        break
-                    resuming = engine.view.node(node).state != NodeState.PENDING.value
-                    if engine.view.window_end is not None and not resuming:
-                        left = engine.view.window_end - engine.clock.now()
-                        if need > left:
-                            stop = ("window", f"sliding window: {node} needs {need / 60:.0f} min (with its rollback "
-                                              f"and the cut-off margin) but the window has {max(0, left) / 60:.0f} "
-                                              "min left; no further node starts")
-                            break
-                    if len(in_flight) < k:
-                        short = None if resuming else engine.capacity_short([node], f"starting {node}",
-                                                                           extra_out=set(in_flight))
-                        if short is None:
-                            break
-                        if not in_flight:
-                            stop = ("capacity", short)
-                            break
-                    cond.wait(0.5)
-                if stop is not None or engine.stopping.is_set():
-                    break
-                in_flight.add(node)
-                if node not in started:
-                    started.append(node)
-            futures.append(ex.submit(one, node))
-        for f in futures:
-            f.result()
     return stop
