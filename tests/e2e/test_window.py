@@ -27,6 +27,20 @@ def _spans(run_dir):
     return out
 
 
+def _first(run_dir, type_, stage):
+    """node -> the time of its first ``type_`` record of ``stage``."""
+    out = {}
+    for r in journal(run_dir):
+        if r["type"] == type_ and r.get("stage") == stage:
+            out.setdefault(r["node"], _ts(r["ts"]))
+    return out
+
+
+def _out_at(spans, t, but=None):
+    """The nodes out of service (cordon start to uncordon or rollback end) at time ``t``."""
+    return {n for n, (a, b) in spans.items() if n != but and a <= t and (b is None or t < b)}
+
+
 def _run(tmp_path, hosts, **over):
     inv = write_inventory(tmp_path / "inv", hosts)
     pb = write_playbook(tmp_path / "pb.yml", **over)
@@ -50,6 +64,12 @@ def test_window_keeps_k_in_flight_and_does_not_wait_for_a_straggler(tmp_path, ca
         live += d
         most = max(most, live)
     assert most == 2                                   # never more than max_unavailable out at once
+    # a node waiting for a slot is not counted before its cordon: its baseline (in service) ran
+    # while max_unavailable others were out, and it went out only once one came back
+    ahead = [n for n, t in _first(run_dir, "stage_started", "baseline").items()
+             if n in spans and len(_out_at(spans, t, but=n)) == 2]
+    assert ahead
+    assert all(len(_out_at(spans, spans[n][0], but=n)) < 2 for n in ahead)
     slow_out, slow_back = spans["gpu-02"]
     # while the straggler rebooted, other nodes went out and came back: no barrier
     overtook = [n for n, (a, b) in spans.items() if n not in ("gpu-01", "gpu-02") and a > slow_out and b < slow_back]
@@ -119,3 +139,92 @@ def test_a_run_killed_inside_the_window_resumes_without_repeating(tmp_path):
         reboots = [r for r in recs if r["type"] == "step_started" and r["node"] == node and r["step"] == "reboot"]
         assert len(reboots) == 1
     assert all(n["final"] == "upgraded" for n in result(run_dir)["nodes"].values())
+
+
+def test_window_holds_the_capacity_floor_at_each_cordon(tmp_path):
+    # 8 nodes, 6 must serve, 2 out at once; gpu-03 fails and stays cordoned (quarantine): from then
+    # on the floor lets only one more out, so the window runs one at a time though a second slot is
+    # free, and the nodes that walked their baseline ahead wait before their cordon for the floor
+    hosts = {f"gpu-{i:02d}": {} for i in range(1, 9)}
+    hosts["gpu-03"] = {"sim_faults": ["driver_install_fails"]}
+    code, run_dir, _, _ = _run(tmp_path, hosts, serial=[1, 1], min_serving=6, max_fail_percentage=50,
+                               on_node_failure="quarantine", window={"max_unavailable": 2})
+    assert code == 0
+    finals = {n: v["final"] for n, v in result(run_dir)["nodes"].items()}
+    assert finals.pop("gpu-03") != "upgraded"
+    assert set(finals.values()) == {"upgraded"}
+    spans = _spans(run_dir)
+    bad_back = spans["gpu-03"][1]
+    spans["gpu-03"][1] = None                          # quarantined: out of service to the end
+    cordons = {n: a for n, (a, _) in spans.items()}
+    late = [n for n, a in cordons.items() if a > bad_back]
+    assert len(late) >= 3
+    for n, a in cordons.items():
+        assert len(_out_at(spans, a, but=n)) + 1 <= 2, n   # 8 - 6 out at most, the quarantined one counted
+    # the baseline of a node cordoned after the quarantine ran while another node was out beside the
+    # quarantined one (the floor, not a slot, held it back): it waited at its cordon
+    base = _first(run_dir, "stage_started", "baseline")
+    assert any(len(_out_at(spans, base[n], but=n)) == 2 for n in late)
+
+
+_KILL_AT_FULL_GATE = """
+import os, signal, sys
+from k3rollout.engine import window
+
+gate = window._Window.before_cordon
+
+def killing_gate(self, node):
+    # SIGKILL the run the first time a node, its baseline done, finds every slot taken
+    with self.cond:
+        full = node not in self.out and len(self.out) >= self.k
+    if full:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return gate(self, node)
+
+window._Window.before_cordon = killing_gate
+from k3rollout.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_run_killed_while_a_node_waits_at_its_cordon_resumes_to_the_same_end(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from support import ROOT, cli
+
+    hosts = {f"gpu-{i:02d}": {} for i in range(1, 8)}
+    inv = write_inventory(tmp_path / "inv", hosts)
+    pb = write_playbook(tmp_path / "pb.yml", serial=[1, 1], min_serving=5, window={"max_unavailable": 2})
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")}
+    killed = subprocess.run([sys.executable, "-c", _KILL_AT_FULL_GATE, "run", str(pb), "-i", str(inv), "--yes",
+                             "--run-dir", str(run_dir)], env=env, cwd=str(ROOT), capture_output=True, text=True,
+                            timeout=300)
+    assert killed.returncode == -9, killed.stdout[-2000:] + killed.stderr[-2000:]
+    before = journal(run_dir)
+    states = {}
+    for r in before:
+        if r["type"] == "node_state":
+            states[r["node"]] = r["to"]
+    cordoned = {r["node"] for r in before if r["type"] == "stage_started" and r["stage"] == "cordon"}
+    held = [n for n, st in states.items() if st == "cordon-required" and n not in cordoned]
+    assert held                                        # a node was held before its cordon, its baseline done
+    assert cli("resume", str(run_dir), env={"K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")}).returncode == 0
+    recs = journal(run_dir)
+    assert [r["batch"] for r in recs if r["type"] == "batch_started"] == [1, 2]
+    assert all(n["final"] == "upgraded" for n in result(run_dir)["nodes"].values())
+
+    def count(node, typ, key, val):
+        return len([r for r in recs if r["type"] == typ and r["node"] == node and r.get(key) == val])
+
+    for node in held:
+        # the held node goes on from its cordon: its baseline is not taken again
+        assert count(node, "stage_started", "stage", "baseline") == 1, node
+        assert count(node, "stage_started", "stage", "cordon") == 1, node
+    for node in hosts:
+        assert count(node, "step_started", "step", "reboot") == 1, node   # no destructive step twice
+    spans = _spans(run_dir)
+    for n, (a, _) in spans.items():
+        assert len(_out_at(spans, a, but=n)) < 2, n    # max_unavailable held across the kill too
