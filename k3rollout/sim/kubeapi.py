@@ -139,8 +139,16 @@ class Cluster:
                 out[p.name] = p
         return out
 
+    def host_dir(self, name: str) -> Path | None:
+        """One host's folder, as ``host_dirs`` lists it, without listing every host (a request
+        names one node; listing a thousand folders per request made the server quadratic)."""
+        if not name or "/" in name or "\0" in name or name in (".", ".."):
+            return None
+        d = self.root / name
+        return d if (d / "state.json").is_file() else None
+
     def _host(self, name: str) -> Path:
-        d = self.host_dirs().get(name)
+        d = self.host_dir(name)
         if d is None:
             raise not_found("nodes", name)
         return d
@@ -416,7 +424,7 @@ class Cluster:
         with self.lock:
             pod = self.pod(ns, name)
             node = pod["spec"]["nodeName"]
-            d = self.host_dirs().get(node)
+            d = self.host_dir(node)
             hv = st.load(d) if d else {"faults": []}
             if ns == "inference" and "pdb_blocks_eviction" in hv.get("faults", []):
                 first = self.data["blocked"].setdefault(f"{ns}/{name}", time.time())
