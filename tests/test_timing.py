@@ -25,8 +25,12 @@ def _run(tmp_path, name, hosts, **over):
 def test_window_makespan_and_lower_bound_by_hand():
     units = [{"unit": f"u{i}", "nodes": [f"u{i}"], "lead_s": 1.0, "out_of_service_s": 10.0, "total_s": 11.0}
              for i in range(4)]
-    # canary of 1 (11 s), then 3 units over 2 slots: 11 + 11 + 11
-    assert tm.window_makespan(units, [1], 2) == 33.0
+    # canary of 1 (11 s), then 3 units over 2 slots; each walks its 1 s lead ahead of its slot and
+    # holds a slot from its cordon: two out at 12, back at 22, the third out at 22, back at 32
+    assert tm.window_makespan(units, [1], 2) == 32.0
+    # no policy that waits for the canary's verdict beats its 11 s plus the rest's bound (1 + 30 / 2)
+    assert tm.canary_bound(units, [1], 2) == 27.0
+    assert tm.canary_bound(units, [], 2) == tm.lower_bound(units, 2)[0]
     # 4 x 10 s out of service over 2 slots after a 1 s lead beats the longest unit (11 s)
     assert tm.lower_bound(units, 2) == (21.0, "capacity: out-of-service work over 2 unit(s) out at once")
     assert tm.lower_bound(units, 8)[0] == 11.0

@@ -165,7 +165,7 @@ def _timing(playbook: Playbook, inventory: Inventory, hosts: list[str], units: d
     k = max(1, min(max_out, play.forks // max(len(v) for v in units.values())))
     serial = list(play.serial)
     canary = [len(b) for b in serial_batches(list(units), serial)[:max(0, len(serial) - 1)]]
-    out = tm.summary(ut, 0.0, tm.window_makespan(ut, canary, k), k)
+    out = tm.summary(ut, 0.0, tm.window_makespan(ut, canary, k), k, canary)
     out.update(stages=rows, history_runs=list(history.runs) if history else [], canary=canary,
                estimate_basis="p90 of earlier runs where history has samples, else the playbook's estimate"
                if history else "the playbook's estimates")

@@ -24,6 +24,14 @@ The lower bound (what no batch policy can beat at the given floor)
     ``lower_bound_s`` is the larger of the two. Serial batches pay a barrier per batch (a
     batch waits for its slowest unit); a sliding window refills a slot as soon as a unit
     finishes, so it approaches the bound.
+
+The bound with the canary batches (``canary_bound_s``)
+    The plain bound has every slot busy from the start. A rollout that honours its canary
+    contract cannot: the expansion waits for the canary batches' verdict (``serial``'s
+    leading values, barriers in both policies), while one unit, then two, are out. So
+    ``canary_bound_s`` is each canary batch's slowest unit, one after the other, plus the
+    plain bound of the units after them: what no policy that waits for the canaries can
+    beat. It is printed beside the plain bound, never in place of it.
 """
 
 from __future__ import annotations
@@ -154,9 +162,24 @@ def lower_bound(units: list[dict[str, Any]], k: int) -> tuple[float, str]:
     return crit, "critical path: the longest single unit"
 
 
+def canary_bound(units: list[dict[str, Any]], canary: list[int], k: int) -> float:
+    """The lower bound when the canary batches (``canary``: their sizes, the first units in
+    order) are barriers: each canary batch's slowest unit, then the plain bound of the rest."""
+    t, i = 0.0, 0
+    for size in canary:
+        part = units[i:i + size]
+        if not part:
+            break
+        t += max(u["total_s"] for u in part)
+        i += len(part)
+    rest = units[i:]
+    return t + (lower_bound(rest, k)[0] if rest else 0.0)
+
+
 def window_makespan(units: list[dict[str, Any]], canary: list[int], k: int) -> float:
     """The sliding window, simulated: the canary batches run as barriers (each waits for
-    its slowest unit); after them a unit starts as soon as one of ``k`` slots frees."""
+    its slowest unit); after them a unit walks its in-service stages ahead and goes out
+    (cordon) as soon as one of ``k`` slots frees, holding it until it is done."""
     t = 0.0
     i = 0
     for size in canary:
@@ -169,17 +192,20 @@ def window_makespan(units: list[dict[str, Any]], canary: list[int], k: int) -> f
     heapq.heapify(slots)
     end = t
     for u in units[i:]:
-        start = heapq.heappop(slots)
-        finish = start + u["total_s"]
+        free = heapq.heappop(slots)
+        out = max(free, t + u["lead_s"])
+        finish = out + u["out_of_service_s"]
         end = max(end, finish)
         heapq.heappush(slots, finish)
     return end
 
 
-def summary(units: list[dict[str, Any]], serial_s: float, window_s: float, k: int) -> dict[str, Any]:
+def summary(units: list[dict[str, Any]], serial_s: float, window_s: float, k: int,
+            canary: list[int] | None = None) -> dict[str, Any]:
     lb, basis = lower_bound(units, k)
     oos = [u["out_of_service_s"] for u in units]
     return {"units": units, "max_out": k, "lower_bound_s": lb, "lower_bound_basis": basis,
+            "canary_bound_s": canary_bound(units, list(canary or []), k),
             "serial_makespan_s": serial_s, "window_makespan_s": window_s,
             "out_of_service_mean_s": statistics.fmean(oos) if oos else 0.0,
             "out_of_service_p95_s": percentile(oos, 95) if oos else 0.0}
@@ -227,13 +253,31 @@ def actual(plan: dict[str, Any], nodes: dict[str, list[dict[str, Any]]], started
     a, b = _ts(started), _ts(finished)
     makespan = (b - a) if (a is not None and b is not None) else None
     k = _max_out(plan)
-    lb, basis = lower_bound([{**u, "out_of_service_s": u["work_s"]} for u in units], k)
+    bound_units = [{**u, "out_of_service_s": u["work_s"]} for u in units]
+    lb, basis = lower_bound(bound_units, k)
+    cb = _canary_bound_actual(plan, bound_units, k)
     oos_all = [float(u["out_of_service_s"]) for u in units]
     total_work = sum(float(u["work_s"]) for u in units)
     return {"units": units, "makespan_s": makespan, "lower_bound_s": lb, "lower_bound_basis": basis, "max_out": k,
             "out_of_service_mean_s": statistics.fmean(oos_all), "out_of_service_p95_s": percentile(oos_all, 95),
             "out_of_service_ratio": (sum(oos_all) / total_work) if total_work else None,
-            "makespan_ratio": (makespan / lb) if (makespan and lb) else None}
+            "makespan_ratio": (makespan / lb) if (makespan and lb) else None,
+            "canary_bound_s": cb, "canary_makespan_ratio": (makespan / cb) if (makespan and cb) else None}
+
+
+def _canary_bound_actual(plan: dict[str, Any], units: list[dict[str, Any]], k: int) -> float:
+    """``canary_bound`` over what happened: the plan's canary batches (those before its window
+    batch; with serial batches, the ``serial`` list's leading values), each its slowest unit."""
+    policy = plan.get("policy") or {}
+    n = policy["batch"] - 1 if policy.get("name") == "window" else len((plan.get("timing") or {}).get("canary") or [])
+    batches = plan.get("batches") or []
+    groups = plan.get("groups") or {}
+    unit_of = {m: g for g, ms in groups.items() for m in ms}
+    canary_units = [{unit_of.get(x, x) for x in b["nodes"]} for b in batches[:n]]
+    seen = set().union(*canary_units) if canary_units else set()
+    ordered = [u for cu in canary_units for u in units if u["unit"] in cu]
+    sizes = [len([u for u in units if u["unit"] in cu]) for cu in canary_units]
+    return canary_bound(ordered + [u for u in units if u["unit"] not in seen], [s for s in sizes if s], k)
 
 
 def _max_out(plan: dict[str, Any]) -> int:
@@ -271,4 +315,10 @@ def describe(t: dict[str, Any], unit: str = "node", fmt: Callable[[float], str] 
     lines.append(f"makespan: serial batches {fmt(t['serial_makespan_s'])} ({ratio(t['serial_makespan_s'])} the bound), "
                  f"sliding window {fmt(t['window_makespan_s'])} ({ratio(t['window_makespan_s'])}); "
                  f"lower bound {fmt(lb)} at {t['max_out']} {unit}(s) out at once ({t['lower_bound_basis']})")
+    if t.get("canary_bound_s") and t.get("canary"):
+        cb = t["canary_bound_s"]
+        lines.append(f"  with the canary batches ({', '.join(str(c) for c in t['canary'])} {unit}(s)) as barriers, as the "
+                     f"rollout's safety contract makes them (the expansion waits for their verdict): lower bound {fmt(cb)}; "
+                     f"sliding window {t['window_makespan_s'] / cb:.2f}x, serial batches {t['serial_makespan_s'] / cb:.2f}x "
+                     "that bound")
     return lines

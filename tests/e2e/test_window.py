@@ -1,5 +1,6 @@
 """The sliding-window batch policy: after the canaries, a node starts as soon as another finishes."""
 
+import json
 from datetime import datetime
 
 import pytest
@@ -75,6 +76,11 @@ def test_window_keeps_k_in_flight_and_does_not_wait_for_a_straggler(tmp_path, ca
     overtook = [n for n, (a, b) in spans.items() if n not in ("gpu-01", "gpu-02") and a > slow_out and b < slow_back]
     assert overtook
     assert any(r["type"] == "batch_done" and r["batch"] == 2 and r["status"] == "passed" for r in journal(run_dir))
+    # the report's makespan beside both bounds: the plain one (every slot busy from the start) and
+    # the one with the canary batch as a barrier (the expansion waits for its verdict)
+    t = json.loads((run_dir / "report.json").read_text())["timing"]
+    assert t["makespan_s"] >= t["canary_bound_s"] > t["lower_bound_s"] > 0
+    assert t["canary_makespan_ratio"] == pytest.approx(t["makespan_s"] / t["canary_bound_s"])
     capsys.readouterr()
     assert main(["plan", str(pb), "-i", str(inv)]) == 0
     text = capsys.readouterr().out
