@@ -1,5 +1,7 @@
 """bench/window.py at a tiny scale: it runs both policies to the end, its last line has the
-promised form, and no measured ratio beats the lower bound it is measured against."""
+promised form, and no measured ratio beats the lower bound it is measured against (the
+makespan ratios of the last lines are against the bound with the canary batches as barriers,
+the line before them against the plain bound)."""
 
 import re
 import subprocess
@@ -24,3 +26,8 @@ def test_window_bench_last_line_and_ratios_at_least_one(tmp_path):
     assert oos >= 1.0 and window >= 1.0 and serial >= 1.0
     s = re.fullmatch(r"serial: out_of_service_ratio=(\d+\.\d+) makespan_ratio=(\d+\.\d+)", lines[-2])
     assert s and float(s.group(1)) >= 1.0 and float(s.group(2)) == serial
+    # the plain bound (every slot busy from the start) is printed beside the one with the canaries,
+    # and lies below it: each ratio against it is at least the one against the canaries' bound
+    p_ = re.fullmatch(r"plain lower bound \(every slot busy from the start\): window makespan_ratio=(\d+\.\d+) "
+                      r"serial makespan_ratio=(\d+\.\d+)", lines[-3])
+    assert p_ and float(p_.group(1)) >= window and float(p_.group(2)) >= serial
