@@ -6,9 +6,10 @@ before it, and its rollback, is done. With ``window: {max_unavailable: 4}`` the 
 before), and every node after them is one unit of a single sliding window: a node starts
 as soon as another finishes, while
 
-- at most ``max_unavailable`` (a count or a percentage of the play's nodes) are in flight,
-  and taking one more out keeps the capacity floor (``min_serving``, counting every node
-  already out of service: the same check a batch makes);
+- at most ``max_unavailable`` (a count or a percentage of the play's nodes) are out of
+  service (from their cordon on) at once, and taking one more out keeps the capacity floor
+  (``min_serving``, counting every node already out of service: the same check a batch
+  makes);
 - the window cut-off holds: a node starts only if its estimate plus its rollback reserve
   plus ``cutoff`` (a margin, default none) fits in the time left;
 - failures stay within ``max_fail_percentage``, applied to the last ``fail_window`` nodes

@@ -767,6 +767,12 @@ class Handler(BaseHTTPRequestHandler):
         self._handle("DELETE")
 
 
+class _HTTPServer(ThreadingHTTPServer):
+    # a real API server takes many clients' connections at once: socketserver's default backlog
+    # of 5 is not one (a 1,000-node run's 50 node threads connect together)
+    request_queue_size = 128
+
+
 class KubeApiServer:
     """``with KubeApiServer(sim_root) as api: api.url`` (an http:// URL on 127.0.0.1)."""
 
@@ -775,9 +781,9 @@ class KubeApiServer:
         self.requests: list[tuple[str, str]] = []
         handler = type("BoundHandler", (Handler,), {"cluster": self.cluster, "requests": self.requests})
         try:
-            self.httpd = ThreadingHTTPServer(address, handler)
+            self.httpd = _HTTPServer(address, handler)
         except OSError:         # the address is taken: any free port on it
-            self.httpd = ThreadingHTTPServer((address[0], 0), handler)
+            self.httpd = _HTTPServer((address[0], 0), handler)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
