@@ -38,3 +38,37 @@ def test_concurrent_claims_never_hand_out_one_block_twice(tmp_path, monkeypatch)
         prefixes = list(ex.map(netd._prefix, roots))
     assert len(set(prefixes)) == len(roots)
     assert prefixes == [netd._prefix(r) for r in roots]          # kept in each root: stable
+
+
+def test_a_daemon_that_cannot_bind_yet_is_started_again(tmp_path):
+    # what a daemon told to shut down a moment ago does: it still holds the root's sockets
+    # for a moment while a new one starts (the preflight's executor closes before the run's
+    # starts). The new one exits on "Address already in use";
+    # ensure starts another once the address is free instead of waiting for a dead process.
+    import socket
+    import threading
+    import time
+
+    root = tmp_path / "sim-hosts"
+    root.mkdir()
+    held = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    held.bind(netd._command_name(root))         # the old daemon's command socket, not yet closed
+    held.listen(1)
+
+    def release() -> None:
+        # once the first daemon has given up (or after 20 s, and the assertion below fails)
+        log = root / "netd.log"
+        for _ in range(400):
+            if log.is_file() and "Address already in use" in log.read_text():
+                break
+            time.sleep(0.05)
+        held.close()
+
+    threading.Thread(target=release, daemon=True).start()
+    try:
+        netd.ensure(root)
+        assert netd.running(root)
+        assert "Address already in use" in (root / "netd.log").read_text()
+    finally:
+        held.close()
+        netd.shutdown(root)

@@ -195,14 +195,22 @@ def ensure(root: Path) -> None:
         if running(root):
             return
         env = dict(os.environ)
-        with open(root / "netd.log", "ab") as log:
-            subprocess.Popen([sys.executable, "-c", "import sys; from k3rollout.sim.netd import main; sys.exit(main())",
-                              str(root)], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                             start_new_session=True, close_fds=True, env=env)
         deadline = time.monotonic() + 30
+        proc = None
         while not running(root):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the simulated network daemon for {root} did not start; see {root}/netd.log")
+            if proc is None or proc.poll() is not None:
+                # (again) when the one started gave up: a daemon told to shut down a moment
+                # ago (the preflight's executor closing) may still hold the root's sockets,
+                # and the new one exits on "Address already in use" once it is gone
+                if proc is not None:
+                    time.sleep(0.1)
+                with open(root / "netd.log", "ab") as log:
+                    proc = subprocess.Popen([sys.executable, "-c",
+                                             "import sys; from k3rollout.sim.netd import main; sys.exit(main())",
+                                             str(root)], stdin=subprocess.DEVNULL, stdout=log,
+                                            stderr=subprocess.STDOUT, start_new_session=True, close_fds=True, env=env)
             time.sleep(0.02)
     finally:
         os.close(fd)
