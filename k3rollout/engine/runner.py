@@ -29,8 +29,8 @@ from k3rollout.checks.parsers import ParseError
 from k3rollout.checks.triage import caused_by, classify
 from k3rollout.engine.clock import Clock
 from k3rollout.engine.gates import GateMixin
+from k3rollout.engine.recorder import Recorder
 from k3rollout.engine.states import AFTER_CHANGE_STATES, STATE_STAGE, Event, NodeState, build_table
-from k3rollout.engine.states import step as fsm_step
 from k3rollout.engine.steps import StepRunnerMixin
 from k3rollout.evidence.redact import mask_credentials
 from k3rollout.evidence.store import EvidenceStore
@@ -48,7 +48,7 @@ from k3rollout.model.playbook import (
 from k3rollout.plan.planner import out_of_service_before
 from k3rollout.plan.serial import pct_to_int
 from k3rollout.runlog.journal import Journal
-from k3rollout.runlog.view import RunView, apply, fold
+from k3rollout.runlog.view import RunView
 from k3rollout.stages import rollback as rb
 from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
 from k3rollout.stages.registry import SPECS, STAGES
@@ -81,13 +81,6 @@ class Redactor:
         return mask_credentials(text)       # URL credentials, secret-named env values and flags
 
 
-# journal record types that carry no decision a resume could repeat wrongly if the
-# last few were lost in a power cut: resume re-derives them (read-only stages run again;
-# destructive steps are settled from their own durable records)
-OBSERVATIONS = frozenset({"node_state", "stage_started", "stage_done", "assertions", "facts", "triage", "evidence",
-                          "step_error", "ansible_event", "hook_started"})
-
-
 class GateInterrupted(Exception):
     """The run was told to stop while a node waited for a person."""
 
@@ -105,16 +98,16 @@ class Engine(GateMixin, StepRunnerMixin):
         journal.extra_sync = evidence.sync
         self.clock = clock
         self.run_id = run_id
-        self.view: RunView = fold(journal.records)
-        # how many records the view holds (seq starts at 1, without gaps: all of them when this
-        # equals the journal's last seq; a record appended before the engine existed is not)
-        self.applied = len(journal.records)
         self.stages: list[Stage] = playbook.stages
         self.kinds = [s.stage for s in self.stages]
         self.table = build_table(self.kinds)
+        # the journal and the view folded from it: every record goes through the recorder
+        self.recorder = Recorder(journal, self.table, on_event)
+        self.record = self.recorder.record
+        self.transition = self.recorder.transition
+        self.view: RunView = self.recorder.view
         self.play_vars = play_vars(playbook.play)
         self.log = (log or structlog.get_logger("k3rollout")).bind(run_id=run_id)
-        self.on_event = on_event
         self._lock = threading.Lock()
         self.stopping = threading.Event()
         hv = [inventory.hosts[h].vars for h in inventory.hosts]
@@ -132,6 +125,11 @@ class Engine(GateMixin, StepRunnerMixin):
         # service, nothing changed). The sliding window waits in it for a slot and the floor.
         self.before_cordon: Callable[[str], bool] | None = None
 
+    @property
+    def applied(self) -> int:
+        """How many journal records the view holds (``Recorder.applied``)."""
+        return self.recorder.applied
+
     def close(self) -> None:
         """Release the transports: SSH connections, the HTTP pool, the simulated network."""
         if self._api is not None:
@@ -139,37 +137,6 @@ class Engine(GateMixin, StepRunnerMixin):
         self.close_kube()
         self.executor.close()
         self.evidence.close()
-
-    # ------------------------------------------------------------------ journal
-
-    def record(self, type_: str, *, durable: bool | None = None, **data: Any) -> dict:
-        """Append to the journal. Records that only describe what was observed (facts,
-        assertions, stage and state bookkeeping) are written at once but committed with
-        the next durable record; a destructive step's start, rollbacks, and run and batch
-        records are committed before this returns (see runlog/journal.py). Callers pass
-        ``durable=False`` for records a later commit covers in time: a destructive step's
-        outcome that its probe can settle, and the rollback plan (committed with the first
-        destructive step's start, before anything changes)."""
-        if durable is None:
-            durable = type_ not in OBSERVATIONS
-        rec = self.journal.append(type_, durable=durable, on_written=self._fold, **data)
-        if self.on_event:
-            self.on_event(rec)
-        return rec
-
-    def _fold(self, rec: dict[str, Any]) -> None:
-        # called by the journal under its write lock: the view folds records in journal
-        # order even when worker threads append at once (as a resume folds them)
-        with self._lock:
-            apply(self.view, rec)
-            self.applied += 1
-
-    def transition(self, node: str, event: Event, stage: str | None = None) -> NodeState:
-        cur = NodeState(self.view.node(node).state)
-        nxt = fsm_step(self.table, cur, event)
-        self.record("node_state", node=node, batch=self.view.node(node).batch, **{"from": cur.value},
-                    to=nxt.value, event=event.value, stage=stage or STATE_STAGE.get(nxt))
-        return nxt
 
     # ------------------------------------------------------------------ contexts
 
