@@ -31,7 +31,7 @@ from k3rollout.engine.clock import Clock
 from k3rollout.engine.gates import GateMixin
 from k3rollout.engine.recorder import Recorder
 from k3rollout.engine.states import AFTER_CHANGE_STATES, STATE_STAGE, Event, NodeState, build_table
-from k3rollout.engine.steps import StepRunnerMixin
+from k3rollout.engine.steps import StepRunner
 from k3rollout.evidence.redact import mask_credentials
 from k3rollout.evidence.store import EvidenceStore
 from k3rollout.model.assertions import AssertionSyntaxError, evaluate_all, render, template_context, templated
@@ -85,7 +85,7 @@ class GateInterrupted(Exception):
     """The run was told to stop while a node waited for a person."""
 
 
-class Engine(GateMixin, StepRunnerMixin):
+class Engine(GateMixin):
     def __init__(self, *, playbook: Playbook, inventory: Inventory, executor: Executor, journal: Journal,
                  evidence: EvidenceStore, clock: Clock, run_id: str, log: Any = None,
                  on_event: Callable[[dict], None] | None = None):
@@ -108,14 +108,19 @@ class Engine(GateMixin, StepRunnerMixin):
         self.view: RunView = self.recorder.view
         self.play_vars = play_vars(playbook.play)
         self.log = (log or structlog.get_logger("k3rollout")).bind(run_id=run_id)
-        self._lock = threading.Lock()
         self.stopping = threading.Event()
         hv = [inventory.hosts[h].vars for h in inventory.hosts]
         vaulted = [v for v in getattr(inventory, "vault_values", ()) if len(v) >= 4]   # whatever their names
         self.redact = Redactor(sorted(set(secret_values(self.play_vars, *hv)) | set(vaulted), key=len, reverse=True))
         self.in_place = bool(self.play_vars.get("allow_in_place_change", True))
         self.playbook_dir = str(Path(playbook.path).resolve().parent)
-        self._api = None
+        timeouts: dict[str, float | None] = {}
+        for s in self.stages:
+            timeouts.setdefault(s.stage, s.timeout)
+        # what every stage gets as ctx.runner (stages.base.StageContext)
+        self.steps = StepRunner(record=self.record, view=self.view, executor=executor, evidence=evidence,
+                                redact=self.redact, inventory=inventory, log=self.log, clock=clock,
+                                stopping=self.stopping, stage_timeouts=timeouts)
         self._held: set[str] = set()          # stages the current batch waits before (pauses)
         self._replica_released: set[str] = set()   # nodes whose whole replica reached uncordon
         self._param_templates: dict[int, tuple[dict, list[str]]] = {}   # stage parameters: dump, templated keys
@@ -130,11 +135,14 @@ class Engine(GateMixin, StepRunnerMixin):
         """How many journal records the view holds (``Recorder.applied``)."""
         return self.recorder.applied
 
+    @property
+    def api(self) -> Any:
+        """The step runner's HTTP client (webhooks are sent with it)."""
+        return self.steps.api
+
     def close(self) -> None:
         """Release the transports: SSH connections, the HTTP pool, the simulated network."""
-        if self._api is not None:
-            self._api.close()
-        self.close_kube()
+        self.steps.close()
         self.executor.close()
         self.evidence.close()
 
@@ -149,7 +157,7 @@ class Engine(GateMixin, StepRunnerMixin):
         n = self.view.node(node)
         return NodeCtx(node=node, run_id=self.run_id, stage=stage.stage if stage else "rollback", folder=folder,
                        params=params, vars=self.tvars(node), facts=dict(n.facts), baseline=dict(n.baseline),
-                       runner=self)
+                       runner=self.steps)
 
     def folder(self, stage: Stage) -> str:
         return f"{self.kinds.index(stage.stage) + 1:02d}-{stage.stage}"
@@ -374,7 +382,7 @@ class Engine(GateMixin, StepRunnerMixin):
             # a node that failed mid-reboot may still be booting: give it its reboot timeout
             patience = max([float(s["reboot_timeout"]) for s in n.rollback_plan if "reboot_timeout" in s] or [60.0])
             try:
-                self.wait_for_host(ctx, patience)
+                self.steps.wait_for_host(ctx, patience)
                 drained = self.take_out_of_service(ctx) if take_out else None
                 if drained is not None and drained["status"] == "failed":
                     ok, results = False, [drained, {"action": "rollback", "status": "skipped", "detail":
