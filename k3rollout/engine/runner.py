@@ -28,7 +28,7 @@ from k3rollout import fastjson
 from k3rollout.checks.parsers import ParseError
 from k3rollout.checks.triage import caused_by, classify
 from k3rollout.engine.clock import Clock
-from k3rollout.engine.gates import GateMixin
+from k3rollout.engine.gates import Gates
 from k3rollout.engine.recorder import Recorder
 from k3rollout.engine.states import AFTER_CHANGE_STATES, STATE_STAGE, Event, NodeState, build_table
 from k3rollout.engine.steps import StepRunner
@@ -85,7 +85,7 @@ class GateInterrupted(Exception):
     """The run was told to stop while a node waited for a person."""
 
 
-class Engine(GateMixin):
+class Engine:
     def __init__(self, *, playbook: Playbook, inventory: Inventory, executor: Executor, journal: Journal,
                  evidence: EvidenceStore, clock: Clock, run_id: str, log: Any = None,
                  on_event: Callable[[dict], None] | None = None):
@@ -121,6 +121,10 @@ class Engine(GateMixin):
         self.steps = StepRunner(record=self.record, view=self.view, executor=executor, evidence=evidence,
                                 redact=self.redact, inventory=inventory, log=self.log, clock=clock,
                                 stopping=self.stopping, stage_timeouts=timeouts)
+        # pauses for a person, and hooks (webhooks go out through the step runner's HTTP client)
+        self.gates = Gates(record=self.record, view=self.view, evidence=evidence, clock=clock, stopping=self.stopping,
+                           redact=self.redact, hooks=playbook.play.hooks, run_id=run_id, log=self.log,
+                           api=lambda: self.steps.api)
         self._held: set[str] = set()          # stages the current batch waits before (pauses)
         self._replica_released: set[str] = set()   # nodes whose whole replica reached uncordon
         self._param_templates: dict[int, tuple[dict, list[str]]] = {}   # stage parameters: dump, templated keys
@@ -134,11 +138,6 @@ class Engine(GateMixin):
     def applied(self) -> int:
         """How many journal records the view holds (``Recorder.applied``)."""
         return self.recorder.applied
-
-    @property
-    def api(self) -> Any:
-        """The step runner's HTTP client (webhooks are sent with it)."""
-        return self.steps.api
 
     def close(self) -> None:
         """Release the transports: SSH connections, the HTTP pool, the simulated network."""
@@ -288,7 +287,7 @@ class Engine(GateMixin):
         asked = sum(1 for p in self.view.pauses.values()
                     if p.get("node") == node and p.get("stage") == stage.stage and p.get("decision"))
         pid = f"{node}-{stage.stage}-inconclusive-{asked + 1}"
-        decision = self.pause(pid, f"{node}: {stage.stage} is inconclusive: {out.reason}; approve to accept the "
+        decision = self.gates.pause(pid, f"{node}: {stage.stage} is inconclusive: {out.reason}; approve to accept the "
                                    "node, reject to fail it", None, batch=n.batch, at_stage=stage.stage, for_node=node)
         if decision == "stopped":
             raise GateInterrupted(pid)
@@ -405,7 +404,7 @@ class Engine(GateMixin):
         self.transition(node, Event.ROLLBACK_DONE if ok else Event.ROLLBACK_FAILED)
         if not ok:
             self.log.error("rollback_failed", node=node, results=results)
-        self.run_hooks("on_rollback", {"node": node, "batch": n.batch, "ok": ok, "reason": self.redact(reason),
+        self.gates.run_hooks("on_rollback", {"node": node, "batch": n.batch, "ok": ok, "reason": self.redact(reason),
                                        "results": results, "quarantined": any(
                                            r["action"] == "quarantine" and r["status"] == "done" for r in results)},
                        f"{node}-{attempt}")
@@ -570,7 +569,7 @@ class Engine(GateMixin):
         stage = self.stages[self.kinds.index(kind)]
         waiting = [n for n in nodes if STATE_STAGE.get(NodeState(self.view.node(n).state)) == kind]
         reason = stage.pause.reason or f"batch {idx}: approve before '{stage.name}' runs on {', '.join(waiting)}"
-        decision = self.pause(f"batch{idx}-before-{kind}", reason, stage.pause.duration, batch=idx, at_stage=kind)
+        decision = self.gates.pause(f"batch{idx}-before-{kind}", reason, stage.pause.duration, batch=idx, at_stage=kind)
         if decision in ("approved", "timer", "stopped"):
             return
         who = "rejected by a person" if decision == "rejected" else "the window ended"
@@ -639,7 +638,7 @@ class Engine(GateMixin):
 
     def run(self) -> str:
         plan = self.view.plan
-        if not self.run_hooks("confirm_rollout", {"plan": {k: plan.get(k) for k in (
+        if not self.gates.run_hooks("confirm_rollout", {"plan": {k: plan.get(k) for k in (
                 "hosts", "min_serving", "max_fail_percentage", "fits_window", "playbook_sha256")},
                 "batches": [{"index": b["index"], "nodes": b["nodes"]} for b in plan["batches"]]}, "run"):
             return self.halt("hook", "the confirm_rollout hook did not confirm the rollout", None)
@@ -671,7 +670,7 @@ class Engine(GateMixin):
                 stop = self.preflight(batch)
                 if stop:
                     return self.halt(stop[0], stop[1], idx)
-                if not self.run_hooks("pre_batch", {"batch": idx, "nodes": batch["nodes"]}, f"batch{idx}"):
+                if not self.gates.run_hooks("pre_batch", {"batch": idx, "nodes": batch["nodes"]}, f"batch{idx}"):
                     return self.halt("hook", f"a pre_batch hook refused batch {idx}", idx)
                 self.record("batch_started", batch=idx, nodes=batch["nodes"])
                 self.log.info("batch_started", batch=idx, nodes=batch["nodes"])
@@ -701,7 +700,7 @@ class Engine(GateMixin):
 
         idx = batch["index"]
         if self.view.batches[idx]["status"] == "not_started" and \
-                not self.run_hooks("pre_batch", {"batch": idx, "nodes": batch["nodes"]}, f"batch{idx}"):
+                not self.gates.run_hooks("pre_batch", {"batch": idx, "nodes": batch["nodes"]}, f"batch{idx}"):
             return self.halt("hook", f"a pre_batch hook refused batch {idx}", idx)
         stop = window.run(self, batch, policy)
         if stop:
@@ -712,14 +711,14 @@ class Engine(GateMixin):
         return None
 
     def post_batch(self, idx: int, nodes: list[str], status: str, failed: list[str]) -> None:
-        self.run_hooks("post_batch", {"batch": idx, "nodes": nodes, "status": status, "failed": failed}, f"batch{idx}")
+        self.gates.run_hooks("post_batch", {"batch": idx, "nodes": nodes, "status": status, "failed": failed}, f"batch{idx}")
 
     def after_batch_gate(self, idx: int) -> str | None:
         """The play's pause after batch ``idx``, if any: None to go on, else the run's end."""
         gate = next((p for p in self.playbook.play.pauses if p.after_batch == idx), None)
         if gate is None or idx >= len(self.view.plan["batches"]):
             return None
-        decision = self.pause(f"after-batch{idx}", gate.reason or f"batch {idx} done: approve to start batch "
+        decision = self.gates.pause(f"after-batch{idx}", gate.reason or f"batch {idx} done: approve to start batch "
                               f"{idx + 1}", gate.duration, batch=idx)
         if decision == "stopped":
             raise KeyboardInterrupt
