@@ -14,7 +14,6 @@ capacity floor are checked against the batch's estimate plus its rollback estima
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +28,7 @@ from k3rollout.checks.parsers import ParseError
 from k3rollout.checks.triage import caused_by, classify
 from k3rollout.engine.clock import Clock
 from k3rollout.engine.gates import Gates
+from k3rollout.engine.policy import BatchPolicy, Halt, NextBatch
 from k3rollout.engine.recorder import Recorder
 from k3rollout.engine.states import AFTER_CHANGE_STATES, STATE_STAGE, Event, NodeState, build_table
 from k3rollout.engine.steps import StepRunner
@@ -46,7 +46,6 @@ from k3rollout.model.playbook import (
     play_vars,
 )
 from k3rollout.plan.planner import out_of_service_before
-from k3rollout.plan.serial import pct_to_int
 from k3rollout.runlog.journal import Journal
 from k3rollout.runlog.view import RunView
 from k3rollout.stages import rollback as rb
@@ -55,9 +54,6 @@ from k3rollout.stages.registry import SPECS, STAGES
 from k3rollout.transport.base import Executor
 
 SECRET_HINTS = ("pass", "secret", "token", "key_data", "api_key", "credential")
-DONE_BATCH = ("passed", "failed", "rolled_back")
-# scheduler states of a node that serves (``unmanaged``: no scheduler, nothing cordons it)
-IN_SERVICE = ("schedulable", "unmanaged")
 VERBATIM_PARAMS = frozenset({"install", "restore", "tasks"})
 
 
@@ -121,6 +117,12 @@ class Engine:
         self.steps = StepRunner(record=self.record, view=self.view, executor=executor, evidence=evidence,
                                 redact=self.redact, inventory=inventory, log=self.log, clock=clock,
                                 stopping=self.stopping, stage_timeouts=timeouts)
+        play = playbook.play
+        # which batch next, or a halt; verdicts, the failure budget, the capacity floor
+        self.policy = BatchPolicy(max_fail_percentage=play.max_fail_percentage, failure_budget=play.failure_budget,
+                                  quarantine=play.on_node_failure == "quarantine",
+                                  guard_capacity=self.in_place and "cordon" in self.kinds,
+                                  declared_out=lambda hosts: out_of_service_before(inventory, hosts))
         # pauses for a person, and hooks (webhooks go out through the step runner's HTTP client)
         self.gates = Gates(record=self.record, view=self.view, evidence=evidence, clock=clock, stopping=self.stopping,
                            redact=self.redact, hooks=playbook.play.hooks, run_id=run_id, log=self.log,
@@ -353,7 +355,7 @@ class Engine:
 
     def old_driver_peers(self, batch_nodes: list[str]) -> list[str]:
         """Nodes still on the old driver and in service, in the order the rollout will take them."""
-        out = self.out_of_service() | set(batch_nodes)
+        out = self.policy.out_of_service(self.view) | set(batch_nodes)
         pending = NodeState.PENDING.value
         return [n for b in self.view.plan["batches"] for n in b["nodes"]
                 if n not in out and self.view.node(n).state == pending]
@@ -582,61 +584,9 @@ class Engine:
                 self.record("stage_done", node=n, stage=kind, passed=False, reason=self._rejected[1])
                 self.transition(n, Event.ROLLBACK_REQUESTED)
 
-    def out_of_service(self) -> set[str]:
-        out = {n for n, v in self.view.nodes.items() if v.state == NodeState.ROLLBACK_FAILED.value}
-        if self.playbook.play.on_node_failure == "quarantine":
-            # quarantined nodes stay cordoned: they serve nothing until someone releases them
-            out |= {n for n, v in self.view.nodes.items() if v.state == NodeState.ROLLED_BACK.value}
-        hosts = self.view.plan["hosts"]
-        out |= set(out_of_service_before(self.inventory, hosts))
-        # what the scheduler told the baseline: a node that was not serving before the run
-        # (or whose state could not be read) serves nothing after it either (the run never
-        # uncordons what it did not cordon). Nodes of later batches are not contacted before
-        # their batch: for them, the plan's knowledge (inventory) counts.
-        for h in hosts:
-            state = self.view.node(h).baseline.get("scheduler_state")
-            if state is not None and state not in IN_SERVICE:
-                out.add(h)
-        return out
-
-    def preflight(self, batch: dict) -> tuple[str, str] | None:
-        """Why the batch must not start, or None."""
-        if self.view.window_end is not None:
-            need = batch["estimate_s"] + batch["rollback_estimate_s"]
-            left = self.view.window_end - self.clock.now()
-            if need > left:
-                return "window", (f"batch {batch['index']} needs {math.ceil(need / 60)} min (including its rollback) "
-                                  f"but the window has {max(0, int(left // 60))} min left")
-        if self.in_place and "cordon" in self.kinds:
-            short = self.capacity_short(batch["nodes"], f"batch {batch['index']}")
-            if short:
-                return "capacity", short
-        return None
-
-    def verdict(self, batch: dict) -> tuple[str, list[str], tuple[str, str] | None]:
-        nodes = batch["nodes"]
-        states = {n: self.view.node(n).state for n in nodes}
-        failed = [n for n, s in states.items() if s not in (NodeState.UPGRADE_DONE.value, NodeState.SKIPPED.value)]
-        status = "failed" if failed else "passed"
-        halt = None
-        rb_failed = [n for n, s in states.items() if s == NodeState.ROLLBACK_FAILED.value]
-        groups = self.view.plan.get("groups") or {}
-        if groups and batch.get("replicas"):
-            # max_fail_percentage counts replicas: a replica with any failed node is a failed replica
-            reps = batch["replicas"]
-            bad = [g for g in reps if any(n in failed for n in groups.get(g, []))]
-            pct, counted = 100.0 * len(bad) / len(reps), f"{len(bad)} of {len(reps)} replica(s)"
-        else:
-            pct, counted = 100.0 * len(failed) / len(nodes), f"{len(failed)} of {len(nodes)} node(s)"
-        if rb_failed:
-            halt = ("rollback_failed", f"ROLLBACK FAILED on {', '.join(rb_failed)}: node(s) kept cordoned and need "
-                                       "hands-on recovery (see runbooks/ and the node's rollback evidence)")
-        elif pct > self.playbook.play.max_fail_percentage:
-            halt = ("failure", f"batch {batch['index']}: {counted} failed ({pct:.0f}%), "
-                               f"above max_fail_percentage {self.playbook.play.max_fail_percentage:g}%")
-        return status, failed, halt
-
     def run(self) -> str:
+        """The rollout: confirm it, pre-stage, then hand batch after batch, as the batch
+        policy picks them, to the part that runs it; the run's end status."""
         plan = self.view.plan
         if not self.gates.run_hooks("confirm_rollout", {"plan": {k: plan.get(k) for k in (
                 "hosts", "min_serving", "max_fail_percentage", "fits_window", "playbook_sha256")},
@@ -649,50 +599,48 @@ class Engine:
                                       == "not_started" for n in b["nodes"]])
             if why:
                 return self.halt("prestage", why, None)
-        policy = plan.get("policy") or {}
-        for batch in plan["batches"]:
-            idx = batch["index"]
-            b = self.view.batches[idx]
-            if policy.get("name") == "window" and idx == policy.get("batch") and b["status"] not in DONE_BATCH:
-                stop = self.run_window(batch, policy)
-                if stop:
-                    return stop
-                continue
-            if b["status"] in DONE_BATCH:
-                # what a stop right after the batch left undone: its post_batch hooks (a hook
-                # that completed is not called again) and its gate
-                self.post_batch(idx, batch["nodes"], b["status"], b["failed"])
-                stop = self.after_batch_gate(idx)
-                if stop:
-                    return stop
-                continue
-            if b["status"] == "not_started":
-                stop = self.preflight(batch)
-                if stop:
-                    return self.halt(stop[0], stop[1], idx)
-                if not self.gates.run_hooks("pre_batch", {"batch": idx, "nodes": batch["nodes"]}, f"batch{idx}"):
-                    return self.halt("hook", f"a pre_batch hook refused batch {idx}", idx)
-                self.record("batch_started", batch=idx, nodes=batch["nodes"])
-                self.log.info("batch_started", batch=idx, nodes=batch["nodes"])
-            self.run_batch(batch["nodes"], idx)
-            if self.stopping.is_set() and self.view.batches[idx]["status"] == "running" and \
-                    any(STATE_STAGE.get(NodeState(self.view.node(n).state)) for n in batch["nodes"]):
-                raise KeyboardInterrupt      # SIGTERM while waiting at a gate: resume continues here
-            status, failed, halt = self.verdict(batch)
-            self.record("batch_done", batch=idx, status=status, failed=failed)
-            self.log.info("batch_done", batch=idx, status=status, failed=failed)
-            self.post_batch(idx, batch["nodes"], status, failed)
-            if self._rejected:
-                return self.halt(*self._rejected, idx)
-            if halt:
-                return self.halt(halt[0], halt[1], idx)
-            over = self.over_budget()
-            if over:
-                return self.halt("failure_budget", over, idx)
-            stop = self.after_batch_gate(idx)
+        position = 0
+        while (nxt := self.policy.next(self.view, position, self.clock.now)) is not None:
+            if isinstance(nxt, Halt):
+                return self.halt(nxt.kind, nxt.reason, nxt.batch)
+            position = nxt.position + 1
+            stop = self.run_next(nxt)
             if stop:
                 return stop
         return self.finish("completed" if self.in_place else "no_change")
+
+    def run_next(self, nxt: NextBatch) -> str | None:
+        """One batch as the policy decided it; None to go on, else the run's end."""
+        batch, idx = nxt.batch, nxt.index
+        if nxt.action == "window":
+            return self.run_window(batch, self.view.plan.get("policy") or {})
+        if nxt.action == "replay":
+            # what a stop right after the batch left undone: its post_batch hooks (a hook
+            # that completed is not called again) and its gate
+            b = self.view.batches[idx]
+            self.post_batch(idx, batch["nodes"], b["status"], b["failed"])
+            return self.after_batch_gate(idx)
+        if nxt.action == "start":
+            if not self.gates.run_hooks("pre_batch", {"batch": idx, "nodes": batch["nodes"]}, f"batch{idx}"):
+                return self.halt("hook", f"a pre_batch hook refused batch {idx}", idx)
+            self.record("batch_started", batch=idx, nodes=batch["nodes"])
+            self.log.info("batch_started", batch=idx, nodes=batch["nodes"])
+        self.run_batch(batch["nodes"], idx)
+        if self.stopping.is_set() and self.view.batches[idx]["status"] == "running" and \
+                any(STATE_STAGE.get(NodeState(self.view.node(n).state)) for n in batch["nodes"]):
+            raise KeyboardInterrupt      # SIGTERM while waiting at a gate: resume continues here
+        status, failed, halt = self.policy.verdict(self.view, batch)
+        self.record("batch_done", batch=idx, status=status, failed=failed)
+        self.log.info("batch_done", batch=idx, status=status, failed=failed)
+        self.post_batch(idx, batch["nodes"], status, failed)
+        if self._rejected:
+            return self.halt(*self._rejected, idx)
+        if halt:
+            return self.halt(halt[0], halt[1], idx)
+        over = self.over_budget()
+        if over:
+            return self.halt("failure_budget", over, idx)
+        return self.after_batch_gate(idx)
 
     def run_window(self, batch: dict, policy: dict) -> str | None:
         """The sliding window after the canary batches (engine/window.py); the run's end or None."""
@@ -732,23 +680,6 @@ class Engine:
         self.log.error("run_halted", kind=kind, reason=reason)
         return self.finish("halted")
 
-    def failed_nodes(self) -> list[str]:
-        bad = (NodeState.ROLLED_BACK.value, NodeState.ROLLBACK_FAILED.value, NodeState.FAILED.value)
-        return sorted(n for n, v in self.view.nodes.items() if v.state in bad)
-
-    def over_budget(self) -> str | None:
-        """Why the rollout-wide failure budget is spent, or None."""
-        budget = self.playbook.play.failure_budget
-        if budget is None:
-            return None
-        total = len(self.view.plan["hosts"])
-        allowed = pct_to_int(budget, total, 0) if isinstance(budget, str) else int(budget)
-        failed = self.failed_nodes()
-        if len(failed) > allowed:
-            return (f"{len(failed)} node(s) failed so far ({', '.join(failed[:8])}{' ...' if len(failed) > 8 else ''}), "
-                    f"above the rollout's failure_budget of {allowed} ({budget})")
-        return None
-
     def finish(self, status: str) -> str:
         self.record("run_finished", status=status)
         return status
@@ -776,26 +707,6 @@ class Engine:
             return {"action": "cordon", "status": "failed", "detail": f"{out.reason}: node kept cordoned"}
         return {"action": "cordon", "status": "done", "detail": out.reason or "cordoned and drained"}
 
-    def capacity_short(self, nodes: list[str], what_for: str, extra_out: set[str] = frozenset()) -> str | None:
-        """Why taking ``nodes`` out of service now would cross the capacity floor, or None."""
-        plan = self.view.plan
-        out = self.out_of_service() | set(extra_out)
-        if plan.get("groups"):
-            # capacity in replicas: a replica serves only when every node of it does
-            groups = plan["groups"]
-            out_g = {g for g, ns in groups.items() if any(n in out for n in ns)}
-            serving = len(groups) - len(out_g)
-            taking = len({g for g, ns in groups.items() if g not in out_g and any(n in nodes for n in ns)})
-            what, down = "replica(s)", sorted(out_g)
-        else:
-            serving = len(plan["hosts"]) - len(out)
-            taking = len([n for n in nodes if n not in out])
-            what, down = "node(s)", sorted(out)
-        if serving - taking < plan["min_serving"]:
-            return (f"{what_for} would leave {serving - taking} {what} serving, below min_serving "
-                    f"{plan['min_serving']} ({len(down)} out of service: {', '.join(down) or 'none'})")
-        return None
-
     def pending_operator_rollback(self) -> list[int] | None:
         """The batches of an operator's rollback that was interrupted (resume finishes it)."""
         for r in reversed(self.journal.records):
@@ -820,7 +731,7 @@ class Engine:
         if resumed:
             self.record("operator_rollback_resumed", batches=batches)
         else:
-            out = self.out_of_service()
+            out = self.policy.out_of_service(self.view)
             plan = {"requested_at": self.clock.iso(), "min_serving": self.view.plan["min_serving"],
                     "order": "batch by batch as listed; within a batch, waves that keep min_serving; each node in "
                              "service is cordoned and drained first, then its recorded rollback plan runs",
@@ -841,7 +752,7 @@ class Engine:
             results: dict[str, bool] = {}
             while todo and not self.stopping.is_set():
                 wave: list[str] = []
-                already_out = self.out_of_service() | self._rolling_back()
+                already_out = self.policy.out_of_service(self.view) | self._rolling_back()
                 for n in todo:
                     # a node already out of service costs no capacity; one in service joins
                     # the wave only while the floor holds
@@ -879,3 +790,13 @@ class Engine:
         or stopped mid-stage after their cordon (a halted or interrupted batch)."""
         held = {NodeState.ROLLBACK_REQUIRED.value} | {st.value for st in AFTER_CHANGE_STATES}
         return {n for n, v in self.view.nodes.items() if v.state in held}
+
+    # ------------------------------------------------------------------ the policy, as window.py asks it
+
+    def over_budget(self) -> str | None:
+        """Why the rollout-wide failure budget is spent, or None (``BatchPolicy.over_budget``)."""
+        return self.policy.over_budget(self.view)
+
+    def capacity_short(self, nodes: list[str], what_for: str, extra_out: set[str] = frozenset()) -> str | None:
+        """Why taking ``nodes`` out of service now would cross the capacity floor, or None."""
+        return self.policy.capacity_short(self.view, nodes, what_for, extra_out)
