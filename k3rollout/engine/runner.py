@@ -1,8 +1,16 @@
-"""The rollout engine: batches, the per-node state machine, rollbacks and halt decisions.
+"""The rollout engine: batches and the per-node state machine, handed to the parts it holds.
 
-Journal first: every transition, step and fact is appended (and fsynced) before the side
-effect starts and again after it ends; the engine's own state is the fold of its journal
-(``runlog.view``), so a resumed run and a fresh one decide from the same data.
+- ``Recorder`` (engine/recorder.py): journal first, every transition, step and fact is
+  appended (and fsynced) before the side effect starts and again after it ends; the
+  engine's own state is the fold of its journal (``runlog.view``), so a resumed run and a
+  fresh one decide from the same data.
+- ``StepRunner`` (engine/steps.py): what a stage gets as ``ctx.runner``.
+- ``Gates`` (engine/gates.py): pauses for a person, and hooks.
+- ``BatchPolicy`` (engine/policy.py): the next batch or a halt, a batch's verdict, the
+  failure budget and the capacity floor, decided from the view alone; the sliding window
+  after the canary batches is engine/window.py.
+- ``RollbackExecutor`` (engine/rollback.py): a node's recorded rollback plan, and an
+  operator's rollback of whole batches.
 
 Per batch: every node walks its stages in parallel (``forks``) up to the batch-scoped
 multinode stage, which runs once for the batch; then the nodes finish; then nodes that
@@ -30,7 +38,8 @@ from k3rollout.engine.clock import Clock
 from k3rollout.engine.gates import Gates
 from k3rollout.engine.policy import BatchPolicy, Halt, NextBatch
 from k3rollout.engine.recorder import Recorder
-from k3rollout.engine.states import AFTER_CHANGE_STATES, STATE_STAGE, Event, NodeState, build_table
+from k3rollout.engine.rollback import RollbackExecutor
+from k3rollout.engine.states import STATE_STAGE, Event, NodeState, build_table
 from k3rollout.engine.steps import StepRunner
 from k3rollout.evidence.redact import mask_credentials
 from k3rollout.evidence.store import EvidenceStore
@@ -82,6 +91,11 @@ class GateInterrupted(Exception):
 
 
 class Engine:
+    """A rollout: the recorder (journal and view), the step runner (``ctx.runner`` for every
+    stage), the gates and hooks, the batch policy and the rollback executor, held and
+    handed each its part of the work. What stays here is the walk of a batch's nodes
+    through their stages (per node, per replica, once per batch)."""
+
     def __init__(self, *, playbook: Playbook, inventory: Inventory, executor: Executor, journal: Journal,
                  evidence: EvidenceStore, clock: Clock, run_id: str, log: Any = None,
                  on_event: Callable[[dict], None] | None = None):
@@ -127,11 +141,16 @@ class Engine:
         self.gates = Gates(record=self.record, view=self.view, evidence=evidence, clock=clock, stopping=self.stopping,
                            redact=self.redact, hooks=playbook.play.hooks, run_id=run_id, log=self.log,
                            api=lambda: self.steps.api)
+        # a node's recorded rollback plan, and an operator's rollback of whole batches
+        self.rollbacks = RollbackExecutor(recorder=self.recorder, steps=self.steps, policy=self.policy,
+                                          run_hooks=self.gates.run_hooks, pool=self.pool,
+                                          make_ctx=lambda node, folder: self.ctx(node, None, folder),
+                                          cordon_params=self.cordon_params, evidence=evidence, clock=clock,
+                                          stopping=self.stopping, redact=self.redact, log=self.log)
         self._held: set[str] = set()          # stages the current batch waits before (pauses)
         self._replica_released: set[str] = set()   # nodes whose whole replica reached uncordon
         self._param_templates: dict[int, tuple[dict, list[str]]] = {}   # stage parameters: dump, templated keys
         self._rejected: tuple[str, str] | None = None   # (rejected|window, why) a gate stopped the rollout
-        self.rollback_halt: str | None = None      # why an operator rollback stopped short (capacity)
         # called on a node's walk right before its cordon; False holds the node there (not out of
         # service, nothing changed). The sliding window waits in it for a slot and the floor.
         self.before_cordon: Callable[[str], bool] | None = None
@@ -146,6 +165,13 @@ class Engine:
         self.steps.close()
         self.executor.close()
         self.evidence.close()
+
+    def cordon_params(self, node: str) -> Any:
+        """The run's cordon stage parameters for ``node`` (the defaults when the play has
+        no cordon stage): what an operator's rollback drains a node in service with."""
+        if "cordon" in self.kinds:
+            return self.render_params(self.stages[self.kinds.index("cordon")], node)
+        return PARAMS_BY_KIND["cordon"].model_validate({})
 
     # ------------------------------------------------------------------ contexts
 
@@ -360,58 +386,6 @@ class Engine:
         return [n for b in self.view.plan["batches"] for n in b["nodes"]
                 if n not in out and self.view.node(n).state == pending]
 
-    # ------------------------------------------------------------------ rollback
-
-    def rollback(self, node: str, reason: str, take_out: bool = False) -> bool:
-        """Run the node's recorded rollback plan. ``take_out``: the node may be in service
-        (an operator's rollback of a node the run returned): cordon and drain it first,
-        with the cordon stage the run uses; a node that cannot be drained is not touched."""
-        n = self.view.node(node)
-        if n.rollback_done_seq > n.rollback_requested_seq:
-            # the rollback ran to its end before a crash; only its transition is missing
-            self.transition(node, Event.ROLLBACK_DONE if n.rollback_ok else Event.ROLLBACK_FAILED)
-            return bool(n.rollback_ok)
-        mid = n.timeline and n.timeline[-1]["stage"] == "rollback" and n.timeline[-1]["end"] is None
-        attempt = n.rollback_attempts if mid else n.rollback_attempts + 1
-        if not mid:
-            self.record("rollback_started", node=node, attempt=attempt, reason=self.redact(reason))
-        self.log.warning("rollback_started", node=node, reason=reason)
-        ctx = self.ctx(node, None, f"rollback-{attempt}")
-        if n.rollback_plan is None:
-            ok, results = False, [{"action": "none", "status": "failed", "detail": "no rollback plan was recorded"}]
-        else:
-            # a node that failed mid-reboot may still be booting: give it its reboot timeout
-            patience = max([float(s["reboot_timeout"]) for s in n.rollback_plan if "reboot_timeout" in s] or [60.0])
-            try:
-                self.steps.wait_for_host(ctx, patience)
-                drained = self.take_out_of_service(ctx) if take_out else None
-                if drained is not None and drained["status"] == "failed":
-                    ok, results = False, [drained, {"action": "rollback", "status": "skipped", "detail":
-                                                    "the node could not be drained: nothing was restored"}]
-                else:
-                    ok, results = rb.execute(ctx, n.rollback_plan, set(n.entered))
-                    results = ([drained] if drained else []) + results
-            except StepFailed as exc:
-                ok, results = False, [{"action": "reach_host", "status": "failed", "detail": str(exc)}]
-                # what needs only the scheduler still runs: a node that never came back is quarantined
-                results += rb.unreachable(ctx, n.rollback_plan)
-        try:
-            after = ctx.read_gpu()
-        except StepFailed as exc:
-            after = {"driver_version": None, "gpu_error": str(exc)}
-        self.record("facts", node=node, stage="rollback", facts={
-            "driver_version": after.get("driver_version"), "driver_branch": after.get("driver_branch"),
-            "gpu_count": after.get("gpu_count"), "gpu_error": after.get("gpu_error")})
-        self.record("rollback_done", node=node, attempt=attempt, ok=ok, results=results)
-        self.transition(node, Event.ROLLBACK_DONE if ok else Event.ROLLBACK_FAILED)
-        if not ok:
-            self.log.error("rollback_failed", node=node, results=results)
-        self.gates.run_hooks("on_rollback", {"node": node, "batch": n.batch, "ok": ok, "reason": self.redact(reason),
-                                       "results": results, "quarantined": any(
-                                           r["action"] == "quarantine" and r["status"] == "done" for r in results)},
-                       f"{node}-{attempt}")
-        return ok
-
     # ------------------------------------------------------------------ batches
 
     def pool(self, fn: Callable[[str], Any], nodes: list[str]) -> None:
@@ -460,7 +434,7 @@ class Engine:
             else:
                 self.run_replica_stage(nodes, gate)
         need = [n for n in nodes if self.view.node(n).state == NodeState.ROLLBACK_REQUIRED.value]
-        self.pool(lambda n: self.rollback(n, self.view.node(n).reason or "stage failed"), need)
+        self.pool(lambda n: self.rollbacks.rollback(n, self.view.node(n).reason or "stage failed"), need)
 
     def replica_of(self, node: str) -> dict[str, Any] | None:
         return next((r for r in self.view.plan.get("replicas") or [] if node in r["nodes"]), None)
@@ -683,113 +657,6 @@ class Engine:
     def finish(self, status: str) -> str:
         self.record("run_finished", status=status)
         return status
-
-    def take_out_of_service(self, ctx: NodeCtx) -> dict:
-        """Cordon and drain a node before its rollback changes anything, through the cordon
-        stage of the run (its drain step is a ``once`` step of the rollback's folder: never
-        run twice, settled by its probe after a crash). A node the scheduler already holds
-        out of service is left as it is."""
-        if (ctx.node, f"{ctx.folder}/drain") not in self.view.steps_started:
-            state = ctx.read_scheduler()
-            if state in ("cordoned", "drained"):
-                return {"action": "cordon", "status": "not_needed", "detail": f"already out of service ({state})"}
-        try:
-            if "cordon" in self.kinds:
-                params = self.render_params(self.stages[self.kinds.index("cordon")], ctx.node)
-            else:
-                params = PARAMS_BY_KIND["cordon"].model_validate({})
-            out = STAGES["cordon"](replace(ctx, params=params))
-        except ParseError as exc:
-            out = StageOutcome(False, f"unexpected output: {exc}")
-        except (AssertionSyntaxError, ValueError) as exc:
-            out = StageOutcome(False, f"cordon stage parameters: {exc}")
-        if not out.passed:
-            return {"action": "cordon", "status": "failed", "detail": f"{out.reason}: node kept cordoned"}
-        return {"action": "cordon", "status": "done", "detail": out.reason or "cordoned and drained"}
-
-    def pending_operator_rollback(self) -> list[int] | None:
-        """The batches of an operator's rollback that was interrupted (resume finishes it)."""
-        for r in reversed(self.journal.records):
-            if r["type"] == "operator_rollback_finished":
-                return None
-            if r["type"] == "operator_rollback":
-                return [b["batch"] for b in r["batches"]]
-        return None
-
-    def _rollback_todo(self, idx: int) -> list[str]:
-        skip = (NodeState.PENDING, NodeState.ROLLED_BACK, NodeState.FAILED, NodeState.SKIPPED,
-                NodeState.BASELINE_REQUIRED)
-        return [n for n in self.view.batches[idx]["nodes"] if NodeState(self.view.node(n).state) not in skip]
-
-    def rollback_batches(self, batches: list[int], *, resumed: bool = False) -> bool:
-        """Operator-requested rollback of whole batches, by the recorded plans: a rollout in
-        reverse. Batch by batch in the order given; within a batch, waves that never take
-        the serving capacity below ``min_serving``; each node in service is cordoned and
-        drained before its rollback changes anything. The request and its plan are
-        journaled (and kept as evidence) first, so ``resume`` finishes an interrupted one."""
-        self.rollback_halt = None
-        if resumed:
-            self.record("operator_rollback_resumed", batches=batches)
-        else:
-            out = self.policy.out_of_service(self.view)
-            plan = {"requested_at": self.clock.iso(), "min_serving": self.view.plan["min_serving"],
-                    "order": "batch by batch as listed; within a batch, waves that keep min_serving; each node in "
-                             "service is cordoned and drained first, then its recorded rollback plan runs",
-                    "batches": [{"batch": i, "nodes": self._rollback_todo(i),
-                                 "in_service": [n for n in self._rollback_todo(i) if n not in out
-                                                and self.view.node(n).state == NodeState.UPGRADE_DONE.value],
-                                 "rollback_estimate_s": next((b["rollback_estimate_s"] for b in
-                                                              self.view.plan["batches"] if b["index"] == i), None)}
-                                for i in batches]}
-            k = 1 + sum(1 for r in self.journal.records if r["type"] == "operator_rollback")
-            ref = self.evidence.write("_run", "rollback", f"operator-rollback-{k}.json", fastjson.dumps_pretty(plan))
-            self.record("operator_rollback", batches=plan["batches"], min_serving=plan["min_serving"],
-                        evidence=ref.path, sha256=ref.sha256)
-        ok_all = True
-        for idx in batches:
-            todo = self._rollback_todo(idx)
-            done: list[str] = []
-            results: dict[str, bool] = {}
-            while todo and not self.stopping.is_set():
-                wave: list[str] = []
-                already_out = self.policy.out_of_service(self.view) | self._rolling_back()
-                for n in todo:
-                    # a node already out of service costs no capacity; one in service joins
-                    # the wave only while the floor holds
-                    if n in already_out or self.capacity_short(
-                            wave + [n], f"rolling back {', '.join(wave + [n])} of batch {idx}",
-                            self._rolling_back()) is None:
-                        wave.append(n)
-                if not wave:
-                    why = self.capacity_short(todo[:1], f"rolling back {todo[0]} of batch {idx}", self._rolling_back())
-                    self.rollback_halt = f"{why}; nothing more was changed"
-                    self.record("operator_rollback_halted", batch=idx, reason=self.redact(self.rollback_halt),
-                                remaining=todo)
-                    self.log.error("operator_rollback_halted", batch=idx, reason=self.rollback_halt)
-                    self.record("operator_rollback_finished", ok=False, halted=True)
-                    return False
-                for n in wave:
-                    if NodeState(self.view.node(n).state) != NodeState.ROLLBACK_REQUIRED:
-                        self.transition(n, Event.ROLLBACK_REQUESTED)
-                self.pool(lambda n, results=results: results.__setitem__(n, self.rollback(n, "operator requested rollback",
-                                                                           take_out=True)), wave)
-                done += wave
-                todo = [n for n in todo if n not in wave]
-            if self.stopping.is_set():
-                raise KeyboardInterrupt
-            ok = all(results.values())
-            ok_all &= ok
-            self.record("batch_rolled_back", batch=idx, ok=ok, nodes=done)
-        self.record("operator_rollback_finished", ok=ok_all)
-        if self.view.status == "running":
-            self.finish("aborted")
-        return ok_all
-
-    def _rolling_back(self) -> set[str]:
-        """Nodes this run holds out of service: between a rollback's request and its end,
-        or stopped mid-stage after their cordon (a halted or interrupted batch)."""
-        held = {NodeState.ROLLBACK_REQUIRED.value} | {st.value for st in AFTER_CHANGE_STATES}
-        return {n for n, v in self.view.nodes.items() if v.state in held}
 
     # ------------------------------------------------------------------ the policy, as window.py asks it
 
