@@ -22,9 +22,14 @@ import json
 import os
 import re
 import subprocess
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from k3rollout.evidence.store import EvidenceStore
+from k3rollout.runlog.view import RunView
 
 APPROVALS = "approvals"
 POLL_S = float(os.environ.get("K3ROLLOUT_APPROVAL_POLL_S", "0.5"))
@@ -62,8 +67,25 @@ def open_pauses(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-class GateMixin:
-    """Needs from its host class: record, view, evidence, clock, stopping, redact, playbook, log."""
+class Gates:
+    """Pauses and hooks, held by the engine: built from the recorder's ``record`` and view,
+    the evidence store (the run directory is its parent), the clock, the run's stop flag,
+    the redactor, the play's hooks and the run id. ``api`` gives the HTTP client webhooks
+    are sent with (the step runner's pool)."""
+
+    def __init__(self, *, record: Callable[..., dict], view: RunView, evidence: EvidenceStore, clock: Any,
+                 stopping: threading.Event, redact: Callable[[str], str], hooks: Any, run_id: str, log: Any,
+                 api: Callable[[], Any]):
+        self.record = record
+        self.view = view
+        self.evidence = evidence
+        self.clock = clock
+        self.stopping = stopping
+        self.redact = redact
+        self.hooks = hooks
+        self.run_id = run_id
+        self.log = log
+        self._api = api
 
     @property
     def run_dir(self) -> Path:
@@ -113,7 +135,7 @@ class GateMixin:
 
     def run_hooks(self, name: str, payload: dict[str, Any], key: str) -> bool:
         """Call every hook of ``name``; True when all succeeded (or there are none)."""
-        hooks = getattr(self.playbook.play.hooks, name)
+        hooks = getattr(self.hooks, name)
         ok_all = True
         for i, hook in enumerate(hooks, start=1):
             hid = f"{name}-{key}-{i}"
@@ -154,7 +176,7 @@ class GateMixin:
                                                                        else "")
 
     def _hook_webhook(self, url: str, event: dict, timeout: float) -> tuple[bool, str, str]:
-        res = self.api.request("POST", url, event, timeout)
+        res = self._api().request("POST", url, event, timeout)
         if res.error:
             return False, res.error, ""
         return bool(res.status and 200 <= res.status < 300), f"HTTP {res.status}", res.text[:4000]

@@ -44,7 +44,7 @@ from k3rollout.checks import parsers
 from k3rollout.checks.triage import classify
 from k3rollout.engine.clock import Clock
 from k3rollout.engine.runner import Redactor, secret_values
-from k3rollout.engine.steps import StepRunnerMixin
+from k3rollout.engine.steps import StepRunner
 from k3rollout.errors import InputError, LockHeld
 from k3rollout.evidence.store import EvidenceStore, verify_run
 from k3rollout.model.assertions import evaluate_all
@@ -63,22 +63,18 @@ DECISIONS = ("keep", "stay_isolated", "rollback")
 RECURRING = frozenset({"driver_incompatible", "container_runtime", "model_load_capacity", "communication"})
 
 
-class ReadOnlyRunner(StepRunnerMixin):
+class ReadOnlyRunner(StepRunner):
     """The engine's step and HTTP primitives for observation: every command and request is
     journaled and kept as evidence, and a destructive (``once``) step is refused."""
 
     def __init__(self, journal: Journal, evidence: EvidenceStore, executor: Any, inventory: Any,
                  redact: Callable[[str], str], log: Any):
-        self.journal, self.evidence, self.executor, self.inventory = journal, evidence, executor, inventory
-        self.redact, self.log = redact, log
-        self.view = RunView()          # steps_started/steps_done: only ``once`` steps use them, never here
-        self.kinds: list[str] = []
-        self.stages: list[Any] = []
-        self._lock = threading.Lock()
-        self._api: Any = None
-        self.stopping = threading.Event()
+        self.journal = journal
+        # steps_started/steps_done: only ``once`` steps use them, never here
+        super().__init__(record=self._append, view=RunView(), executor=executor, evidence=evidence, redact=redact,
+                         inventory=inventory, log=log)
 
-    def record(self, type_: str, *, durable: bool = False, **data: Any) -> dict:
+    def _append(self, type_: str, *, durable: bool = False, **data: Any) -> dict:
         return self.journal.append(type_, durable=durable, **data)
 
     def _stop_check(self) -> None:

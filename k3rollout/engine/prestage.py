@@ -29,7 +29,7 @@ def pending(engine: Any, nodes: list[str]) -> list[str]:
 def one(engine: Any, node: str) -> tuple[str, StageOutcome]:
     n = engine.view.node(node)
     ctx = NodeCtx(node=node, run_id=engine.run_id, stage="prestage", folder=FOLDER, params=None,
-                  vars=engine.tvars(node), facts=dict(n.facts), baseline=dict(n.baseline), runner=engine)
+                  vars=engine.tvars(node), facts=dict(n.facts), baseline=dict(n.baseline), runner=engine.steps)
     cfg = engine.playbook.play.prestage
     engine.record("prestage_started", node=node)
     try:

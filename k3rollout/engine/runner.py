@@ -1,8 +1,16 @@
-"""The rollout engine: batches, the per-node state machine, rollbacks and halt decisions.
+"""The rollout engine: batches and the per-node state machine, handed to the parts it holds.
 
-Journal first: every transition, step and fact is appended (and fsynced) before the side
-effect starts and again after it ends; the engine's own state is the fold of its journal
-(``runlog.view``), so a resumed run and a fresh one decide from the same data.
+- ``Recorder`` (engine/recorder.py): journal first, every transition, step and fact is
+  appended (and fsynced) before the side effect starts and again after it ends; the
+  engine's own state is the fold of its journal (``runlog.view``), so a resumed run and a
+  fresh one decide from the same data.
+- ``StepRunner`` (engine/steps.py): what a stage gets as ``ctx.runner``.
+- ``Gates`` (engine/gates.py): pauses for a person, and hooks.
+- ``BatchPolicy`` (engine/policy.py): the next batch or a halt, a batch's verdict, the
+  failure budget and the capacity floor, decided from the view alone; the sliding window
+  after the canary batches is engine/window.py.
+- ``RollbackExecutor`` (engine/rollback.py): a node's recorded rollback plan, and an
+  operator's rollback of whole batches.
 
 Per batch: every node walks its stages in parallel (``forks``) up to the batch-scoped
 multinode stage, which runs once for the batch; then the nodes finish; then nodes that
@@ -14,7 +22,6 @@ capacity floor are checked against the batch's estimate plus its rollback estima
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -28,10 +35,12 @@ from k3rollout import fastjson
 from k3rollout.checks.parsers import ParseError
 from k3rollout.checks.triage import caused_by, classify
 from k3rollout.engine.clock import Clock
-from k3rollout.engine.gates import GateMixin
-from k3rollout.engine.states import AFTER_CHANGE_STATES, STATE_STAGE, Event, NodeState, build_table
-from k3rollout.engine.states import step as fsm_step
-from k3rollout.engine.steps import StepRunnerMixin
+from k3rollout.engine.gates import Gates
+from k3rollout.engine.policy import BatchPolicy, Halt, NextBatch
+from k3rollout.engine.recorder import Recorder
+from k3rollout.engine.rollback import RollbackExecutor
+from k3rollout.engine.states import STATE_STAGE, Event, NodeState, build_table
+from k3rollout.engine.steps import StepRunner
 from k3rollout.evidence.redact import mask_credentials
 from k3rollout.evidence.store import EvidenceStore
 from k3rollout.model.assertions import AssertionSyntaxError, evaluate_all, render, template_context, templated
@@ -46,18 +55,14 @@ from k3rollout.model.playbook import (
     play_vars,
 )
 from k3rollout.plan.planner import out_of_service_before
-from k3rollout.plan.serial import pct_to_int
 from k3rollout.runlog.journal import Journal
-from k3rollout.runlog.view import RunView, apply, fold
+from k3rollout.runlog.view import RunView
 from k3rollout.stages import rollback as rb
 from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
 from k3rollout.stages.registry import SPECS, STAGES
 from k3rollout.transport.base import Executor
 
 SECRET_HINTS = ("pass", "secret", "token", "key_data", "api_key", "credential")
-DONE_BATCH = ("passed", "failed", "rolled_back")
-# scheduler states of a node that serves (``unmanaged``: no scheduler, nothing cordons it)
-IN_SERVICE = ("schedulable", "unmanaged")
 VERBATIM_PARAMS = frozenset({"install", "restore", "tasks"})
 
 
@@ -81,18 +86,16 @@ class Redactor:
         return mask_credentials(text)       # URL credentials, secret-named env values and flags
 
 
-# journal record types that carry no decision a resume could repeat wrongly if the
-# last few were lost in a power cut: resume re-derives them (read-only stages run again;
-# destructive steps are settled from their own durable records)
-OBSERVATIONS = frozenset({"node_state", "stage_started", "stage_done", "assertions", "facts", "triage", "evidence",
-                          "step_error", "ansible_event", "hook_started"})
-
-
 class GateInterrupted(Exception):
     """The run was told to stop while a node waited for a person."""
 
 
-class Engine(GateMixin, StepRunnerMixin):
+class Engine:
+    """A rollout: the recorder (journal and view), the step runner (``ctx.runner`` for every
+    stage), the gates and hooks, the batch policy and the rollback executor, held and
+    handed each its part of the work. What stays here is the walk of a batch's nodes
+    through their stages (per node, per replica, once per batch)."""
+
     def __init__(self, *, playbook: Playbook, inventory: Inventory, executor: Executor, journal: Journal,
                  evidence: EvidenceStore, clock: Clock, run_id: str, log: Any = None,
                  on_event: Callable[[dict], None] | None = None):
@@ -105,71 +108,70 @@ class Engine(GateMixin, StepRunnerMixin):
         journal.extra_sync = evidence.sync
         self.clock = clock
         self.run_id = run_id
-        self.view: RunView = fold(journal.records)
-        # how many records the view holds (seq starts at 1, without gaps: all of them when this
-        # equals the journal's last seq; a record appended before the engine existed is not)
-        self.applied = len(journal.records)
         self.stages: list[Stage] = playbook.stages
         self.kinds = [s.stage for s in self.stages]
         self.table = build_table(self.kinds)
+        # the journal and the view folded from it: every record goes through the recorder
+        self.recorder = Recorder(journal, self.table, on_event)
+        self.record = self.recorder.record
+        self.transition = self.recorder.transition
+        self.view: RunView = self.recorder.view
         self.play_vars = play_vars(playbook.play)
         self.log = (log or structlog.get_logger("k3rollout")).bind(run_id=run_id)
-        self.on_event = on_event
-        self._lock = threading.Lock()
         self.stopping = threading.Event()
         hv = [inventory.hosts[h].vars for h in inventory.hosts]
         vaulted = [v for v in getattr(inventory, "vault_values", ()) if len(v) >= 4]   # whatever their names
         self.redact = Redactor(sorted(set(secret_values(self.play_vars, *hv)) | set(vaulted), key=len, reverse=True))
         self.in_place = bool(self.play_vars.get("allow_in_place_change", True))
         self.playbook_dir = str(Path(playbook.path).resolve().parent)
-        self._api = None
+        timeouts: dict[str, float | None] = {}
+        for s in self.stages:
+            timeouts.setdefault(s.stage, s.timeout)
+        # what every stage gets as ctx.runner (stages.base.StageContext)
+        self.steps = StepRunner(record=self.record, view=self.view, executor=executor, evidence=evidence,
+                                redact=self.redact, inventory=inventory, log=self.log, clock=clock,
+                                stopping=self.stopping, stage_timeouts=timeouts)
+        play = playbook.play
+        # which batch next, or a halt; verdicts, the failure budget, the capacity floor
+        self.policy = BatchPolicy(max_fail_percentage=play.max_fail_percentage, failure_budget=play.failure_budget,
+                                  quarantine=play.on_node_failure == "quarantine",
+                                  guard_capacity=self.in_place and "cordon" in self.kinds,
+                                  declared_out=lambda hosts: out_of_service_before(inventory, hosts))
+        # pauses for a person, and hooks (webhooks go out through the step runner's HTTP client)
+        self.gates = Gates(record=self.record, view=self.view, evidence=evidence, clock=clock, stopping=self.stopping,
+                           redact=self.redact, hooks=playbook.play.hooks, run_id=run_id, log=self.log,
+                           api=lambda: self.steps.api)
+        # a node's recorded rollback plan, and an operator's rollback of whole batches
+        self.rollbacks = RollbackExecutor(recorder=self.recorder, steps=self.steps, policy=self.policy,
+                                          run_hooks=self.gates.run_hooks, pool=self.pool,
+                                          make_ctx=lambda node, folder: self.ctx(node, None, folder),
+                                          cordon_params=self.cordon_params, evidence=evidence, clock=clock,
+                                          stopping=self.stopping, redact=self.redact, log=self.log)
         self._held: set[str] = set()          # stages the current batch waits before (pauses)
         self._replica_released: set[str] = set()   # nodes whose whole replica reached uncordon
         self._param_templates: dict[int, tuple[dict, list[str]]] = {}   # stage parameters: dump, templated keys
         self._rejected: tuple[str, str] | None = None   # (rejected|window, why) a gate stopped the rollout
-        self.rollback_halt: str | None = None      # why an operator rollback stopped short (capacity)
         # called on a node's walk right before its cordon; False holds the node there (not out of
         # service, nothing changed). The sliding window waits in it for a slot and the floor.
         self.before_cordon: Callable[[str], bool] | None = None
 
+    @property
+    def applied(self) -> int:
+        """How many journal records the view holds (``Recorder.applied``)."""
+        return self.recorder.applied
+
     def close(self) -> None:
         """Release the transports: SSH connections, the HTTP pool, the simulated network."""
-        if self._api is not None:
-            self._api.close()
-        self.close_kube()
+        self.steps.close()
         self.executor.close()
         self.evidence.close()
 
-    # ------------------------------------------------------------------ journal
-
-    def record(self, type_: str, *, durable: bool | None = None, **data: Any) -> dict:
-        """Append to the journal. Records that only describe what was observed (facts,
-        assertions, stage and state bookkeeping) are written at once but committed with
-        the next durable record; a destructive step's start, rollbacks, and run and batch
-        records are committed before this returns (see runlog/journal.py). Callers pass
-        ``durable=False`` for records a later commit covers in time: a destructive step's
-        outcome that its probe can settle, and the rollback plan (committed with the first
-        destructive step's start, before anything changes)."""
-        if durable is None:
-            durable = type_ not in OBSERVATIONS
-        rec = self.journal.append(type_, durable=durable, on_written=self._fold, **data)
-        if self.on_event:
-            self.on_event(rec)
-        return rec
-
-    def _fold(self, rec: dict[str, Any]) -> None:
-        # called by the journal under its write lock: the view folds records in journal
-        # order even when worker threads append at once (as a resume folds them)
-        with self._lock:
-            apply(self.view, rec)
-            self.applied += 1
-
-    def transition(self, node: str, event: Event, stage: str | None = None) -> NodeState:
-        cur = NodeState(self.view.node(node).state)
-        nxt = fsm_step(self.table, cur, event)
-        self.record("node_state", node=node, batch=self.view.node(node).batch, **{"from": cur.value},
-                    to=nxt.value, event=event.value, stage=stage or STATE_STAGE.get(nxt))
-        return nxt
+    def cordon_params(self, node: str) -> Any:
+        """The run's cordon stage parameters for ``node`` (the defaults when the play has
+        no cordon stage): what an operator's rollback drains a node in service with."""
+        if "cordon" in self.kinds:
+            return self.render_params(self.stages[self.kinds.index("cordon")], node)
+        return PARAMS_BY_KIND["cordon"].model_validate({})
 
     # ------------------------------------------------------------------ contexts
 
@@ -182,7 +184,7 @@ class Engine(GateMixin, StepRunnerMixin):
         n = self.view.node(node)
         return NodeCtx(node=node, run_id=self.run_id, stage=stage.stage if stage else "rollback", folder=folder,
                        params=params, vars=self.tvars(node), facts=dict(n.facts), baseline=dict(n.baseline),
-                       runner=self)
+                       runner=self.steps)
 
     def folder(self, stage: Stage) -> str:
         return f"{self.kinds.index(stage.stage) + 1:02d}-{stage.stage}"
@@ -313,7 +315,7 @@ class Engine(GateMixin, StepRunnerMixin):
         asked = sum(1 for p in self.view.pauses.values()
                     if p.get("node") == node and p.get("stage") == stage.stage and p.get("decision"))
         pid = f"{node}-{stage.stage}-inconclusive-{asked + 1}"
-        decision = self.pause(pid, f"{node}: {stage.stage} is inconclusive: {out.reason}; approve to accept the "
+        decision = self.gates.pause(pid, f"{node}: {stage.stage} is inconclusive: {out.reason}; approve to accept the "
                                    "node, reject to fail it", None, batch=n.batch, at_stage=stage.stage, for_node=node)
         if decision == "stopped":
             raise GateInterrupted(pid)
@@ -379,62 +381,10 @@ class Engine(GateMixin, StepRunnerMixin):
 
     def old_driver_peers(self, batch_nodes: list[str]) -> list[str]:
         """Nodes still on the old driver and in service, in the order the rollout will take them."""
-        out = self.out_of_service() | set(batch_nodes)
+        out = self.policy.out_of_service(self.view) | set(batch_nodes)
         pending = NodeState.PENDING.value
         return [n for b in self.view.plan["batches"] for n in b["nodes"]
                 if n not in out and self.view.node(n).state == pending]
-
-    # ------------------------------------------------------------------ rollback
-
-    def rollback(self, node: str, reason: str, take_out: bool = False) -> bool:
-        """Run the node's recorded rollback plan. ``take_out``: the node may be in service
-        (an operator's rollback of a node the run returned): cordon and drain it first,
-        with the cordon stage the run uses; a node that cannot be drained is not touched."""
-        n = self.view.node(node)
-        if n.rollback_done_seq > n.rollback_requested_seq:
-            # the rollback ran to its end before a crash; only its transition is missing
-            self.transition(node, Event.ROLLBACK_DONE if n.rollback_ok else Event.ROLLBACK_FAILED)
-            return bool(n.rollback_ok)
-        mid = n.timeline and n.timeline[-1]["stage"] == "rollback" and n.timeline[-1]["end"] is None
-        attempt = n.rollback_attempts if mid else n.rollback_attempts + 1
-        if not mid:
-            self.record("rollback_started", node=node, attempt=attempt, reason=self.redact(reason))
-        self.log.warning("rollback_started", node=node, reason=reason)
-        ctx = self.ctx(node, None, f"rollback-{attempt}")
-        if n.rollback_plan is None:
-            ok, results = False, [{"action": "none", "status": "failed", "detail": "no rollback plan was recorded"}]
-        else:
-            # a node that failed mid-reboot may still be booting: give it its reboot timeout
-            patience = max([float(s["reboot_timeout"]) for s in n.rollback_plan if "reboot_timeout" in s] or [60.0])
-            try:
-                self.wait_for_host(ctx, patience)
-                drained = self.take_out_of_service(ctx) if take_out else None
-                if drained is not None and drained["status"] == "failed":
-                    ok, results = False, [drained, {"action": "rollback", "status": "skipped", "detail":
-                                                    "the node could not be drained: nothing was restored"}]
-                else:
-                    ok, results = rb.execute(ctx, n.rollback_plan, set(n.entered))
-                    results = ([drained] if drained else []) + results
-            except StepFailed as exc:
-                ok, results = False, [{"action": "reach_host", "status": "failed", "detail": str(exc)}]
-                # what needs only the scheduler still runs: a node that never came back is quarantined
-                results += rb.unreachable(ctx, n.rollback_plan)
-        try:
-            after = ctx.read_gpu()
-        except StepFailed as exc:
-            after = {"driver_version": None, "gpu_error": str(exc)}
-        self.record("facts", node=node, stage="rollback", facts={
-            "driver_version": after.get("driver_version"), "driver_branch": after.get("driver_branch"),
-            "gpu_count": after.get("gpu_count"), "gpu_error": after.get("gpu_error")})
-        self.record("rollback_done", node=node, attempt=attempt, ok=ok, results=results)
-        self.transition(node, Event.ROLLBACK_DONE if ok else Event.ROLLBACK_FAILED)
-        if not ok:
-            self.log.error("rollback_failed", node=node, results=results)
-        self.run_hooks("on_rollback", {"node": node, "batch": n.batch, "ok": ok, "reason": self.redact(reason),
-                                       "results": results, "quarantined": any(
-                                           r["action"] == "quarantine" and r["status"] == "done" for r in results)},
-                       f"{node}-{attempt}")
-        return ok
 
     # ------------------------------------------------------------------ batches
 
@@ -484,7 +434,7 @@ class Engine(GateMixin, StepRunnerMixin):
             else:
                 self.run_replica_stage(nodes, gate)
         need = [n for n in nodes if self.view.node(n).state == NodeState.ROLLBACK_REQUIRED.value]
-        self.pool(lambda n: self.rollback(n, self.view.node(n).reason or "stage failed"), need)
+        self.pool(lambda n: self.rollbacks.rollback(n, self.view.node(n).reason or "stage failed"), need)
 
     def replica_of(self, node: str) -> dict[str, Any] | None:
         return next((r for r in self.view.plan.get("replicas") or [] if node in r["nodes"]), None)
@@ -595,7 +545,7 @@ class Engine(GateMixin, StepRunnerMixin):
         stage = self.stages[self.kinds.index(kind)]
         waiting = [n for n in nodes if STATE_STAGE.get(NodeState(self.view.node(n).state)) == kind]
         reason = stage.pause.reason or f"batch {idx}: approve before '{stage.name}' runs on {', '.join(waiting)}"
-        decision = self.pause(f"batch{idx}-before-{kind}", reason, stage.pause.duration, batch=idx, at_stage=kind)
+        decision = self.gates.pause(f"batch{idx}-before-{kind}", reason, stage.pause.duration, batch=idx, at_stage=kind)
         if decision in ("approved", "timer", "stopped"):
             return
         who = "rejected by a person" if decision == "rejected" else "the window ended"
@@ -608,63 +558,11 @@ class Engine(GateMixin, StepRunnerMixin):
                 self.record("stage_done", node=n, stage=kind, passed=False, reason=self._rejected[1])
                 self.transition(n, Event.ROLLBACK_REQUESTED)
 
-    def out_of_service(self) -> set[str]:
-        out = {n for n, v in self.view.nodes.items() if v.state == NodeState.ROLLBACK_FAILED.value}
-        if self.playbook.play.on_node_failure == "quarantine":
-            # quarantined nodes stay cordoned: they serve nothing until someone releases them
-            out |= {n for n, v in self.view.nodes.items() if v.state == NodeState.ROLLED_BACK.value}
-        hosts = self.view.plan["hosts"]
-        out |= set(out_of_service_before(self.inventory, hosts))
-        # what the scheduler told the baseline: a node that was not serving before the run
-        # (or whose state could not be read) serves nothing after it either (the run never
-        # uncordons what it did not cordon). Nodes of later batches are not contacted before
-        # their batch: for them, the plan's knowledge (inventory) counts.
-        for h in hosts:
-            state = self.view.node(h).baseline.get("scheduler_state")
-            if state is not None and state not in IN_SERVICE:
-                out.add(h)
-        return out
-
-    def preflight(self, batch: dict) -> tuple[str, str] | None:
-        """Why the batch must not start, or None."""
-        if self.view.window_end is not None:
-            need = batch["estimate_s"] + batch["rollback_estimate_s"]
-            left = self.view.window_end - self.clock.now()
-            if need > left:
-                return "window", (f"batch {batch['index']} needs {math.ceil(need / 60)} min (including its rollback) "
-                                  f"but the window has {max(0, int(left // 60))} min left")
-        if self.in_place and "cordon" in self.kinds:
-            short = self.capacity_short(batch["nodes"], f"batch {batch['index']}")
-            if short:
-                return "capacity", short
-        return None
-
-    def verdict(self, batch: dict) -> tuple[str, list[str], tuple[str, str] | None]:
-        nodes = batch["nodes"]
-        states = {n: self.view.node(n).state for n in nodes}
-        failed = [n for n, s in states.items() if s not in (NodeState.UPGRADE_DONE.value, NodeState.SKIPPED.value)]
-        status = "failed" if failed else "passed"
-        halt = None
-        rb_failed = [n for n, s in states.items() if s == NodeState.ROLLBACK_FAILED.value]
-        groups = self.view.plan.get("groups") or {}
-        if groups and batch.get("replicas"):
-            # max_fail_percentage counts replicas: a replica with any failed node is a failed replica
-            reps = batch["replicas"]
-            bad = [g for g in reps if any(n in failed for n in groups.get(g, []))]
-            pct, counted = 100.0 * len(bad) / len(reps), f"{len(bad)} of {len(reps)} replica(s)"
-        else:
-            pct, counted = 100.0 * len(failed) / len(nodes), f"{len(failed)} of {len(nodes)} node(s)"
-        if rb_failed:
-            halt = ("rollback_failed", f"ROLLBACK FAILED on {', '.join(rb_failed)}: node(s) kept cordoned and need "
-                                       "hands-on recovery (see runbooks/ and the node's rollback evidence)")
-        elif pct > self.playbook.play.max_fail_percentage:
-            halt = ("failure", f"batch {batch['index']}: {counted} failed ({pct:.0f}%), "
-                               f"above max_fail_percentage {self.playbook.play.max_fail_percentage:g}%")
-        return status, failed, halt
-
     def run(self) -> str:
+        """The rollout: confirm it, pre-stage, then hand batch after batch, as the batch
+        policy picks them, to the part that runs it; the run's end status."""
         plan = self.view.plan
-        if not self.run_hooks("confirm_rollout", {"plan": {k: plan.get(k) for k in (
+        if not self.gates.run_hooks("confirm_rollout", {"plan": {k: plan.get(k) for k in (
                 "hosts", "min_serving", "max_fail_percentage", "fits_window", "playbook_sha256")},
                 "batches": [{"index": b["index"], "nodes": b["nodes"]} for b in plan["batches"]]}, "run"):
             return self.halt("hook", "the confirm_rollout hook did not confirm the rollout", None)
@@ -675,50 +573,48 @@ class Engine(GateMixin, StepRunnerMixin):
                                       == "not_started" for n in b["nodes"]])
             if why:
                 return self.halt("prestage", why, None)
-        policy = plan.get("policy") or {}
-        for batch in plan["batches"]:
-            idx = batch["index"]
-            b = self.view.batches[idx]
-            if policy.get("name") == "window" and idx == policy.get("batch") and b["status"] not in DONE_BATCH:
-                stop = self.run_window(batch, policy)
-                if stop:
-                    return stop
-                continue
-            if b["status"] in DONE_BATCH:
-                # what a stop right after the batch left undone: its post_batch hooks (a hook
-                # that completed is not called again) and its gate
-                self.post_batch(idx, batch["nodes"], b["status"], b["failed"])
-                stop = self.after_batch_gate(idx)
-                if stop:
-                    return stop
-                continue
-            if b["status"] == "not_started":
-                stop = self.preflight(batch)
-                if stop:
-                    return self.halt(stop[0], stop[1], idx)
-                if not self.run_hooks("pre_batch", {"batch": idx, "nodes": batch["nodes"]}, f"batch{idx}"):
-                    return self.halt("hook", f"a pre_batch hook refused batch {idx}", idx)
-                self.record("batch_started", batch=idx, nodes=batch["nodes"])
-                self.log.info("batch_started", batch=idx, nodes=batch["nodes"])
-            self.run_batch(batch["nodes"], idx)
-            if self.stopping.is_set() and self.view.batches[idx]["status"] == "running" and \
-                    any(STATE_STAGE.get(NodeState(self.view.node(n).state)) for n in batch["nodes"]):
-                raise KeyboardInterrupt      # SIGTERM while waiting at a gate: resume continues here
-            status, failed, halt = self.verdict(batch)
-            self.record("batch_done", batch=idx, status=status, failed=failed)
-            self.log.info("batch_done", batch=idx, status=status, failed=failed)
-            self.post_batch(idx, batch["nodes"], status, failed)
-            if self._rejected:
-                return self.halt(*self._rejected, idx)
-            if halt:
-                return self.halt(halt[0], halt[1], idx)
-            over = self.over_budget()
-            if over:
-                return self.halt("failure_budget", over, idx)
-            stop = self.after_batch_gate(idx)
+        position = 0
+        while (nxt := self.policy.next(self.view, position, self.clock.now)) is not None:
+            if isinstance(nxt, Halt):
+                return self.halt(nxt.kind, nxt.reason, nxt.batch)
+            position = nxt.position + 1
+            stop = self.run_next(nxt)
             if stop:
                 return stop
         return self.finish("completed" if self.in_place else "no_change")
+
+    def run_next(self, nxt: NextBatch) -> str | None:
+        """One batch as the policy decided it; None to go on, else the run's end."""
+        batch, idx = nxt.batch, nxt.index
+        if nxt.action == "window":
+            return self.run_window(batch, self.view.plan.get("policy") or {})
+        if nxt.action == "replay":
+            # what a stop right after the batch left undone: its post_batch hooks (a hook
+            # that completed is not called again) and its gate
+            b = self.view.batches[idx]
+            self.post_batch(idx, batch["nodes"], b["status"], b["failed"])
+            return self.after_batch_gate(idx)
+        if nxt.action == "start":
+            if not self.gates.run_hooks("pre_batch", {"batch": idx, "nodes": batch["nodes"]}, f"batch{idx}"):
+                return self.halt("hook", f"a pre_batch hook refused batch {idx}", idx)
+            self.record("batch_started", batch=idx, nodes=batch["nodes"])
+            self.log.info("batch_started", batch=idx, nodes=batch["nodes"])
+        self.run_batch(batch["nodes"], idx)
+        if self.stopping.is_set() and self.view.batches[idx]["status"] == "running" and \
+                any(STATE_STAGE.get(NodeState(self.view.node(n).state)) for n in batch["nodes"]):
+            raise KeyboardInterrupt      # SIGTERM while waiting at a gate: resume continues here
+        status, failed, halt = self.policy.verdict(self.view, batch)
+        self.record("batch_done", batch=idx, status=status, failed=failed)
+        self.log.info("batch_done", batch=idx, status=status, failed=failed)
+        self.post_batch(idx, batch["nodes"], status, failed)
+        if self._rejected:
+            return self.halt(*self._rejected, idx)
+        if halt:
+            return self.halt(halt[0], halt[1], idx)
+        over = self.over_budget()
+        if over:
+            return self.halt("failure_budget", over, idx)
+        return self.after_batch_gate(idx)
 
     def run_window(self, batch: dict, policy: dict) -> str | None:
         """The sliding window after the canary batches (engine/window.py); the run's end or None."""
@@ -726,7 +622,7 @@ class Engine(GateMixin, StepRunnerMixin):
 
         idx = batch["index"]
         if self.view.batches[idx]["status"] == "not_started" and \
-                not self.run_hooks("pre_batch", {"batch": idx, "nodes": batch["nodes"]}, f"batch{idx}"):
+                not self.gates.run_hooks("pre_batch", {"batch": idx, "nodes": batch["nodes"]}, f"batch{idx}"):
             return self.halt("hook", f"a pre_batch hook refused batch {idx}", idx)
         stop = window.run(self, batch, policy)
         if stop:
@@ -737,14 +633,14 @@ class Engine(GateMixin, StepRunnerMixin):
         return None
 
     def post_batch(self, idx: int, nodes: list[str], status: str, failed: list[str]) -> None:
-        self.run_hooks("post_batch", {"batch": idx, "nodes": nodes, "status": status, "failed": failed}, f"batch{idx}")
+        self.gates.run_hooks("post_batch", {"batch": idx, "nodes": nodes, "status": status, "failed": failed}, f"batch{idx}")
 
     def after_batch_gate(self, idx: int) -> str | None:
         """The play's pause after batch ``idx``, if any: None to go on, else the run's end."""
         gate = next((p for p in self.playbook.play.pauses if p.after_batch == idx), None)
         if gate is None or idx >= len(self.view.plan["batches"]):
             return None
-        decision = self.pause(f"after-batch{idx}", gate.reason or f"batch {idx} done: approve to start batch "
+        decision = self.gates.pause(f"after-batch{idx}", gate.reason or f"batch {idx} done: approve to start batch "
                               f"{idx + 1}", gate.duration, batch=idx)
         if decision == "stopped":
             raise KeyboardInterrupt
@@ -758,150 +654,16 @@ class Engine(GateMixin, StepRunnerMixin):
         self.log.error("run_halted", kind=kind, reason=reason)
         return self.finish("halted")
 
-    def failed_nodes(self) -> list[str]:
-        bad = (NodeState.ROLLED_BACK.value, NodeState.ROLLBACK_FAILED.value, NodeState.FAILED.value)
-        return sorted(n for n, v in self.view.nodes.items() if v.state in bad)
-
-    def over_budget(self) -> str | None:
-        """Why the rollout-wide failure budget is spent, or None."""
-        budget = self.playbook.play.failure_budget
-        if budget is None:
-            return None
-        total = len(self.view.plan["hosts"])
-        allowed = pct_to_int(budget, total, 0) if isinstance(budget, str) else int(budget)
-        failed = self.failed_nodes()
-        if len(failed) > allowed:
-            return (f"{len(failed)} node(s) failed so far ({', '.join(failed[:8])}{' ...' if len(failed) > 8 else ''}), "
-                    f"above the rollout's failure_budget of {allowed} ({budget})")
-        return None
-
     def finish(self, status: str) -> str:
         self.record("run_finished", status=status)
         return status
 
-    def take_out_of_service(self, ctx: NodeCtx) -> dict:
-        """Cordon and drain a node before its rollback changes anything, through the cordon
-        stage of the run (its drain step is a ``once`` step of the rollback's folder: never
-        run twice, settled by its probe after a crash). A node the scheduler already holds
-        out of service is left as it is."""
-        if (ctx.node, f"{ctx.folder}/drain") not in self.view.steps_started:
-            state = ctx.read_scheduler()
-            if state in ("cordoned", "drained"):
-                return {"action": "cordon", "status": "not_needed", "detail": f"already out of service ({state})"}
-        try:
-            if "cordon" in self.kinds:
-                params = self.render_params(self.stages[self.kinds.index("cordon")], ctx.node)
-            else:
-                params = PARAMS_BY_KIND["cordon"].model_validate({})
-            out = STAGES["cordon"](replace(ctx, params=params))
-        except ParseError as exc:
-            out = StageOutcome(False, f"unexpected output: {exc}")
-        except (AssertionSyntaxError, ValueError) as exc:
-            out = StageOutcome(False, f"cordon stage parameters: {exc}")
-        if not out.passed:
-            return {"action": "cordon", "status": "failed", "detail": f"{out.reason}: node kept cordoned"}
-        return {"action": "cordon", "status": "done", "detail": out.reason or "cordoned and drained"}
+    # ------------------------------------------------------------------ the policy, as window.py asks it
+
+    def over_budget(self) -> str | None:
+        """Why the rollout-wide failure budget is spent, or None (``BatchPolicy.over_budget``)."""
+        return self.policy.over_budget(self.view)
 
     def capacity_short(self, nodes: list[str], what_for: str, extra_out: set[str] = frozenset()) -> str | None:
         """Why taking ``nodes`` out of service now would cross the capacity floor, or None."""
-        plan = self.view.plan
-        out = self.out_of_service() | set(extra_out)
-        if plan.get("groups"):
-            # capacity in replicas: a replica serves only when every node of it does
-            groups = plan["groups"]
-            out_g = {g for g, ns in groups.items() if any(n in out for n in ns)}
-            serving = len(groups) - len(out_g)
-            taking = len({g for g, ns in groups.items() if g not in out_g and any(n in nodes for n in ns)})
-            what, down = "replica(s)", sorted(out_g)
-        else:
-            serving = len(plan["hosts"]) - len(out)
-            taking = len([n for n in nodes if n not in out])
-            what, down = "node(s)", sorted(out)
-        if serving - taking < plan["min_serving"]:
-            return (f"{what_for} would leave {serving - taking} {what} serving, below min_serving "
-                    f"{plan['min_serving']} ({len(down)} out of service: {', '.join(down) or 'none'})")
-        return None
-
-    def pending_operator_rollback(self) -> list[int] | None:
-        """The batches of an operator's rollback that was interrupted (resume finishes it)."""
-        for r in reversed(self.journal.records):
-            if r["type"] == "operator_rollback_finished":
-                return None
-            if r["type"] == "operator_rollback":
-                return [b["batch"] for b in r["batches"]]
-        return None
-
-    def _rollback_todo(self, idx: int) -> list[str]:
-        skip = (NodeState.PENDING, NodeState.ROLLED_BACK, NodeState.FAILED, NodeState.SKIPPED,
-                NodeState.BASELINE_REQUIRED)
-        return [n for n in self.view.batches[idx]["nodes"] if NodeState(self.view.node(n).state) not in skip]
-
-    def rollback_batches(self, batches: list[int], *, resumed: bool = False) -> bool:
-        """Operator-requested rollback of whole batches, by the recorded plans: a rollout in
-        reverse. Batch by batch in the order given; within a batch, waves that never take
-        the serving capacity below ``min_serving``; each node in service is cordoned and
-        drained before its rollback changes anything. The request and its plan are
-        journaled (and kept as evidence) first, so ``resume`` finishes an interrupted one."""
-        self.rollback_halt = None
-        if resumed:
-            self.record("operator_rollback_resumed", batches=batches)
-        else:
-            out = self.out_of_service()
-            plan = {"requested_at": self.clock.iso(), "min_serving": self.view.plan["min_serving"],
-                    "order": "batch by batch as listed; within a batch, waves that keep min_serving; each node in "
-                             "service is cordoned and drained first, then its recorded rollback plan runs",
-                    "batches": [{"batch": i, "nodes": self._rollback_todo(i),
-                                 "in_service": [n for n in self._rollback_todo(i) if n not in out
-                                                and self.view.node(n).state == NodeState.UPGRADE_DONE.value],
-                                 "rollback_estimate_s": next((b["rollback_estimate_s"] for b in
-                                                              self.view.plan["batches"] if b["index"] == i), None)}
-                                for i in batches]}
-            k = 1 + sum(1 for r in self.journal.records if r["type"] == "operator_rollback")
-            ref = self.evidence.write("_run", "rollback", f"operator-rollback-{k}.json", fastjson.dumps_pretty(plan))
-            self.record("operator_rollback", batches=plan["batches"], min_serving=plan["min_serving"],
-                        evidence=ref.path, sha256=ref.sha256)
-        ok_all = True
-        for idx in batches:
-            todo = self._rollback_todo(idx)
-            done: list[str] = []
-            results: dict[str, bool] = {}
-            while todo and not self.stopping.is_set():
-                wave: list[str] = []
-                already_out = self.out_of_service() | self._rolling_back()
-                for n in todo:
-                    # a node already out of service costs no capacity; one in service joins
-                    # the wave only while the floor holds
-                    if n in already_out or self.capacity_short(
-                            wave + [n], f"rolling back {', '.join(wave + [n])} of batch {idx}",
-                            self._rolling_back()) is None:
-                        wave.append(n)
-                if not wave:
-                    why = self.capacity_short(todo[:1], f"rolling back {todo[0]} of batch {idx}", self._rolling_back())
-                    self.rollback_halt = f"{why}; nothing more was changed"
-                    self.record("operator_rollback_halted", batch=idx, reason=self.redact(self.rollback_halt),
-                                remaining=todo)
-                    self.log.error("operator_rollback_halted", batch=idx, reason=self.rollback_halt)
-                    self.record("operator_rollback_finished", ok=False, halted=True)
-                    return False
-                for n in wave:
-                    if NodeState(self.view.node(n).state) != NodeState.ROLLBACK_REQUIRED:
-                        self.transition(n, Event.ROLLBACK_REQUESTED)
-                self.pool(lambda n, results=results: results.__setitem__(n, self.rollback(n, "operator requested rollback",
-                                                                           take_out=True)), wave)
-                done += wave
-                todo = [n for n in todo if n not in wave]
-            if self.stopping.is_set():
-                raise KeyboardInterrupt
-            ok = all(results.values())
-            ok_all &= ok
-            self.record("batch_rolled_back", batch=idx, ok=ok, nodes=done)
-        self.record("operator_rollback_finished", ok=ok_all)
-        if self.view.status == "running":
-            self.finish("aborted")
-        return ok_all
-
-    def _rolling_back(self) -> set[str]:
-        """Nodes this run holds out of service: between a rollback's request and its end,
-        or stopped mid-stage after their cordon (a halted or interrupted batch)."""
-        held = {NodeState.ROLLBACK_REQUIRED.value} | {st.value for st in AFTER_CHANGE_STATES}
-        return {n for n, v in self.view.nodes.items() if v.state in held}
+        return self.policy.capacity_short(self.view, nodes, what_for, extra_out)

@@ -276,10 +276,10 @@ class Session:
                accept_changed: bool = False) -> str:
         engine, journal, lock = self._engine(on_event, log, accept_changed)
         try:
-            pending = engine.pending_operator_rollback()
+            pending = engine.rollbacks.pending_operator_rollback()
             if pending is not None:
                 # an operator's rollback was interrupted: finish it, batch by batch as planned
-                ok = engine.rollback_batches(pending, resumed=True)
+                ok = engine.rollbacks.rollback_batches(pending, resumed=True)
                 return "rolled_back" if ok else "rollback_failed"
             if engine.view.status != "running":
                 return engine.view.status
@@ -305,8 +305,8 @@ class Session:
                 targets = list(reversed(started))
             if not targets:
                 raise InputError("no batch of this run has started: nothing to roll back")
-            ok = engine.rollback_batches(targets)
-            self.rollback_halt = engine.rollback_halt
+            ok = engine.rollbacks.rollback_batches(targets)
+            self.rollback_halt = engine.rollbacks.halt_reason
             return ok
         finally:
             journal.close()

@@ -1,6 +1,8 @@
 """How a stage's commands run: journaled before and after, output kept as evidence.
 
-``StepRunnerMixin`` is the engine's implementation of ``stages.base.StageContext``. A
+``StepRunner`` is the engine's implementation of ``stages.base.StageContext``: the object a
+stage gets as ``ctx.runner``, built from what it needs (the recorder's ``record`` and view,
+the executor, the evidence store, the clock, the scheduler, the redactor). A
 ``once`` step (cordon, driver install, reboot, uncordon, restore) is never run twice: a
 completed one is replayed from the journal, an interrupted one is settled by its probe.
 A dropped connection during a ``once`` step is settled the same way, then retried once
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import shlex
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 from k3rollout import fastjson
 from k3rollout.engine.clock import Clock
 from k3rollout.errors import CommandTimeout, ConnectionLost, HostUnreachable, TransportError
+from k3rollout.evidence.store import EvidenceStore
+from k3rollout.runlog.view import RunView
 from k3rollout.scheduler import Scheduler, scheduler_for
 from k3rollout.stages.base import NodeCtx, StepFailed
 from k3rollout.transport import local
@@ -89,15 +94,43 @@ def kubeconfig_for(host_vars: dict[str, Any], inventory_path: str, executor: Any
     return cfg, host_vars.get("k3_kube_context") or None
 
 
-class StepRunnerMixin:
-    """Needs from its host class: view, record, executor, evidence, redact, inventory, log."""
+class StepRunner:
+    """Runs a stage's steps: commands on hosts, API calls, vendor task files, HTTP requests
+    to the node's server, each journaled through ``record`` and kept as evidence.
 
-    # the wall clock, unless the host class holds its own (the engine's is passed in)
-    clock: Clock = Clock()
+    ``view`` is the run view ``record`` folds into (a ``once`` step reads its earlier
+    starts and ends there); ``stage_timeouts`` maps a stage kind to the playbook's
+    ``timeout`` for it (a read-only retry stays within it); ``scheduler`` gives a node's
+    scheduler from its vars; ``stopping`` is the run's stop flag."""
+
+    def __init__(self, *, record: Callable[..., dict], view: RunView, executor: Any, evidence: EvidenceStore,
+                 redact: Callable[[str], str], inventory: Any, log: Any, clock: Clock | None = None,
+                 stopping: threading.Event | None = None, stage_timeouts: dict[str, float | None] | None = None,
+                 scheduler: Callable[[dict[str, Any]], Scheduler] = scheduler_for):
+        self.record = record
+        self.view = view
+        self.executor = executor
+        self.evidence = evidence
+        self.redact = redact
+        self.inventory = inventory
+        self.log = log
+        self.clock = clock if clock is not None else Clock()
+        self.stopping = stopping if stopping is not None else threading.Event()
+        self.stage_timeouts = dict(stage_timeouts or {})
+        self._scheduler_for = scheduler
+        self._lock = threading.Lock()
+        self._api: ApiClient | None = None
+        self._kube_apis: dict[tuple[str | None, str | None], Any] = {}
+
+    def close(self) -> None:
+        """Release the HTTP pool and the Kubernetes API clients."""
+        if self._api is not None:
+            self._api.close()
+        self.close_kube()
 
     def scheduler(self, ctx: NodeCtx) -> Scheduler:
         """The node's scheduler, from its vars (``scheduler: kubernetes|slurm|none``)."""
-        return scheduler_for(ctx.vars)
+        return self._scheduler_for(ctx.vars)
 
     def prior_meta(self, ctx: NodeCtx, name: str) -> dict | None:
         """The meta journaled with an earlier start of this step (before a crash), if any."""
@@ -171,8 +204,7 @@ class StepRunnerMixin:
         """How long a read-only command may keep being retried: within the stage's
         ``timeout`` when the playbook gives one, else ``READ_RETRY_S``, and never longer
         than the command's own timeout."""
-        kinds = getattr(self, "kinds", [])
-        stage_timeout = self.stages[kinds.index(ctx.stage)].timeout if ctx.stage in kinds else None
+        stage_timeout = self.stage_timeouts.get(ctx.stage)
         return min(timeout, stage_timeout if stage_timeout else READ_RETRY_S)
 
     def _retry_read(self, ctx: NodeCtx, name: str, argv: list[str], first: ConnectionLost, **kw: Any) -> CommandResult:
@@ -268,7 +300,7 @@ class StepRunnerMixin:
 
         cfg, context = kubeconfig_for(ctx.vars, self.inventory.path, self.executor)
         with self._lock:
-            apis = self.__dict__.setdefault("_kube_apis", {})
+            apis = self._kube_apis
             api = apis.get((cfg, context))
             if api is None:
                 try:
@@ -278,7 +310,8 @@ class StepRunnerMixin:
             return api
 
     def close_kube(self) -> None:
-        for api in self.__dict__.pop("_kube_apis", {}).values():
+        apis, self._kube_apis = self._kube_apis, {}
+        for api in apis.values():
             api.close()
 
     @property

@@ -100,7 +100,7 @@ def out_of_service_before(inventory: Inventory, hosts: list[str]) -> list[str]:
       builds it from its host vars (``sim_cordoned``), i.e. what a preflight would read.
 
     At run time each node's baseline records its scheduler state, and the engine counts
-    that too before every batch (``Engine.out_of_service``)."""
+    that too before every batch (``BatchPolicy.out_of_service``, engine/policy.py)."""
     return [h for h in hosts if declared_out_of_service(inventory.hosts[h].vars)]
 
 

@@ -11,7 +11,7 @@ A step runs on the node unless ``on=`` names another place: ``"controller"`` (a 
 where k3rollout runs) or an inventory host; the scheduler's operations use that
 (``ctx.scheduler``, k3rollout/scheduler). ``runner.call(...)`` journals a call the
 controller makes itself (a Kubernetes API request), with ``ran_on`` the server's URL.
-``ctx.runner`` is a ``StageContext``: the engine as far as a stage may use it.
+``ctx.runner`` is a ``StageContext``: the engine's step runner, as far as a stage may use it.
 """
 
 from __future__ import annotations
@@ -46,8 +46,9 @@ class StageClock(Protocol):
 class StageContext(Protocol):
     """Everything a stage may ask of the engine, as ``ctx.runner``: each way it reaches the
     node, the node's server, the controller or the Kubernetes API, every one journaled and
-    kept as evidence. The engine implements it (``engine/steps.py``'s ``StepRunnerMixin``,
-    for a run and for read-only observation); mypy checks the stages against it, so a stage
+    kept as evidence. The engine's step runner implements it (``engine/steps.py``'s
+    ``StepRunner``, which the engine holds, for a run; ``ReadOnlyRunner`` for read-only
+    observation); mypy checks the stages against it, so a stage
     cannot reach for the rest of the engine."""
 
     # ---- run a step (on the node, ``on=`` the controller or an inventory host)
@@ -117,7 +118,7 @@ class NodeCtx:
     vars: dict[str, Any]
     facts: dict[str, Any]
     baseline: dict[str, Any]
-    runner: StageContext             # the engine, as far as a stage may use it
+    runner: StageContext             # the engine's step runner, as far as a stage may use it
     peers: list[str] = field(default_factory=list)
     # a serving stage of a multi-node replica runs once, on its head's context: the replica
     # as planned (nodes, layout, per-node launch), with each member's baseline and the

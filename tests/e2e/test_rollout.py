@@ -163,9 +163,9 @@ def test_every_destructive_command_runs_only_after_all_before_it_is_durable(tmp_
             evidence_durable(jpath)
         return real_run(self, host, argv, **kw)
 
-    from k3rollout.engine.steps import StepRunnerMixin
+    from k3rollout.engine.steps import StepRunner
 
-    real_call = StepRunnerMixin.call
+    real_call = StepRunner.call
 
     def api_call(self, ctx, name, what, fn, **kw):
         # a change through the Kubernetes API: the same rule when the request is sent
@@ -180,7 +180,7 @@ def test_every_destructive_command_runs_only_after_all_before_it_is_durable(tmp_
 
     monkeypatch.setattr(journal_mod.os, "fsync", fsync)
     monkeypatch.setattr(SimExecutor, "run", run_cmd)
-    monkeypatch.setattr(StepRunnerMixin, "call", api_call)
+    monkeypatch.setattr(StepRunner, "call", api_call)
     inv = write_inventory(tmp_path / "inv", {"gpu-01": {}})       # one node: nothing else writes meanwhile
     code, run_dir = run(tmp_path, inv, write_playbook(tmp_path / "pb.yml", min_serving=0))
     assert code == 0 and result(run_dir)["nodes"]["gpu-01"]["final"] == "upgraded"

@@ -2,8 +2,9 @@
 
 mypy checks the stages against the protocol (pyproject.toml lists k3rollout/stages), so a
 stage cannot call what the protocol does not name. Here: the protocol names exactly what
-a stage may ask for, and the engine's two step runners (a run's ``Engine``, observation's
-``ReadOnlyRunner``) offer every member of it with the parameters it declares.
+a stage may ask for, and the engine's two step runners (a run's ``StepRunner``, which the
+``Engine`` holds and hands to every stage, and observation's ``ReadOnlyRunner``) offer every
+member of it with the parameters it declares.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import inspect
 
 from k3rollout.engine.clock import Clock
 from k3rollout.engine.observe import ReadOnlyRunner
-from k3rollout.engine.runner import Engine
+from k3rollout.engine.steps import StepRunner
 from k3rollout.stages.base import StageContext
 
 MEMBERS = {"step", "call", "can_run_ansible", "ansible_step", "prior_meta", "http", "http_many", "kube",
@@ -28,12 +29,12 @@ def test_the_protocol_is_exactly_what_a_stage_may_ask_for():
 
 
 def test_both_step_runners_offer_every_member_with_its_parameters():
-    for impl in (Engine, ReadOnlyRunner):
+    for impl in (StepRunner, ReadOnlyRunner):
         for name in MEMBERS:
             want = vars(StageContext)[name]
-            have = getattr(impl, name)
             if isinstance(want, property):
                 continue                # an attribute or a property: checked on instances below
+            have = getattr(impl, name)
             sig = inspect.signature(have)
             forwards = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())     # **kw passed on
             missing = [p for p in _params(want) if p not in sig.parameters
@@ -43,9 +44,11 @@ def test_both_step_runners_offer_every_member_with_its_parameters():
 
 def test_a_stage_context_answers_through_the_protocol(stage_harness):
     h = stage_harness(scheduler="slurm")
-    assert isinstance(h.engine, StageContext)
+    assert isinstance(h.engine.steps, StepRunner) and isinstance(h.engine.steps, StageContext)
     ctx = h.ctx("cordon")
-    assert ctx.runner is h.engine and ctx.runner.clock is h.engine.clock
+    # a stage gets the held step runner, never the engine itself
+    assert ctx.runner is h.engine.steps and ctx.runner is not h.engine
+    assert ctx.runner.clock is h.engine.clock
     assert ctx.scheduler.kind == "slurm"            # NodeCtx asks its runner for the node's scheduler
     assert ctx.runner.can_run_ansible is False      # the fake executor is not SSH
 

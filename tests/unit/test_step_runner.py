@@ -21,7 +21,7 @@ def test_a_once_step_whose_connection_dropped_and_did_not_take_effect_is_probed_
     fake_executor.expect(["apt-mark", "hold", "x"], raises=ConnectionLost("connection lost", host="gpu-01"))
     fake_executor.expect_wait(0.1)
     fake_executor.expect(["apt-mark", "hold", "x"], stdout="x set on hold.\n")
-    res = h.engine.step(ctx, "hold", ["apt-mark", "hold", "x"], once=True, probe=probe, meta={"pkg": "x"})
+    res = h.engine.steps.step(ctx, "hold", ["apt-mark", "hold", "x"], once=True, probe=probe, meta={"pkg": "x"})
     assert res.rc == 0 and res.stdout == "x set on hold.\n"
     assert probes == [{"pkg": "x"}]
     settled = h.steps("step_settled")
