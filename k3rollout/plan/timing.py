@@ -162,9 +162,10 @@ def lower_bound(units: list[dict[str, Any]], k: int) -> tuple[float, str]:
     return crit, "critical path: the longest single unit"
 
 
-def canary_bound(units: list[dict[str, Any]], canary: list[int], k: int) -> float:
-    """The lower bound when the canary batches (``canary``: their sizes, the first units in
-    order) are barriers: each canary batch's slowest unit, then the plain bound of the rest."""
+def _canary_barriers(units: list[dict[str, Any]], canary: list[int]) -> tuple[float, int]:
+    """The canary batches (``canary``: their sizes, the first units in order) run as
+    barriers: the time they take (each batch's slowest unit, one after the other) and how
+    many units they hold."""
     t, i = 0.0, 0
     for size in canary:
         part = units[i:i + size]
@@ -172,6 +173,13 @@ def canary_bound(units: list[dict[str, Any]], canary: list[int], k: int) -> floa
             break
         t += max(u["total_s"] for u in part)
         i += len(part)
+    return t, i
+
+
+def canary_bound(units: list[dict[str, Any]], canary: list[int], k: int) -> float:
+    """The lower bound when the canary batches (``canary``: their sizes, the first units in
+    order) are barriers: each canary batch's slowest unit, then the plain bound of the rest."""
+    t, i = _canary_barriers(units, canary)
     rest = units[i:]
     return t + (lower_bound(rest, k)[0] if rest else 0.0)
 
@@ -180,14 +188,7 @@ def window_makespan(units: list[dict[str, Any]], canary: list[int], k: int) -> f
     """The sliding window, simulated: the canary batches run as barriers (each waits for
     its slowest unit); after them a unit walks its in-service stages ahead and goes out
     (cordon) as soon as one of ``k`` slots frees, holding it until it is done."""
-    t = 0.0
-    i = 0
-    for size in canary:
-        part = units[i:i + size]
-        if not part:
-            break
-        t += max(u["total_s"] for u in part)
-        i += len(part)
+    t, i = _canary_barriers(units, canary)
     slots = [t] * max(1, k)
     heapq.heapify(slots)
     end = t

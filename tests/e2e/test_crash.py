@@ -566,16 +566,21 @@ def test_a_crash_around_the_gpu_operator_label_moves_and_watches_resumes_to_the_
 RHEL_STAGES = ("baseline", "cordon", "driver_upgrade", "cuda_check", "uncordon")
 
 
+def driver_only_playbook(base: Path) -> Path:
+    """One node at a time through the driver change and CUDA's check only (RHEL_STAGES)."""
+    pb = write_playbook(base / "pb.yml", serial=1, min_serving=0, max_fail_percentage=100, reboot_grace=1)
+    data = yaml.safe_load(pb.read_text())
+    data[0]["stages"] = [s for s in data[0]["stages"] if s["stage"] in RHEL_STAGES]
+    pb.write_text(yaml.safe_dump(data, sort_keys=False))
+    return pb
+
+
 def rhel_scenario(base: Path) -> tuple[Path, Path]:
     # a RHEL 9 node whose CUDA init fails on 580: the upgrade leaves the 575-open stream
     # (dnf module reset, then enable 580-open) and the rollback switches back
     inv = write_inventory(base / "inv", {"rh-01": {"ansible_os_family": "RedHat", "sim_faults": ["cuda_init_fails"],
                                                    "sim_held_packages": ["nvidia-driver"]}})
-    pb = write_playbook(base / "pb.yml", serial=1, min_serving=0, max_fail_percentage=100, reboot_grace=1)
-    data = yaml.safe_load(pb.read_text())
-    data[0]["stages"] = [s for s in data[0]["stages"] if s["stage"] in RHEL_STAGES]
-    pb.write_text(yaml.safe_dump(data, sort_keys=False))
-    return inv, pb
+    return inv, driver_only_playbook(base)
 
 
 def rhel_changes(run_dir: Path) -> list[str]:
@@ -654,11 +659,7 @@ def options_scenario(base: Path) -> tuple[Path, Path]:
     # rollback writes the file back (a ``once`` step) before its reboot
     inv = write_inventory(base / "inv", {"op-01": {"sim_nvidia_module_options": OPTIONS,
                                                    "sim_faults": ["driver_params_lost", "cuda_init_fails"]}})
-    pb = write_playbook(base / "pb.yml", serial=1, min_serving=0, max_fail_percentage=100, reboot_grace=1)
-    data = yaml.safe_load(pb.read_text())
-    data[0]["stages"] = [s for s in data[0]["stages"] if s["stage"] in RHEL_STAGES]
-    pb.write_text(yaml.safe_dump(data, sort_keys=False))
-    return inv, pb
+    return inv, driver_only_playbook(base)
 
 
 def options_changes(run_dir: Path) -> list[str]:
