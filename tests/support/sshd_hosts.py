@@ -82,6 +82,8 @@ class SSHDHost:
     host_pub: str
     proc: subprocess.Popen | None = None
     log: Path = field(init=False)
+    # sessions left running after the listener stopped (a host shutting down; see stop_listening)
+    sessions: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.log = self.dir / "sshd.log"
@@ -101,11 +103,24 @@ class SSHDHost:
                 time.sleep(0.02)
         raise RuntimeError(f"sshd for {self.name} did not listen on {self.port}")
 
+    def stop_listening(self) -> None:
+        """What a host's shutdown does first: systemd stops sshd, so a new connection is
+        refused, while the sessions in progress (the one that ran ``shutdown -r``) go on
+        until the host goes down (``stop``)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.sessions = _children(self.proc.pid)
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=5)
+        self.proc = None
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             _kill_tree(self.proc.pid)
             self.proc.wait(timeout=5)
         self.proc = None
+        for pid in self.sessions:
+            _kill_tree(pid)
+        self.sessions = []
 
     @property
     def running(self) -> bool:
@@ -217,7 +232,12 @@ class SSHDCluster:
                 first = seen[h.name][1]
                 late = until - first > 4 * SHUTDOWN_S and now - first < SHUTDOWN_S
                 down = st["dead"] or (now < until and not late)
-                if down and h.running:
+                if not st["dead"] and now < until and late:
+                    # shutting down: no new connection (one would read the new boot id
+                    # before the host went down), the reboot's own session finishes
+                    if h.running:
+                        h.stop_listening()
+                elif down and (h.running or h.sessions):
                     h.stop()
                 elif not down and not h.running and not self._stop.is_set():
                     h.start()
