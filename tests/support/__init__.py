@@ -83,16 +83,20 @@ def write_playbook(path: Path, reboot_timeout: str | int | None = None, reboot_g
 _FORK_SERVER = None
 
 
+_FORK_SERVER_LOCK = threading.Lock()
+
+
 def _fork_server():
     """This worker's CLI fork server (support/forkcli.py), started on first use."""
     global _FORK_SERVER
-    if _FORK_SERVER is None:
-        import atexit
+    with _FORK_SERVER_LOCK:        # the crash matrix's points start two at a time
+        if _FORK_SERVER is None:
+            import atexit
 
-        from support.forkcli import ForkServer
+            from support.forkcli import ForkServer
 
-        _FORK_SERVER = ForkServer()
-        atexit.register(_FORK_SERVER.close)
+            _FORK_SERVER = ForkServer()
+            atexit.register(_FORK_SERVER.close)
     return _FORK_SERVER
 
 

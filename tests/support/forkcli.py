@@ -92,8 +92,11 @@ def serve(path: str) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    srv.bind(path)
+    # the client waits for ``path`` to appear: it appears only once the socket listens (a
+    # connect between bind and listen is refused)
+    srv.bind(path + ".new")
     srv.listen(64)
+    os.rename(path + ".new", path)
     sel = selectors.DefaultSelector()
     sel.register(srv, selectors.EVENT_READ, None)
     sel.register(sys.stdin, selectors.EVENT_READ, "parent")     # EOF: the test worker has gone
