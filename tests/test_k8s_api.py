@@ -71,10 +71,13 @@ def test_a_disruption_budget_is_retried_until_the_drain_timeout_then_reported(k8
 
 
 def test_labels_publish_progress_and_none_removes(k8s):
-    k8s.label("gpu-01", {"k3rollout.io/upgrade-state": "upgrade-required"})
+    after = k8s.label("gpu-01", {"k3rollout.io/upgrade-state": "upgrade-required"})
     assert k8s.node("gpu-01")["labels"]["k3rollout.io/upgrade-state"] == "upgrade-required"
-    k8s.label("gpu-01", {"k3rollout.io/upgrade-state": None})
+    # the labels the PATCH's reply gives are the server's, the others included
+    assert after == k8s.node("gpu-01")["labels"] and after["kubernetes.io/hostname"] == "gpu-01"
+    after = k8s.label("gpu-01", {"k3rollout.io/upgrade-state": None})
     assert "k3rollout.io/upgrade-state" not in k8s.node("gpu-01")["labels"]
+    assert after == k8s.node("gpu-01")["labels"]
 
 
 def test_gpu_operator_managed_nodes_are_detected(k8s):

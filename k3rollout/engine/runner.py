@@ -391,6 +391,11 @@ class Engine:
     def pool(self, fn: Callable[[str], Any], nodes: list[str]) -> None:
         if not nodes:
             return
+        if len(nodes) == 1 and threading.current_thread() is not threading.main_thread():
+            # a worker already (a window's slot): signals never reach it, so the node runs
+            # here, without a thread of its own for each of its stage rounds
+            fn(nodes[0])
+            return
         workers = max(1, min(self.playbook.play.forks, len(nodes)))
         # even one node runs in a worker thread: the main thread only waits, so a signal
         # (which Python delivers to the main thread) never cuts a step short

@@ -37,6 +37,7 @@ _ENV = re.compile(r"(?<![A-Za-z0-9_.-])([A-Za-z_][A-Za-z0-9_]*)=([^\s\"',\]\)]+)
 # --api-key VALUE, --api-key=VALUE, and in JSON argv: "--api-key", "VALUE"
 _FLAG = re.compile(r"(?<![A-Za-z0-9_-])(--?[A-Za-z][A-Za-z0-9_-]*)(=|[ \t]+|\"\s*,\s*\")([^\s\"',\]\)-][^\s\"',\]\)]*)")
 _URL = re.compile(r"(?i)([a-z][a-z0-9+.-]*://)([^\s/?#@\"'<>]*@)?([^\s?#\"'<>]*)(\?[^\s#\"'<>]*)?")
+_SCHEME_CHAR = re.compile(r"(?i)[a-z0-9+.-]")        # what the scheme of _URL is made of
 
 
 def _secret_name(name: str) -> bool:
@@ -110,8 +111,37 @@ def _names(text: str) -> str:
     return "".join(out)
 
 
+def _urls(text: str) -> str:
+    """``_URL.sub(_url, text)``, in time linear in the text: the pattern is tried only where
+    a scheme can end, at each ``://``. Run over the whole text, the regex engine tried the
+    scheme at every letter of every word (a long token or a streamed reply took
+    milliseconds: a sixth of the engine's CPU at 1,000 nodes). The match is the one the
+    scan would find: it begins at the first position of the scheme characters before the
+    ``://`` (none of them is a ``:``) where the pattern matches, and never before the end
+    of the previous URL."""
+    out: list[str] = []
+    last = 0
+    pos = text.find("://")
+    while pos != -1:
+        start = pos
+        while start > last and _SCHEME_CHAR.match(text, start - 1):
+            start -= 1
+        m = next((m for s in range(start, pos) if (m := _URL.match(text, s)) is not None), None)
+        if m is None:
+            pos = text.find("://", pos + 1)
+            continue
+        out.append(text[last:m.start()])
+        out.append(_url(m))
+        last = m.end()
+        pos = text.find("://", last)
+    if not out:
+        return text
+    out.append(text[last:])
+    return "".join(out)
+
+
 def mask_credentials(text: str) -> str:
     """``text`` with URL credentials and secret-named environment values and flags masked."""
     if "://" in text and ("@" in text or "?" in text):
-        text = _URL.sub(_url, text)
+        text = _urls(text)
     return _names(text)

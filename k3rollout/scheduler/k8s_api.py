@@ -137,9 +137,10 @@ class KubernetesApi:
                 "labels": dict(n.metadata.labels or {}), "annotations": dict(n.metadata.annotations or {}),
                 "kubelet": n.status.node_info.kubelet_version if n.status.node_info else None}
 
-    def _patch(self, name: str, body: dict[str, Any], what: str) -> None:
+    def _patch(self, name: str, body: dict[str, Any], what: str) -> Any:
+        """The node as the server has it after the patch (the PATCH's own reply)."""
         try:
-            self.core.patch_node(name, body)
+            return self.core.patch_node(name, body)
         except Exception as exc:  # noqa: BLE001 - translated once, here
             raise _err(exc, f"{what} node {name}") from None
 
@@ -154,9 +155,11 @@ class KubernetesApi:
     def uncordon(self, name: str) -> None:
         self._patch(name, {"spec": {"unschedulable": None}}, "uncordon")
 
-    def label(self, name: str, labels: dict[str, str | None]) -> None:
-        """Set (or, with None, remove) node labels."""
-        self._patch(name, {"metadata": {"labels": labels}}, "label")
+    def label(self, name: str, labels: dict[str, str | None]) -> dict[str, str]:
+        """Set (or, with None, remove) node labels; the node's labels after the change, as
+        the server's reply to the patch gives them."""
+        n = self._patch(name, {"metadata": {"labels": labels}}, "label")
+        return dict(n.metadata.labels or {}) if n is not None and n.metadata is not None else {}
 
     def annotate(self, name: str, annotations: dict[str, str | None]) -> None:
         self._patch(name, {"metadata": {"annotations": annotations}}, "annotate")

@@ -106,8 +106,8 @@ class Kubernetes:
             return all(have.get(k) == v for k, v in labels.items())
 
         def do(a: KubernetesApi) -> dict:
-            a.label(ctx.node, dict(labels))
-            return {"labels": {k: v for k, v in a.node(ctx.node)["labels"].items() if k in labels}}
+            after = a.label(ctx.node, dict(labels))
+            return {"labels": {k: v for k, v in after.items() if k in labels}}
 
         res = self._call(ctx, name, ["PATCH", f"nodes/{ctx.node}", *(f"{k}={v}" for k, v in labels.items())], do,
                          once=True, probe=probe)

@@ -3,9 +3,10 @@
 The simulated hosts' commands run in the sim root's daemon (``k3rollout.sim.netd``, which
 also serves their vLLM ports), not in the engine: a real host runs a command on its own
 CPU while the controller waits, and at a thousand nodes playing the hosts in the
-engine's interpreter took a quarter of its one CPU. Each engine thread keeps one
-connection to the daemon's command socket (a unix socket in the abstract namespace) and
-sends ``{"host", "argv", "stdin"}`` as one JSON line; the daemon runs the simulator's
+engine's interpreter took a quarter of its one CPU. A command takes an idle connection
+to the daemon's command socket (a unix socket in the abstract namespace; a new one when
+none is idle, so there are as many as commands ran at once) and sends ``{"host", "argv",
+"stdin"}`` as one JSON line; the daemon runs the simulator's
 ``dispatch`` in that connection's thread and answers with the result as one JSON line.
 
 It behaves like the SSH transport at the edges that matter to the engine: a host that is
@@ -48,7 +49,11 @@ class SimExecutor:
                 st.begin_observation(d, observation_pass)
         self.poll_s = poll_s
         self._addresses: dict[str, str] = {}
-        self._local = threading.local()
+        # connections to the daemon: each command takes an idle one (or opens one) and gives
+        # it back after its answer, so there are as many as commands ever ran at once, not
+        # one per engine thread that ever ran (threads come and go: a node's worker, a
+        # window slot; each used to leave its connection, and a daemon thread, behind)
+        self._idle: list[list] = []
         self._links: list[socket.socket] = []
         self._links_lock = threading.Lock()
         netd.ensure(self.root)      # the simulated cluster: the hosts' commands and their vLLM sockets
@@ -60,11 +65,13 @@ class SimExecutor:
 
     # ---------------------------------------------------------------- the daemon link
 
-    def _link(self) -> list:
-        """This thread's connection to the daemon: [socket, the timeout set on it]."""
-        link = getattr(self._local, "link", None)
-        if link is not None:
-            return link
+    def _take(self, fresh: bool = False) -> list:
+        """A connection to the daemon for one command: [socket, the timeout set on it]. An
+        idle one unless ``fresh``."""
+        if not fresh:
+            with self._links_lock:
+                if self._idle:
+                    return self._idle.pop()
         for attempt in (1, 2):
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
@@ -75,19 +82,27 @@ class SimExecutor:
                 if attempt == 2:
                     raise
                 netd.ensure(self.root)
-        link = self._local.link = [sock, None]
         with self._links_lock:
             self._links.append(sock)
-        return link
+        return [sock, None]
 
-    def _drop(self) -> None:
-        link = getattr(self._local, "link", None)
-        self._local.link = None
-        if link is not None:
-            with self._links_lock:
-                if link[0] in self._links:
-                    self._links.remove(link[0])
-            link[0].close()
+    def _give(self, link: list) -> None:
+        with self._links_lock:
+            if link[0] in self._links:        # not closed by close() meanwhile
+                self._idle.append(link)
+
+    def _drop(self, link: list, idle_too: bool = False) -> None:
+        """Close a connection whose state is unknown; with ``idle_too``, every idle one as
+        well (the daemon they lead to is gone)."""
+        with self._links_lock:
+            gone = [link] + (self._idle if idle_too else [])
+            if idle_too:
+                self._idle = []
+            for x in gone:
+                if x[0] in self._links:
+                    self._links.remove(x[0])
+        for x in gone:
+            x[0].close()
 
     @staticmethod
     def _set_timeout(link: list, timeout: float) -> None:
@@ -106,7 +121,7 @@ class SimExecutor:
         line = fastjson.dumps_line({"host": self.dirs[host].name, "argv": list(argv),
                                     "stdin": None if stdin is None else base64.b64encode(stdin).decode()})
         for attempt in (1, 2):
-            link = self._link()
+            link = self._take(fresh=attempt == 2)
             sock = link[0]
             try:
                 self._set_timeout(link, timeout + self.answer_margin_s)
@@ -115,12 +130,12 @@ class SimExecutor:
             except (BrokenPipeError, ConnectionResetError, ConnectionRefusedError) as exc:
                 # a unix socket refuses a send at once when its peer is gone: the daemon (or this
                 # connection's end of it) went away before the request, which it never received
-                self._drop()
+                self._drop(link, idle_too=True)
                 if attempt == 2:
                     raise ConnectionLost(f"the simulated cluster is gone ({exc}); the command did not run",
                                          host=host, command=shlex.join(argv)) from None
             except OSError as exc:
-                self._drop()
+                self._drop(link)
                 raise ConnectionLost(f"lost the simulated host while sending the command ({exc}); its outcome "
                                      "is unknown", host=host, command=shlex.join(argv)) from None
         answer = bytearray()
@@ -128,17 +143,18 @@ class SimExecutor:
             while not answer.endswith(b"\n"):     # one request, one answer line
                 chunk = sock.recv(1 << 16)
                 if not chunk:
-                    self._drop()
+                    self._drop(link)
                     raise ConnectionLost("the simulated cluster closed the connection while the command ran; its "
                                          "outcome is unknown", host=host, command=shlex.join(argv))
                 answer += chunk
         except BlockingIOError:                     # SO_RCVTIMEO ran out
-            self._drop()
+            self._drop(link)
             raise CommandTimeout(f"no answer within {timeout:.0f}s", host=host, command=shlex.join(argv)) from None
         except OSError as exc:
-            self._drop()
+            self._drop(link)
             raise ConnectionLost(f"lost the simulated host while the command ran ({exc}); its outcome is unknown",
                                  host=host, command=shlex.join(argv)) from None
+        self._give(link)
         out = fastjson.loads(answer)
         if "error" in out:
             raise RuntimeError(f"simulator failure on {host} running {shlex.join(argv)!r}:\n{out['error']}")
@@ -206,7 +222,7 @@ class SimExecutor:
 
     def close(self) -> None:
         with self._links_lock:
-            links, self._links = self._links, []
+            links, self._links, self._idle = self._links, [], []
         for sock in links:
             sock.close()
         netd.shutdown(self.root)
