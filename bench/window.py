@@ -54,12 +54,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import multiprocessing
 import os
 import random
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -215,6 +217,8 @@ def main() -> int:
     ap.add_argument("--stragglers", type=float, default=5.0, help="percent of nodes whose reboot takes 3x as long")
     ap.add_argument("--seed", type=int, default=22)
     ap.add_argument("--only", choices=("serial", "window"), help="run one policy (the last line needs both)")
+    ap.add_argument("--sequential", action="store_true",
+                    help="run the two policies one after the other, not side by side")
     args = ap.parse_args()
     nodes = [f"gpu-{i:04d}" for i in range(args.nodes)]
     slow = stragglers(nodes, args.stragglers, args.seed)
@@ -223,16 +227,26 @@ def main() -> int:
           f"{args.scale:g} s per minute; {len(slow)} straggler(s) reboot in {REBOOT_MIN * STRAGGLER_FACTOR:g} min "
           f"instead of {REBOOT_MIN:g} (seed {args.seed})")
     print("stage minutes (playbook estimates): " + ", ".join(f"{k} {v:g}" for k, v in minutes.items()))
-    results = {}
+    results: dict[str, dict[str, Any]] = {}
     t0 = time.perf_counter()
+    names = [n for n in ("serial", "window") if not args.only or args.only == n]
     with tempfile.TemporaryDirectory(prefix="k3window-", dir=os.environ.get("K3WINDOW_DIR")) as d:
-        for window in (False, True):
-            name = "window" if window else "serial"
-            if args.only and args.only != name:
-                continue
-            results[name] = rollout(Path(d), nodes, slow, args.max_out, args.scale, window)
-            for line in report(results[name], args.scale):
-                print(line, flush=True)
+        if args.sequential or len(names) == 1:
+            for name in names:
+                results[name] = rollout(Path(d), nodes, slow, args.max_out, args.scale, name == "window")
+                for line in report(results[name], args.scale):
+                    print(line, flush=True)
+        else:
+            # side by side, each rollout in a process of its own (its engine, its simulated
+            # cluster's daemon): the two policies see the same machine at the same time
+            ctx = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=2, mp_context=ctx) as pool:
+                futures = {pool.submit(rollout, Path(d), nodes, slow, args.max_out, args.scale, name == "window"): name
+                           for name in names}
+                for fut in as_completed(futures):
+                    results[futures[fut]] = fut.result()
+                    for line in report(results[futures[fut]], args.scale):
+                        print(line, flush=True)
         if len(results) == 2:
             # printed before the scratch folder (two runs' journals and evidence, about 100 files
             # a node) is removed: on a loaded disk that takes minutes of its own
