@@ -146,9 +146,19 @@ class RollbackExecutor:
         return None
 
     def _todo(self, idx: int) -> list[str]:
+        """The batch's nodes the run changed, or may have: not those it never reached, and
+        not one held right before its cordon (a sliding window that stopped while the node
+        waited for a slot: only its read-only baseline ran, and it still serves; draining
+        it to "roll back" nothing would only take capacity away)."""
         skip = (NodeState.PENDING, NodeState.ROLLED_BACK, NodeState.FAILED, NodeState.SKIPPED,
                 NodeState.BASELINE_REQUIRED)
-        return [n for n in self.view.batches[idx]["nodes"] if NodeState(self.view.node(n).state) not in skip]
+
+        def untouched(n: str) -> bool:
+            v = self.view.node(n)
+            return v.state == NodeState.CORDON_REQUIRED.value and not any(sp["stage"] == "cordon" for sp in v.timeline)
+
+        return [n for n in self.view.batches[idx]["nodes"]
+                if NodeState(self.view.node(n).state) not in skip and not untouched(n)]
 
     def _capacity_short(self, nodes: list[str], what_for: str) -> str | None:
         return self.policy.capacity_short(self.view, nodes, what_for, self.rolling_back())

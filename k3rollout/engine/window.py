@@ -51,18 +51,22 @@ TERMINAL = {NodeState.UPGRADE_DONE.value, NodeState.SKIPPED.value, NodeState.ROL
 FAILED = {NodeState.ROLLED_BACK.value, NodeState.ROLLBACK_FAILED.value, NodeState.FAILED.value}
 
 
-def _failing(engine: Any, started: list[str], last_n: int, pct: float) -> str | None:
+def _failing(engine: Any, started: list[str], last_n: int, pct: float) -> tuple[str, str] | None:
+    """(halt kind, why) when no further node may start for the failures so far: a failed
+    rollback anywhere (``rollback_failed``), or more than ``pct`` percent of the last
+    ``last_n`` nodes started failed (``failure``)."""
     states = {n: engine.view.node(n).state for n in started}
     bad_rb = [n for n, s in states.items() if s == NodeState.ROLLBACK_FAILED.value]
     if bad_rb:
-        return (f"ROLLBACK FAILED on {', '.join(bad_rb)}: node(s) kept cordoned and need hands-on recovery "
-                "(see runbooks/ and the node's rollback evidence)")
+        return ("rollback_failed", f"ROLLBACK FAILED on {', '.join(bad_rb)}: node(s) kept cordoned and need "
+                                   "hands-on recovery (see runbooks/ and the node's rollback evidence)")
     recent = started[-last_n:]
     done = [n for n in recent if states[n] in TERMINAL]
     failed = [n for n in done if states[n] in FAILED]
     if recent and 100.0 * len(failed) / len(recent) > pct:
-        return (f"sliding window: {len(failed)} of the last {len(recent)} node(s) started failed "
-                f"({100.0 * len(failed) / len(recent):.0f}%), above max_fail_percentage {pct:g}%: no further node starts")
+        return ("failure", f"sliding window: {len(failed)} of the last {len(recent)} node(s) started failed "
+                           f"({100.0 * len(failed) / len(recent):.0f}%), above max_fail_percentage {pct:g}%: no "
+                           "further node starts")
     return None
 
 
@@ -114,9 +118,9 @@ class _Window:
 
     def why_stop(self, node: str, cutoff: bool) -> tuple[str, str] | None:
         e = self.engine
-        why = _failing(e, self.started, self.last_n, self.pct)
-        if why:
-            return ("rollback_failed" if why.startswith("ROLLBACK FAILED") else "failure", why)
+        failing = _failing(e, self.started, self.last_n, self.pct)
+        if failing:
+            return failing
         over = e.over_budget()
         if over:
             return ("failure_budget", over)
@@ -218,9 +222,7 @@ def run(engine: Any, batch: dict[str, Any], policy: dict[str, Any]) -> tuple[str
         raise KeyboardInterrupt
     stop = w.stop
     if stop is None:
-        why = _failing(engine, w.started, w.last_n, w.pct)
-        if why:
-            stop = ("rollback_failed" if why.startswith("ROLLBACK FAILED") else "failure", why)
+        stop = _failing(engine, w.started, w.last_n, w.pct)
     failed = sorted(n for n in nodes if engine.view.node(n).state in FAILED)
     status = "failed" if failed else "passed"
     engine.record("batch_done", batch=idx, status=status, failed=failed)

@@ -89,3 +89,14 @@ def test_an_interrupted_operator_rollback_is_found_for_resume(made):
     assert reopen().pending_operator_rollback() is None
     # a node between its rollback's request and its end is held out of service by this run
     assert rb.rolling_back() == {"gpu-01"}
+
+
+def test_an_operator_rollback_leaves_a_node_held_before_its_cordon_alone(made):
+    """A sliding window that stopped while a node waited for a slot leaves it at
+    cordon-required with only its baseline run: it still serves, so a rollback of the batch
+    does not drain it; a node whose cordon started (then a crash) is rolled back."""
+    make, _, _ = made
+    done, held = NodeState.UPGRADE_DONE.value, NodeState.CORDON_REQUIRED.value
+    rb = make(min_serving=0, states={"gpu-01": done, "gpu-02": held, "gpu-03": held})
+    rb.recorder.record("stage_started", node="gpu-03", stage="cordon", batch=1)
+    assert rb._todo(1) == ["gpu-01", "gpu-03"]
