@@ -25,7 +25,9 @@ there against every node already out of service. The cut-off, ``max_fail_percent
 ``failure_budget`` are checked again at that point; a node held there when new starts stop
 stays in service, nothing changed (``cordon-required``). Besides one per free slot, at most
 :func:`lookahead` nodes walk ahead at once, so one is ready when a slot frees and none waits
-long on a baseline that ages. ``max_fail_percentage`` counts a node from its cordon on (or
+long on a baseline that ages: from the stages' estimates, or, once three nodes of the
+window have been through both, from the mean of what the last twenty took in service and
+out of it, when that asks for more. ``max_fail_percentage`` counts a node from its cordon on (or
 from its end, if it failed before it).
 
 Each node runs through ``Engine.run_batch([node], idx)``: its stages, the batch-scoped
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -100,7 +103,13 @@ class _Window:
         self.engine = engine
         self.idx = idx
         self.k = max(1, int(policy["max_unavailable"]))
-        self.ahead = lookahead(engine, self.k)
+        self.ahead_est = lookahead(engine, self.k)
+        # what the nodes of this window actually took (monotonic seconds): from a start to its
+        # arrival before the cordon (the in-service lead), and from its cordon to its end
+        self.began: dict[str, float] = {}
+        self.went: dict[str, float] = {}
+        self.leads: list[float] = []
+        self.outs: list[float] = []
         self.need = (float(policy["unit_estimate_s"]) + float(policy["rollback_estimate_s"])
                      + float(policy.get("cutoff_s") or 0))
         self.last_n = int(policy.get("fail_window") or 10)
@@ -112,6 +121,19 @@ class _Window:
         # the units started, in order (what max_fail_percentage looks at): a node counts from its
         # cordon on, or once it ended before it (failed its baseline); earlier runs' first (resume)
         self.started = [n for n in nodes if went_out(engine, n) or engine.view.node(n).state in TERMINAL]
+
+    @property
+    def ahead(self) -> int:
+        """:func:`lookahead` from the estimates, or from what the last nodes took when that
+        asks for more: a lead that takes longer than its estimate (a slow baseline, a loaded
+        controller) needs more nodes walking it at once, or slots stand empty waiting for
+        one. More never holds a slot: a node ahead still serves until its cordon."""
+        if len(self.leads) < 3 or len(self.outs) < 3:
+            return self.ahead_est
+        lead = sum(self.leads[-20:]) / len(self.leads[-20:])
+        out = sum(self.outs[-20:]) / len(self.outs[-20:])
+        seen = min(self.k, math.ceil(self.k * lead / out) + 1) if out > 0 else self.ahead_est
+        return max(self.ahead_est, seen)
 
     def stopped(self) -> bool:
         return self.stop is not None or self.engine.stopping.is_set()
@@ -138,6 +160,8 @@ class _Window:
         with self.cond:
             if node in self.out:
                 return True                 # its cordon had started before a crash: it holds its slot
+            if node in self.began:
+                self.leads.append(time.monotonic() - self.began.pop(node))
             while not self.stopped():
                 why = self.why_stop(node, cutoff=True)
                 if why:
@@ -150,6 +174,7 @@ class _Window:
                         self.waiting.discard(node)
                         self.out.add(node)
                         self.started.append(node)
+                        self.went[node] = time.monotonic()
                         return True
                     if not self.out:
                         # nothing of the window's is out to come back: the floor cannot be met
@@ -164,6 +189,8 @@ class _Window:
             self.engine.run_batch([node], self.idx)
         finally:
             with self.cond:
+                if node in self.went:
+                    self.outs.append(time.monotonic() - self.went.pop(node))
                 self.out.discard(node)
                 self.waiting.discard(node)
                 if node not in self.started and self.engine.view.node(node).state in TERMINAL:
@@ -189,6 +216,7 @@ class _Window:
                         return True
                 elif len(self.waiting) < self.k - len(self.out) + self.ahead:
                     self.waiting.add(node)
+                    self.began[node] = time.monotonic()
                     return True
                 self.cond.wait(0.5)
             return False
@@ -204,7 +232,8 @@ def run(engine: Any, batch: dict[str, Any], policy: dict[str, Any]) -> tuple[str
     todo = [n for n in nodes if engine.view.node(n).state not in TERMINAL]
     engine.before_cordon = w.before_cordon
     try:
-        with ThreadPoolExecutor(max_workers=w.k + w.ahead, thread_name_prefix="k3window") as ex:
+        # room for every slot and the most nodes ahead (threads start only as nodes need them)
+        with ThreadPoolExecutor(max_workers=2 * w.k + 1, thread_name_prefix="k3window") as ex:
             futures = []
             for node in todo:
                 if not w.dispatch(node):
