@@ -4,7 +4,9 @@
 
 Runs the shipped playbook (playbooks/k3-driver-rollout.yml) twice over the same simulated
 cluster of N nodes, at the same capacity floor (``min_serving: N - max_out``, ``forks:
-max_out``):
+max_out``), side by side: each rollout in a process of its own, with its own simulated
+cluster daemon (``--sequential``: one after the other). The runs' folders go to
+``K3WINDOW_DIR``, else to /dev/shm when it is a tmpfs with room (see :func:`scratch`):
 
 - **serial batches**: ``serial: [1, 2, max_out]`` (two canaries, then barriers of max_out);
 - **sliding window**: the same ``serial`` list (its leading values are the canaries) and
@@ -14,10 +16,10 @@ Every stage takes its estimate from the playbook (``estimate:``; DEFAULT_ESTIMAT
 k3rollout/model/playbook.py where a stage gives none), scaled: ``--scale`` seconds stand
 for one minute. The default is 0.05 s per minute (a 25-minute driver stage takes 1.25 s;
 a node's 83 minutes take about 4 s; with 50 slots each policy's sleeps then come to
-about 90 s for 1,000 nodes, leaving room for the engine's own work in five minutes on a
-quiet 2-vCPU machine; 1 s per minute would take about half an hour per policy). On a
-loaded machine the engine's own work per stage grows and so do the runs: measure on a
-quiet one (bench/README.md). The bench holds each stage for
+about 90 s for 1,000 nodes; 1 s per minute would take about half an hour per policy).
+The engine's and the simulator's own work per node is not scaled: at 1,000 nodes on a
+2-vCPU machine it is most of a node's measured time (bench/README.md, sixth round), and
+it grows with the machine's load, so compare figures taken on a quiet one. The bench holds each stage for
 its scaled estimate before the stage's own work runs (the engine has journaled the
 stage's start), except for the reboot inside ``driver_upgrade``: that one is the
 simulator's own (``sim_reboot_s``: the host is down, refuses connections, and the engine
