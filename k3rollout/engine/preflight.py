@@ -32,11 +32,11 @@ failed node is named with ``--skip-node`` (then left out of the run, and the run
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from k3rollout import fastjson
 from k3rollout.checks import driver_facts as df
 from k3rollout.checks import parsers
 from k3rollout.stages import driver_node as dn
@@ -244,7 +244,9 @@ def controller_check(playbook: Any, inventory: Any, hosts: list[str], executor: 
 def write_report(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     jpath, mpath = out_dir / "preflight.json", out_dir / "preflight.md"
-    jpath.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    # orjson, laid out as json.dumps(indent=2) does: at 1,000 nodes the standard library's
+    # indented encoder took seconds before the run could start
+    jpath.write_text(fastjson.dumps_pretty(report) + "\n", encoding="utf-8")
     mpath.write_text(render_md(report), encoding="utf-8")
     return jpath, mpath
 
