@@ -155,7 +155,7 @@ class RollbackExecutor:
 
         def untouched(n: str) -> bool:
             v = self.view.node(n)
-            return v.state == NodeState.CORDON_REQUIRED.value and not any(sp["stage"] == "cordon" for sp in v.timeline)
+            return v.state == NodeState.CORDON_REQUIRED.value and "cordon" not in v.entered
 
         return [n for n in self.view.batches[idx]["nodes"]
                 if NodeState(self.view.node(n).state) not in skip and not untouched(n)]

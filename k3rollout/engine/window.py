@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -93,7 +94,7 @@ def went_out(engine: Any, node: str) -> bool:
         return False
     kinds = list(engine.kinds)
     before = {STAGE_STATE[kd].value for kd in kinds[:kinds.index("cordon") + 1]} if "cordon" in kinds else set()
-    return v.state not in before or any(sp["stage"] == "cordon" for sp in v.timeline)
+    return v.state not in before or "cordon" in v.entered
 
 
 class _Window:
@@ -108,8 +109,8 @@ class _Window:
         # arrival before the cordon (the in-service lead), and from its cordon to its end
         self.began: dict[str, float] = {}
         self.went: dict[str, float] = {}
-        self.leads: list[float] = []
-        self.outs: list[float] = []
+        self.leads: deque[float] = deque(maxlen=20)        # the last twenty nodes' of each
+        self.outs: deque[float] = deque(maxlen=20)
         self.need = (float(policy["unit_estimate_s"]) + float(policy["rollback_estimate_s"])
                      + float(policy.get("cutoff_s") or 0))
         self.last_n = int(policy.get("fail_window") or 10)
@@ -130,8 +131,8 @@ class _Window:
         one. More never holds a slot: a node ahead still serves until its cordon."""
         if len(self.leads) < 3 or len(self.outs) < 3:
             return self.ahead_est
-        lead = sum(self.leads[-20:]) / len(self.leads[-20:])
-        out = sum(self.outs[-20:]) / len(self.outs[-20:])
+        lead = sum(self.leads) / len(self.leads)
+        out = sum(self.outs) / len(self.outs)
         seen = min(self.k, math.ceil(self.k * lead / out) + 1) if out > 0 else self.ahead_est
         return max(self.ahead_est, seen)
 

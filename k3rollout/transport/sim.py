@@ -54,7 +54,7 @@ class SimExecutor:
         # one per engine thread that ever ran (threads come and go: a node's worker, a
         # window slot; each used to leave its connection, and a daemon thread, behind)
         self._idle: list[list] = []
-        self._links: list[socket.socket] = []
+        self._links: set[socket.socket] = set()
         self._links_lock = threading.Lock()
         netd.ensure(self.root)      # the simulated cluster: the hosts' commands and their vLLM sockets
         # the cluster's simulated Kubernetes API server, which the daemon also serves
@@ -83,7 +83,7 @@ class SimExecutor:
                     raise
                 netd.ensure(self.root)
         with self._links_lock:
-            self._links.append(sock)
+            self._links.add(sock)
         return [sock, None]
 
     def _give(self, link: list) -> None:
@@ -100,7 +100,7 @@ class SimExecutor:
                 self._idle = []
             for x in gone:
                 if x[0] in self._links:
-                    self._links.remove(x[0])
+                    self._links.discard(x[0])
         for x in gone:
             x[0].close()
 
@@ -222,7 +222,7 @@ class SimExecutor:
 
     def close(self) -> None:
         with self._links_lock:
-            links, self._links, self._idle = self._links, [], []
+            links, self._links, self._idle = self._links, set(), []
         for sock in links:
             sock.close()
         netd.shutdown(self.root)
