@@ -105,14 +105,20 @@ def sshd_cluster(tmp_path_factory):
     if os.geteuid() != 0:
         pytest.skip("sshd test hosts need root (sshd's privilege separation)")
 
-    def make(hosts: dict[str, dict]) -> SSHDCluster:
-        import tempfile
+    import shutil
+    import tempfile
 
+    made: list[Path] = []
+
+    def make(hosts: dict[str, dict], bastion: bool = False) -> SSHDCluster:
         # outside pytest's 0700 tmp tree, so sshd's unprivileged children can read it
         base = Path(tempfile.mkdtemp(prefix="k3sshd-"))
-        return SSHDCluster(base, hosts)
+        made.append(base)
+        return SSHDCluster(base, hosts, bastion=bastion)
 
-    return make
+    yield make
+    for base in made:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture

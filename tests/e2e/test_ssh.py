@@ -112,7 +112,7 @@ def test_changed_host_key_is_refused(sshd_cluster, tmp_path):
 
 
 def test_executor_basics_and_error_translation(sshd_cluster, tmp_path):
-    with sshd_cluster({"gpu-01": {"sim_reboot_s": 0.3}}) as c:
+    with sshd_cluster({"gpu-01": {"sim_reboot_s": 3}}) as c:
         inv = load_inventory(c.inventory(tmp_path / "hosts.yml"))
         ex = SSHExecutor({n: h.vars for n, h in inv.hosts.items()})
         r = ex.run("gpu-01", ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
@@ -124,9 +124,13 @@ def test_executor_basics_and_error_translation(sshd_cluster, tmp_path):
             ex.run("gpu-01", ["reboot"])      # may return first, or lose its session as the host goes down
         except ConnectionLost:
             pass
-        time.sleep(0.05)
+        # the host is down for 3 s: once its sshd and sessions are gone, refused, never a silent success
+        deadline = time.time() + 3
+        while (c.hosts["gpu-01"].running or c.hosts["gpu-01"].sessions) and time.time() < deadline:
+            time.sleep(0.01)
+        assert state(c, "gpu-01")["down_until"] > time.time(), "the test host was not seen down in its 3 s"
         with pytest.raises((HostUnreachable, ConnectionLost)):
-            ex.run("gpu-01", ["true"])        # down for 0.3 s: refused, never a silent success
+            ex.run("gpu-01", ["true"])
         waited = ex.wait_for_host("gpu-01", 15)
         assert 0 < waited < 15 and state(c, "gpu-01")["boots"] == 1
         boot = ex.run("gpu-01", ["cat", "/proc/sys/kernel/random/boot_id"]).stdout

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import tempfile
 import textwrap
 from pathlib import Path
 
@@ -37,7 +36,7 @@ def bastion_cluster(sshd_cluster, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
     def make(hosts: dict[str, dict]) -> SSHDCluster:
-        c = SSHDCluster(Path(tempfile.mkdtemp(prefix="k3sshd-")), hosts, bastion=True)
+        c = sshd_cluster(hosts, bastion=True)
         c.home = home
         return c
 

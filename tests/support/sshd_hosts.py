@@ -25,7 +25,7 @@ from pathlib import Path
 
 from k3rollout.sim import netd
 from k3rollout.sim.dispatch import HANDLERS
-from k3rollout.sim.state import init_host
+from k3rollout.sim.state import init_host, locked
 
 ROOT = Path(__file__).resolve().parents[2]
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
@@ -220,28 +220,47 @@ class SSHDCluster:
         # so the command's own session gets its answer first (Ansible's reboot module reads it)
         seen: dict[str, tuple[float, float]] = {}
         while not self._stop.is_set():
-            now = time.time()
             for h in self.hosts.values():
-                try:
-                    st = json.loads((h.state / "state.json").read_text())
-                except (OSError, ValueError):
-                    continue
-                until = float(st["down_until"])
-                if seen.get(h.name, (None,))[0] != until:
-                    seen[h.name] = (until, now)
-                first = seen[h.name][1]
-                late = until - first > 4 * SHUTDOWN_S and now - first < SHUTDOWN_S
-                down = st["dead"] or (now < until and not late)
-                if not st["dead"] and now < until and late:
-                    # shutting down: no new connection (one would read the new boot id
-                    # before the host went down), the reboot's own session finishes
-                    if h.running:
-                        h.stop_listening()
-                elif down and (h.running or h.sessions):
-                    h.stop()
-                elif not down and not h.running and not self._stop.is_set():
+                want = self._want(h, seen, self._read(h))
+                if want in ("closing", "down"):
+                    # decided again and carried out under the host's state lock: no command
+                    # of this host runs between the decision and the kill. Decided outside
+                    # it, a kill that came late on a loaded machine could land after the
+                    # reboot ended and a connection had read the new boot id: Ansible's
+                    # reboot module took the host as back and its next task met sshd down.
+                    with locked(h.state):
+                        want = self._want(h, seen, self._read(h))
+                        if want == "closing" and h.running:
+                            h.stop_listening()
+                        elif want == "down" and (h.running or h.sessions):
+                            h.stop()
+                elif want == "up" and not h.running and not self._stop.is_set():
                     h.start()
             self._stop.wait(0.03)
+
+    @staticmethod
+    def _read(h: SSHDHost) -> dict | None:
+        try:
+            return json.loads((h.state / "state.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    @staticmethod
+    def _want(h: SSHDHost, seen: dict[str, tuple[float, float]], st: dict | None) -> str:
+        """What the host's sshd should be now: "up", "closing" (shutting down: no new
+        connection, the reboot's own session finishes) or "down"."""
+        if st is None:
+            return "unknown"
+        if st["dead"]:
+            return "down"
+        now = time.time()                   # after the read: a stale clock would kill a host that is back
+        until = float(st["down_until"])
+        if seen.get(h.name, (None,))[0] != until:
+            seen[h.name] = (until, now)
+        first = seen[h.name][1]
+        if now >= until:
+            return "up"
+        return "closing" if until - first > 4 * SHUTDOWN_S and now - first < SHUTDOWN_S else "down"
 
     def inventory(self, path: Path, extra_vars: dict | None = None, host_vars: dict | None = None) -> Path:
         import yaml
