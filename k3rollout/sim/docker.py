@@ -12,8 +12,6 @@ import hashlib
 import json
 import re
 import time
-import urllib.error
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -466,6 +464,9 @@ def curl(state_dir: Path, state: dict[str, Any], args: list[str], stdin: bytes |
     # the node's own loopback is its address in the simulated network
     target = state["address"] if host in ("127.0.0.1", "localhost", "::1", state["name"]) else host
     real = u._replace(netloc=f"{target}:{port}").geturl()
+    import urllib.error  # here, not at the top: every simulated command imports this module
+    import urllib.request
+
     req = urllib.request.Request(real, data=payload, method=method or ("POST" if payload is not None else "GET"),
                                  headers=headers)
     for attempt in (1, 2):
