@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from k3rollout.checks.cuda_table import compat_verdict
-from k3rollout.checks.triage.signals import FAMILIES, SIGNALS, Signal
+from k3rollout.checks.triage.signals import FAMILIES, SIGNALS, Signal, fold
 from k3rollout.model.playbook import STAGE_TABLES
 
 CATEGORIES = ("driver_incompatible", "container_runtime", "model_load_capacity", "communication", "other")
@@ -193,11 +193,14 @@ def scan(text: str) -> list[Hit]:
         if not raw.strip() or _NCCL_INFO.search(raw):
             continue
         line = raw.strip()
-        factor = LEVEL_FACTOR[_level(line)]
+        low = fold(line)
         best: dict[str, Signal] = {}
         for s in SIGNALS:
-            if (s.family not in best or s.weight > best[s.family].weight) and s.pattern.search(line):
+            if (s.family not in best or s.weight > best[s.family].weight) and s.lower.search(low):
                 best[s.family] = s
+        if not best:
+            continue
+        factor = LEVEL_FACTOR[_level(line)]
         for s in best.values():
             hits.append(Hit(s.category, s.family, s.weight * factor, s.why, line[:500], i))
     return hits
