@@ -9,26 +9,11 @@ connection is a killed session (SIGKILL to the parent shell), as on a real netwo
 from __future__ import annotations
 
 import os
-import signal
 import sys
 from pathlib import Path
 
-from k3rollout.sim.dispatch import FS_COMMANDS, dispatch, in_sim_fs
-
-
-def _session_pid() -> int:
-    """The sshd session process above us (the parent, when no shell or module sits between)."""
-    pid = os.getppid()
-    while pid > 1:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            break
-        comm = stat[stat.index("(") + 1:stat.rindex(")")]
-        if comm.startswith("sshd"):
-            return pid
-        pid = int(stat[stat.rindex(")") + 2:].split()[1])
-    return os.getppid()
+from k3rollout.sim.dispatch import dispatch
+from k3rollout.sim.thin import FS_COMMANDS, finish, in_sim_fs, run_machine_program
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,21 +27,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("k3rollout-sim: K3SIM_STATE must name a simulated host's state directory\n")
         return 2
     if args and args[0] in FS_COMMANDS and not in_sim_fs(args[1:]):
-        # the machine's own files (an Ansible module's temporary directory): its own program
-        real = next((p for p in (f"/usr/bin/{args[0]}", f"/bin/{args[0]}") if os.access(p, os.X_OK)), args[0])
-        os.execv(real, [real, *args[1:]])
+        run_machine_program(args)
     stdin = None if sys.stdin is None or sys.stdin.isatty() else sys.stdin.buffer.read()
     res = dispatch(Path(state), args, stdin)
-    sys.stdout.write(res.stdout)
-    sys.stderr.write(res.stderr)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if (res.dropped or res.unreachable) and os.environ.get("SSH_CONNECTION"):
-        # behind sshd: a dropped connection (or a host that is down) is a killed session
-        os.kill(_session_pid(), signal.SIGKILL)
-    if res.dropped or res.unreachable:
-        return 255
-    return 255 if res.unreachable else res.rc
+    # behind sshd: a dropped connection (or a host that is down) is a killed session
+    return finish(res.stdout, res.stderr, res.rc, res.dropped or res.unreachable)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,10 @@ from k3rollout.sim import cache, gpu, nccl, netd, repos, sched
 from k3rollout.sim import docker as dk
 from k3rollout.sim import state as st
 
+# the simulated host's own files (what a file command may name): shared with the small
+# command process behind sshd (sim/thin.py), which needs the standard library only
+from k3rollout.sim.thin import FS_ROOTS, MODPROBE_D
+
 
 @dataclass(frozen=True)
 class Result:
@@ -61,19 +65,6 @@ def _cat(state: dict, args: list[str]) -> tuple[int, str, str]:
     return 0, "".join(out), ""
 
 
-# the directories of the simulated host that hold plain files (world-writable, sticky; a
-# reboot empties /run/lock and /var/lock, a tmpfs, and keeps /var/tmp)
-FS_ROOTS = ("/var/tmp", "/run/lock", "/var/lock")
-FS_COMMANDS = ("mkdir", "tee", "rm")
-# the module configuration directory: its files are the host's ``modprobe_d`` (tee writes them)
-MODPROBE_D = "/etc/modprobe.d"
-
-
-def in_sim_fs(args: list[str]) -> bool:
-    """Whether a file command names the simulated host's files (else, behind a real sshd,
-    the machine's own program runs: Ansible's temporary directories are real)."""
-    roots = (*FS_ROOTS, MODPROBE_D)
-    return any(a.rstrip("/") in roots or a.startswith(tuple(r + "/" for r in roots)) for a in args)
 
 
 def _parent_ok(state: dict, path: str) -> bool:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import functools
 import hashlib
 import os
 import signal
@@ -32,6 +31,8 @@ import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from k3rollout.sim import thin
 
 if TYPE_CHECKING:
     from k3rollout.sim.netd_daemon import Daemon
@@ -143,18 +144,12 @@ def allocate(root: Path) -> str:
 
 
 def _control_name(root: Path) -> bytes:
-    # an abstract-namespace socket: no path-length limit, no stale file after a crash
-    return _control_name_abs(Path(root).absolute())
-
-
-@functools.lru_cache(maxsize=256)
-def _control_name_abs(root: Path) -> bytes:
-    return b"\0k3sim-netd-" + hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:32].encode()
+    return thin.control_name(str(Path(root).absolute()))
 
 
 def _command_name(root: Path) -> bytes:
     """Where the daemon takes the hosts' commands (one JSON line each; see transport/sim.py)."""
-    return _control_name(root) + b"-run"
+    return thin.command_name(str(Path(root).absolute()))
 
 
 def _ask(root: Path, line: str, timeout: float = 30.0) -> str:

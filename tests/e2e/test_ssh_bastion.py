@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -205,11 +206,13 @@ def test_ssh_agent_and_the_default_keys(bastion_cluster, tmp_path, monkeypatch):
         sock = tmp_path / "agent.sock"
         agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
         try:
-            for _ in range(100):
-                if sock.exists():
-                    break
-                __import__("time").sleep(0.02)
             env = {"SSH_AUTH_SOCK": str(sock), "PATH": "/usr/bin:/bin"}
+            # the agent answers once `ssh-add -l` can reach it (exit 1: no identities; 2: no
+            # agent); on a loaded machine its socket took over 2 s to appear
+            deadline = time.monotonic() + 30
+            while subprocess.run(["ssh-add", "-l"], env=env, capture_output=True).returncode == 2:
+                assert time.monotonic() < deadline, "ssh-agent did not answer within 30 s"
+                time.sleep(0.05)
             subprocess.run(["ssh-add", "-q", str(c.client_key)], env=env, check=True, stderr=subprocess.DEVNULL)
             monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
             ex = SSHExecutor({"gpu-01": hv})

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from k3rollout.sim import netd
+from k3rollout.sim import netd, thin
 from k3rollout.sim.dispatch import HANDLERS
 from k3rollout.sim.state import init_host, locked
 
@@ -161,11 +161,11 @@ class SSHDCluster:
             self.bastion = SSHDHost("bastion", bport, d, d, cfg, bpub)
         self.bin = base / "bin"
         self.bin.mkdir()
+        # each command a small process that hands it to the simulated cluster's daemon
+        # (sim/thin.py: the standard library only, under python -I -S), which runs it as it
+        # runs the k3sim transport's; the whole simulator runs it where no daemon answers
         for cmd in [*HANDLERS, "sudo"]:
-            script = self.bin / cmd
-            script.write_text(f"#!{sys.executable}\nimport sys\nfrom k3rollout.sim.__main__ import main\n"
-                              "sys.exit(main())\n")
-            script.chmod(0o755)
+            thin.write_program(str(self.bin / cmd), sys.executable)
         self.home = base / "home"
         self.home.mkdir()
         self.known_hosts = base / "known_hosts"
