@@ -45,8 +45,9 @@ def run(argv: list[str], state: Path, stdin: bytes | None = None, **env: str) ->
 
 
 def both(bin_dir: Path, state: Path, argv: list[str], stdin: bytes | None = None):
-    small = run([str(bin_dir / argv[0]), *argv[1:]], state, stdin)
-    whole = run([*WHOLE, str(bin_dir / argv[0]), *argv[1:]], state, stdin)
+    args = [os.fsencode(a) for a in argv[1:]]
+    small = run([str(bin_dir / argv[0]), *args], state, stdin)
+    whole = run([*WHOLE, str(bin_dir / argv[0]), *args], state, stdin)
     return small, whole
 
 
@@ -56,13 +57,18 @@ def test_the_small_process_answers_as_the_whole_simulator(host):
                  ["nvidia-smi", "--bogus-flag"],
                  ["cat", "/proc/driver/nvidia/version"],
                  ["cat", "/no/such/file"],
-                 ["no-such-tool", "x"]):
+                 ["no-such-tool", "x"],
+                 ["cat", "/var/tmp/caf\udcff"]):       # an argument that is not UTF-8
         small, whole = both(bin_dir, state, argv)
         assert (small.returncode, small.stdout, small.stderr) == (whole.returncode, whole.stdout, whole.stderr), argv
     assert both(bin_dir, state, ["nvidia-smi", "--bogus-flag"])[0].returncode != 0
     # through the daemon: the program without a simulator to fall back on answers the same
     small = run([str(bin_dir.parent / "daemon-only" / "nvidia-smi"), "-L"], state)
     assert small.returncode == 0 and small.stdout.count(b"GPU ") == 8
+    odd = both(bin_dir, state, ["cat", "/var/tmp/caf\udcff"])[1]
+    small = run([str(bin_dir.parent / "daemon-only" / "cat"), b"/var/tmp/caf\xff"], state)
+    assert (small.returncode, small.stdout, small.stderr) == (odd.returncode, odd.stdout, odd.stderr) \
+        and small.returncode == 1
 
 
 def test_stdin_reaches_the_command_and_a_sudo_password_is_checked(host):
