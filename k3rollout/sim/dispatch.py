@@ -65,8 +65,6 @@ def _cat(state: dict, args: list[str]) -> tuple[int, str, str]:
     return 0, "".join(out), ""
 
 
-
-
 def _parent_ok(state: dict, path: str) -> bool:
     parent = path.rsplit("/", 1)[0]
     return parent in FS_ROOTS or state.get("files", {}).get(parent, "") is None

@@ -40,7 +40,8 @@ class Signal:
 
 # Every character that Python's case-insensitive matching takes for an ASCII letter, as that
 # letter in lower case: A-Z, and the four others (U+0130 and U+0131 for i, U+017F for s,
-# U+212A KELVIN SIGN for k). tests/test_triage.py checks this against re.I over every code point.
+# U+212A KELVIN SIGN for k). tests/unit/test_triage_fold.py checks this against re.I over every
+# code point.
 FOLD = {**{c: c + 32 for c in range(ord("A"), ord("Z") + 1)},
         0x130: ord("i"), 0x131: ord("i"), 0x17F: ord("s"), 0x212A: ord("k")}
 
@@ -51,6 +52,10 @@ def fold(line: str) -> str:
     return line.translate(FOLD)
 
 
+# a "(?" other than a plain group or a lookaround: inline flags, a named group, a conditional
+_GROUP_OPTION = re.compile(r"\(\?(?![:=!]|<[=!])")
+
+
 def folded(rx: str) -> str:
     """``rx`` (ASCII, no inline flags or named groups) for case-sensitive matching against
     ``fold(line)``: its literal letters in lower case, its escapes (``\\S``, ``\\b``) as they
@@ -58,8 +63,7 @@ def folded(rx: str) -> str:
     ``fold(line)``: a literal letter or a letter in a class matches what re.I lets it
     match, every other character is unchanged, and fold keeps which characters are word
     characters (\\w, \\b), digits and spaces."""
-    if not rx.isascii() or "(?" in rx.replace("(?:", "").replace("(?=", "").replace("(?!", "") \
-            .replace("(?<=", "").replace("(?<!", ""):
+    if not rx.isascii() or _GROUP_OPTION.search(rx):
         raise ValueError(f"triage pattern outside what folded() keeps exact: {rx!r}")
     out, i = [], 0
     while i < len(rx):
