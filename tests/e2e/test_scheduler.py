@@ -16,6 +16,7 @@ from k3rollout.checks import parsers
 from k3rollout.cli import main
 from k3rollout.scheduler import SCHEDULERS, scheduler_for
 from k3rollout.sim.dispatch import dispatch, init_cluster
+from k3rollout.sim.state import transaction
 
 
 def sh(d: Path, *argv: str):
@@ -47,9 +48,11 @@ def test_one_implementation_per_kind_and_no_kind_chains_in_the_stages():
 
 
 def test_sim_slurm_node_is_draining_while_its_job_runs_then_drained(tmp_path):
+    # both jobs outlast the test; n1's ends when the test ends it below (a job of a fraction of
+    # a second ended on its own before the first look on a loaded machine)
     hosts = init_cluster(tmp_path / "hosts", {
-        "n1": {"scheduler": "slurm", "sim_slurm_job_s": 0.6},
-        "n2": {"scheduler": "slurm", "sim_slurm_job_s": 30, "sim_slurm_job_cpus": 112}})
+        "n1": {"scheduler": "slurm", "sim_slurm_job_s": 3600},
+        "n2": {"scheduler": "slurm", "sim_slurm_job_s": 3600, "sim_slurm_job_cpus": 112}})
     n1, n2 = hosts["n1"], hosts["n2"]
     assert "State=ALLOCATED " in sh(n1, "scontrol", "show", "node", "n1").stdout
     assert "State=MIXED " in sh(n2, "scontrol", "show", "node", "n2").stdout
@@ -60,7 +63,8 @@ def test_sim_slurm_node_is_draining_while_its_job_runs_then_drained(tmp_path):
     out2 = sh(n2, "scontrol", "show", "node", "n2").stdout
     assert "State=ALLOCATED+DRAIN " in out1 and "State=MIXED+DRAIN " in out2
     assert parsers.scontrol_node_state(out1) == parsers.scontrol_node_state(out2) == "draining"
-    time.sleep(0.7)
+    with transaction(n1) as s:                  # n1's job finishes
+        s["scheduler"]["jobs"][0]["end"] = time.time() - 1
     out1 = sh(n1, "scontrol", "show", "node", "n1").stdout
     assert "State=IDLE+DRAIN " in out1 and "CPUAlloc=0 " in out1 and "Reason=k3rollout r1 [" in out1
     assert parsers.scontrol_node_state(out1) == "cordoned"
