@@ -505,22 +505,24 @@ def test_sim_head_waits_for_its_worker_then_serves(tmp_path):
 
 
 def test_sim_missing_worker_makes_the_head_time_out(tmp_path):
-    import time
-
     from k3rollout.sim.dispatch import init_cluster
+    from k3rollout.sim.state import transaction
 
     dirs = init_cluster(tmp_path / "hosts", {"a": {**H200, **NEW}, "b": {**H200, **NEW, "sim_faults": ["worker_unreachable"]}})
-    env = {"VLLM_ENGINE_READY_TIMEOUT_S": "1"}
+    env = {"VLLM_ENGINE_READY_TIMEOUT_S": "60"}
     _serve(dirs, "a", "--nnodes", "2", "--node-rank", "0", "--master-addr", "a", env=env)
     _serve(dirs, "b", "--nnodes", "2", "--node-rank", "1", "--master-addr", "a", "--headless", env=env)
     assert _container(dirs, "a")[0] == "running 0"               # still waiting
     status, logs = _container(dirs, "b")
     assert status == "running 0" and "[c10d] The client socket has failed to connect to [a]:29501" in logs
-    time.sleep(1.1)
+    # the head has waited its 60 s: its start moves back in its state rather than the test
+    # sleeping (a 1 s timeout ran out before the first look on a loaded machine)
+    with transaction(dirs["a"]) as s:
+        s["docker"]["containers"]["k3"]["started"] -= 61
     status, logs = _container(dirs, "a")
     assert status == "exited 1"
     assert ("TimeoutError: Timed out waiting for engine core processes to start. This is often caused by slow "
-            "weight loading for large models. Waited 1s (configured by VLLM_ENGINE_READY_TIMEOUT_S).") in logs
+            "weight loading for large models. Waited 60s (configured by VLLM_ENGINE_READY_TIMEOUT_S).") in logs
 
 
 def test_sim_data_parallel_form_waits_for_its_remote_engines(tmp_path):
