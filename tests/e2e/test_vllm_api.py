@@ -232,14 +232,16 @@ def test_a_sim_command_past_its_deadline_times_out_and_the_next_one_runs(tmp_pat
     command runs on a fresh link."""
     from k3rollout.errors import CommandTimeout
 
-    ex = SimExecutor(tmp_path / "sim", {"gpu-01": {"sim_latency_s": 1.0}})
+    # each command takes 3 s; the first may wait 0.3 s: it gives up long before the answer
+    # (the margin is wide so that a loaded machine cannot blur the two)
+    ex = SimExecutor(tmp_path / "sim", {"gpu-01": {"sim_latency_s": 3.0}})
     try:
         monkeypatch.setattr(SimExecutor, "answer_margin_s", 0.0)
         started = time.monotonic()
         with pytest.raises(CommandTimeout, match="no answer within"):
             ex.run("gpu-01", ["hostname"], timeout=0.3)
-        assert 0.25 < time.monotonic() - started < 0.9
-        assert ex.run("gpu-01", ["uname", "-r"], timeout=5).ok
+        assert 0.25 < time.monotonic() - started < 2.5
+        assert ex.run("gpu-01", ["uname", "-r"], timeout=60).ok
     finally:
         ex.close()
 
