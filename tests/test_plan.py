@@ -109,3 +109,20 @@ def test_a_node_without_a_group_is_a_replica_of_its_own(tmp_path):
     plan = _grouped(tmp_path, {"r1": 2}, serial=[2], min_serving=0, extra_hosts={"solo": {}})
     assert plan.groups == {"r1": ["r1-n0", "r1-n1"], "solo": ["solo"]}
     assert plan.batches[0].replicas == ["r1", "solo"] and len(plan.batches[0].nodes) == 3
+
+
+def test_plan_lists_each_rollback_action_once_in_the_order_it_runs():
+    # issue #33 item 4: vllm_smoke and features both declare stop_test_server; the plan a
+    # change board approves names it once, in the order the executed rollback runs it
+    from k3rollout.stages.rollback import plan_rollback
+
+    pb = load_playbook(PLAYBOOK)
+    assert sum(rb.action == "stop_test_server" for s in pb.stages for rb in s.rollback) == 2
+    plan = make_plan(pb, load_inventory(SIM_INVENTORY), window_s=None)
+    for b in plan.batches:
+        for p in b.rollback_plan:
+            actions = [s.split(":")[0] for s in p["steps"]]
+            assert actions == ["stop_test_server", "restore_driver", "restore_serving_image",
+                               "uncordon_if_healthy"], (p["node"], actions)
+    executed = [s["action"] for s in plan_rollback(pb, "gpu-a01", {"driver_version": "575.57.08"}, {})]
+    assert executed == [s.split(":")[0] for s in plan.batches[0].rollback_plan[0]["steps"]]

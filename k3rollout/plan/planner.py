@@ -105,22 +105,22 @@ def out_of_service_before(inventory: Inventory, hosts: list[str]) -> list[str]:
 
 
 def rollback_steps_preview(playbook: Playbook, host_vars: dict[str, Any]) -> list[str]:
-    """What the plan will record for a node, before baseline has read the real versions."""
+    """What the plan will record for a node, before baseline has read the real versions:
+    each action once, in the order the rollback runs them (``Playbook.rollback_actions``)."""
     before = host_vars.get("driver_version") or host_vars.get("sim_driver")
     steps: list[str] = []
-    for stage in reversed(playbook.stages):
-        for rb in stage.rollback:
-            if rb.action == "restore_driver":
-                what = f"{before}" if before else "the version baseline records"
-                steps.append(f"restore_driver: reinstall driver packages recorded by baseline (expected {what})"
-                             + (", reboot, verify nvidia-smi and the kernel module" if rb.reboot else ""))
-            elif rb.action == "stop_test_server":
-                steps.append("stop_test_server: stop and remove the k3rollout test vLLM container")
-            elif rb.action == "restore_serving_image":
-                steps.append("restore_serving_image: restart the serving container on the image digest baseline records")
-            elif rb.action == "uncordon_if_healthy":
-                steps.append("uncordon_if_healthy: uncordon only if the node was schedulable before the run "
-                             "and passes GPU health checks; otherwise keep it cordoned")
+    for rb in playbook.rollback_actions():
+        if rb.action == "restore_driver":
+            what = f"{before}" if before else "the version baseline records"
+            steps.append(f"restore_driver: reinstall driver packages recorded by baseline (expected {what})"
+                         + (", reboot, verify nvidia-smi and the kernel module" if rb.reboot else ""))
+        elif rb.action == "stop_test_server":
+            steps.append("stop_test_server: stop and remove the k3rollout test vLLM container")
+        elif rb.action == "restore_serving_image":
+            steps.append("restore_serving_image: restart the serving container on the image digest baseline records")
+        elif rb.action == "uncordon_if_healthy":
+            steps.append("uncordon_if_healthy: uncordon only if the node was schedulable before the run "
+                         "and passes GPU health checks; otherwise keep it cordoned")
     return steps
 
 
@@ -129,7 +129,7 @@ def rollback_estimate(playbook: Playbook) -> float:
         return playbook.play.rollback_estimate
     by_kind: dict[str, float] = {s.stage: s.estimate_s for s in playbook.stages}
     # each action runs once per node however many stages declare it
-    actions = {rb.action for stage in playbook.stages for rb in stage.rollback}
+    actions = [rb.action for rb in playbook.rollback_actions()]
     return sum(by_kind.get(ROLLBACK_UNDOES[a], 0.0) if a == "restore_driver" else 60.0 for a in actions)
 
 

@@ -14,7 +14,7 @@ import shlex
 from typing import Any
 
 from k3rollout.model.assertions import AssertionSyntaxError, render_argv, template_context
-from k3rollout.model.playbook import ROLLBACK_UNDOES, Playbook
+from k3rollout.model.playbook import ROLLBACK_ORDER, ROLLBACK_UNDOES, Playbook
 from k3rollout.scheduler import scheduler_for
 from k3rollout.stages import driver_node as dn
 from k3rollout.stages import driver_operator
@@ -22,18 +22,16 @@ from k3rollout.stages import uncordon as uncordon_stage
 from k3rollout.stages.base import NodeCtx, StepFailed
 from k3rollout.stages.driver_upgrade import packages_at, pinned, reboot_and_wait
 
-ORDER = ("stop_test_server", "restore_driver", "restore_serving_image", "uncordon_if_healthy")
+ORDER = ROLLBACK_ORDER
 QUARANTINE_LABEL = "k3rollout.io/quarantine"
 TEST_CONTAINERS = ("k3rollout-smoke", "k3rollout-features")
 
 
 def plan_rollback(playbook: Playbook, node: str, baseline: dict[str, Any], tvars: dict[str, Any]) -> list[dict]:
-    declared: dict[str, Any] = {}
+    declared = {rb.action: rb for rb in playbook.rollback_actions()}
     reboot_timeout, reboot_grace, operator_timeout = 900.0, 10.0, 3600.0
     restore = None
     for stage in playbook.stages:
-        for rb in stage.rollback:
-            declared[rb.action] = rb
         if stage.stage == "driver_upgrade":
             params = stage.typed_params()
             restore = params.restore
@@ -41,9 +39,7 @@ def plan_rollback(playbook: Playbook, node: str, baseline: dict[str, Any], tvars
             reboot_grace = params.reboot_grace
             operator_timeout = params.operator_timeout
     steps: list[dict] = []
-    for action in ORDER:
-        if action not in declared:
-            continue
+    for action in declared:
         step: dict[str, Any] = {"action": action, "undoes": ROLLBACK_UNDOES[action]}
         if action == "stop_test_server":
             step["commands"] = [["docker", "rm", "-f", c] for c in TEST_CONTAINERS]
