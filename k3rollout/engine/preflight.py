@@ -40,6 +40,7 @@ from k3rollout import fastjson
 from k3rollout.checks import driver_facts as df
 from k3rollout.checks import parsers
 from k3rollout.stages import driver_node as dn
+from k3rollout.stages import driver_operator
 from k3rollout.transport.base import CommandResult
 
 DEFAULT_IMAGE_GIB = 30          # a vLLM CUDA 13 image, unpacked
@@ -113,8 +114,8 @@ def check_node(executor: Any, host: str, hvars: dict[str, Any], target: str) -> 
             add("disk", *_disk(run, hvars))
             return {"ok": all(c["ok"] for c in checks), "checks": checks, "info": info, "commands": log}
         add("gpu_operator", not op.ok, "the GPU Operator's driver container owns this node's driver "
-                                       "(/run/nvidia/driver): upgrade it through the ClusterPolicy, not host "
-                                       "packages" if op.ok else "host-installed driver")
+                                       "(/run/nvidia/driver): a host package upgrade would fight it; "
+                                       f"{driver_operator.how_to_use()}" if op.ok else "host-installed driver")
 
         fabric = dn.nvswitch(run)
         info["nvswitch"] = fabric

@@ -194,3 +194,13 @@ def test_plan_can_include_the_preflight(tmp_path, capsys, monkeypatch):
     assert main(["plan", str(short_playbook(tmp_path / "pb.yml")), "-i", str(inv), "--preflight"]) == 0
     out = capsys.readouterr().out
     assert "note: preflight FAILED (run refuses these nodes unless --skip-node): b: gpu_operator:" in out
+
+
+def test_gpu_operator_refusal_names_the_backend_that_upgrades_through_the_operator(tmp_path):
+    # issue #33 item 3: k3rollout can drive the operator's upgrade itself; the refusal says how
+    code, rep, _ = preflight(tmp_path, {"operator": {"sim_gpu_operator": True}})
+    assert code == 1
+    detail = failed(rep, "operator")["gpu_operator"]
+    assert "ClusterPolicy" not in detail
+    for var in ("k3_driver_backend: gpu-operator", "k3_gpu_operator_pool_label", "k3_gpu_operator_pool"):
+        assert var in detail, detail
