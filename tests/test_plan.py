@@ -126,3 +126,20 @@ def test_plan_lists_each_rollback_action_once_in_the_order_it_runs():
                                "uncordon_if_healthy"], (p["node"], actions)
     executed = [s["action"] for s in plan_rollback(pb, "gpu-a01", {"driver_version": "575.57.08"}, {})]
     assert executed == [s.split(":")[0] for s in plan.batches[0].rollback_plan[0]["steps"]]
+
+
+def test_plan_marks_nodes_the_play_will_not_change_with_no_rollback(tmp_path):
+    # issue #33 item 1: one rule (plan/target.py) for plan, preflight and run
+    from k3rollout.plan.target import no_change_reason
+
+    hosts = {"gpu-01": {}, "gpu-02": {"sim_driver": "590.44.01"}, "gpu-03": {"driver_version": "580.95.05"}}
+    inv = load_inventory(write_inventory(tmp_path / "inv", hosts))
+    plan = make_plan(load_playbook(write_playbook(tmp_path / "pb.yml", min_serving=0)), inv, window_s=None)
+    assert set(plan.no_change) == {"gpu-02", "gpu-03"}
+    steps = {rp["node"]: rp["steps"] for b in plan.batches for rp in b.rollback_plan}
+    assert steps["gpu-02"] == [f"none: {plan.no_change['gpu-02']}; baseline only, the node stays in service"]
+    assert steps["gpu-01"][0].startswith("stop_test_server")
+    assert any("2 node(s) the play will not change" in n for n in plan.notes)
+    assert no_change_reason("590.44.01", "580.95.05") == plan.no_change["gpu-02"]
+    assert no_change_reason("580.105.08", "580.95.05") and no_change_reason("575.57.08", "580.95.05") is None
+    assert no_change_reason(None, "580.95.05") is None

@@ -14,6 +14,8 @@ The checks:
   container owns /run/nvidia/driver; a host package install would fight it), or, for a node
   with ``k3_driver_backend: gpu-operator``, that it is (then the package checks below,
   which concern host packages, are not made);
+- ``no_change``: the node is already on the target driver, or past it, so the play leaves it
+  alone (plan/target.py, the rule plan and run apply too): none of the checks below is made;
 - ``target_packages``: the node's repositories offer the target driver for every package
   of its vendor path (all DNF module streams considered: the stream is switched later);
 - ``rollback_packages``: every NVIDIA package installed now is still downloadable at exactly
@@ -39,6 +41,7 @@ from typing import Any
 from k3rollout import fastjson
 from k3rollout.checks import driver_facts as df
 from k3rollout.checks import parsers
+from k3rollout.plan.target import changes_driver, no_change_reason, target_of
 from k3rollout.stages import driver_node as dn
 from k3rollout.stages import driver_operator
 from k3rollout.transport.base import CommandResult
@@ -65,7 +68,8 @@ def _runner(executor: Any, host: str, log: list[dict[str, Any]]):
     return run
 
 
-def check_node(executor: Any, host: str, hvars: dict[str, Any], target: str) -> dict[str, Any]:
+def check_node(executor: Any, host: str, hvars: dict[str, Any], target: str, *,
+               changes_driver: bool = True) -> dict[str, Any]:
     log: list[dict[str, Any]] = []
     run = _runner(executor, host, log)
     checks: list[dict[str, Any]] = []
@@ -103,19 +107,20 @@ def check_node(executor: Any, host: str, hvars: dict[str, Any], target: str) -> 
             add("gpu_count", False, f"nvidia-smi fails (rc {smi.rc}): {smi.tail(200)}")
 
         op = run("gpu-operator", df.GPU_OPERATOR_PROBE)
-        if hvars.get("k3_driver_backend") == "gpu-operator":
+        operator_backend = hvars.get("k3_driver_backend") == "gpu-operator"
+        add("gpu_operator", op.ok if operator_backend else not op.ok, _operator_detail(op.ok, operator_backend, hvars))
+        # the run's rule (plan/target.py): a node already on the target, or past it, is left
+        # alone after its baseline, so nothing about its change or rollback is checked
+        unchanged = no_change_reason(info.get("driver_version"), target) if changes_driver else None
+        if unchanged:
+            info["no_change"] = unchanged
+            add("no_change", True, f"{unchanged}; no change or rollback checks, the node stays in service")
+            return {"ok": all(c["ok"] for c in checks), "checks": checks, "info": info, "commands": log}
+        if operator_backend:
             # the driver is the operator's container, changed by a pool label: no host
             # package is installed or restored, so none is queried
-            add("gpu_operator", op.ok, "the GPU Operator's driver container owns this node's driver: upgraded "
-                                       f"through its NVIDIADriver pool {hvars.get('k3_gpu_operator_pool_label')}="
-                                       f"{hvars.get('k3_gpu_operator_pool')}" if op.ok else
-                "k3_driver_backend is gpu-operator, but no GPU Operator driver container runs here "
-                "(/run/nvidia/driver)")
             add("disk", *_disk(run, hvars))
             return {"ok": all(c["ok"] for c in checks), "checks": checks, "info": info, "commands": log}
-        add("gpu_operator", not op.ok, "the GPU Operator's driver container owns this node's driver "
-                                       "(/run/nvidia/driver): a host package upgrade would fight it; "
-                                       f"{driver_operator.how_to_use()}" if op.ok else "host-installed driver")
 
         fabric = dn.nvswitch(run)
         info["nvswitch"] = fabric
@@ -166,6 +171,16 @@ def check_node(executor: Any, host: str, hvars: dict[str, Any], target: str) -> 
     return {"ok": all(c["ok"] for c in checks), "checks": checks, "info": info, "commands": log}
 
 
+def _operator_detail(owned: bool, operator_backend: bool, hvars: dict[str, Any]) -> str:
+    if operator_backend:
+        return ("the GPU Operator's driver container owns this node's driver: upgraded through its NVIDIADriver "
+                f"pool {hvars.get('k3_gpu_operator_pool_label')}={hvars.get('k3_gpu_operator_pool')}" if owned else
+                "k3_driver_backend is gpu-operator, but no GPU Operator driver container runs here "
+                "(/run/nvidia/driver)")
+    return ("the GPU Operator's driver container owns this node's driver (/run/nvidia/driver): a host package "
+            f"upgrade would fight it; {driver_operator.how_to_use()}" if owned else "host-installed driver")
+
+
 def _disk(run: Any, hvars: dict[str, Any]) -> tuple[bool, str]:
     image_gib = float(hvars.get("image_disk_gib", DEFAULT_IMAGE_GIB))
     weights_gib = float(hvars.get("weights_disk_gib", DEFAULT_WEIGHTS_GIB))
@@ -192,27 +207,18 @@ def preflight(playbook: Any, inventory: Any, hosts: list[str], executor: Any, *,
               controller: dict[str, Any], forks: int = 16) -> dict[str, Any]:
     """Every node in parallel (read-only); the report as a dict."""
     target, tvars = target_of(playbook)
+    changes = changes_driver(playbook)
 
     def one(h: str) -> tuple[str, dict[str, Any]]:
         hv = {**inventory.hosts[h].vars, **tvars}      # play vars win, as in Ansible
-        return h, check_node(executor, h, hv, target)
+        return h, check_node(executor, h, hv, target, changes_driver=changes)
 
     with ThreadPoolExecutor(max_workers=max(1, min(forks, len(hosts) or 1))) as pool:
         nodes = dict(pool.map(one, hosts))
     failed = [h for h in hosts if not nodes[h]["ok"]]
     return {"target_driver": target, "controller": controller, "nodes": nodes, "failed_nodes": failed,
+            "no_change_nodes": {h: nodes[h]["info"]["no_change"] for h in hosts if nodes[h]["info"].get("no_change")},
             "ok": controller.get("ok", True) and not failed}
-
-
-def target_of(playbook: Any) -> tuple[str, dict[str, Any]]:
-    from k3rollout.model.assertions import render
-
-    tvars = dict(playbook.play.vars)
-    target = str(tvars.get("target_driver", ""))
-    for s in playbook.stages:
-        if s.stage == "driver_upgrade":
-            target = str(render(str(s.typed_params().target_driver), tvars))
-    return target, tvars
 
 
 def controller_check(playbook: Any, inventory: Any, hosts: list[str], executor: Any = None) -> dict[str, Any]:
@@ -261,6 +267,9 @@ def render_md(report: dict[str, Any]) -> str:
              f"{report['controller'].get('detail', '')}", ""]
     if report.get("skipped_nodes"):
         lines += ["Left out of the run with --skip-node: " + ", ".join(report["skipped_nodes"]), ""]
+    if report.get("no_change_nodes"):
+        lines += ["Not changed by the play (no rollback checks; they stay in service): "
+                  + "; ".join(f"{h}: {why}" for h, why in report["no_change_nodes"].items()), ""]
     lines += ["| node | check | result | detail |", "|---|---|---|---|"]
     for h, n in report["nodes"].items():
         for c in n["checks"]:

@@ -55,6 +55,7 @@ from k3rollout.model.playbook import (
     play_vars,
 )
 from k3rollout.plan.planner import out_of_service_before
+from k3rollout.plan.target import changes_driver, no_change_reason, target_of
 from k3rollout.runlog.journal import Journal
 from k3rollout.runlog.view import RunView
 from k3rollout.stages import rollback as rb
@@ -123,6 +124,7 @@ class Engine:
         vaulted = [v for v in getattr(inventory, "vault_values", ()) if len(v) >= 4]   # whatever their names
         self.redact = Redactor(sorted(set(secret_values(self.play_vars, *hv)) | set(vaulted), key=len, reverse=True))
         self.in_place = bool(self.play_vars.get("allow_in_place_change", True))
+        self._target = target_of(playbook)[0] if changes_driver(playbook) else None
         self.playbook_dir = str(Path(playbook.path).resolve().parent)
         timeouts: dict[str, float | None] = {}
         for s in self.stages:
@@ -302,6 +304,12 @@ class Engine:
 
             self.finish_stage(node, stage, out)
             passed = self._last_stage_passed(node, kind)
+            if passed and kind == "baseline" and self.in_place and (why := self.unchanged(node)):
+                # nothing to install, so nothing to roll back: the node stays in service as it was
+                self.record("facts", node=node, stage="baseline", facts={"no_change": why})
+                self.log.info("node_unchanged", node=node, reason=why)
+                self.transition(node, Event.HOLD)
+                return
             if passed and kind == "baseline":
                 self.record_rollback_plan(node)
                 if not self.in_place:
@@ -331,6 +339,13 @@ class Engine:
             if span["stage"] == kind:
                 return bool(span["passed"])
         return False
+
+    def unchanged(self, node: str) -> str | None:
+        """Why the play leaves ``node`` alone after its baseline (plan/target.py, the rule the
+        plan and the preflight apply too), or None."""
+        if self._target is None:
+            return None
+        return no_change_reason(self.view.node(node).baseline.get("driver_version"), self._target)
 
     def record_rollback_plan(self, node: str) -> None:
         n = self.view.node(node)
@@ -473,7 +488,9 @@ class Engine:
             absent = [m for m in members if m not in here]
             outcomes: dict[str, StageOutcome] = {}
             if absent:
-                why = "; ".join(f"{c} failed" + (f" at {v.failed_stage}" if (v := self.view.node(c)).failed_stage
+                why = "; ".join(f"{c} is not changed by the play ({v.facts['no_change']}), so the replica would run "
+                                "two drivers" if (v := self.view.node(c)).facts.get("no_change") else
+                                f"{c} failed" + (f" at {v.failed_stage}" if v.failed_stage
                                                  else f" ({v.state})") + (f" ({v.reason[:200]})" if v.reason else "")
                                 for c in absent)
                 reason = f"replica {rep['id']} is not serving: {why}; its nodes are rolled back together"

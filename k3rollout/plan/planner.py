@@ -24,6 +24,7 @@ from k3rollout.model.playbook import ROLLBACK_UNDOES, Playbook
 from k3rollout.plan import timing as tm
 from k3rollout.plan.approval import inventory_digest
 from k3rollout.plan.serial import pct_to_int, serial_batches
+from k3rollout.plan.target import unchanged_hosts
 
 
 @dataclass
@@ -72,6 +73,8 @@ class Plan:
     # with a model profile: each replica's nodes, layout, GPU memory and whether it holds the model
     replicas: list[dict[str, Any]] = field(default_factory=list)
     profile: dict[str, Any] = field(default_factory=dict)
+    # node -> why the play will not change it (plan/target.py): baseline only, no rollback
+    no_change: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -200,6 +203,24 @@ def _prestage(playbook: Playbook, hosts: list[str], in_place: bool, timing: dict
 
 def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | None = None,
               history: tm.History | None = None, facts: dict[str, dict[str, Any]] | None = None) -> Plan:
+    plan = _make_plan(playbook, inventory, window_s=window_s, history=history, facts=facts)
+    if not plan.in_place_change:
+        return plan
+    unchanged = unchanged_hosts(playbook, plan.hosts, {h: inventory.hosts[h].vars for h in plan.hosts})
+    if unchanged:
+        # the run reads their baseline and leaves them in service: nothing to roll back
+        plan.no_change = unchanged
+        for b in plan.batches:
+            for rp in b.rollback_plan:
+                if rp["node"] in unchanged:
+                    rp["steps"] = [f"none: {unchanged[rp['node']]}; baseline only, the node stays in service"]
+        plan.notes.append(f"{len(unchanged)} node(s) the play will not change (baseline only, no rollback, never "
+                          "a reason to stop the run): " + "; ".join(f"{h}: {why}" for h, why in unchanged.items()))
+    return plan
+
+
+def _make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | None = None,
+               history: tm.History | None = None, facts: dict[str, dict[str, Any]] | None = None) -> Plan:
     play = playbook.play
     pattern = play.host_pattern()
     hosts = inventory.select(pattern)

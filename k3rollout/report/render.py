@@ -190,7 +190,9 @@ def model(run_dir: Path, view: RunView | None = None, records: int | None = None
 
     diff = plan_vs_actual(v.plan or {}, v)
     return {"timing": run_timing(v), "diff": diff, "result": result, "view": v, "checklist": items, "triage": triage, "counts": counts,
-            "verdict": banner["text"], "banner": banner, "plan": v.plan or {}, "nodes": v.nodes,
+            "verdict": banner["text"], "banner": banner,
+            "unchanged": {n: r["no_change"] for n, r in result["nodes"].items() if r.get("no_change")},
+            "plan": v.plan or {}, "nodes": v.nodes,
             "records": records, "batches": batches, "node_rows": _node_rows(v, result),
             "window": _window(v, result), "runbooks": runbook_links(),
             "timeline_svg": render_svg(result["batches"], v.nodes, result["finished"]),
