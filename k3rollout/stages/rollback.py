@@ -13,6 +13,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from k3rollout.checks import driver_facts as df
 from k3rollout.model.assertions import AssertionSyntaxError, render_argv, template_context
 from k3rollout.model.playbook import ROLLBACK_ORDER, ROLLBACK_UNDOES, Playbook
 from k3rollout.scheduler import scheduler_for
@@ -129,8 +130,11 @@ def describe(step: dict) -> str:
     return a
 
 
-def execute(ctx: NodeCtx, steps: list[dict], entered: set[str]) -> tuple[bool, list[dict]]:
-    """Run the recorded plan; returns (all ok, per-action results)."""
+def execute(ctx: NodeCtx, steps: list[dict], entered: set[str], *,
+            untouched: str | None = None) -> tuple[bool, list[dict]]:
+    """Run the recorded plan; returns (all ok, per-action results). ``untouched``: why the
+    journal proves the driver stage changed nothing (engine/rollback.py): the driver is not
+    restored, what the stage stopped is started again, and the node goes back as it was."""
     results = []
     ok_all = True
     for step in steps:
@@ -139,7 +143,10 @@ def execute(ctx: NodeCtx, steps: list[dict], entered: set[str]) -> tuple[bool, l
             results.append({"action": a, "status": "not_needed", "detail": f"{step['undoes']} never started"})
             continue
         try:
-            ok, detail = _ACTIONS[a](ctx, step)
+            if a == "restore_driver" and untouched and step.get("backend") != driver_operator.GPU_OPERATOR:
+                ok, detail = _as_it_was(ctx, step, untouched)
+            else:
+                ok, detail = _ACTIONS[a](ctx, step)
         except StepFailed as exc:
             ok, detail = False, str(exc)
         results.append({"action": a, "status": "done" if ok else "failed", "detail": detail})
@@ -311,6 +318,27 @@ def _restore_module_options(ctx: NodeCtx, step: dict) -> tuple[bool, str, list[s
     if report:
         ctx.evidence("module-options-restored", "\n".join(report))
     return True, "", restored
+
+
+def _as_it_was(ctx: NodeCtx, step: dict, why: str) -> tuple[bool, str]:
+    """The driver stage changed nothing (``why``): no restore and no reboot. It stopped the
+    services that hold the GPU and released the holds before its install; on failure it only
+    re-enabled the services, for a restore's reboot to start, and there is none here."""
+    gpu = ctx.read_gpu()
+    if gpu.get("driver_version") != step.get("to_version"):
+        # the journal and the node disagree: restore as for any other failure
+        return _restore_driver(ctx, step)
+    mgr = ctx.baseline.get("pkg_mgr", "apt")
+    ok, msg = _hold_again(ctx, step, mgr)
+    if not ok:
+        return ok, msg
+    stopped = [u for u in df.RESTART_ORDER if u in (ctx.facts.get("stopped_services") or [])]
+    if stopped:
+        res = ctx.step("rollback-start-gpu-services", ["systemctl", "enable", "--now", *stopped])
+        if not res.ok:
+            return False, f"could not start {', '.join(stopped)} again (rc {res.rc}): {res.tail(300)}"
+    return True, (f"nothing to restore: {why}; the driver is still {step.get('to_version')}"
+                  + (f"; started again: {', '.join(stopped)}" if stopped else ""))
 
 
 def _hold_again(ctx: NodeCtx, step: dict, mgr: str) -> tuple[bool, str]:
