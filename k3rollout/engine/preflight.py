@@ -21,6 +21,10 @@ The checks:
 - ``rollback_packages``: every NVIDIA package installed now is still downloadable at exactly
   its version. Otherwise the node's rollback is impossible (an ``-updates`` pocket keeps only
   the newest version; a pruned mirror);
+- ``ansible``: where the driver stage runs vendor task files through Ansible (over SSH), a
+  read-only Ansible task (``ansible.builtin.ping``) runs on the node with the inventory's own
+  connection variables (interpreter, user, become), so a node Ansible cannot work on is
+  refused before its drain, naming the variable to check;
 - ``fabric_manager``: on NVSwitch systems the fabric manager package is installed (and the
   target's is offered, under ``target_packages``);
 - ``secure_boot``: Secure Boot on with a DKMS path whose signing key is not enrolled (the
@@ -69,7 +73,9 @@ def _runner(executor: Any, host: str, log: list[dict[str, Any]]):
 
 
 def check_node(executor: Any, host: str, hvars: dict[str, Any], target: str, *,
-               changes_driver: bool = True) -> dict[str, Any]:
+               changes_driver: bool = True, ansible_tasks: dict[str, str] | None = None) -> dict[str, Any]:
+    """``ansible_tasks``: the driver stage's vendor task files by package manager; over SSH
+    they run through Ansible, so its path is proved on the node (check ``ansible``)."""
     log: list[dict[str, Any]] = []
     run = _runner(executor, host, log)
     checks: list[dict[str, Any]] = []
@@ -121,6 +127,8 @@ def check_node(executor: Any, host: str, hvars: dict[str, Any], target: str, *,
             # package is installed or restored, so none is queried
             add("disk", *_disk(run, hvars))
             return {"ok": all(c["ok"] for c in checks), "checks": checks, "info": info, "commands": log}
+        if (ansible_tasks or {}).get(mgr) and getattr(executor, "kind", "") == "ssh":
+            add("ansible", *_ansible_path(executor, host, hvars, log))
 
         fabric = dn.nvswitch(run)
         info["nvswitch"] = fabric
@@ -171,6 +179,54 @@ def check_node(executor: Any, host: str, hvars: dict[str, Any], target: str, *,
     return {"ok": all(c["ok"] for c in checks), "checks": checks, "info": info, "commands": log}
 
 
+def _ansible_path(executor: Any, host: str, hvars: dict[str, Any], log: list[dict[str, Any]]) -> tuple[bool, str]:
+    """A read-only Ansible task (ping: log in, become, run a Python module) with the inventory's
+    own connection variables, as the driver stage's vendor task files will run: a node where
+    it fails would fail its install at the first task, after its drain."""
+    import shutil
+    import tempfile
+
+    from k3rollout.errors import K3RolloutError
+    from k3rollout.toolpaths import require_tool
+    from k3rollout.transport import ansible as ansible_transport
+
+    if not ansible_transport.available():
+        return False, "ansible-runner cannot be imported on the controller; install k3rollout with its dependencies"
+    try:
+        binary = require_tool("ansible-playbook", "the driver stage runs its vendor task files with ansible-runner")
+    except K3RolloutError as exc:
+        return False, str(exc)
+    private = Path(tempfile.mkdtemp(prefix="k3preflight-"))
+    try:
+        res = ansible_transport.ping(executor.targets[host], hvars, private, timeout=120.0, binary=binary)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+    failed = [e for e in res.events if e["event"] in ("runner_on_failed", "runner_on_unreachable")]
+    said = str(next((e.get("msg") or e.get("stderr") for e in failed if e.get("msg") or e.get("stderr")), "")
+               or res.stdout[-300:]).strip()
+    log.append({"name": "ansible-ping", "argv": ["ansible-playbook", "(ansible.builtin.ping)"], "rc": res.rc,
+                "stdout": res.stdout[-4000:], "stderr": said[-2000:]})
+    if res.rc == 0 and not failed:
+        return True, "Ansible runs modules here with the inventory's connection variables (ansible.builtin.ping)"
+    return False, (f"Ansible cannot run the vendor task files on this node ({said[:300] or f'rc {res.rc}'}): "
+                   f"{_ansible_hint(said, hvars, bool(res.unreachable))}. Nothing was changed")
+
+
+def _ansible_hint(said: str, hvars: dict[str, Any], unreachable: bool) -> str:
+    """The inventory variables behind an Ansible failure, named so the operator can fix them."""
+    low = said.lower()
+    if "interpreter" in low or "python" in low:
+        have = hvars.get("ansible_python_interpreter")
+        return (f"check ansible_python_interpreter (the inventory sets {have!r})" if have else
+                "set ansible_python_interpreter to the node's Python 3")
+    if any(w in low for w in ("sudo", "become", "privilege")):
+        return "check ansible_become, ansible_become_user and ansible_become_password"
+    if unreachable:
+        return ("check ansible_host, ansible_port, ansible_user and ansible_ssh_private_key_file (and ssh_config, "
+                "ansible.cfg) for the connection the vendor tasks use")
+    return "check the inventory's ansible_* connection variables for this node"
+
+
 def _operator_detail(owned: bool, operator_backend: bool, hvars: dict[str, Any]) -> str:
     if operator_backend:
         return ("the GPU Operator's driver container owns this node's driver: upgraded through its NVIDIADriver "
@@ -208,10 +264,14 @@ def preflight(playbook: Any, inventory: Any, hosts: list[str], executor: Any, *,
     """Every node in parallel (read-only); the report as a dict."""
     target, tvars = target_of(playbook)
     changes = changes_driver(playbook)
+    tasks: dict[str, str] = {}
+    for s in playbook.stages:
+        if s.stage == "driver_upgrade":
+            tasks = {m: f for m in ("apt", "dnf") if (f := getattr(s.typed_params().tasks, m, None))}
 
     def one(h: str) -> tuple[str, dict[str, Any]]:
         hv = {**inventory.hosts[h].vars, **tvars}      # play vars win, as in Ansible
-        return h, check_node(executor, h, hv, target, changes_driver=changes)
+        return h, check_node(executor, h, hv, target, changes_driver=changes, ansible_tasks=tasks)
 
     with ThreadPoolExecutor(max_workers=max(1, min(forks, len(hosts) or 1))) as pool:
         nodes = dict(pool.map(one, hosts))
