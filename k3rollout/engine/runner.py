@@ -55,7 +55,7 @@ from k3rollout.model.playbook import (
     play_vars,
 )
 from k3rollout.plan.planner import out_of_service_before
-from k3rollout.plan.target import changes_driver, no_change_reason, target_of
+from k3rollout.plan.target import no_change_reason
 from k3rollout.runlog.journal import Journal
 from k3rollout.runlog.view import RunView
 from k3rollout.stages import rollback as rb
@@ -124,7 +124,6 @@ class Engine:
         vaulted = [v for v in getattr(inventory, "vault_values", ()) if len(v) >= 4]   # whatever their names
         self.redact = Redactor(sorted(set(secret_values(self.play_vars, *hv)) | set(vaulted), key=len, reverse=True))
         self.in_place = bool(self.play_vars.get("allow_in_place_change", True))
-        self._target = target_of(playbook)[0] if changes_driver(playbook) else None
         self.playbook_dir = str(Path(playbook.path).resolve().parent)
         timeouts: dict[str, float | None] = {}
         for s in self.stages:
@@ -343,9 +342,14 @@ class Engine:
     def unchanged(self, node: str) -> str | None:
         """Why the play leaves ``node`` alone after its baseline (plan/target.py, the rule the
         plan and the preflight apply too), or None."""
-        if self._target is None:
+        if "driver_upgrade" not in self.kinds:
             return None
-        return no_change_reason(self.view.node(node).baseline.get("driver_version"), self._target)
+        try:
+            # the driver stage's own target for this node, as it would install it
+            target = str(self.render_params(self.stages[self.kinds.index("driver_upgrade")], node).target_driver)
+        except (AssertionSyntaxError, ValueError):
+            return None             # the driver stage reports its parameters itself
+        return no_change_reason(self.view.node(node).baseline.get("driver_version"), target)
 
     def record_rollback_plan(self, node: str) -> None:
         n = self.view.node(node)

@@ -238,6 +238,9 @@ def test_nodes_the_play_does_not_change_never_block_the_run(tmp_path, capsys):
                                      "systemctl stop", "systemctl disable", "ansible"))], h
     plans = {x["node"] for x in journal(run_dir) if x["type"] == "rollback_plan"}
     assert plans == {"a"}
+    started = next(x for x in journal(run_dir) if x["type"] == "run_started")
+    assert any(n.startswith("preflight: not changed by the play") and "newer: already on driver 590.44.01" in n
+               for n in started["plan"]["notes"])
     md = (run_dir / "report.md").read_text()
     assert "Not changed by the play" in md and "newer: already on driver 590.44.01" in md
     assert md.splitlines()[0].startswith("# \U0001F7E2 Rollout completed:")       # a clean run
