@@ -143,3 +143,13 @@ def test_plan_marks_nodes_the_play_will_not_change_with_no_rollback(tmp_path):
     assert no_change_reason("590.44.01", "580.95.05") == plan.no_change["gpu-02"]
     assert no_change_reason("580.105.08", "580.95.05") and no_change_reason("575.57.08", "580.95.05") is None
     assert no_change_reason(None, "580.95.05") is None
+
+
+def test_plan_warns_of_a_replica_that_mixes_changed_and_unchanged_nodes(tmp_path):
+    h200 = {"sim_gpu": "NVIDIA H200", "sim_gpu_count": 8, "sim_gpu_mem_gib": 141, "rack": "a"}
+    hosts = {"gpu-01": dict(h200), "gpu-02": {**h200, "sim_driver": "590.44.01"}}
+    inv = load_inventory(write_inventory(tmp_path / "inv", hosts))
+    plan = make_plan(load_playbook(write_playbook(tmp_path / "pb.yml", profile="kimi-k3", min_serving=0)), inv)
+    assert list(plan.no_change) == ["gpu-02"]
+    assert any(n.startswith("replica rack-a/1 mixes nodes the play changes with gpu-02") for n in plan.notes), \
+        plan.notes

@@ -216,6 +216,12 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | Non
                     rp["steps"] = [f"none: {unchanged[rp['node']]}; baseline only, the node stays in service"]
         plan.notes.append(f"{len(unchanged)} node(s) the play will not change (baseline only, no rollback, never "
                           "a reason to stop the run): " + "; ".join(f"{h}: {why}" for h, why in unchanged.items()))
+        for rid, members in plan.groups.items():
+            mixed = [m for m in members if m in unchanged]
+            if mixed and len(mixed) < len(members):
+                plan.notes.append(f"replica {rid} mixes nodes the play changes with {', '.join(mixed)}, which it "
+                                  "does not: the replica cannot serve on two drivers, so it fails at its serving "
+                                  "stage and its changed nodes are rolled back; align its drivers first")
     return plan
 
 
