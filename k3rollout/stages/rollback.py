@@ -229,7 +229,12 @@ def _restore_driver(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
             if not ok:
                 return ok, why
             if not restored:
-                return True, f"driver already at {want}: nothing to restore"
+                # no reboot: what the driver stage stopped (and on failure only re-enabled,
+                # for a restore's reboot to start) is started here
+                ok, started = _start_stopped(ctx)
+                if not ok:
+                    return ok, started
+                return True, f"driver already at {want}: nothing to restore" + (f"; {started}" if started else "")
             if step.get("reboot", True):
                 # the loaded module read its options before they were written back: it
                 # takes them at its next load
@@ -332,13 +337,22 @@ def _as_it_was(ctx: NodeCtx, step: dict, why: str) -> tuple[bool, str]:
     ok, msg = _hold_again(ctx, step, mgr)
     if not ok:
         return ok, msg
-    stopped = [u for u in df.RESTART_ORDER if u in (ctx.facts.get("stopped_services") or [])]
-    if stopped:
-        res = ctx.step("rollback-start-gpu-services", ["systemctl", "enable", "--now", *stopped])
-        if not res.ok:
-            return False, f"could not start {', '.join(stopped)} again (rc {res.rc}): {res.tail(300)}"
+    ok, started = _start_stopped(ctx)
+    if not ok:
+        return ok, started
     return True, (f"nothing to restore: {why}; the driver is still {step.get('to_version')}"
-                  + (f"; started again: {', '.join(stopped)}" if stopped else ""))
+                  + (f"; {started}" if started else ""))
+
+
+def _start_stopped(ctx: NodeCtx) -> tuple[bool, str]:
+    """Start again the GPU services the driver stage stopped (its ``stopped_services``)."""
+    stopped = [u for u in df.RESTART_ORDER if u in (ctx.facts.get("stopped_services") or [])]
+    if not stopped:
+        return True, ""
+    res = ctx.step("rollback-start-gpu-services", ["systemctl", "enable", "--now", *stopped])
+    if not res.ok:
+        return False, f"could not start {', '.join(stopped)} again (rc {res.rc}): {res.tail(300)}"
+    return True, f"started again: {', '.join(stopped)}"
 
 
 def _hold_again(ctx: NodeCtx, step: dict, mgr: str) -> tuple[bool, str]:
