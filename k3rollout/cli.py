@@ -386,9 +386,16 @@ def _run_preflight(playbook, inventory, run_dir: Path, skip: list[str], given: s
 def _preflight_notes(pre: dict) -> list[str]:
     from k3rollout.engine.preflight import summary_lines
 
+    out = [_unchanged_note(pre)] if pre.get("no_change_nodes") else []
     if pre["ok"]:
-        return [f"preflight passed on all {len(pre['nodes'])} node(s): {pre['_paths'][1]}"]
-    return [f"preflight FAILED (run refuses these nodes unless --skip-node): {line}" for line in summary_lines(pre)]
+        return [f"preflight passed on all {len(pre['nodes'])} node(s): {pre['_paths'][1]}", *out]
+    return [f"preflight FAILED (run refuses these nodes unless --skip-node): {line}"
+            for line in summary_lines(pre)] + out
+
+
+def _unchanged_note(pre: dict) -> str:
+    return ("preflight: not changed by the play (no rollback checks; baseline only, they stay in service): "
+            + "; ".join(f"{h}: {why}" for h, why in pre["no_change_nodes"].items()))
 
 
 def _skip_nodes(inventory, skip: list[str]):
@@ -467,6 +474,8 @@ def _start_run(playbook_path: str, inventory_path: str | list[str], run_dir: Pat
     if skip:
         # on record in the journal (run_started carries the plan) and in preflight.json/md
         plan.notes.append(_skip_note(pre, skip))
+    if pre is not None and pre.get("no_change_nodes"):
+        plan.notes.append(_unchanged_note(pre))
     run_dir.mkdir(parents=True, exist_ok=True)
     _CURRENT_RUN_DIR[0] = run_dir
     logsetup.configure(run_dir / "events.jsonl")

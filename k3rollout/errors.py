@@ -36,6 +36,7 @@ class InputError(K3RolloutError):
     exit_code = 2
 
     def __init__(self, message: str, *, path: str | None = None, line: int | None = None):
+        self.message = message
         self.path = path
         self.line = line
         where = ""

@@ -109,3 +109,47 @@ def test_a_node_without_a_group_is_a_replica_of_its_own(tmp_path):
     plan = _grouped(tmp_path, {"r1": 2}, serial=[2], min_serving=0, extra_hosts={"solo": {}})
     assert plan.groups == {"r1": ["r1-n0", "r1-n1"], "solo": ["solo"]}
     assert plan.batches[0].replicas == ["r1", "solo"] and len(plan.batches[0].nodes) == 3
+
+
+def test_plan_lists_each_rollback_action_once_in_the_order_it_runs():
+    # issue #33 item 4: vllm_smoke and features both declare stop_test_server; the plan a
+    # change board approves names it once, in the order the executed rollback runs it
+    from k3rollout.stages.rollback import plan_rollback
+
+    pb = load_playbook(PLAYBOOK)
+    assert sum(rb.action == "stop_test_server" for s in pb.stages for rb in s.rollback) == 2
+    plan = make_plan(pb, load_inventory(SIM_INVENTORY), window_s=None)
+    for b in plan.batches:
+        for p in b.rollback_plan:
+            actions = [s.split(":")[0] for s in p["steps"]]
+            assert actions == ["stop_test_server", "restore_driver", "restore_serving_image",
+                               "uncordon_if_healthy"], (p["node"], actions)
+    executed = [s["action"] for s in plan_rollback(pb, "gpu-a01", {"driver_version": "575.57.08"}, {})]
+    assert executed == [s.split(":")[0] for s in plan.batches[0].rollback_plan[0]["steps"]]
+
+
+def test_plan_marks_nodes_the_play_will_not_change_with_no_rollback(tmp_path):
+    # issue #33 item 1: one rule (plan/target.py) for plan, preflight and run
+    from k3rollout.plan.target import no_change_reason
+
+    hosts = {"gpu-01": {}, "gpu-02": {"sim_driver": "590.44.01"}, "gpu-03": {"driver_version": "580.95.05"}}
+    inv = load_inventory(write_inventory(tmp_path / "inv", hosts))
+    plan = make_plan(load_playbook(write_playbook(tmp_path / "pb.yml", min_serving=0)), inv, window_s=None)
+    assert set(plan.no_change) == {"gpu-02", "gpu-03"}
+    steps = {rp["node"]: rp["steps"] for b in plan.batches for rp in b.rollback_plan}
+    assert steps["gpu-02"] == [f"none: {plan.no_change['gpu-02']}; baseline only, the node stays in service"]
+    assert steps["gpu-01"][0].startswith("stop_test_server")
+    assert any("2 node(s) the play will not change" in n for n in plan.notes)
+    assert no_change_reason("590.44.01", "580.95.05") == plan.no_change["gpu-02"]
+    assert no_change_reason("580.105.08", "580.95.05") and no_change_reason("575.57.08", "580.95.05") is None
+    assert no_change_reason(None, "580.95.05") is None
+
+
+def test_plan_warns_of_a_replica_that_mixes_changed_and_unchanged_nodes(tmp_path):
+    h200 = {"sim_gpu": "NVIDIA H200", "sim_gpu_count": 8, "sim_gpu_mem_gib": 141, "rack": "a"}
+    hosts = {"gpu-01": dict(h200), "gpu-02": {**h200, "sim_driver": "590.44.01"}}
+    inv = load_inventory(write_inventory(tmp_path / "inv", hosts))
+    plan = make_plan(load_playbook(write_playbook(tmp_path / "pb.yml", profile="kimi-k3", min_serving=0)), inv)
+    assert list(plan.no_change) == ["gpu-02"]
+    assert any(n.startswith("replica rack-a/1 mixes nodes the play changes with gpu-02") for n in plan.notes), \
+        plan.notes

@@ -14,11 +14,17 @@ The checks:
   container owns /run/nvidia/driver; a host package install would fight it), or, for a node
   with ``k3_driver_backend: gpu-operator``, that it is (then the package checks below,
   which concern host packages, are not made);
+- ``no_change``: the node is already on the target driver, or past it, so the play leaves it
+  alone (plan/target.py, the rule plan and run apply too): none of the checks below is made;
 - ``target_packages``: the node's repositories offer the target driver for every package
   of its vendor path (all DNF module streams considered: the stream is switched later);
 - ``rollback_packages``: every NVIDIA package installed now is still downloadable at exactly
   its version. Otherwise the node's rollback is impossible (an ``-updates`` pocket keeps only
   the newest version; a pruned mirror);
+- ``ansible``: where the driver stage runs vendor task files through Ansible (over SSH), a
+  read-only Ansible task (``ansible.builtin.ping``) runs on the node with the inventory's own
+  connection variables (interpreter, user, become), so a node Ansible cannot work on is
+  refused before its drain, naming the variable to check;
 - ``fabric_manager``: on NVSwitch systems the fabric manager package is installed (and the
   target's is offered, under ``target_packages``);
 - ``secure_boot``: Secure Boot on with a DKMS path whose signing key is not enrolled (the
@@ -39,7 +45,9 @@ from typing import Any
 from k3rollout import fastjson
 from k3rollout.checks import driver_facts as df
 from k3rollout.checks import parsers
+from k3rollout.plan.target import changes_driver, no_change_reason, target_of
 from k3rollout.stages import driver_node as dn
+from k3rollout.stages import driver_operator
 from k3rollout.transport.base import CommandResult
 
 DEFAULT_IMAGE_GIB = 30          # a vLLM CUDA 13 image, unpacked
@@ -64,7 +72,10 @@ def _runner(executor: Any, host: str, log: list[dict[str, Any]]):
     return run
 
 
-def check_node(executor: Any, host: str, hvars: dict[str, Any], target: str) -> dict[str, Any]:
+def check_node(executor: Any, host: str, hvars: dict[str, Any], target: str, *,
+               changes_driver: bool = True, ansible_tasks: dict[str, str] | None = None) -> dict[str, Any]:
+    """``ansible_tasks``: the driver stage's vendor task files by package manager; over SSH
+    they run through Ansible, so its path is proved on the node (check ``ansible``)."""
     log: list[dict[str, Any]] = []
     run = _runner(executor, host, log)
     checks: list[dict[str, Any]] = []
@@ -102,19 +113,22 @@ def check_node(executor: Any, host: str, hvars: dict[str, Any], target: str) -> 
             add("gpu_count", False, f"nvidia-smi fails (rc {smi.rc}): {smi.tail(200)}")
 
         op = run("gpu-operator", df.GPU_OPERATOR_PROBE)
-        if hvars.get("k3_driver_backend") == "gpu-operator":
+        operator_backend = hvars.get("k3_driver_backend") == "gpu-operator"
+        add("gpu_operator", op.ok if operator_backend else not op.ok, _operator_detail(op.ok, operator_backend, hvars))
+        # the run's rule (plan/target.py): a node already on the target, or past it, is left
+        # alone after its baseline, so nothing about its change or rollback is checked
+        unchanged = no_change_reason(info.get("driver_version"), target) if changes_driver else None
+        if unchanged:
+            info["no_change"] = unchanged
+            add("no_change", True, f"{unchanged}; no change or rollback checks, the node stays in service")
+            return {"ok": all(c["ok"] for c in checks), "checks": checks, "info": info, "commands": log}
+        if operator_backend:
             # the driver is the operator's container, changed by a pool label: no host
             # package is installed or restored, so none is queried
-            add("gpu_operator", op.ok, "the GPU Operator's driver container owns this node's driver: upgraded "
-                                       f"through its NVIDIADriver pool {hvars.get('k3_gpu_operator_pool_label')}="
-                                       f"{hvars.get('k3_gpu_operator_pool')}" if op.ok else
-                "k3_driver_backend is gpu-operator, but no GPU Operator driver container runs here "
-                "(/run/nvidia/driver)")
             add("disk", *_disk(run, hvars))
             return {"ok": all(c["ok"] for c in checks), "checks": checks, "info": info, "commands": log}
-        add("gpu_operator", not op.ok, "the GPU Operator's driver container owns this node's driver "
-                                       "(/run/nvidia/driver): upgrade it through the ClusterPolicy, not host "
-                                       "packages" if op.ok else "host-installed driver")
+        if (ansible_tasks or {}).get(mgr) and getattr(executor, "kind", "") == "ssh":
+            add("ansible", *_ansible_path(executor, host, hvars, log))
 
         fabric = dn.nvswitch(run)
         info["nvswitch"] = fabric
@@ -165,6 +179,64 @@ def check_node(executor: Any, host: str, hvars: dict[str, Any], target: str) -> 
     return {"ok": all(c["ok"] for c in checks), "checks": checks, "info": info, "commands": log}
 
 
+def _ansible_path(executor: Any, host: str, hvars: dict[str, Any], log: list[dict[str, Any]]) -> tuple[bool, str]:
+    """A read-only Ansible task (ping: log in, become, run a Python module) with the inventory's
+    own connection variables, as the driver stage's vendor task files will run: a node where
+    it fails would fail its install at the first task, after its drain."""
+    import shutil
+    import tempfile
+
+    from k3rollout.errors import K3RolloutError
+    from k3rollout.toolpaths import require_tool
+    from k3rollout.transport import ansible as ansible_transport
+
+    if not ansible_transport.available():
+        return False, "ansible-runner cannot be imported on the controller; install k3rollout with its dependencies"
+    try:
+        binary = require_tool("ansible-playbook", "the driver stage runs its vendor task files with ansible-runner")
+    except K3RolloutError as exc:
+        return False, str(exc)
+    private = Path(tempfile.mkdtemp(prefix="k3preflight-"))
+    try:
+        res = ansible_transport.ping(executor.targets[host], hvars, private, timeout=120.0, binary=binary)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+    failed = [e for e in res.events if e["event"] in ("runner_on_failed", "runner_on_unreachable")]
+    said = str(next((e.get("msg") or e.get("stderr") for e in failed if e.get("msg") or e.get("stderr")), "")
+               or res.stdout[-300:]).strip()
+    log.append({"name": "ansible-ping", "argv": ["ansible-playbook", "(ansible.builtin.ping)"], "rc": res.rc,
+                "stdout": res.stdout[-4000:], "stderr": said[-2000:]})
+    if res.rc == 0 and not failed:
+        return True, "Ansible runs modules here with the inventory's connection variables (ansible.builtin.ping)"
+    return False, (f"Ansible cannot run the vendor task files on this node ({said[:300] or f'rc {res.rc}'}): "
+                   f"{_ansible_hint(said, hvars, bool(res.unreachable))}. Nothing was changed")
+
+
+def _ansible_hint(said: str, hvars: dict[str, Any], unreachable: bool) -> str:
+    """The inventory variables behind an Ansible failure, named so the operator can fix them."""
+    low = said.lower()
+    if "interpreter" in low or "python" in low:
+        have = hvars.get("ansible_python_interpreter")
+        return (f"check ansible_python_interpreter (the inventory sets {have!r})" if have else
+                "set ansible_python_interpreter to the node's Python 3")
+    if any(w in low for w in ("sudo", "become", "privilege")):
+        return "check ansible_become, ansible_become_user and ansible_become_password"
+    if unreachable:
+        return ("check ansible_host, ansible_port, ansible_user and ansible_ssh_private_key_file (and ssh_config, "
+                "ansible.cfg) for the connection the vendor tasks use")
+    return "check the inventory's ansible_* connection variables for this node"
+
+
+def _operator_detail(owned: bool, operator_backend: bool, hvars: dict[str, Any]) -> str:
+    if operator_backend:
+        return ("the GPU Operator's driver container owns this node's driver: upgraded through its NVIDIADriver "
+                f"pool {hvars.get('k3_gpu_operator_pool_label')}={hvars.get('k3_gpu_operator_pool')}" if owned else
+                "k3_driver_backend is gpu-operator, but no GPU Operator driver container runs here "
+                "(/run/nvidia/driver)")
+    return ("the GPU Operator's driver container owns this node's driver (/run/nvidia/driver): a host package "
+            f"upgrade would fight it; {driver_operator.how_to_use()}" if owned else "host-installed driver")
+
+
 def _disk(run: Any, hvars: dict[str, Any]) -> tuple[bool, str]:
     image_gib = float(hvars.get("image_disk_gib", DEFAULT_IMAGE_GIB))
     weights_gib = float(hvars.get("weights_disk_gib", DEFAULT_WEIGHTS_GIB))
@@ -191,27 +263,22 @@ def preflight(playbook: Any, inventory: Any, hosts: list[str], executor: Any, *,
               controller: dict[str, Any], forks: int = 16) -> dict[str, Any]:
     """Every node in parallel (read-only); the report as a dict."""
     target, tvars = target_of(playbook)
+    changes = changes_driver(playbook)
+    tasks: dict[str, str] = {}
+    for s in playbook.stages:
+        if s.stage == "driver_upgrade":
+            tasks = {m: f for m in ("apt", "dnf") if (f := getattr(s.typed_params().tasks, m, None))}
 
     def one(h: str) -> tuple[str, dict[str, Any]]:
         hv = {**inventory.hosts[h].vars, **tvars}      # play vars win, as in Ansible
-        return h, check_node(executor, h, hv, target)
+        return h, check_node(executor, h, hv, target, changes_driver=changes, ansible_tasks=tasks)
 
     with ThreadPoolExecutor(max_workers=max(1, min(forks, len(hosts) or 1))) as pool:
         nodes = dict(pool.map(one, hosts))
     failed = [h for h in hosts if not nodes[h]["ok"]]
     return {"target_driver": target, "controller": controller, "nodes": nodes, "failed_nodes": failed,
+            "no_change_nodes": {h: nodes[h]["info"]["no_change"] for h in hosts if nodes[h]["info"].get("no_change")},
             "ok": controller.get("ok", True) and not failed}
-
-
-def target_of(playbook: Any) -> tuple[str, dict[str, Any]]:
-    from k3rollout.model.assertions import render
-
-    tvars = dict(playbook.play.vars)
-    target = str(tvars.get("target_driver", ""))
-    for s in playbook.stages:
-        if s.stage == "driver_upgrade":
-            target = str(render(str(s.typed_params().target_driver), tvars))
-    return target, tvars
 
 
 def controller_check(playbook: Any, inventory: Any, hosts: list[str], executor: Any = None) -> dict[str, Any]:
@@ -260,6 +327,9 @@ def render_md(report: dict[str, Any]) -> str:
              f"{report['controller'].get('detail', '')}", ""]
     if report.get("skipped_nodes"):
         lines += ["Left out of the run with --skip-node: " + ", ".join(report["skipped_nodes"]), ""]
+    if report.get("no_change_nodes"):
+        lines += ["Not changed by the play (no rollback checks; they stay in service): "
+                  + "; ".join(f"{h}: {why}" for h, why in report["no_change_nodes"].items()), ""]
     lines += ["| node | check | result | detail |", "|---|---|---|---|"]
     for h, n in report["nodes"].items():
         for c in n["checks"]:

@@ -24,9 +24,40 @@ from k3rollout.engine.states import AFTER_CHANGE_STATES, Event, NodeState
 from k3rollout.engine.steps import StepRunner
 from k3rollout.evidence.store import EvidenceStore
 from k3rollout.model.assertions import AssertionSyntaxError
+from k3rollout.runlog.view import RunView
 from k3rollout.stages import rollback as rb
 from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
 from k3rollout.stages.registry import STAGES
+
+# steps of the driver stage that change the node's driver: the inline vendor steps, the
+# vendor task file and the reboot. What the stage does before them (reads, releasing holds,
+# stopping the services that hold the GPU) is put back without a driver restore.
+_CHANGING_STEPS = ("vendor-step-", "vendor-tasks", "reboot")
+
+
+def driver_untouched(view: RunView, node: str) -> str | None:
+    """Why the journal proves the driver stage changed nothing on ``node`` (no install and no
+    reboot step started; a vendor task file that ended with no task reporting a change), or
+    None. Then its rollback restores no driver: it starts again what the stage stopped and
+    returns the node to service as it was (issue #33 item 7)."""
+    n = view.node(node)
+    if "driver_upgrade" not in n.entered:
+        return None
+    started = [key.split("/", 1)[1] for (host, key) in view.step_starts
+               if host == node and key.split("/", 1)[0].endswith("-driver_upgrade")]
+    changing = [s for s in started if s.startswith(_CHANGING_STEPS)]
+    proof = []
+    for name in changing:
+        if name != "vendor-tasks":
+            return None
+        done = next((r for (host, key), r in view.steps_done.items()
+                     if host == node and key.endswith("-driver_upgrade/vendor-tasks")), None)
+        if done is None or done.get("unreachable") or done.get("rc", 1) == 0 or "changed_tasks" not in done \
+                or done["changed_tasks"]:
+            return None
+        proof.append(f"its vendor tasks failed at {done.get('failed_task')!r} with no task reporting a change")
+    return "; ".join(["the journal shows no install or reboot step of the driver stage started"
+                      if not proof else "no install or reboot ran", *proof])
 
 
 class RollbackExecutor:
@@ -85,7 +116,8 @@ class RollbackExecutor:
                     ok, results = False, [drained, {"action": "rollback", "status": "skipped", "detail":
                                                     "the node could not be drained: nothing was restored"}]
                 else:
-                    ok, results = rb.execute(ctx, n.rollback_plan, set(n.entered))
+                    ok, results = rb.execute(ctx, n.rollback_plan, set(n.entered),
+                                             untouched=driver_untouched(self.view, node))
                     results = ([drained] if drained else []) + results
             except StepFailed as exc:
                 ok, results = False, [{"action": "reach_host", "status": "failed", "detail": str(exc)}]

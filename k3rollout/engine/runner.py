@@ -55,6 +55,7 @@ from k3rollout.model.playbook import (
     play_vars,
 )
 from k3rollout.plan.planner import out_of_service_before
+from k3rollout.plan.target import no_change_reason
 from k3rollout.runlog.journal import Journal
 from k3rollout.runlog.view import RunView
 from k3rollout.stages import rollback as rb
@@ -302,6 +303,12 @@ class Engine:
 
             self.finish_stage(node, stage, out)
             passed = self._last_stage_passed(node, kind)
+            if passed and kind == "baseline" and self.in_place and (why := self.unchanged(node)):
+                # nothing to install, so nothing to roll back: the node stays in service as it was
+                self.record("facts", node=node, stage="baseline", facts={"no_change": why})
+                self.log.info("node_unchanged", node=node, reason=why)
+                self.transition(node, Event.HOLD)
+                return
             if passed and kind == "baseline":
                 self.record_rollback_plan(node)
                 if not self.in_place:
@@ -331,6 +338,18 @@ class Engine:
             if span["stage"] == kind:
                 return bool(span["passed"])
         return False
+
+    def unchanged(self, node: str) -> str | None:
+        """Why the play leaves ``node`` alone after its baseline (plan/target.py, the rule the
+        plan and the preflight apply too), or None."""
+        if "driver_upgrade" not in self.kinds:
+            return None
+        try:
+            # the driver stage's own target for this node, as it would install it
+            target = str(self.render_params(self.stages[self.kinds.index("driver_upgrade")], node).target_driver)
+        except (AssertionSyntaxError, ValueError):
+            return None             # the driver stage reports its parameters itself
+        return no_change_reason(self.view.node(node).baseline.get("driver_version"), target)
 
     def record_rollback_plan(self, node: str) -> None:
         n = self.view.node(node)
@@ -473,7 +492,9 @@ class Engine:
             absent = [m for m in members if m not in here]
             outcomes: dict[str, StageOutcome] = {}
             if absent:
-                why = "; ".join(f"{c} failed" + (f" at {v.failed_stage}" if (v := self.view.node(c)).failed_stage
+                why = "; ".join(f"{c} is not changed by the play ({v.facts['no_change']}), so the replica would run "
+                                "two drivers" if (v := self.view.node(c)).facts.get("no_change") else
+                                f"{c} failed" + (f" at {v.failed_stage}" if v.failed_stage
                                                  else f" ({v.state})") + (f" ({v.reason[:200]})" if v.reason else "")
                                 for c in absent)
                 reason = f"replica {rep['id']} is not serving: {why}; its nodes are rolled back together"

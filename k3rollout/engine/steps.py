@@ -378,6 +378,10 @@ class StepRunner:
         self.record("step_done", node=node, stage=ctx.stage, step=name, key=key, rc=res.rc, once=True,
                     duration_s=round(time.monotonic() - started, 3), evidence=ref.path, sha256=ref.sha256,
                     ansible_status=res.status, failed_task=res.failed_task, unreachable=res.unreachable,
+                    # the tasks that reported a change: none proves the play changed nothing
+                    # (engine/rollback.py, driver_untouched)
+                    changed_tasks=[e.get("task") for e in res.events
+                                   if e["event"] == "runner_on_ok" and e.get("changed")],
                     durable=False)        # its probe settles it, as for step() above
         tail = "\n".join(f"{e.get('task')}: {e.get('msg') or e.get('stderr') or ''}" for e in res.events
                          if e["event"] in ("runner_on_failed", "runner_on_unreachable"))

@@ -21,7 +21,15 @@ from typing import Any
 
 from k3rollout.errors import InputError
 from k3rollout.model.ansible_inventory import VaultOptions
-from k3rollout.model.yamlsrc import LDict, check_regular_file, decode_utf8, load_yaml, load_yaml_text, plain
+from k3rollout.model.yamlsrc import (
+    InvalidYaml,
+    LDict,
+    check_regular_file,
+    decode_utf8,
+    load_yaml,
+    load_yaml_text,
+    plain,
+)
 
 SIM_FAULTS = (
     "driver_install_fails",
@@ -386,17 +394,26 @@ def _depths(groups: dict[str, Group]) -> dict[str, int]:
     return depth
 
 
+class NotYamlInventory(InputError):
+    """A file this module's reader cannot parse as a YAML inventory (not YAML, or not a mapping
+    of groups). Ansible tries its inventory plugins in turn (a ``.yaml`` file holding INI text
+    is read by its ini plugin), so ansible-inventory is asked next."""
+
+
 def _load_native(p: Path) -> Inventory:
     """One Ansible YAML inventory file, with group_vars/ and host_vars/ beside it."""
-    data = load_yaml(p)
+    try:
+        data = load_yaml(p)
+    except InvalidYaml as exc:
+        raise NotYamlInventory(exc.message, path=exc.path, line=exc.line) from None
     b = _Builder(p)
     b.group("all", 1)
     b.group("ungrouped", 1)
     if data is None:
         raise InputError("inventory is empty: expected a top-level 'all:' group", path=str(p), line=1)
     if not isinstance(data, dict):
-        raise InputError(f"inventory must be a mapping of groups (e.g. 'all:'), got {type(data).__name__}",
-                         path=str(p), line=getattr(data, "line", 1))
+        raise NotYamlInventory(f"inventory must be a mapping of groups (e.g. 'all:'), got {type(data).__name__}",
+                               path=str(p), line=getattr(data, "line", 1))
     for gname, gdata in data.items():
         gline = data.line_of(gname) if isinstance(data, LDict) else None
         b.parse_group(gname, gdata, gline)
@@ -724,14 +741,28 @@ def load_inventory(source: str | Path | list[str] | tuple[str, ...], *, playbook
     native = _native_file(sources, pb_dir) if resolver != "ansible" else None
     if native is None and resolver == "native":
         raise InputError("this inventory needs ansible-inventory to resolve it", path=", ".join(sources))
+    unparsed: NotYamlInventory | None = None
     if native is not None:
-        inv = _load_native(native)
-        digest = _digest(files, native)
-        inv = replace(inv, sources=tuple(sources), sha256=digest)
-    else:
+        try:
+            inv = _load_native(native)
+        except NotYamlInventory as exc:
+            if resolver == "native":
+                raise
+            unparsed = exc              # what ansible-inventory resolves, k3rollout resolves the same way
+        else:
+            inv = replace(inv, sources=tuple(sources), sha256=_digest(files, native))
+    if native is None or unparsed is not None:
         _prescan(files)
         single = Path(sources[0]) if len(sources) == 1 and Path(sources[0]).is_file() else None
-        inv = _from_ansible(sources, pb_dir, vault, _digest(files, single) if files else "")
+        try:
+            inv = _from_ansible(sources, pb_dir, vault, _digest(files, single) if files else "")
+        except InputError as exc:
+            if unparsed is None:
+                raise
+            # neither reader parses it: the YAML reader's error names the line
+            why = ("ansible-inventory, which tries each of its inventory plugins, cannot parse it either"
+                   if exc.message.startswith("ansible-inventory cannot resolve") else exc.message)
+            raise InputError(f"{unparsed.message}; {why}", path=unparsed.path, line=unparsed.line) from None
     for h in inv.hosts.values():
         _check_identity(h)
     return replace(inv, playbook_dir=str(Path(playbook_dir).resolve()) if playbook_dir else None,

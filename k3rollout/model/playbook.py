@@ -252,6 +252,10 @@ PARAMS_BY_KIND = STAGE_TABLES.params
 # Which stage's changes each rollback action undoes (so a node is only rolled back for
 # what actually ran on it).
 ROLLBACK_UNDOES = STAGE_TABLES.rollback_undoes
+# The order a node's rollback runs its actions in, whichever stages declare them: the test
+# server goes first (it holds the GPUs), the driver before the serving containers it runs
+# under, the scheduler last. The plan a change board approves lists them in this order too.
+ROLLBACK_ORDER = ("stop_test_server", "restore_driver", "restore_serving_image", "uncordon_if_healthy")
 if TYPE_CHECKING:
     StageName = str
 else:
@@ -545,6 +549,15 @@ class Playbook(BaseModel):
     @property
     def stages(self) -> list[Stage]:
         return list(self.play.stages)
+
+    def rollback_actions(self) -> list[RollbackStep]:
+        """Each rollback action the stages declare, once, in the order it runs
+        (``ROLLBACK_ORDER``); of two declarations of one action the later stage's wins."""
+        declared: dict[str, RollbackStep] = {}
+        for stage in self.play.stages:
+            for rb in stage.rollback:
+                declared[rb.action] = rb
+        return [declared[a] for a in ROLLBACK_ORDER if a in declared]
 
 
 def load_playbook(path: str | Path) -> Playbook:

@@ -133,6 +133,10 @@ def _expanded_sizes(root: yaml.Node) -> None:
         size[id(n)] = total
 
 
+class InvalidYaml(InputError):
+    """Text that does not parse as YAML (not an alias bomb, not undecodable bytes)."""
+
+
 def load_yaml_text(text: str, path: str) -> Any:
     loader = _Loader(text)
     try:
@@ -152,11 +156,11 @@ def load_yaml_text(text: str, path: str) -> Any:
         problem = exc.problem or str(exc)
         if exc.context:
             problem = f"{exc.context}: {problem}"
-        raise InputError(f"invalid YAML: {problem}", path=path, line=line) from None
+        raise InvalidYaml(f"invalid YAML: {problem}", path=path, line=line) from None
     except yaml.YAMLError as exc:
-        raise InputError(f"invalid YAML: {exc}", path=path) from None
+        raise InvalidYaml(f"invalid YAML: {exc}", path=path) from None
     except RecursionError:
-        raise InputError("invalid YAML: nesting too deep", path=path) from None
+        raise InvalidYaml("invalid YAML: nesting too deep", path=path) from None
     finally:
         loader.dispose()
 

@@ -24,6 +24,7 @@ from k3rollout.model.playbook import ROLLBACK_UNDOES, Playbook
 from k3rollout.plan import timing as tm
 from k3rollout.plan.approval import inventory_digest
 from k3rollout.plan.serial import pct_to_int, serial_batches
+from k3rollout.plan.target import unchanged_hosts
 
 
 @dataclass
@@ -72,6 +73,8 @@ class Plan:
     # with a model profile: each replica's nodes, layout, GPU memory and whether it holds the model
     replicas: list[dict[str, Any]] = field(default_factory=list)
     profile: dict[str, Any] = field(default_factory=dict)
+    # node -> why the play will not change it (plan/target.py): baseline only, no rollback
+    no_change: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -105,22 +108,22 @@ def out_of_service_before(inventory: Inventory, hosts: list[str]) -> list[str]:
 
 
 def rollback_steps_preview(playbook: Playbook, host_vars: dict[str, Any]) -> list[str]:
-    """What the plan will record for a node, before baseline has read the real versions."""
+    """What the plan will record for a node, before baseline has read the real versions:
+    each action once, in the order the rollback runs them (``Playbook.rollback_actions``)."""
     before = host_vars.get("driver_version") or host_vars.get("sim_driver")
     steps: list[str] = []
-    for stage in reversed(playbook.stages):
-        for rb in stage.rollback:
-            if rb.action == "restore_driver":
-                what = f"{before}" if before else "the version baseline records"
-                steps.append(f"restore_driver: reinstall driver packages recorded by baseline (expected {what})"
-                             + (", reboot, verify nvidia-smi and the kernel module" if rb.reboot else ""))
-            elif rb.action == "stop_test_server":
-                steps.append("stop_test_server: stop and remove the k3rollout test vLLM container")
-            elif rb.action == "restore_serving_image":
-                steps.append("restore_serving_image: restart the serving container on the image digest baseline records")
-            elif rb.action == "uncordon_if_healthy":
-                steps.append("uncordon_if_healthy: uncordon only if the node was schedulable before the run "
-                             "and passes GPU health checks; otherwise keep it cordoned")
+    for rb in playbook.rollback_actions():
+        if rb.action == "restore_driver":
+            what = f"{before}" if before else "the version baseline records"
+            steps.append(f"restore_driver: reinstall driver packages recorded by baseline (expected {what})"
+                         + (", reboot, verify nvidia-smi and the kernel module" if rb.reboot else ""))
+        elif rb.action == "stop_test_server":
+            steps.append("stop_test_server: stop and remove the k3rollout test vLLM container")
+        elif rb.action == "restore_serving_image":
+            steps.append("restore_serving_image: restart the serving container on the image digest baseline records")
+        elif rb.action == "uncordon_if_healthy":
+            steps.append("uncordon_if_healthy: uncordon only if the node was schedulable before the run "
+                         "and passes GPU health checks; otherwise keep it cordoned")
     return steps
 
 
@@ -129,7 +132,7 @@ def rollback_estimate(playbook: Playbook) -> float:
         return playbook.play.rollback_estimate
     by_kind: dict[str, float] = {s.stage: s.estimate_s for s in playbook.stages}
     # each action runs once per node however many stages declare it
-    actions = {rb.action for stage in playbook.stages for rb in stage.rollback}
+    actions = [rb.action for rb in playbook.rollback_actions()]
     return sum(by_kind.get(ROLLBACK_UNDOES[a], 0.0) if a == "restore_driver" else 60.0 for a in actions)
 
 
@@ -200,6 +203,30 @@ def _prestage(playbook: Playbook, hosts: list[str], in_place: bool, timing: dict
 
 def make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | None = None,
               history: tm.History | None = None, facts: dict[str, dict[str, Any]] | None = None) -> Plan:
+    plan = _make_plan(playbook, inventory, window_s=window_s, history=history, facts=facts)
+    if not plan.in_place_change:
+        return plan
+    unchanged = unchanged_hosts(playbook, plan.hosts, {h: inventory.hosts[h].vars for h in plan.hosts})
+    if unchanged:
+        # the run reads their baseline and leaves them in service: nothing to roll back
+        plan.no_change = unchanged
+        for b in plan.batches:
+            for rp in b.rollback_plan:
+                if rp["node"] in unchanged:
+                    rp["steps"] = [f"none: {unchanged[rp['node']]}; baseline only, the node stays in service"]
+        plan.notes.append(f"{len(unchanged)} node(s) the play will not change (baseline only, no rollback, never "
+                          "a reason to stop the run): " + "; ".join(f"{h}: {why}" for h, why in unchanged.items()))
+        for rid, members in plan.groups.items():
+            mixed = [m for m in members if m in unchanged]
+            if mixed and len(mixed) < len(members):
+                plan.notes.append(f"replica {rid} mixes nodes the play changes with {', '.join(mixed)}, which it "
+                                  "does not: the replica cannot serve on two drivers, so it fails at its serving "
+                                  "stage and its changed nodes are rolled back; align its drivers first")
+    return plan
+
+
+def _make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | None = None,
+               history: tm.History | None = None, facts: dict[str, dict[str, Any]] | None = None) -> Plan:
     play = playbook.play
     pattern = play.host_pattern()
     hosts = inventory.select(pattern)

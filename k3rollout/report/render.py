@@ -183,20 +183,58 @@ def model(run_dir: Path, view: RunView | None = None, records: int | None = None
     counts: dict[str, int] = {}
     for n in result["nodes"].values():
         counts[n["final"]] = counts.get(n["final"], 0) + 1
-    verdict = {"completed": "Rollout completed", "halted": "Rollout HALTED", "aborted": "Rollout ABORTED",
-               "no_change": "No in-place change (evidence only)", "running": "Run did not finish (resume it)"}
+    banner = verdict_banner(result, (v.preflight or {}).get("skipped_nodes") or [])
     batches = _batches(v, result)
     from k3rollout.plan.approval import plan_vs_actual
     from k3rollout.report.history import run_timing
 
     diff = plan_vs_actual(v.plan or {}, v)
     return {"timing": run_timing(v), "diff": diff, "result": result, "view": v, "checklist": items, "triage": triage, "counts": counts,
-            "verdict": verdict.get(result["status"], result["status"]), "plan": v.plan or {}, "nodes": v.nodes,
+            "verdict": banner["text"], "banner": banner,
+            "unchanged": {n: r["no_change"] for n, r in result["nodes"].items() if r.get("no_change")},
+            "plan": v.plan or {}, "nodes": v.nodes,
             "records": records, "batches": batches, "node_rows": _node_rows(v, result),
             "window": _window(v, result), "runbooks": runbook_links(),
             "timeline_svg": render_svg(result["batches"], v.nodes, result["finished"]),
             "verification": [str(p) for p in problems], "observation": observation_summary(v),
             "observe_runbook": (RUNBOOKS / OBSERVE_RUNBOOK).as_uri()}
+
+
+VERDICTS = {"completed": "Rollout completed", "halted": "Rollout HALTED", "aborted": "Rollout ABORTED",
+            "no_change": "No in-place change (evidence only)", "running": "Run did not finish (resume it)"}
+# the units a completed run did not return upgraded: its serving groups (replicas) when the
+# plan has them, else its nodes
+_KEPT_OUT = frozenset({"failed", "rollback_failed", "quarantined"})
+# Markdown has no colour of its own: the headline starts with one, as the HTML's background
+_MARKS = {"completed": "\U0001F7E2", "completed_partial": "\U0001F7E0", "halted": "\U0001F534",
+          "aborted": "\U0001F534", "running": "\U0001F534", "no_change": "\U0001F7E1"}
+
+
+def _count(n: int, unit: str) -> str:
+    return f"{n} {unit}{'' if n == 1 else 's'}"
+
+
+def verdict_banner(result: dict[str, Any], skipped: list[str]) -> dict[str, str]:
+    """The report's headline: the run's status and, for a completed run that rolled a unit back
+    or kept one out (failed, quarantined, or left out with --skip-node), how many, with a class
+    (``completed_partial``) whose colour differs from a clean run's. The reasons stay in the body."""
+    status = str(result["status"])
+    text = VERDICTS.get(status, status)
+    if status != "completed":
+        return {"text": text, "class": status, "detail": "", "mark": _MARKS.get(status, _MARKS["no_change"])}
+    replicas = result.get("replicas") or {}
+    finals = [r["final"] for r in replicas.values()] if replicas else [n["final"] for n in result["nodes"].values()]
+    unit = "replica" if replicas else "node"
+    rolled = sum(f == "rolled_back" for f in finals)
+    kept = sum(f in _KEPT_OUT for f in finals)
+    parts = ([f"{_count(rolled, unit)} of {len(finals)} rolled back"] if rolled else []) + \
+            ([f"{_count(kept, unit)} failed and kept out of service"] if kept else []) + \
+            ([f"{_count(len(skipped), 'node')} left out with --skip-node"] if skipped else [])
+    if not parts:
+        return {"text": text, "class": status, "detail": "", "mark": _MARKS["completed"]}
+    detail = "; ".join(parts)
+    return {"text": f"{text} with {detail}", "class": "completed_partial", "detail": detail,
+            "mark": _MARKS["completed_partial"]}
 
 
 def _json(m: dict[str, Any]) -> str:

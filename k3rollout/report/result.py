@@ -60,7 +60,9 @@ def build_result(v: RunView) -> dict[str, Any]:
             "final": final_of(n.state), "state": n.state, "batch": n.batch, "replica": None,
             "driver_before": n.baseline.get("driver_version"),
             "driver_after": after,
-            "failed_stage": n.failed_stage, "reason": n.reason or None,
+            "failed_stage": n.failed_stage, "reason": n.reason or n.facts.get("no_change") or None,
+            # the play left it alone: already on (or past) the target driver (plan/target.py)
+            **({"no_change": n.facts["no_change"]} if n.facts.get("no_change") else {}),
             "triage": n.triage["category"] if n.triage else None,
             "rollback": ({"attempts": n.rollback_attempts, "results": n.rollback_results}
                          if n.rollback_attempts else None),

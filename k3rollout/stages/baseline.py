@@ -121,9 +121,8 @@ def run(ctx: NodeCtx) -> StageOutcome:
             f["gpu_operator_pool"] = res.answer["labels"][label]
         elif f["driver_owner"] == "gpu-operator":
             return StageOutcome(False, "the NVIDIA GPU Operator manages this node's driver (its driver DaemonSet runs "
-                                       "here): a host-level package upgrade is refused; upgrade it through the "
-                                       "operator's NVIDIADriver resource instead (inventory k3_driver_backend: gpu-operator). "
-                                       "Nothing was changed.", f)
+                                       "here): a host-level package upgrade is refused; "
+                                       f"{driver_operator.how_to_use()}. Nothing was changed.", f)
     return StageOutcome(True, "", f)
 
 

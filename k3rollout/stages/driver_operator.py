@@ -44,6 +44,16 @@ POOL_VAR = "k3_gpu_operator_pool"
 GPU_OPERATOR = "gpu-operator"
 
 
+def how_to_use() -> str:
+    """The fix for a host package upgrade refused on an operator-owned node: this backend,
+    with the variables it needs (README, "Schedulers", the GPU Operator)."""
+    return (f"upgrade it through the GPU Operator instead: k3rollout does that with the host vars "
+            f"{BACKEND_VAR}: {GPU_OPERATOR}, {POOL_LABEL_VAR} (the node label the nodeSelector of the operator's "
+            f"NVIDIADriver resources matches, e.g. driver.config) and {POOL_VAR} (that label's value for the pool "
+            "whose NVIDIADriver runs the target driver); it then moves the node into that pool and watches "
+            "nvidia.com/gpu-driver-upgrade-state to upgrade-done")
+
+
 def backend(host_vars: dict[str, Any]) -> str:
     """``host`` (packages on the node, the default) or ``gpu-operator``."""
     return str(host_vars.get(BACKEND_VAR) or "host")

@@ -13,8 +13,9 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from k3rollout.checks import driver_facts as df
 from k3rollout.model.assertions import AssertionSyntaxError, render_argv, template_context
-from k3rollout.model.playbook import ROLLBACK_UNDOES, Playbook
+from k3rollout.model.playbook import ROLLBACK_ORDER, ROLLBACK_UNDOES, Playbook
 from k3rollout.scheduler import scheduler_for
 from k3rollout.stages import driver_node as dn
 from k3rollout.stages import driver_operator
@@ -22,18 +23,16 @@ from k3rollout.stages import uncordon as uncordon_stage
 from k3rollout.stages.base import NodeCtx, StepFailed
 from k3rollout.stages.driver_upgrade import packages_at, pinned, reboot_and_wait
 
-ORDER = ("stop_test_server", "restore_driver", "restore_serving_image", "uncordon_if_healthy")
+ORDER = ROLLBACK_ORDER
 QUARANTINE_LABEL = "k3rollout.io/quarantine"
 TEST_CONTAINERS = ("k3rollout-smoke", "k3rollout-features")
 
 
 def plan_rollback(playbook: Playbook, node: str, baseline: dict[str, Any], tvars: dict[str, Any]) -> list[dict]:
-    declared: dict[str, Any] = {}
+    declared = {rb.action: rb for rb in playbook.rollback_actions()}
     reboot_timeout, reboot_grace, operator_timeout = 900.0, 10.0, 3600.0
     restore = None
     for stage in playbook.stages:
-        for rb in stage.rollback:
-            declared[rb.action] = rb
         if stage.stage == "driver_upgrade":
             params = stage.typed_params()
             restore = params.restore
@@ -41,9 +40,7 @@ def plan_rollback(playbook: Playbook, node: str, baseline: dict[str, Any], tvars
             reboot_grace = params.reboot_grace
             operator_timeout = params.operator_timeout
     steps: list[dict] = []
-    for action in ORDER:
-        if action not in declared:
-            continue
+    for action in declared:
         step: dict[str, Any] = {"action": action, "undoes": ROLLBACK_UNDOES[action]}
         if action == "stop_test_server":
             step["commands"] = [["docker", "rm", "-f", c] for c in TEST_CONTAINERS]
@@ -133,8 +130,11 @@ def describe(step: dict) -> str:
     return a
 
 
-def execute(ctx: NodeCtx, steps: list[dict], entered: set[str]) -> tuple[bool, list[dict]]:
-    """Run the recorded plan; returns (all ok, per-action results)."""
+def execute(ctx: NodeCtx, steps: list[dict], entered: set[str], *,
+            untouched: str | None = None) -> tuple[bool, list[dict]]:
+    """Run the recorded plan; returns (all ok, per-action results). ``untouched``: why the
+    journal proves the driver stage changed nothing (engine/rollback.py): the driver is not
+    restored, what the stage stopped is started again, and the node goes back as it was."""
     results = []
     ok_all = True
     for step in steps:
@@ -143,7 +143,10 @@ def execute(ctx: NodeCtx, steps: list[dict], entered: set[str]) -> tuple[bool, l
             results.append({"action": a, "status": "not_needed", "detail": f"{step['undoes']} never started"})
             continue
         try:
-            ok, detail = _ACTIONS[a](ctx, step)
+            if a == "restore_driver" and untouched and step.get("backend") != driver_operator.GPU_OPERATOR:
+                ok, detail = _as_it_was(ctx, step, untouched)
+            else:
+                ok, detail = _ACTIONS[a](ctx, step)
         except StepFailed as exc:
             ok, detail = False, str(exc)
         results.append({"action": a, "status": "done" if ok else "failed", "detail": detail})
@@ -226,7 +229,12 @@ def _restore_driver(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
             if not ok:
                 return ok, why
             if not restored:
-                return True, f"driver already at {want}: nothing to restore"
+                # no reboot: what the driver stage stopped (and on failure only re-enabled,
+                # for a restore's reboot to start) is started here
+                ok, started = _start_stopped(ctx)
+                if not ok:
+                    return ok, started
+                return True, f"driver already at {want}: nothing to restore" + (f"; {started}" if started else "")
             if step.get("reboot", True):
                 # the loaded module read its options before they were written back: it
                 # takes them at its next load
@@ -315,6 +323,36 @@ def _restore_module_options(ctx: NodeCtx, step: dict) -> tuple[bool, str, list[s
     if report:
         ctx.evidence("module-options-restored", "\n".join(report))
     return True, "", restored
+
+
+def _as_it_was(ctx: NodeCtx, step: dict, why: str) -> tuple[bool, str]:
+    """The driver stage changed nothing (``why``): no restore and no reboot. It stopped the
+    services that hold the GPU and released the holds before its install; on failure it only
+    re-enabled the services, for a restore's reboot to start, and there is none here."""
+    gpu = ctx.read_gpu()
+    if gpu.get("driver_version") != step.get("to_version"):
+        # the journal and the node disagree: restore as for any other failure
+        return _restore_driver(ctx, step)
+    mgr = ctx.baseline.get("pkg_mgr", "apt")
+    ok, msg = _hold_again(ctx, step, mgr)
+    if not ok:
+        return ok, msg
+    ok, started = _start_stopped(ctx)
+    if not ok:
+        return ok, started
+    return True, (f"nothing to restore: {why}; the driver is still {step.get('to_version')}"
+                  + (f"; {started}" if started else ""))
+
+
+def _start_stopped(ctx: NodeCtx) -> tuple[bool, str]:
+    """Start again the GPU services the driver stage stopped (its ``stopped_services``)."""
+    stopped = [u for u in df.RESTART_ORDER if u in (ctx.facts.get("stopped_services") or [])]
+    if not stopped:
+        return True, ""
+    res = ctx.step("rollback-start-gpu-services", ["systemctl", "enable", "--now", *stopped])
+    if not res.ok:
+        return False, f"could not start {', '.join(stopped)} again (rc {res.rc}): {res.tail(300)}"
+    return True, f"started again: {', '.join(stopped)}"
 
 
 def _hold_again(ctx: NodeCtx, step: dict, mgr: str) -> tuple[bool, str]:

@@ -101,14 +101,35 @@ def run_tasks(target: SSHTarget, host_vars: dict[str, Any], tasks_file: Path, ex
     environment it is given (its ``binary`` option would drop the playbook argument), so
     that PATH starts with the directory the tool was found in: an unactivated venv's
     ``bin/`` is on no one's PATH."""
-    import ansible_runner
-
     if not tasks_file.is_file():
         raise InputError("vendor task file not found", path=str(tasks_file))
+    return _run_play(target, host_vars, f"k3rollout vendor steps: {tasks_file.name}",
+                     [{"name": "vendor steps", "ansible.builtin.import_tasks": str(tasks_file.resolve())}],
+                     extravars, private_dir, timeout=timeout, on_event=on_event, binary=binary)
+
+
+PING_TASK = "Ansible reaches the node and runs a module there"
+
+
+def ping(target: SSHTarget, host_vars: dict[str, Any], private_dir: Path, *, timeout: float,
+         binary: str) -> AnsibleResult:
+    """A read-only play (``ansible.builtin.ping``: it logs in as the vendor tasks would,
+    becomes root where they would, and runs a Python module with the host's interpreter) over
+    the very connection the driver stage's vendor task files use: the preflight's proof of
+    the Ansible path."""
+    return _run_play(target, host_vars, "k3rollout preflight: the Ansible path",
+                     [{"name": PING_TASK, "ansible.builtin.ping": {}}], {}, private_dir,
+                     timeout=timeout, on_event=lambda ev: None, binary=binary)
+
+
+def _run_play(target: SSHTarget, host_vars: dict[str, Any], name: str, tasks: list[dict[str, Any]],
+              extravars: dict[str, Any], private_dir: Path, *, timeout: float,
+              on_event: Callable[[dict], None], binary: str) -> AnsibleResult:
+    import ansible_runner
+
     private_dir.mkdir(parents=True, exist_ok=True)
     (private_dir / "project").mkdir(exist_ok=True)
-    play = [{"name": f"k3rollout vendor steps: {tasks_file.name}", "hosts": "all", "gather_facts": False,
-             "tasks": [{"name": "vendor steps", "ansible.builtin.import_tasks": str(tasks_file.resolve())}]}]
+    play = [{"name": name, "hosts": "all", "gather_facts": False, "tasks": tasks}]
     (private_dir / "project" / "k3-vendor.yml").write_text(yaml.safe_dump(play, sort_keys=False))
     # ControlPath is a unix socket (108-byte limit): keep it short, fresh per run, and removed after
     control = Path(tempfile.mkdtemp(prefix="k3cp-"))

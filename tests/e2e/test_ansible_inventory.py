@@ -290,3 +290,27 @@ def test_find_tool_prefers_the_interpreters_own_bin(tmp_path, monkeypatch):
     tool.chmod(0o755)
     assert find_tool("only-on-path") == str(tool)
     assert find_tool("no-such-tool-anywhere") is None
+
+
+@pytest.mark.parametrize("name", ["hosts.yaml", "inventory.yml"])
+def test_ini_text_in_a_yaml_named_file_resolves_as_ansible_inventory_does(tmp_path, capsys, name):
+    """issue #33 item 2: Ansible tries its plugins in turn, so a `.yaml` file holding INI text
+    (DeepOps' Slurm inventory, here) is read by its ini plugin; k3rollout resolves it the same way."""
+    path = tmp_path / name
+    shutil.copy(DATA / "inventories" / "real" / "deepops.ini", path)
+    inv = load_inventory(path)
+    assert inv.resolver == "ansible"
+    assert norm(inv.to_ansible_json()) == norm(reference(path))
+    assert main(["inventory", "-i", str(path), "--list"]) == 0
+    assert norm(json.loads(capsys.readouterr().out)) == norm(reference(path))
+
+
+def test_a_file_neither_reader_parses_names_its_file_and_line(tmp_path, capsys):
+    path = tmp_path / "hosts.yaml"
+    path.write_text("all:\n  hosts:\n    gpu-01: {x: [1, 2}\n")
+    with pytest.raises(subprocess.CalledProcessError):
+        reference(path)                       # Ansible refuses it too
+    assert main(["validate", str(PLAYBOOK), "-i", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:3:" in err and "invalid YAML" in err and "ansible-inventory" in err, err
+    assert "Traceback" not in err

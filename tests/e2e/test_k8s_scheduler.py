@@ -123,6 +123,9 @@ def test_gpu_operator_managed_driver_is_refused_before_anything_changes(tmp_path
     n = result(run_dir)["nodes"]["gpu-01"]
     assert (n["final"], n["failed_stage"]) == ("failed", "baseline")
     assert "GPU Operator manages this node's driver" in n["reason"] and "refused" in n["reason"]
+    # the fix that exists: k3rollout upgrades through the operator's pools (issue #33 item 3)
+    for var in ("k3_driver_backend: gpu-operator", "k3_gpu_operator_pool_label", "k3_gpu_operator_pool"):
+        assert var in n["reason"], n["reason"]
     assert api_changes(run_dir, "gpu-01") == []
     assert not any(c.startswith(("apt-get", "reboot")) for c in commands(run_dir, "gpu-01"))
     assert sim_state(run_dir, "gpu-01")["scheduler"]["state"] == "schedulable"

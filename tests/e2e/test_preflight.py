@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import yaml
-from support import PLAYBOOK, journal, result, write_inventory
+from support import PLAYBOOK, api_changes, journal, result, sim_state, write_inventory
 
 from k3rollout.cli import main
 
@@ -194,3 +194,54 @@ def test_plan_can_include_the_preflight(tmp_path, capsys, monkeypatch):
     assert main(["plan", str(short_playbook(tmp_path / "pb.yml")), "-i", str(inv), "--preflight"]) == 0
     out = capsys.readouterr().out
     assert "note: preflight FAILED (run refuses these nodes unless --skip-node): b: gpu_operator:" in out
+
+
+def test_gpu_operator_refusal_names_the_backend_that_upgrades_through_the_operator(tmp_path):
+    # issue #33 item 3: k3rollout can drive the operator's upgrade itself; the refusal says how
+    code, rep, _ = preflight(tmp_path, {"operator": {"sim_gpu_operator": True}})
+    assert code == 1
+    detail = failed(rep, "operator")["gpu_operator"]
+    assert "ClusterPolicy" not in detail
+    for var in ("k3_driver_backend: gpu-operator", "k3_gpu_operator_pool_label", "k3_gpu_operator_pool"):
+        assert var in detail, detail
+
+
+def test_nodes_the_play_does_not_change_never_block_the_run(tmp_path, capsys):
+    """issue #33 item 1: a node past the target (590.44.01, whose packages the repository no
+    longer offers) and one already on it are left alone by plan, preflight and run alike: no
+    rollback checks, no --skip-node, baseline only, and the plan and report say why."""
+    hosts = {"a": {}, "newer": {"sim_driver": "590.44.01"}, "at": {"sim_driver": "580.95.05"}}
+    inv = write_inventory(tmp_path / "inv", hosts)
+    pb = short_playbook(tmp_path / "pb.yml")
+    code, rep, _ = preflight(tmp_path, hosts, pb)
+    assert code == 0 and rep["failed_nodes"] == [], rep["failed_nodes"]
+    assert set(rep["no_change_nodes"]) == {"newer", "at"}
+    for h in ("newer", "at"):
+        checks = {c["check"]: c for c in rep["nodes"][h]["checks"]}
+        assert checks["no_change"]["ok"] and "rollback_packages" not in checks and "target_packages" not in checks
+    assert "past the target 580.95.05" in rep["no_change_nodes"]["newer"]
+    assert main(["plan", str(pb), "-i", str(inv)]) == 0
+    out = capsys.readouterr().out
+    assert "2 node(s) the play will not change" in out and "newer: already on driver 590.44.01" in out
+    run_dir = tmp_path / "run"
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
+    r = result(run_dir)
+    assert r["status"] == "completed" and r["nodes"]["a"]["final"] == "upgraded"
+    for h in ("newer", "at"):
+        n = r["nodes"][h]
+        assert n["final"] == "skipped" and n["no_change"] and n["reason"] == n["no_change"]
+        assert n["driver_after"] == hosts[h]["sim_driver"]
+        # read by baseline, never drained or changed
+        assert api_changes(run_dir, h) == [] and sim_state(run_dir, h)["scheduler"]["state"] == "schedulable"
+        assert not [c for c in ran(run_dir / "sim-hosts" / h)
+                    if c.startswith(("apt-get", "dnf", "reboot", "docker rm", "docker run", "docker stop",
+                                     "systemctl stop", "systemctl disable", "ansible"))], h
+    plans = {x["node"] for x in journal(run_dir) if x["type"] == "rollback_plan"}
+    assert plans == {"a"}
+    started = next(x for x in journal(run_dir) if x["type"] == "run_started")
+    assert any(n.startswith("preflight: not changed by the play") and "newer: already on driver 590.44.01" in n
+               for n in started["plan"]["notes"])
+    md = (run_dir / "report.md").read_text()
+    assert "Not changed by the play" in md and "newer: already on driver 590.44.01" in md
+    assert md.splitlines()[0].startswith("# \U0001F7E2 Rollout completed:")       # a clean run
+    assert 'id="unchanged"' in (run_dir / "report.html").read_text()

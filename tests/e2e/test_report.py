@@ -112,3 +112,21 @@ def test_end_of_run_reports_are_written_from_the_engines_view_not_a_reread(tmp_p
     assert result(run_dir)["nodes"]["gpu-02"]["final"] == "rolled_back"
     assert_reports_match_journal(run_dir)
     assert reads == [run_dir / "journal.jsonl"]
+
+
+def test_banner_of_a_completed_run_counts_what_was_rolled_back_in_another_colour(tmp_path):
+    # issue #33 item 5: a completed run with a unit rolled back does not look like a clean one
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {"sim_faults": ["cuda_init_fails"]}})
+    pb = write_playbook(tmp_path / "pb.yml", serial=[2], min_serving=0, max_fail_percentage=50)
+    run_dir = tmp_path / "run"
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
+    r = result(run_dir)
+    assert r["status"] == "completed" and r["nodes"]["gpu-02"]["final"] == "rolled_back"
+    html = (run_dir / "report.html").read_text()
+    h1 = next(line for line in html.splitlines() if line.startswith('<h1 id="verdict"'))
+    assert "1 node of 2 rolled back" in h1 and 'class="verdict completed"' not in h1, h1
+    assert 'class="verdict completed_partial"' in h1
+    assert ".verdict.completed_partial{background:" in html     # its own colour, not the clean green
+    md = (run_dir / "report.md").read_text().splitlines()[0]
+    assert "1 node of 2 rolled back" in md and md.startswith("# \U0001F7E0 "), md
+    assert "cuda" in (run_dir / "report.md").read_text().lower()     # the reason stays in the body

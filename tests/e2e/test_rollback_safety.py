@@ -263,3 +263,26 @@ def test_a_rolled_back_node_whose_fabric_manager_is_down_stays_cordoned(tmp_path
     assert "nvidia-fabricmanager is" in res["uncordon_if_healthy"]["detail"]
     assert "kept cordoned" in res["uncordon_if_healthy"]["detail"]
     assert sim_state(run_dir, "gpu-01")["scheduler"]["state"] != "schedulable"
+
+
+def test_driver_stage_that_installed_nothing_is_rolled_back_to_service(tmp_path):
+    """issue #33 item 7: the driver stage stops the GPU services, then fails before any
+    install (the target is not offered); the rollback has no driver to restore and no reboot
+    to start them, so it starts them itself and the node serves again as it did."""
+    from k3rollout.cli import main
+
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}})
+    pb = write_playbook(tmp_path / "pb.yml", min_serving=0, vars={"target_driver": "580.99.99"})
+    run_dir = tmp_path / "run"
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 1
+    r = result(run_dir)
+    n = r["nodes"]["gpu-01"]
+    assert (n["failed_stage"], n["final"]) == ("driver_upgrade", "rolled_back"), n
+    assert r["halt"]["kind"] == "failure"             # the canary failed; no rollback did
+    got = {a["action"]: a for a in n["rollback"]["results"]}
+    assert "nothing to restore" in got["restore_driver"]["detail"]
+    assert "started again: nvidia-fabricmanager" in got["restore_driver"]["detail"]
+    st = sim_state(run_dir, "gpu-01")
+    assert st["scheduler"]["state"] == "schedulable" and st["services"]["nvidia-fabricmanager"]["active"]
+    assert st["docker"]["containers"]["vllm-serving"]["status"] == "running" and st["boots"] == 0
+    assert not [c for c in commands(run_dir, "gpu-01") if c.startswith(("apt-get install", "reboot"))]

@@ -100,3 +100,42 @@ def test_an_operator_rollback_leaves_a_node_held_before_its_cordon_alone(made):
     rb = make(min_serving=0, states={"gpu-01": done, "gpu-02": held, "gpu-03": held})
     rb.recorder.record("stage_started", node="gpu-03", stage="cordon", batch=1)
     assert rb._todo(1) == ["gpu-01", "gpu-03"]
+
+
+# ---------------------------------------------------------------- what the journal proves unchanged
+
+
+def _driver_stage(*steps: dict) -> list[dict]:
+    recs = [{"type": "stage_started", "node": "a", "stage": "driver_upgrade", "ts": "t"}]
+    for s in steps:
+        key = f"03-driver_upgrade/{s['step']}"
+        recs.append({"type": "step_started", "node": "a", "stage": "driver_upgrade", "step": s["step"], "key": key,
+                     "once": s.get("once", False), "ts": "t"})
+        if "done" in s:
+            recs.append({"type": "step_done", "node": "a", "stage": "driver_upgrade", "step": s["step"], "key": key,
+                         "once": s.get("once", False), "ts": "t", **s["done"]})
+    return recs
+
+
+@pytest.mark.parametrize("steps,unchanged", [
+    # reads, released holds and stopped services only: nothing installed or rebooted
+    ([{"step": "kernel", "done": {"rc": 0}}, {"step": "stop-gpu-services", "done": {"rc": 0}}], True),
+    # the vendor tasks failed at their first task, no task reported a change (issue #33 item 7)
+    ([{"step": "vendor-tasks", "once": True, "done": {"rc": 2, "changed_tasks": [], "failed_task": "Refresh"}}], True),
+    # a task changed something, or the play never ended, or it lost the host, or it succeeded
+    ([{"step": "vendor-tasks", "once": True, "done": {"rc": 2, "changed_tasks": ["Install"]}}], False),
+    ([{"step": "vendor-tasks", "once": True}], False),
+    ([{"step": "vendor-tasks", "once": True, "done": {"rc": 2, "changed_tasks": [], "unreachable": True}}], False),
+    ([{"step": "vendor-tasks", "once": True, "done": {"rc": 0, "changed_tasks": []}}], False),
+    # a journal from before changed_tasks was recorded proves nothing
+    ([{"step": "vendor-tasks", "once": True, "done": {"rc": 2}}], False),
+    # an inline install or a reboot started
+    ([{"step": "vendor-step-2", "once": True, "done": {"rc": 100}}], False),
+    ([{"step": "reboot", "once": True}], False),
+])
+def test_driver_untouched_only_when_the_journal_proves_no_install_or_reboot(steps, unchanged):
+    from k3rollout.engine.rollback import driver_untouched
+    from k3rollout.runlog.view import fold
+
+    assert (driver_untouched(fold(_driver_stage(*steps)), "a") is not None) is unchanged
+    assert driver_untouched(fold([]), "a") is None          # the driver stage never started
