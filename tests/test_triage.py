@@ -52,6 +52,36 @@ def test_live_facts_decide_before_any_log_is_read():
     assert "575.57.08" in t.evidence[0] and "580" in t.evidence[0]
 
 
+def test_a_driver_below_the_image_floor_decides_whatever_the_log_scores(tmp_path, capsys):
+    # issue #35: fitted family weights made error 802 score container_runtime 6.70 against the
+    # live fact's 6.30, and the score overruled the tree's first step
+    text = (LOGS / "error-802.log").read_text()
+    fitted = {"fabric_manager": 1.6, "gpu_visibility": 0.9}
+    assert classify(text, weights=fitted).scores["container_runtime"] == 6.70
+    t = classify(text, driver="575.57.08", image_cuda="13.0.1", weights=fitted)
+    assert t.category == "driver_incompatible" and t.runner_up == "container_runtime"
+    assert t.scores["container_runtime"] > t.scores["driver_incompatible"] and t.confidence == 1.0
+    assert "580" in t.evidence[0] and any("live facts (tree step 1)" in r for r in t.reasons)
+    # a driver new enough leaves the log to decide
+    assert classify(text, driver="580.65.06", image_cuda="13.0.1", weights=fitted).category == "container_runtime"
+    # through the CLI, on an 802 log that outscores the live fact by hand weights alone
+    log = tmp_path / "802-in-container.log"
+    log.write_text(text + "Failed to initialize NVML: Unknown Error\n")
+    assert classify(log.read_text()).category == "container_runtime"
+    assert main(["triage", "--json", str(log), "--driver", "575.57.08", "--image-cuda", "13.0.1"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["category"] == "driver_incompatible" and d["runner_up"] == "container_runtime"
+    assert d["scores"]["container_runtime"] > d["scores"]["driver_incompatible"]
+    assert main(["triage", "--explain", str(log), "--driver", "575.57.08", "--image-cuda", "13.0.1"]) == 0
+    assert "decided by the live facts (tree step 1) over the log's container_runtime" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", [f for f, _, _ in _table()])
+def test_no_log_overrules_a_driver_below_the_image_floor(name):
+    t = classify((LOGS / name).read_text(errors="replace"), driver="575.57.08", image_cuda="13.0.1")
+    assert t.category == "driver_incompatible", (t.scores, t.runner_up)
+
+
 def test_cuda_table_uses_the_family_floor():
     assert not driver_supports("575.57.08", "13.0.1")
     assert driver_supports("580.65.06", "13.0.1")
