@@ -37,6 +37,13 @@ def test_folded_keeps_escapes_and_refuses_what_it_cannot_keep_exact():
         raise AssertionError(f"folded accepted {rx!r}")
 
 
+def test_every_pattern_is_printable_ascii():
+    # a "\\b" written as "\b" in a plain string is a backspace: ASCII, so folded() keeps it,
+    # and the word boundary silently never matches
+    for s in SIGNALS:
+        assert s.pattern.pattern.isascii() and s.pattern.pattern.isprintable(), (s.family, s.pattern.pattern)
+
+
 def _same(line: str) -> None:
     low = fold(line)
     for s in SIGNALS:

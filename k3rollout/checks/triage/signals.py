@@ -108,6 +108,11 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("driver_mismatch", "driver_incompatible", 3.5,
      r"Driver/library version mismatch|API mismatch: the NVIDIA kernel module has version",
      "NVML: loaded kernel module differs from the user-space driver"),
+    # NVML_ERROR_LIB_RM_VERSION_MISMATCH as pynvml raises it (class name and nvmlErrorString text,
+    # vllm/third_party/pynvml.py in vLLM 0.33) and as go-nvml names it (pkg/nvml/return.go).
+    ("driver_mismatch", "driver_incompatible", 3.5,
+     r"NVMLError_LibRmVersionMismatch|RM has detected an NVML/RM version mismatch|ERROR_LIB_RM_VERSION_MISMATCH",
+     "NVML: the library and the kernel driver (RM) differ"),
     # 222: kernels built by a newer toolchain than the driver's JIT understands.
     ("ptx_toolchain", "driver_incompatible", 4.0,
      r"PTX was compiled with an unsupported toolchain|cudaErrorUnsupportedPtxVersion|UNSUPPORTED_PTX_VERSION",
@@ -136,6 +141,20 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|NVML library not found|could not load NVML library|libnvidia-ml\.so(\.1)?: cannot open shared object"
      r"|load library failed: libnvidia-ml|nvml\.so.*not found|libcuda\.so(\.1)?: cannot open shared object",
      "NVML/driver libraries not reachable in the container"),
+    # The same NVML failures as the bindings name them: pynvml raises NVMLError_<Name> with
+    # nvmlErrorString's text (vllm/third_party/pynvml.py in vLLM 0.33: "NVML Shared Library Not
+    # Found", "Unknown Error"); go-nvml (device plugin, GPU Operator, HAMi) prints the return
+    # code's name when the library cannot say (pkg/nvml/return.go: ERROR_UNKNOWN...). Unknown
+    # Error inside a container is its cgroup losing the device nodes (nvidia-container-toolkit #48).
+    ("nvml_in_container", "container_runtime", 3.5,
+     r"NVMLError_LibraryNotFound|NVML Shared Library Not Found|NVMLError_Unknown\b"
+     r"|NVML.*\bERROR_(UNKNOWN|LIBRARY_NOT_FOUND)\b", "NVML unreachable in the container"),
+    # The kernel module is not loaded where the container runs: pynvml NVMLError_DriverNotLoaded
+    # ("Driver Not Loaded"), go-nvml ERROR_DRIVER_NOT_LOADED, nvml-wrapper DriverNotLoaded. Like
+    # "Found no NVIDIA driver" below: GPUs not visible, 3 (the host driver, not its version).
+    ("gpu_visibility", "container_runtime", 3.0,
+     r"NVMLError_DriverNotLoaded|ERROR_DRIVER_NOT_LOADED|\bDriverNotLoaded\b|NVML.*Driver Not Loaded",
+     "NVML: no NVIDIA kernel driver loaded"),
     # The Kubernetes device plugin / GPU Operator telling the node has no usable GPU runtime.
     ("device_plugin", "container_runtime", 3.5,
      r"did you configure the NVIDIA Container Toolkit|Incompatible strategy detected|"
@@ -164,6 +183,9 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"permission denied.*(/dev/nvidia|docker\.sock|nvidia-container)"
      r"|(/dev/nvidia\S*).*(permission denied|Operation not permitted)"
      r"|rootless.*(nvidia|gpu|cgroup)|no-cgroups|cgroup.*devices.*(not found|denied)", "device or socket permissions"),
+    # NVML_ERROR_NO_PERMISSION (pynvml "Insufficient Permissions", go-nvml ERROR_NO_PERMISSION)
+    ("device_permissions", "container_runtime", 3.0,
+     r"NVMLError_NoPermission|ERROR_NO_PERMISSION\b|NVML.*Insufficient Permissions", "NVML: no permission"),
     # Image could not be pulled or verified.
     ("image_pull", "container_runtime", 2.5,
      r"manifest unknown|pull access denied|failed to register layer|digest mismatch|ErrImagePull|ImagePullBackOff"
@@ -184,6 +206,21 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|exceeds (the )?(available|total) (GPU )?memory"
      r"|not enough (GPU|device) memory|Free memory on device .* is less than desired GPU memory utilization",
      "memory below what the model needs"),
+    # vLLM 0.33's own raise sites for memory at load (file beside each):
+    #   v1/worker/gpu_model_runner.py  "Failed to load model - not enough GPU memory."
+    #   v1/worker/utils.py             "Free memory on device ... on startup is less than desired GPU
+    #                                  memory utilization" / "... than the engine's budget", and
+    #                                  "Externally held weights on device ... exceed the desired GPU
+    #                                  memory utilization" (another process holds the memory: 3)
+    #   v1/worker/gpu_worker.py        "Error in memory profiling" (others sharing the GPU released
+    #                                  memory during profiling: a symptom, 2)
+    ("gpu_memory", "model_load_capacity", 4.0,
+     r"Failed to load model - not enough GPU memory", "vLLM: the weights do not fit in GPU memory"),
+    ("gpu_memory", "model_load_capacity", 3.0,
+     r"Free memory on device .* is less than (desired GPU memory utilization|the engine's budget)"
+     r"|Externally held weights on device .* exceed the desired GPU memory utilization",
+     "vLLM: free GPU memory at start below the requested utilization"),
+    ("gpu_memory", "model_load_capacity", 2.0, r"Error in memory profiling", "vLLM: GPU memory changed under profiling"),
     ("kv_cache", "model_load_capacity", 4.0,
      r"No available memory for the cache blocks|larger than the maximum number of tokens that can be stored in KV cache"
      r"|(is|are) (needed|required) to store .*KV cache|KV cache .*(is )?(needed|required).*(larger|exceeds|available)"
@@ -193,16 +230,45 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|max_total_num_tokens.*(too small|<=? ?0)"
      r"|(no|not enough|insufficient) (GPU )?memory (left )?for (the )?KV cache",
      "KV cache does not fit"),
+    # vLLM 0.33 v1/core/kv_cache_planning.py: the two ValueErrors of the KV cache check and the
+    # auto-fit's own ("To serve at least one request with the model's max seq len (N), (X GiB KV
+    # cache is needed, which is larger than the available KV cache memory (Y GiB)").
+    ("kv_cache", "model_load_capacity", 4.0,
+     r"KV cache is needed, which is larger than the available KV cache memory|Cannot auto-fit max_model_len"
+     r"|To serve at least one request with the model's max seq len", "vLLM: KV cache does not fit"),
     ("parallel_layout", "model_load_capacity", 3.5,
      r"number of required GPUs exceeds the total number of available GPUs|is not divisible by"
      r"|must be divisible by|should be divisible by|not evenly divisible|Total number of attention heads .* must be"
      r"|Tensor parallel size .* (exceeds|greater)|world_size .* (exceeds|greater than)", "parallel layout does not divide the model"),
+    # vLLM 0.33's layout checks against the GPUs there are:
+    #   config/parallel.py       "World size (N) is larger than the number of available GPUs (M) in this node"
+    #   v1/executor/ray_utils.py "The number of required GPUs exceeds the total number of available
+    #                            GPUs in the placement group" (any device kind)
+    #   v1/engine/utils.py       "Not enough total available nodes (N) and devices per node",
+    #                            "Not enough resources to allocate N DP ranks", "world_size (N) must
+    #                            be a multiple of number of devices per node"
+    #   config/model.py          "`--decode-context-parallel-size` (N) exceeds the maximum supported value"
+    ("parallel_layout", "model_load_capacity", 3.5,
+     r"World size \(\d+\) is larger than the number of available GPUs"
+     r"|number of required \w+ exceeds the total number of available"
+     r"|Not enough total available nodes|Not enough resources to allocate \d+ DP ranks"
+     r"|must be a multiple of number of devices per node|decode-context-parallel-size\S* \(\d+\) exceeds the maximum",
+     "vLLM: parallel layout needs more GPUs than there are"),
     ("weights", "model_load_capacity", 3.5,
      r"SafetensorError|Error while deserializing header|Cannot load weights|size mismatch for|shape mismatch"
      r"|KeyError: '[\w.]*(weight|bias|scale|experts|proj|embed|qweight|scales|zeros)[\w.]*'"
      r"|unexpected key|Missing key\(s\) in state_dict|weight_loader|does not appear to have a file named"
      r"|No such file or directory: .*\.(safetensors|bin|pt)|incomplete metadata|HeaderTooLarge",
      "weights do not match the loader"),
+    # vLLM 0.33 model_executor/model_loader: default_loader.py "Cannot find any model weights with",
+    # "Following weights were not initialized from checkpoint"; runai_streamer_loader.py "Cannot find
+    # any safetensors model weights"; sharded_state_loader.py "Could not find checkpoint files",
+    # "Missing keys (...) in loaded state"; tensorizer.py "The serialized model contains tensors on
+    # the meta device"; weight_utils.py "Cannot find the config file for <quantization>".
+    ("weights", "model_load_capacity", 3.5,
+     r"Cannot find any (safetensors )?model weights with|Following weights were not initialized from checkpoint"
+     r"|Could not find checkpoint files|Missing keys .* in loaded state|serialized model contains tensors on the meta"
+     r"|Cannot find the config file for", "vLLM loader: the checkpoint does not hold the model's weights"),
     ("quantization", "model_load_capacity", 3.5,
      r"quantization .*(is )?not supported"
      r"|not supported (for|on) (the )?(current )?(GPU|device|hardware|compute capability)"
@@ -211,6 +277,10 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      "quantization scheme the kernel or GPU does not support"),
     ("host_memory", "model_load_capacity", 3.0,
      r"oom-kill|Out of memory: Killed process|OOMKilled|Cannot allocate memory|std::bad_alloc", "host memory OOM"),
+    # vLLM 0.33 distributed/device_communicators/shm_broadcast.py: "Insufficient space in /dev/shm
+    # for <buffer>: N MiB required" (the container's --shm-size or --ipc=host)
+    ("host_memory", "model_load_capacity", 3.0,
+     r"Insufficient space in \S*shm\S* for", "vLLM: shared memory too small for its buffers"),
     ("model_len", "model_load_capacity", 2.5,
      r"max_model_len.*(greater|larger|exceeds)|(greater|larger) than the (derived|maximum) max_model_len"
      r"|User-specified max_model_len", "context length above what fits"),
