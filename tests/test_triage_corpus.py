@@ -151,15 +151,11 @@ def fresh_accuracy() -> float:
 
 
 def test_fresh_heldout_accuracy_is_reported_and_does_not_regress():
-    # 50/57 = 87.7% when the folder was closed (the message-searched batch 42/44, the
-    # symptom-searched batch 8/13); the floor catches a regression, it is not the target
+    # 50/57 = 87.7% when the folder was closed. Its seven misses were then known when the Gloo,
+    # NVRM and device-node signals were written (from the tools' sources, not from these logs),
+    # so the folder no longer measures logs nobody has seen: 54/57 after them is reported, and
+    # the floor only catches a regression. The 90% target is measured on ../heldout3/.
     assert fresh_accuracy() >= 0.85
-
-
-@pytest.mark.xfail(strict=True, reason="issue #35 asks for 90% on logs triage has never seen; measured 50/57 = "
-                   "87.7% (tests/data/logs/heldout2/README.md). Strict: reaching it fails here until the mark goes")
-def test_fresh_heldout_reaches_the_90_percent_target():
-    assert fresh_accuracy() >= 0.90
 
 
 @pytest.mark.parametrize("name,category,text", corpus(LOGS), ids=lambda v: v if isinstance(v, str) and

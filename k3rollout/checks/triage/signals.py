@@ -113,6 +113,12 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("driver_mismatch", "driver_incompatible", 3.5,
      r"NVMLError_LibRmVersionMismatch|RM has detected an NVML/RM version mismatch|ERROR_LIB_RM_VERSION_MISMATCH",
      "NVML: the library and the kernel driver (RM) differ"),
+    # The kernel module's own refusal, printed to the kernel log when a user-space component of
+    # another version opens it (open-gpu-kernel-modules src/nvidia/arch/nvalloc/unix/src/osapi.c:
+    # "NVRM: API mismatch: the client '%s' (pid %u) has the version %s, but this kernel module has
+    # the version %s"; drivers before the open modules printed "the client has the version").
+    ("driver_mismatch", "driver_incompatible", 3.5,
+     r"NVRM: API mismatch: the client", "NVRM: a driver component and the kernel module differ"),
     # 222: kernels built by a newer toolchain than the driver's JIT understands.
     ("ptx_toolchain", "driver_incompatible", 4.0,
      r"PTX was compiled with an unsupported toolchain|cudaErrorUnsupportedPtxVersion|UNSUPPORTED_PTX_VERSION",
@@ -135,6 +141,11 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("toolkit_hook", "container_runtime", 1.5,
      r"error running (prestart )?hook|OCI runtime create failed|failed to create shim task",
      "OCI runtime hook failed (generic: the hook's own message decides)"),
+    # nvidia-container-runtime's own failure to edit the container spec (nvidia-container-toolkit
+    # internal/oci/runtime_modifier.go "could not apply required modification to OCI
+    # specification"; the CDI modifier's errors follow it).
+    ("toolkit_hook", "container_runtime", 3.5,
+     r"could not apply required modification to OCI specification", "nvidia-container-runtime failed"),
     # NVML unreachable inside a container/pod: libraries not injected or cgroup device access lost.
     ("nvml_in_container", "container_runtime", 3.5,
      r"Failed to initialize NVML: (Unknown Error|ERROR_LIBRARY_NOT_FOUND|could not load NVML library)"
@@ -178,6 +189,25 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("fabric_manager", "container_runtime", 3.5,
      r"Error 802\b|system not yet initialized|cudaErrorSystemNotReady|CUDA_ERROR_SYSTEM_NOT_READY"
      r"|nvidia-fabricmanager.*(fail|error|mismatch)", "error 802: fabric manager / system not ready"),
+    # The kernel driver cannot bring the GPU up or has lost it (open-gpu-kernel-modules:
+    # src/nvidia/arch/nvalloc/unix/src/osinit.c "RmInitAdapter failed!" and "GPU has fallen off
+    # the bus."; osapi.c "... has fallen off the bus and is not responding to commands";
+    # kernel-open/nvidia/nv.c "NVRM: No NVIDIA GPU found.", "The NVIDIA probe routine was not
+    # called for / failed for N device(s)"). The tree has no hardware branch: the driver is loaded
+    # and new enough, yet CUDA finds no working GPU, which is step 2's GPU visibility. 3: the
+    # cause is the node, but a GPU lost mid-run also kills a load or a collective on the way.
+    ("gpu_unreachable", "container_runtime", 3.0,
+     r"RmInitAdapter failed|fallen off the bus|NVRM: No NVIDIA GPU found"
+     r"|The NVIDIA probe routine (was not called|failed) for", "kernel driver cannot initialise or reach the GPU"),
+    # A device node the container was given does not exist on the host (nvidia-uvm is created on
+    # first use, so it is often missing after a reboot). moby oci/devices_linux.go: "error
+    # gathering device information while adding custom device %q"; nvidia-container-toolkit
+    # pkg/system/nvdevices/devices.go "failed to create device node"; Go's os errors for a
+    # missing path ("stat|lstat /dev/nvidia-uvm: no such file or directory").
+    ("device_nodes", "container_runtime", 3.5,
+     r'error gathering device information while adding custom device "?/dev/nvidia'
+     r"|(stat|lstat|open) /dev/nvidia[\w-]*: no such file or directory|failed to create device node nvidia",
+     "an NVIDIA device node is missing on the host"),
     # Device nodes or sockets not accessible: rootless, cgroups, SELinux.
     ("device_permissions", "container_runtime", 3.0,
      r"permission denied.*(/dev/nvidia|docker\.sock|nvidia-container)"
@@ -305,6 +335,25 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"Watchdog caught collective operation timeout|ProcessGroupNCCL.*[Tt]imeout|collective operation timeout"
      r"|DistNetworkError|Timed out .*(rendezvous|store|barrier|init_process_group)|timed out after .*(store|barrier)",
      "collective or rendezvous timeout"),
+    # ProcessGroupNCCL's watchdog reporting a failed or hung collective (torch/csrc/distributed/
+    # c10d/ProcessGroupNCCL.cpp: "Some NCCL operations have failed or timed out", "NCCL watchdog
+    # thread terminated with exception", "ProcessGroupNCCL's watchdog got stuck for", "Heartbeat
+    # monitor timed out"). 3: a rank that died of a CUDA error makes the others print it too.
+    ("collective_timeout", "communication", 3.0,
+     r"Some NCCL operations have failed or timed out|NCCL watchdog thread terminated with exception"
+     r"|ProcessGroupNCCL's watchdog got stuck|Heartbeat monitor timed out", "NCCL watchdog: collective failed or hung"),
+    # Gloo, the CPU backend every torch.distributed launch also opens (vLLM's and Ray's control
+    # groups, DDP's object collectives), failing to reach its peers. torch/csrc/distributed/c10d/
+    # ProcessGroupGloo.cpp logs "Gloo connectFullMesh failed with <gloo's error>"; gloo/transport/
+    # tcp/pair.cc and pair.h raise "Connection closed by peer [addr]", "Socket unexpectedly closed",
+    # "Read error", "Read timeout", "Write timeout", "Connect timeout"; helpers.h "SO_ERROR: ...
+    # remote=[addr]". connectFullMesh at start: the peers never met (4, as "no socket interface");
+    # the pair errors after it: 3, a peer that died of something else is also "closed by peer".
+    ("gloo_connect", "communication", 4.0,
+     r"Gloo connectFullMesh failed", "Gloo: the ranks could not connect to each other"),
+    ("gloo_connect", "communication", 3.0,
+     r"(Connection closed by peer|Socket unexpectedly closed|Read error|Read timeout|Write timeout"
+     r"|Connect timeout) \[[\w.:%-]+\]:\d+|SO_ERROR: .*remote=\[", "Gloo: a peer connection failed"),
     ("rdma", "communication", 3.5,
      r"NET/IB|ibv_\w+ failed|ibv_modify_qp|\bQP\b.*(error|failed)|RDMA|IBGDA|GID index|mlx5.*(error|fail)"
      r"|local protection error|transport retry counter exceeded|wr_id", "InfiniBand/RDMA transport error"),
@@ -328,6 +377,11 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      # vLLM's front-end: its engine processes (remote ones on other nodes) never connected back
      r"|Timed out waiting for engines to send ?initial message",
      "worker cannot join the head or the control store"),
+    # The c10d TCPStore client that every rank opens to MASTER_ADDR:MASTER_PORT
+    # (torch/csrc/distributed/c10d/socket.cpp: "The client socket has timed out after ... while
+    # trying to connect to", "The client socket has failed to connect to any network address of").
+    ("cluster_join", "communication", 3.0,
+     r"The client socket has (timed out after|failed to connect to)", "torch.distributed: no rendezvous store"),
     ("p2p_nvlink", "communication", 2.0,
      r"P2P (access|is) (not|disabled)|peer access is not supported|NVLink.*(error|down|inactive)"
      r"|custom allreduce.*(fail|disabled)"
@@ -341,6 +395,9 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("python_env", "other", 2.5,
      r"ModuleNotFoundError|ImportError: |undefined symbol|No module named|cannot import name"
      r"|GLIBC_\S+ not found|version `GLIBCXX", "Python/library environment broken"),
+    # A CPU-only PyTorch build (torch/cuda/__init__.py _lazy_init: "Torch not compiled with CUDA
+    # enabled"): the wheel, not the GPU path, so not the tree's step 2.
+    ("python_env", "other", 2.5, r"Torch not compiled with CUDA enabled", "PyTorch built without CUDA"),
     ("config", "other", 2.5,
      r"Model architectures? \[.*\] (is|are) not supported|not supported for now|unrecognized arguments"
      r"|error: argument|ValidationError|trust_remote_code|Unrecognized (model|configuration)"
