@@ -22,6 +22,8 @@ LOGS = DATA / "logs"
 HELDOUT = LOGS / "heldout"
 # collected after the vLLM/NVML signals were written, labelled before triage ran on them
 FRESH = LOGS / "heldout2"
+# collected after the Gloo/NVRM/device-node signals, by symptom searches, labelled before triage ran
+THIRD = LOGS / "heldout3"
 FOLDS = 5
 
 
@@ -154,8 +156,43 @@ def test_fresh_heldout_accuracy_is_reported_and_does_not_regress():
     # 50/57 = 87.7% when the folder was closed. Its seven misses were then known when the Gloo,
     # NVRM and device-node signals were written (from the tools' sources, not from these logs),
     # so the folder no longer measures logs nobody has seen: 54/57 after them is reported, and
-    # the floor only catches a regression. The 90% target is measured on ../heldout3/.
+    # the floor only catches a regression. The 90% target is measured on heldout3.
     assert fresh_accuracy() >= 0.85
+
+
+def test_third_heldout_is_real_cited_and_new():
+    rows = table(THIRD)
+    assert sorted(r["file"] for r in rows) == sorted(p.name for p in THIRD.glob("*.log"))
+    assert len(rows) >= 40 and {r["category"] for r in rows} == set(CATEGORIES)
+    assert all(r["source"].startswith("https://github.com/") and r["decisive"] for r in rows)
+    seen = {r["source"] for r in table(LOGS) + table(HELDOUT) + table(FRESH)}
+    assert not seen & {r["source"] for r in rows}, "a held-out log comes from a thread already in the corpus"
+    names = {r["file"] for r in table(LOGS) + table(HELDOUT) + table(FRESH)}
+    assert not names & {r["file"] for r in rows}, "a file name is used twice"
+
+
+def third_accuracy() -> float:
+    pairs = []
+    for name, cat, text in corpus(THIRD):
+        got = classify(text).category
+        pairs.append((cat, got))
+        if got != cat:
+            print(f"  third held-out miss: {name}: {cat} -> {got}")
+    acc, _ = report(pairs, "third held-out folder (symptom-searched, labelled before triage ran)")
+    return acc
+
+
+def test_third_heldout_accuracy_is_reported_and_does_not_regress():
+    # 32/41 = 78.0% when the folder was closed (the same before and after the Gloo/NVRM/device-node
+    # signals); the floor catches a regression, it is not the target
+    assert third_accuracy() >= 0.75
+
+
+@pytest.mark.xfail(strict=True, reason="issue #35 asks for 90% on logs triage has never seen; on the folder "
+                   "collected after the last signals it is 32/41 = 78.0% (tests/data/logs/heldout3/README.md). "
+                   "Strict: reaching it fails here until the mark goes")
+def test_unseen_heldout_reaches_the_90_percent_target():
+    assert third_accuracy() >= 0.90
 
 
 @pytest.mark.parametrize("name,category,text", corpus(LOGS), ids=lambda v: v if isinstance(v, str) and
