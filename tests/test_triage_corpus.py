@@ -184,7 +184,9 @@ def third_accuracy() -> float:
 
 def test_third_heldout_accuracy_is_reported_and_does_not_regress():
     # 32/41 = 78.0% when the folder was closed (the same before and after the Gloo/NVRM/device-node
-    # signals); the floor catches a regression, it is not the target
+    # signals). Its misses were then known when the Ray, Gloo address-family, bfloat16, forked-CUDA
+    # and exec-format signals were chosen: 35/41 after them, no longer a figure for unseen logs.
+    # The floor catches a regression, it is not the target
     assert third_accuracy() >= 0.75
 
 

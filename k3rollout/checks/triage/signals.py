@@ -220,6 +220,10 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("image_pull", "container_runtime", 2.5,
      r"manifest unknown|pull access denied|failed to register layer|digest mismatch|ErrImagePull|ImagePullBackOff"
      r"|no space left on device.*(layer|overlay|extract)", "image pull / integrity"),
+    # A binary in the image built for another CPU architecture: the kernel's ENOEXEC text, as runc
+    # reports it when the container's entrypoint will not execute ("standard_init_linux.go: exec
+    # user process caused: exec format error"). Image integrity, step 2; 2.5, a symptom.
+    ("image_pull", "container_runtime", 2.5, r"exec format error", "image built for another CPU architecture"),
     # CUDA asked for a device count and failed: container or driver, the follow-up line decides.
     ("gpu_visibility", "container_runtime", 1.0,
      r"Unexpected error from cudaGetDeviceCount|CUDA unknown error|cuInit.*(failed|error)",
@@ -305,6 +309,13 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|Unknown quantization method|minimum capability|requires (a )?(GPU|device) with compute capability"
      r"|fp8 .*not supported|Marlin.*(not supported|require)|compute capability .* (is )?(below|lower|less)",
      "quantization scheme the kernel or GPU does not support"),
+    # vLLM's dtype check against the GPU (vllm/worker/worker.py _check_if_gpu_supports_dtype:
+    # "Bfloat16 is only supported on GPUs with compute capability of at least 8.0"; vLLM 0.2's
+    # RuntimeError "GPUs with compute capability below 7.0 are not supported."): the model's dtype does not run
+    # on this GPU, a model-load problem like the quantization minimum above.
+    ("quantization", "model_load_capacity", 3.5,
+     r"Bfloat16 is only supported on GPUs with compute capability|GPUs with compute capability below \S+ are not supported",
+     "model dtype not supported by this GPU"),
     ("host_memory", "model_load_capacity", 3.0,
      r"oom-kill|Out of memory: Killed process|OOMKilled|Cannot allocate memory|std::bad_alloc", "host memory OOM"),
     # vLLM 0.33 distributed/device_communicators/shm_broadcast.py: "Insufficient space in /dev/shm
@@ -351,6 +362,11 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # the pair errors after it: 3, a peer that died of something else is also "closed by peer".
     ("gloo_connect", "communication", 4.0,
      r"Gloo connectFullMesh failed", "Gloo: the ranks could not connect to each other"),
+    # Gloo's check that both ends of a pair use one address family (gloo/transport/tcp/device.cc
+    # GLOO_ENFORCE_EQ(ss1.ss_family, ss2.ss_family), printed as "ss1.ss_family == ss2.ss_family.
+    # 2 vs 10"): one rank resolved to IPv4, another to IPv6, an interface-binding problem.
+    ("gloo_connect", "communication", 3.5,
+     r"ss1\.ss_family == ss2\.ss_family", "Gloo: ranks bound to different address families"),
     ("gloo_connect", "communication", 3.0,
      r"(Connection closed by peer|Socket unexpectedly closed|Read error|Read timeout|Write timeout"
      r"|Connect timeout) \[[\w.:%-]+\]:\d+|SO_ERROR: .*remote=\[", "Gloo: a peer connection failed"),
@@ -377,6 +393,13 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      # vLLM's front-end: its engine processes (remote ones on other nodes) never connected back
      r"|Timed out waiting for engines to send ?initial message",
      "worker cannot join the head or the control store"),
+    # Ray's node-removed message as its worker prints it ("The node with node id: <id> and address:
+    # <ip> ... has been marked dead because the detector has missed too many heartbeats from it",
+    # python/ray/_private/worker.py; older Ray: "the monitor has missed"). The pattern above
+    # misses the colon after "node id".
+    ("cluster_join", "communication", 3.0,
+     r"has been marked dead because the (detector|monitor) has missed too many heartbeats",
+     "Ray: a node stopped answering the head"),
     # The c10d TCPStore client that every rank opens to MASTER_ADDR:MASTER_PORT
     # (torch/csrc/distributed/c10d/socket.cpp: "The client socket has timed out after ... while
     # trying to connect to", "The client socket has failed to connect to any network address of").
@@ -398,6 +421,12 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # A CPU-only PyTorch build (torch/cuda/__init__.py _lazy_init: "Torch not compiled with CUDA
     # enabled"): the wheel, not the GPU path, so not the tree's step 2.
     ("python_env", "other", 2.5, r"Torch not compiled with CUDA enabled", "PyTorch built without CUDA"),
+    # CUDA initialised in the parent, then used in a forked worker (torch/cuda/__init__.py
+    # _lazy_init: "Cannot re-initialize CUDA in forked subprocess. To use CUDA with
+    # multiprocessing, you must use the 'spawn' start method"). The launch's start method, not the
+    # driver or the container: vLLM's fix is VLLM_WORKER_MULTIPROC_METHOD=spawn.
+    ("python_env", "other", 3.0, r"Cannot re-initialize CUDA in forked subprocess",
+     "CUDA used in a forked worker process"),
     ("config", "other", 2.5,
      r"Model architectures? \[.*\] (is|are) not supported|not supported for now|unrecognized arguments"
      r"|error: argument|ValidationError|trust_remote_code|Unrecognized (model|configuration)"
