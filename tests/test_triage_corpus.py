@@ -24,6 +24,8 @@ HELDOUT = LOGS / "heldout"
 FRESH = LOGS / "heldout2"
 # collected after the Gloo/NVRM/device-node signals, by symptom searches, labelled before triage ran
 THIRD = LOGS / "heldout3"
+# collected after the Ray/Gloo-family/bfloat16/forked-CUDA signals, the same way
+FOURTH = LOGS / "heldout4"
 FOLDS = 5
 
 
@@ -156,30 +158,36 @@ def test_fresh_heldout_accuracy_is_reported_and_does_not_regress():
     # 50/57 = 87.7% when the folder was closed. Its seven misses were then known when the Gloo,
     # NVRM and device-node signals were written (from the tools' sources, not from these logs),
     # so the folder no longer measures logs nobody has seen: 54/57 after them is reported, and
-    # the floor only catches a regression. The 90% target is measured on heldout3.
+    # the floor only catches a regression. The 90% target is measured on the newest folder.
     assert fresh_accuracy() >= 0.85
 
 
-def test_third_heldout_is_real_cited_and_new():
-    rows = table(THIRD)
-    assert sorted(r["file"] for r in rows) == sorted(p.name for p in THIRD.glob("*.log"))
+def check_new_heldout(folder: Path, earlier: list[Path]) -> None:
+    """A held-out folder's rows match its files, cover every category, cite GitHub threads, and
+    share no thread and no file name with the main folder or an earlier held-out folder."""
+    rows = table(folder)
+    assert sorted(r["file"] for r in rows) == sorted(p.name for p in folder.glob("*.log"))
     assert len(rows) >= 40 and {r["category"] for r in rows} == set(CATEGORIES)
     assert all(r["source"].startswith("https://github.com/") and r["decisive"] for r in rows)
-    seen = {r["source"] for r in table(LOGS) + table(HELDOUT) + table(FRESH)}
-    assert not seen & {r["source"] for r in rows}, "a held-out log comes from a thread already in the corpus"
-    names = {r["file"] for r in table(LOGS) + table(HELDOUT) + table(FRESH)}
-    assert not names & {r["file"] for r in rows}, "a file name is used twice"
+    before = [r for f in [LOGS, *earlier] for r in table(f)]
+    assert not {r["source"] for r in before} & {r["source"] for r in rows}, \
+        "a held-out log comes from a thread already in the corpus"
+    assert not {r["file"] for r in before} & {r["file"] for r in rows}, "a file name is used twice"
 
 
-def third_accuracy() -> float:
+def folder_accuracy(folder: Path, title: str) -> float:
     pairs = []
-    for name, cat, text in corpus(THIRD):
+    for name, cat, text in corpus(folder):
         got = classify(text).category
         pairs.append((cat, got))
         if got != cat:
-            print(f"  third held-out miss: {name}: {cat} -> {got}")
-    acc, _ = report(pairs, "third held-out folder (symptom-searched, labelled before triage ran)")
+            print(f"  {folder.name} miss: {name}: {cat} -> {got}")
+    acc, _ = report(pairs, title)
     return acc
+
+
+def test_third_heldout_is_real_cited_and_new():
+    check_new_heldout(THIRD, [HELDOUT, FRESH])
 
 
 def test_third_heldout_accuracy_is_reported_and_does_not_regress():
@@ -187,14 +195,29 @@ def test_third_heldout_accuracy_is_reported_and_does_not_regress():
     # signals). Its misses were then known when the Ray, Gloo address-family, bfloat16, forked-CUDA
     # and exec-format signals were chosen: 35/41 after them, no longer a figure for unseen logs.
     # The floor catches a regression, it is not the target
-    assert third_accuracy() >= 0.75
+    assert folder_accuracy(THIRD, "third held-out folder (its misses known to the last signals)") >= 0.75
+
+
+def test_fourth_heldout_is_real_cited_and_new():
+    check_new_heldout(FOURTH, [HELDOUT, FRESH, THIRD])
+
+
+def fourth_accuracy() -> float:
+    return folder_accuracy(FOURTH, "fourth held-out folder (symptom-searched after the last signals, "
+                                   "labelled before triage ran)")
+
+
+def test_fourth_heldout_accuracy_is_reported_and_does_not_regress():
+    # 24/40 = 60.0% when the folder was closed (the same with the signals of every earlier
+    # commit); the floor catches a regression, it is not the target
+    assert fourth_accuracy() >= 0.55
 
 
 @pytest.mark.xfail(strict=True, reason="issue #35 asks for 90% on logs triage has never seen; on the folder "
-                   "collected after the last signals it is 32/41 = 78.0% (tests/data/logs/heldout3/README.md). "
+                   "collected after the last signals it is 24/40 = 60.0% (tests/data/logs/heldout4/README.md). "
                    "Strict: reaching it fails here until the mark goes")
 def test_unseen_heldout_reaches_the_90_percent_target():
-    assert third_accuracy() >= 0.90
+    assert fourth_accuracy() >= 0.90
 
 
 @pytest.mark.parametrize("name,category,text", corpus(LOGS), ids=lambda v: v if isinstance(v, str) and
