@@ -4,7 +4,11 @@ Cross-validation: the main folder is split into stratified folds; for each fold 
 multipliers are fitted on the other folds only (``fit.fit_family_weights``) and the fold is
 classified with them. The signal table itself is fixed by hand. Per-category precision and recall
 are printed (run with -s to see them); the test fails below 90% accuracy overall or 80% recall in
-any category. The held-out folder, which no rule was written against, is reported separately.
+any category. The held-out folders are reported separately, each with a floor that catches a
+regression: `heldout/` (no rule written against it), and `heldout2/` to `heldout4/`, each collected
+after the signals of its time and labelled before triage ran. A folder whose misses were known
+when later signals were chosen no longer measures unseen logs; the 90% target of issue #35 is
+asserted on the newest folder only, as a strict expected failure while it is not met.
 """
 
 from __future__ import annotations
