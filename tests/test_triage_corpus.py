@@ -213,12 +213,14 @@ def fourth_accuracy() -> float:
 
 def test_fourth_heldout_accuracy_is_reported_and_does_not_regress():
     # 24/40 = 60.0% when the folder was closed (the same with the signals of every earlier
-    # commit); the floor catches a regression, it is not the target
+    # commit). Its misses were then known when the ggml OOM, flash-attention, torchrun rendezvous
+    # and Open MPI signals were chosen: 28/40 after them, no longer a figure for unseen logs.
+    # The floor catches a regression, it is not the target
     assert fourth_accuracy() >= 0.55
 
 
 @pytest.mark.xfail(strict=True, reason="issue #35 asks for 90% on logs triage has never seen; on the folder "
-                   "collected after the last signals it is 24/40 = 60.0% (tests/data/logs/heldout4/README.md). "
+                   "heldout4 it was 24/40 = 60.0% when closed (tests/data/logs/heldout4/README.md). "
                    "Strict: reaching it fails here until the mark goes")
 def test_unseen_heldout_reaches_the_90_percent_target():
     assert fourth_accuracy() >= 0.90

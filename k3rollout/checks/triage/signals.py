@@ -255,6 +255,12 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|Externally held weights on device .* exceed the desired GPU memory utilization",
      "vLLM: free GPU memory at start below the requested utilization"),
     ("gpu_memory", "model_load_capacity", 2.0, r"Error in memory profiling", "vLLM: GPU memory changed under profiling"),
+    # llama.cpp/ggml (the engine under Ollama, llamafile, LM Studio): ggml/src/ggml-cuda/ggml-cuda.cu
+    # "allocating %.2f MiB on device %d: cudaMalloc failed: %s", then llama's "unable to allocate
+    # CUDA0 buffer" (src/llama-model.cpp). The weights or KV cache do not fit: 4, as CUDA OOM.
+    ("gpu_memory", "model_load_capacity", 4.0,
+     r"cudaMalloc failed: out of memory|unable to allocate CUDA\d* buffer",
+     "ggml: the model's buffers do not fit in GPU memory"),
     ("kv_cache", "model_load_capacity", 4.0,
      r"No available memory for the cache blocks|larger than the maximum number of tokens that can be stored in KV cache"
      r"|(is|are) (needed|required) to store .*KV cache|KV cache .*(is )?(needed|required).*(larger|exceeds|available)"
@@ -316,6 +322,14 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("quantization", "model_load_capacity", 3.5,
      r"Bfloat16 is only supported on GPUs with compute capability|GPUs with compute capability below \S+ are not supported",
      "model dtype not supported by this GPU"),
+    # Kernels the GPU generation cannot run: flash-attention's own check (csrc/flash_attn/
+    # flash_api.cpp TORCH_CHECK "FlashAttention only supports Ampere GPUs or newer.") and TGI's
+    # refusal to shard a model without it (text_generation_server/models/__init__.py
+    # FLASH_ATT_ERROR_MESSAGE "{} requires Flash Attention enabled models."). The model does not
+    # load on this GPU, like a quantization minimum: 3.5.
+    ("quantization", "model_load_capacity", 3.5,
+     r"FlashAttention only supports Ampere GPUs or newer|requires Flash Attention enabled models",
+     "attention kernels need a newer GPU"),
     ("host_memory", "model_load_capacity", 3.0,
      r"oom-kill|Out of memory: Killed process|OOMKilled|Cannot allocate memory|std::bad_alloc", "host memory OOM"),
     # vLLM 0.33 distributed/device_communicators/shm_broadcast.py: "Insufficient space in /dev/shm
@@ -400,6 +414,19 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("cluster_join", "communication", 3.0,
      r"has been marked dead because the (detector|monitor) has missed too many heartbeats",
      "Ray: a node stopped answering the head"),
+    # torch.distributed.elastic's rendezvous (torchrun) failing to gather the nodes: the exception
+    # classes of torch/distributed/elastic/rendezvous/api.py, RendezvousConnectionError ("The
+    # connection to the C10d store has failed") and RendezvousTimeoutError.
+    ("cluster_join", "communication", 3.0, r"Rendezvous(Connection|Timeout)Error",
+     "torchrun: the nodes never met at the rendezvous"),
+    # Open MPI (Horovod, mpirun launches) finding no transport between two ranks: its help texts
+    # ompi/mca/bml/r2/help-mca-bml-r2.txt "At least one pair of MPI processes are unable to reach
+    # each other for MPI communications" and orte/mca/oob/tcp/help-oob-tcp.txt "A process or daemon
+    # was unable to complete a TCP connection to another process" (printed over two lines; the
+    # first decides).
+    ("cluster_join", "communication", 3.5,
+     r"MPI processes are unable to reach each other|A process or daemon was unable to complete a TCP connection",
+     "MPI: the ranks cannot reach each other"),
     # The c10d TCPStore client that every rank opens to MASTER_ADDR:MASTER_PORT
     # (torch/csrc/distributed/c10d/socket.cpp: "The client socket has timed out after ... while
     # trying to connect to", "The client socket has failed to connect to any network address of").
