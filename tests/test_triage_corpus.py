@@ -5,10 +5,11 @@ multipliers are fitted on the other folds only (``fit.fit_family_weights``) and 
 classified with them. The signal table itself is fixed by hand. Per-category precision and recall
 are printed (run with -s to see them); the test fails below 90% accuracy overall or 80% recall in
 any category. The held-out folders are reported separately, each with a floor that catches a
-regression: `heldout/` (no rule written against it), and `heldout2/` to `heldout4/`, each collected
+regression: `heldout/` (no rule written against it), and `heldout2/` to `heldout5/`, each collected
 after the signals of its time and labelled before triage ran. A folder whose misses were known
 when later signals were chosen no longer measures unseen logs; the 90% target of issue #35 is
-asserted on the newest folder only, as a strict expected failure while it is not met.
+asserted on the folders never tuned on (`heldout/` and the newest) taken together, as a strict
+expected failure while it is not met.
 """
 
 from __future__ import annotations
@@ -225,11 +226,30 @@ def test_fifth_heldout_is_real_cited_and_new():
     check_new_heldout(FIFTH, [HELDOUT, FRESH, THIRD, FOURTH])
 
 
-@pytest.mark.xfail(strict=True, reason="issue #35 asks for 90% on logs triage has never seen; on the folder "
-                   "heldout4 it was 24/40 = 60.0% when closed (tests/data/logs/heldout4/README.md). "
-                   "Strict: reaching it fails here until the mark goes")
+def fifth_accuracy() -> float:
+    return folder_accuracy(FIFTH, "fifth held-out folder (symptom-searched after the last signals, "
+                                  "labelled before triage ran)")
+
+
+def test_fifth_heldout_accuracy_is_reported_and_does_not_regress():
+    # 37/41 = 90.2% when the folder was closed; 41 logs put a wide margin on that figure.
+    # The floor catches a regression, it is not the target
+    assert fifth_accuracy() >= 0.85
+
+
+def never_tuned_on_accuracy() -> float:
+    """Accuracy on `heldout/` and the newest folder together: no signal was chosen knowing them."""
+    pairs = [(cat, classify(text).category) for folder in (HELDOUT, FIFTH) for _, cat, text in corpus(folder)]
+    acc, _ = report(pairs, "held-out folders never tuned on (heldout + heldout5)")
+    return acc
+
+
+@pytest.mark.xfail(strict=True, reason="issue #35 asks for 90% on logs triage has never seen; on the folders "
+                   "never tuned on, heldout + heldout5, it is 61/71 = 85.9% (heldout5 alone 37/41 = 90.2% "
+                   "when closed, tests/data/logs/heldout5/README.md). Strict: reaching it fails here "
+                   "until the mark goes")
 def test_unseen_heldout_reaches_the_90_percent_target():
-    assert fourth_accuracy() >= 0.90
+    assert never_tuned_on_accuracy() >= 0.90
 
 
 @pytest.mark.parametrize("name,category,text", corpus(LOGS), ids=lambda v: v if isinstance(v, str) and
