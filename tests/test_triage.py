@@ -52,6 +52,36 @@ def test_live_facts_decide_before_any_log_is_read():
     assert "575.57.08" in t.evidence[0] and "580" in t.evidence[0]
 
 
+def test_a_driver_below_the_image_floor_decides_whatever_the_log_scores(tmp_path, capsys):
+    # issue #35: fitted family weights made error 802 score container_runtime 6.70 against the
+    # live fact's 6.30, and the score overruled the tree's first step
+    text = (LOGS / "error-802.log").read_text()
+    fitted = {"fabric_manager": 1.6, "gpu_visibility": 0.9}
+    assert classify(text, weights=fitted).scores["container_runtime"] == 6.70
+    t = classify(text, driver="575.57.08", image_cuda="13.0.1", weights=fitted)
+    assert t.category == "driver_incompatible" and t.runner_up == "container_runtime"
+    assert t.scores["container_runtime"] > t.scores["driver_incompatible"] and t.confidence == 1.0
+    assert "580" in t.evidence[0] and any("live facts (tree step 1)" in r for r in t.reasons)
+    # a driver new enough leaves the log to decide
+    assert classify(text, driver="580.65.06", image_cuda="13.0.1", weights=fitted).category == "container_runtime"
+    # through the CLI, on an 802 log that outscores the live fact by hand weights alone
+    log = tmp_path / "802-in-container.log"
+    log.write_text(text + "Failed to initialize NVML: Unknown Error\n")
+    assert classify(log.read_text()).category == "container_runtime"
+    assert main(["triage", "--json", str(log), "--driver", "575.57.08", "--image-cuda", "13.0.1"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["category"] == "driver_incompatible" and d["runner_up"] == "container_runtime"
+    assert d["scores"]["container_runtime"] > d["scores"]["driver_incompatible"]
+    assert main(["triage", "--explain", str(log), "--driver", "575.57.08", "--image-cuda", "13.0.1"]) == 0
+    assert "decided by the live facts (tree step 1) over the log's container_runtime" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", [f for f, _, _ in _table()])
+def test_no_log_overrules_a_driver_below_the_image_floor(name):
+    t = classify((LOGS / name).read_text(errors="replace"), driver="575.57.08", image_cuda="13.0.1")
+    assert t.category == "driver_incompatible", (t.scores, t.runner_up)
+
+
 def test_cuda_table_uses_the_family_floor():
     assert not driver_supports("575.57.08", "13.0.1")
     assert driver_supports("580.65.06", "13.0.1")
@@ -179,3 +209,61 @@ def test_replica_failure_lines_of_the_simulator_triage_to_their_step():
     # NCCL's INFO lines alone never decide: a log that only says so is not a verdict
     assert classify("gpu-a03:1:1 [0] NCCL INFO NET/IB : No device found.\n"
                     "gpu-a03:1:1 [0] NCCL INFO Using network Socket\n").category == "other"
+
+
+# vLLM 0.33's raise sites (the file each comes from) and NVML's texts inside containers, rendered
+# as the process prints them: each decides its tree step alone.
+RAISE_SITES = [
+    ("v1/core/kv_cache_planning.py", "model_load_capacity",
+     "ValueError: To serve at least one request with the model's max seq len (262144), (61.0 GiB KV cache is "
+     "needed, which is larger than the available KV cache memory (23.45 GiB). Based on the available memory, the "
+     "estimated maximum model length is 100544. Try increasing `gpu_memory_utilization`"),
+    ("v1/core/kv_cache_planning.py", "model_load_capacity",
+     "ValueError: Cannot auto-fit max_model_len: not enough GPU memory available to serve even a single token. "
+     "Try increasing `gpu_memory_utilization`."),
+    ("v1/worker/gpu_model_runner.py", "model_load_capacity",
+     "ERROR 05-02 10:00:01 [gpu_model_runner.py:5086] Failed to load model - not enough GPU memory. Try lowering "
+     "--gpu-memory-utilization to free memory for weights, increasing --tensor-parallel-size, or using "
+     "--quantization."),
+    ("v1/worker/utils.py", "model_load_capacity",
+     "ValueError: Free memory on device cuda:0 (61.2/139.8 GiB) on startup is less than desired GPU memory "
+     "utilization (0.9, 125.82 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes."),
+    ("v1/worker/utils.py", "model_load_capacity",
+     "ValueError: Externally held weights on device cuda:0 (130.0/139.8 GiB) exceed the desired GPU memory "
+     "utilization (0.9, 125.82 GiB). Increase GPU memory utilization or reduce GPU memory used by other processes."),
+    ("config/parallel.py", "model_load_capacity",
+     "ValueError: World size (16) is larger than the number of available GPUs (8) in this node. If this is "
+     "intentional and you are using:"),
+    ("v1/executor/ray_utils.py", "model_load_capacity",
+     "ValueError: The number of required GPUs exceeds the total number of available GPUs in the placement group. "
+     "Required number of devices: 16. Total number of devices: 8."),
+    ("v1/engine/utils.py", "model_load_capacity",
+     "AssertionError: Not enough total available nodes (1) and devices per node (8) to satisfy required world "
+     "size 16 and data parallel size 2"),
+    ("model_executor/model_loader/default_loader.py", "model_load_capacity",
+     "RuntimeError: Cannot find any model weights with `/models/Kimi-K3`"),
+    ("model_executor/model_loader/default_loader.py", "model_load_capacity",
+     "ValueError: Following weights were not initialized from checkpoint: {'model.layers.0.mlp.gate.weight'}"),
+    ("model_executor/model_loader/sharded_state_loader.py", "model_load_capacity",
+     "ValueError: Could not find checkpoint files '/models/k3/model-rank-*-part-*.safetensors', only pre-sharded "
+     "checkpoints are currently supported!"),
+    ("distributed/device_communicators/shm_broadcast.py", "model_load_capacity",
+     "RuntimeError: Insufficient space in /dev/shm for MessageQueue: 1024 MiB required, 64 MiB free. Increase "
+     "/dev/shm (e.g. --shm-size or --ipc=host)."),
+    ("third_party/pynvml.py", "container_runtime", "pynvml.NVMLError_LibraryNotFound: NVML Shared Library Not Found"),
+    ("third_party/pynvml.py", "container_runtime", "pynvml.NVMLError_DriverNotLoaded: Driver Not Loaded"),
+    ("third_party/pynvml.py", "container_runtime", "pynvml.NVMLError_NoPermission: Insufficient Permissions"),
+    ("third_party/pynvml.py", "driver_incompatible",
+     "pynvml.NVMLError_LibRmVersionMismatch: RM has detected an NVML/RM version mismatch."),
+    ("go-nvml pkg/nvml/return.go", "container_runtime", "E0301 10:00:00 main.go:132] Failed to initialize NVML: "
+     "ERROR_UNKNOWN"),
+    ("nvidia-container-toolkit #48", "container_runtime", "Failed to initialize NVML: Unknown Error"),
+]
+
+
+@pytest.mark.parametrize("where,category,line", RAISE_SITES, ids=[f"{w}-{i}" for i, (w, _, _) in
+                                                                  enumerate(RAISE_SITES)])
+def test_vllm_raise_sites_and_nvml_texts_decide_their_step(where, category, line):
+    t = classify(line + "\n")
+    assert t.category == category, (where, t.scores)
+    assert t.evidence == [line]

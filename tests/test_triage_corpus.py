@@ -4,7 +4,12 @@ Cross-validation: the main folder is split into stratified folds; for each fold 
 multipliers are fitted on the other folds only (``fit.fit_family_weights``) and the fold is
 classified with them. The signal table itself is fixed by hand. Per-category precision and recall
 are printed (run with -s to see them); the test fails below 90% accuracy overall or 80% recall in
-any category. The held-out folder, which no rule was written against, is reported separately.
+any category. The held-out folders are reported separately, each with a floor that catches a
+regression: `heldout/` (no rule written against it), and `heldout2/` to `heldout5/`, each collected
+after the signals of its time and labelled before triage ran. A folder whose misses were known
+when later signals were chosen no longer measures unseen logs; the 90% target of issue #35 is
+asserted on the folders never tuned on (`heldout/` and the newest) taken together, as a strict
+expected failure while it is not met.
 """
 
 from __future__ import annotations
@@ -20,6 +25,14 @@ from k3rollout.checks.triage.fit import fit_family_weights
 
 LOGS = DATA / "logs"
 HELDOUT = LOGS / "heldout"
+# collected after the vLLM/NVML signals were written, labelled before triage ran on them
+FRESH = LOGS / "heldout2"
+# collected after the Gloo/NVRM/device-node signals, by symptom searches, labelled before triage ran
+THIRD = LOGS / "heldout3"
+# collected after the Ray/Gloo-family/bfloat16/forked-CUDA signals, the same way
+FOURTH = LOGS / "heldout4"
+# collected after the ggml-OOM/flash-attention/torchrun/Open MPI signals, the same way
+FIFTH = LOGS / "heldout5"
 FOLDS = 5
 
 
@@ -126,6 +139,117 @@ def test_heldout_accuracy_is_reported_separately():
     acc, _ = report(pairs, "held-out folder (no rule written against it)")
     # reported, not tuned against; the floor only catches a classifier that has stopped working
     assert acc >= 0.5
+
+
+def test_fresh_heldout_is_real_cited_and_new():
+    rows = table(FRESH)
+    assert sorted(r["file"] for r in rows) == sorted(p.name for p in FRESH.glob("*.log"))
+    assert len(rows) >= 50 and {r["category"] for r in rows} == set(CATEGORIES)
+    assert all(r["source"].startswith("https://github.com/") and r["decisive"] for r in rows)
+    seen = {r["source"] for r in table(LOGS) + table(HELDOUT)}
+    assert not seen & {r["source"] for r in rows}, "a fresh log comes from a thread already in the corpus"
+
+
+def fresh_accuracy() -> float:
+    pairs = []
+    for name, cat, text in corpus(FRESH):
+        got = classify(text).category
+        pairs.append((cat, got))
+        if got != cat:
+            print(f"  fresh held-out miss: {name}: {cat} -> {got}")
+    acc, _ = report(pairs, "fresh held-out folder (collected after the rules, labelled before triage ran)")
+    return acc
+
+
+def test_fresh_heldout_accuracy_is_reported_and_does_not_regress():
+    # 50/57 = 87.7% when the folder was closed. Its seven misses were then known when the Gloo,
+    # NVRM and device-node signals were written (from the tools' sources, not from these logs),
+    # so the folder no longer measures logs nobody has seen: 54/57 after them is reported, and
+    # the floor only catches a regression. The 90% target is measured on the newest folder.
+    assert fresh_accuracy() >= 0.85
+
+
+def check_new_heldout(folder: Path, earlier: list[Path]) -> None:
+    """A held-out folder's rows match its files, cover every category, cite GitHub threads, and
+    share no thread and no file name with the main folder or an earlier held-out folder."""
+    rows = table(folder)
+    assert sorted(r["file"] for r in rows) == sorted(p.name for p in folder.glob("*.log"))
+    assert len(rows) >= 40 and {r["category"] for r in rows} == set(CATEGORIES)
+    assert all(r["source"].startswith("https://github.com/") and r["decisive"] for r in rows)
+    before = [r for f in [LOGS, *earlier] for r in table(f)]
+    assert not {r["source"] for r in before} & {r["source"] for r in rows}, \
+        "a held-out log comes from a thread already in the corpus"
+    assert not {r["file"] for r in before} & {r["file"] for r in rows}, "a file name is used twice"
+
+
+def folder_accuracy(folder: Path, title: str) -> float:
+    pairs = []
+    for name, cat, text in corpus(folder):
+        got = classify(text).category
+        pairs.append((cat, got))
+        if got != cat:
+            print(f"  {folder.name} miss: {name}: {cat} -> {got}")
+    acc, _ = report(pairs, title)
+    return acc
+
+
+def test_third_heldout_is_real_cited_and_new():
+    check_new_heldout(THIRD, [HELDOUT, FRESH])
+
+
+def test_third_heldout_accuracy_is_reported_and_does_not_regress():
+    # 32/41 = 78.0% when the folder was closed (the same before and after the Gloo/NVRM/device-node
+    # signals). Its misses were then known when the Ray, Gloo address-family, bfloat16, forked-CUDA
+    # and exec-format signals were chosen: 35/41 after them, no longer a figure for unseen logs.
+    # The floor catches a regression, it is not the target
+    assert folder_accuracy(THIRD, "third held-out folder (its misses known to the last signals)") >= 0.75
+
+
+def test_fourth_heldout_is_real_cited_and_new():
+    check_new_heldout(FOURTH, [HELDOUT, FRESH, THIRD])
+
+
+def fourth_accuracy() -> float:
+    return folder_accuracy(FOURTH, "fourth held-out folder (symptom-searched after the last signals, "
+                                   "labelled before triage ran)")
+
+
+def test_fourth_heldout_accuracy_is_reported_and_does_not_regress():
+    # 24/40 = 60.0% when the folder was closed (the same with the signals of every earlier
+    # commit). Its misses were then known when the ggml OOM, flash-attention, torchrun rendezvous
+    # and Open MPI signals were chosen: 28/40 after them, no longer a figure for unseen logs.
+    # The floor catches a regression, it is not the target
+    assert fourth_accuracy() >= 0.55
+
+
+def test_fifth_heldout_is_real_cited_and_new():
+    check_new_heldout(FIFTH, [HELDOUT, FRESH, THIRD, FOURTH])
+
+
+def fifth_accuracy() -> float:
+    return folder_accuracy(FIFTH, "fifth held-out folder (symptom-searched after the last signals, "
+                                  "labelled before triage ran)")
+
+
+def test_fifth_heldout_accuracy_is_reported_and_does_not_regress():
+    # 37/41 = 90.2% when the folder was closed; 41 logs put a wide margin on that figure.
+    # The floor catches a regression, it is not the target
+    assert fifth_accuracy() >= 0.85
+
+
+def never_tuned_on_accuracy() -> float:
+    """Accuracy on `heldout/` and the newest folder together: no signal was chosen knowing them."""
+    pairs = [(cat, classify(text).category) for folder in (HELDOUT, FIFTH) for _, cat, text in corpus(folder)]
+    acc, _ = report(pairs, "held-out folders never tuned on (heldout + heldout5)")
+    return acc
+
+
+@pytest.mark.xfail(strict=True, reason="issue #35 asks for 90% on logs triage has never seen; on the folders "
+                   "never tuned on, heldout + heldout5, it is 61/71 = 85.9% (heldout5 alone 37/41 = 90.2% "
+                   "when closed, tests/data/logs/heldout5/README.md). Strict: reaching it fails here "
+                   "until the mark goes")
+def test_unseen_heldout_reaches_the_90_percent_target():
+    assert never_tuned_on_accuracy() >= 0.90
 
 
 @pytest.mark.parametrize("name,category,text", corpus(LOGS), ids=lambda v: v if isinstance(v, str) and

@@ -10,8 +10,10 @@ signal families of ``signals.py``; each family contributes its strongest match (
 line's log level), families of one category add up, and the live facts (the stage that failed,
 driver and image CUDA, whether CUDA init already succeeded, the replica's node count) add or
 move score the way the tree orders them. The best category wins when it is both strong enough
-and clearly ahead; otherwise the answer is ``other`` with the candidates listed. Every
-decision keeps its deciding lines, its runner-up and a confidence.
+and clearly ahead; otherwise the answer is ``other`` with the candidates listed. One live fact
+is not weighed but decides: a host driver below the image's CUDA floor (``cuda_table``) is the
+tree's first step, whatever the log or a fitted weight scores. Every decision keeps its deciding
+lines, its runner-up and a confidence.
 """
 
 from __future__ import annotations
@@ -150,6 +152,7 @@ class Triage:
         out = [f"category: {self.category} (confidence {self.confidence:.2f}, runner-up {self.runner_up or '-'})"]
         if self.candidates:
             out.append("  too weak or too close to call; candidates: " + ", ".join(self.candidates))
+        out.extend(f"  {r}" for r in self.reasons if r.startswith("decided by the live facts"))
         out.append("scores (sum of family scores + tree-order tie-break):")
         for cat in CATEGORIES:
             out.append(f"  {cat:<20} {self.scores.get(cat, 0.0):6.2f}")
@@ -244,12 +247,15 @@ def classify_hits(hits: list[Hit], *, driver: str | None = None, image_cuda: str
     relabel: dict[str, str] = {}
 
     # Tree step 1/2 from the live facts: the compat table, not the log, says whether the driver
-    # can run the image. Too old: decisive (6 beats any log). New enough: the log's driver-level
-    # messages are the container's doing (stale compat libcuda, wrong ldcache), so their score
-    # moves to container_runtime.
+    # can run the image. Too old: the tree's first step decides, whatever the log scores (a fitted
+    # weight or a loud NCCL log must not overrule it); the 6.0 only shows in the scores. New
+    # enough: the log's driver-level messages are the container's doing (stale compat libcuda,
+    # wrong ldcache), so their score moves to container_runtime.
+    decided: str | None = None
     if driver and image_cuda:
         verdict = compat_verdict(driver, image_cuda)
         if not verdict["compatible"]:
+            decided = "driver_incompatible"
             facts.append(Hit("driver_incompatible", "live_facts", 6.0, "host driver below the image's CUDA floor",
                              f"live facts: {verdict['reason']}"))
         elif scores["driver_incompatible"]:
@@ -298,20 +304,29 @@ def classify_hits(hits: list[Hit], *, driver: str | None = None, image_cuda: str
         if scores[cat] > 0:
             scores[cat] += TREE_BONUS[cat]
     scores = {c: round(max(0.0, v), 2) for c, v in scores.items()}
-    return _decide(scores, facts + hits, relabel)
+    return _decide(scores, facts + hits, relabel, decided)
 
 
-def _decide(scores: dict[str, float], hits: list[Hit], relabel: Mapping[str, str]) -> Triage:
+def _decide(scores: dict[str, float], hits: list[Hit], relabel: Mapping[str, str],
+            decided: str | None = None) -> Triage:
+    """The winner by score, or `decided` (a live fact that settles the tree step) whatever the
+    scores; the runner-up is then the best of the rest."""
     ranked = sorted(CATEGORIES, key=lambda c: (-scores[c], CATEGORIES.index(c)))
+    if decided:
+        ranked.remove(decided)
+        ranked.insert(0, decided)
     top, second = ranked[0], ranked[1]
     s1, s2 = scores[top], scores[second]
     # Confidence: the share of the top two that the winner holds (0.5 tie .. 1.0 alone), times
-    # how much evidence there is at all (one decisive 4.0 line gives 0.8).
+    # how much evidence there is at all (one decisive 4.0 line gives 0.8). A decided fact is
+    # read off the compat table, not inferred from the log: 1.0.
     confidence = 0.0 if s1 <= 0 else round(s1 / (s1 + s2) * (1 - math.exp(-s1 / 2.5)), 2)
+    if decided:
+        confidence = 1.0
     runner_up = second if s2 > 0 else None
     candidates: list[str] = []
     category = top
-    if s1 < MIN_SCORE or confidence < MIN_CONFIDENCE:
+    if not decided and (s1 < MIN_SCORE or confidence < MIN_CONFIDENCE):
         candidates = [f"{c} ({scores[c]:.2f})" for c in ranked if scores[c] > 0 and c != "other"][:3]
         category = "other"
         if top != "other":
@@ -328,6 +343,8 @@ def _decide(scores: dict[str, float], hits: list[Hit], relabel: Mapping[str, str
             reasons.append(h.why)
     if category == "other" and top != "other":
         reasons = [f"not decided: best {top} {s1:.2f}, next {second} {s2:.2f}"] + reasons
+    if decided and s2 > s1:
+        reasons.append(f"decided by the live facts (tree step 1) over the log's {second} {s2:.2f}")
     # evidence is in log order, live facts first
     order = {h.line: (h.lineno or 0) for h in hits if h.line}
     evidence.sort(key=lambda ln: order.get(ln, 0))

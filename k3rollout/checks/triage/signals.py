@@ -108,6 +108,17 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("driver_mismatch", "driver_incompatible", 3.5,
      r"Driver/library version mismatch|API mismatch: the NVIDIA kernel module has version",
      "NVML: loaded kernel module differs from the user-space driver"),
+    # NVML_ERROR_LIB_RM_VERSION_MISMATCH as pynvml raises it (class name and nvmlErrorString text,
+    # vllm/third_party/pynvml.py in vLLM 0.33) and as go-nvml names it (pkg/nvml/return.go).
+    ("driver_mismatch", "driver_incompatible", 3.5,
+     r"NVMLError_LibRmVersionMismatch|RM has detected an NVML/RM version mismatch|ERROR_LIB_RM_VERSION_MISMATCH",
+     "NVML: the library and the kernel driver (RM) differ"),
+    # The kernel module's own refusal, printed to the kernel log when a user-space component of
+    # another version opens it (open-gpu-kernel-modules src/nvidia/arch/nvalloc/unix/src/osapi.c:
+    # "NVRM: API mismatch: the client '%s' (pid %u) has the version %s, but this kernel module has
+    # the version %s"; drivers before the open modules printed "the client has the version").
+    ("driver_mismatch", "driver_incompatible", 3.5,
+     r"NVRM: API mismatch: the client", "NVRM: a driver component and the kernel module differ"),
     # 222: kernels built by a newer toolchain than the driver's JIT understands.
     ("ptx_toolchain", "driver_incompatible", 4.0,
      r"PTX was compiled with an unsupported toolchain|cudaErrorUnsupportedPtxVersion|UNSUPPORTED_PTX_VERSION",
@@ -130,12 +141,31 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("toolkit_hook", "container_runtime", 1.5,
      r"error running (prestart )?hook|OCI runtime create failed|failed to create shim task",
      "OCI runtime hook failed (generic: the hook's own message decides)"),
+    # nvidia-container-runtime's own failure to edit the container spec (nvidia-container-toolkit
+    # internal/oci/runtime_modifier.go "could not apply required modification to OCI
+    # specification"; the CDI modifier's errors follow it).
+    ("toolkit_hook", "container_runtime", 3.5,
+     r"could not apply required modification to OCI specification", "nvidia-container-runtime failed"),
     # NVML unreachable inside a container/pod: libraries not injected or cgroup device access lost.
     ("nvml_in_container", "container_runtime", 3.5,
      r"Failed to initialize NVML: (Unknown Error|ERROR_LIBRARY_NOT_FOUND|could not load NVML library)"
      r"|NVML library not found|could not load NVML library|libnvidia-ml\.so(\.1)?: cannot open shared object"
      r"|load library failed: libnvidia-ml|nvml\.so.*not found|libcuda\.so(\.1)?: cannot open shared object",
      "NVML/driver libraries not reachable in the container"),
+    # The same NVML failures as the bindings name them: pynvml raises NVMLError_<Name> with
+    # nvmlErrorString's text (vllm/third_party/pynvml.py in vLLM 0.33: "NVML Shared Library Not
+    # Found", "Unknown Error"); go-nvml (device plugin, GPU Operator, HAMi) prints the return
+    # code's name when the library cannot say (pkg/nvml/return.go: ERROR_UNKNOWN...). Unknown
+    # Error inside a container is its cgroup losing the device nodes (nvidia-container-toolkit #48).
+    ("nvml_in_container", "container_runtime", 3.5,
+     r"NVMLError_LibraryNotFound|NVML Shared Library Not Found|NVMLError_Unknown\b"
+     r"|NVML.*\bERROR_(UNKNOWN|LIBRARY_NOT_FOUND)\b", "NVML unreachable in the container"),
+    # The kernel module is not loaded where the container runs: pynvml NVMLError_DriverNotLoaded
+    # ("Driver Not Loaded"), go-nvml ERROR_DRIVER_NOT_LOADED, nvml-wrapper DriverNotLoaded. Like
+    # "Found no NVIDIA driver" below: GPUs not visible, 3 (the host driver, not its version).
+    ("gpu_visibility", "container_runtime", 3.0,
+     r"NVMLError_DriverNotLoaded|ERROR_DRIVER_NOT_LOADED|\bDriverNotLoaded\b|NVML.*Driver Not Loaded",
+     "NVML: no NVIDIA kernel driver loaded"),
     # The Kubernetes device plugin / GPU Operator telling the node has no usable GPU runtime.
     ("device_plugin", "container_runtime", 3.5,
      r"did you configure the NVIDIA Container Toolkit|Incompatible strategy detected|"
@@ -159,15 +189,41 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("fabric_manager", "container_runtime", 3.5,
      r"Error 802\b|system not yet initialized|cudaErrorSystemNotReady|CUDA_ERROR_SYSTEM_NOT_READY"
      r"|nvidia-fabricmanager.*(fail|error|mismatch)", "error 802: fabric manager / system not ready"),
+    # The kernel driver cannot bring the GPU up or has lost it (open-gpu-kernel-modules:
+    # src/nvidia/arch/nvalloc/unix/src/osinit.c "RmInitAdapter failed!" and "GPU has fallen off
+    # the bus."; osapi.c "... has fallen off the bus and is not responding to commands";
+    # kernel-open/nvidia/nv.c "NVRM: No NVIDIA GPU found.", "The NVIDIA probe routine was not
+    # called for / failed for N device(s)"). The tree has no hardware branch: the driver is loaded
+    # and new enough, yet CUDA finds no working GPU, which is step 2's GPU visibility. 3: the
+    # cause is the node, but a GPU lost mid-run also kills a load or a collective on the way.
+    ("gpu_unreachable", "container_runtime", 3.0,
+     r"RmInitAdapter failed|fallen off the bus|NVRM: No NVIDIA GPU found"
+     r"|The NVIDIA probe routine (was not called|failed) for", "kernel driver cannot initialise or reach the GPU"),
+    # A device node the container was given does not exist on the host (nvidia-uvm is created on
+    # first use, so it is often missing after a reboot). moby oci/devices_linux.go: "error
+    # gathering device information while adding custom device %q"; nvidia-container-toolkit
+    # pkg/system/nvdevices/devices.go "failed to create device node"; Go's os errors for a
+    # missing path ("stat|lstat /dev/nvidia-uvm: no such file or directory").
+    ("device_nodes", "container_runtime", 3.5,
+     r'error gathering device information while adding custom device "?/dev/nvidia'
+     r"|(stat|lstat|open) /dev/nvidia[\w-]*: no such file or directory|failed to create device node nvidia",
+     "an NVIDIA device node is missing on the host"),
     # Device nodes or sockets not accessible: rootless, cgroups, SELinux.
     ("device_permissions", "container_runtime", 3.0,
      r"permission denied.*(/dev/nvidia|docker\.sock|nvidia-container)"
      r"|(/dev/nvidia\S*).*(permission denied|Operation not permitted)"
      r"|rootless.*(nvidia|gpu|cgroup)|no-cgroups|cgroup.*devices.*(not found|denied)", "device or socket permissions"),
+    # NVML_ERROR_NO_PERMISSION (pynvml "Insufficient Permissions", go-nvml ERROR_NO_PERMISSION)
+    ("device_permissions", "container_runtime", 3.0,
+     r"NVMLError_NoPermission|ERROR_NO_PERMISSION\b|NVML.*Insufficient Permissions", "NVML: no permission"),
     # Image could not be pulled or verified.
     ("image_pull", "container_runtime", 2.5,
      r"manifest unknown|pull access denied|failed to register layer|digest mismatch|ErrImagePull|ImagePullBackOff"
      r"|no space left on device.*(layer|overlay|extract)", "image pull / integrity"),
+    # A binary in the image built for another CPU architecture: the kernel's ENOEXEC text, as runc
+    # reports it when the container's entrypoint will not execute ("standard_init_linux.go: exec
+    # user process caused: exec format error"). Image integrity, step 2; 2.5, a symptom.
+    ("image_pull", "container_runtime", 2.5, r"exec format error", "image built for another CPU architecture"),
     # CUDA asked for a device count and failed: container or driver, the follow-up line decides.
     ("gpu_visibility", "container_runtime", 1.0,
      r"Unexpected error from cudaGetDeviceCount|CUDA unknown error|cuInit.*(failed|error)",
@@ -184,6 +240,27 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|exceeds (the )?(available|total) (GPU )?memory"
      r"|not enough (GPU|device) memory|Free memory on device .* is less than desired GPU memory utilization",
      "memory below what the model needs"),
+    # vLLM 0.33's own raise sites for memory at load (file beside each):
+    #   v1/worker/gpu_model_runner.py  "Failed to load model - not enough GPU memory."
+    #   v1/worker/utils.py             "Free memory on device ... on startup is less than desired GPU
+    #                                  memory utilization" / "... than the engine's budget", and
+    #                                  "Externally held weights on device ... exceed the desired GPU
+    #                                  memory utilization" (another process holds the memory: 3)
+    #   v1/worker/gpu_worker.py        "Error in memory profiling" (others sharing the GPU released
+    #                                  memory during profiling: a symptom, 2)
+    ("gpu_memory", "model_load_capacity", 4.0,
+     r"Failed to load model - not enough GPU memory", "vLLM: the weights do not fit in GPU memory"),
+    ("gpu_memory", "model_load_capacity", 3.0,
+     r"Free memory on device .* is less than (desired GPU memory utilization|the engine's budget)"
+     r"|Externally held weights on device .* exceed the desired GPU memory utilization",
+     "vLLM: free GPU memory at start below the requested utilization"),
+    ("gpu_memory", "model_load_capacity", 2.0, r"Error in memory profiling", "vLLM: GPU memory changed under profiling"),
+    # llama.cpp/ggml (the engine under Ollama, llamafile, LM Studio): ggml/src/ggml-cuda/ggml-cuda.cu
+    # "allocating %.2f MiB on device %d: cudaMalloc failed: %s", then llama's "unable to allocate
+    # CUDA0 buffer" (src/llama-model.cpp). The weights or KV cache do not fit: 4, as CUDA OOM.
+    ("gpu_memory", "model_load_capacity", 4.0,
+     r"cudaMalloc failed: out of memory|unable to allocate CUDA\d* buffer",
+     "ggml: the model's buffers do not fit in GPU memory"),
     ("kv_cache", "model_load_capacity", 4.0,
      r"No available memory for the cache blocks|larger than the maximum number of tokens that can be stored in KV cache"
      r"|(is|are) (needed|required) to store .*KV cache|KV cache .*(is )?(needed|required).*(larger|exceeds|available)"
@@ -193,24 +270,72 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|max_total_num_tokens.*(too small|<=? ?0)"
      r"|(no|not enough|insufficient) (GPU )?memory (left )?for (the )?KV cache",
      "KV cache does not fit"),
+    # vLLM 0.33 v1/core/kv_cache_planning.py: the two ValueErrors of the KV cache check and the
+    # auto-fit's own ("To serve at least one request with the model's max seq len (N), (X GiB KV
+    # cache is needed, which is larger than the available KV cache memory (Y GiB)").
+    ("kv_cache", "model_load_capacity", 4.0,
+     r"KV cache is needed, which is larger than the available KV cache memory|Cannot auto-fit max_model_len"
+     r"|To serve at least one request with the model's max seq len", "vLLM: KV cache does not fit"),
     ("parallel_layout", "model_load_capacity", 3.5,
      r"number of required GPUs exceeds the total number of available GPUs|is not divisible by"
      r"|must be divisible by|should be divisible by|not evenly divisible|Total number of attention heads .* must be"
      r"|Tensor parallel size .* (exceeds|greater)|world_size .* (exceeds|greater than)", "parallel layout does not divide the model"),
+    # vLLM 0.33's layout checks against the GPUs there are:
+    #   config/parallel.py       "World size (N) is larger than the number of available GPUs (M) in this node"
+    #   v1/executor/ray_utils.py "The number of required GPUs exceeds the total number of available
+    #                            GPUs in the placement group" (any device kind)
+    #   v1/engine/utils.py       "Not enough total available nodes (N) and devices per node",
+    #                            "Not enough resources to allocate N DP ranks", "world_size (N) must
+    #                            be a multiple of number of devices per node"
+    #   config/model.py          "`--decode-context-parallel-size` (N) exceeds the maximum supported value"
+    ("parallel_layout", "model_load_capacity", 3.5,
+     r"World size \(\d+\) is larger than the number of available GPUs"
+     r"|number of required \w+ exceeds the total number of available"
+     r"|Not enough total available nodes|Not enough resources to allocate \d+ DP ranks"
+     r"|must be a multiple of number of devices per node|decode-context-parallel-size\S* \(\d+\) exceeds the maximum",
+     "vLLM: parallel layout needs more GPUs than there are"),
     ("weights", "model_load_capacity", 3.5,
      r"SafetensorError|Error while deserializing header|Cannot load weights|size mismatch for|shape mismatch"
      r"|KeyError: '[\w.]*(weight|bias|scale|experts|proj|embed|qweight|scales|zeros)[\w.]*'"
      r"|unexpected key|Missing key\(s\) in state_dict|weight_loader|does not appear to have a file named"
      r"|No such file or directory: .*\.(safetensors|bin|pt)|incomplete metadata|HeaderTooLarge",
      "weights do not match the loader"),
+    # vLLM 0.33 model_executor/model_loader: default_loader.py "Cannot find any model weights with",
+    # "Following weights were not initialized from checkpoint"; runai_streamer_loader.py "Cannot find
+    # any safetensors model weights"; sharded_state_loader.py "Could not find checkpoint files",
+    # "Missing keys (...) in loaded state"; tensorizer.py "The serialized model contains tensors on
+    # the meta device"; weight_utils.py "Cannot find the config file for <quantization>".
+    ("weights", "model_load_capacity", 3.5,
+     r"Cannot find any (safetensors )?model weights with|Following weights were not initialized from checkpoint"
+     r"|Could not find checkpoint files|Missing keys .* in loaded state|serialized model contains tensors on the meta"
+     r"|Cannot find the config file for", "vLLM loader: the checkpoint does not hold the model's weights"),
     ("quantization", "model_load_capacity", 3.5,
      r"quantization .*(is )?not supported"
      r"|not supported (for|on) (the )?(current )?(GPU|device|hardware|compute capability)"
      r"|Unknown quantization method|minimum capability|requires (a )?(GPU|device) with compute capability"
      r"|fp8 .*not supported|Marlin.*(not supported|require)|compute capability .* (is )?(below|lower|less)",
      "quantization scheme the kernel or GPU does not support"),
+    # vLLM's dtype check against the GPU (vllm/worker/worker.py _check_if_gpu_supports_dtype:
+    # "Bfloat16 is only supported on GPUs with compute capability of at least 8.0"; vLLM 0.2's
+    # RuntimeError "GPUs with compute capability below 7.0 are not supported."): the model's dtype does not run
+    # on this GPU, a model-load problem like the quantization minimum above.
+    ("quantization", "model_load_capacity", 3.5,
+     r"Bfloat16 is only supported on GPUs with compute capability|GPUs with compute capability below \S+ are not supported",
+     "model dtype not supported by this GPU"),
+    # Kernels the GPU generation cannot run: flash-attention's own check (csrc/flash_attn/
+    # flash_api.cpp TORCH_CHECK "FlashAttention only supports Ampere GPUs or newer.") and TGI's
+    # refusal to shard a model without it (text_generation_server/models/__init__.py
+    # FLASH_ATT_ERROR_MESSAGE "{} requires Flash Attention enabled models."). The model does not
+    # load on this GPU, like a quantization minimum: 3.5.
+    ("quantization", "model_load_capacity", 3.5,
+     r"FlashAttention only supports Ampere GPUs or newer|requires Flash Attention enabled models",
+     "attention kernels need a newer GPU"),
     ("host_memory", "model_load_capacity", 3.0,
      r"oom-kill|Out of memory: Killed process|OOMKilled|Cannot allocate memory|std::bad_alloc", "host memory OOM"),
+    # vLLM 0.33 distributed/device_communicators/shm_broadcast.py: "Insufficient space in /dev/shm
+    # for <buffer>: N MiB required" (the container's --shm-size or --ipc=host)
+    ("host_memory", "model_load_capacity", 3.0,
+     r"Insufficient space in \S*shm\S* for", "vLLM: shared memory too small for its buffers"),
     ("model_len", "model_load_capacity", 2.5,
      r"max_model_len.*(greater|larger|exceeds)|(greater|larger) than the (derived|maximum) max_model_len"
      r"|User-specified max_model_len", "context length above what fits"),
@@ -235,6 +360,30 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"Watchdog caught collective operation timeout|ProcessGroupNCCL.*[Tt]imeout|collective operation timeout"
      r"|DistNetworkError|Timed out .*(rendezvous|store|barrier|init_process_group)|timed out after .*(store|barrier)",
      "collective or rendezvous timeout"),
+    # ProcessGroupNCCL's watchdog reporting a failed or hung collective (torch/csrc/distributed/
+    # c10d/ProcessGroupNCCL.cpp: "Some NCCL operations have failed or timed out", "NCCL watchdog
+    # thread terminated with exception", "ProcessGroupNCCL's watchdog got stuck for", "Heartbeat
+    # monitor timed out"). 3: a rank that died of a CUDA error makes the others print it too.
+    ("collective_timeout", "communication", 3.0,
+     r"Some NCCL operations have failed or timed out|NCCL watchdog thread terminated with exception"
+     r"|ProcessGroupNCCL's watchdog got stuck|Heartbeat monitor timed out", "NCCL watchdog: collective failed or hung"),
+    # Gloo, the CPU backend every torch.distributed launch also opens (vLLM's and Ray's control
+    # groups, DDP's object collectives), failing to reach its peers. torch/csrc/distributed/c10d/
+    # ProcessGroupGloo.cpp logs "Gloo connectFullMesh failed with <gloo's error>"; gloo/transport/
+    # tcp/pair.cc and pair.h raise "Connection closed by peer [addr]", "Socket unexpectedly closed",
+    # "Read error", "Read timeout", "Write timeout", "Connect timeout"; helpers.h "SO_ERROR: ...
+    # remote=[addr]". connectFullMesh at start: the peers never met (4, as "no socket interface");
+    # the pair errors after it: 3, a peer that died of something else is also "closed by peer".
+    ("gloo_connect", "communication", 4.0,
+     r"Gloo connectFullMesh failed", "Gloo: the ranks could not connect to each other"),
+    # Gloo's check that both ends of a pair use one address family (gloo/transport/tcp/device.cc
+    # GLOO_ENFORCE_EQ(ss1.ss_family, ss2.ss_family), printed as "ss1.ss_family == ss2.ss_family.
+    # 2 vs 10"): one rank resolved to IPv4, another to IPv6, an interface-binding problem.
+    ("gloo_connect", "communication", 3.5,
+     r"ss1\.ss_family == ss2\.ss_family", "Gloo: ranks bound to different address families"),
+    ("gloo_connect", "communication", 3.0,
+     r"(Connection closed by peer|Socket unexpectedly closed|Read error|Read timeout|Write timeout"
+     r"|Connect timeout) \[[\w.:%-]+\]:\d+|SO_ERROR: .*remote=\[", "Gloo: a peer connection failed"),
     ("rdma", "communication", 3.5,
      r"NET/IB|ibv_\w+ failed|ibv_modify_qp|\bQP\b.*(error|failed)|RDMA|IBGDA|GID index|mlx5.*(error|fail)"
      r"|local protection error|transport retry counter exceeded|wr_id", "InfiniBand/RDMA transport error"),
@@ -258,6 +407,31 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      # vLLM's front-end: its engine processes (remote ones on other nodes) never connected back
      r"|Timed out waiting for engines to send ?initial message",
      "worker cannot join the head or the control store"),
+    # Ray's node-removed message as its worker prints it ("The node with node id: <id> and address:
+    # <ip> ... has been marked dead because the detector has missed too many heartbeats from it",
+    # python/ray/_private/worker.py; older Ray: "the monitor has missed"). The pattern above
+    # misses the colon after "node id".
+    ("cluster_join", "communication", 3.0,
+     r"has been marked dead because the (detector|monitor) has missed too many heartbeats",
+     "Ray: a node stopped answering the head"),
+    # torch.distributed.elastic's rendezvous (torchrun) failing to gather the nodes: the exception
+    # classes of torch/distributed/elastic/rendezvous/api.py, RendezvousConnectionError ("The
+    # connection to the C10d store has failed") and RendezvousTimeoutError.
+    ("cluster_join", "communication", 3.0, r"Rendezvous(Connection|Timeout)Error",
+     "torchrun: the nodes never met at the rendezvous"),
+    # Open MPI (Horovod, mpirun launches) finding no transport between two ranks: its help texts
+    # ompi/mca/bml/r2/help-mca-bml-r2.txt "At least one pair of MPI processes are unable to reach
+    # each other for MPI communications" and orte/mca/oob/tcp/help-oob-tcp.txt "A process or daemon
+    # was unable to complete a TCP connection to another process" (printed over two lines; the
+    # first decides).
+    ("cluster_join", "communication", 3.5,
+     r"MPI processes are unable to reach each other|A process or daemon was unable to complete a TCP connection",
+     "MPI: the ranks cannot reach each other"),
+    # The c10d TCPStore client that every rank opens to MASTER_ADDR:MASTER_PORT
+    # (torch/csrc/distributed/c10d/socket.cpp: "The client socket has timed out after ... while
+    # trying to connect to", "The client socket has failed to connect to any network address of").
+    ("cluster_join", "communication", 3.0,
+     r"The client socket has (timed out after|failed to connect to)", "torch.distributed: no rendezvous store"),
     ("p2p_nvlink", "communication", 2.0,
      r"P2P (access|is) (not|disabled)|peer access is not supported|NVLink.*(error|down|inactive)"
      r"|custom allreduce.*(fail|disabled)"
@@ -271,6 +445,15 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("python_env", "other", 2.5,
      r"ModuleNotFoundError|ImportError: |undefined symbol|No module named|cannot import name"
      r"|GLIBC_\S+ not found|version `GLIBCXX", "Python/library environment broken"),
+    # A CPU-only PyTorch build (torch/cuda/__init__.py _lazy_init: "Torch not compiled with CUDA
+    # enabled"): the wheel, not the GPU path, so not the tree's step 2.
+    ("python_env", "other", 2.5, r"Torch not compiled with CUDA enabled", "PyTorch built without CUDA"),
+    # CUDA initialised in the parent, then used in a forked worker (torch/cuda/__init__.py
+    # _lazy_init: "Cannot re-initialize CUDA in forked subprocess. To use CUDA with
+    # multiprocessing, you must use the 'spawn' start method"). The launch's start method, not the
+    # driver or the container: vLLM's fix is VLLM_WORKER_MULTIPROC_METHOD=spawn.
+    ("python_env", "other", 3.0, r"Cannot re-initialize CUDA in forked subprocess",
+     "CUDA used in a forked worker process"),
     ("config", "other", 2.5,
      r"Model architectures? \[.*\] (is|are) not supported|not supported for now|unrecognized arguments"
      r"|error: argument|ValidationError|trust_remote_code|Unrecognized (model|configuration)"
