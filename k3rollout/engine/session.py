@@ -81,6 +81,10 @@ def executor_hosts(inventory: Inventory, hosts: list[str]) -> dict[str, Any]:
                                                             if h not in hosts)])
 
 
+# the records after which report.html and the others are written again while the run goes
+REPORT_AFTER = frozenset({"batch_done", "batch_rolled_back"})
+
+
 def _write_json(path: Path, data: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, default=str))
@@ -91,6 +95,26 @@ class Session:
     def __init__(self, run_dir: Path, clock: Clock | None = None):
         self.run_dir = Path(run_dir)
         self.clock = clock or Clock()
+        self._running: Engine | None = None      # the engine whose batches end with a report
+
+    def _reporting(self, on_event: Callable[[dict], None] | None) -> Callable[[dict], None]:
+        """``on_event`` that also writes the reports at each batch's end (``write_interim``)."""
+        def each(rec: dict) -> None:
+            if on_event is not None:
+                on_event(rec)
+            if rec["type"] in REPORT_AFTER and self._running is not None:
+                self.write_interim(self._running)
+        return each
+
+    def write_interim(self, engine: Engine) -> None:
+        """The reports as the run stands, marked in progress with the time they were written,
+        so report.html can be opened during the window. A report that cannot be written now
+        is logged and the run goes on: the reports are written again at the next batch's end
+        and at the run's end."""
+        try:
+            write_reports(self.run_dir, view=engine.view, records=engine.applied, in_progress=self.clock.iso())
+        except Exception as exc:  # noqa: BLE001 - a view of the run never stops the run; logged to events.jsonl
+            engine.log.error("interim_report_failed", error=f"{type(exc).__name__}: {exc}")
 
     @property
     def journal_path(self) -> Path:
@@ -138,7 +162,9 @@ class Session:
             journal = Journal(self.journal_path, self.clock.iso)
             evidence = EvidenceStore(self.run_dir / "evidence")
             engine = Engine(playbook=playbook, inventory=inventory, executor=executor, journal=journal,
-                            evidence=evidence, clock=self.clock, run_id=run_id, log=log, on_event=on_event)
+                            evidence=evidence, clock=self.clock, run_id=run_id, log=log,
+                            on_event=self._reporting(on_event))
+            self._running = engine
             # the approved playbook as evidence, with secret values masked (its sha256 in
             # run_started is of the original file)
             ref = evidence.write("_run", "inputs", Path(playbook.path).name,
@@ -264,7 +290,8 @@ class Session:
         lock = Locks(lock, leases, others)
         engine = Engine(playbook=playbook, inventory=inventory, executor=executor, journal=journal,
                         evidence=EvidenceStore(self.run_dir / "evidence"), clock=self.clock, run_id=first["run_id"],
-                        log=log, on_event=on_event)
+                        log=log, on_event=self._reporting(on_event))
+        self._running = engine
         if changes:
             # accepted by the operator: on record, and the digests later resumes compare against
             engine.record("inputs_changed", accepted=True, playbook=playbook.path, inventory=inventory.path,
