@@ -11,59 +11,12 @@ import os
 import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
 from support import ROOT, assert_reports_match_journal, cli, journal_so_far, result, write_inventory, write_playbook
+from support.background import Run, approve, setup
 from support.term import Term
-
-FAST = {"K3ROLLOUT_APPROVAL_POLL_S": "0.05"}
-
-
-def setup(tmp_path: Path, **play) -> tuple[Path, Path, Path]:
-    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {}}, {"sim_reboot_s": 0.01})
-    play.setdefault("serial", [1])
-    play.setdefault("min_serving", 0)
-    return write_playbook(tmp_path / "pb.yml", **play), inv, tmp_path / "run"
-
-
-class Run:
-    """``k3rollout run --plain`` in the background, its output drained on a thread."""
-
-    def __init__(self, pb: Path, inv: Path, run_dir: Path, *extra: str):
-        self.run_dir = run_dir
-        self.proc = subprocess.Popen([sys.executable, "-m", "k3rollout", "run", str(pb), "-i", str(inv), "--yes",
-                                      "--plain", "--no-preflight", "--run-dir", str(run_dir), *extra],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                                     env={**os.environ, **FAST})
-        self.out: list[str] = []
-        self._t = threading.Thread(target=lambda: self.out.extend(self.proc.stdout), daemon=True)
-        self._t.start()
-
-    def wait_for_pause(self, pause_id: str, timeout: float = 90.0) -> dict:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, "".join(self.out)
-            if (self.run_dir / "journal.jsonl").exists():
-                recs = journal_so_far(self.run_dir)
-                resolved = {r["pause"] for r in recs if r["type"] == "pause_resolved"}
-                for r in recs:
-                    if r["type"] == "pause_started" and r["pause"] == pause_id and pause_id not in resolved:
-                        return r
-            time.sleep(0.05)
-        raise AssertionError(f"the run never paused at {pause_id}:\n{''.join(self.out)}")
-
-    def wait(self, timeout: float = 120.0) -> int:
-        rc = self.proc.wait(timeout)
-        self._t.join(5)
-        return rc
-
-
-def approve(run_dir: Path, pause_id: str) -> None:
-    p = cli("approve", str(run_dir), "--pause", pause_id)
-    assert p.returncode == 0, p.stderr
 
 
 def test_watch_follows_a_run_in_progress_and_never_disturbs_it(tmp_path):
