@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -83,6 +84,10 @@ def executor_hosts(inventory: Inventory, hosts: list[str]) -> dict[str, Any]:
 
 # the records after which report.html and the others are written again while the run goes
 REPORT_AFTER = frozenset({"batch_done", "batch_rolled_back"})
+# a batch's end writes the reports unless the last write is too recent: at most one part in
+# REPORT_BUDGET of the run's CPU goes to them (a 1,000-node report takes ~2 s to render; real
+# batches take many minutes, so there every batch gets one; bench/live.py measures it)
+REPORT_BUDGET = 50
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -96,6 +101,7 @@ class Session:
         self.run_dir = Path(run_dir)
         self.clock = clock or Clock()
         self._running: Engine | None = None      # the engine whose batches end with a report
+        self._next_report = 0.0                   # process CPU time before which no interim report is written
 
     def _reporting(self, on_event: Callable[[dict], None] | None) -> Callable[[dict], None]:
         """``on_event`` that also writes the reports at each batch's end (``write_interim``)."""
@@ -108,11 +114,17 @@ class Session:
 
     def write_interim(self, engine: Engine) -> None:
         """The reports as the run stands, marked in progress with the time they were written,
-        so report.html can be opened during the window. A report that cannot be written now
+        so report.html can be opened during the window (``REPORT_BUDGET`` bounds what they cost
+        the run when batches are short). A report that cannot be written now
         is logged and the run goes on: the reports are written again at the next batch's end
         and at the run's end."""
+        t = time.process_time()
+        if t < self._next_report:
+            return
         try:
             write_reports(self.run_dir, view=engine.view, records=engine.applied, in_progress=self.clock.iso())
+            took = time.process_time() - t
+            self._next_report = t + took + REPORT_BUDGET * took
         except Exception as exc:  # noqa: BLE001 - a view of the run never stops the run; logged to events.jsonl
             engine.log.error("interim_report_failed", error=f"{type(exc).__name__}: {exc}")
 

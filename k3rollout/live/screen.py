@@ -1,7 +1,9 @@
 """Drawing the live view on a terminal: during a run, and for ``k3rollout watch``.
 
-The run's view redraws on a thread of its own, a couple of times a second, from the
-records the feed collected since: the engine's threads never wait for the terminal. A
+The run's view redraws on a thread of its own, once a second (the finest unit it shows),
+from the records the feed collected since: the engine's threads never wait for the
+terminal. A frame that takes long (a slow terminal, a loaded machine) spaces the next ones
+out, so drawing takes at most one part in ``FRAME_BUDGET`` of a CPU. A
 terminal that goes away (closed, or its ssh session dropped) makes the next write fail;
 the view then stops drawing and the run goes on (the CLI ignores the hangup signal while a
 run works: `resume` needs nothing from the terminal, and a run cut short mid-driver is
@@ -30,7 +32,8 @@ from k3rollout.live.state import LiveRun
 from k3rollout.live.view import render
 from k3rollout.progress import LineProgress
 
-REDRAW_S = 0.5
+REDRAW_S = 1.0
+FRAME_BUDGET = 100
 
 
 class Screen:
@@ -78,14 +81,18 @@ class LiveScreen:
         self.screen.start()
         self._thread.start()
 
-    def draw(self) -> None:
+    def draw(self) -> float:
+        """Draw a frame; the CPU seconds it took this thread."""
+        t = time.thread_time()
         with self.feed.current() as state:
             view = render(state, time.time(), self.run_dir)
         self.screen.show(view)
+        return time.thread_time() - t
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.every) and not self.screen.closed:
-            self.draw()
+        wait = self.every
+        while not self._stop.wait(wait) and not self.screen.closed:
+            wait = max(self.every, FRAME_BUDGET * self.draw())
 
     def stop(self) -> None:
         self._stop.set()

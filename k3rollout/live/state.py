@@ -18,6 +18,10 @@ from typing import Any
 
 from k3rollout.runlog.view import NodeView, RunView, apply
 
+# records the view has no use for: three in four of a run's are a command's start or end, whose
+# outcome the stage's own records carry (skipping them is most of what the fold costs)
+UNSHOWN = frozenset({"step_started", "step_done", "step_settled", "assertions", "ansible_event", "evidence",
+                     "step_error"})
 # node states after which nothing more happens to a node in this run (engine/states.py)
 DONE_STATES = frozenset({"upgrade-done", "rolled-back", "rollback-failed", "failed", "skipped"})
 UNKNOWN = "unknown"
@@ -48,6 +52,10 @@ class LiveRun:
     _planned: dict[tuple[str, str], float] = field(default_factory=dict)
     _stage_estimate: dict[str, float] = field(default_factory=dict)
     _plan_class: dict[str, str] = field(default_factory=dict)   # node -> class the plan knew
+    # running sums of ``samples``, per (stage, class) and per stage: (seconds, count)
+    _sum: dict[tuple[str, str], tuple[float, int]] = field(default_factory=dict)
+    _pooled: dict[str, tuple[float, int]] = field(default_factory=dict)
+    _memo: dict[Any, float] = field(default_factory=dict)      # per (seq, now): what a frame asks twice
     pid: int | None = None            # the process that last started or resumed the run
     operator_rollback: bool = False   # an operator's `rollback` is under way
 
@@ -55,9 +63,12 @@ class LiveRun:
         """Fold one record; False for one already folded (a record is applied once)."""
         if r["seq"] <= self.seq:
             return False
-        apply(self.view, r)
         self.seq = r["seq"]
         t = r["type"]
+        if t in UNSHOWN:
+            self.view.last_ts = r.get("ts", self.view.last_ts)
+            return True
+        apply(self.view, r)
         if t == "run_started":
             self._read_plan(r["plan"])
             self.pid = r.get("pid")
@@ -72,9 +83,13 @@ class LiveRun:
             span = next((s for s in reversed(n.timeline) if s["stage"] == r["stage"] and s["end"] == r["ts"]), None)
             start, end = ts(span["start"]) if span else None, ts(r["ts"])
             if start is not None and end is not None and end >= start:
-                hw = self.hw_class(n)
-                self.samples.setdefault((r["stage"], hw), []).append(end - start)
-                self.measured_s += end - start
+                hw, took = self.hw_class(n), end - start
+                self.samples.setdefault((r["stage"], hw), []).append(took)
+                a, k = self._sum.get((r["stage"], hw), (0.0, 0))
+                self._sum[(r["stage"], hw)] = (a + took, k + 1)
+                a, k = self._pooled.get(r["stage"], (0.0, 0))
+                self._pooled[r["stage"]] = (a + took, k + 1)
+                self.measured_s += took
                 self.planned_s += self.planned_estimate(r["stage"], hw)
         return True
 
@@ -116,11 +131,9 @@ class LiveRun:
 
     def estimate(self, stage: str, hw: str) -> float:
         """A stage's expected duration on a node of class ``hw``, from what this run measured."""
-        xs = self.samples.get((stage, hw))
-        if not xs:
-            xs = [x for (s, _), v in self.samples.items() if s == stage for x in v]
-        if xs:
-            return sum(xs) / len(xs)
+        total, k = self._sum.get((stage, hw)) or self._pooled.get(stage) or (0.0, 0)
+        if k:
+            return total / k
         return self.planned_estimate(stage, hw) * self.calibration()
 
     # ------------------------------------------------------------------ units and batches
@@ -157,7 +170,7 @@ class LiveRun:
         hw = self.hw_class(n)
         stages = self.stages
         if n.state == "pending" or not n.timeline:
-            return sum(self.estimate(s, hw) for s in stages)
+            return self._whole(hw)
         span = n.timeline[-1]
         if span["stage"] == "rollback" or n.state == "rollback-required":
             batch: dict[str, Any] = next((b for b in self.plan.get("batches", []) if b["index"] == n.batch), {})
@@ -169,6 +182,13 @@ class LiveRun:
         if span["end"] is not None:          # between two stages
             return rest
         return max(0.0, self.estimate(cur, hw) - (now - (ts(span["start"]) or now))) + rest
+
+    def _whole(self, hw: str) -> float:
+        """A node's every stage, start to end (asked for each node not started: kept per record)."""
+        key = ("whole", hw, self.seq)
+        if key not in self._memo:
+            self._memo[key] = sum(self.estimate(s, hw) for s in self.stages)
+        return self._memo[key]
 
     def batch_left(self, index: int, now: float) -> float:
         b = self.view.batches[index]
@@ -184,7 +204,12 @@ class LiveRun:
         """Seconds until the run's end, as far as the measured times tell."""
         if self.view.status != "running":
             return 0.0
-        return sum(self.batch_left(i, now) for i in self.view.batches)
+        key = ("remaining", self.seq, now)
+        if key not in self._memo:
+            if len(self._memo) > 64:
+                self._memo.clear()
+            self._memo[key] = sum(self.batch_left(i, now) for i in self.view.batches)
+        return self._memo[key]
 
     def elapsed(self, now: float) -> float:
         start = ts(self.view.started)

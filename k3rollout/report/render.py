@@ -232,7 +232,7 @@ def write_model(run_dir: Path, view: RunView | None = None, records: int | None 
         m = model(run_dir, view, records)
         if in_progress and m["result"]["status"] == "running":
             # said at the top (the heading and the title), where a reader looks first
-            m["verdict"] = f"Run in progress (this report was written at {in_progress}; rewritten at each batch's end)"
+            m["verdict"] = f"Run in progress (this report was written at {in_progress}; rewritten as batches end)"
         texts = outputs(m)
     for name, text in texts.items():
         tmp = run_dir / (name + ".tmp")
