@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from support import ROOT, assert_reports_match_journal, cli, journal_so_far, result, write_inventory, write_playbook
-from support.background import Run, approve, setup
+from support.background import FAST, Run, approve, setup
 from support.term import Term
 
 
@@ -113,7 +113,7 @@ def test_a_closed_terminal_leaves_the_run_going(tmp_path):
     assert res["status"] == "completed" and {n["final"] for n in res["nodes"].values()} == {"upgraded"}
 
 
-def test_watch_stops_when_the_process_that_wrote_the_journal_is_gone(tmp_path):
+def test_watch_stops_when_the_run_is_gone_and_resume_shows_the_run_so_far(tmp_path):
     pb, inv, run_dir = setup(tmp_path, stage_set={"driver_upgrade": {"pause": {}}})
     run = Run(pb, inv, run_dir)
     run.wait_for_pause("batch1-before-driver_upgrade")
@@ -122,3 +122,13 @@ def test_watch_stops_when_the_process_that_wrote_the_journal_is_gone(tmp_path):
     p = cli("watch", str(run_dir), "--plain")
     assert p.returncode == 0
     assert "gone and the run did not finish" in p.stderr and f"k3rollout resume {run_dir}" in p.stderr
+    # `resume` draws the same view: what happened before it (read back from the journal, since
+    # the engine hands over only the records it appends) and the gate it waits at again
+    t = Term(["resume", str(run_dir)], env=FAST)
+    t.wait_for(lambda x: "batch 1/2" in x and "driver_upgrade: waiting for approval" in x
+               and f"k3rollout approve {run_dir} --pause batch1-before-driver_upgrade" in x)
+    approve(run_dir, "batch1-before-driver_upgrade")
+    t.wait_for(lambda x: "batch 2/2" in x and "batch2-before-driver_upgrade" in x)
+    approve(run_dir, "batch2-before-driver_upgrade")
+    assert t.wait(180) == 0
+    assert "run completed" in t.text and result(run_dir)["status"] == "completed"
