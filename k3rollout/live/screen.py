@@ -76,6 +76,7 @@ class LiveScreen:
         self.every = every
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="k3rollout-live-view", daemon=True)
+        self.failed: BaseException | None = None
 
     def start(self) -> None:
         self.screen.start()
@@ -91,15 +92,30 @@ class LiveScreen:
 
     def _loop(self) -> None:
         wait = self.every
-        while not self._stop.wait(wait) and not self.screen.closed:
-            wait = max(self.every, FRAME_BUDGET * self.draw())
+        try:
+            while not self._stop.wait(wait) and not self.screen.closed:
+                wait = max(self.every, FRAME_BUDGET * self.draw())
+        except Exception as exc:  # noqa: BLE001 - a view never stops the run; said once, at stop()
+            self.failed = exc
 
     def stop(self) -> None:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
-        self.draw()                # the last frame: how the run ended
+        if self.failed is None:
+            try:
+                self.draw()        # the last frame: how the run ended
+            except Exception as exc:  # noqa: BLE001 - as above: the run's outcome stands
+                self.failed = exc
         self.screen.stop()
+        if self.failed is not None and not self.screen.closed:
+            try:
+                self.screen.console.print(f"k3rollout: the live view stopped ({type(self.failed).__name__}: "
+                                          f"{self.failed}); the run was not affected: `k3rollout watch "
+                                          f"{self.run_dir}` or the journal show it", markup=False,
+                                          highlight=False)
+            except OSError:
+                pass
 
 
 class _WatchLines(LineProgress):

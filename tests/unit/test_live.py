@@ -169,3 +169,24 @@ def test_tail_starts_again_when_the_journal_is_cut_back(tmp_path):
     assert len(tail.read()) == 2 and not tail.reset
     path.write_bytes(a)                           # a repair cut the file back (same inode)
     assert [r["seq"] for r in tail.read()] == [1] and tail.reset
+
+
+def test_a_view_that_fails_says_so_once_and_never_raises_into_the_run(tmp_path, monkeypatch):
+    import io
+
+    from k3rollout.live import screen
+    from k3rollout.live.feed import Feed
+
+    def broken(*a, **kw):
+        raise KeyError("plan")
+
+    monkeypatch.setattr(screen, "render", broken)
+    out = io.StringIO()
+    feed = Feed(tmp_path / "journal.jsonl")
+    for r in started().out:
+        feed(r)
+    view = screen.LiveScreen(feed, str(tmp_path), out, every=0.01)
+    view.start()
+    view.stop()                                   # the run's end: nothing raised to the caller
+    assert out.getvalue().count("the live view stopped (KeyError") == 1
+    assert "the run was not affected" in out.getvalue()
