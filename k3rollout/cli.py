@@ -603,7 +603,10 @@ def cmd_metrics(args: argparse.Namespace, clock: Clock) -> int:
         state.apply(r)
     reg = metrics.registry(lambda: nullcontext(state), clock.now)
     if args.textfile:
-        metrics.write_textfile(args.textfile, reg)
+        try:
+            metrics.write_textfile(args.textfile, reg)
+        except OSError as exc:
+            raise InputError(f"cannot write the textfile ({exc.strerror or exc})", path=args.textfile) from None
     else:
         sys.stdout.write(metrics.text(reg))
     return EXIT_OK

@@ -134,6 +134,8 @@ def test_textfile_is_replaced_atomically(tmp_path):
     assert value(figures, "k3rollout_run_status", status="completed") == 1
     # and printed: the same figures
     assert samples(cli("metrics", str(run_dir)).stdout) == figures
+    bad = cli("metrics", str(run_dir), "--textfile", str(tmp_path / "no-such-dir" / "k3rollout.prom"))
+    assert bad.returncode == 2 and "cannot write the textfile" in bad.stderr
 
 
 def test_metrics_port_in_use_is_refused_before_anything_changes(tmp_path):
