@@ -5,7 +5,9 @@ recorder's ``on_event``): the call only appends to a deque, whatever the views d
 later. The views (the terminal, the metrics endpoint) fold what came in when they next
 draw or are scraped, under the feed's lock, into one ``LiveRun``. Records the engine
 appended before the feed saw any (a resumed run's history, ``journal_repaired``) are read
-from the journal on disk, which holds every record before it is handed over.
+from the journal on disk, which holds every record before it is handed over. So are records
+that came while nobody looked (a metrics endpoint nobody scrapes): past ``MAX_PENDING`` the
+feed keeps no more of them, and its next look reads them back from the journal instead.
 """
 
 from __future__ import annotations
@@ -20,16 +22,24 @@ from typing import Any
 from k3rollout.live.follow import JournalTail
 from k3rollout.live.state import LiveRun
 
+MAX_PENDING = 20_000
+
 
 class Feed:
-    def __init__(self, journal_path: Path):
+    def __init__(self, journal_path: Path, max_pending: int = MAX_PENDING):
+        self.max_pending = max_pending
+        self._overflow = False
         self._pending: deque[dict[str, Any]] = deque()
         self._lock = threading.Lock()
         self._tail = JournalTail(journal_path)
         self.state = LiveRun()
 
     def __call__(self, record: dict[str, Any]) -> None:
-        self._pending.append(record)          # deque.append is atomic: no lock on the run's side
+        # no lock on the run's side: deque.append is atomic, and so is len()
+        if len(self._pending) < self.max_pending:
+            self._pending.append(record)
+        else:
+            self._overflow = True             # the journal has it: read back at the next look
 
     def _catch_up(self) -> None:
         """Records missing before the first one handed over: read from the journal."""
@@ -40,6 +50,10 @@ class Feed:
     def current(self) -> Iterator[LiveRun]:
         """The state with every record so far folded in, held while the caller reads it."""
         with self._lock:
+            if self._overflow:
+                self._overflow = False
+                self._pending.clear()
+                self._catch_up()
             while self._pending:
                 r = self._pending.popleft()
                 if r["seq"] > self.state.seq + 1:

@@ -190,3 +190,20 @@ def test_a_view_that_fails_says_so_once_and_never_raises_into_the_run(tmp_path, 
     view.stop()                                   # the run's end: nothing raised to the caller
     assert out.getvalue().count("the live view stopped (KeyError") == 1
     assert "the run was not affected" in out.getvalue()
+
+
+def test_records_nobody_looked_at_are_read_back_from_the_journal(tmp_path):
+    from k3rollout.live.feed import Feed
+
+    path = tmp_path / "journal.jsonl"
+    recs = started()
+    recs.add(0, "batch_started", batch=1, nodes=["n1"])
+    walk(recs, "n1", 0, {"baseline": 6.0, "driver_upgrade": 60.0, "uncordon": 6.0})
+    path.write_bytes(b"".join(json.dumps(r).encode() + b"\n" for r in recs.out))
+    feed = Feed(path, max_pending=3)
+    for r in recs.out:
+        feed(r)
+    assert len(feed._pending) == 3                # the rest was left on disk
+    with feed.current() as s:
+        assert s.seq == len(recs.out) and s.view.nodes["n1"].state == "upgrade-done"
+        assert s.samples[("driver_upgrade", "unknown")] == [60.0]
