@@ -66,7 +66,7 @@ def header(s: LiveRun, now: float) -> Text:
         t.append(f"   plan estimate {dur(float(planned))}")
     if v.status == "running" and v.started:
         left = s.remaining(now)
-        cal = " (from measured stages)" if s.measured_s else " (plan's estimates)"
+        cal = " (measured)" if s.measured_s else " (planned)"     # what the stage times come from
         t.append(f"   ETA {clock(now + left)}, {dur(left)} left{cal}")
     elif v.finished:
         t.append(f"   ended {clock(ts(v.finished))}")
@@ -87,7 +87,7 @@ def header(s: LiveRun, now: float) -> Text:
 
 
 def _bar(done: int, total: int, style: str) -> ProgressBar:
-    return ProgressBar(total=max(total, 1), completed=done, width=30, complete_style=style,
+    return ProgressBar(total=max(total, 1), completed=done, width=20, complete_style=style,
                        finished_style=style)
 
 

@@ -51,7 +51,7 @@ def test_terminal_gets_the_live_view(tmp_path):
     row = next(line for line in last.splitlines() if "gpu-a08" in line and "cuda_check" in line)
     assert "container_runtime" in row and "done" in row
     # while it ran: the ETA from measured stage times, and units in flight with their stage
-    assert "left (from measured stages)" in text and "in flight" in text
+    assert "left (measured)" in text and "in flight" in text
 
 
 def test_pipe_gets_one_line_per_event(tmp_path):
