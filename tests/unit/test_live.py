@@ -5,6 +5,7 @@ records in the journal's shapes; no engine, no run."""
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from datetime import datetime, timezone
 
 from rich.console import Console
@@ -207,3 +208,27 @@ def test_records_nobody_looked_at_are_read_back_from_the_journal(tmp_path):
     with feed.current() as s:
         assert s.seq == len(recs.out) and s.view.nodes["n1"].state == "upgrade-done"
         assert s.samples[("driver_upgrade", "unknown")] == [60.0]
+
+
+def test_metric_names_follow_the_prometheus_conventions():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from k3rollout.live import metrics
+
+    recs = started(window_end=T0 + 3600.0)
+    recs.add(0, "batch_started", batch=1, nodes=["n1"])
+    walk(recs, "n1", 0, {"baseline": 6.0, "driver_upgrade": 60.0, "uncordon": 6.0})
+    s = fold(recs)
+    reg = metrics.registry(lambda: nullcontext(s), lambda: T0 + 100)
+    fams = list(text_string_to_metric_families(metrics.text(reg)))
+    for f in fams:
+        assert f.name.startswith("k3rollout_"), f.name
+        if f.type == "counter":
+            assert all(x.name == f.name + "_total" for x in f.samples), f.name
+        if "time" in f.documentation.lower() or f.name.endswith("_end") or "duration" in f.name:
+            assert f.name.endswith(("_seconds", "_timestamp_seconds")), f.name
+    by = {f.name: f for f in fams}
+    assert by["k3rollout_stage_duration_seconds"].type == "histogram"
+    assert by["k3rollout_window_end_timestamp_seconds"].samples[0].value == T0 + 3600.0
+    # the estimated end: now, plus batch 2's 720 s scaled by the measured 72 s against 720 planned
+    assert abs(by["k3rollout_estimated_end_timestamp_seconds"].samples[0].value - (T0 + 100 + 72.0)) < 1e-6
