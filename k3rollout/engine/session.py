@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -198,7 +199,8 @@ class Session:
                           playbook_sha256=playbook.sha256, inventory=inventory.path, inventory_sha256=inv_digest,
                           window_end=window_end,
                           window_end_iso=self.clock.iso(window_end) if window_end is not None else None,
-                          transport=executor.kind, pid=os.getpid(), playbook_evidence=ref.path,
+                          transport=executor.kind, pid=os.getpid(), host=socket.gethostname(),
+                          playbook_evidence=ref.path,
                           playbook_evidence_sha256=ref.sha256,
                           **({"cluster_lock": leases.servers() + others.servers()}
                              if leases.held or others.held else {}),
@@ -322,7 +324,7 @@ class Session:
                 return "rolled_back" if ok else "rollback_failed"
             if engine.view.status != "running":
                 return engine.view.status
-            engine.record("run_resumed", pid=os.getpid())
+            engine.record("run_resumed", pid=os.getpid(), host=socket.gethostname())
             return engine.run()
         finally:
             journal.close()

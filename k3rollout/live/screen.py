@@ -17,6 +17,7 @@ else: no lock, no file written, nothing sent to the running process.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import threading
 import time
@@ -135,9 +136,10 @@ class _WatchLines(LineProgress):
         super().__call__(r)
 
 
-def alive(pid: int | None) -> bool | None:
-    """Whether process ``pid`` exists on this machine (None: not known)."""
-    if not pid:
+def alive(pid: int | None, host: str | None) -> bool | None:
+    """Whether the run's process ``pid`` on ``host`` exists (None: not known here, e.g. a
+    run directory on shared storage watched from another machine)."""
+    if not pid or (host is not None and host != socket.gethostname()):
         return None
     try:
         os.kill(pid, 0)           # signal 0: existence only, nothing is delivered
@@ -177,7 +179,7 @@ def watch(run_dir: Path, *, plain: bool = False, stream: TextIO | None = None, e
             if state.finished():
                 why = "ended"
                 break
-            if alive(state.pid) is False and time.monotonic() - quiet_since > gone_after:
+            if alive(state.pid, state.host) is False and time.monotonic() - quiet_since > gone_after:
                 why = "gone"
                 break
             time.sleep(every)

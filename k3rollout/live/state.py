@@ -56,7 +56,8 @@ class LiveRun:
     _sum: dict[tuple[str, str], tuple[float, int]] = field(default_factory=dict)
     _pooled: dict[str, tuple[float, int]] = field(default_factory=dict)
     _memo: dict[Any, float] = field(default_factory=dict)      # per (seq, now): what a frame asks twice
-    pid: int | None = None            # the process that last started or resumed the run
+    pid: int | None = None            # the process that last started or resumed the run ...
+    host: str | None = None           # ... and its machine (None in journals from before it was recorded)
     operator_rollback: bool = False   # an operator's `rollback` is under way
 
     def apply(self, r: dict[str, Any]) -> bool:
@@ -71,9 +72,9 @@ class LiveRun:
         apply(self.view, r)
         if t == "run_started":
             self._read_plan(r["plan"])
-            self.pid = r.get("pid")
+            self.pid, self.host = r.get("pid"), r.get("host")
         elif t == "run_resumed":
-            self.pid = r.get("pid")
+            self.pid, self.host = r.get("pid"), r.get("host")
         elif t in ("operator_rollback", "operator_rollback_resumed"):
             self.operator_rollback = True
         elif t == "operator_rollback_finished":

@@ -232,3 +232,15 @@ def test_metric_names_follow_the_prometheus_conventions():
     assert by["k3rollout_window_end_timestamp_seconds"].samples[0].value == T0 + 3600.0
     # the estimated end: now, plus batch 2's 720 s scaled by the measured 72 s against 720 planned
     assert abs(by["k3rollout_estimated_end_timestamp_seconds"].samples[0].value - (T0 + 100 + 72.0)) < 1e-6
+
+
+def test_a_run_on_another_machine_is_never_taken_for_gone():
+    import os
+    import socket
+
+    from k3rollout.live.screen import alive
+
+    here = socket.gethostname()
+    assert alive(os.getpid(), here) is True and alive(os.getpid(), None) is True
+    assert alive(os.getpid(), here + "-elsewhere") is None      # its pid means nothing here
+    assert alive(None, here) is None
