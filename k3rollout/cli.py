@@ -24,6 +24,7 @@ from k3rollout.model.durations import format_duration, parse_duration
 
 EXIT_OK, EXIT_HALTED, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 70
 EXIT_SIGPIPE = 141
+EXIT_SIGINT = 130        # 128 + SIGINT: `watch` stopped by Ctrl-C
 
 
 def default_paths() -> tuple[Path, Path]:
@@ -419,8 +420,8 @@ def _start_run(playbook_path: str, inventory_path: str | list[str], run_dir: Pat
                clock: Clock) -> int:
     from k3rollout import logsetup
     from k3rollout.engine.session import Session
+    from k3rollout.live.views import RunViews
     from k3rollout.plan import make_plan
-    from k3rollout.progress import make_progress
 
     playbook, inventory, overrides = _load_inputs(playbook_path, inventory_path, args)
     if getattr(args, "list_hosts", False):
@@ -479,11 +480,17 @@ def _start_run(playbook_path: str, inventory_path: str | list[str], run_dir: Pat
     run_dir.mkdir(parents=True, exist_ok=True)
     _CURRENT_RUN_DIR[0] = run_dir
     logsetup.configure(run_dir / "events.jsonl")
-    status = Session(run_dir, clock).start(playbook, inventory, plan, window_end, on_event=make_progress(
-        window_end, len(plan.batches), getattr(args, "plain", False)),
-        approved_plan=str(Path(approved).resolve()) if approved else None, overrides=overrides,
-        preflight=_preflight_record(pre, given))
+    with RunViews(run_dir, window_end=window_end, **_view_args(args)) as views:
+        status = Session(run_dir, clock).start(playbook, inventory, plan, window_end, on_event=views.on_event,
+                                               approved_plan=str(Path(approved).resolve()) if approved else None,
+                                               overrides=overrides, preflight=_preflight_record(pre, given))
     return _report_and_code(run_dir, status)
+
+
+def _view_args(args: argparse.Namespace) -> dict:
+    """The live view's and the metrics endpoint's flags (k3rollout/live/views.py)."""
+    return {"plain": bool(getattr(args, "plain", False)), "metrics_port": getattr(args, "metrics_port", None),
+            "metrics_address": getattr(args, "metrics_address", None) or "127.0.0.1"}
 
 
 def _preflight_record(pre: dict | None, given: str | None) -> dict:
@@ -507,8 +514,10 @@ def _report_and_code(run_dir: Path, status: str) -> int:
         print(f"        {run_dir / 'report.md'}")
         print(f"result: {run_dir / 'result.json'}")
         sys.stdout.flush()
-    except BrokenPipeError:
-        _silence_stdout()       # the run's outcome is the exit code, whoever stopped reading
+    except OSError:
+        # the run's outcome is the exit code, whoever stopped reading (a pipe's EPIPE, a
+        # closed terminal's EIO)
+        _silence_stdout()
     return code
 
 
@@ -540,31 +549,76 @@ def _existing_run_dir(path: str) -> Path:
 def cmd_resume(args: argparse.Namespace, clock: Clock) -> int:
     from k3rollout import logsetup
     from k3rollout.engine.session import Session
-    from k3rollout.progress import make_progress
+    from k3rollout.live.views import RunViews
 
     run_dir = _existing_run_dir(args.run_dir)
     logsetup.configure(run_dir / "events.jsonl")
-    status = Session(run_dir, clock).resume(on_event=make_progress(plain=args.plain),
-                                            accept_changed=args.accept_changed_inputs)
+    with RunViews(run_dir, **_view_args(args)) as views:
+        status = Session(run_dir, clock).resume(on_event=views.on_event, accept_changed=args.accept_changed_inputs)
     return _report_and_code(run_dir, status)
 
 
 def cmd_rollback(args: argparse.Namespace, clock: Clock) -> int:
     from k3rollout import logsetup
     from k3rollout.engine.session import Session
-    from k3rollout.progress import make_progress
+    from k3rollout.live.views import RunViews
 
     run_dir = _existing_run_dir(args.run_dir)
     logsetup.configure(run_dir / "events.jsonl")
     session = Session(run_dir, clock)
-    ok = session.rollback(args.batch, on_event=make_progress(plain=args.plain),
-                          accept_changed=args.accept_changed_inputs)
+    with RunViews(run_dir, **_view_args(args)) as views:
+        ok = session.rollback(args.batch, on_event=views.on_event, accept_changed=args.accept_changed_inputs)
     if session.rollback_halt:
         print(f"rollback: STOPPED: {session.rollback_halt}")
     else:
         print(f"rollback: {'done' if ok else 'FAILED on at least one node (kept cordoned)'}")
     print(f"report: {run_dir / 'report.html'}")
     return EXIT_OK if ok else EXIT_HALTED
+
+
+def _readable_run_dir(path: str) -> Path:
+    """A run directory to read only: unlike ``_existing_run_dir`` it is not made the place
+    an internal error writes its debug.log (``watch`` and ``metrics`` write nothing there)."""
+    p = Path(path)
+    if not (p / "journal.jsonl").is_file():
+        raise InputError("not a k3rollout run directory (no journal.jsonl)", path=str(p))
+    return p
+
+
+def cmd_watch(args: argparse.Namespace, clock: Clock) -> int:
+    from k3rollout.live.screen import watch
+
+    run_dir = _readable_run_dir(args.run_dir)
+    try:
+        why = watch(run_dir, plain=args.plain)
+    except KeyboardInterrupt:
+        return EXIT_SIGINT
+    if why == "gone":
+        print(f"k3rollout: the process that ran {run_dir} is gone and the run did not finish; "
+              f"`k3rollout resume {run_dir}` continues it", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_metrics(args: argparse.Namespace, clock: Clock) -> int:
+    from contextlib import nullcontext
+
+    from k3rollout.live import metrics
+    from k3rollout.live.follow import JournalTail
+    from k3rollout.live.state import LiveRun
+
+    run_dir = _readable_run_dir(args.run_dir)
+    state = LiveRun()
+    for r in JournalTail(run_dir / "journal.jsonl").read():
+        state.apply(r)
+    reg = metrics.registry(lambda: nullcontext(state), clock.now)
+    if args.textfile:
+        try:
+            metrics.write_textfile(args.textfile, reg)
+        except OSError as exc:
+            raise InputError(f"cannot write the textfile ({exc.strerror or exc})", path=args.textfile) from None
+    else:
+        sys.stdout.write(metrics.text(reg))
+    return EXIT_OK
 
 
 def cmd_approve(args: argparse.Namespace, clock: Clock) -> int:
@@ -754,6 +808,13 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("-C", "--check", action="store_true", help="change nothing: show the plan")
         sp.add_argument("--start-at-task", help=argparse.SUPPRESS)
 
+    def live_flags(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--plain", action="store_true", help="one line per event, even on a terminal")
+        sp.add_argument("--metrics-port", type=int, metavar="N",
+                        help="serve the run's Prometheus metrics on this port while it works (0: any free port)")
+        sp.add_argument("--metrics-address", metavar="ADDR",
+                        help="the address the metrics endpoint binds (default 127.0.0.1)")
+
     def window(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--window", help="maintenance window length from now, e.g. 2h, 90m")
         sp.add_argument("--window-end", help="maintenance window end, ISO 8601 with zone, e.g. 2026-12-03T04:00Z")
@@ -789,7 +850,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--approved-plan", help="the `plan --json` output a reviewer approved; the run refuses to "
                                             "start if the plan it computes now differs")
     sp.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    sp.add_argument("--plain", action="store_true", help="one line per event, even on a terminal")
+    live_flags(sp)
     sp.add_argument("--preflight", nargs="?", const="now", metavar="REPORT",
                     help="the read-only preflight `run` performs on every node before any change (the default); "
                          "with REPORT, read from an earlier `k3rollout preflight` report (preflight.json) instead")
@@ -812,7 +873,7 @@ def parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("resume", help="continue a run that was interrupted")
     sp.add_argument("run_dir")
     sp.add_argument("--accept-changed-inputs", action="store_true", help=ACCEPT_CHANGED_HELP)
-    sp.add_argument("--plain", action="store_true", help="one line per event, even on a terminal")
+    live_flags(sp)
     sp.set_defaults(fn=cmd_resume)
     sp = sub.add_parser("approve", help="let a run waiting at a gate (pause) go on, or --reject to stop it")
     sp.add_argument("run_dir")
@@ -827,7 +888,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("run_dir")
     sp.add_argument("--batch", type=int)
     sp.add_argument("--accept-changed-inputs", action="store_true", help=ACCEPT_CHANGED_HELP)
-    sp.add_argument("--plain", action="store_true", help="one line per event, even on a terminal")
+    live_flags(sp)
     sp.set_defaults(fn=cmd_rollback)
     sp = sub.add_parser("report", help="(re)generate or print a run's report")
     sp.add_argument("run_dir")
@@ -841,6 +902,16 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--for", dest="for_", default="24h", help="how long to keep observing (default 24h)")
     sp.add_argument("--once", action="store_true", help="one pass, then stop")
     sp.set_defaults(fn=cmd_observe)
+    sp = sub.add_parser("watch", help="the live view of a run, from any terminal: follows its journal until the run "
+                                      "ends (read-only: no lock, nothing written)")
+    sp.add_argument("run_dir")
+    sp.add_argument("--plain", action="store_true", help="one line per event, even on a terminal")
+    sp.set_defaults(fn=cmd_watch)
+    sp = sub.add_parser("metrics", help="a run's Prometheus metrics (text format), printed or written for "
+                                        "node_exporter's textfile collector")
+    sp.add_argument("run_dir")
+    sp.add_argument("--textfile", metavar="PATH", help="write here instead (replaced atomically; name it *.prom)")
+    sp.set_defaults(fn=cmd_metrics)
     sp = sub.add_parser("triage", help="classify failure logs by the decision tree")
     sp.add_argument("logfile", nargs="+")
     sp.add_argument("--json", action="store_true")
@@ -856,7 +927,7 @@ def parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("demo", help="a whole rollout on the embedded simulated cluster")
     sp.add_argument("--run-dir")
     sp.add_argument("--no-preflight", action="store_true", help="as for `run`: start without the read-only preflight")
-    sp.add_argument("--plain", action="store_true", help="one line per event, even on a terminal")
+    live_flags(sp)
     window(sp)
     sp.set_defaults(fn=cmd_demo)
     sp = sub.add_parser("inventory", help="print the inventory as ansible-inventory does (--list, --host)")
@@ -902,6 +973,10 @@ def _main(args: argparse.Namespace, clock: Clock) -> int:
         _STOPPING[0] = False
         signal.signal(signal.SIGTERM, _terminate)
         signal.signal(signal.SIGINT, _terminate)
+    if args.verb in ("run", "demo", "resume", "rollback"):
+        # a closed terminal (its hangup) leaves the run going: the live view falls silent,
+        # `watch` shows it from anywhere, Ctrl-C or SIGTERM stop it
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         return args.fn(args, clock)
     except K3RolloutError as exc:

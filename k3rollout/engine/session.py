@@ -17,6 +17,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -81,6 +83,14 @@ def executor_hosts(inventory: Inventory, hosts: list[str]) -> dict[str, Any]:
                                                             if h not in hosts)])
 
 
+# the records after which report.html and the others are written again while the run goes
+REPORT_AFTER = frozenset({"batch_done", "batch_rolled_back"})
+# a batch's end writes the reports unless the last write is too recent: at most one part in
+# REPORT_BUDGET of the run's CPU goes to them (a 1,000-node report takes ~2 s to render; real
+# batches take many minutes, so there every batch gets one; bench/live.py measures it)
+REPORT_BUDGET = 50
+
+
 def _write_json(path: Path, data: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, default=str))
@@ -91,6 +101,33 @@ class Session:
     def __init__(self, run_dir: Path, clock: Clock | None = None):
         self.run_dir = Path(run_dir)
         self.clock = clock or Clock()
+        self._running: Engine | None = None      # the engine whose batches end with a report
+        self._next_report = 0.0                   # process CPU time before which no interim report is written
+
+    def _reporting(self, on_event: Callable[[dict], None] | None) -> Callable[[dict], None]:
+        """``on_event`` that also writes the reports at each batch's end (``write_interim``)."""
+        def each(rec: dict) -> None:
+            if on_event is not None:
+                on_event(rec)
+            if rec["type"] in REPORT_AFTER and self._running is not None:
+                self.write_interim(self._running)
+        return each
+
+    def write_interim(self, engine: Engine) -> None:
+        """The reports as the run stands, marked in progress with the time they were written,
+        so report.html can be opened during the window (``REPORT_BUDGET`` bounds what they cost
+        the run when batches are short). A report that cannot be written now
+        is logged and the run goes on: the reports are written again at the next batch's end
+        and at the run's end."""
+        t = time.process_time()
+        if t < self._next_report:
+            return
+        try:
+            write_reports(self.run_dir, view=engine.view, records=engine.applied, in_progress=self.clock.iso())
+            took = time.process_time() - t
+            self._next_report = t + took + REPORT_BUDGET * took
+        except Exception as exc:  # noqa: BLE001 - a view of the run never stops the run; logged to events.jsonl
+            engine.log.error("interim_report_failed", error=f"{type(exc).__name__}: {exc}")
 
     @property
     def journal_path(self) -> Path:
@@ -138,7 +175,9 @@ class Session:
             journal = Journal(self.journal_path, self.clock.iso)
             evidence = EvidenceStore(self.run_dir / "evidence")
             engine = Engine(playbook=playbook, inventory=inventory, executor=executor, journal=journal,
-                            evidence=evidence, clock=self.clock, run_id=run_id, log=log, on_event=on_event)
+                            evidence=evidence, clock=self.clock, run_id=run_id, log=log,
+                            on_event=self._reporting(on_event))
+            self._running = engine
             # the approved playbook as evidence, with secret values masked (its sha256 in
             # run_started is of the original file)
             ref = evidence.write("_run", "inputs", Path(playbook.path).name,
@@ -160,7 +199,8 @@ class Session:
                           playbook_sha256=playbook.sha256, inventory=inventory.path, inventory_sha256=inv_digest,
                           window_end=window_end,
                           window_end_iso=self.clock.iso(window_end) if window_end is not None else None,
-                          transport=executor.kind, pid=os.getpid(), playbook_evidence=ref.path,
+                          transport=executor.kind, pid=os.getpid(), host=socket.gethostname(),
+                          playbook_evidence=ref.path,
                           playbook_evidence_sha256=ref.sha256,
                           **({"cluster_lock": leases.servers() + others.servers()}
                              if leases.held or others.held else {}),
@@ -264,7 +304,8 @@ class Session:
         lock = Locks(lock, leases, others)
         engine = Engine(playbook=playbook, inventory=inventory, executor=executor, journal=journal,
                         evidence=EvidenceStore(self.run_dir / "evidence"), clock=self.clock, run_id=first["run_id"],
-                        log=log, on_event=on_event)
+                        log=log, on_event=self._reporting(on_event))
+        self._running = engine
         if changes:
             # accepted by the operator: on record, and the digests later resumes compare against
             engine.record("inputs_changed", accepted=True, playbook=playbook.path, inventory=inventory.path,
@@ -283,7 +324,7 @@ class Session:
                 return "rolled_back" if ok else "rollback_failed"
             if engine.view.status != "running":
                 return engine.view.status
-            engine.record("run_resumed", pid=os.getpid())
+            engine.record("run_resumed", pid=os.getpid(), host=socket.gethostname())
             return engine.run()
         finally:
             journal.close()

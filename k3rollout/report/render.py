@@ -254,16 +254,23 @@ def outputs(m: dict[str, Any]) -> dict[str, str]:
             "report.html": _HTML.get_template("report.html.j2").render(**m)}
 
 
-def write_reports(run_dir: Path, view: RunView | None = None, records: int | None = None) -> dict[str, Any]:
-    return write_model(run_dir, view, records)["result"]
+def write_reports(run_dir: Path, view: RunView | None = None, records: int | None = None,
+                  in_progress: str | None = None) -> dict[str, Any]:
+    return write_model(run_dir, view, records, in_progress)["result"]
 
 
-def write_model(run_dir: Path, view: RunView | None = None, records: int | None = None) -> dict[str, Any]:
-    """Write the reports; the model they show (``verification`` lists what did not verify)."""
+def write_model(run_dir: Path, view: RunView | None = None, records: int | None = None,
+                in_progress: str | None = None) -> dict[str, Any]:
+    """Write the reports; the model they show (``verification`` lists what did not verify).
+    ``in_progress``: the time of writing, for a report written while the run goes on (each
+    file is written beside its name and renamed over it: a reader never sees half of one)."""
     run_dir = Path(run_dir)
     # hundreds of thousands of small objects, none cyclic: a collection would walk them all
     with no_gc():
         m = model(run_dir, view, records)
+        if in_progress and m["result"]["status"] == "running":
+            # said at the top (the heading and the title), where a reader looks first
+            m["verdict"] = f"Run in progress (this report was written at {in_progress}; rewritten as batches end)"
         texts = outputs(m)
     for name, text in texts.items():
         tmp = run_dir / (name + ".tmp")

@@ -41,10 +41,13 @@ class RunStarted(TypedDict):
     # the read-only preflight before the run: {ran, ok, failed_nodes, skipped_nodes,
     # evidence...}, or {ran: false, reason} under --no-preflight
     preflight: NotRequired[dict[str, Any]]
+    # the machine the run's process (pid) is on: `watch` elsewhere cannot ask it whether it lives
+    host: NotRequired[str]
 
 
 class RunResumed(TypedDict):
     pid: int
+    host: NotRequired[str]
 
 
 class InventoryChanged(TypedDict):

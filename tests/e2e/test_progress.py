@@ -1,13 +1,19 @@
-"""Live progress: a redrawn status block on a terminal, one line per event otherwise."""
+"""Live progress: the live view on a terminal, one line per event otherwise."""
 
+import fcntl
 import json
 import os
 import pty
+import re
 import select
+import struct
 import subprocess
 import sys
+import termios
 
 from support import ROOT
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def read_all(fd: int) -> bytes:
@@ -26,18 +32,26 @@ def read_all(fd: int) -> bytes:
     return buf
 
 
-def test_terminal_gets_a_redrawn_status_block(tmp_path):
+def test_terminal_gets_the_live_view(tmp_path):
     master, slave = pty.openpty()
-    env = {**os.environ, "K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")}
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 60, 160, 0, 0))
+    env = {**os.environ, "K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks"), "TERM": "xterm-256color"}
     p = subprocess.Popen([sys.executable, "-m", "k3rollout", "demo", "--run-dir", str(tmp_path / "run")],
                          stdout=subprocess.PIPE, stderr=slave, cwd=ROOT, env=env)
     os.close(slave)
     out = read_all(master)
     p.wait(timeout=120)
     assert p.returncode == 0
-    text = out.decode(errors="replace")
-    assert "\x1b[" in text and "k3rollout  batch 5/5" in text
-    assert "gpu-b08" in text and "run completed" in text
+    raw = out.decode(errors="replace")
+    assert "\x1b[" in raw                   # drawn in place, not scrolled
+    text = ANSI.sub("", raw)
+    # the last frame: every batch and replica done, the failure with its triage and rollback
+    last = text[text.rindex("batch 5/5"):]
+    assert "completed" in last and "12/12 replicas" in last and "run completed" in last
+    row = next(line for line in last.splitlines() if "gpu-a08" in line and "cuda_check" in line)
+    assert "container_runtime" in row and "done" in row
+    # while it ran: the ETA from measured stage times, and units in flight with their stage
+    assert "left (measured)" in text and "in flight" in text
 
 
 def test_pipe_gets_one_line_per_event(tmp_path):
