@@ -38,6 +38,7 @@ pod crash-loop: the old module is unloaded, none is loaded, and the state ends
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import uuid
@@ -49,6 +50,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import orjson
 
+from k3rollout.sim import controllers as ctl
+from k3rollout.sim import kubelet, kubeseed, netd
 from k3rollout.sim import state as st
 
 K8S_VERSION = {"major": "1", "minor": "31", "gitVersion": "v1.31.4", "gitCommit": "a78aa47129b8539636eb86a9d00e31b2720fe06b",
@@ -59,16 +62,25 @@ UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 # discovery: what each group/version serves (name, kind, namespaced, verbs)
 RESOURCES: dict[str, list[tuple[str, str, bool, list[str]]]] = {
     "v1": [("nodes", "Node", False, ["get", "list", "patch", "update", "watch"]),
-           ("pods", "Pod", True, ["get", "list", "delete", "watch"]),
+           ("pods", "Pod", True, ["create", "delete", "get", "list", "watch"]),
            ("pods/eviction", "Eviction", True, ["create"]),
+           ("pods/log", "Pod", True, ["get"]),
+           ("pods/proxy", "PodProxyOptions", True, ["create", "delete", "get", "patch", "update"]),
+           ("events", "Event", True, ["list"]),
            ("namespaces", "Namespace", False, ["get", "list"])],
     "apps/v1": [("daemonsets", "DaemonSet", True, ["get", "list"]),
-                ("replicasets", "ReplicaSet", True, ["get", "list"])],
+                ("deployments", "Deployment", True, ["create", "delete", "get", "list"]),
+                ("replicasets", "ReplicaSet", True, ["get", "list"]),
+                ("statefulsets", "StatefulSet", True, ["create", "delete", "get", "list"])],
     "policy/v1": [("poddisruptionbudgets", "PodDisruptionBudget", True, ["get", "list"])],
     "coordination.k8s.io/v1": [("leases", "Lease", True, ["create", "delete", "get", "list", "patch", "update"])],
     "authorization.k8s.io/v1": [("selfsubjectaccessreviews", "SelfSubjectAccessReview", False, ["create"])],
     "nvidia.com/v1alpha1": [("nvidiadrivers", "NVIDIADriver", False, ["get", "list"])],
+    # the LeaderWorkerSet CRD (kubernetes-sigs/lws config/crd); served only while installed
+    f"{ctl.LWS_GROUP}/v1": [("leaderworkersets", "LeaderWorkerSet", True, ["create", "delete", "get", "list"])],
 }
+SHORT_NAMES = {"pods": ["po"], "nodes": ["no"], "deployments": ["deploy"], "statefulsets": ["sts"],
+               "replicasets": ["rs"], "daemonsets": ["ds"], "leaderworkersets": ["lws"], "events": ["ev"]}
 GPU_OPERATOR_STATE = "nvidia.com/gpu-driver-upgrade-state"
 GPU_OPERATOR_INITIAL_UNSCHEDULABLE = "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
 # the upgrade controller's states in the order a node passes them (k8s-operator-libs
@@ -108,18 +120,76 @@ def not_found(resource: str, name: str, group: str = "") -> ApiError:
                     {"name": name, "group": group, "kind": resource})
 
 
+def _invalid(kind: str, name: str, field: str, why: str) -> ApiError:
+    """422 Invalid with its cause, as field validation answers (``Kind "name" is invalid: ...``)."""
+    return ApiError(422, "Invalid", f'{kind} "{name}" is invalid: {field}: {why}',
+                    {"name": name, "kind": kind, "causes": [{"reason": "FieldValueRequired", "message": why,
+                                                             "field": field}]})
+
+
+def _pod_spec_defaults(spec: dict[str, Any]) -> dict[str, Any]:
+    """The fields the API server defaults on a pod (pkg/apis/core/v1/defaults.go)."""
+    out = {"restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
+           "schedulerName": "default-scheduler", **spec}
+    out["containers"] = [{**c, "ports": [{"protocol": "TCP", **pt} for pt in c.get("ports") or []]}
+                         if c.get("ports") else c for c in spec.get("containers") or []]
+    return out
+
+
+def _tolerates(pod: dict[str, Any], key: str, effect: str) -> bool:
+    """Whether the pod's tolerations cover a taint (an empty key with Exists covers every taint)."""
+    for t in pod["spec"].get("tolerations") or []:
+        if t.get("effect") not in (None, "", effect):
+            continue
+        if t.get("operator") == "Exists" and t.get("key") in (None, "", key):
+            return True
+        if t.get("key") == key:
+            return True
+    return False
+
+
 class Cluster:
     """The API server's objects: nodes from the sim hosts' state, the rest in kubeapi.json."""
 
-    def __init__(self, sim_root: Path, pdb_release_s: float | None = None):
+    def __init__(self, sim_root: Path, pdb_release_s: float | None = None, lws_crd: bool | None = None,
+                 deny: list[str] | None = None):
         self.root = Path(sim_root)
         self.pdb_release_s = pdb_release_s
         self.path = self.root / "kubeapi.json"
         self.lock = threading.RLock()
         self.data = json.loads(self.path.read_text()) if self.path.exists() else {"rv": 1, "pods": {},
                                                                                   "leases": {}, "blocked": {}}
+        # pods the kubelets run (created through the API or by a controller), owners, and the
+        # cluster-level settings: whether the LeaderWorkerSet CRD is installed, rights refused
+        self.data.setdefault("run", [])
+        self.data.setdefault("workloads", {})
+        self.data.setdefault("admitted", [])     # uids of pods a kubelet admitted
+        settings = self.data.setdefault("settings", {"lws_crd": True, "deny": []})
+        if lws_crd is not None:
+            settings["lws_crd"] = lws_crd
+        if deny is not None:
+            settings["deny"] = list(deny)
         with self.lock:
             self._reconcile()         # the pods the nodes run when the server comes up
+
+    @property
+    def lws_crd(self) -> bool:
+        return bool(self.data["settings"].get("lws_crd", True))
+
+    def set_lws_crd(self, present: bool) -> None:
+        with self.lock:
+            self.data["settings"]["lws_crd"] = present
+            self._save()
+
+    def denied(self, verb: str, resource: str) -> bool:
+        """A right refused to every user (``deny``: entries ``"VERB RESOURCE[/SUBRESOURCE]"``, e.g.
+        ``"create pods/proxy"``), as an RBAC role without that rule refuses it."""
+        return f"{verb} {resource}" in self.data["settings"].get("deny", [])
+
+    def set_denied(self, rights: list[str]) -> None:
+        with self.lock:
+            self.data["settings"]["deny"] = list(rights)
+            self._save()
 
     # ------------------------------------------------------------ persistence
 
@@ -175,7 +245,7 @@ class Cluster:
             spec["unschedulable"] = True
             spec["taints"] = [{"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule",
                                "timeAdded": sched.get("since", "2026-12-02T02:00:00Z")}]
-        gpus = str(s["gpu"]["count"])
+        gpus = str(kubelet.gpu_capacity(s, time.time()))
         return {
             "kind": "Node", "apiVersion": "v1",
             "metadata": {"name": s["name"], "uid": sched.get("uid") or str(uuid.uuid5(uuid.NAMESPACE_DNS, s["name"])),
@@ -315,7 +385,7 @@ class Cluster:
                 audit(d, "PATCH", f"nodes/{name}", {"spec": {"unschedulable": True}})
         elif state == "pod-restart-required":
             pods = self.data["pods"]
-            for key in [k for k, p in pods.items() if p["spec"]["nodeName"] == name
+            for key in [k for k, p in pods.items() if p["spec"].get("nodeName") == name
                         and p["metadata"]["labels"].get("app") == "nvidia-driver-daemonset"]:
                 audit(d, "DELETE", f"namespaces/{key.split('/')[0]}/pods/{key.split('/')[1]}", None)
                 del pods[key]
@@ -339,9 +409,11 @@ class Cluster:
     # ------------------------------------------------------------ pods
 
     def _reconcile(self, only: str | None = None) -> None:
-        """What the cluster's controllers do: every node runs its DaemonSet pod; a node that
-        takes work and runs a serving container has its serving pod (a ReplicaSet replaces
-        an evicted one once the node is schedulable again)."""
+        """What the cluster's controllers do: every node runs its DaemonSet pods; on a Docker
+        host (``container_runtime: docker``) that takes work and runs a serving container, its
+        serving pod stands for that container (a ReplicaSet replaces an evicted one once the node
+        is schedulable again). On a containerd node, workload pods are real: owners create them,
+        the scheduler places them and the node's kubelet runs them (``_sync_workloads``)."""
         pods = self.data["pods"]
         changed = False
         dirs = self.host_dirs() if only is None else {only: self.root / only}
@@ -349,9 +421,16 @@ class Cluster:
             if not (d / "state.json").is_file():
                 continue
             s = st.load(d)
-            mine = [p for p in pods.values() if p["spec"]["nodeName"] == name]
-            if not any(p["metadata"]["namespace"] == "gpu-operator" for p in mine):
+            mine = [p for p in pods.values() if p["spec"].get("nodeName") == name]
+            if not any(p["metadata"]["name"].startswith("nvidia-dcgm-exporter") for p in mine):
                 self._new_pod(name, "gpu-operator", "nvidia-dcgm-exporter", "DaemonSet", "nvidia-dcgm-exporter")
+                changed = True
+            containerd = kubelet.runtime(s) == "containerd"
+            if containerd and not any(p["metadata"]["name"].startswith("nvidia-device-plugin-daemonset")
+                                      for p in mine):
+                # the device plugin that advertises nvidia.com/gpu (gpu-operator's DaemonSet)
+                self._new_pod(name, "gpu-operator", "nvidia-device-plugin-daemonset", "DaemonSet",
+                              "nvidia-device-plugin-daemonset", app="nvidia-device-plugin-daemonset")
                 changed = True
             # the host fault gpu_operator_driver: the GPU Operator runs this node's driver as a
             # container (its driver DaemonSet's pod, labelled app=nvidia-driver-daemonset)
@@ -361,13 +440,17 @@ class Cluster:
                               "DaemonSet", "nvidia-driver-daemonset", app="nvidia-driver-daemonset")
                 changed = True
             serving = any(c["status"] == "running" for c in s["docker"]["containers"].values())
-            if serving and s["scheduler"]["state"] == "schedulable" and \
+            if not containerd and serving and s["scheduler"]["state"] == "schedulable" and \
                     not any(p["metadata"]["namespace"] == "inference" for p in mine):
                 # the serving pod holds the node's GPUs (the device plugin's nvidia.com/gpu)
                 self._new_pod(name, "inference", "k2-serving-7d9f8b6c5", "ReplicaSet", "k2-serving-7d9f8b6c5",
                               gpus=s["gpu"]["count"])
                 changed = True
-        if changed:
+        if only is None and not self.data.get("seeded"):
+            self.data["seeded"] = True
+            kubeseed.seed(self)
+            changed = True
+        if self._sync_workloads(only) or changed:
             self._save()
 
     def _new_pod(self, node: str, ns: str, prefix: str, owner_kind: str, owner: str, app: str | None = None,
@@ -406,13 +489,13 @@ class Cluster:
             k, _, v = term.replace("==", "=").partition("=")
             neg = k.endswith("!")
             k = k.rstrip("!")
-            get = {"spec.nodeName": lambda p: p["spec"]["nodeName"], "metadata.name": lambda p: p["metadata"]["name"],
+            get = {"spec.nodeName": lambda p: p["spec"].get("nodeName"), "metadata.name": lambda p: p["metadata"]["name"],
                    "metadata.namespace": lambda p: p["metadata"]["namespace"],
                    "status.phase": lambda p: p["status"]["phase"]}.get(k)
             if get is None:
                 raise ApiError(400, "BadRequest", f'"{k}" is not a known field selector: only "metadata.name", '
                                                   '"metadata.namespace", "spec.nodeName", "status.phase"')
-            out = [p for p in out if (get(p) == v) != neg]
+            out = [p for p in out if (str(get(p) or "") == v) != neg]
         for term in filter(None, label_selector.split(",")):
             k, _, v = term.replace("==", "=").partition("=")
             out = [p for p in out if p["metadata"]["labels"].get(k) == v]
@@ -428,7 +511,7 @@ class Cluster:
     def evict(self, ns: str, name: str) -> dict[str, Any]:
         with self.lock:
             pod = self.pod(ns, name)
-            node = pod["spec"]["nodeName"]
+            node = pod["spec"].get("nodeName") or ""
             d = self.host_dir(node)
             hv = st.load(d) if d else {"faults": []}
             if ns == "inference" and "pdb_blocks_eviction" in hv.get("faults", []):
@@ -442,9 +525,357 @@ class Cluster:
                                                            "pods and has 1 currently"}]})
             if d is not None:
                 audit(d, "POST", f"namespaces/{ns}/pods/{name}/eviction", None)
-            del self.data["pods"][f"{ns}/{name}"]
+            self._remove_pod(f"{ns}/{name}")
             self._save()
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+    # ------------------------------------------------------------ pods the kubelets run
+
+    def _live(self) -> list[dict[str, Any]]:
+        return [self.data["pods"][k] for k in self.data["run"] if k in self.data["pods"]]
+
+    def _remove_pod(self, key: str) -> dict[str, Any]:
+        """The pod goes: its kubelet stops its containers (they get their grace; the simulated
+        processes stop at once) and removes them; the object is deleted once they have stopped."""
+        pod = self.data["pods"].pop(key)
+        if pod["metadata"]["uid"] in self.data["admitted"]:
+            self.data["admitted"].remove(pod["metadata"]["uid"])
+        if key in self.data["run"]:
+            self.data["run"].remove(key)
+            d = self.host_dir(pod["spec"].get("nodeName") or "")
+            if d is not None:
+                with st.transaction(d) as s:
+                    before = dict(s["servers"])
+                    kubelet.kill_pod(s, pod["metadata"]["uid"], time.time(), remove=True)
+                    moved = s["servers"] != before
+                if moved:
+                    netd.sync(d)
+        return pod
+
+    def create_pod(self, ns: str, body: Any) -> dict[str, Any]:
+        if not isinstance(body, dict) or body.get("kind", "Pod") != "Pod":
+            raise ApiError(400, "BadRequest", "the body of the request was not a Pod")
+        meta = body.get("metadata") or {}
+        name = meta.get("name") or (meta.get("generateName") and meta["generateName"] + uuid.uuid4().hex[:5])
+        if not name:
+            raise _invalid("Pod", "", "metadata.name", "Required value: name or generateName is required")
+        containers = (body.get("spec") or {}).get("containers")
+        if not isinstance(containers, list) or not containers:
+            raise _invalid("Pod", name, "spec.containers", "Required value")
+        for i, c in enumerate(containers):
+            for field in ("name", "image"):
+                if not isinstance(c, dict) or not c.get(field):
+                    raise _invalid("Pod", name, f"spec.containers[{i}].{field}", "Required value")
+        with self.lock:
+            key = f"{ns}/{name}"
+            if key in self.data["pods"]:
+                raise ApiError(409, "AlreadyExists", f'pods "{name}" already exists',
+                               {"name": name, "group": "", "kind": "pods"})
+            spec = _pod_spec_defaults(body["spec"])
+            pod = {"kind": "Pod", "apiVersion": "v1",
+                   "metadata": {"labels": {}, "annotations": {}, **meta, "name": name, "namespace": ns,
+                                "uid": str(uuid.uuid4()), "resourceVersion": self._rv(),
+                                "creationTimestamp": _now_iso()},
+                   "spec": spec, "status": {"phase": "Pending", "qosClass": "BestEffort"}}
+            self.data["pods"][key] = pod
+            self.data["run"].append(key)
+            node = spec.get("nodeName")
+            d = self.host_dir(node) if node else None
+            if d is not None:
+                audit(d, "POST", f"namespaces/{ns}/pods", {"metadata": {"name": name}})
+            self._sync_workloads(node if d is not None else None)
+            self._save()
+            return pod
+
+    def delete_pod(self, ns: str, name: str) -> dict[str, Any]:
+        with self.lock:
+            pod = self.pod(ns, name)
+            d = self.host_dir(pod["spec"].get("nodeName") or "")
+            if d is not None:
+                audit(d, "DELETE", f"namespaces/{ns}/pods/{name}", None)
+            self._remove_pod(f"{ns}/{name}")
+            self._save()
+        # the reply is the object as the graceful deletion marked it (metav1 deletionTimestamp)
+        grace = int(pod["spec"].get("terminationGracePeriodSeconds", 30))
+        return {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": _now_iso(),
+                                    "deletionGracePeriodSeconds": grace}}
+
+    def _free_gpus(self, node: str, s: dict[str, Any], but: str = "") -> int:
+        used = sum(kubelet.gpus_requested(c) for p in self.data["pods"].values()
+                   if p["spec"].get("nodeName") == node and p["metadata"]["uid"] != but
+                   and p["status"].get("phase") not in ("Succeeded", "Failed")
+                   for c in p["spec"].get("containers") or [])
+        return kubelet.gpu_capacity(s, time.time()) - used
+
+    def _schedule(self, pod: dict[str, Any]) -> None:
+        """The default scheduler for one pending pod: a node that is up and Ready, that takes
+        work (or whose taints the pod tolerates), whose labels match the pod's nodeSelector and
+        that has the GPUs it asks for free; else the pod stays Pending with the scheduler's
+        FitError (pkg/scheduler/framework/types.go: "0/N nodes are available: ...")."""
+        need = sum(kubelet.gpus_requested(c) for c in pod["spec"]["containers"])
+        selector = pod["spec"].get("nodeSelector") or {}
+        reasons: dict[str, int] = {}
+        names = sorted(self.host_dirs())
+        for name in names:
+            d = self.root / name
+            s = st.load(d)
+            node = self._node_object(s)
+            why = None
+            if not st.is_up(s, time.time()):
+                why = "node(s) had untolerated taint {node.kubernetes.io/unreachable: }"
+            elif node["spec"].get("unschedulable") and not _tolerates(pod, UNSCHEDULABLE_TAINT, "NoSchedule"):
+                why = "node(s) were unschedulable"
+            elif any(node["metadata"]["labels"].get(k) != v for k, v in selector.items()):
+                why = "node(s) didn't match Pod's node affinity/selector"
+            elif need and self._free_gpus(name, s) < need:
+                why = "Insufficient nvidia.com/gpu"
+            if why is None:
+                self._bind(pod, name)
+                return
+            reasons[why] = reasons.get(why, 0) + 1
+        detail = ", ".join(f"{n} {w}" for w, n in sorted(reasons.items()))
+        msg = (f"0/{len(names)} nodes are available: {detail}. preemption: 0/{len(names)} nodes are available: "
+               f"{len(names)} Preemption is not helpful for scheduling.")
+        pod["status"] = {"phase": "Pending", "qosClass": pod["status"].get("qosClass", "BestEffort"),
+                         "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                         "message": msg, "lastTransitionTime": _now_iso()}]}
+
+    def _bind(self, pod: dict[str, Any], node: str) -> None:
+        pod["spec"]["nodeName"] = node
+        pod["metadata"]["resourceVersion"] = self._rv()
+        pod["status"] = {"phase": "Pending", "qosClass": pod["status"].get("qosClass", "BestEffort"),
+                         "conditions": [{"type": "PodScheduled", "status": "True"}]}
+
+    def _admit(self, pod: dict[str, Any], s: dict[str, Any]) -> bool:
+        """The kubelet's admission of a pod bound to it: the device manager must have the GPUs
+        the pod asks for, else the pod fails (a pod pinned with nodeName bypassed the scheduler:
+        pkg/kubelet/cm/devicemanager/manager.go "requested number of devices unavailable", wrapped
+        by lifecycle's UnexpectedAdmissionError)."""
+        if pod["metadata"]["uid"] in self.data["admitted"]:
+            return True
+        need = sum(kubelet.gpus_requested(c) for c in pod["spec"]["containers"])
+        free = self._free_gpus(s["name"], s, but=pod["metadata"]["uid"])
+        if need and free < need:
+            pod["status"] = {"phase": "Failed", "reason": "UnexpectedAdmissionError",
+                             "message": f"Pod was rejected: Allocate failed due to requested number of devices "
+                                        f"unavailable for nvidia.com/gpu. Requested: {need}, Available: {max(free, 0)}, "
+                                        "which is unexpected", "startTime": _now_iso()}
+            return False
+        self.data["admitted"].append(pod["metadata"]["uid"])
+        if not pod["status"].get("podIP"):
+            # the pod network: each pod its own address, reachable through the API server's proxy
+            pod["status"]["podIP"] = netd.allocate(self.root)
+            pod["status"]["podIPs"] = [{"ip": pod["status"]["podIP"]}]
+        return True
+
+    def _sync_workloads(self, only: str | None = None) -> bool:
+        """Owners create the pods they lack, the scheduler places pending ones, and each node's
+        kubelet runs what is bound to it (``only``: that node's kubelet alone). True when
+        anything may have changed."""
+        if not self.data["run"] and not self.data["workloads"]:
+            return False
+        self._controllers()
+        for pod in self._live():
+            if not pod["spec"].get("nodeName"):
+                self._schedule(pod)
+        by_node: dict[str, list[dict[str, Any]]] = {}
+        for pod in self._live():
+            node = pod["spec"].get("nodeName")
+            if node and (only is None or node == only):
+                by_node.setdefault(node, []).append(pod)
+        for node, pods in sorted(by_node.items()):
+            d = self.host_dir(node)
+            if d is None:
+                continue
+            with st.transaction(d) as s:
+                before = {k: v.get("instance") for k, v in s["servers"].items()}
+                now = time.time()
+                for pod in pods:
+                    if st.is_up(s, now) and not self._admit(pod, s):
+                        continue
+                    if pod["metadata"]["uid"] in self.data["admitted"]:
+                        kubelet.sync_pod(s, d, pod, now)
+                moved = {k: v.get("instance") for k, v in s["servers"].items()} != before
+            if moved:
+                netd.sync(d)
+        return True
+
+    def _controllers(self) -> None:
+        """Deployments (through their ReplicaSet), StatefulSets and LeaderWorkerSets create the
+        pods they lack; a LeaderWorkerSet with RecreateGroupOnPodRestart whose group lost a pod
+        deletes the rest of the group and creates it whole again."""
+        for obj in list(self.data["workloads"].values()):
+            if obj["kind"] == "LeaderWorkerSet" and not self.lws_crd:
+                continue
+            uid = ctl.rs_uid(obj) if obj["kind"] == "Deployment" else obj["metadata"]["uid"]
+            ns = obj["metadata"]["namespace"]
+            mine = [p for p in self._live() if p["metadata"]["namespace"] == ns and ctl.owned_by(p, uid)]
+            want = ctl.wanted(obj)
+            if obj["kind"] == "Deployment":
+                for _, _, body in want[len(mine):]:
+                    self._create_owned(ns, body)
+                continue
+            have = {p["metadata"]["name"] for p in mine}
+            if obj["kind"] == "LeaderWorkerSet" and \
+                    obj["spec"]["leaderWorkerTemplate"].get("restartPolicy") == ctl.RECREATE_GROUP:
+                groups: dict[int, list[str]] = {}
+                for pname, g, _ in want:
+                    groups.setdefault(g, []).append(pname or "")
+                for members in groups.values():
+                    if 0 < sum(m in have for m in members) < len(members):
+                        for m in members:
+                            if m in have:
+                                self._remove_pod(f"{ns}/{m}")
+                                have.discard(m)
+            for pname, _, body in want:
+                if pname not in have:
+                    self._create_owned(ns, body)
+
+    def _create_owned(self, ns: str, body: dict[str, Any]) -> None:
+        meta = body["metadata"]
+        name = meta.get("name") or meta["generateName"] + uuid.uuid4().hex[:5]
+        spec = _pod_spec_defaults(body["spec"])
+        key = f"{ns}/{name}"
+        self.data["pods"][key] = {
+            "kind": "Pod", "apiVersion": "v1",
+            "metadata": {**{k: v for k, v in meta.items() if k != "generateName"}, "name": name,
+                         "uid": str(uuid.uuid4()), "resourceVersion": self._rv(), "creationTimestamp": _now_iso()},
+            "spec": spec, "status": {"phase": "Pending", "qosClass": "BestEffort"}}
+        self.data["run"].append(key)
+
+    def pod_log(self, ns: str, name: str, q: dict[str, str]) -> str:
+        """``GET pods/NAME/log``: the kubelet's log of a container (``container``, ``previous``,
+        ``tailLines``), or the 400 the API server answers (pkg/registry/core/pod/strategy.go
+        LogLocation; pkg/kubelet/kubelet_pods.go validateContainerLogStatus)."""
+        with self.lock:
+            pod = self.pod(ns, name)
+            names = [c["name"] for c in pod["spec"]["containers"]]
+            cname = q.get("container") or ""
+            if not cname:
+                if len(names) > 1:
+                    raise ApiError(400, "BadRequest", f"a container name must be specified for pod {name}, choose "
+                                                      f"one of: [{' '.join(names)}]")
+                cname = names[0]
+            if cname not in names:
+                raise ApiError(400, "BadRequest", f"container {cname} is not valid for pod {name}")
+            node = pod["spec"].get("nodeName")
+            if not node:
+                raise ApiError(400, "BadRequest", f"pod {name} does not have a host assigned")
+            key = f"{ns}/{name}"
+            d = self.host_dir(node)
+            if key not in self.data["run"] or d is None:
+                return ""
+            self._sync_workloads(node)
+            self._save()
+            lines = kubelet.log_lines(st.load(d), pod, cname, q.get("previous") == "true")
+        if isinstance(lines, str):
+            raise ApiError(400, "BadRequest", lines)
+        if q.get("tailLines"):
+            try:
+                n = int(q["tailLines"])
+            except ValueError:
+                raise ApiError(400, "BadRequest", f'strconv.ParseInt: parsing "{q["tailLines"]}": invalid syntax') \
+                    from None
+            lines = lines[-n:] if n > 0 else []
+        return "".join(ln + "\n" for ln in lines)
+
+    def proxy_target(self, ns: str, name: str, port: str) -> tuple[str, int]:
+        """Where ``pods/NAME[:PORT]/proxy`` goes: the pod's address and port (without a port, the
+        first declared containerPort, as pkg/registry/core/pod/strategy.go ResourceLocation picks
+        it). A pod that is not running has no address to dial."""
+        with self.lock:
+            pod = self.pod(ns, name)
+            node = pod["spec"].get("nodeName")
+            if node:
+                self._sync_workloads(node)
+                self._save()
+            if not port:
+                declared = [pt.get("containerPort") for c in pod["spec"]["containers"] for pt in c.get("ports") or []]
+                port = str(declared[0]) if declared else "80"
+            ip = pod["status"].get("podIP")
+            if not ip:
+                raise ApiError(503, "ServiceUnavailable", f"pod {name} does not have a host assigned"
+                               if not node else f"error trying to reach service: pod {name} has no IP")
+        return ip, int(port)
+
+    # ------------------------------------------------------------ owners
+
+    def workloads(self, kind: str, ns: str | None) -> list[dict[str, Any]]:
+        with self.lock:
+            self._sync_workloads()
+            self._save()
+            out = [self._with_status(o) for o in self.data["workloads"].values()
+                   if o["kind"] == kind and (ns is None or o["metadata"]["namespace"] == ns)]
+        return sorted(out, key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"]))
+
+    def workload(self, kind: str, ns: str, name: str) -> dict[str, Any]:
+        with self.lock:
+            self._sync_workloads()
+            self._save()
+            obj = self.data["workloads"].get(f"{kind}/{ns}/{name}")
+            if obj is None:
+                raise not_found(ctl.KINDS[kind][1], name, ctl.KINDS[kind][0].rsplit("/", 1)[0]
+                                if "/" in ctl.KINDS[kind][0] else "")
+            return self._with_status(obj)
+
+    def _with_status(self, obj: dict[str, Any]) -> dict[str, Any]:
+        uid = ctl.rs_uid(obj) if obj["kind"] == "Deployment" else obj["metadata"]["uid"]
+        pods = [p for p in self._live() if p["metadata"]["namespace"] == obj["metadata"]["namespace"]
+                and ctl.owned_by(p, uid)]
+        return {**obj, "status": ctl.status(obj, pods)}
+
+    def replicasets(self, ns: str | None) -> list[dict[str, Any]]:
+        out = []
+        for dep in self.workloads("Deployment", ns):
+            rs = ctl.replicaset_name(dep)
+            out.append({"kind": "ReplicaSet", "apiVersion": "apps/v1",
+                        "metadata": {"name": rs, "namespace": dep["metadata"]["namespace"], "uid": ctl.rs_uid(dep),
+                                     "creationTimestamp": dep["metadata"]["creationTimestamp"],
+                                     "labels": {"pod-template-hash": rs.rsplit("-", 1)[1]},
+                                     "ownerReferences": [ctl.owner_ref("apps/v1", "Deployment", dep["metadata"]["name"],
+                                                                       dep["metadata"]["uid"])]},
+                        "spec": {"replicas": dep["spec"].get("replicas", 1), "template": dep["spec"]["template"]},
+                        "status": {k: v for k, v in dep["status"].items() if k in
+                                   ("replicas", "readyReplicas", "availableReplicas")}})
+        return out
+
+    def create_workload(self, kind: str, ns: str, body: Any) -> dict[str, Any]:
+        if not isinstance(body, dict) or body.get("kind", kind) != kind:
+            raise ApiError(400, "BadRequest", f"the body of the request was not a {kind}")
+        name = (body.get("metadata") or {}).get("name")
+        if not name:
+            raise _invalid(kind, "", "metadata.name", "Required value: name or generateName is required")
+        bad = ctl.invalid(kind, body)
+        if bad:
+            field, _, why = bad.partition(": ")
+            raise _invalid(kind, name, field, why)
+        plural, group = ctl.KINDS[kind][1], ctl.KINDS[kind][0].rsplit("/", 1)[0]
+        with self.lock:
+            key = f"{kind}/{ns}/{name}"
+            if key in self.data["workloads"]:
+                raise ApiError(409, "AlreadyExists", f'{plural}.{group} "{name}" already exists',
+                               {"name": name, "group": group, "kind": plural})
+            obj = ctl.new_object(kind, ns, body)
+            obj["metadata"] |= {"uid": str(uuid.uuid4()), "resourceVersion": self._rv(), "generation": 1,
+                                "creationTimestamp": _now_iso()}
+            self.data["workloads"][key] = obj
+            self._sync_workloads()
+            self._save()
+            return self._with_status(obj)
+
+    def delete_workload(self, kind: str, ns: str, name: str) -> dict[str, Any]:
+        """Deleting an owner deletes its pods (the garbage collector's background propagation)."""
+        plural, group = ctl.KINDS[kind][1], ctl.KINDS[kind][0].rsplit("/", 1)[0]
+        with self.lock:
+            obj = self.data["workloads"].pop(f"{kind}/{ns}/{name}", None)
+            if obj is None:
+                raise not_found(plural, name, group)
+            uid = ctl.rs_uid(obj) if kind == "Deployment" else obj["metadata"]["uid"]
+            for p in [p for p in self._live() if p["metadata"]["namespace"] == ns and ctl.owned_by(p, uid)]:
+                self._remove_pod(f"{ns}/{p['metadata']['name']}")
+            self._save()
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                "details": {"name": name, "group": group, "kind": plural, "uid": obj["metadata"]["uid"]}}
 
     def daemonset(self, ns: str, name: str) -> dict[str, Any]:
         if (ns, name) != ("gpu-operator", "nvidia-dcgm-exporter"):
@@ -597,21 +1028,78 @@ def as_table(obj: dict[str, Any]) -> dict[str, Any]:
             rows.append([n["metadata"]["name"], st_, "<none>", _age(n["metadata"]["creationTimestamp"]),
                          n["status"]["nodeInfo"]["kubeletVersion"]])
     elif kind == "Pod":
-        cols = ["Name", "Ready", "Status", "Restarts", "Age"]
-        rows = [[x["metadata"]["name"], "1/1", x["status"]["phase"], "0", _age(x["metadata"]["creationTimestamp"])]
-                for x in items]
+        cols = ["Name", "Ready", "Status", "Restarts", "Age", "IP", "Node", "Nominated Node", "Readiness Gates"]
+        rows = [_pod_row(x) for x in items]
+    elif kind == "Deployment":
+        cols = ["Name", "Ready", "Up-to-date", "Available", "Age"]
+        rows = [[x["metadata"]["name"], f"{x['status'].get('readyReplicas', 0)}/{x['spec'].get('replicas', 1)}",
+                 str(x["status"].get("updatedReplicas", 0)), str(x["status"].get("availableReplicas", 0)),
+                 _age(x["metadata"]["creationTimestamp"])] for x in items]
+    elif kind == "StatefulSet":
+        cols = ["Name", "Ready", "Age"]
+        rows = [[x["metadata"]["name"], f"{x['status'].get('readyReplicas', 0)}/{x['spec'].get('replicas', 1)}",
+                 _age(x["metadata"]["creationTimestamp"])] for x in items]
     else:
         cols = ["Name", "Age"]
         rows = [[x["metadata"]["name"], _age(x["metadata"].get("creationTimestamp", ""))] for x in items]
     return {"kind": "Table", "apiVersion": "meta.k8s.io/v1",
             "metadata": {"resourceVersion": obj.get("metadata", {}).get("resourceVersion", "")},
             "columnDefinitions": [{"name": c, "type": "string", "format": "name" if c == "Name" else "",
-                                   "description": c, "priority": 0} for c in cols],
+                                   "description": c, "priority": 1 if c in WIDE_COLUMNS else 0} for c in cols],
             "rows": [{"cells": cells, "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
                                                  "metadata": x["metadata"]}} for cells, x in zip(rows, items, strict=True)]}
 
 
-def _discovery(port: int, path: str) -> dict[str, Any] | None:
+WIDE_COLUMNS = ("IP", "Node", "Nominated Node", "Readiness Gates")
+
+
+def _pod_row(x: dict[str, Any]) -> list[str]:
+    """kubectl's pod row as the API server prints it (pkg/printers/internalversion/printers.go
+    printPod): the phase, else the pod's reason, else a container's waiting or terminated reason;
+    restarts summed with the time of the last one."""
+    st_ = x["status"]
+    cs = st_.get("containerStatuses")
+    if cs is None:          # a pod that stands for a Docker host's container
+        return [x["metadata"]["name"], "1/1", st_["phase"], "0", _age(x["metadata"]["creationTimestamp"]),
+                st_.get("podIP") or "<none>", x["spec"].get("nodeName") or "<none>", "<none>", "<none>"]
+    reason = st_.get("reason") or st_.get("phase", "Pending")
+    for c in cs:
+        w, t = c["state"].get("waiting"), c["state"].get("terminated")
+        if w and w.get("reason"):
+            reason = w["reason"]
+        elif t and t.get("reason"):
+            reason = t["reason"]
+    if x["metadata"].get("deletionTimestamp"):
+        reason = "Terminating"
+    restarts = sum(c.get("restartCount", 0) for c in cs)
+    last = max((c.get("lastState", {}).get("terminated", {}).get("finishedAt", "") for c in cs), default="")
+    shown = f"{restarts} ({_age(last)} ago)" if restarts and last else str(restarts)
+    ready = sum(1 for c in cs if c.get("ready"))
+    return [x["metadata"]["name"], f"{ready}/{len(x['spec']['containers'])}", reason, shown,
+            _age(x["metadata"]["creationTimestamp"]), st_.get("podIP") or "<none>",
+            x["spec"].get("nodeName") or "<none>", "<none>", "<none>"]
+
+
+def _workload_path(p: list[str], lws: bool) -> tuple[str, str | None, str | None] | None:
+    """``/apis/GROUP/VERSION[/namespaces/NS]/PLURAL[/NAME]`` of an owner kind: (kind, ns, name)."""
+    if len(p) < 5 or p[1] != "apis":
+        return None
+    gv = f"{p[2]}/{p[3]}"
+    rest = p[4:]
+    ns = None
+    if rest[:1] == ["namespaces"] and len(rest) >= 3:
+        ns, rest = rest[1], rest[2:]
+    if not rest or len(rest) > 2:
+        return None
+    if gv == "apps/v1" and rest[0] == "replicasets":
+        return "ReplicaSet", ns, rest[1] if len(rest) == 2 else None
+    kind = ctl.PLURAL_KIND.get(rest[0])
+    if kind is None or ctl.KINDS[kind][0] != gv or (kind == "LeaderWorkerSet" and not lws):
+        return None
+    return kind, ns, rest[1] if len(rest) == 2 else None
+
+
+def _discovery(port: int, path: str, lws: bool = True) -> dict[str, Any] | None:
     if path == "/version":
         return K8S_VERSION
     if path == "/api":
@@ -620,12 +1108,16 @@ def _discovery(port: int, path: str) -> dict[str, Any] | None:
     if path == "/apis":
         groups = []
         for gv in RESOURCES:
+            if gv.startswith(ctl.LWS_GROUP) and not lws:
+                continue
             if "/" in gv:
                 g, v = gv.split("/")
                 groups.append({"name": g, "versions": [{"groupVersion": gv, "version": v}],
                                "preferredVersion": {"groupVersion": gv, "version": v}})
         return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
     gv = path.removeprefix("/api/").removeprefix("/apis/")
+    if gv.startswith(ctl.LWS_GROUP) and not lws:
+        return None
     if gv in RESOURCES and path in (f"/api/{gv}", f"/apis/{gv}"):
         res = []
         for name, kind, namespaced, verbs in RESOURCES[gv]:
@@ -633,9 +1125,17 @@ def _discovery(port: int, path: str) -> dict[str, Any] | None:
                                  "namespaced": namespaced, "kind": kind, "verbs": verbs}
             if name == "pods/eviction":
                 r |= {"group": "policy", "version": "v1"}
+            if name in SHORT_NAMES:
+                r["shortNames"] = SHORT_NAMES[name]
             res.append(r)
         return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": res}
     return None
+
+
+TABLE_KINDS = ("Node", "NodeList", "Pod", "PodList", "Deployment", "DeploymentList", "StatefulSet", "StatefulSetList",
+               "LeaderWorkerSet", "LeaderWorkerSetList")
+PROXY = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/:]+)(?::(?P<port>\d+))?/proxy(?P<path>/.*)?$")
+LOG = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log/?$")
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -674,19 +1174,98 @@ class Handler(BaseHTTPRequestHandler):
         q = {k: v[0] for k, v in parse_qs(u.query).items()}
         self.requests.append((method, self.path))
         try:
+            m = PROXY.match(u.path)
+            if m:
+                self._proxy(method, m, u.query)
+                return
+            m = LOG.match(u.path)
+            if m and method == "GET":
+                self._authorize("get", "pods/log", "", m["ns"], m["name"])
+                self._send_text(200, self.cluster.pod_log(m["ns"], m["name"], q))
+                return
             body = self._body() if method in ("POST", "PUT", "PATCH") else None
             code, out = self._route(method, u.path.rstrip("/") or "/", q, body)
-            if method == "GET" and "as=Table" in self.headers.get("Accept", "") and \
-                    out.get("kind") in ("Node", "NodeList", "Pod", "PodList"):
+            if method == "GET" and "as=Table" in self.headers.get("Accept", "") and out.get("kind") in TABLE_KINDS:
                 out = as_table(out)
         except ApiError as exc:
             code, out = exc.code, exc.body
         self._send(code, out)
 
+    def _send_text(self, code: int, text: str) -> None:
+        data = text.encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _authorize(self, verb: str, resource: str, group: str, ns: str | None, name: str | None) -> None:
+        """A right refused by the cluster's ``deny`` setting answers 403 Forbidden, in the
+        authorizer's words (k8s.io/apiserver endpoints/handlers/responsewriters: forbidden)."""
+        if not self.cluster.denied(verb, resource):
+            return
+        token = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        user = TOKENS.get(token, ("system:anonymous", ""))[0]
+        base = resource.split("/")[0]
+        what = f'{base}.{group} "{name}"' if name and group else (f'{base} "{name}"' if name else
+                                                                   f"{base}.{group}" if group else base)
+        where = f' in the namespace "{ns}"' if ns else " at the cluster scope"
+        raise ApiError(403, "Forbidden", f'{what} is forbidden: User "{user}" cannot {verb} resource "{resource}" '
+                                         f'in API group "{group}"{where}',
+                       {"name": name or "", "group": group, "kind": base})
+
+    def _proxy(self, method: str, m: re.Match[str], query: str) -> None:
+        """``pods/NAME[:PORT]/proxy/PATH``: the request goes to the pod's address as it came,
+        and the answer comes back as it is written (an SSE stream chunk by chunk, unbuffered).
+        A pod that does not answer is the proxy's 503 ServiceUnavailable (apimachinery's
+        upgradeaware proxy: "error trying to reach service: dial tcp ...: connect: connection
+        refused")."""
+        import http.client
+
+        verb = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
+                "DELETE": "delete"}.get(method, "get")
+        self._authorize(verb, "pods/proxy", "", m["ns"], m["name"])
+        ip, port = self.cluster.proxy_target(m["ns"], m["name"], m["port"] or "")
+        n = int(self.headers.get("Content-Length") or 0)
+        payload = self.rfile.read(n) if n else None
+        path = (m["path"] or "/") + (f"?{query}" if query else "")
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "authorization", "connection",
+                                                                              "content-length")}
+        conn = http.client.HTTPConnection(ip, port, timeout=600)
+        try:
+            conn.request(method, path, body=payload, headers=headers)
+            resp = conn.getresponse()
+        except OSError:
+            conn.close()
+            raise ApiError(503, "ServiceUnavailable", f"error trying to reach service: dial tcp {ip}:{port}: "
+                                                      "connect: connection refused") from None
+        try:
+            self.send_response(resp.status)
+            length = resp.getheader("Content-Length")
+            for k, v in resp.getheaders():
+                if k.lower() not in ("transfer-encoding", "connection", "content-length", "date", "server"):
+                    self.send_header(k, v)
+            if length is not None:
+                self.send_header("Content-Length", length)
+                self.end_headers()
+                self.wfile.write(resp.read())
+                return
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            while True:
+                chunk = resp.read1(65536)
+                if not chunk:
+                    break
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+        finally:
+            conn.close()
+
     def _route(self, method: str, path: str, q: dict[str, str], body: Any) -> tuple[int, dict[str, Any]]:
         c = self.cluster
         if method == "GET":
-            d = _discovery(self.server.server_address[1], path)
+            d = _discovery(self.server.server_address[1], path, c.lws_crd)
             if d is not None:
                 return 200, d
         p = path.split("/")
@@ -704,8 +1283,22 @@ class Handler(BaseHTTPRequestHandler):
         if len(p) == 6 and p[:4] == ["", "api", "v1", "namespaces"] and p[5] == "pods" and method == "GET":
             items = c.pods(p[4], q.get("fieldSelector", ""), q.get("labelSelector", ""))
             return 200, _list("PodList", "v1", items, c.data["rv"])
+        if len(p) == 6 and p[:4] == ["", "api", "v1", "namespaces"] and p[5] == "pods" and method == "POST":
+            self._authorize("create", "pods", "", p[4], None)
+            return 201, c.create_pod(p[4], body)
         if len(p) == 7 and p[:4] == ["", "api", "v1", "namespaces"] and p[5] == "pods" and method == "GET":
+            with c.lock:
+                c._sync_workloads(c.pod(p[4], p[6])["spec"].get("nodeName") or None)
+                c._save()
             return 200, c.pod(p[4], p[6])
+        if len(p) == 7 and p[:4] == ["", "api", "v1", "namespaces"] and p[5] == "pods" and method == "DELETE":
+            self._authorize("delete", "pods", "", p[4], p[6])
+            return 200, c.delete_pod(p[4], p[6])
+        if len(p) == 6 and p[:4] == ["", "api", "v1", "namespaces"] and p[5] == "events" and method == "GET":
+            return 200, _list("EventList", "v1", [], c.data["rv"])
+        wl = _workload_path(p, c.lws_crd)
+        if wl is not None:
+            return self._workload_route(method, wl, body)
         if len(p) == 8 and p[5] == "pods" and p[7] == "eviction" and method == "POST":
             # kind and apiVersion may be left out (the endpoint knows its type), not be wrong
             if not isinstance(body, dict) or body.get("kind", "Eviction") != "Eviction":
@@ -740,6 +1333,37 @@ class Handler(BaseHTTPRequestHandler):
                     return 200, c.delete_lease(ns, p[7])
         raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
 
+    def _workload_route(self, method: str, wl: tuple[str, str | None, str | None], body: Any) \
+            -> tuple[int, dict[str, Any]]:
+        c = self.cluster
+        kind, ns, name = wl
+        if kind == "ReplicaSet":
+            if method != "GET":
+                raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested "
+                                                        "resource")
+            items = c.replicasets(ns)
+            if name is None:
+                return 200, _list("ReplicaSetList", "apps/v1", items, c.data["rv"])
+            found = [x for x in items if x["metadata"]["name"] == name]
+            if not found:
+                raise not_found("replicasets", name, "apps")
+            return 200, found[0]
+        api_version, plural, _ = ctl.KINDS[kind]
+        group = api_version.rsplit("/", 1)[0]
+        if method == "GET" and name is None:
+            self._authorize("list", plural, group, ns, None)
+            return 200, _list(f"{kind}List", api_version, c.workloads(kind, ns), c.data["rv"])
+        if method == "GET" and ns and name:
+            self._authorize("get", plural, group, ns, name)
+            return 200, c.workload(kind, ns, name)
+        if method == "POST" and ns and name is None:
+            self._authorize("create", plural, group, ns, None)
+            return 201, c.create_workload(kind, ns, body)
+        if method == "DELETE" and ns and name:
+            self._authorize("delete", plural, group, ns, name)
+            return 200, c.delete_workload(kind, ns, name)
+        raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+
     def _access_review(self, body: dict[str, Any]) -> dict[str, Any]:
         """``kubectl auth can-i`` / SelfSubjectAccessReview, answered as RBAC answers it for
         the request's bearer token (an unknown one is 401, as the authenticator refuses it)."""
@@ -750,6 +1374,9 @@ class Handler(BaseHTTPRequestHandler):
         attrs = (body.get("spec") or {}).get("resourceAttributes") or {}
         allowed = role == "cluster-admin" or (attrs.get("verb") in ("get", "list", "watch")
                                                and not attrs.get("subresource"))
+        resource = str(attrs.get("resource", "")) + (f"/{attrs['subresource']}" if attrs.get("subresource") else "")
+        if self.cluster.denied(str(attrs.get("verb", "")), resource):
+            allowed = False
         reason = (f'RBAC: allowed by ClusterRoleBinding "{role}" of ClusterRole "{role}" to User "{user}"'
                   if allowed else "")
         return {"kind": "SelfSubjectAccessReview", "apiVersion": "authorization.k8s.io/v1",
@@ -781,8 +1408,9 @@ class _HTTPServer(ThreadingHTTPServer):
 class KubeApiServer:
     """``with KubeApiServer(sim_root) as api: api.url`` (an http:// URL on 127.0.0.1)."""
 
-    def __init__(self, sim_root: Path, pdb_release_s: float | None = None, address: tuple[str, int] = ("127.0.0.1", 0)):
-        self.cluster = Cluster(sim_root, pdb_release_s)
+    def __init__(self, sim_root: Path, pdb_release_s: float | None = None, address: tuple[str, int] = ("127.0.0.1", 0),
+                 lws_crd: bool | None = None, deny: list[str] | None = None):
+        self.cluster = Cluster(sim_root, pdb_release_s, lws_crd=lws_crd, deny=deny)
         self.requests: list[tuple[str, str]] = []
         handler = type("BoundHandler", (Handler,), {"cluster": self.cluster, "requests": self.requests})
         try:

@@ -1,0 +1,344 @@
+"""Containerd nodes of the simulated cluster: Pods the API server binds are run by the node's
+simulated kubelet in the node's one container model (GPU checks, CUDA init, the vLLM server),
+the device plugin's nvidia.com/gpu follows the driver, owners (Deployment, LeaderWorkerSet)
+recreate what an eviction takes, and the official Python client drives it all over a real socket."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from k3rollout.sim import netd
+from k3rollout.sim import state as st
+from k3rollout.sim.dispatch import dispatch
+from k3rollout.sim.kubeapi import KubeApiServer
+
+NS = "inference"
+CONTAINERD = {"sim_container_runtime": "containerd", "sim_crash_backoff_s": 0.05}
+B300 = {"sim_gpu": "NVIDIA B300 SXM6 AC", "sim_gpu_mem_gib": 268}
+
+
+def make_cluster(root: Path, spare: int = 1) -> None:
+    """Two B300 nodes behind a Deployment, two H200 nodes holding one 2-node LeaderWorkerSet group,
+    and ``spare`` containerd nodes that serve nothing."""
+    for n in ("gpu-b01", "gpu-b02"):
+        st.init_host(root / n, n, {**CONTAINERD, **B300, "sim_k8s_serving": {"kind": "Deployment", "name": "k3-b300"}})
+    for n in ("gpu-a01", "gpu-a02"):
+        st.init_host(root / n, n, {**CONTAINERD, "sim_k8s_serving": {"kind": "LeaderWorkerSet", "name": "k3-h200",
+                                                                     "size": 2}})
+    for i in range(spare):
+        st.init_host(root / f"gpu-c0{i + 1}", f"gpu-c0{i + 1}", dict(CONTAINERD))
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    root = tmp_path / "sim"
+    make_cluster(root)
+    try:
+        with KubeApiServer(root) as api:
+            api.root = root
+            api.http = httpx.Client(base_url=api.url, timeout=60)
+            k8s_config.load_kube_config(config_file=str(api.kubeconfig(tmp_path / "kubeconfig")))
+            api.core, api.apps = k8s.CoreV1Api(), k8s.AppsV1Api()
+            api.custom = k8s.CustomObjectsApi()
+            yield api
+    finally:
+        netd.shutdown(root)
+
+
+def probe_pod(name: str, node: str | None, command: list[str], image: str = "vllm/vllm-openai:v0.11.0",
+              gpus: int = 1, policy: str = "Never") -> dict:
+    spec: dict = {"restartPolicy": policy, "containers": [{
+        "name": "probe", "image": image, "command": command,
+        "resources": {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}}]}
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def pods(api, selector: str = "") -> list:
+    return api.core.list_namespaced_pod(NS, label_selector=selector).items
+
+
+def wait_for(fn, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = fn()
+        if got or time.monotonic() > deadline:
+            return got
+        time.sleep(0.05)
+
+
+def test_a_pinned_probe_pod_gets_a_gpu_from_the_device_plugin_and_succeeds(cluster):
+    node = cluster.core.read_node("gpu-c01")
+    assert node.status.allocatable["nvidia.com/gpu"] == "8" and node.status.capacity["nvidia.com/gpu"] == "8"
+    assert node.status.node_info.container_runtime_version == "containerd://1.7.24"
+    cluster.core.create_namespaced_pod("default", probe_pod("smi", "gpu-c01", ["nvidia-smi", "-L"]))
+    pod = cluster.core.read_namespaced_pod("smi", "default")
+    assert pod.status.phase == "Succeeded"
+    cs = pod.status.container_statuses[0]
+    assert cs.state.terminated.exit_code == 0 and cs.state.terminated.reason == "Completed"
+    # the kubelet reports the repository digest, as containerd resolved it
+    assert cs.image_id == "docker.io/vllm/vllm-openai@" + st.REGISTRY["vllm/vllm-openai:v0.11.0"]["digest"]
+    log = cluster.core.read_namespaced_pod_log("smi", "default")
+    assert "GPU 0: NVIDIA H200" in log and log.count("GPU ") == 8
+
+
+def test_create_conflicts_invalid_bodies_and_delete_answer_as_the_real_api(cluster):
+    body = probe_pod("twice", "gpu-c01", ["nvidia-smi", "-L"], gpus=0)
+    assert cluster.http.post("/api/v1/namespaces/default/pods", json=body).status_code == 201
+    r = cluster.http.post("/api/v1/namespaces/default/pods", json=body)
+    assert r.status_code == 409 and r.json()["reason"] == "AlreadyExists"
+    assert r.json()["message"] == 'pods "twice" already exists'
+    bad = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "noimage"}, "spec": {"containers": [{"name": "c"}]}}
+    r = cluster.http.post("/api/v1/namespaces/default/pods", json=bad)
+    assert r.status_code == 422 and r.json()["reason"] == "Invalid"
+    assert r.json()["message"] == 'Pod "noimage" is invalid: spec.containers[0].image: Required value'
+    r = cluster.http.delete("/api/v1/namespaces/default/pods/twice")
+    assert r.status_code == 200 and r.json()["metadata"]["deletionTimestamp"]
+    assert r.json()["metadata"]["deletionGracePeriodSeconds"] == 30
+    r = cluster.http.delete("/api/v1/namespaces/default/pods/twice")
+    assert r.status_code == 404 and r.json()["message"] == 'pods "twice" not found'
+
+
+def test_a_cuda13_image_on_r575_fails_to_start_with_the_nvidia_hooks_refusal(cluster):
+    cluster.core.create_namespaced_pod("default", probe_pod(
+        "cuda13", "gpu-c01", ["python3", "-c", "import torch; torch.cuda.init()"], image="vllm/vllm-openai:kimi-k3"))
+    pod = cluster.core.read_namespaced_pod("cuda13", "default")
+    t = pod.status.container_statuses[0].state.terminated
+    assert pod.status.phase == "Failed" and t.reason == "StartError" and t.exit_code == 128
+    assert t.message.startswith("failed to create containerd task: failed to create shim task: OCI runtime create")
+    assert "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=13.0" in t.message
+
+
+def test_gpus_in_use_keep_a_pod_pending_or_refuse_a_pinned_one(cluster):
+    # every serving node's GPUs belong to its serving pod
+    cluster.core.create_namespaced_pod("default", probe_pod("wants8", None, ["vllm", "serve"], gpus=8, policy="Always"))
+    cluster.core.create_namespaced_pod("default", probe_pod("wants8b", None, ["nvidia-smi", "-L"], gpus=8))
+    placed = cluster.core.read_namespaced_pod("wants8", "default")
+    assert placed.spec.node_name == "gpu-c01"          # the only node with 8 free
+    waiting = cluster.core.read_namespaced_pod("wants8b", "default")
+    assert waiting.status.phase == "Pending" and waiting.spec.node_name is None
+    cond = waiting.status.conditions[0]
+    assert cond.type == "PodScheduled" and cond.reason == "Unschedulable"
+    assert cond.message.startswith("0/5 nodes are available: 5 Insufficient nvidia.com/gpu.")
+    # pinned with nodeName: the scheduler is bypassed, the kubelet's device manager refuses it
+    cluster.core.create_namespaced_pod("default", probe_pod("pinned", "gpu-b01", ["nvidia-smi", "-L"], gpus=1))
+    pinned = cluster.core.read_namespaced_pod("pinned", "default")
+    assert pinned.status.phase == "Failed" and pinned.status.reason == "UnexpectedAdmissionError"
+    assert "Requested: 1, Available: 0" in pinned.status.message
+
+
+def test_the_device_plugin_advertises_no_gpus_while_the_driver_is_unloaded_or_the_node_reboots(cluster):
+    def gpus() -> tuple[str, str]:
+        n = cluster.core.read_node("gpu-c01").status
+        return n.capacity["nvidia.com/gpu"], n.allocatable["nvidia.com/gpu"]
+
+    assert gpus() == ("8", "8")
+    for unit in ("nvidia-persistenced", "nvidia-dcgm", "nvidia-fabricmanager"):
+        dispatch(cluster.root / "gpu-c01", ["systemctl", "stop", unit])
+    assert dispatch(cluster.root / "gpu-c01", ["modprobe", "-r", "nvidia"]).rc == 0
+    assert gpus() == ("0", "0")
+    # a GPU pod pinned now is refused by the device manager
+    cluster.core.create_namespaced_pod("default", probe_pod("nogpu", "gpu-c01", ["nvidia-smi", "-L"]))
+    assert cluster.core.read_namespaced_pod("nogpu", "default").status.reason == "UnexpectedAdmissionError"
+    assert dispatch(cluster.root / "gpu-c01", ["reboot"]).rc == 0
+    assert gpus() == ("0", "0")                       # rebooting
+    wait_for(lambda: st.is_up(st.load(cluster.root / "gpu-c01"), time.time()))
+    assert gpus() == ("8", "8")                       # the module loaded at boot
+
+
+def test_previous_logs_show_the_r575_failure_and_a_pod_without_one_answers_the_real_400(cluster):
+    pod = pods(cluster, "app=k3-b300")[0]
+    name = pod.metadata.name
+    cs = pod.status.container_statuses[0]
+    assert cs.restart_count == 1 and cs.state.running and cs.last_state.terminated.exit_code == 1
+    prev = cluster.core.read_namespaced_pod_log(name, NS, previous=True)
+    assert "Error 35: CUDA driver version is insufficient for CUDA runtime version" in prev
+    now = cluster.core.read_namespaced_pod_log(name, NS, tail_lines=1)
+    assert now == "INFO:     Application startup complete.\n"
+    cluster.core.create_namespaced_pod("default", probe_pod("once", "gpu-c01", ["nvidia-smi", "-L"], gpus=0))
+    r = cluster.http.get("/api/v1/namespaces/default/pods/once/log", params={"previous": "true"})
+    assert r.status_code == 400 and r.json()["reason"] == "BadRequest"
+    assert r.json()["message"] == 'previous terminated container "probe" in pod "once" not found'
+
+
+def test_the_pod_proxy_reaches_the_pods_server_and_streams_sse(cluster):
+    name = pods(cluster, "app=k3-b300")[0].metadata.name
+    base = f"/api/v1/namespaces/{NS}/pods/{name}"
+    assert cluster.http.get(f"{base}:8001/proxy/health").status_code == 200
+    models = cluster.http.get(f"{base}/proxy/v1/models").json()       # the declared containerPort
+    assert models["data"][0]["id"] == "moonshotai/Kimi-K2-Thinking"
+    req = {"model": "moonshotai/Kimi-K2-Thinking", "stream": True, "max_tokens": 16,
+           "messages": [{"role": "user", "content": "hello"}]}
+    events = []
+    with cluster.http.stream("POST", f"{base}:8001/proxy/v1/chat/completions", json=req) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                events.append(line[6:])
+    assert events[-1] == "[DONE]" and len(events) > 3
+    assert json.loads(events[0])["object"] == "chat.completion.chunk"
+    # a pod on the pod network is not at the node's address
+    ip = cluster.core.read_namespaced_pod(name, NS).status.pod_ip
+    assert ip != st.load(cluster.root / cluster.core.read_namespaced_pod(name, NS).spec.node_name)["address"]
+    # nothing listens on another port of the pod: the proxy's 503
+    r = cluster.http.get(f"{base}:9999/proxy/health")
+    assert r.status_code == 503 and r.json()["reason"] == "ServiceUnavailable"
+    assert r.json()["message"] == f"error trying to reach service: dial tcp {ip}:9999: connect: connection refused"
+
+
+def test_an_evicted_deployment_pod_is_recreated_pending_then_lands_after_uncordon(cluster):
+    # fill the spare node so no node has 8 free GPUs
+    cluster.core.create_namespaced_pod("default", probe_pod("hold", "gpu-c01", ["vllm", "serve"], gpus=8,
+                                                            policy="Always"))
+    victim = next(p for p in pods(cluster, "app=k3-b300") if p.spec.node_name == "gpu-b01")
+    ip = victim.status.pod_ip
+    cluster.core.patch_node("gpu-b01", {"spec": {"unschedulable": True}})
+    cluster.core.create_namespaced_pod_eviction(victim.metadata.name, NS, k8s.V1Eviction(
+        metadata=k8s.V1ObjectMeta(name=victim.metadata.name, namespace=NS)))
+    # the kubelet stopped its server: the old address answers nothing
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"http://{ip}:8001/health", timeout=2)
+    now = pods(cluster, "app=k3-b300")
+    assert victim.metadata.name not in [p.metadata.name for p in now] and len(now) == 2
+    repl = next(p for p in now if p.spec.node_name is None)
+    assert repl.status.phase == "Pending" and "1 node(s) were unschedulable" in repl.status.conditions[0].message
+    dep = cluster.apps.read_namespaced_deployment("k3-b300", NS)
+    assert (dep.status.replicas, dep.status.ready_replicas) == (2, 1)
+    cluster.core.patch_node("gpu-b01", {"spec": {"unschedulable": False}})
+    back = wait_for(lambda: [p for p in pods(cluster, "app=k3-b300") if p.spec.node_name == "gpu-b01"
+                             and p.status.container_statuses and p.status.container_statuses[0].ready])
+    assert back and back[0].metadata.name == repl.metadata.name
+    assert cluster.apps.read_namespaced_deployment("k3-b300", NS).status.ready_replicas == 2
+
+
+def test_evicting_one_pod_of_a_leaderworkerset_group_recreates_the_whole_group(cluster):
+    group = {p.metadata.name: p for p in pods(cluster, "leaderworkerset.sigs.k8s.io/name=k3-h200")}
+    assert sorted(group) == ["k3-h200-0", "k3-h200-0-1"]
+    worker = group["k3-h200-0-1"]
+    env = {e.name: e.value for e in worker.spec.containers[0].env}
+    assert env["LWS_LEADER_ADDRESS"] == "k3-h200-0.k3-h200.inference"
+    assert (env["LWS_GROUP_SIZE"], env["LWS_WORKER_INDEX"]) == ("2", "1")
+    assert worker.metadata.labels["leaderworkerset.sigs.k8s.io/group-index"] == "0"
+    lws = cluster.custom.get_namespaced_custom_object("leaderworkerset.x-k8s.io", "v1", NS, "leaderworkersets",
+                                                      "k3-h200")
+    assert lws["status"]["readyReplicas"] == 1
+    cluster.core.create_namespaced_pod_eviction("k3-h200-0-1", NS, k8s.V1Eviction(
+        metadata=k8s.V1ObjectMeta(name="k3-h200-0-1", namespace=NS)))
+    again = {p.metadata.name: p for p in pods(cluster, "leaderworkerset.sigs.k8s.io/name=k3-h200")}
+    assert sorted(again) == ["k3-h200-0", "k3-h200-0-1"]
+    # the leader was not evicted, yet it is a new pod: the group was recreated whole
+    assert again["k3-h200-0"].metadata.uid != group["k3-h200-0"].metadata.uid
+    assert again["k3-h200-0-1"].metadata.uid != worker.metadata.uid
+
+
+def test_a_leaderworkerset_is_created_through_the_api_and_serves_across_two_nodes(tmp_path):
+    root = tmp_path / "sim"
+    for n in ("gpu-c01", "gpu-c02"):
+        st.init_host(root / n, n, dict(CONTAINERD))
+    args = ["moonshotai/Kimi-K2-Thinking", "--tensor-parallel-size", "16", "--nnodes", "$(LWS_GROUP_SIZE)",
+            "--node-rank", "$(LWS_WORKER_INDEX)", "--master-addr", "$(LWS_LEADER_ADDRESS)", "--port", "8000"]
+    tmpl = {"spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0", "command": ["vllm", "serve"],
+                                     "args": args, "ports": [{"containerPort": 8000}],
+                                     "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}
+    worker = json.loads(json.dumps(tmpl))
+    worker["spec"]["containers"][0]["args"].append("--headless")
+    body = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": {"name": "test-lws"},
+            "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 2, "leaderTemplate": tmpl,
+                                                             "workerTemplate": worker}}}
+    try:
+        with KubeApiServer(root) as api:
+            c = httpx.Client(base_url=api.url, timeout=60)
+            base = "/apis/leaderworkerset.x-k8s.io/v1/namespaces/default/leaderworkersets"
+            r = c.post(base, json=body)
+            assert r.status_code == 201 and r.json()["spec"]["leaderWorkerTemplate"]["restartPolicy"] == \
+                "RecreateGroupOnPodRestart"
+            assert c.post(base, json=body).status_code == 409
+            ready = wait_for(lambda: c.get(f"{base}/test-lws").json()["status"]["readyReplicas"] == 1)
+            assert ready
+            r = c.get("/api/v1/namespaces/default/pods/test-lws-0/proxy/v1/models")
+            assert r.status_code == 200 and r.json()["data"][0]["id"] == "moonshotai/Kimi-K2-Thinking"
+            assert c.get(f"{base}").json()["items"][0]["metadata"]["name"] == "test-lws"
+            assert c.delete(f"{base}/test-lws").status_code == 200
+            assert c.get("/api/v1/namespaces/default/pods").json()["items"] == []
+            assert c.get(f"{base}/test-lws").status_code == 404
+    finally:
+        netd.shutdown(root)
+
+
+def test_without_the_lws_crd_discovery_omits_the_group_and_its_paths_are_not_found(tmp_path):
+    root = tmp_path / "sim"
+    st.init_host(root / "gpu-c01", "gpu-c01", dict(CONTAINERD))
+    with KubeApiServer(root, lws_crd=False) as api:
+        groups = [g["name"] for g in httpx.get(f"{api.url}/apis").json()["groups"]]
+        assert "leaderworkerset.x-k8s.io" not in groups and "apps" in groups
+        r = httpx.get(f"{api.url}/apis/leaderworkerset.x-k8s.io/v1/namespaces/default/leaderworkersets")
+        assert r.status_code == 404
+        api.cluster.set_lws_crd(True)
+        groups = [g["name"] for g in httpx.get(f"{api.url}/apis").json()["groups"]]
+        assert "leaderworkerset.x-k8s.io" in groups
+
+
+def test_a_denied_right_is_refused_by_access_review_and_by_the_request(tmp_path):
+    root = tmp_path / "sim"
+    st.init_host(root / "gpu-c01", "gpu-c01", dict(CONTAINERD))
+    with KubeApiServer(root, deny=["create pods/proxy", "get pods/log"]) as api:
+        c = httpx.Client(base_url=api.url, headers={"Authorization": "Bearer sim-admin-token"})
+
+        def can(verb: str, resource: str, sub: str = "") -> bool:
+            spec = {"resourceAttributes": {"verb": verb, "resource": resource, "namespace": "default",
+                                           **({"subresource": sub} if sub else {})}}
+            return c.post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                          json={"spec": spec}).json()["status"]["allowed"]
+
+        assert can("create", "pods") and can("get", "pods", "proxy") and can("list", "leaderworkersets")
+        assert not can("create", "pods", "proxy") and not can("get", "pods", "log")
+        c.post("/api/v1/namespaces/default/pods", json=probe_pod("p", "gpu-c01", ["nvidia-smi", "-L"], gpus=0))
+        r = c.get("/api/v1/namespaces/default/pods/p/log")
+        assert r.status_code == 403 and r.json()["reason"] == "Forbidden"
+        assert r.json()["message"] == ('pods "p" is forbidden: User "kubernetes-admin" cannot get resource '
+                                       '"pods/log" in API group "" in the namespace "default"')
+
+
+def test_the_real_kubectl_reads_pods_logs_and_owners(cluster, tmp_path):
+    import os
+    import shutil
+    import subprocess
+
+    exe = shutil.which("kubectl")
+    if not exe:
+        if os.environ.get("CI") == "true":
+            pytest.fail("kubectl missing: scripts/test.sh installs kubernetes-client where the image lacks it")
+        pytest.skip("kubectl not installed")
+    kc = cluster.kubeconfig(tmp_path / "kc")
+
+    def kubectl(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([exe, "--kubeconfig", str(kc), *args], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "HOME": str(tmp_path)})
+
+    p = kubectl("get", "pods", "-n", NS, "-o", "wide")
+    assert p.returncode == 0, p.stderr
+    head, *rows = p.stdout.splitlines()
+    assert head.split()[:7] == ["NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE"]
+    leader = next(r.split() for r in rows if r.startswith("k3-h200-0 "))
+    assert leader[1:3] == ["1/1", "Running"] and leader[3] == "1" and leader[-3] == "gpu-a01"
+    p = kubectl("logs", "-n", NS, "k3-h200-0", "--previous")
+    assert p.returncode == 0 and "Error 35: CUDA driver version is insufficient" in p.stdout, p.stderr
+    p = kubectl("logs", "-n", NS, "k3-h200-0", "--tail", "1")
+    assert p.stdout == "INFO:     Application startup complete.\n", p.stderr
+    p = kubectl("describe", "pod", "-n", NS, "k3-h200-0-1")
+    assert p.returncode == 0, p.stderr
+    assert "Node:         gpu-a02/" in p.stdout and "Port:          8001/TCP" in p.stdout
+    assert "LWS_LEADER_ADDRESS:  k3-h200-0.k3-h200.inference" in p.stdout
+    assert "Last State:     Terminated" in p.stdout and "Exit Code:    1" in p.stdout
+    p = kubectl("get", "deploy,sts,lws", "-n", NS)
+    assert p.returncode == 0, p.stderr
+    assert "deployment.apps/k3-b300" in p.stdout and "2/2" in p.stdout
+    assert "leaderworkerset.leaderworkerset.x-k8s.io/k3-h200" in p.stdout
