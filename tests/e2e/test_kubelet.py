@@ -115,6 +115,9 @@ def test_a_cuda13_image_on_r575_fails_to_start_with_the_nvidia_hooks_refusal(clu
     assert pod.status.phase == "Failed" and t.reason == "StartError" and t.exit_code == 128
     assert t.message.startswith("failed to create containerd task: failed to create shim task: OCI runtime create")
     assert "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=13.0" in t.message
+    # the image came into the CRI store (k8s.io namespace), which crictl reads
+    r = dispatch(cluster.root / "gpu-c01", ["crictl", "images"])
+    assert r.rc == 0 and "docker.io/vllm/vllm-openai   kimi-k3" in r.stdout
 
 
 def test_gpus_in_use_keep_a_pod_pending_or_refuse_a_pinned_one(cluster):
@@ -305,6 +308,33 @@ def test_a_denied_right_is_refused_by_access_review_and_by_the_request(tmp_path)
         assert r.status_code == 403 and r.json()["reason"] == "Forbidden"
         assert r.json()["message"] == ('pods "p" is forbidden: User "kubernetes-admin" cannot get resource '
                                        '"pods/log" in API group "" in the namespace "default"')
+
+
+def test_a_containerd_node_has_no_docker_cli_and_crictl_reads_the_kubelets_containers(cluster):
+    node = cluster.root / "gpu-b01"
+    r = dispatch(node, ["docker", "info"])
+    assert (r.rc, r.stdout, r.stderr) == (127, "", "bash: line 1: docker: command not found\n")
+    ps = dispatch(node, ["crictl", "ps", "-a"])
+    assert ps.rc == 0
+    lines = ps.stdout.splitlines()
+    assert lines[0].split() == ["CONTAINER", "IMAGE", "CREATED", "STATE", "NAME", "ATTEMPT", "POD", "ID", "POD",
+                                "NAMESPACE"]
+    # the serving container runs as attempt 1; attempt 0 is the K3 try that exited
+    rows = {ln.split()[-6]: ln.split()[-4:] for ln in lines[1:]}
+    pod = next(p.metadata.name for p in pods(cluster, "app=k3-b300") if p.spec.node_name == "gpu-b01")
+    assert rows == {"Running": ["1", rows["Running"][1], pod, NS], "Exited": ["0", rows["Running"][1], pod, NS]}
+    assert dispatch(node, ["crictl", "ps", "-q"]).stdout.count("\n") == 1
+    pulled = dispatch(node, ["crictl", "pull", "vllm/vllm-openai:kimi-k3"])
+    assert pulled.rc == 0 and pulled.stdout == f"Image is up to date for {st.REGISTRY['vllm/vllm-openai:kimi-k3']['id']}\n"
+    bad = dispatch(node, ["crictl", "pull", "vllm/vllm-openai:nope"])
+    assert bad.rc == 1 and 'failed to resolve reference \\"docker.io/vllm/vllm-openai:nope\\"' in bad.stderr
+    info = json.loads(dispatch(node, ["crictl", "inspecti", "vllm/vllm-openai:kimi-k3"]).stdout)
+    assert info["status"]["repoDigests"] == ["docker.io/vllm/vllm-openai@" +
+                                             st.REGISTRY["vllm/vllm-openai:kimi-k3"]["digest"]]
+    assert dispatch(node, ["df", "-B1", "--output=target,avail", "/var/lib/containerd"]).rc == 0
+    # a Docker host, for contrast, has no crictl
+    st.init_host(cluster.root / "docker-01", "docker-01", {})
+    assert dispatch(cluster.root / "docker-01", ["crictl", "ps"]).rc == 127
 
 
 def test_the_real_kubectl_reads_pods_logs_and_owners(cluster, tmp_path):
