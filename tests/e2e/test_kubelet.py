@@ -372,3 +372,35 @@ def test_the_real_kubectl_reads_pods_logs_and_owners(cluster, tmp_path):
     assert p.returncode == 0, p.stderr
     assert "deployment.apps/k3-b300" in p.stdout and "2/2" in p.stdout
     assert "leaderworkerset.leaderworkerset.x-k8s.io/k3-h200" in p.stdout
+
+
+def test_the_default_sim_cluster_on_containerd_serves_k3_from_an_lws_and_a_deployment(tmp_path):
+    from k3rollout.model import load_inventory
+
+    inv = load_inventory(str(Path(__file__).parents[2] / "inventories" / "sim" / "hosts.yml"))
+    root = tmp_path / "sim"
+    for name, host in inv.hosts.items():
+        st.init_host(root / name, name, {**host.vars, "sim_container_runtime": "containerd"})
+    try:
+        with KubeApiServer(root) as api:
+            c = httpx.Client(base_url=api.url, timeout=60)
+            lws = wait_for(lambda: (x := c.get("/apis/leaderworkerset.x-k8s.io/v1/namespaces/inference/"
+                                               "leaderworkersets/k3-h200").json())["status"]["readyReplicas"] == 4
+                           and x)
+            assert lws and lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+            dep = c.get("/apis/apps/v1/namespaces/inference/deployments/k3-b300").json()
+            assert (dep["spec"]["replicas"], dep["status"]["readyReplicas"]) == (8, 8)
+            pods = c.get("/api/v1/namespaces/inference/pods").json()["items"]
+            placed = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
+            assert placed["k3-h200-0"] == "gpu-a01" and placed["k3-h200-0-1"] == "gpu-a02"
+            assert placed["k3-h200-3-1"] == "gpu-a08"
+            assert sorted(n for p, n in placed.items() if p.startswith("k3-b300-")) == \
+                [f"gpu-b0{i}" for i in range(1, 9)]
+            # the device plugin's DaemonSet pod beside the dcgm exporter on every node
+            gpu_op = c.get("/api/v1/namespaces/gpu-operator/pods", params={"fieldSelector": "spec.nodeName=gpu-a03"})
+            assert sorted(p["metadata"]["labels"]["app"] for p in gpu_op.json()["items"]) == \
+                ["nvidia", "nvidia-device-plugin-daemonset"]
+            prev = c.get("/api/v1/namespaces/inference/pods/k3-h200-2/log", params={"previous": "true"})
+            assert prev.status_code == 200 and "Error 35" in prev.text
+    finally:
+        netd.shutdown(root)
