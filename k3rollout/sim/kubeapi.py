@@ -636,9 +636,11 @@ class Cluster:
         detail = ", ".join(f"{n} {w}" for w, n in sorted(reasons.items()))
         msg = (f"0/{len(names)} nodes are available: {detail}. preemption: 0/{len(names)} nodes are available: "
                f"{len(names)} Preemption is not helpful for scheduling.")
-        pod["status"] = {"phase": "Pending", "qosClass": pod["status"].get("qosClass", "BestEffort"),
-                         "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                                         "message": msg, "lastTransitionTime": _now_iso()}]}
+        cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": msg}
+        if (pod["status"].get("conditions") or [{}])[0] != cond:
+            pod["status"] = {"phase": "Pending", "qosClass": pod["status"].get("qosClass", "BestEffort"),
+                             "conditions": [cond]}
+            pod["metadata"]["resourceVersion"] = self._rv()
 
     def _bind(self, pod: dict[str, Any], node: str) -> None:
         pod["spec"]["nodeName"] = node
@@ -691,10 +693,12 @@ class Cluster:
                 before = {k: v.get("instance") for k, v in s["servers"].items()}
                 now = time.time()
                 for pod in pods:
-                    if st.is_up(s, now) and not self._admit(pod, s):
-                        continue
-                    if pod["metadata"]["uid"] in self.data["admitted"]:
+                    posted = json.dumps(pod["status"], sort_keys=True)
+                    if (not st.is_up(s, now) or self._admit(pod, s)) and pod["metadata"]["uid"] in self.data["admitted"]:
                         kubelet.sync_pod(s, d, pod, now)
+                    if json.dumps(pod["status"], sort_keys=True) != posted:
+                        # a status the kubelet posts is a new version of the object (what a watch sees)
+                        pod["metadata"]["resourceVersion"] = self._rv()
                 moved = {k: v.get("instance") for k, v in s["servers"].items()} != before
             if moved:
                 netd.sync(d)
@@ -1135,6 +1139,7 @@ def _discovery(port: int, path: str, lws: bool = True) -> dict[str, Any] | None:
 TABLE_KINDS = ("Node", "NodeList", "Pod", "PodList", "Deployment", "DeploymentList", "StatefulSet", "StatefulSetList",
                "LeaderWorkerSet", "LeaderWorkerSetList")
 PROXY = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/:]+)(?::(?P<port>\d+))?/proxy(?P<path>/.*)?$")
+WATCH_PODS = re.compile(r"^/api/v1(?:/namespaces/(?P<ns>[^/]+))?/pods/?$")
 LOG = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log/?$")
 
 
@@ -1178,6 +1183,9 @@ class Handler(BaseHTTPRequestHandler):
             if m:
                 self._proxy(method, m, u.query)
                 return
+            if method == "GET" and q.get("watch") in ("true", "1") and WATCH_PODS.match(u.path):
+                self._watch_pods(WATCH_PODS.match(u.path)["ns"], q)
+                return
             m = LOG.match(u.path)
             if m and method == "GET":
                 self._authorize("get", "pods/log", "", m["ns"], m["name"])
@@ -1190,6 +1198,51 @@ class Handler(BaseHTTPRequestHandler):
         except ApiError as exc:
             code, out = exc.code, exc.body
         self._send(code, out)
+
+    def _watch_pods(self, ns: str | None, q: dict[str, str]) -> None:
+        """``GET .../pods?watch=true``: a stream of watch events, one JSON object per line
+        (``{"type": "ADDED"|"MODIFIED"|"DELETED", "object": Pod}``), as the API server's watch
+        handler writes them (k8s.io/apiserver endpoints/handlers/watch.go). Without a
+        ``resourceVersion`` (or with "0") it starts with an ADDED event for every pod that
+        matches; with one, only later changes come. It ends after ``timeoutSeconds`` or when the
+        client goes; the pods are looked at again every 0.2 s (the kubelets posting status)."""
+        c = self.cluster
+        fs, ls = q.get("fieldSelector", ""), q.get("labelSelector", "")
+        deadline = time.monotonic() + float(q.get("timeoutSeconds") or 1800)
+        def look() -> dict[str, dict[str, Any]]:
+            with c.lock:        # copies: the objects change under the kubelets
+                return {p["metadata"]["uid"]: json.loads(json.dumps(p)) for p in c.pods(ns, fs, ls)}
+
+        seen = look()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+        def emit(kind: str, obj: dict[str, Any]) -> None:
+            line = json.dumps({"type": kind, "object": obj}).encode() + b"\n"
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+            self.wfile.flush()
+
+        try:
+            if q.get("resourceVersion") in (None, "", "0"):
+                for pod in seen.values():
+                    emit("ADDED", pod)
+            while time.monotonic() < deadline:
+                time.sleep(0.2)
+                now = look()
+                for uid, pod in now.items():
+                    if uid not in seen:
+                        emit("ADDED", pod)
+                    elif pod["metadata"]["resourceVersion"] != seen[uid]["metadata"]["resourceVersion"]:
+                        emit("MODIFIED", pod)
+                for uid, pod in seen.items():
+                    if uid not in now:
+                        emit("DELETED", pod)
+                seen = now
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            return                   # the client went away
 
     def _send_text(self, code: int, text: str) -> None:
         data = text.encode()

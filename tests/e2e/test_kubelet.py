@@ -404,3 +404,20 @@ def test_the_default_sim_cluster_on_containerd_serves_k3_from_an_lws_and_a_deplo
             assert prev.status_code == 200 and "Error 35" in prev.text
     finally:
         netd.shutdown(root)
+
+
+def test_a_pod_watch_streams_added_modified_and_deleted_to_the_official_client(cluster):
+    from kubernetes import watch
+
+    cluster.core.create_namespaced_pod("default", probe_pod("srv", "gpu-c01", ["vllm", "serve"], gpus=1,
+                                                            policy="Always"))
+    w = watch.Watch()
+    events = []
+    for ev in w.stream(cluster.core.list_namespaced_pod, "default", timeout_seconds=5):
+        events.append((ev["type"], ev["object"].metadata.name, ev["object"].status.phase))
+        if len(events) == 1:
+            cluster.core.delete_namespaced_pod("srv", "default")
+        if ev["type"] == "DELETED":
+            w.stop()
+    assert events[0] == ("ADDED", "srv", "Running")
+    assert events[-1][:2] == ("DELETED", "srv")
