@@ -706,8 +706,9 @@ class Cluster:
 
     def _controllers(self) -> None:
         """Deployments (through their ReplicaSet), StatefulSets and LeaderWorkerSets create the
-        pods they lack; a LeaderWorkerSet with RecreateGroupOnPodRestart whose group lost a pod
-        deletes the rest of the group and creates it whole again."""
+        pods they lack; a LeaderWorkerSet with RecreateGroupOnPodRestart whose group lost a pod,
+        or one of whose containers restarted, deletes the rest of the group and creates it whole
+        again."""
         for obj in list(self.data["workloads"].values()):
             if obj["kind"] == "LeaderWorkerSet" and not self.lws_crd:
                 continue
@@ -725,8 +726,13 @@ class Cluster:
                 groups: dict[int, list[str]] = {}
                 for pname, g, _ in want:
                     groups.setdefault(g, []).append(pname or "")
+                restarted = {p["metadata"]["name"] for p in mine
+                             if any(cs.get("restartCount", 0) > 0 for cs in p["status"].get("containerStatuses") or [])}
                 for members in groups.values():
-                    if 0 < sum(m in have for m in members) < len(members):
+                    # "the leader pod will be deleted if the worker pod is deleted or any containers
+                    # were restarted" (kubernetes-sigs/lws pkg/controllers/pod_controller.go
+                    # handleRestartPolicy, podutils.ContainerRestarted)
+                    if 0 < sum(m in have for m in members) < len(members) or restarted & set(members):
                         for m in members:
                             if m in have:
                                 self._remove_pod(f"{ns}/{m}")

@@ -7,10 +7,11 @@ all its GPUs); all in namespace ``inference`` unless ``namespace`` says otherwis
 container runs the node's serving launch (``sim_serving_image``, ``sim_serving_args``); an LWS
 spreads it over its group with vLLM's multi-node flags (``--nnodes``, ``--node-rank``,
 ``--master-addr``, ``--headless`` on workers) fed from the LWS environment. The r575 failure the
-cluster models is the serving container's previous instance: the operator set the pod's image
-to the cu130 K3 image (the requirement check bypassed), it failed CUDA init, and the image was
-set back; ``kubectl logs --previous`` shows that attempt. Runs once, when the API server first
-meets the nodes.
+cluster models is, on a Deployment's pods, the serving container's previous instance: the
+operator set the pod's image to the cu130 K3 image (the requirement check bypassed), it failed
+CUDA init, and the image was set back; ``kubectl logs --previous`` shows that attempt. An LWS
+group whose container restarted is recreated whole by its controller, so its pods start with
+no previous instance. Runs once, when the API server first meets the nodes.
 """
 
 from __future__ import annotations
@@ -100,7 +101,9 @@ def seed(cluster: Cluster) -> None:
             cluster._create_owned(ns, body_)
             pod = cluster.data["pods"][f"{ns}/{body_['metadata']['name']}"]
             cluster._bind(pod, host)
-            failed = hs["k8s_seed"].get("failed")
+            # an LWS recreates a group whose container restarted, so only a pod whose owner keeps
+            # it through a restart (a Deployment's) still shows that attempt as its previous one
+            failed = hs["k8s_seed"].get("failed") if kind != "LeaderWorkerSet" else None
             if failed:
                 opts, _ = vllm.parse_serve_args(failed["args"])
                 img = st.REGISTRY.get(failed["image"], {})

@@ -358,15 +358,20 @@ def test_the_real_kubectl_reads_pods_logs_and_owners(cluster, tmp_path):
     head, *rows = p.stdout.splitlines()
     assert head.split()[:7] == ["NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE"]
     leader = next(r.split() for r in rows if r.startswith("k3-h200-0 "))
-    assert leader[1:3] == ["1/1", "Running"] and leader[3] == "1" and leader[-3] == "gpu-a01"
-    p = kubectl("logs", "-n", NS, "k3-h200-0", "--previous")
+    assert leader[1:4] == ["1/1", "Running", "0"] and leader[-3] == "gpu-a01"
+    b01 = next(r.split() for r in rows if r.startswith("k3-b300-") and " gpu-b01 " in r)
+    assert b01[1:3] == ["1/1", "Running"] and b01[3:5] == ["1", "(4h"]      # restarted once, 4h ago
+    p = kubectl("logs", "-n", NS, b01[0], "--previous")
     assert p.returncode == 0 and "Error 35: CUDA driver version is insufficient" in p.stdout, p.stderr
     p = kubectl("logs", "-n", NS, "k3-h200-0", "--tail", "1")
     assert p.stdout == "INFO:     Application startup complete.\n", p.stderr
+    p = kubectl("logs", "-n", NS, "k3-h200-0", "--previous")
+    assert p.returncode != 0 and 'previous terminated container "vllm" in pod "k3-h200-0" not found' in p.stderr
     p = kubectl("describe", "pod", "-n", NS, "k3-h200-0-1")
     assert p.returncode == 0, p.stderr
     assert "Node:         gpu-a02/" in p.stdout and "Port:          8001/TCP" in p.stdout
     assert "LWS_LEADER_ADDRESS:  k3-h200-0.k3-h200.inference" in p.stdout
+    p = kubectl("describe", "pod", "-n", NS, b01[0])
     assert "Last State:     Terminated" in p.stdout and "Exit Code:    1" in p.stdout
     p = kubectl("get", "deploy,sts,lws", "-n", NS)
     assert p.returncode == 0, p.stderr
@@ -400,7 +405,8 @@ def test_the_default_sim_cluster_on_containerd_serves_k3_from_an_lws_and_a_deplo
             gpu_op = c.get("/api/v1/namespaces/gpu-operator/pods", params={"fieldSelector": "spec.nodeName=gpu-a03"})
             assert sorted(p["metadata"]["labels"]["app"] for p in gpu_op.json()["items"]) == \
                 ["nvidia", "nvidia-device-plugin-daemonset"]
-            prev = c.get("/api/v1/namespaces/inference/pods/k3-h200-2/log", params={"previous": "true"})
+            b03 = next(p["metadata"]["name"] for p in pods if placed[p["metadata"]["name"]] == "gpu-b03")
+            prev = c.get(f"/api/v1/namespaces/inference/pods/{b03}/log", params={"previous": "true"})
             assert prev.status_code == 200 and "Error 35" in prev.text
     finally:
         netd.shutdown(root)
@@ -421,3 +427,20 @@ def test_a_pod_watch_streams_added_modified_and_deleted_to_the_official_client(c
             w.stop()
     assert events[0] == ("ADDED", "srv", "Running")
     assert events[-1][:2] == ("DELETED", "srv")
+
+
+def test_a_restarted_container_recreates_its_leaderworkerset_group(cluster):
+    before = {p.metadata.name: p.metadata.uid for p in pods(cluster, "leaderworkerset.sigs.k8s.io/name=k3-h200")}
+    # the worker's process dies (an Xid, the OOM killer): the kubelet restarts it ...
+    with st.transaction(cluster.root / "gpu-a02") as s:
+        c = next(c for c in s["cri"]["containers"].values() if c["pod"] == "k3-h200-0-1")
+        c["status"], c["exit_code"], c["finished"], c["reason"] = "exited", 137, time.time() - 60, "Error"
+    # ... and the LWS controller, seeing a restart, recreates the whole group
+    def group() -> dict:
+        now = {p.metadata.name: p for p in pods(cluster, "leaderworkerset.sigs.k8s.io/name=k3-h200")}
+        return now if sorted(now) == sorted(before) and all(now[n].metadata.uid != before[n] for n in before) \
+            else {}
+
+    after = wait_for(group)
+    assert after
+    assert all(cs.restart_count == 0 for p in after.values() for cs in p.status.container_statuses)
