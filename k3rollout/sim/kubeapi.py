@@ -136,6 +136,24 @@ def _pod_spec_defaults(spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _affinity_matches(pod: dict[str, Any], labels: dict[str, str]) -> bool:
+    """requiredDuringSchedulingIgnoredDuringExecution node affinity: any term whose every
+    matchExpression holds (In, NotIn, Exists, DoesNotExist; k8s.io/component-helpers
+    scheduling/corev1/nodeaffinity)."""
+    req = (((pod["spec"].get("affinity") or {}).get("nodeAffinity") or {})
+           .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = req.get("nodeSelectorTerms") or []
+    if not terms:
+        return True
+
+    def holds(e: dict[str, Any]) -> bool:
+        op, key, values = e.get("operator"), e.get("key"), e.get("values") or []
+        return {"In": labels.get(key) in values, "NotIn": labels.get(key) not in values,
+                "Exists": key in labels, "DoesNotExist": key not in labels}.get(str(op), False)
+
+    return any(all(holds(e) for e in t.get("matchExpressions") or []) for t in terms)
+
+
 def _tolerates(pod: dict[str, Any], key: str, effect: str) -> bool:
     """Whether the pod's tolerations cover a taint (an empty key with Exists covers every taint)."""
     for t in pod["spec"].get("tolerations") or []:
@@ -245,6 +263,11 @@ class Cluster:
             spec["unschedulable"] = True
             spec["taints"] = [{"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule",
                                "timeAdded": sched.get("since", "2026-12-02T02:00:00Z")}]
+        if not up:
+            # the node lifecycle controller's taints on a node whose kubelet stopped posting
+            # (pkg/controller/nodelifecycle: TaintNodesByCondition and taint-based eviction)
+            spec["taints"] = spec.get("taints", []) + [{"key": "node.kubernetes.io/unreachable", "effect": e,
+                                                        "timeAdded": _now_iso()} for e in ("NoSchedule", "NoExecute")]
         gpus = str(kubelet.gpu_capacity(s, time.time()))
         return {
             "kind": "Node", "apiVersion": "v1",
@@ -625,7 +648,8 @@ class Cluster:
                 why = "node(s) had untolerated taint {node.kubernetes.io/unreachable: }"
             elif node["spec"].get("unschedulable") and not _tolerates(pod, UNSCHEDULABLE_TAINT, "NoSchedule"):
                 why = "node(s) were unschedulable"
-            elif any(node["metadata"]["labels"].get(k) != v for k, v in selector.items()):
+            elif any(node["metadata"]["labels"].get(k) != v for k, v in selector.items()) or \
+                    not _affinity_matches(pod, node["metadata"]["labels"]):
                 why = "node(s) didn't match Pod's node affinity/selector"
             elif need and self._free_gpus(name, s) < need:
                 why = "Insufficient nvidia.com/gpu"
@@ -633,7 +657,8 @@ class Cluster:
                 self._bind(pod, name)
                 return
             reasons[why] = reasons.get(why, 0) + 1
-        detail = ", ".join(f"{n} {w}" for w, n in sorted(reasons.items()))
+        # FitError.Error sorts the "COUNT REASON" strings themselves (sort.Strings)
+        detail = ", ".join(sorted(f"{n} {w}" for w, n in reasons.items()))
         msg = (f"0/{len(names)} nodes are available: {detail}. preemption: 0/{len(names)} nodes are available: "
                f"{len(names)} Preemption is not helpful for scheduling.")
         cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": msg}

@@ -153,6 +153,8 @@ def test_the_device_plugin_advertises_no_gpus_while_the_driver_is_unloaded_or_th
     assert cluster.core.read_namespaced_pod("nogpu", "default").status.reason == "UnexpectedAdmissionError"
     assert dispatch(cluster.root / "gpu-c01", ["reboot"]).rc == 0
     assert gpus() == ("0", "0")                       # rebooting
+    taints = {(t.key, t.effect) for t in cluster.core.read_node("gpu-c01").spec.taints}
+    assert taints == {("node.kubernetes.io/unreachable", "NoSchedule"), ("node.kubernetes.io/unreachable", "NoExecute")}
     wait_for(lambda: st.is_up(st.load(cluster.root / "gpu-c01"), time.time()))
     assert gpus() == ("8", "8")                       # the module loaded at boot
 
@@ -444,3 +446,22 @@ def test_a_restarted_container_recreates_its_leaderworkerset_group(cluster):
     after = wait_for(group)
     assert after
     assert all(cs.restart_count == 0 for p in after.values() for cs in p.status.container_statuses)
+
+
+def test_the_scheduler_honours_node_affinity_and_a_pinned_pod_runs_on_a_cordoned_node(cluster):
+    cluster.core.patch_node("gpu-c01", {"spec": {"unschedulable": True}})
+    pinned = probe_pod("pinned", "gpu-c01", ["nvidia-smi", "-L"], gpus=1)
+    cluster.core.create_namespaced_pod("default", pinned)
+    assert cluster.core.read_namespaced_pod("pinned", "default").status.phase == "Succeeded"
+    free = probe_pod("free", None, ["nvidia-smi", "-L"], gpus=0)
+    free["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In",
+                                                     "values": ["NVIDIA-B300-SXM6-AC"]}]}]}}}
+    cluster.core.create_namespaced_pod("default", free)
+    assert cluster.core.read_namespaced_pod("free", "default").spec.node_name == "gpu-b01"
+    nowhere = probe_pod("nowhere", None, ["nvidia-smi", "-L"], gpus=0)
+    nowhere["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-GB300"}
+    cluster.core.create_namespaced_pod("default", nowhere)
+    msg = cluster.core.read_namespaced_pod("nowhere", "default").status.conditions[0].message
+    assert msg.startswith("0/5 nodes are available: 1 node(s) were unschedulable, 4 node(s) didn't match Pod's "
+                          "node affinity/selector.")
