@@ -154,6 +154,12 @@ def _affinity_matches(pod: dict[str, Any], labels: dict[str, str]) -> bool:
     return any(all(holds(e) for e in t.get("matchExpressions") or []) for t in terms)
 
 
+def _dig(obj: Any, path: list[str]) -> Any:
+    for part in path:
+        obj = obj.get(part) if isinstance(obj, dict) else None
+    return obj
+
+
 def _tolerates(pod: dict[str, Any], key: str, effect: str) -> bool:
     """Whether the pod's tolerations cover a taint (an empty key with Exists covers every taint)."""
     for t in pod["spec"].get("tolerations") or []:
@@ -566,6 +572,8 @@ class Cluster:
         if key in self.data["run"]:
             self.data["run"].remove(key)
             d = self.host_dir(pod["spec"].get("nodeName") or "")
+            for c in pod["spec"]["containers"] if d is not None else []:
+                self._event(pod, "Normal", "Killing", f"Stopping container {c['name']}", "kubelet", d.name)
             if d is not None:
                 with st.transaction(d) as s:
                     before = dict(s["servers"])
@@ -623,6 +631,39 @@ class Cluster:
         return {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": _now_iso(),
                                     "deletionGracePeriodSeconds": grace}}
 
+    def _event(self, pod: dict[str, Any], kind: str, reason: str, message: str, component: str,
+               host: str | None = None) -> None:
+        """Record a core/v1 Event on a pod; a repeat of the same reason and message counts up
+        (client-go's EventCorrelator aggregates them so)."""
+        meta = pod["metadata"]
+        now = _now_iso()
+        events = self.data.setdefault("events", [])
+        for ev in events:
+            if ev["involvedObject"]["uid"] == meta["uid"] and ev["reason"] == reason and ev["message"] == message:
+                ev["count"] += 1
+                ev["lastTimestamp"] = now
+                ev["metadata"]["resourceVersion"] = self._rv()
+                return
+        events.append({"kind": "Event", "apiVersion": "v1",
+                       "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}", "namespace": meta["namespace"],
+                                    "uid": str(uuid.uuid4()), "resourceVersion": self._rv(), "creationTimestamp": now},
+                       "involvedObject": {"kind": "Pod", "namespace": meta["namespace"], "name": meta["name"],
+                                          "uid": meta["uid"], "apiVersion": "v1"},
+                       "reason": reason, "message": message, "type": kind,
+                       "source": {"component": component, **({"host": host} if host else {})},
+                       "firstTimestamp": now, "lastTimestamp": now, "count": 1, "eventTime": None,
+                       "reportingComponent": component, "reportingInstance": host or ""})
+        del events[:-2000]
+
+    def events(self, ns: str | None, field_selector: str) -> list[dict[str, Any]]:
+        with self.lock:
+            out = [e for e in self.data.get("events", []) if ns is None or e["metadata"]["namespace"] == ns]
+        for term in filter(None, field_selector.split(",")):
+            k, _, v = term.replace("==", "=").partition("=")
+            path = k.split(".")
+            out = [e for e in out if str(_dig(e, path) or "") == v]
+        return out
+
     def _free_gpus(self, node: str, s: dict[str, Any], but: str = "") -> int:
         used = sum(kubelet.gpus_requested(c) for p in self.data["pods"].values()
                    if p["spec"].get("nodeName") == node and p["metadata"]["uid"] != but
@@ -663,11 +704,14 @@ class Cluster:
                f"{len(names)} Preemption is not helpful for scheduling.")
         cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": msg}
         if (pod["status"].get("conditions") or [{}])[0] != cond:
+            self._event(pod, "Warning", "FailedScheduling", msg, "default-scheduler")
             pod["status"] = {"phase": "Pending", "qosClass": pod["status"].get("qosClass", "BestEffort"),
                              "conditions": [cond]}
             pod["metadata"]["resourceVersion"] = self._rv()
 
     def _bind(self, pod: dict[str, Any], node: str) -> None:
+        self._event(pod, "Normal", "Scheduled", f"Successfully assigned {pod['metadata']['namespace']}/"
+                                                f"{pod['metadata']['name']} to {node}", "default-scheduler")
         pod["spec"]["nodeName"] = node
         pod["metadata"]["resourceVersion"] = self._rv()
         pod["status"] = {"phase": "Pending", "qosClass": pod["status"].get("qosClass", "BestEffort"),
@@ -683,6 +727,9 @@ class Cluster:
         need = sum(kubelet.gpus_requested(c) for c in pod["spec"]["containers"])
         free = self._free_gpus(s["name"], s, but=pod["metadata"]["uid"])
         if need and free < need:
+            self._event(pod, "Warning", "UnexpectedAdmissionError",
+                        f"Allocate failed due to requested number of devices unavailable for nvidia.com/gpu. "
+                        f"Requested: {need}, Available: {max(free, 0)}, which is unexpected", "kubelet", s["name"])
             pod["status"] = {"phase": "Failed", "reason": "UnexpectedAdmissionError",
                              "message": f"Pod was rejected: Allocate failed due to requested number of devices "
                                         f"unavailable for nvidia.com/gpu. Requested: {need}, Available: {max(free, 0)}, "
@@ -720,7 +767,10 @@ class Cluster:
                 for pod in pods:
                     posted = json.dumps(pod["status"], sort_keys=True)
                     if (not st.is_up(s, now) or self._admit(pod, s)) and pod["metadata"]["uid"] in self.data["admitted"]:
-                        kubelet.sync_pod(s, d, pod, now)
+                        said: list[kubelet.Event] = []
+                        kubelet.sync_pod(s, d, pod, now, said)
+                        for kind, reason, message in said:
+                            self._event(pod, kind, reason, message, "kubelet", node)
                     if json.dumps(pod["status"], sort_keys=True) != posted:
                         # a status the kubelet posts is a new version of the object (what a watch sees)
                         pod["metadata"]["resourceVersion"] = self._rv()
@@ -1379,7 +1429,9 @@ class Handler(BaseHTTPRequestHandler):
             self._authorize("delete", "pods", "", p[4], p[6])
             return 200, c.delete_pod(p[4], p[6])
         if len(p) == 6 and p[:4] == ["", "api", "v1", "namespaces"] and p[5] == "events" and method == "GET":
-            return 200, _list("EventList", "v1", [], c.data["rv"])
+            return 200, _list("EventList", "v1", c.events(p[4], q.get("fieldSelector", "")), c.data["rv"])
+        if path == "/api/v1/events" and method == "GET":
+            return 200, _list("EventList", "v1", c.events(None, q.get("fieldSelector", "")), c.data["rv"])
         wl = _workload_path(p, c.lws_crd)
         if wl is not None:
             return self._workload_route(method, wl, body)
@@ -1456,8 +1508,10 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(401, "Unauthorized", "Unauthorized")
         user, role = TOKENS[token]
         attrs = (body.get("spec") or {}).get("resourceAttributes") or {}
+        # the view ClusterRole reads objects and pods' logs and status, not pods/proxy, exec or
+        # eviction (plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go)
         allowed = role == "cluster-admin" or (attrs.get("verb") in ("get", "list", "watch")
-                                               and not attrs.get("subresource"))
+                                               and attrs.get("subresource") in (None, "", "log", "status"))
         resource = str(attrs.get("resource", "")) + (f"/{attrs['subresource']}" if attrs.get("subresource") else "")
         if self.cluster.denied(str(attrs.get("verb", "")), resource):
             allowed = False

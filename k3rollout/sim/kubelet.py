@@ -121,14 +121,22 @@ def attempts(state: dict[str, Any], uid: str, name: str) -> list[dict[str, Any]]
 
 
 def _start(state: dict[str, Any], state_dir: Path, pod: dict[str, Any], spec: dict[str, Any], attempt: int,
-           now: float) -> dict[str, Any] | None:
+           now: float, events: list[Event]) -> dict[str, Any] | None:
     """One attempt of one container; None while its image cannot be had (the pod waits)."""
     meta = pod["metadata"]
     img = local_image(state, spec["image"])
     if img is None:
         img = pull(state, spec["image"])
         if img is None:
+            ref = normalize(spec["image"])
+            events.append(("Warning", "Failed", f'Failed to pull image "{spec["image"]}": rpc error: code = NotFound '
+                                                f'desc = failed to pull and unpack image "{ref}": failed to resolve '
+                                                f'reference "{ref}": {ref}: not found'))
             return None
+        events.append(("Normal", "Pulled", f'Successfully pulled image "{spec["image"]}"'))
+    else:
+        events.append(("Normal", "Pulled", f'Container image "{spec["image"]}" already present on machine'))
+    events.append(("Normal", "Created", f"Created container {spec['name']}"))
     env = dict(e.split("=", 1) for e in ctr.image_env(img))
     for e in spec.get("env") or []:
         env[str(e.get("name"))] = _expand(str(e.get("value", "")), env)
@@ -153,18 +161,22 @@ def _start(state: dict[str, Any], state_dir: Path, pod: dict[str, Any], spec: di
         # kubelet reports it as StartError with exit code 128
         _finish(rec, 128, now, "StartError", "failed to create containerd task: " +
                 ("no GPU runtime" if refusal == ctr.NO_GPU_RUNTIME else refusal.strip()))
+        events.append(("Warning", "Failed", f"Error: {rec['message']}"))
         return rec
     if command and command[:2] != ["vllm", "serve"]:
         rc, out, err = ctr.oneshot(state, img, command[0], command[1:] + args, gpus > 0)
         if rc == 127:
             _finish(rec, 128, now, "StartError", "failed to create containerd task: failed to create shim task: OCI "
                     "runtime create failed: runc create failed: unable to start container process: " + err.strip())
+            events.append(("Warning", "Failed", f"Error: {rec['message']}"))
             return rec
+        events.append(("Normal", "Started", f"Started container {spec['name']}"))
         rec["logs"] = (out + err).splitlines()
         _finish(rec, rc, now)
         return rec
     rec["args"] = command[2:] + args
     rec["vllm"] = True
+    events.append(("Normal", "Started", f"Started container {spec['name']}"))
     ctr.launch(state, cid, rec, img, state_dir)
     if rec["status"] == "exited":
         _finish(rec, rec["exit_code"], now)
@@ -218,10 +230,17 @@ def _listening(state: dict[str, Any], cid: str) -> bool:
     return any(s["container"] == cid for s in state["servers"].values())
 
 
-def sync_pod(state: dict[str, Any], state_dir: Path, pod: dict[str, Any], now: float) -> None:
+Event = tuple[str, str, str]          # (type, reason, message) the kubelet records on the pod
+
+
+def sync_pod(state: dict[str, Any], state_dir: Path, pod: dict[str, Any], now: float,
+             events: list[Event] | None = None) -> None:
     """The kubelet's pod worker for one pod bound here: run what should run, post the status
-    (``pod["status"]``, in place). A node that is down posts nothing (its pods keep their last
-    status, Ready turns False as the node controller marks them)."""
+    (``pod["status"]``, in place) and say what it did in ``events`` (the kubelet's event reasons,
+    pkg/kubelet/events/event.go: Pulled, Created, Started, Failed, BackOff). A node that is down
+    posts nothing (its pods keep their last status, Ready turns False as the node controller
+    marks them)."""
+    events = [] if events is None else events
     status = pod["status"]
     if not st.is_up(state, now):
         for cond in status.get("conditions", []):
@@ -242,12 +261,16 @@ def sync_pod(state: dict[str, Any], state_dir: Path, pod: dict[str, Any], now: f
             ctr.stop_servers(state, latest["id"])
             _finish(latest, 255, now, "Unknown")
         if latest is None:
-            latest = _start(state, state_dir, pod, spec, 0, now)
+            latest = _start(state, state_dir, pod, spec, 0, now, events)
         elif latest["status"] == "exited":
             again = policy == "Always" or (policy == "OnFailure" and latest["exit_code"] != 0)
             wait = 0.0 if latest.get("reason") == "Unknown" else min(base * 2 ** latest["attempt"], MAX_BACKOFF_S)
             if again and now - latest.get("finished", now) >= wait:
-                latest = _start(state, state_dir, pod, spec, latest["attempt"] + 1, now) or latest
+                latest = _start(state, state_dir, pod, spec, latest["attempt"] + 1, now, events) or latest
+            elif again:
+                meta = pod["metadata"]
+                events.append(("Warning", "BackOff", f"Back-off restarting failed container {spec['name']} in pod "
+                                                     f"{meta['name']}_{meta['namespace']}({meta['uid']})"))
         runs = attempts(state, pod["metadata"]["uid"], spec["name"])
         # the kubelet keeps one dead container per pod container besides the latest (MaxPerPodContainer)
         for old in runs[:-2]:

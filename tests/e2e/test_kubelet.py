@@ -306,6 +306,19 @@ def test_a_denied_right_is_refused_by_access_review_and_by_the_request(tmp_path)
         assert can("create", "pods") and can("get", "pods", "proxy") and can("list", "leaderworkersets")
         assert not can("create", "pods", "proxy") and not can("get", "pods", "log")
         c.post("/api/v1/namespaces/default/pods", json=probe_pod("p", "gpu-c01", ["nvidia-smi", "-L"], gpus=0))
+        viewer = httpx.Client(base_url=api.url, headers={"Authorization": "Bearer sim-viewer-token"})
+
+        def viewer_can(verb: str, resource: str, sub: str = "") -> bool:
+            spec = {"resourceAttributes": {"verb": verb, "resource": resource, "namespace": "default",
+                                           **({"subresource": sub} if sub else {})}}
+            return viewer.post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                               json={"spec": spec}).json()["status"]["allowed"]
+
+        # the view role reads pods/log but may not proxy, create or delete
+        api.cluster.set_denied([])
+        assert viewer_can("get", "pods", "log") and viewer_can("list", "deployments")
+        assert not viewer_can("get", "pods", "proxy") and not viewer_can("delete", "pods")
+        api.cluster.set_denied(["create pods/proxy", "get pods/log"])
         r = c.get("/api/v1/namespaces/default/pods/p/log")
         assert r.status_code == 403 and r.json()["reason"] == "Forbidden"
         assert r.json()["message"] == ('pods "p" is forbidden: User "kubernetes-admin" cannot get resource '
@@ -375,6 +388,8 @@ def test_the_real_kubectl_reads_pods_logs_and_owners(cluster, tmp_path):
     assert "LWS_LEADER_ADDRESS:  k3-h200-0.k3-h200.inference" in p.stdout
     p = kubectl("describe", "pod", "-n", NS, b01[0])
     assert "Last State:     Terminated" in p.stdout and "Exit Code:    1" in p.stdout
+    events = p.stdout.split("Events:", 1)[1]
+    assert f"Successfully assigned {NS}/{b01[0]} to gpu-b01" in events and "Started container vllm" in events
     p = kubectl("get", "deploy,sts,lws", "-n", NS)
     assert p.returncode == 0, p.stderr
     assert "deployment.apps/k3-b300" in p.stdout and "2/2" in p.stdout
@@ -463,5 +478,8 @@ def test_the_scheduler_honours_node_affinity_and_a_pinned_pod_runs_on_a_cordoned
     nowhere["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-GB300"}
     cluster.core.create_namespaced_pod("default", nowhere)
     msg = cluster.core.read_namespaced_pod("nowhere", "default").status.conditions[0].message
+    ev = cluster.core.list_namespaced_event("default", field_selector="involvedObject.name=nowhere").items
+    assert [(e.type, e.reason, e.message, e.source.component) for e in ev] == \
+        [("Warning", "FailedScheduling", msg, "default-scheduler")]
     assert msg.startswith("0/5 nodes are available: 1 node(s) were unschedulable, 4 node(s) didn't match Pod's "
                           "node affinity/selector.")
