@@ -51,36 +51,10 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import orjson
 
 from k3rollout.sim import controllers as ctl
-from k3rollout.sim import kubelet, kubeseed, netd
+from k3rollout.sim import kubediscovery, kubelet, kubeseed, kubetables, netd
 from k3rollout.sim import state as st
 
-K8S_VERSION = {"major": "1", "minor": "31", "gitVersion": "v1.31.4", "gitCommit": "a78aa47129b8539636eb86a9d00e31b2720fe06b",
-               "gitTreeState": "clean", "buildDate": "2024-12-10T18:19:33Z", "goVersion": "go1.22.9",
-               "compiler": "gc", "platform": "linux/amd64"}
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
-
-# discovery: what each group/version serves (name, kind, namespaced, verbs)
-RESOURCES: dict[str, list[tuple[str, str, bool, list[str]]]] = {
-    "v1": [("nodes", "Node", False, ["get", "list", "patch", "update", "watch"]),
-           ("pods", "Pod", True, ["create", "delete", "get", "list", "watch"]),
-           ("pods/eviction", "Eviction", True, ["create"]),
-           ("pods/log", "Pod", True, ["get"]),
-           ("pods/proxy", "PodProxyOptions", True, ["create", "delete", "get", "patch", "update"]),
-           ("events", "Event", True, ["list"]),
-           ("namespaces", "Namespace", False, ["get", "list"])],
-    "apps/v1": [("daemonsets", "DaemonSet", True, ["get", "list"]),
-                ("deployments", "Deployment", True, ["create", "delete", "get", "list"]),
-                ("replicasets", "ReplicaSet", True, ["get", "list"]),
-                ("statefulsets", "StatefulSet", True, ["create", "delete", "get", "list"])],
-    "policy/v1": [("poddisruptionbudgets", "PodDisruptionBudget", True, ["get", "list"])],
-    "coordination.k8s.io/v1": [("leases", "Lease", True, ["create", "delete", "get", "list", "patch", "update"])],
-    "authorization.k8s.io/v1": [("selfsubjectaccessreviews", "SelfSubjectAccessReview", False, ["create"])],
-    "nvidia.com/v1alpha1": [("nvidiadrivers", "NVIDIADriver", False, ["get", "list"])],
-    # the LeaderWorkerSet CRD (kubernetes-sigs/lws config/crd); served only while installed
-    f"{ctl.LWS_GROUP}/v1": [("leaderworkersets", "LeaderWorkerSet", True, ["create", "delete", "get", "list"])],
-}
-SHORT_NAMES = {"pods": ["po"], "nodes": ["no"], "deployments": ["deploy"], "statefulsets": ["sts"],
-               "replicasets": ["rs"], "daemonsets": ["ds"], "leaderworkersets": ["lws"], "events": ["ev"]}
 GPU_OPERATOR_STATE = "nvidia.com/gpu-driver-upgrade-state"
 GPU_OPERATOR_INITIAL_UNSCHEDULABLE = "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
 # the upgrade controller's states in the order a node passes them (k8s-operator-libs
@@ -291,8 +265,8 @@ class Cluster:
                                 "lastHeartbeatTime": _now_iso(), "lastTransitionTime": "2026-12-01T00:00:00Z"}],
                 "addresses": [{"type": "InternalIP", "address": s.get("address") or "127.0.0.1"},
                               {"type": "Hostname", "address": s["name"]}],
-                "nodeInfo": {"kernelVersion": s["kernel"], "kubeletVersion": K8S_VERSION["gitVersion"],
-                             "kubeProxyVersion": K8S_VERSION["gitVersion"], "operatingSystem": "linux",
+                "nodeInfo": {"kernelVersion": s["kernel"], "kubeletVersion": kubediscovery.K8S_VERSION["gitVersion"],
+                             "kubeProxyVersion": kubediscovery.K8S_VERSION["gitVersion"], "operatingSystem": "linux",
                              "architecture": "amd64", "containerRuntimeVersion": "containerd://1.7.24",
                              "osImage": "Ubuntu 24.04.1 LTS" if s["os_family"] == "Debian"
                              else "Red Hat Enterprise Linux 9.5 (Plow)",
@@ -1085,140 +1059,6 @@ def _list(kind: str, api_version: str, items: list[dict[str, Any]], rv: int) -> 
     return {"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": str(rv)}, "items": items}
 
 
-def _age(ts: str) -> str:
-    try:
-        secs = max(0, int(time.time() - datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ")
-                          .replace(tzinfo=timezone.utc).timestamp()))
-    except ValueError:
-        return "<unknown>"
-    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
-        if secs >= n:
-            return f"{secs // n}{unit}"
-    return f"{secs}s"
-
-
-def as_table(obj: dict[str, Any]) -> dict[str, Any]:
-    """The server-side printing kubectl asks for (``Accept: ...;as=Table;g=meta.k8s.io``),
-    with the columns the real API server prints for nodes and pods."""
-    items = obj.get("items", [obj])
-    kind = items[0]["kind"] if items else obj["kind"].removesuffix("List")
-    if kind == "Node":
-        cols = ["Name", "Status", "Roles", "Age", "Version"]
-        rows = []
-        for n in items:
-            ready = next(c for c in n["status"]["conditions"] if c["type"] == "Ready")
-            st_ = "Ready" if ready["status"] == "True" else "NotReady"
-            if n["spec"].get("unschedulable"):
-                st_ += ",SchedulingDisabled"
-            rows.append([n["metadata"]["name"], st_, "<none>", _age(n["metadata"]["creationTimestamp"]),
-                         n["status"]["nodeInfo"]["kubeletVersion"]])
-    elif kind == "Pod":
-        cols = ["Name", "Ready", "Status", "Restarts", "Age", "IP", "Node", "Nominated Node", "Readiness Gates"]
-        rows = [_pod_row(x) for x in items]
-    elif kind == "Deployment":
-        cols = ["Name", "Ready", "Up-to-date", "Available", "Age"]
-        rows = [[x["metadata"]["name"], f"{x['status'].get('readyReplicas', 0)}/{x['spec'].get('replicas', 1)}",
-                 str(x["status"].get("updatedReplicas", 0)), str(x["status"].get("availableReplicas", 0)),
-                 _age(x["metadata"]["creationTimestamp"])] for x in items]
-    elif kind == "StatefulSet":
-        cols = ["Name", "Ready", "Age"]
-        rows = [[x["metadata"]["name"], f"{x['status'].get('readyReplicas', 0)}/{x['spec'].get('replicas', 1)}",
-                 _age(x["metadata"]["creationTimestamp"])] for x in items]
-    else:
-        cols = ["Name", "Age"]
-        rows = [[x["metadata"]["name"], _age(x["metadata"].get("creationTimestamp", ""))] for x in items]
-    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1",
-            "metadata": {"resourceVersion": obj.get("metadata", {}).get("resourceVersion", "")},
-            "columnDefinitions": [{"name": c, "type": "string", "format": "name" if c == "Name" else "",
-                                   "description": c, "priority": 1 if c in WIDE_COLUMNS else 0} for c in cols],
-            "rows": [{"cells": cells, "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                                                 "metadata": x["metadata"]}} for cells, x in zip(rows, items, strict=True)]}
-
-
-WIDE_COLUMNS = ("IP", "Node", "Nominated Node", "Readiness Gates")
-
-
-def _pod_row(x: dict[str, Any]) -> list[str]:
-    """kubectl's pod row as the API server prints it (pkg/printers/internalversion/printers.go
-    printPod): the phase, else the pod's reason, else a container's waiting or terminated reason;
-    restarts summed with the time of the last one."""
-    st_ = x["status"]
-    cs = st_.get("containerStatuses")
-    if cs is None:          # a pod that stands for a Docker host's container
-        return [x["metadata"]["name"], "1/1", st_["phase"], "0", _age(x["metadata"]["creationTimestamp"]),
-                st_.get("podIP") or "<none>", x["spec"].get("nodeName") or "<none>", "<none>", "<none>"]
-    reason = st_.get("reason") or st_.get("phase", "Pending")
-    for c in cs:
-        w, t = c["state"].get("waiting"), c["state"].get("terminated")
-        if w and w.get("reason"):
-            reason = w["reason"]
-        elif t and t.get("reason"):
-            reason = t["reason"]
-    if x["metadata"].get("deletionTimestamp"):
-        reason = "Terminating"
-    restarts = sum(c.get("restartCount", 0) for c in cs)
-    last = max((c.get("lastState", {}).get("terminated", {}).get("finishedAt", "") for c in cs), default="")
-    shown = f"{restarts} ({_age(last)} ago)" if restarts and last else str(restarts)
-    ready = sum(1 for c in cs if c.get("ready"))
-    return [x["metadata"]["name"], f"{ready}/{len(x['spec']['containers'])}", reason, shown,
-            _age(x["metadata"]["creationTimestamp"]), st_.get("podIP") or "<none>",
-            x["spec"].get("nodeName") or "<none>", "<none>", "<none>"]
-
-
-def _workload_path(p: list[str], lws: bool) -> tuple[str, str | None, str | None] | None:
-    """``/apis/GROUP/VERSION[/namespaces/NS]/PLURAL[/NAME]`` of an owner kind: (kind, ns, name)."""
-    if len(p) < 5 or p[1] != "apis":
-        return None
-    gv = f"{p[2]}/{p[3]}"
-    rest = p[4:]
-    ns = None
-    if rest[:1] == ["namespaces"] and len(rest) >= 3:
-        ns, rest = rest[1], rest[2:]
-    if not rest or len(rest) > 2:
-        return None
-    if gv == "apps/v1" and rest[0] == "replicasets":
-        return "ReplicaSet", ns, rest[1] if len(rest) == 2 else None
-    kind = ctl.PLURAL_KIND.get(rest[0])
-    if kind is None or ctl.KINDS[kind][0] != gv or (kind == "LeaderWorkerSet" and not lws):
-        return None
-    return kind, ns, rest[1] if len(rest) == 2 else None
-
-
-def _discovery(port: int, path: str, lws: bool = True) -> dict[str, Any] | None:
-    if path == "/version":
-        return K8S_VERSION
-    if path == "/api":
-        return {"kind": "APIVersions", "versions": ["v1"],
-                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": f"127.0.0.1:{port}"}]}
-    if path == "/apis":
-        groups = []
-        for gv in RESOURCES:
-            if gv.startswith(ctl.LWS_GROUP) and not lws:
-                continue
-            if "/" in gv:
-                g, v = gv.split("/")
-                groups.append({"name": g, "versions": [{"groupVersion": gv, "version": v}],
-                               "preferredVersion": {"groupVersion": gv, "version": v}})
-        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
-    gv = path.removeprefix("/api/").removeprefix("/apis/")
-    if gv.startswith(ctl.LWS_GROUP) and not lws:
-        return None
-    if gv in RESOURCES and path in (f"/api/{gv}", f"/apis/{gv}"):
-        res = []
-        for name, kind, namespaced, verbs in RESOURCES[gv]:
-            r: dict[str, Any] = {"name": name, "singularName": "" if "/" in name else kind.lower(),
-                                 "namespaced": namespaced, "kind": kind, "verbs": verbs}
-            if name == "pods/eviction":
-                r |= {"group": "policy", "version": "v1"}
-            if name in SHORT_NAMES:
-                r["shortNames"] = SHORT_NAMES[name]
-            res.append(r)
-        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": res}
-    return None
-
-
-TABLE_KINDS = ("Node", "NodeList", "Pod", "PodList", "Deployment", "DeploymentList", "StatefulSet", "StatefulSetList",
-               "LeaderWorkerSet", "LeaderWorkerSetList")
 PROXY = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/:]+)(?::(?P<port>\d+))?/proxy(?P<path>/.*)?$")
 WATCH_PODS = re.compile(r"^/api/v1(?:/namespaces/(?P<ns>[^/]+))?/pods/?$")
 LOG = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log/?$")
@@ -1274,8 +1114,8 @@ class Handler(BaseHTTPRequestHandler):
                 return
             body = self._body() if method in ("POST", "PUT", "PATCH") else None
             code, out = self._route(method, u.path.rstrip("/") or "/", q, body)
-            if method == "GET" and "as=Table" in self.headers.get("Accept", "") and out.get("kind") in TABLE_KINDS:
-                out = as_table(out)
+            if method == "GET" and "as=Table" in self.headers.get("Accept", "") and out.get("kind") in kubetables.TABLE_KINDS:
+                out = kubetables.as_table(out)
         except ApiError as exc:
             code, out = exc.code, exc.body
         self._send(code, out)
@@ -1399,7 +1239,7 @@ class Handler(BaseHTTPRequestHandler):
     def _route(self, method: str, path: str, q: dict[str, str], body: Any) -> tuple[int, dict[str, Any]]:
         c = self.cluster
         if method == "GET":
-            d = _discovery(self.server.server_address[1], path, c.lws_crd)
+            d = kubediscovery.discovery(self.server.server_address[1], path, c.lws_crd)
             if d is not None:
                 return 200, d
         p = path.split("/")
@@ -1432,7 +1272,7 @@ class Handler(BaseHTTPRequestHandler):
             return 200, _list("EventList", "v1", c.events(p[4], q.get("fieldSelector", "")), c.data["rv"])
         if path == "/api/v1/events" and method == "GET":
             return 200, _list("EventList", "v1", c.events(None, q.get("fieldSelector", "")), c.data["rv"])
-        wl = _workload_path(p, c.lws_crd)
+        wl = kubediscovery.workload_path(p, c.lws_crd)
         if wl is not None:
             return self._workload_route(method, wl, body)
         if len(p) == 8 and p[5] == "pods" and p[7] == "eviction" and method == "POST":
