@@ -1,10 +1,14 @@
 """A simulated Kubernetes API server on a real loopback socket, over the sim hosts' state.
 
 No real API server can be installed on the machines this project is built and tested on,
-so this one stands in for it, for the parts a driver rollout touches: discovery, nodes
-(get, list, patch: cordon, labels, annotations), pods on a node (DaemonSet-owned and
-ReplicaSet-owned), the policy/v1 Eviction subresource with PodDisruptionBudget refusals,
-DaemonSets, and coordination.k8s.io/v1 Leases. Paths, verbs, status codes and object
+so this one stands in for it, for the parts a driver rollout and its workload checks touch:
+discovery (sim/kubediscovery.py), nodes (get, list, patch: cordon, labels, annotations; the
+device plugin's ``nvidia.com/gpu``), pods (create, get, list with a watch, delete; their log
+and their proxy), the policy/v1 Eviction subresource with PodDisruptionBudget refusals, the
+scheduler and its events, owners (Deployments and their ReplicaSets, StatefulSets,
+LeaderWorkerSets: sim/controllers.py), DaemonSets, and coordination.k8s.io/v1 Leases. The pods
+a kubelet runs are run by the node's simulated kubelet (sim/kubelet.py) in the node's one
+container model. Paths, verbs, status codes and object
 shapes follow the real API (``metav1.Status`` bodies with ``reason`` and ``code``;
 409 Conflict on a stale ``resourceVersion``; 429 TooManyRequests with a
 ``DisruptionBudget`` cause when an eviction would break a budget, as
@@ -13,7 +17,11 @@ official Python client can drive it.
 
 A node is the sim host itself: ``spec.unschedulable`` is the host's scheduler state, labels
 and annotations live in the host's state, and ``Ready`` follows whether the host is up.
-Pods, budgets and leases are cluster objects, kept in ``kubeapi.json`` under the sim root.
+Pods, owners, events, budgets and leases are cluster objects, kept in ``kubeapi.json`` under
+the sim root, with the cluster's settings (``lws_crd``: the LeaderWorkerSet CRD is installed;
+``deny``: rights refused to every user). On a Docker host (``container_runtime: docker``) the
+serving pod only stands for the host's serving container; on a containerd node every workload
+pod is run by its kubelet.
 The host fault ``pdb_blocks_eviction`` makes the budget of the node's serving pod refuse its
 eviction (for ever, or for ``pdb_release_s`` seconds after the first refusal).
 
