@@ -945,9 +945,15 @@ class Cluster:
                 "details": {"name": name, "group": group, "kind": plural, "uid": obj["metadata"]["uid"]}}
 
     def daemonset(self, ns: str, name: str) -> dict[str, Any]:
-        if (ns, name) != ("gpu-operator", "nvidia-dcgm-exporter"):
+        """The DaemonSets whose pods the nodes run (the dcgm exporter everywhere; the device plugin
+        on containerd nodes; the GPU Operator's driver where it runs the driver): what ``kubectl
+        drain`` looks up before it ignores their pods."""
+        with self.lock:
+            n = sum(1 for p in self.data["pods"].values() if p["metadata"]["namespace"] == ns and any(
+                r.get("kind") == "DaemonSet" and r.get("name") == name for r in p["metadata"].get("ownerReferences")
+                or []))
+        if not n:
             raise not_found("daemonsets", name, "apps")
-        n = len(self.host_dirs())
         return {"kind": "DaemonSet", "apiVersion": "apps/v1",
                 "metadata": {"name": name, "namespace": ns, "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, name)),
                              "resourceVersion": "7", "creationTimestamp": "2026-05-04T10:11:12Z"},
@@ -1121,6 +1127,8 @@ class Handler(BaseHTTPRequestHandler):
                 self._send_text(200, self.cluster.pod_log(m["ns"], m["name"], q))
                 return
             body = self._body() if method in ("POST", "PUT", "PATCH") else None
+            if method == "DELETE":
+                self._body()     # DeleteOptions: read, or the next request on the connection starts in it
             code, out = self._route(method, u.path.rstrip("/") or "/", q, body)
             if method == "GET" and "as=Table" in self.headers.get("Accept", "") and out.get("kind") in kubetables.TABLE_KINDS:
                 out = kubetables.as_table(out)

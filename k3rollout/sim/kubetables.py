@@ -72,8 +72,10 @@ def _pod_row(x: dict[str, Any]) -> list[str]:
     restarts summed with the time of the last one."""
     st_ = x["status"]
     cs = st_.get("containerStatuses")
-    if cs is None:          # a pod that stands for a Docker host's container
-        return [x["metadata"]["name"], "1/1", st_["phase"], "0", _age(x["metadata"]["creationTimestamp"]),
+    if cs is None:          # not started yet, or a pod that stands for a Docker host's container
+        ready = "1/1" if st_["phase"] == "Running" else f"0/{len(x['spec']['containers'])}"
+        return [x["metadata"]["name"], ready, st_.get("reason") or st_["phase"], "0",
+                _age(x["metadata"]["creationTimestamp"]),
                 st_.get("podIP") or "<none>", x["spec"].get("nodeName") or "<none>", "<none>", "<none>"]
     reason = st_.get("reason") or st_.get("phase", "Pending")
     for c in cs:

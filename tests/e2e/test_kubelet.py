@@ -394,6 +394,19 @@ def test_the_real_kubectl_reads_pods_logs_and_owners(cluster, tmp_path):
     assert p.returncode == 0, p.stderr
     assert "deployment.apps/k3-b300" in p.stdout and "2/2" in p.stdout
     assert "leaderworkerset.leaderworkerset.x-k8s.io/k3-h200" in p.stdout
+    # a drain evicts the serving pod and ignores both DaemonSets' pods; the owner's new pod lands on
+    # the only node with 8 GPUs free, then one more has nowhere to go
+    p = kubectl("drain", "gpu-b01", "--ignore-daemonsets", "--timeout=30s")
+    assert p.returncode == 0 and "node/gpu-b01 drained" in p.stdout, p.stderr
+    assert "gpu-operator/nvidia-device-plugin-daemonset" in p.stderr
+    p = kubectl("get", "pods", "-n", NS, "-l", "app=k3-b300", "-o", "wide")
+    assert sorted(r.split()[-3] for r in p.stdout.splitlines()[1:]) == ["gpu-b02", "gpu-c01"]
+    p = kubectl("drain", "gpu-b02", "--ignore-daemonsets", "--timeout=30s")
+    assert p.returncode == 0, p.stderr
+    p = kubectl("get", "pods", "-n", NS, "-l", "app=k3-b300")
+    assert sorted(r.split()[1:3] for r in p.stdout.splitlines()[1:]) == [["0/1", "Pending"], ["1/1", "Running"]]
+    p = kubectl("delete", "pod", "-n", NS, "k3-h200-0-1")          # waits for the deletion (a watch)
+    assert p.returncode == 0 and 'pod "k3-h200-0-1" deleted' in p.stdout, p.stderr
 
 
 def test_the_default_sim_cluster_on_containerd_serves_k3_from_an_lws_and_a_deployment(tmp_path):
