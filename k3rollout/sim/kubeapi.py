@@ -275,7 +275,7 @@ class Cluster:
                               {"type": "Hostname", "address": s["name"]}],
                 "nodeInfo": {"kernelVersion": s["kernel"], "kubeletVersion": kubediscovery.K8S_VERSION["gitVersion"],
                              "kubeProxyVersion": kubediscovery.K8S_VERSION["gitVersion"], "operatingSystem": "linux",
-                             "architecture": "amd64", "containerRuntimeVersion": "containerd://1.7.24",
+                             "architecture": "amd64", "containerRuntimeVersion": kubelet.runtime_version(s),
                              "osImage": "Ubuntu 24.04.1 LTS" if s["os_family"] == "Debian"
                              else "Red Hat Enterprise Linux 9.5 (Plow)",
                              "machineID": s["name"], "systemUUID": s["name"], "bootID": s["boot_id"]}},

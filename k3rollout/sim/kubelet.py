@@ -41,6 +41,12 @@ def runtime(state: dict[str, Any]) -> str:
     return str(state.get("container_runtime") or "docker")
 
 
+def runtime_version(state: dict[str, Any]) -> str:
+    """The node's ``status.nodeInfo.containerRuntimeVersion``: ``containerd://1.7.24``, or on a
+    Docker host (cri-dockerd) ``docker://`` and the Docker Engine version ``docker info`` reports."""
+    return f"containerd://{CONTAINERD_VERSION}" if runtime(state) == "containerd" else "docker://28.2.2"
+
+
 def cri(state: dict[str, Any]) -> dict[str, Any]:
     return state.setdefault("cri", {"images": {}, "containers": {}})
 

@@ -347,9 +347,10 @@ def test_a_containerd_node_has_no_docker_cli_and_crictl_reads_the_kubelets_conta
     assert info["status"]["repoDigests"] == ["docker.io/vllm/vllm-openai@" +
                                              st.REGISTRY["vllm/vllm-openai:kimi-k3"]["digest"]]
     assert dispatch(node, ["df", "-B1", "--output=target,avail", "/var/lib/containerd"]).rc == 0
-    # a Docker host, for contrast, has no crictl
+    # a Docker host, for contrast, has no crictl, and its node object says so
     st.init_host(cluster.root / "docker-01", "docker-01", {})
     assert dispatch(cluster.root / "docker-01", ["crictl", "ps"]).rc == 127
+    assert cluster.core.read_node("docker-01").status.node_info.container_runtime_version == "docker://28.2.2"
 
 
 def test_the_real_kubectl_reads_pods_logs_and_owners(cluster, tmp_path):
