@@ -50,7 +50,6 @@ import re
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -59,10 +58,11 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import orjson
 
 from k3rollout.sim import controllers as ctl
-from k3rollout.sim import kubediscovery, kubelet, kubeseed, kubetables, netd
+from k3rollout.sim import kubediscovery, kubelet, kubeseed, kubetables, kubeworkloads
 from k3rollout.sim import state as st
+from k3rollout.sim.kubebase import UNSCHEDULABLE_TAINT, ApiError, audit, not_found, now_iso
+from k3rollout.sim.kubebase import audited as audited  # tests read a node's audit log from here
 
-UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 GPU_OPERATOR_STATE = "nvidia.com/gpu-driver-upgrade-state"
 GPU_OPERATOR_INITIAL_UNSCHEDULABLE = "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
 # the upgrade controller's states in the order a node passes them (k8s-operator-libs
@@ -75,83 +75,6 @@ NVIDIA_DRIVERS = {"r575": "575.57.08", "r580": "580.95.05"}
 # bearer tokens the simulated server knows: an administrator (cluster-admin) and a viewer
 # (the built-in ``view`` ClusterRole: get, list, watch), for the credentials check
 TOKENS = {"sim-admin-token": ("kubernetes-admin", "cluster-admin"), "sim-viewer-token": ("k3rollout-viewer", "view")}
-
-
-def _now_iso() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def status(code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
-    s: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                         "message": message, "reason": reason, "code": code}
-    if details:
-        s["details"] = details
-    return s
-
-
-class ApiError(Exception):
-    def __init__(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None):
-        super().__init__(message)
-        self.body = status(code, reason, message, details)
-        self.code = code
-
-
-def not_found(resource: str, name: str, group: str = "") -> ApiError:
-    what = f"{resource}.{group}" if group else resource
-    return ApiError(404, "NotFound", f'{what} "{name}" not found',
-                    {"name": name, "group": group, "kind": resource})
-
-
-def _invalid(kind: str, name: str, field: str, why: str) -> ApiError:
-    """422 Invalid with its cause, as field validation answers (``Kind "name" is invalid: ...``)."""
-    return ApiError(422, "Invalid", f'{kind} "{name}" is invalid: {field}: {why}',
-                    {"name": name, "kind": kind, "causes": [{"reason": "FieldValueRequired", "message": why,
-                                                             "field": field}]})
-
-
-def _pod_spec_defaults(spec: dict[str, Any]) -> dict[str, Any]:
-    """The fields the API server defaults on a pod (pkg/apis/core/v1/defaults.go)."""
-    out = {"restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
-           "schedulerName": "default-scheduler", **spec}
-    out["containers"] = [{**c, "ports": [{"protocol": "TCP", **pt} for pt in c.get("ports") or []]}
-                         if c.get("ports") else c for c in spec.get("containers") or []]
-    return out
-
-
-def _affinity_matches(pod: dict[str, Any], labels: dict[str, str]) -> bool:
-    """requiredDuringSchedulingIgnoredDuringExecution node affinity: any term whose every
-    matchExpression holds (In, NotIn, Exists, DoesNotExist; k8s.io/component-helpers
-    scheduling/corev1/nodeaffinity)."""
-    req = (((pod["spec"].get("affinity") or {}).get("nodeAffinity") or {})
-           .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    terms = req.get("nodeSelectorTerms") or []
-    if not terms:
-        return True
-
-    def holds(e: dict[str, Any]) -> bool:
-        op, key, values = e.get("operator"), e.get("key"), e.get("values") or []
-        return {"In": labels.get(key) in values, "NotIn": labels.get(key) not in values,
-                "Exists": key in labels, "DoesNotExist": key not in labels}.get(str(op), False)
-
-    return any(all(holds(e) for e in t.get("matchExpressions") or []) for t in terms)
-
-
-def _dig(obj: Any, path: list[str]) -> Any:
-    for part in path:
-        obj = obj.get(part) if isinstance(obj, dict) else None
-    return obj
-
-
-def _tolerates(pod: dict[str, Any], key: str, effect: str) -> bool:
-    """Whether the pod's tolerations cover a taint (an empty key with Exists covers every taint)."""
-    for t in pod["spec"].get("tolerations") or []:
-        if t.get("effect") not in (None, "", effect):
-            continue
-        if t.get("operator") == "Exists" and t.get("key") in (None, "", key):
-            return True
-        if t.get("key") == key:
-            return True
-    return False
 
 
 class Cluster:
@@ -175,6 +98,7 @@ class Cluster:
             settings["lws_crd"] = lws_crd
         if deny is not None:
             settings["deny"] = list(deny)
+        self.work = kubeworkloads.Workloads(self)
         with self.lock:
             self._reconcile()         # the pods the nodes run when the server comes up
 
@@ -185,7 +109,7 @@ class Cluster:
     def set_lws_crd(self, present: bool) -> None:
         with self.lock:
             self.data["settings"]["lws_crd"] = present
-            self._save()
+            self.save()
 
     def denied(self, verb: str, resource: str) -> bool:
         """A right refused to every user (``deny``: entries ``"VERB RESOURCE[/SUBRESOURCE]"``, e.g.
@@ -195,11 +119,11 @@ class Cluster:
     def set_denied(self, rights: list[str]) -> None:
         with self.lock:
             self.data["settings"]["deny"] = list(rights)
-            self._save()
+            self.save()
 
     # ------------------------------------------------------------ persistence
 
-    def _save(self) -> None:
+    def save(self) -> None:
         # every change is on disk before its reply (a server restarted after a controller's
         # crash reads it back); orjson, because the standard library's encoder took a third
         # of the sim daemon's CPU at 1,000 nodes (the whole object set, on every eviction)
@@ -207,7 +131,7 @@ class Cluster:
         tmp.write_bytes(orjson.dumps(self.data, option=orjson.OPT_SORT_KEYS))
         tmp.replace(self.path)
 
-    def _rv(self) -> str:
+    def rv(self) -> str:
         self.data["rv"] += 1
         return str(self.data["rv"])
 
@@ -237,9 +161,9 @@ class Cluster:
     def node(self, name: str) -> dict[str, Any]:
         d = self._host(name)
         self._operator_tick(d)
-        return self._node_object(st.load(d))
+        return self.node_object(st.load(d))
 
-    def _node_object(self, s: dict[str, Any]) -> dict[str, Any]:
+    def node_object(self, s: dict[str, Any]) -> dict[str, Any]:
         sched = s["scheduler"]
         up = st.is_up(s, time.time())
         unsched = sched["state"] != "schedulable"
@@ -255,7 +179,7 @@ class Cluster:
             # the node lifecycle controller's taints on a node whose kubelet stopped posting
             # (pkg/controller/nodelifecycle: TaintNodesByCondition and taint-based eviction)
             spec["taints"] = spec.get("taints", []) + [{"key": "node.kubernetes.io/unreachable", "effect": e,
-                                                        "timeAdded": _now_iso()} for e in ("NoSchedule", "NoExecute")]
+                                                        "timeAdded": now_iso()} for e in ("NoSchedule", "NoExecute")]
         gpus = str(kubelet.gpu_capacity(s, time.time()))
         return {
             "kind": "Node", "apiVersion": "v1",
@@ -270,7 +194,7 @@ class Cluster:
                                 "reason": "KubeletReady" if up else "NodeStatusUnknown",
                                 "message": "kubelet is posting ready status" if up else
                                 "Kubelet stopped posting node status.",
-                                "lastHeartbeatTime": _now_iso(), "lastTransitionTime": "2026-12-01T00:00:00Z"}],
+                                "lastHeartbeatTime": now_iso(), "lastTransitionTime": "2026-12-01T00:00:00Z"}],
                 "addresses": [{"type": "InternalIP", "address": s.get("address") or "127.0.0.1"},
                               {"type": "Hostname", "address": s["name"]}],
                 "nodeInfo": {"kernelVersion": s["kernel"], "kubeletVersion": kubediscovery.K8S_VERSION["gitVersion"],
@@ -301,7 +225,7 @@ class Cluster:
                                                 "and try again", {"name": name, "kind": "nodes"})
             unsched = bool((want.get("spec") or {}).get("unschedulable"))
             if unsched and sched["state"] == "schedulable":
-                sched["state"], sched["since"] = "cordoned", _now_iso()
+                sched["state"], sched["since"] = "cordoned", now_iso()
             elif not unsched and sched["state"] != "schedulable":
                 sched["state"] = "schedulable"
             meta = want.get("metadata") or {}
@@ -360,7 +284,7 @@ class Cluster:
             return
         with self.lock:
             self._operator_catch_up(d)
-            self._save()
+            self.save()
 
     def _operator_catch_up(self, d: Path) -> None:
         with st.transaction(d) as s:
@@ -392,7 +316,7 @@ class Cluster:
                 audit(d, "PATCH", f"nodes/{name}",
                       {"metadata": {"annotations": {GPU_OPERATOR_INITIAL_UNSCHEDULABLE: "true"}}})
             else:
-                sched["state"], sched["since"] = "cordoned", _now_iso()
+                sched["state"], sched["since"] = "cordoned", now_iso()
                 audit(d, "PATCH", f"nodes/{name}", {"spec": {"unschedulable": True}})
         elif state == "pod-restart-required":
             pods = self.data["pods"]
@@ -461,8 +385,8 @@ class Cluster:
             self.data["seeded"] = True
             kubeseed.seed(self)
             changed = True
-        if self._sync_workloads(only) or changed:
-            self._save()
+        if self.work.sync(only) or changed:
+            self.save()
 
     def _new_pod(self, node: str, ns: str, prefix: str, owner_kind: str, owner: str, app: str | None = None,
                  crashing: bool = False, gpus: int = 0) -> None:
@@ -472,8 +396,8 @@ class Cluster:
             container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}, "requests": {"nvidia.com/gpu": str(gpus)}}
         self.data["pods"][f"{ns}/{name}"] = {
             "kind": "Pod", "apiVersion": "v1",
-            "metadata": {"name": name, "namespace": ns, "uid": str(uuid.uuid4()), "resourceVersion": self._rv(),
-                         "creationTimestamp": _now_iso(), "labels": {"app": app or prefix.split("-")[0]},
+            "metadata": {"name": name, "namespace": ns, "uid": str(uuid.uuid4()), "resourceVersion": self.rv(),
+                         "creationTimestamp": now_iso(), "labels": {"app": app or prefix.split("-")[0]},
                          "ownerReferences": [{"apiVersion": "apps/v1", "kind": owner_kind, "name": owner,
                                               "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, owner)),
                                               "controller": True, "blockOwnerDeletion": True}]},
@@ -528,7 +452,7 @@ class Cluster:
             if ns == "inference" and "pdb_blocks_eviction" in hv.get("faults", []):
                 first = self.data["blocked"].setdefault(f"{ns}/{name}", time.time())
                 if self.pdb_release_s is None or time.time() - first < self.pdb_release_s:
-                    self._save()
+                    self.save()
                     raise ApiError(429, "TooManyRequests",
                                    "Cannot evict pod as it would violate the pod's disruption budget.",
                                    {"causes": [{"reason": "DisruptionBudget",
@@ -536,413 +460,9 @@ class Cluster:
                                                            "pods and has 1 currently"}]})
             if d is not None:
                 audit(d, "POST", f"namespaces/{ns}/pods/{name}/eviction", None)
-            self._remove_pod(f"{ns}/{name}")
-            self._save()
+            self.work.remove_pod(f"{ns}/{name}")
+            self.save()
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
-
-    # ------------------------------------------------------------ pods the kubelets run
-
-    def _live(self) -> list[dict[str, Any]]:
-        return [self.data["pods"][k] for k in self.data["run"] if k in self.data["pods"]]
-
-    def _remove_pod(self, key: str) -> dict[str, Any]:
-        """The pod goes: its kubelet stops its containers (they get their grace; the simulated
-        processes stop at once) and removes them; the object is deleted once they have stopped."""
-        pod = self.data["pods"].pop(key)
-        if pod["metadata"]["uid"] in self.data["admitted"]:
-            self.data["admitted"].remove(pod["metadata"]["uid"])
-        if key in self.data["run"]:
-            self.data["run"].remove(key)
-            d = self.host_dir(pod["spec"].get("nodeName") or "")
-            for c in pod["spec"]["containers"] if d is not None else []:
-                self._event(pod, "Normal", "Killing", f"Stopping container {c['name']}", "kubelet", d.name)
-            if d is not None:
-                with st.transaction(d) as s:
-                    before = dict(s["servers"])
-                    kubelet.kill_pod(s, pod["metadata"]["uid"], time.time(), remove=True)
-                    moved = s["servers"] != before
-                if moved:
-                    netd.sync(d)
-        return pod
-
-    def create_pod(self, ns: str, body: Any) -> dict[str, Any]:
-        if not isinstance(body, dict) or body.get("kind", "Pod") != "Pod":
-            raise ApiError(400, "BadRequest", "the body of the request was not a Pod")
-        meta = body.get("metadata") or {}
-        name = meta.get("name") or (meta.get("generateName") and meta["generateName"] + uuid.uuid4().hex[:5])
-        if not name:
-            raise _invalid("Pod", "", "metadata.name", "Required value: name or generateName is required")
-        containers = (body.get("spec") or {}).get("containers")
-        if not isinstance(containers, list) or not containers:
-            raise _invalid("Pod", name, "spec.containers", "Required value")
-        for i, c in enumerate(containers):
-            for field in ("name", "image"):
-                if not isinstance(c, dict) or not c.get(field):
-                    raise _invalid("Pod", name, f"spec.containers[{i}].{field}", "Required value")
-        with self.lock:
-            key = f"{ns}/{name}"
-            if key in self.data["pods"]:
-                raise ApiError(409, "AlreadyExists", f'pods "{name}" already exists',
-                               {"name": name, "group": "", "kind": "pods"})
-            spec = _pod_spec_defaults(body["spec"])
-            pod = {"kind": "Pod", "apiVersion": "v1",
-                   "metadata": {"labels": {}, "annotations": {}, **meta, "name": name, "namespace": ns,
-                                "uid": str(uuid.uuid4()), "resourceVersion": self._rv(),
-                                "creationTimestamp": _now_iso()},
-                   "spec": spec, "status": {"phase": "Pending", "qosClass": "BestEffort"}}
-            self.data["pods"][key] = pod
-            self.data["run"].append(key)
-            node = spec.get("nodeName")
-            d = self.host_dir(node) if node else None
-            if d is not None:
-                audit(d, "POST", f"namespaces/{ns}/pods", {"metadata": {"name": name}})
-            self._sync_workloads(node if d is not None else None)
-            self._save()
-            return pod
-
-    def delete_pod(self, ns: str, name: str) -> dict[str, Any]:
-        with self.lock:
-            pod = self.pod(ns, name)
-            d = self.host_dir(pod["spec"].get("nodeName") or "")
-            if d is not None:
-                audit(d, "DELETE", f"namespaces/{ns}/pods/{name}", None)
-            self._remove_pod(f"{ns}/{name}")
-            self._save()
-        # the reply is the object as the graceful deletion marked it (metav1 deletionTimestamp)
-        grace = int(pod["spec"].get("terminationGracePeriodSeconds", 30))
-        return {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": _now_iso(),
-                                    "deletionGracePeriodSeconds": grace}}
-
-    def _event(self, pod: dict[str, Any], kind: str, reason: str, message: str, component: str,
-               host: str | None = None) -> None:
-        """Record a core/v1 Event on a pod; a repeat of the same reason and message counts up
-        (client-go's EventCorrelator aggregates them so)."""
-        meta = pod["metadata"]
-        now = _now_iso()
-        events = self.data.setdefault("events", [])
-        for ev in events:
-            if ev["involvedObject"]["uid"] == meta["uid"] and ev["reason"] == reason and ev["message"] == message:
-                ev["count"] += 1
-                ev["lastTimestamp"] = now
-                ev["metadata"]["resourceVersion"] = self._rv()
-                return
-        events.append({"kind": "Event", "apiVersion": "v1",
-                       "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}", "namespace": meta["namespace"],
-                                    "uid": str(uuid.uuid4()), "resourceVersion": self._rv(), "creationTimestamp": now},
-                       "involvedObject": {"kind": "Pod", "namespace": meta["namespace"], "name": meta["name"],
-                                          "uid": meta["uid"], "apiVersion": "v1"},
-                       "reason": reason, "message": message, "type": kind,
-                       "source": {"component": component, **({"host": host} if host else {})},
-                       "firstTimestamp": now, "lastTimestamp": now, "count": 1, "eventTime": None,
-                       "reportingComponent": component, "reportingInstance": host or ""})
-        del events[:-2000]
-
-    def events(self, ns: str | None, field_selector: str) -> list[dict[str, Any]]:
-        with self.lock:
-            out = [e for e in self.data.get("events", []) if ns is None or e["metadata"]["namespace"] == ns]
-        for term in filter(None, field_selector.split(",")):
-            k, _, v = term.replace("==", "=").partition("=")
-            path = k.split(".")
-            out = [e for e in out if str(_dig(e, path) or "") == v]
-        return out
-
-    def _free_gpus(self, node: str, s: dict[str, Any], but: str = "") -> int:
-        used = sum(kubelet.gpus_requested(c) for p in self.data["pods"].values()
-                   if p["spec"].get("nodeName") == node and p["metadata"]["uid"] != but
-                   and p["status"].get("phase") not in ("Succeeded", "Failed")
-                   for c in p["spec"].get("containers") or [])
-        return kubelet.gpu_capacity(s, time.time()) - used
-
-    def _schedule(self, pod: dict[str, Any]) -> None:
-        """The default scheduler for one pending pod: a node that is up and Ready, that takes
-        work (or whose taints the pod tolerates), whose labels match the pod's nodeSelector and
-        that has the GPUs it asks for free; else the pod stays Pending with the scheduler's
-        FitError (pkg/scheduler/framework/types.go: "0/N nodes are available: ...")."""
-        need = sum(kubelet.gpus_requested(c) for c in pod["spec"]["containers"])
-        selector = pod["spec"].get("nodeSelector") or {}
-        reasons: dict[str, int] = {}
-        names = sorted(self.host_dirs())
-        for name in names:
-            d = self.root / name
-            s = st.load(d)
-            node = self._node_object(s)
-            why = None
-            if not st.is_up(s, time.time()):
-                why = "node(s) had untolerated taint {node.kubernetes.io/unreachable: }"
-            elif node["spec"].get("unschedulable") and not _tolerates(pod, UNSCHEDULABLE_TAINT, "NoSchedule"):
-                why = "node(s) were unschedulable"
-            elif any(node["metadata"]["labels"].get(k) != v for k, v in selector.items()) or \
-                    not _affinity_matches(pod, node["metadata"]["labels"]):
-                why = "node(s) didn't match Pod's node affinity/selector"
-            elif need and self._free_gpus(name, s) < need:
-                why = "Insufficient nvidia.com/gpu"
-            if why is None:
-                self._bind(pod, name)
-                return
-            reasons[why] = reasons.get(why, 0) + 1
-        # FitError.Error sorts the "COUNT REASON" strings themselves (sort.Strings)
-        detail = ", ".join(sorted(f"{n} {w}" for w, n in reasons.items()))
-        msg = (f"0/{len(names)} nodes are available: {detail}. preemption: 0/{len(names)} nodes are available: "
-               f"{len(names)} Preemption is not helpful for scheduling.")
-        cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": msg}
-        if (pod["status"].get("conditions") or [{}])[0] != cond:
-            self._event(pod, "Warning", "FailedScheduling", msg, "default-scheduler")
-            pod["status"] = {"phase": "Pending", "qosClass": pod["status"].get("qosClass", "BestEffort"),
-                             "conditions": [cond]}
-            pod["metadata"]["resourceVersion"] = self._rv()
-
-    def _bind(self, pod: dict[str, Any], node: str) -> None:
-        self._event(pod, "Normal", "Scheduled", f"Successfully assigned {pod['metadata']['namespace']}/"
-                                                f"{pod['metadata']['name']} to {node}", "default-scheduler")
-        pod["spec"]["nodeName"] = node
-        pod["metadata"]["resourceVersion"] = self._rv()
-        pod["status"] = {"phase": "Pending", "qosClass": pod["status"].get("qosClass", "BestEffort"),
-                         "conditions": [{"type": "PodScheduled", "status": "True"}]}
-
-    def _admit(self, pod: dict[str, Any], s: dict[str, Any]) -> bool:
-        """The kubelet's admission of a pod bound to it: the device manager must have the GPUs
-        the pod asks for, else the pod fails (a pod pinned with nodeName bypassed the scheduler:
-        pkg/kubelet/cm/devicemanager/manager.go "requested number of devices unavailable", wrapped
-        by lifecycle's UnexpectedAdmissionError)."""
-        if pod["metadata"]["uid"] in self.data["admitted"]:
-            return True
-        need = sum(kubelet.gpus_requested(c) for c in pod["spec"]["containers"])
-        free = self._free_gpus(s["name"], s, but=pod["metadata"]["uid"])
-        if need and free < need:
-            self._event(pod, "Warning", "UnexpectedAdmissionError",
-                        f"Allocate failed due to requested number of devices unavailable for nvidia.com/gpu. "
-                        f"Requested: {need}, Available: {max(free, 0)}, which is unexpected", "kubelet", s["name"])
-            pod["status"] = {"phase": "Failed", "reason": "UnexpectedAdmissionError",
-                             "message": f"Pod was rejected: Allocate failed due to requested number of devices "
-                                        f"unavailable for nvidia.com/gpu. Requested: {need}, Available: {max(free, 0)}, "
-                                        "which is unexpected", "startTime": _now_iso()}
-            return False
-        self.data["admitted"].append(pod["metadata"]["uid"])
-        if not pod["status"].get("podIP"):
-            # the pod network: each pod its own address, reachable through the API server's proxy
-            pod["status"]["podIP"] = netd.allocate(self.root)
-            pod["status"]["podIPs"] = [{"ip": pod["status"]["podIP"]}]
-        return True
-
-    def _sync_workloads(self, only: str | None = None) -> bool:
-        """Owners create the pods they lack, the scheduler places pending ones, and each node's
-        kubelet runs what is bound to it (``only``: that node's kubelet alone). True when
-        anything may have changed."""
-        if not self.data["run"] and not self.data["workloads"]:
-            return False
-        self._controllers()
-        for pod in self._live():
-            if not pod["spec"].get("nodeName"):
-                self._schedule(pod)
-        by_node: dict[str, list[dict[str, Any]]] = {}
-        for pod in self._live():
-            node = pod["spec"].get("nodeName")
-            if node and (only is None or node == only):
-                by_node.setdefault(node, []).append(pod)
-        for node, pods in sorted(by_node.items()):
-            d = self.host_dir(node)
-            if d is None:
-                continue
-            with st.transaction(d) as s:
-                before = {k: v.get("instance") for k, v in s["servers"].items()}
-                now = time.time()
-                for pod in pods:
-                    posted = json.dumps(pod["status"], sort_keys=True)
-                    if (not st.is_up(s, now) or self._admit(pod, s)) and pod["metadata"]["uid"] in self.data["admitted"]:
-                        said: list[kubelet.Event] = []
-                        kubelet.sync_pod(s, d, pod, now, said)
-                        for kind, reason, message in said:
-                            self._event(pod, kind, reason, message, "kubelet", node)
-                    if json.dumps(pod["status"], sort_keys=True) != posted:
-                        # a status the kubelet posts is a new version of the object (what a watch sees)
-                        pod["metadata"]["resourceVersion"] = self._rv()
-                moved = {k: v.get("instance") for k, v in s["servers"].items()} != before
-            if moved:
-                netd.sync(d)
-        return True
-
-    def _controllers(self) -> None:
-        """Deployments (through their ReplicaSet), StatefulSets and LeaderWorkerSets create the
-        pods they lack; a LeaderWorkerSet with RecreateGroupOnPodRestart whose group lost a pod,
-        or one of whose containers restarted, deletes the rest of the group and creates it whole
-        again."""
-        for obj in list(self.data["workloads"].values()):
-            if obj["kind"] == "LeaderWorkerSet" and not self.lws_crd:
-                continue
-            uid = ctl.rs_uid(obj) if obj["kind"] == "Deployment" else obj["metadata"]["uid"]
-            ns = obj["metadata"]["namespace"]
-            mine = [p for p in self._live() if p["metadata"]["namespace"] == ns and ctl.owned_by(p, uid)]
-            want = ctl.wanted(obj)
-            if obj["kind"] == "Deployment":
-                for _, _, body in want[len(mine):]:
-                    self._create_owned(ns, body)
-                continue
-            have = {p["metadata"]["name"] for p in mine}
-            if obj["kind"] == "LeaderWorkerSet" and \
-                    obj["spec"]["leaderWorkerTemplate"].get("restartPolicy") == ctl.RECREATE_GROUP:
-                groups: dict[int, list[str]] = {}
-                for pname, g, _ in want:
-                    groups.setdefault(g, []).append(pname or "")
-                restarted = {p["metadata"]["name"] for p in mine
-                             if any(cs.get("restartCount", 0) > 0 for cs in p["status"].get("containerStatuses") or [])}
-                for members in groups.values():
-                    # "the leader pod will be deleted if the worker pod is deleted or any containers
-                    # were restarted" (kubernetes-sigs/lws pkg/controllers/pod_controller.go
-                    # handleRestartPolicy, podutils.ContainerRestarted)
-                    if 0 < sum(m in have for m in members) < len(members) or restarted & set(members):
-                        for m in members:
-                            if m in have:
-                                self._remove_pod(f"{ns}/{m}")
-                                have.discard(m)
-            for pname, _, body in want:
-                if pname not in have:
-                    self._create_owned(ns, body)
-
-    def _create_owned(self, ns: str, body: dict[str, Any]) -> None:
-        meta = body["metadata"]
-        name = meta.get("name") or meta["generateName"] + uuid.uuid4().hex[:5]
-        spec = _pod_spec_defaults(body["spec"])
-        key = f"{ns}/{name}"
-        self.data["pods"][key] = {
-            "kind": "Pod", "apiVersion": "v1",
-            "metadata": {**{k: v for k, v in meta.items() if k != "generateName"}, "name": name,
-                         "uid": str(uuid.uuid4()), "resourceVersion": self._rv(), "creationTimestamp": _now_iso()},
-            "spec": spec, "status": {"phase": "Pending", "qosClass": "BestEffort"}}
-        self.data["run"].append(key)
-
-    def pod_log(self, ns: str, name: str, q: dict[str, str]) -> str:
-        """``GET pods/NAME/log``: the kubelet's log of a container (``container``, ``previous``,
-        ``tailLines``), or the 400 the API server answers (pkg/registry/core/pod/strategy.go
-        LogLocation; pkg/kubelet/kubelet_pods.go validateContainerLogStatus)."""
-        with self.lock:
-            pod = self.pod(ns, name)
-            names = [c["name"] for c in pod["spec"]["containers"]]
-            cname = q.get("container") or ""
-            if not cname:
-                if len(names) > 1:
-                    raise ApiError(400, "BadRequest", f"a container name must be specified for pod {name}, choose "
-                                                      f"one of: [{' '.join(names)}]")
-                cname = names[0]
-            if cname not in names:
-                raise ApiError(400, "BadRequest", f"container {cname} is not valid for pod {name}")
-            node = pod["spec"].get("nodeName")
-            if not node:
-                raise ApiError(400, "BadRequest", f"pod {name} does not have a host assigned")
-            key = f"{ns}/{name}"
-            d = self.host_dir(node)
-            if key not in self.data["run"] or d is None:
-                return ""
-            self._sync_workloads(node)
-            self._save()
-            lines = kubelet.log_lines(st.load(d), pod, cname, q.get("previous") == "true")
-        if isinstance(lines, str):
-            raise ApiError(400, "BadRequest", lines)
-        if q.get("tailLines"):
-            try:
-                n = int(q["tailLines"])
-            except ValueError:
-                raise ApiError(400, "BadRequest", f'strconv.ParseInt: parsing "{q["tailLines"]}": invalid syntax') \
-                    from None
-            lines = lines[-n:] if n > 0 else []
-        return "".join(ln + "\n" for ln in lines)
-
-    def proxy_target(self, ns: str, name: str, port: str) -> tuple[str, int]:
-        """Where ``pods/NAME[:PORT]/proxy`` goes: the pod's address and port (without a port, the
-        first declared containerPort, as pkg/registry/core/pod/strategy.go ResourceLocation picks
-        it). A pod that is not running has no address to dial."""
-        with self.lock:
-            pod = self.pod(ns, name)
-            node = pod["spec"].get("nodeName")
-            if node:
-                self._sync_workloads(node)
-                self._save()
-            if not port:
-                declared = [pt.get("containerPort") for c in pod["spec"]["containers"] for pt in c.get("ports") or []]
-                port = str(declared[0]) if declared else "80"
-            ip = pod["status"].get("podIP")
-            if not ip:
-                raise ApiError(503, "ServiceUnavailable", f"pod {name} does not have a host assigned"
-                               if not node else f"error trying to reach service: pod {name} has no IP")
-        return ip, int(port)
-
-    # ------------------------------------------------------------ owners
-
-    def workloads(self, kind: str, ns: str | None) -> list[dict[str, Any]]:
-        with self.lock:
-            self._sync_workloads()
-            self._save()
-            out = [self._with_status(o) for o in self.data["workloads"].values()
-                   if o["kind"] == kind and (ns is None or o["metadata"]["namespace"] == ns)]
-        return sorted(out, key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"]))
-
-    def workload(self, kind: str, ns: str, name: str) -> dict[str, Any]:
-        with self.lock:
-            self._sync_workloads()
-            self._save()
-            obj = self.data["workloads"].get(f"{kind}/{ns}/{name}")
-            if obj is None:
-                raise not_found(ctl.KINDS[kind][1], name, ctl.KINDS[kind][0].rsplit("/", 1)[0]
-                                if "/" in ctl.KINDS[kind][0] else "")
-            return self._with_status(obj)
-
-    def _with_status(self, obj: dict[str, Any]) -> dict[str, Any]:
-        uid = ctl.rs_uid(obj) if obj["kind"] == "Deployment" else obj["metadata"]["uid"]
-        pods = [p for p in self._live() if p["metadata"]["namespace"] == obj["metadata"]["namespace"]
-                and ctl.owned_by(p, uid)]
-        return {**obj, "status": ctl.status(obj, pods)}
-
-    def replicasets(self, ns: str | None) -> list[dict[str, Any]]:
-        out = []
-        for dep in self.workloads("Deployment", ns):
-            rs = ctl.replicaset_name(dep)
-            out.append({"kind": "ReplicaSet", "apiVersion": "apps/v1",
-                        "metadata": {"name": rs, "namespace": dep["metadata"]["namespace"], "uid": ctl.rs_uid(dep),
-                                     "creationTimestamp": dep["metadata"]["creationTimestamp"],
-                                     "labels": {"pod-template-hash": rs.rsplit("-", 1)[1]},
-                                     "ownerReferences": [ctl.owner_ref("apps/v1", "Deployment", dep["metadata"]["name"],
-                                                                       dep["metadata"]["uid"])]},
-                        "spec": {"replicas": dep["spec"].get("replicas", 1), "template": dep["spec"]["template"]},
-                        "status": {k: v for k, v in dep["status"].items() if k in
-                                   ("replicas", "readyReplicas", "availableReplicas")}})
-        return out
-
-    def create_workload(self, kind: str, ns: str, body: Any) -> dict[str, Any]:
-        if not isinstance(body, dict) or body.get("kind", kind) != kind:
-            raise ApiError(400, "BadRequest", f"the body of the request was not a {kind}")
-        name = (body.get("metadata") or {}).get("name")
-        if not name:
-            raise _invalid(kind, "", "metadata.name", "Required value: name or generateName is required")
-        bad = ctl.invalid(kind, body)
-        if bad:
-            field, _, why = bad.partition(": ")
-            raise _invalid(kind, name, field, why)
-        plural, group = ctl.KINDS[kind][1], ctl.KINDS[kind][0].rsplit("/", 1)[0]
-        with self.lock:
-            key = f"{kind}/{ns}/{name}"
-            if key in self.data["workloads"]:
-                raise ApiError(409, "AlreadyExists", f'{plural}.{group} "{name}" already exists',
-                               {"name": name, "group": group, "kind": plural})
-            obj = ctl.new_object(kind, ns, body)
-            obj["metadata"] |= {"uid": str(uuid.uuid4()), "resourceVersion": self._rv(), "generation": 1,
-                                "creationTimestamp": _now_iso()}
-            self.data["workloads"][key] = obj
-            self._sync_workloads()
-            self._save()
-            return self._with_status(obj)
-
-    def delete_workload(self, kind: str, ns: str, name: str) -> dict[str, Any]:
-        """Deleting an owner deletes its pods (the garbage collector's background propagation)."""
-        plural, group = ctl.KINDS[kind][1], ctl.KINDS[kind][0].rsplit("/", 1)[0]
-        with self.lock:
-            obj = self.data["workloads"].pop(f"{kind}/{ns}/{name}", None)
-            if obj is None:
-                raise not_found(plural, name, group)
-            uid = ctl.rs_uid(obj) if kind == "Deployment" else obj["metadata"]["uid"]
-            for p in [p for p in self._live() if p["metadata"]["namespace"] == ns and ctl.owned_by(p, uid)]:
-                self._remove_pod(f"{ns}/{p['metadata']['name']}")
-            self._save()
-        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                "details": {"name": name, "group": group, "kind": plural, "uid": obj["metadata"]["uid"]}}
 
     def daemonset(self, ns: str, name: str) -> dict[str, Any]:
         """The DaemonSets whose pods the nodes run (the dcgm exporter everywhere; the device plugin
@@ -980,10 +500,10 @@ class Cluster:
                                {"name": name, "group": "coordination.k8s.io", "kind": "leases"})
             obj = {"kind": "Lease", "apiVersion": "coordination.k8s.io/v1",
                    "metadata": {**(body.get("metadata") or {}), "namespace": ns, "uid": str(uuid.uuid4()),
-                                "resourceVersion": self._rv(), "creationTimestamp": _now_iso()},
+                                "resourceVersion": self.rv(), "creationTimestamp": now_iso()},
                    "spec": dict(body.get("spec") or {})}
             self.data["leases"][f"{ns}/{name}"] = obj
-            self._save()
+            self.save()
         return obj
 
     def replace_lease(self, ns: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -998,35 +518,18 @@ class Cluster:
             obj = {**cur, "spec": dict(body.get("spec") or {}),
                    "metadata": {**cur["metadata"], **{k: v for k, v in (body.get("metadata") or {}).items()
                                                       if k in ("labels", "annotations")},
-                                "resourceVersion": self._rv()}}
+                                "resourceVersion": self.rv()}}
             self.data["leases"][f"{ns}/{name}"] = obj
-            self._save()
+            self.save()
         return obj
 
     def delete_lease(self, ns: str, name: str) -> dict[str, Any]:
         with self.lock:
             self.lease(ns, name)
             del self.data["leases"][f"{ns}/{name}"]
-            self._save()
+            self.save()
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                 "details": {"name": name, "group": "coordination.k8s.io", "kind": "leases"}}
-
-
-def audit(host_dir: Path, verb: str, path: str, body: Any) -> None:
-    """The API server's audit log for one node (``kube-audit.log`` in its host dir): every
-    change requested of the node or of a pod on it, so tests can prove each ran once."""
-    line = f"{time.time():.6f} {verb} {path}" + (f" {json.dumps(body, sort_keys=True)}" if body is not None else "")
-    with open(host_dir / "kube-audit.log", "a", encoding="utf-8") as f:
-        f.write(line + "\n")
-
-
-def audited(host_dir: Path) -> list[str]:
-    """The changes the API server was asked for on this node, in order (without timestamps)."""
-    try:
-        lines = (Path(host_dir) / "kube-audit.log").read_text().splitlines()
-    except FileNotFoundError:
-        return []
-    return [ln.split(" ", 1)[1] for ln in lines if " " in ln]
 
 
 def _node_fields(sched: dict[str, Any]) -> dict[str, Any]:
@@ -1124,7 +627,7 @@ class Handler(BaseHTTPRequestHandler):
             m = LOG.match(u.path)
             if m and method == "GET":
                 self._authorize("get", "pods/log", "", m["ns"], m["name"])
-                self._send_text(200, self.cluster.pod_log(m["ns"], m["name"], q))
+                self._send_text(200, self.cluster.work.pod_log(m["ns"], m["name"], q))
                 return
             body = self._body() if method in ("POST", "PUT", "PATCH") else None
             if method == "DELETE":
@@ -1215,7 +718,7 @@ class Handler(BaseHTTPRequestHandler):
         verb = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
                 "DELETE": "delete"}.get(method, "get")
         self._authorize(verb, "pods/proxy", "", m["ns"], m["name"])
-        ip, port = self.cluster.proxy_target(m["ns"], m["name"], m["port"] or "")
+        ip, port = self.cluster.work.proxy_target(m["ns"], m["name"], m["port"] or "")
         n = int(self.headers.get("Content-Length") or 0)
         payload = self.rfile.read(n) if n else None
         path = (m["path"] or "/") + (f"?{query}" if query else "")
@@ -1275,19 +778,19 @@ class Handler(BaseHTTPRequestHandler):
             return 200, _list("PodList", "v1", items, c.data["rv"])
         if len(p) == 6 and p[:4] == ["", "api", "v1", "namespaces"] and p[5] == "pods" and method == "POST":
             self._authorize("create", "pods", "", p[4], None)
-            return 201, c.create_pod(p[4], body)
+            return 201, c.work.create_pod(p[4], body)
         if len(p) == 7 and p[:4] == ["", "api", "v1", "namespaces"] and p[5] == "pods" and method == "GET":
             with c.lock:
-                c._sync_workloads(c.pod(p[4], p[6])["spec"].get("nodeName") or None)
-                c._save()
+                c.work.sync(c.pod(p[4], p[6])["spec"].get("nodeName") or None)
+                c.save()
             return 200, c.pod(p[4], p[6])
         if len(p) == 7 and p[:4] == ["", "api", "v1", "namespaces"] and p[5] == "pods" and method == "DELETE":
             self._authorize("delete", "pods", "", p[4], p[6])
-            return 200, c.delete_pod(p[4], p[6])
+            return 200, c.work.delete_pod(p[4], p[6])
         if len(p) == 6 and p[:4] == ["", "api", "v1", "namespaces"] and p[5] == "events" and method == "GET":
-            return 200, _list("EventList", "v1", c.events(p[4], q.get("fieldSelector", "")), c.data["rv"])
+            return 200, _list("EventList", "v1", c.work.events(p[4], q.get("fieldSelector", "")), c.data["rv"])
         if path == "/api/v1/events" and method == "GET":
-            return 200, _list("EventList", "v1", c.events(None, q.get("fieldSelector", "")), c.data["rv"])
+            return 200, _list("EventList", "v1", c.work.events(None, q.get("fieldSelector", "")), c.data["rv"])
         wl = kubediscovery.workload_path(p, c.lws_crd)
         if wl is not None:
             return self._workload_route(method, wl, body)
@@ -1333,7 +836,7 @@ class Handler(BaseHTTPRequestHandler):
             if method != "GET":
                 raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested "
                                                         "resource")
-            items = c.replicasets(ns)
+            items = c.work.replicasets(ns)
             if name is None:
                 return 200, _list("ReplicaSetList", "apps/v1", items, c.data["rv"])
             found = [x for x in items if x["metadata"]["name"] == name]
@@ -1344,16 +847,16 @@ class Handler(BaseHTTPRequestHandler):
         group = api_version.rsplit("/", 1)[0]
         if method == "GET" and name is None:
             self._authorize("list", plural, group, ns, None)
-            return 200, _list(f"{kind}List", api_version, c.workloads(kind, ns), c.data["rv"])
+            return 200, _list(f"{kind}List", api_version, c.work.workloads(kind, ns), c.data["rv"])
         if method == "GET" and ns and name:
             self._authorize("get", plural, group, ns, name)
-            return 200, c.workload(kind, ns, name)
+            return 200, c.work.workload(kind, ns, name)
         if method == "POST" and ns and name is None:
             self._authorize("create", plural, group, ns, None)
-            return 201, c.create_workload(kind, ns, body)
+            return 201, c.work.create_workload(kind, ns, body)
         if method == "DELETE" and ns and name:
             self._authorize("delete", plural, group, ns, name)
-            return 200, c.delete_workload(kind, ns, name)
+            return 200, c.work.delete_workload(kind, ns, name)
         raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
 
     def _access_review(self, body: dict[str, Any]) -> dict[str, Any]:

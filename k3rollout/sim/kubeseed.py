@@ -87,7 +87,7 @@ def seed(cluster: Cluster) -> None:
                 "template": _template(serving, gpus, name, list(serving["args"]))}}
         obj = ctl.new_object(kind, ns, body)
         obj["metadata"] |= {"uid": str(uuid.uuid5(uuid.NAMESPACE_URL, f"{kind}/{ns}/{name}")),
-                            "resourceVersion": cluster._rv(), "generation": 1,
+                            "resourceVersion": cluster.rv(), "generation": 1,
                             "creationTimestamp": "2026-11-20T08:00:00Z"}
         cluster.data["workloads"][f"{kind}/{ns}/{name}"] = obj
         # the pods, each bound to its node as the scheduler placed them
@@ -98,9 +98,9 @@ def seed(cluster: Cluster) -> None:
             if pname is None:
                 body_["metadata"]["name"] = f"{body_['metadata']['generateName']}" + \
                     hashlib.sha1(host.encode()).hexdigest()[:5]
-            cluster._create_owned(ns, body_)
+            cluster.work.create_owned(ns, body_)
             pod = cluster.data["pods"][f"{ns}/{body_['metadata']['name']}"]
-            cluster._bind(pod, host)
+            cluster.work.bind(pod, host)
             # an LWS recreates a group whose container restarted, so only a pod whose owner keeps
             # it through a restart (a Deployment's) still shows that attempt as its previous one
             failed = hs["k8s_seed"].get("failed") if kind != "LeaderWorkerSet" else None
