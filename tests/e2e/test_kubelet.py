@@ -497,3 +497,38 @@ def test_the_scheduler_honours_node_affinity_and_a_pinned_pod_runs_on_a_cordoned
         [("Warning", "FailedScheduling", msg, "default-scheduler")]
     assert msg.startswith("0/5 nodes are available: 1 node(s) were unschedulable, 4 node(s) didn't match Pod's "
                           "node affinity/selector.")
+
+
+def test_an_unknown_container_runtime_is_bad_input_naming_the_host(tmp_path):
+    from k3rollout.errors import InputError
+    from k3rollout.sim.dispatch import init_cluster
+
+    with pytest.raises(InputError, match="host gpu-01: sim_container_runtime: docker or containerd, got 'cri-o'"):
+        init_cluster(tmp_path / "sim", {"gpu-01": {"sim_container_runtime": "cri-o"}})
+
+
+def test_a_gpu_pod_holds_the_driver_module_and_a_failing_pod_crash_loops_with_back_off(cluster):
+    # the serving pod's containers hold /dev/nvidia*: the module cannot be unloaded under it
+    node = cluster.root / "gpu-b01"
+    for unit in ("nvidia-persistenced", "nvidia-dcgm", "nvidia-fabricmanager"):
+        dispatch(node, ["systemctl", "stop", unit])
+    r = dispatch(node, ["modprobe", "-r", "nvidia"])
+    assert (r.rc, r.stderr) == (1, "modprobe: FATAL: Module nvidia is in use.\n")
+    # a server that cannot start (TP 16 on the 8 GPUs it holds) restarts with the kubelet's back-off
+    bad = probe_pod("bad", "gpu-c01", ["vllm", "serve"], gpus=8, policy="Always")
+    bad["spec"]["containers"][0]["args"] = ["--tensor-parallel-size", "16"]
+    cluster.core.create_namespaced_pod("default", bad)
+
+    def restarted_twice():
+        p = cluster.core.read_namespaced_pod("bad", "default")
+        return p if p.status.container_statuses[0].restart_count >= 2 else None
+
+    pod = wait_for(restarted_twice)
+    cs = pod.status.container_statuses[0]
+    assert pod.status.phase == "Running" and not cs.ready
+    assert cs.last_state.terminated.exit_code == 1
+    log = cluster.core.read_namespaced_pod_log("bad", "default", previous=True)
+    assert "The number of required GPUs exceeds the total number of available GPUs" in log
+    if cs.state.waiting:
+        assert cs.state.waiting.reason == "CrashLoopBackOff"
+        assert cs.state.waiting.message.startswith("back-off ")
