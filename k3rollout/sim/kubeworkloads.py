@@ -411,7 +411,8 @@ class Workloads:
     def proxy_target(self, ns: str, name: str, port: str) -> tuple[str, int]:
         """Where ``pods/NAME[:PORT]/proxy`` goes: the pod's address and port (without a port, the
         first declared containerPort, as pkg/registry/core/pod/strategy.go ResourceLocation picks
-        it). A pod that is not running has no address to dial."""
+        it). A pod without an address is refused there; one whose server does not listen is the
+        proxy's 503 (the caller dials)."""
         with self.store.lock:
             pod = self.store.pod(ns, name)
             node = pod["spec"].get("nodeName")
@@ -423,8 +424,9 @@ class Workloads:
                 port = str(declared[0]) if declared else "80"
             ip = pod["status"].get("podIP")
             if not ip:
-                raise ApiError(503, "ServiceUnavailable", f"pod {name} does not have a host assigned"
-                               if not node else f"error trying to reach service: pod {name} has no IP")
+                # no address yet (not scheduled or not admitted): IsProxyableIP refuses the empty
+                # one (pkg/proxy/util ErrAddressNotAllowed), as a BadRequest
+                raise ApiError(400, "BadRequest", "address not allowed")
         return ip, int(port)
 
     # ------------------------------------------------------------ owners

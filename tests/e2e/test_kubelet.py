@@ -128,6 +128,8 @@ def test_gpus_in_use_keep_a_pod_pending_or_refuse_a_pinned_one(cluster):
     assert placed.spec.node_name == "gpu-c01"          # the only node with 8 free
     waiting = cluster.core.read_namespaced_pod("wants8b", "default")
     assert waiting.status.phase == "Pending" and waiting.spec.node_name is None
+    r = cluster.http.get("/api/v1/namespaces/default/pods/wants8b/proxy/health")
+    assert (r.status_code, r.json()["reason"], r.json()["message"]) == (400, "BadRequest", "address not allowed")
     cond = waiting.status.conditions[0]
     assert cond.type == "PodScheduled" and cond.reason == "Unschedulable"
     assert cond.message.startswith("0/5 nodes are available: 5 Insufficient nvidia.com/gpu.")
