@@ -769,6 +769,7 @@ class Handler(BaseHTTPRequestHandler):
             if method == "GET":
                 return 200, c.node(p[4])
             if method == "PATCH":
+                self._authorize("patch", "nodes", "", None, p[4])
                 return 200, c.patch_node(p[4], body, self.headers.get("Content-Type", ""))
         if path == "/api/v1/pods" and method == "GET":
             items = c.pods(None, q.get("fieldSelector", ""), q.get("labelSelector", ""))
@@ -798,6 +799,7 @@ class Handler(BaseHTTPRequestHandler):
             # kind and apiVersion may be left out (the endpoint knows its type), not be wrong
             if not isinstance(body, dict) or body.get("kind", "Eviction") != "Eviction":
                 raise ApiError(400, "BadRequest", "the body of the request was not an Eviction")
+            self._authorize("create", "pods/eviction", "", p[4], p[6])
             return 201, c.evict(p[4], p[6])
         if path == "/apis/nvidia.com/v1alpha1/nvidiadrivers" and method == "GET":
             return 200, _list("NVIDIADriverList", "nvidia.com/v1alpha1", c.nvidia_drivers(), c.data["rv"])

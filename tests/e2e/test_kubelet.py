@@ -325,6 +325,16 @@ def test_a_denied_right_is_refused_by_access_review_and_by_the_request(tmp_path)
         assert r.status_code == 403 and r.json()["reason"] == "Forbidden"
         assert r.json()["message"] == ('pods "p" is forbidden: User "kubernetes-admin" cannot get resource '
                                        '"pods/log" in API group "" in the namespace "default"')
+        # a controller without eviction or node rights cannot drain
+        api.cluster.set_denied(["create pods/eviction", "patch nodes"])
+        r = c.post("/api/v1/namespaces/default/pods/p/eviction", json={"apiVersion": "policy/v1", "kind": "Eviction",
+                                                                       "metadata": {"name": "p"}})
+        assert r.status_code == 403 and "cannot create resource \"pods/eviction\"" in r.json()["message"]
+        r = c.patch("/api/v1/nodes/gpu-c01", json={"spec": {"unschedulable": True}},
+                    headers={"Content-Type": "application/merge-patch+json"})
+        assert r.status_code == 403 and r.json()["message"] == (
+            'nodes "gpu-c01" is forbidden: User "kubernetes-admin" cannot patch resource "nodes" in API group "" '
+            "at the cluster scope")
 
 
 def test_a_containerd_node_has_no_docker_cli_and_crictl_reads_the_kubelets_containers(cluster):
