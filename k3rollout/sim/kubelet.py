@@ -113,6 +113,17 @@ def _expand(text: str, env: dict[str, str]) -> str:
                   lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
 
 
+def dns_names(pod: dict[str, Any]) -> list[str]:
+    """The names a pod answers to: its name, its hostname, and with a subdomain (a headless
+    service, as an LWS or a StatefulSet sets it) ``HOSTNAME.SUBDOMAIN.NAMESPACE``."""
+    spec, meta = pod["spec"], pod["metadata"]
+    host = spec.get("hostname") or meta["name"]
+    names = sorted({meta["name"], host})
+    if spec.get("subdomain"):
+        names.append(f"{host}.{spec['subdomain']}.{meta['namespace']}")
+    return names
+
+
 def gpus_requested(spec: dict[str, Any]) -> int:
     limits = (spec.get("resources") or {}).get("limits") or {}
     try:
@@ -155,9 +166,7 @@ def _start(state: dict[str, Any], state_dir: Path, pod: dict[str, Any], spec: di
         "cname": spec["name"], "attempt": attempt, "image": spec["image"], "status": "created", "exit_code": 0,
         "args": args, "command": command, "env": env, "created": now, "started": now, "logs": [], "port": 8000,
         "gpus": gpus > 0, "gpu_count": gpus, "boot_id": state["boot_id"], "address": pod["status"].get("podIP"),
-        "aliases": [a for a in (meta["name"], (pod["spec"].get("hostname") or "")) if a]
-        + [f"{pod['spec'].get('hostname')}.{pod['spec'].get('subdomain')}.{meta['namespace']}"]
-        * bool(pod["spec"].get("subdomain")),
+        "aliases": dns_names(pod),
     }
     cri(state)["containers"][cid] = rec
     refusal = ctr.gpu_refusal(state, img, env) if gpus else None
