@@ -13,6 +13,7 @@ import httpx
 import pytest
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from kubernetes.client.rest import ApiException
 
 from k3rollout.sim import netd
 from k3rollout.sim import state as st
@@ -544,3 +545,26 @@ def test_a_gpu_pod_holds_the_driver_module_and_a_failing_pod_crash_loops_with_ba
     if cs.state.waiting:
         assert cs.state.waiting.reason == "CrashLoopBackOff"
         assert cs.state.waiting.message.startswith("back-off ")
+
+
+def test_a_statefulset_recreates_its_ordinal_pod_under_the_same_name(cluster):
+    body = {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "probe"},
+            "spec": {"replicas": 1, "serviceName": "probe", "selector": {"matchLabels": {"app": "probe"}},
+                     "template": {"metadata": {"labels": {"app": "probe"}},
+                                  "spec": {"containers": [{"name": "srv", "image": "vllm/vllm-openai:v0.11.0",
+                                                           "command": ["vllm", "serve"],
+                                                           "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}
+    cluster.apps.create_namespaced_stateful_set("default", body)
+    first = cluster.core.read_namespaced_pod("probe-0", "default")
+    assert first.spec.node_name == "gpu-c01" and first.spec.hostname == "probe-0"
+    assert first.metadata.owner_references[0].kind == "StatefulSet"
+    assert cluster.apps.read_namespaced_stateful_set("probe", "default").status.ready_replicas == 1
+    cluster.core.delete_namespaced_pod("probe-0", "default")
+    # the controller makes the ordinal again (seen at the next look at the pods)
+    again = wait_for(lambda: [p for p in cluster.core.list_namespaced_pod("default").items
+                              if p.metadata.name == "probe-0"])
+    assert again and again[0].metadata.uid != first.metadata.uid
+    cluster.apps.delete_namespaced_stateful_set("probe", "default")
+    with pytest.raises(ApiException) as e:
+        cluster.core.read_namespaced_pod("probe-0", "default")
+    assert e.value.status == 404
