@@ -99,8 +99,13 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
-            for ev in ({"choices": [{"delta": {"content": "Hel"}}]}, {"choices": [{"delta": {"content": "lo"}}]},
-                       {"choices": [{"delta": {}, "finish_reason": "stop"}]}):
+            events = [{"choices": [{"delta": {"content": "Hel"}}]}, {"choices": [{"delta": {"content": "lo"}}]},
+                      {"choices": [{"delta": {}, "finish_reason": "stop"}]}]
+            if req.get("fail_midway"):
+                # vLLM 0.33: an error after the 200 went out is an event, then [DONE]
+                events[1:] = [{"error": {"message": "Internal server error", "type": "InternalServerError",
+                                         "param": None, "code": 500}}]
+            for ev in events:
                 data = f"data: {json.dumps(ev)}\n\n".encode()
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             done = b"data: [DONE]\n\n"
@@ -184,6 +189,16 @@ def test_streamed_events_are_read_and_assembled(server):
     api.close()
 
 
+def test_an_error_event_inside_a_200_stream_is_a_failed_result(server):
+    api = ApiClient()
+    r = api.stream(server + "/v1/chat/completions", {"messages": [], "fail_midway": True})
+    assert r.status == 200 and r.done and not r.ok
+    assert r.stream_error == "InternalServerError (500): Internal server error"
+    assert "the stream failed after HTTP 200: InternalServerError" in r.describe()
+    assert assemble_stream(r.events)["error"] == r.stream_error
+    api.close()
+
+
 def test_errors_name_the_url_and_do_not_raise(server):
     api = ApiClient()
     with socket.socket() as s:
@@ -223,7 +238,8 @@ def test_the_injected_transport_is_the_test_seam():
     assert (r.status, r.ok, r.json()) == (503, False, {"detail": "loading"})
     s = api.stream("http://gpu-01:8000/v1/chat/completions", {"messages": []})
     assert s.ok and s.done and assemble_stream(s.events) == {"content": "ok", "tool_calls": [],
-                                                             "finish_reason": "stop", "usage": None}
+                                                             "finish_reason": "stop", "usage": None,
+                                                             "error": None}
     assert seen[0][:3] == ("POST", "/health", "application/json")
     assert json.loads(seen[1][3]) == {"messages": [], "stream": True}
     cut = ApiClient(transport=httpx.MockTransport(lambda req: httpx.Response(200, content=b"data: {}\n\n")))

@@ -9,6 +9,21 @@ from __future__ import annotations
 from typing import Any
 
 
+def stream_error(ev: dict[str, Any]) -> str | None:
+    """The error a streamed event carries, as one line, or None.
+
+    vLLM sends a failure inside a stream (HTTP 200 already sent) as ``data: {"error":
+    {"message", "type", "param", "code"}}`` and then ``data: [DONE]``
+    (vllm/entrypoints/openai/chat_completion/serving.py, ``create_streaming_error_response``
+    in vllm/entrypoints/generate/base/serving.py); the official client raises on it."""
+    err = ev.get("error")
+    if not err:
+        return None
+    if isinstance(err, dict):
+        return f"{err.get('type') or 'error'} ({err.get('code')}): {err.get('message')}"
+    return str(err)
+
+
 def has_output(delta: dict[str, Any]) -> bool:
     """Whether a streamed delta carries generated output (the first one marks the time to
     first token)."""
@@ -17,11 +32,13 @@ def has_output(delta: dict[str, Any]) -> bool:
 
 def assemble_stream(events: list[dict[str, Any]]) -> dict[str, Any]:
     """Fold streamed chat deltas into one message (content, and tool calls by index), the
-    way OpenAI clients do; returns {"content", "tool_calls", "finish_reason", "usage"}."""
+    way OpenAI clients do; returns {"content", "tool_calls", "finish_reason", "usage",
+    "error"}, ``error`` the first error event's line (None without one)."""
     content: list[str] = []
     calls: dict[int, dict[str, Any]] = {}
-    finish, usage = None, None
+    finish, usage, error = None, None, None
     for ev in events:
+        error = error or stream_error(ev)
         usage = ev.get("usage") or usage
         for ch in ev.get("choices", []):
             d = ch.get("delta") or {}
@@ -36,4 +53,4 @@ def assemble_stream(events: list[dict[str, Any]]) -> dict[str, Any]:
                 cur["function"]["arguments"] += fn.get("arguments") or ""
             finish = ch.get("finish_reason") or finish
     return {"content": "".join(content), "tool_calls": [calls[i] for i in sorted(calls)],
-            "finish_reason": finish, "usage": usage}
+            "finish_reason": finish, "usage": usage, "error": error}

@@ -223,6 +223,13 @@ def _tokens(body: dict[str, Any]) -> list[str]:
     return " ".join(parts).split()     # whitespace-separated words, as re.findall(r"\S+") would give
 
 
+def error_body(code: int, kind: str, msg: str, param: str | None = None) -> dict[str, Any]:
+    """vLLM 0.33's ``ErrorResponse``: ``{"error": {"message", "type", "param", "code"}}``
+    (vllm/entrypoints/serve/engine/protocol.py, built by create_error_response in
+    vllm/entrypoints/serve/exception_handling/error_response.py)."""
+    return {"error": {"message": msg, "type": kind, "param": param, "code": code}}
+
+
 def error(code: int, kind: str, msg: str) -> tuple[int, dict[str, Any]]:
     return code, {"object": "error", "message": msg, "type": kind, "param": None, "code": code}
 
@@ -356,6 +363,11 @@ def stream_chunks(rt: Runtime, comp: Completion, include_usage: bool) -> list[di
         text = msg["content"] or ""
         for piece in re.findall(r"\s*\S+", text) or [""]:
             out.append(chunk({"content": piece}))
+    if "stream_fails_midway" in rt.faults:
+        # the engine fails the request after some tokens went out: the 200 stream carries the
+        # error as an event, then [DONE] (GenerationError -> create_error_response in
+        # vllm/entrypoints/openai/chat_completion/serving.py)
+        return out[:max(2, len(out) // 2)] + [error_body(500, "InternalServerError", "Internal server error")]
     out.append(chunk({}, comp.finish))
     if include_usage:
         out.append({**base, "choices": [], "usage": _usage(comp)})

@@ -7,7 +7,8 @@ threads; an idle connection the server closed is noticed and replaced by httpcor
 Errors never raise: a refused connection, a timeout or a non-JSON body come back as an
 ``HttpResult`` with ``error`` set, because the gates decide what a failure means (a
 health poll keeps waiting; a feature check fails with the reason). Streaming replies are
-read as server-sent events, with the time to the first token measured on the wire. No
+read as server-sent events, with the time to the first token measured on the wire; an
+error event inside a 200 stream makes the result a failure (``stream_error``). No
 proxy from the environment is used: gates talk to the node itself.
 """
 
@@ -20,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from k3rollout.checks.openai_stream import has_output
+from k3rollout.checks.openai_stream import has_output, stream_error
 
 
 @dataclass
@@ -34,6 +35,7 @@ class HttpResult:
     ttft_s: float | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
     done: bool = False               # a stream ended with "data: [DONE]"
+    stream_error: str | None = None  # an error event inside a 200 stream (the result is not ok)
 
     @property
     def ok(self) -> bool:
@@ -114,7 +116,9 @@ class ApiClient:
         except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
             res.error = _describe(exc, url)
         res.elapsed_s = time.perf_counter() - started
-        if res.status == 200 and not res.error and not res.done:
+        if res.status == 200 and not res.error and res.stream_error:
+            res.error = f"{url}: the stream failed after HTTP 200: {res.stream_error}"
+        elif res.status == 200 and not res.error and not res.done:
             res.error = f"{url}: the stream ended without 'data: [DONE]'"
         return res
 
@@ -137,6 +141,10 @@ def _read_events(reply: httpx.Response, res: HttpResult, started: float) -> None
         except ValueError:
             res.error = f"{res.url}: a streamed event is not JSON: {data[:200]!r}"
             return
+        if not isinstance(ev, dict):
+            res.error = f"{res.url}: a streamed event is not a JSON object: {data[:200]!r}"
+            return
+        res.stream_error = res.stream_error or stream_error(ev)
         if res.ttft_s is None and any(has_output(c.get("delta", {}))
                                       for c in ev.get("choices", []) if isinstance(c, dict)):
             res.ttft_s = time.perf_counter() - started

@@ -188,6 +188,15 @@ def test_target_context_beyond_max_model_len_fails_the_context_step(tmp_path):
     assert "maximum context length is 4096" in ladder["steps"][0]["reason"]
 
 
+def test_an_error_inside_a_200_stream_fails_the_ladder(tmp_path):
+    code, res, ladder = _run(tmp_path, {"features": {"context_tokens": 0, "concurrency": [2]}},
+                             {"sim_faults": ["stream_fails_midway"]})
+    assert code == 1 and res["nodes"]["gpu-01"]["failed_stage"] == "features"
+    (row,) = ladder["steps"]
+    assert row["step"] == "concurrency" and row["errors"] == 2 and not row["passed"]
+    assert "the stream failed after HTTP 200: InternalServerError (500)" in row["reason"]
+
+
 def test_wrong_tool_parser_is_an_empty_tool_call(tmp_path):
     args = ["--tensor-parallel-size", "8", "--trust-remote-code", "--enable-prefix-caching",
             "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
