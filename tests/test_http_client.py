@@ -199,6 +199,24 @@ def test_an_error_event_inside_a_200_stream_is_a_failed_result(server):
     api.close()
 
 
+def test_time_to_first_token_counts_a_reasoning_token_and_names_its_channel():
+    # vLLM 0.33 streams thinking as "reasoning"; "reasoning_content" is the name it no longer sends
+    def reply(first: dict) -> httpx.MockTransport:
+        body = b"".join(b"data: " + json.dumps(ev).encode() + b"\n\n" for ev in (
+            {"choices": [{"delta": {"role": "assistant", "content": ""}}]}, {"choices": [{"delta": first}]},
+            {"choices": [{"delta": {"content": "Hi"}}]}, {"choices": [{"delta": {}, "finish_reason": "stop"}]}))
+        return httpx.MockTransport(lambda req: httpx.Response(200, content=body + b"data: [DONE]\n\n"))
+
+    for first, channel in (({"reasoning": "Let me think."}, "reasoning"), ({"content": "Hello"}, "content"),
+                           ({"reasoning_content": "Older name."}, "reasoning")):
+        api = ApiClient(transport=reply(first))
+        r = api.stream("http://gpu-01:8000/v1/chat/completions", {})
+        assert r.ok and r.ttft_s is not None and r.ttft_channel == channel, (first, r.ttft_channel)
+        folded = assemble_stream(r.events)
+        assert folded["content"].endswith("Hi")
+        assert folded["reasoning"] == (first.get("reasoning") or first.get("reasoning_content") or "")
+
+
 def test_errors_name_the_url_and_do_not_raise(server):
     api = ApiClient()
     with socket.socket() as s:
@@ -237,7 +255,7 @@ def test_the_injected_transport_is_the_test_seam():
     r = api.request("POST", "http://gpu-01:8000/health", {"a": 1})
     assert (r.status, r.ok, r.json()) == (503, False, {"detail": "loading"})
     s = api.stream("http://gpu-01:8000/v1/chat/completions", {"messages": []})
-    assert s.ok and s.done and assemble_stream(s.events) == {"content": "ok", "tool_calls": [],
+    assert s.ok and s.done and assemble_stream(s.events) == {"content": "ok", "reasoning": "", "tool_calls": [],
                                                              "finish_reason": "stop", "usage": None,
                                                              "error": None}
     assert seen[0][:3] == ("POST", "/health", "application/json")

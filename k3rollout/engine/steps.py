@@ -73,8 +73,8 @@ def _http_evidence(node: str, res: HttpResult, body: Any) -> str:
         sent = (f"{sent[:half]}\n... [{len(sent) - 2 * half} characters elided from this record; the full request "
                 f"body was {len(sent)} characters, sha256 {digest}] ...\n{sent[-half:]}")
     head = (f"> {res.method} {res.url}\n{sent}\n# host={node} status={res.status} elapsed_s={res.elapsed_s:.4f}"
-            + (f" ttft_s={res.ttft_s:.4f}" if res.ttft_s is not None else "") + (f" error={res.error}" if res.error
-                                                                                  else ""))
+            + (f" ttft_s={res.ttft_s:.4f} ttft_channel={res.ttft_channel}" if res.ttft_s is not None else "")
+            + (f" error={res.error}" if res.error else ""))
     if res.events:
         reply = "\n".join("data: " + fastjson.dumps_str(e) for e in res.events) + ("\ndata: [DONE]" if res.done else "")
     else:
@@ -439,7 +439,8 @@ class StepRunner:
         lines = [f"> POST {url} x{len(bodies)} concurrent (stream={stream})", f"# host={ctx.node}"]
         for i, r in enumerate(results, 1):
             lines.append(f"{i}\tstatus={r.status}\telapsed_s={r.elapsed_s:.4f}\tttft_s="
-                         f"{'' if r.ttft_s is None else f'{r.ttft_s:.4f}'}\terror={r.error or ''}")
+                         f"{'' if r.ttft_s is None else f'{r.ttft_s:.4f}'}\tttft_channel={r.ttft_channel or ''}"
+                         f"\terror={r.error or ''}")
         ref = self.evidence.write(ctx.node, ctx.folder, name, self.redact("\n".join(lines) + "\n"))
         bad = sum(1 for r in results if not r.ok)
         self.record("step_done", node=ctx.node, stage=ctx.stage, step=name, key=key, kind="http", rc=1 if bad else 0,

@@ -187,6 +187,11 @@ def concurrency_step(ctx: NodeCtx, p: Any, level: int, restarts0: int) -> dict[s
                            timeout=p.request_timeout)
     lat = [r.elapsed_s for r in results if r.ok]
     ttft = [r.ttft_s for r in results if r.ok and r.ttft_s is not None]
+    # the first token of either channel: K3 thinks first, so it is usually a reasoning token
+    channels: dict[str, int] = {}
+    for r in results:
+        if r.ok and r.ttft_channel:
+            channels[r.ttft_channel] = channels.get(r.ttft_channel, 0) + 1
     errors = [r.describe() for r in results if not r.ok]
     gpu = ctx.read_gpu()
     status, restarts = _container(ctx, f"ladder-container-{level}")
@@ -194,7 +199,7 @@ def concurrency_step(ctx: NodeCtx, p: Any, level: int, restarts0: int) -> dict[s
     row = {"step": "concurrency", "level": level, "requests": level, "errors": len(errors),
            "error_rate": round(len(errors) / level, 4),
            "p50_s": _r(percentile(lat, 50)), "p95_s": _r(percentile(lat, 95)), "max_s": _r(max(lat, default=None)),
-           "ttft_p50_s": _r(percentile(ttft, 50)), "ttft_p95_s": _r(percentile(ttft, 95)),
+           "ttft_p50_s": _r(percentile(ttft, 50)), "ttft_p95_s": _r(percentile(ttft, 95)), "ttft_channels": channels,
            "gpu_mem_used_mib": used, "gpu_mem_total_mib": total,
            "gpu_mem_pct": round(100 * used / total, 1) if used is not None and total else None,
            "container": status, "restarts": restarts - restarts0 if restarts >= 0 and restarts0 >= 0 else None}

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from k3rollout.checks.openai_stream import has_output, stream_error
+from k3rollout.checks.openai_stream import output_channel, stream_error
 
 
 @dataclass
@@ -33,6 +33,7 @@ class HttpResult:
     error: str = ""
     elapsed_s: float = 0.0
     ttft_s: float | None = None
+    ttft_channel: str | None = None  # where the first token came: "reasoning", "content", "tool_calls"
     events: list[dict[str, Any]] = field(default_factory=list)
     done: bool = False               # a stream ended with "data: [DONE]"
     stream_error: str | None = None  # an error event inside a 200 stream (the result is not ok)
@@ -145,9 +146,11 @@ def _read_events(reply: httpx.Response, res: HttpResult, started: float) -> None
             res.error = f"{res.url}: a streamed event is not a JSON object: {data[:200]!r}"
             return
         res.stream_error = res.stream_error or stream_error(ev)
-        if res.ttft_s is None and any(has_output(c.get("delta", {}))
-                                      for c in ev.get("choices", []) if isinstance(c, dict)):
-            res.ttft_s = time.perf_counter() - started
+        if res.ttft_s is None:
+            channel = next((ch for ch in (output_channel(c.get("delta") or {}) for c in ev.get("choices", [])
+                                          if isinstance(c, dict)) if ch), None)
+            if channel:
+                res.ttft_s, res.ttft_channel = time.perf_counter() - started, channel
         res.events.append(ev)
 
 
