@@ -52,7 +52,7 @@ from k3rollout.model.playbook import MultinodeParams, load_playbook, play_vars
 from k3rollout.report.result import build_result
 from k3rollout.runlog.journal import Journal, JournalWriteError
 from k3rollout.runlog.view import RunView, fold
-from k3rollout.stages import features, multinode, vllm_server
+from k3rollout.stages import features, multinode, thinking, vllm_server
 from k3rollout.stages.base import NodeCtx, StepFailed
 from k3rollout.stages.cuda_check import TORCH_INIT
 from k3rollout.transport.base import CommandResult
@@ -393,8 +393,8 @@ class Observer:
                   if isinstance(m, dict)]
         model = model if model in served or not served else served[0]
         c.update(model=model, port=port)
-        good, resp = vllm_server.chat(sctx, "short-request", port, {
-            "model": model, "messages": [{"role": "user", "content": "Say hello in one word."}], "max_tokens": 16},
+        good, resp = vllm_server.chat(sctx, "short-request", port, thinking.off({
+            "model": model, "messages": [{"role": "user", "content": "Say hello in one word."}], "max_tokens": 16}),
             timeout=self.settings.request_timeout)
         c["short_request_ok"] = bool(good and vllm_server.message(resp).get("content"))
         if "--enable-prefix-caching" in args:

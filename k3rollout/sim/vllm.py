@@ -147,6 +147,14 @@ def oom_logs(gpu_mem_gib: float, allocated: float | None = None) -> list[str]:
 # ---------------------------------------------------------------- a running server
 
 MAX_MODEL_LEN_DEFAULT = 1048576
+# Kimi K3 thinks before it answers: its chat template opens the think channel unless the
+# request's chat_template_kwargs say {"thinking": false} (or {"enable_thinking": false}), which
+# the kimi_k3 reasoning parser honours too (vllm/reasoning/kimi_k3_reasoning_parser.py). The
+# thinking tokens count against max_tokens; under --reasoning-parser the reply carries them as
+# "reasoning" and content stays empty until the think channel closes. The simulated model
+# thinks this many tokens, more than a 64-token answer budget leaves room for.
+THINK_TOKENS = 96
+THOUGHT = ("The", "user", "asks", "for", "this;", "I", "check", "what", "is", "needed", "first.")
 KIMI_PARSERS = ("kimi_k2", "kimi_k3")
 LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0)
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
@@ -181,6 +189,16 @@ class Runtime:
     @property
     def k3(self) -> bool:
         return "kimi-k3" in str(self.opts["model"]).lower()
+
+    def thinks(self, body: dict[str, Any]) -> bool:
+        """Whether the model thinks before answering this request (K3 does unless told not to)."""
+        if not self.k3:
+            return False
+        kw = body.get("chat_template_kwargs") or {}
+        flag = kw.get("thinking") if isinstance(kw, dict) else None
+        if flag is None and isinstance(kw, dict):
+            flag = kw.get("enable_thinking", True)
+        return bool(flag)
 
     @property
     def block(self) -> int:
@@ -261,12 +279,21 @@ def admit(rt: Runtime, body: Any) -> tuple[int, dict[str, Any]] | Completion:
         return error(400, "BadRequestError",
                      '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
     toks = _tokens(body)
-    max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
-    if len(toks) + max_tokens > rt.max_model_len:
+    # vLLM 0.33's limits (vllm/renderers/params.py, TokenizeParams as the chat request builds it in
+    # vllm/entrypoints/openai/chat_completion/protocol.py): an output budget over max_model_len and
+    # a prompt over it are refused; otherwise max_tokens (default: the rest of the context) is
+    # clamped to what the context has left (get_max_tokens, vllm/entrypoints/serve/utils/api_utils.py)
+    param = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    asked = body.get(param)
+    if asked is not None and int(asked) > rt.max_model_len:
+        return error(400, "BadRequestError", f"{param}={int(asked)} cannot be greater than max_model_len="
+                     f"{rt.max_model_len}. Please request fewer output tokens.")
+    if len(toks) > rt.max_model_len:
         return error(400, "BadRequestError",
-                     f"This model's maximum context length is {rt.max_model_len} tokens. However, you requested "
-                     f"{len(toks) + max_tokens} tokens ({len(toks)} in the messages, {max_tokens} in the "
-                     "completion). Please reduce the length of the messages or completion.")
+                     f"This model's maximum context length is {rt.max_model_len} tokens. However, your prompt "
+                     f"contains {len(toks)} input tokens, which exceeds this limit even without any output tokens. "
+                     "Please reduce the length of the input prompt.")
+    max_tokens = rt.max_model_len - len(toks) if asked is None else min(int(asked), rt.max_model_len - len(toks))
     hashes, h, blk = [], "", rt.block
     for i in range(0, len(toks) - len(toks) % blk, blk):
         h = hashlib.sha256((h + "\x00" + " ".join(toks[i:i + blk])).encode()).hexdigest()[:16]
@@ -287,8 +314,10 @@ def admit(rt: Runtime, body: Any) -> tuple[int, dict[str, Any]] | Completion:
     rt.c["prompt"] += len(toks)
     seed = f"{time.time()}-{rt.c['queries']}-{id(body)}"
     rid = f"chatcmpl-{hashlib.md5(seed.encode()).hexdigest()}"
-    msg: dict[str, Any] = {"role": "assistant", "content": None, "reasoning_content": None, "tool_calls": []}
+    msg: dict[str, Any] = {"role": "assistant", "content": None, "reasoning": None, "tool_calls": []}
     finish = "stop"
+    think = THINK_TOKENS if rt.thinks(body) else 0
+    budget = max_tokens - think         # max_tokens counts the thinking tokens too
     # an agent loop: each tool result in the conversation answers one call; the model calls the
     # next tool it was given, and answers in text once every tool has answered
     answered = sum(1 for m in body["messages"] if isinstance(m, dict) and m.get("role") == "tool")
@@ -316,10 +345,27 @@ def admit(rt: Runtime, body: Any) -> tuple[int, dict[str, Any]] | Completion:
         gen = 16
     else:
         # one word per decoded token, stopping at max_tokens ("length") or after 32 ("stop")
-        gen = min(32, max_tokens)
+        gen = max(0, min(32, budget))
         words = ("Hello.", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
-        msg["content"] = " ".join(words[i % len(words)] for i in range(gen))
-        finish = "length" if max_tokens <= 32 else "stop"
+        msg["content"] = " ".join(words[i % len(words)] for i in range(gen)) or None
+        finish = "length" if budget <= 32 else "stop"
+    if think:
+        thought = " ".join(THOUGHT[i % len(THOUGHT)] for i in range(min(think, max_tokens)))
+        if gen > budget:
+            # the budget ran out before the answer was whole: the parsers hold back an
+            # unfinished tool call, JSON or text is cut where the tokens ran out
+            cut = max(0, budget)
+            if msg["tool_calls"] or cut == 0:
+                msg["content"], msg["tool_calls"] = None, []
+            else:
+                msg["content"] = (msg["content"] or "")[:cut * 4] or None
+            gen, finish = cut, "length"
+        if opts.get("reasoning_parser"):
+            msg["reasoning"] = thought
+        else:
+            # without a reasoning parser the think channel stays in the text
+            msg["content"] = f"<|open|>think<|sep|>{thought}<|close|>think<|sep|>" + (msg["content"] or "")
+        gen += min(think, max_tokens)
     return Completion(rid, len(toks), cached, msg, finish, gen)
 
 
@@ -328,9 +374,19 @@ def _usage(comp: Completion) -> dict[str, Any]:
             "prompt_tokens_details": {"cached_tokens": comp.cached} if comp.cached else None}
 
 
+def chat_message(msg: dict[str, Any]) -> dict[str, Any]:
+    """vLLM 0.33's ChatMessage as serialised: ``tool_calls`` only when there are some, the
+    thinking as ``reasoning`` (vllm/entrypoints/openai/chat_completion/protocol.py)."""
+    out = {"role": msg["role"], "content": msg["content"], "refusal": None, "annotations": None, "audio": None,
+           "function_call": None, "tool_calls": msg["tool_calls"], "reasoning": msg["reasoning"]}
+    if not out["tool_calls"]:
+        del out["tool_calls"]
+    return out
+
+
 def response(rt: Runtime, comp: Completion) -> dict[str, Any]:
     return {"id": comp.rid, "object": "chat.completion", "created": int(time.time()), "model": rt.served,
-            "choices": [{"index": 0, "message": comp.message, "logprobs": None, "finish_reason": comp.finish,
+            "choices": [{"index": 0, "message": chat_message(comp.message), "logprobs": None, "finish_reason": comp.finish,
                          "stop_reason": None}],
             "usage": _usage(comp), "prompt_logprobs": None, "kv_transfer_params": None}
 
@@ -344,6 +400,8 @@ def stream_chunks(rt: Runtime, comp: Completion, include_usage: bool) -> list[di
 
     out = [chunk({"role": "assistant", "content": ""})]
     msg = comp.message
+    for piece in re.findall(r"\s*\S+", msg["reasoning"] or ""):
+        out.append(chunk({"reasoning": piece}))
     empty = False
     if msg["tool_calls"]:
         rt.tool_streams += 1
@@ -361,7 +419,7 @@ def stream_chunks(rt: Runtime, comp: Completion, include_usage: bool) -> list[di
                 out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": args[j:j + 8]}}]}))
     else:
         text = msg["content"] or ""
-        for piece in re.findall(r"\s*\S+", text) or [""]:
+        for piece in re.findall(r"\s*\S+", text):
             out.append(chunk({"content": piece}))
     if "stream_fails_midway" in rt.faults:
         # the engine fails the request after some tokens went out: the 200 stream carries the

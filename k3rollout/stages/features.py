@@ -28,7 +28,7 @@ import jsonschema
 from k3rollout import fastjson
 from k3rollout.checks.openai_stream import assemble_stream
 from k3rollout.checks.parsers import ParseError, parse_vllm_metrics
-from k3rollout.stages import replica_serve, vllm_server
+from k3rollout.stages import replica_serve, thinking, vllm_server
 from k3rollout.stages.base import NodeCtx, StageOutcome
 from k3rollout.stages.spec import StageSpec, kind
 
@@ -62,6 +62,9 @@ AGENT_TOOLS: list[dict[str, Any]] = [
 
 SCHEMA = {"type": "object", "properties": {"node": {"type": "string"}, "ok": {"type": "boolean"}},
           "required": ["node", "ok"]}
+
+# the agent flow thinks as served: room for K3's thinking and a call, per reply
+AGENT_MAX_TOKENS = 4096
 
 # a 1x1 PNG: the smallest valid image input
 PIXEL = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJ"
@@ -130,9 +133,9 @@ def prefix_cache_proof(ctx: NodeCtx, port: int, model: str, repeats: int, words:
     prev = before
     tails = ["Question: what is batch 1?"] * repeats + ["Question: what is batch 2, with a changed tail?"]
     for i, tail in enumerate(tails, start=1):
-        good, resp = vllm_server.chat(ctx, f"prefix-request-{i}", port, {
+        good, resp = vllm_server.chat(ctx, f"prefix-request-{i}", port, thinking.off({
             "model": model, "max_tokens": 8,
-            "messages": [{"role": "system", "content": system}, {"role": "user", "content": tail}]})
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": tail}]}))
         now = _counters(ctx, port, f"metrics-after-{i}")
         if not good or now is None:
             return {"ok": False, "reason": f"request {i} failed: {str(resp)[:200]}", "readings": readings, **sized}
@@ -169,9 +172,9 @@ def _container(ctx: NodeCtx, step: str) -> tuple[str, int]:
 
 def context_step(ctx: NodeCtx, p: Any) -> dict[str, Any]:
     words = max(1, p.context_tokens - 64)
-    good, resp = vllm_server.chat(ctx, "ladder-context", p.port, {
+    good, resp = vllm_server.chat(ctx, "ladder-context", p.port, thinking.off({
         "model": p.model, "max_tokens": 16,
-        "messages": [{"role": "user", "content": long_prefix(words, seed="c") + " Summarise in one word."}]},
+        "messages": [{"role": "user", "content": long_prefix(words, seed="c") + " Summarise in one word."}]}),
         timeout=p.request_timeout)
     got = (resp.get("usage") or {}).get("prompt_tokens") if good else None
     ok = bool(good and got and got >= words)
@@ -180,9 +183,11 @@ def context_step(ctx: NodeCtx, p: Any) -> dict[str, Any]:
 
 
 def concurrency_step(ctx: NodeCtx, p: Any, level: int, restarts0: int) -> dict[str, Any]:
-    bodies = [{"model": p.model, "max_tokens": p.ladder_max_tokens, "stream_options": {"include_usage": True},
-               "messages": [{"role": "user", "content": f"Request {i} of {level}: count to ten."}]}
-              for i in range(level)]
+    # thinking as served: the load a reasoning model carries; max_tokens counts its thinking,
+    # and the time to first token is the first token of either channel
+    bodies = [thinking.on({"model": p.model, "stream_options": {"include_usage": True},
+                           "messages": [{"role": "user", "content": f"Request {i} of {level}: count to ten."}]},
+                          p.ladder_max_tokens) for i in range(level)]
     results = ctx.api_many(f"ladder-concurrency-{level}", p.port, "/v1/chat/completions", bodies,
                            timeout=p.request_timeout)
     lat = [r.elapsed_s for r in results if r.ok]
@@ -235,8 +240,8 @@ def _valid_call(calls: list[dict]) -> bool:
 
 
 def tools_step(ctx: NodeCtx, p: Any) -> dict[str, Any]:
-    body = {"model": p.model, "tools": [WEATHER_TOOL], "tool_choice": "auto", "max_tokens": 64,
-            "messages": [{"role": "user", "content": "What's the weather in Beijing?"}]}
+    body = thinking.off({"model": p.model, "tools": [WEATHER_TOOL], "tool_choice": "auto", "max_tokens": 64,
+                         "messages": [{"role": "user", "content": "What's the weather in Beijing?"}]})
     good, resp = vllm_server.chat(ctx, "tool-call", p.port, body)
     msg = vllm_server.message(resp) if good else {}
     calls = msg.get("tool_calls") or []
@@ -291,13 +296,16 @@ def agent_loop(ctx: NodeCtx, p: Any, stream: bool) -> dict[str, Any]:
     mode = "stream" if stream else "non_stream"
     messages: list[dict[str, Any]] = [{"role": "user", "content": (
         "Plan a trip from Beijing to Shanghai. Use the tools one at a time, in the order given, then answer.")}]
-    n = {"replies": 0, "calls": 0, "valid_calls": 0, "empty": 0, "retries": 0, "finish_disagree": 0}
+    n = {"replies": 0, "thinking_replies": 0, "calls": 0, "valid_calls": 0, "empty": 0, "retries": 0,
+         "finish_disagree": 0}
     invalid: list[str] = []
     final, error = None, None
     for turn in range(1, p.agent_turns + 2):
         calls: list[dict] = []
         for attempt in range(p.agent_retries + 1):
-            body = {"model": p.model, "tools": tools, "tool_choice": "auto", "max_tokens": 256, "messages": messages}
+            # thinking on, as agents run K3: the budget holds the thinking and the call
+            body = thinking.on({"model": p.model, "tools": tools, "tool_choice": "auto", "messages": messages},
+                               AGENT_MAX_TOKENS)
             step = f"agent-{mode}-turn{turn}-try{attempt + 1}"
             if stream:
                 res = ctx.api(step, "POST", p.port, "/v1/chat/completions", body, stream=True)
@@ -305,7 +313,8 @@ def agent_loop(ctx: NodeCtx, p: Any, stream: bool) -> dict[str, Any]:
             else:
                 good, resp = vllm_server.chat(ctx, step, p.port, body, timeout=p.request_timeout)
                 msg = vllm_server.message(resp) if good else {}
-                got = {"content": msg.get("content") or "", "tool_calls": msg.get("tool_calls") or [],
+                got = {"content": msg.get("content") or "", "reasoning": msg.get("reasoning") or "",
+                       "tool_calls": msg.get("tool_calls") or [],
                        "finish_reason": (resp.get("choices") or [{}])[0].get("finish_reason")} if good else None
                 res = resp
             if got is None:
@@ -313,6 +322,7 @@ def agent_loop(ctx: NodeCtx, p: Any, stream: bool) -> dict[str, Any]:
                 error = f"turn {turn}: request failed: {said[:200]}"
                 break
             n["replies"] += 1
+            n["thinking_replies"] += bool(got.get("reasoning"))
             calls = got["tool_calls"] or []
             if (got["finish_reason"] == "tool_calls") != bool(calls):
                 n["finish_disagree"] += 1
@@ -369,10 +379,10 @@ def agent_step(ctx: NodeCtx, p: Any) -> dict[str, Any]:
 
 
 def structured_step(ctx: NodeCtx, p: Any) -> dict[str, Any]:
-    good, resp = vllm_server.chat(ctx, "structured-output", p.port, {
+    good, resp = vllm_server.chat(ctx, "structured-output", p.port, thinking.off({
         "model": p.model, "max_tokens": 64,
         "response_format": {"type": "json_schema", "json_schema": {"name": "status", "schema": SCHEMA}},
-        "messages": [{"role": "user", "content": "Report status as JSON."}]})
+        "messages": [{"role": "user", "content": "Report status as JSON."}]}))
     try:
         obj = json.loads(vllm_server.message(resp).get("content") or "") if good else None
         ok = isinstance(obj, dict) and all(k in obj for k in SCHEMA["required"])
@@ -382,10 +392,10 @@ def structured_step(ctx: NodeCtx, p: Any) -> dict[str, Any]:
 
 
 def vision_step(ctx: NodeCtx, p: Any) -> dict[str, Any]:
-    good, resp = vllm_server.chat(ctx, "vision-input", p.port, {
+    good, resp = vllm_server.chat(ctx, "vision-input", p.port, thinking.off({
         "model": p.model, "max_tokens": 32,
         "messages": [{"role": "user", "content": [{"type": "text", "text": "Describe this image in one word."},
-                                                  {"type": "image_url", "image_url": {"url": PIXEL}}]}]})
+                                                  {"type": "image_url", "image_url": {"url": PIXEL}}]}]}))
     ok = bool(good and vllm_server.message(resp).get("content"))
     return {"step": "vision", "passed": ok, "reason": "" if ok else f"image input failed: {str(resp)[:200]}"}
 

@@ -39,9 +39,16 @@ def test_official_openai_client_models_chat_tools_and_streaming(node):
     base = start(node, "gpu-01", REFERENCE)
     client = openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0)
     assert [m.id for m in client.models.list().data] == ["moonshotai/Kimi-K3"]
+    # K3 thinks first and max_tokens counts the thinking: 8 tokens end inside the think channel
     reply = client.chat.completions.create(model="moonshotai/Kimi-K3", max_tokens=8,
                                            messages=[{"role": "user", "content": "Say hello"}])
+    assert reply.choices[0].message.content is None and reply.choices[0].finish_reason == "length"
+    assert reply.choices[0].message.reasoning and reply.usage.completion_tokens == 8
+    reply = client.chat.completions.create(model="moonshotai/Kimi-K3", max_tokens=8,
+                                           extra_body={"chat_template_kwargs": {"thinking": False}},
+                                           messages=[{"role": "user", "content": "Say hello"}])
     assert reply.choices[0].message.content and reply.usage.prompt_tokens > 0
+    assert reply.choices[0].message.reasoning is None
     tool = client.chat.completions.create(model="moonshotai/Kimi-K3", tools=[WEATHER_TOOL], tool_choice="auto",
                                           messages=[{"role": "user", "content": "Weather in Beijing?"}])
     call = tool.choices[0].message.tool_calls[0]
@@ -60,8 +67,8 @@ def test_official_openai_client_models_chat_tools_and_streaming(node):
     assert json.loads("".join(parts)) == {"city": "Beijing"} and finish == "tool_calls"
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="other", messages=[{"role": "user", "content": "x"}])
-    with pytest.raises(openai.BadRequestError, match="maximum context length"):
-        client.chat.completions.create(model="moonshotai/Kimi-K3", max_tokens=1048576,
+    with pytest.raises(openai.BadRequestError, match="cannot be greater than max_model_len=1048576"):
+        client.chat.completions.create(model="moonshotai/Kimi-K3", max_tokens=1048577,
                                        messages=[{"role": "user", "content": "x"}])
 
 
@@ -162,6 +169,8 @@ def test_ladder_passes_and_records_every_step(tmp_path):
     assert c8["errors"] == 0 and c8["p95_s"] >= c8["p50_s"] > 0 and c8["ttft_p95_s"] > 0
     assert c8["gpu_mem_used_mib"] > 0 and c8["restarts"] == 0 and c8["container"] == "running"
     assert ladder["steps"][1]["p50_s"] > 0
+    # the levels run K3 thinking as served: every stream's first token is a reasoning token
+    assert c8["ttft_channels"] == {"reasoning": 8}
     tools = ladder["steps"][4]
     assert tools["tool_call_ok"] and tools["retry_ok"] and tools["stream_tool_call_ok"]
     # every request went over HTTP from the controller and is in the journal with its status
@@ -264,6 +273,7 @@ def test_agent_flow_runs_a_tool_loop_in_both_modes(tmp_path):
         assert (run["tool_turns"], run["calls"], run["valid_calls"]) == (3, 3, 3)
         assert (run["empty"], run["retries"], run["finish_disagree"]) == (0, 0, 0)
         assert run["schema_accuracy"] == 1.0 and run["final_answer"].startswith("Done.")
+        assert run["thinking_replies"] == run["replies"] == 4     # thinking as served, read as "reasoning"
     assert [r["mode"] for r in agent["runs"]] == ["non_stream", "stream"]
     # each turn carried the tool results of the turns before it, over HTTP from the controller
     http = [r["step"] for r in journal(tmp_path / "run") if r["type"] == "step_done" and r.get("kind") == "http"]
