@@ -248,8 +248,8 @@ def error_body(code: int, kind: str, msg: str, param: str | None = None) -> dict
     return {"error": {"message": msg, "type": kind, "param": param, "code": code}}
 
 
-def error(code: int, kind: str, msg: str) -> tuple[int, dict[str, Any]]:
-    return code, {"object": "error", "message": msg, "type": kind, "param": None, "code": code}
+def error(code: int, kind: str, msg: str, param: str | None = None) -> tuple[int, dict[str, Any]]:
+    return code, error_body(code, kind, msg, param)
 
 
 def _example(schema: dict[str, Any]) -> Any:
@@ -269,7 +269,9 @@ def admit(rt: Runtime, body: Any) -> tuple[int, dict[str, Any]] | Completion:
     if not isinstance(body, dict):
         return error(400, "BadRequestError", "Input should be a valid dictionary")
     if body.get("model") not in (rt.served, None):
-        return error(404, "NotFoundError", f"The model `{body.get('model')}` does not exist.")
+        # _check_model in vllm/entrypoints/serve/engine/serving.py
+        return error(404, "NotFoundError", f"The model `{body.get('model')}` does not exist. "
+                     f"Valid aliases: {rt.served}.", param="model")
     if not isinstance(body.get("messages"), list) or not body["messages"]:
         return error(400, "BadRequestError", "messages: field required")
     tools = body.get("tools") or []

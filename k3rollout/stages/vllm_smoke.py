@@ -56,8 +56,15 @@ def _requests(ctx: NodeCtx, p, f: dict, stop) -> StageOutcome:
     bad = ctx.api("error-reporting", "POST", p.port, "/v1/chat/completions", thinking.off({
         "model": p.model + "-does-not-exist", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}))
     err = bad.json() if bad.status else None
+    # vLLM 0.33 answers {"error": {"message", "type", "param", "code"}} (ErrorResponse,
+    # vllm/entrypoints/serve/engine/protocol.py); servers before it sent the fields at the top
+    # ({"object": "error", "message", ...}), still accepted and recorded as such
+    inner = err.get("error") if isinstance(err, dict) else None
+    f["error_reply"] = ({"format": "error_object", "type": inner.get("type"), "code": inner.get("code")}
+                        if isinstance(inner, dict) else {"format": "top_level", "type": err.get("type"),
+                                                         "code": err.get("code")} if isinstance(err, dict) else None)
     f["error_reporting_ok"] = bool(bad.status and 400 <= bad.status < 500 and isinstance(err, dict)
-                                   and (err.get("message") or (err.get("error") or {}).get("message")))
+                                   and ((inner or {}).get("message") if isinstance(inner, dict) else err.get("message")))
     stop()
     if not f["smoke_request_ok"]:
         return StageOutcome(False, f"short request failed: {str(resp)[:300]}", f, str(resp))

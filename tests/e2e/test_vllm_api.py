@@ -65,8 +65,15 @@ def test_official_openai_client_models_chat_tools_and_streaming(node):
             finish = c.finish_reason or finish
     assert name == "get_weather" and len([p for p in parts if p]) > 1
     assert json.loads("".join(parts)) == {"city": "Beijing"} and finish == "tool_calls"
-    with pytest.raises(openai.NotFoundError):
+    with pytest.raises(openai.NotFoundError) as missing:
         client.chat.completions.create(model="other", messages=[{"role": "user", "content": "x"}])
+    # vLLM 0.33's ErrorResponse: {"error": {"message", "type", "param", "code"}}, which the client unwraps
+    assert missing.value.body == {"message": "The model `other` does not exist. Valid aliases: moonshotai/Kimi-K3.",
+                                  "type": "NotFoundError", "param": "model", "code": 404}
+    raw = httpx.post(base + "/v1/chat/completions", json={"model": "moonshotai/Kimi-K3", "max_tokens": 1048577,
+                                                          "messages": [{"role": "user", "content": "x"}]})
+    assert raw.status_code == 400 and set(raw.json()) == {"error"}
+    assert raw.json()["error"]["type"] == "BadRequestError" and raw.json()["error"]["code"] == 400
     with pytest.raises(openai.BadRequestError, match="cannot be greater than max_model_len=1048576"):
         client.chat.completions.create(model="moonshotai/Kimi-K3", max_tokens=1048577,
                                        messages=[{"role": "user", "content": "x"}])
