@@ -28,7 +28,8 @@ KNOWN_FLAGS_WITH_VALUE = {"--model", "--tensor-parallel-size", "-tp", "--pipelin
                           # multi-node (vllm/config/parallel.py): --nnodes/--node-rank/--master-addr, and the
                           # data-parallel form's address, RPC port, local size and start rank
                           "--nnodes", "--node-rank", "--master-addr", "--master-port", "--data-parallel-size-local",
-                          "--data-parallel-address", "--data-parallel-rpc-port", "--data-parallel-start-rank"}
+                          "--data-parallel-address", "--data-parallel-rpc-port", "--data-parallel-start-rank",
+                          "--prefill-context-parallel-size", "-pcp"}
 KNOWN_BOOL_FLAGS = {"--trust-remote-code", "--enable-prefix-caching", "--no-enable-prefix-caching",
                     "--enable-auto-tool-choice", "--enable-expert-parallel", "--enforce-eager",
                     "--disable-log-requests", "--disable-log-stats", "--headless", "--disable-custom-all-reduce"}
@@ -62,6 +63,8 @@ def parse_serve_args(args: list[str]) -> tuple[dict[str, Any] | None, str | None
         i += 1
     opts["model"] = opts.get("model") or model or "facebook/opt-125m"
     opts.setdefault("tensor_parallel_size", opts.pop("tp", "1"))
+    if "pcp" in opts:
+        opts.setdefault("prefill_context_parallel_size", opts.pop("pcp"))
     opts["port"] = int(opts.get("port", 8000))
     return opts, None
 

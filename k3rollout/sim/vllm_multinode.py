@@ -35,7 +35,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from k3rollout.checks.all2all import ALL2ALL_MANAGERS, REMOVED_ALL2ALL
+from k3rollout.checks.all2all import ALL2ALL_MANAGERS, REMOVED_ALL2ALL, builds_all2all
 from k3rollout.sim import state as st
 from k3rollout.sim import vllm
 
@@ -65,24 +65,37 @@ def topology(opts: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def builds_manager(opts: dict[str, Any]) -> bool:
+    """Whether this expert-parallel launch gets an all-to-all manager: ``use_all2all``
+    (vllm/config/parallel.py) needs data parallel above 1, or prefill context parallel above 1."""
+    return bool(opts.get("enable_expert_parallel")) and builds_all2all(
+        int(opts.get("data_parallel_size", 1)), True, int(opts.get("prefill_context_parallel_size", 1)))
+
+
 def all2all_logs(opts: dict[str, Any]) -> list[str]:
-    """What an expert-parallel server logs about its all-to-all backend."""
+    """What an expert-parallel server logs about its all-to-all backend: the removed-backend
+    warning comes from ParallelConfig's checks (vllm/config/parallel.py) whatever the layout;
+    the manager line (vllm/distributed/device_communicators/cuda_communicator.py) only where
+    vLLM builds one."""
     if not opts.get("enable_expert_parallel"):
         return []
     asked = str(opts.get("all2all_backend") or "allgather_reducescatter")
     out = []
     if asked in REMOVED_ALL2ALL:
-        out.append(f"WARNING {_ts()} [parallel.py:386] The {asked!r} all2all backend has been removed. Falling back "
+        out.append(f"WARNING {_ts()} [parallel.py:538] The {asked!r} all2all backend has been removed. Falling back "
                    "to 'allgather_reducescatter'.")
         asked = "allgather_reducescatter"
-    return out + [f"INFO {_ts()} [cuda_communicator.py:151] Using {ALL2ALL_MANAGERS.get(asked, 'AgRsAll2AllManager')} "
+    if not builds_manager(opts):
+        return out
+    return out + [f"INFO {_ts()} [cuda_communicator.py:281] Using {ALL2ALL_MANAGERS.get(asked, 'AgRsAll2AllManager')} "
                   "all2all manager."]
 
 
 def uses_nvshmem(opts: dict[str, Any]) -> bool:
-    """Expert parallel on a DeepEP backend (the ones that initialise NVSHMEM)."""
+    """Expert parallel on a DeepEP backend where vLLM builds its manager (the ones that
+    initialise NVSHMEM)."""
     asked = str(opts.get("all2all_backend") or "allgather_reducescatter")
-    return bool(opts.get("enable_expert_parallel")) and asked.startswith("deepep")
+    return builds_manager(opts) and asked.startswith("deepep")
 
 
 def nvshmem_init_failed_logs(opts: dict[str, Any]) -> list[str]:

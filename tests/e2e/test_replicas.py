@@ -17,6 +17,11 @@ K3 = shipped("playbooks", "profiles", "kimi-k3.yml")
 # sim_peer_mapping_override: the node's modprobe.d sets the module options DeepEP needs
 H200 = {"sim_gpu": "NVIDIA H200", "sim_gpu_count": 8, "sim_gpu_mem_gib": 141, "sim_peer_mapping_override": True}
 B300 = {"sim_gpu": "NVIDIA B300", "sim_gpu_count": 8, "sim_gpu_mem_gib": 268}
+# vLLM's data-parallel expert-parallel form on two H200 nodes: with data parallel above 1 vLLM
+# builds an all-to-all manager (ParallelConfig.use_all2all), so DeepEP runs; the profile's own
+# H200 layout (TP16/EP16, data parallel 1) builds none
+DP_EP = {"layouts": [{"name": "tp8-dp2-ep16", "tp": 8, "dp": 2, "ep": 16, "min_gpus": 16, "hardware": ["H200"],
+                      "source": "vLLM's --data-parallel-size form with --enable-expert-parallel"}]}
 
 
 def inv(tmp_path, hosts):
@@ -71,7 +76,9 @@ def test_h200_rack_plans_two_node_replicas_and_batches_take_whole_replicas(tmp_p
     assert [r["nodes"] for r in plan.replicas] == [["a01", "a02"], ["a03", "a04"], ["a05", "a06"], ["a07", "a08"]]
     r = plan.replicas[0]
     assert r["layout"] == {"name": "tp16-ep16", "tp": 16, "pp": 1, "dp": 1, "ep": 16, "nnodes": 2}
-    assert r["gpu_mem_gib"] == 2256 and r["fits"] is True and r["all2all_backend"] == "deepep_v2"
+    # TP16/EP16 with data parallel 1: vLLM builds no all-to-all manager, so no backend is chosen
+    assert r["gpu_mem_gib"] == 2256 and r["fits"] is True and r["all2all_backend"] is None
+    assert "SGLang" in r["layout_source"] and "builds no all-to-all manager" in r["layout_source"]
     # serial [1, 2] counts replicas; min_serving 50% of 4 replicas keeps 2 serving
     assert [b.nodes for b in plan.batches] == [["a01", "a02"], ["a03", "a04", "a05", "a06"], ["a07", "a08"]]
     assert plan.min_serving == 2 and plan.batches[1].serving_during == 2
@@ -142,16 +149,27 @@ def test_each_replica_carries_its_multi_node_launch(tmp_path):
     head, worker = h200["launch"]
     assert (head["node"], head["rank"], head["head"]) == ("a01", 0, True)
     for want in (["--tensor-parallel-size", "16"], ["--nnodes", "2"], ["--master-addr", "10.0.1.11"],
-                 ["--all2all-backend", "deepep_v2"], ["--moe-backend", "marlin"]):
+                 ["--moe-backend", "marlin"]):
         i = head["args"].index(want[0])
         assert head["args"][i:i + 2] == want and want[0] in worker["args"]
     assert "--enable-expert-parallel" in head["args"] and "--headless" not in head["args"]
+    assert "--all2all-backend" not in head["args"] + worker["args"]       # vLLM would build no manager for it
     assert worker["args"][worker["args"].index("--node-rank") + 1] == "1" and "--headless" in worker["args"]
     assert head["env"]["VLLM_ENGINE_READY_TIMEOUT_S"] == "3600"
     (only,) = b300["launch"]
     assert "--nnodes" not in only["args"] and "--headless" not in only["args"]
     assert "fastsafetensors" in only["args"] and "--enable-prefix-caching" in only["args"]
     assert only["args"][only["args"].index("--tensor-parallel-size") + 1] == "8"
+
+
+def test_a_data_parallel_expert_layout_passes_its_all2all_backend(tmp_path):
+    hosts = {"a01": {**H200, "rack": "a"}, "a02": {**H200, "rack": "a"}}
+    (rep,) = k3_plan(tmp_path, hosts, serial=1, min_serving=0, profile_overrides=DP_EP).replicas
+    assert rep["layout"]["dp"] == 2 and rep["all2all_backend"] == "deepep_v2"
+    head, worker = rep["launch"]
+    for args in (head["args"], worker["args"]):
+        assert args[args.index("--all2all-backend") + 1] == "deepep_v2" and "--enable-expert-parallel" in args
+    assert worker["args"][worker["args"].index("--data-parallel-start-rank") + 1] == "1"
 
 
 # ---- on the simulator ----
@@ -266,8 +284,9 @@ def test_a_multi_node_replica_is_served_once_from_its_head(tmp_path):
     assert smoke["smoke_request_ok"] and smoke["replica"] == "rack-a/1" and smoke["replica_role"] == "worker"
     assert smoke["stopped_serving"] == ["vllm-serving"] and "--headless" in smoke["smoke_args"]
     assert smoke["replica_ready_timeout_s"] == 3600
-    # the server runs the all-to-all backend it was asked for (its own log says which)
-    assert (smoke["all2all_asked"], smoke["all2all_manager"]) == ("deepep_v2", "DeepEPV2All2AllManager")
+    # TP16/EP16 with data parallel 1: vLLM builds no all-to-all manager and logs none; the gate
+    # does not ask for one (it did, and failed a healthy replica)
+    assert smoke["all2all_built"] is False and "all2all_manager" not in smoke
     # the features ran once for the replica, so the worker's cache fault failed the replica: both roll back
     for n in ("gpu-01", "gpu-02"):
         assert (r["nodes"][n]["failed_stage"], r["nodes"][n]["final"]) == ("features", "rolled_back")
@@ -331,7 +350,8 @@ def test_nvshmem_transport_init_failure_on_a_worker_takes_the_replica_back_and_n
     hosts = {f"gpu-{i:02d}": {**H200, "rack": "a"} for i in range(1, 3)}
     hosts["gpu-02"]["sim_faults"] = ["rdma_transport_init_fails"]
     invp = write_inventory(tmp_path / "inv", hosts)
-    pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=2, max_fail_percentage=100, min_serving=0)
+    pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=2, max_fail_percentage=100, min_serving=0,
+                        profile_overrides=DP_EP)
     run_dir = tmp_path / "run"
     assert main(["run", str(pb), "-i", str(invp), "--yes", "--run-dir", str(run_dir)]) == 0
     r = result(run_dir)
@@ -352,12 +372,18 @@ def test_nvshmem_transport_init_failure_on_a_worker_takes_the_replica_back_and_n
 def test_sim_nvshmem_fault_touches_only_deepep_backends(tmp_path):
     from k3rollout.sim.dispatch import init_cluster
 
-    def replica(backend):
-        dirs = init_cluster(tmp_path / backend, {"a": {**H200, **NEW},
-                                                 "b": {**H200, **NEW, "sim_faults": ["rdma_transport_init_fails"]}})
+    def replica(backend, dp=True):
+        dirs = init_cluster(tmp_path / f"{backend}-{dp}", {
+            "a": {**H200, **NEW}, "b": {**H200, **NEW, "sim_faults": ["rdma_transport_init_fails"]}})
         ep = ["--enable-expert-parallel", "--all2all-backend", backend]
-        _serve(dirs, "a", "--nnodes", "2", "--node-rank", "0", "--master-addr", "a", *ep)
-        _serve(dirs, "b", "--nnodes", "2", "--node-rank", "1", "--master-addr", "a", "--headless", *ep)
+        if dp:
+            dpa = ["--tensor-parallel-size", "8", "--data-parallel-size", "2", "--data-parallel-size-local", "1",
+                   "--data-parallel-address", "a"]
+            _serve(dirs, "a", *dpa, *ep)
+            _serve(dirs, "b", *dpa, "--headless", "--data-parallel-start-rank", "1", *ep)
+        else:
+            _serve(dirs, "a", "--nnodes", "2", "--node-rank", "0", "--master-addr", "a", *ep)
+            _serve(dirs, "b", "--nnodes", "2", "--node-rank", "1", "--master-addr", "a", "--headless", *ep)
         return _container(dirs, "a"), _container(dirs, "b")
 
     # the default all-to-all never initialises NVSHMEM: the replica serves
@@ -369,8 +395,12 @@ def test_sim_nvshmem_fault_touches_only_deepep_backends(tmp_path):
     assert "WARN: init failed for remote transport: ibrc" in wlogs
     assert "nvshmemi_transport_init:287: Unable to initialize any transports. returning error." in wlogs
     assert wlogs.rstrip().endswith("nvshmemi_check_state_and_init:1080: nvshmem initialization failed, exiting")
-    assert status == "exited 1" and "Worker proc VllmWorker-8 died unexpectedly, shutting down executor." in logs
+    assert status == "exited 1" and "died unexpectedly" in logs
     assert "Application startup complete." not in logs
+    # TP16 with expert parallel and data parallel 1: vLLM builds no all-to-all manager, DeepEP never starts
+    (status, logs), (wstatus, _) = replica("deepep_v2", dp=False)
+    assert (status, wstatus) == ("running 0", "running 0") and "Application startup complete." in logs
+    assert "all2all manager" not in logs
 
 
 def test_a_replica_whose_server_falls_back_to_another_all2all_backend_fails(tmp_path):
@@ -380,7 +410,7 @@ def test_a_replica_whose_server_falls_back_to_another_all2all_backend_fails(tmp_
     invp = write_inventory(tmp_path / "inv", hosts)
     # pplx was removed from vLLM: the server comes up on allgather_reducescatter with only a warning
     pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=1, max_fail_percentage=100, min_serving=0,
-                        profile_overrides={"all2all": {"rdma": "pplx"}})
+                        profile_overrides={**DP_EP, "all2all": {"rdma": "pplx"}})
     run_dir = tmp_path / "run"
     assert main(["run", str(pb), "-i", str(invp), "--yes", "--run-dir", str(run_dir)]) == 0
     r = result(run_dir)
@@ -400,7 +430,8 @@ def test_driver_module_parameters_deepep_needs_are_checked_after_the_upgrade(tmp
     hosts["gpu-02"]["sim_faults"] = ["driver_params_lost"]      # the reinstall dropped its modprobe.d options
     hosts["gpu-04"]["sim_peer_mapping_override"] = False        # never had PeerMappingOverride
     invp = write_inventory(tmp_path / "inv", hosts)
-    pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=2, max_fail_percentage=100, min_serving=0)
+    pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=2, max_fail_percentage=100, min_serving=0,
+                        profile_overrides=DP_EP)
     run_dir = tmp_path / "run"
     assert main(["run", str(pb), "-i", str(invp), "--yes", "--run-dir", str(run_dir)]) == 0
     r = result(run_dir)
