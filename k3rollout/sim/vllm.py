@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 BLOCK = 16  # vLLM's default KV block size, in tokens
+TOKEN_CHARS = 4  # the simulated tokenizer's longest piece of a word, in characters
 # Kimi K3 caches prefixes in 1,536-token blocks and never reuses the last matched block, so a
 # shared prefix under about two blocks scores zero hits by design (DOMAIN.md "Prefix cache";
 # the recipe's prefix_cache_block_tokens in playbooks/profiles/kimi-k3.yml)
@@ -233,6 +234,9 @@ class Completion:
 
 
 def _tokens(body: dict[str, Any]) -> list[str]:
+    """The prompt's tokens as the chat template renders it. Words are not tokens: like a BPE
+    vocabulary, the simulated tokenizer takes a word in pieces of up to TOKEN_CHARS characters
+    ("cluster123" is 3 tokens), so a client that counts words undercounts."""
     parts: list[str] = []
     for m in body.get("messages", []):
         c = m.get("content") if isinstance(m, dict) else None
@@ -241,7 +245,27 @@ def _tokens(body: dict[str, Any]) -> list[str]:
         parts.append(f"<|{m.get('role', 'user') if isinstance(m, dict) else 'user'}|> {c or ''}")
     if body.get("tools"):
         parts.append(json.dumps(body["tools"], sort_keys=True))
-    return " ".join(parts).split()     # whitespace-separated words, as re.findall(r"\S+") would give
+    return [w[i:i + TOKEN_CHARS] for w in " ".join(parts).split() for i in range(0, len(w), TOKEN_CHARS)]
+
+
+def tokenize(rt: Runtime, body: Any) -> tuple[int, dict[str, Any]]:
+    """POST /tokenize (vllm/entrypoints/serve/tokenize/): a chat request's ``messages`` (or a
+    ``prompt``) rendered and counted with the served model's tokenizer; the reply is
+    TokenizeResponse ``{"count", "max_model_len", "tokens", "token_strs"}`` (protocol.py there)."""
+    if not isinstance(body, dict):
+        return error(400, "BadRequestError", "Input should be a valid dictionary")
+    if body.get("model") not in (rt.served, None):
+        return error(404, "NotFoundError", f"The model `{body.get('model')}` does not exist. "
+                     f"Valid aliases: {rt.served}.", param="model")
+    if isinstance(body.get("messages"), list):
+        toks = _tokens(body)
+    elif isinstance(body.get("prompt"), str):
+        toks = [w[i:i + TOKEN_CHARS] for w in body["prompt"].split() for i in range(0, len(w), TOKEN_CHARS)]
+    else:
+        return error(400, "BadRequestError", "Either `messages` or `prompt` is required")
+    ids = [int(hashlib.md5(t.encode()).hexdigest()[:5], 16) for t in toks]
+    return 200, {"count": len(ids), "max_model_len": rt.max_model_len, "tokens": ids,
+                 "token_strs": toks if body.get("return_token_strs") else None}
 
 
 def error_body(code: int, kind: str, msg: str, param: str | None = None) -> dict[str, Any]:

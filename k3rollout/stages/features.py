@@ -117,13 +117,40 @@ def prefix_words(words: int, block_tokens: int | None) -> int:
     return max(words, 2 * block_tokens + max(16, block_tokens // 2))
 
 
+def prefix_sized(ctx: NodeCtx, port: int, model: str, words: int, need: int, seed: str) -> tuple[int, int | None]:
+    """(words, tokens): the fewest words (from ``words``, which hold ``need`` at one token a
+    word) whose system prompt the server counts at ``need`` tokens or more; ``words`` with
+    None when /tokenize does not answer."""
+    def make(n: int) -> dict[str, Any]:
+        return thinking.off({"model": model, "messages": [{"role": "system", "content": long_prefix(n, seed=seed)}]})
+
+    best, best_n = words, None
+    for i in range(1, 5):
+        data, _ = count_tokens(ctx, port, f"prefix-tokenize-{i}", make(words))
+        if data is None:
+            return best, best_n
+        n = data["count"]
+        if n >= need and (best_n is None or n < best_n):
+            best, best_n = words, n
+        if need <= n <= 1.05 * need:
+            break
+        words = max(1, -(-words * need // max(n, 1)) + (1 if n < need else 0))
+    return best, best_n
+
+
 def prefix_cache_proof(ctx: NodeCtx, port: int, model: str, repeats: int, words: int,
                        block_tokens: int | None = None, seed: str = "p") -> dict:
     """``seed`` makes the prefix new to the server (``observe`` passes each send their own,
     so a prefix cached by an earlier pass does not hit on the first request)."""
     words = prefix_words(words, block_tokens)
     # recorded with the proof when a block size sized it (a play without a profile keeps its record as it was)
-    sized = {"prefix_words": words, "block_tokens": block_tokens} if block_tokens else {}
+    sized: dict[str, Any] = {"prefix_words": words, "block_tokens": block_tokens} if block_tokens else {}
+    if block_tokens:
+        # the words above count one token a word, at least the blocks needed; /tokenize says how
+        # many tokens the prefix really is, and it is trimmed to two blocks and a half
+        need = 2 * block_tokens + max(16, block_tokens // 2)
+        words, tokens = prefix_sized(ctx, port, model, words, need, seed)
+        sized.update(prefix_words=words, prefix_tokens=tokens)
     system = long_prefix(words, seed=seed)
     readings: list[dict[str, Any]] = []
     before = _counters(ctx, port, "metrics-before")
@@ -170,16 +197,68 @@ def _container(ctx: NodeCtx, step: str) -> tuple[str, int]:
         return status or "unknown", -1
 
 
+# the context step's output budget: the prompt gets the rest of the target context
+CONTEXT_MAX_TOKENS = 16
+TOKENIZE_KEYS = ("model", "messages", "tools", "chat_template_kwargs")
+
+
+def count_tokens(ctx: NodeCtx, port: int, step: str, body: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """(the server's count of a chat request's prompt tokens, why not): POST /tokenize renders
+    ``messages`` with the served model's chat template and tokenizer and answers
+    ``{"count", "max_model_len", "tokens"}`` (vllm/entrypoints/serve/tokenize/protocol.py).
+    The token ids are not kept as evidence (a long prompt's run to megabytes); the count is."""
+    res = ctx.api(step, "POST", port, "/tokenize", {k: body[k] for k in TOKENIZE_KEYS if k in body},
+                  timeout=120, evidence=False)
+    data = res.json() if res.ok else None
+    if not isinstance(data, dict) or not isinstance(data.get("count"), int):
+        return None, f"POST /tokenize did not count the prompt: {res.describe()[:200]}"
+    return data, ""
+
+
+def fit_prompt(ctx: NodeCtx, port: int, make: Any, target: int, step: str, tries: int = 5
+               ) -> tuple[int, int | None, str]:
+    """(words, tokens, why not): the longest ``make(words)`` the server counts at ``target``
+    tokens or fewer, sized by /tokenize (words are not tokens) from a first guess of one token
+    a word."""
+    words, best, best_n = max(1, target), 0, None
+    for i in range(1, tries + 1):
+        data, why = count_tokens(ctx, port, f"{step}-tokenize-{i}", make(words))
+        if data is None:
+            return best, best_n, why
+        n = data["count"]
+        if n <= target and (best_n is None or n > best_n):
+            best, best_n = words, n
+        if 0.98 * target <= n <= target:
+            break
+        words = max(1, int(words * target / max(n, 1)) - (1 if n > target else 0))
+    return best, best_n, "" if best_n is not None else f"no prompt of {target} tokens or fewer found"
+
+
 def context_step(ctx: NodeCtx, p: Any) -> dict[str, Any]:
-    words = max(1, p.context_tokens - 64)
-    good, resp = vllm_server.chat(ctx, "ladder-context", p.port, thinking.off({
-        "model": p.model, "max_tokens": 16,
-        "messages": [{"role": "user", "content": long_prefix(words, seed="c") + " Summarise in one word."}]}),
-        timeout=p.request_timeout)
+    """One request at the target context (prompt plus output), never beyond the server's
+    --max-model-len (read from /tokenize); the row says which limit it used."""
+    def make(words: int) -> dict[str, Any]:
+        return thinking.off({"model": p.model, "max_tokens": CONTEXT_MAX_TOKENS, "messages": [
+            {"role": "user", "content": long_prefix(words, seed="c") + " Summarise in one word."}]})
+
+    row: dict[str, Any] = {"step": "context", "asked_tokens": p.context_tokens}
+    probe, why = count_tokens(ctx, p.port, "ladder-context-tokenize", make(1))
+    limit = probe.get("max_model_len") if probe else None
+    if probe is None or not isinstance(limit, int):
+        return {**row, "passed": False, "reason": why or "POST /tokenize gave no max_model_len"}
+    target = min(p.context_tokens, limit)
+    row.update(target_tokens=target, max_model_len=limit,
+               limit="context_tokens" if target == p.context_tokens else "max_model_len")
+    words, planned, why = fit_prompt(ctx, p.port, make, target - CONTEXT_MAX_TOKENS, "ladder-context")
+    row["prompt_tokens_planned"] = planned
+    if planned is None or planned < 0.9 * (target - CONTEXT_MAX_TOKENS):
+        return {**row, "passed": False, "reason": f"could not size a {target}-token request: {why or planned}"}
+    good, resp = vllm_server.chat(ctx, "ladder-context", p.port, make(words), timeout=p.request_timeout)
     got = (resp.get("usage") or {}).get("prompt_tokens") if good else None
-    ok = bool(good and got and got >= words)
-    return {"step": "context", "target_tokens": p.context_tokens, "prompt_tokens": got, "passed": ok,
-            "reason": "" if ok else f"a {p.context_tokens}-token request failed: {str(resp)[:300]}"}
+    row["prompt_tokens"] = got
+    ok = bool(good and got and got >= planned)
+    return {**row, "passed": ok, "reason": "" if ok else
+            f"a {planned}-token prompt ({target} with the output, limit {row['limit']}) failed: {str(resp)[:300]}"}
 
 
 def concurrency_step(ctx: NodeCtx, p: Any, level: int, restarts0: int) -> dict[str, Any]:
@@ -409,12 +488,12 @@ def run(ctx: NodeCtx) -> StageOutcome:
         f: dict = replica_serve.per_node({"prefix_caching_flag": "--enable-prefix-caching" in args, **rf},
                                          feature_args=rf["replica_args"])
         stop = lambda: replica_serve.stop(ctx, NAME)  # noqa: E731
-        # the target context is what the launch serves at most (Hopper's recipe: 32k)
+        # the target context is what the launch serves at most (Hopper's recipe: 32k); the
+        # context step reads the server's own limit from /tokenize and keeps under it
         if "--max-model-len" in args and p.context_tokens:
             served = int(args[args.index("--max-model-len") + 1])
-            if p.context_tokens + 64 > served:
+            if p.context_tokens > served:
                 f["context_tokens_capped"] = {"asked": p.context_tokens, "max_model_len": served}
-                p = p.model_copy(update={"context_tokens": served - 64})
     else:
         args = list(p.args)
         f = {"feature_args": args, "prefix_caching_flag": "--enable-prefix-caching" in args}

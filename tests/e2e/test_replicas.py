@@ -296,7 +296,8 @@ def test_a_multi_node_replica_is_served_once_from_its_head(tmp_path):
     feat = facts[("gpu-01", "features")]
     assert feat["context_tokens_capped"] == {"asked": 65536, "max_model_len": 32768}
     ctx_row = next(row for row in feat["ladder"] if row["step"] == "context")
-    assert ctx_row["passed"] and ctx_row["target_tokens"] == 32768 - 64
+    assert ctx_row["passed"] and (ctx_row["target_tokens"], ctx_row["limit"]) == (32768, "max_model_len")
+    assert ctx_row["prompt_tokens"] <= 32768 - 16
 
 
 def test_replica_that_does_not_come_up_names_the_node_that_caused_it(tmp_path):

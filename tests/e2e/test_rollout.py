@@ -75,6 +75,8 @@ def test_demo_rollout_upgrades_all_but_the_faulty_node_and_rolls_it_back(tmp_pat
     for flag in ("fastsafetensors", "--enable-prefix-caching", "1048576"):
         assert flag in b300["feature_args"]
     assert b300["prefix_cache"]["ok"] and b300["prefix_cache"]["block_tokens"] == 1536
+    # the shared prefix is sized in tokens the server counted (/tokenize), not in words
+    assert 2 * 1536 + 768 <= b300["prefix_cache"]["prefix_tokens"] <= 1.05 * (2 * 1536 + 768)
     # every batch carries a rollback plan for each of its nodes, recorded at baseline
     for b in r["batches"]:
         assert [p["node"] for p in b["rollback_plan"]] == b["nodes"]

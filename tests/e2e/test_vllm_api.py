@@ -85,7 +85,8 @@ def _counters(base: str) -> dict:
 
 def _second_request_hits(base: str, words: int) -> list[int]:
     body = {"model": "moonshotai/Kimi-K3", "max_tokens": 4,
-            "messages": [{"role": "system", "content": " ".join(f"w{i}" for i in range(words))},
+            # words of at most 4 characters: one token each to the simulated tokenizer
+            "messages": [{"role": "system", "content": " ".join(f"w{i % 1000}" for i in range(words))},
                          {"role": "user", "content": "q"}]}
     seen = []
     for _ in range(2):
@@ -195,13 +196,21 @@ def test_ladder_stops_at_the_first_step_over_its_threshold(tmp_path):
     assert "p95 latency" in ladder["steps"][0]["reason"]
 
 
-def test_target_context_beyond_max_model_len_fails_the_context_step(tmp_path):
+def test_the_context_step_counts_tokens_and_stays_under_max_model_len(tmp_path):
+    # the simulated tokenizer takes "cluster123" as 3 tokens: a prompt sized in words would be
+    # three times the target; /tokenize sizes it, and --max-model-len caps the target
     args = ["--tensor-parallel-size", "8", "--trust-remote-code", "--enable-prefix-caching",
             "--enable-auto-tool-choice", "--tool-call-parser", "kimi_k3", "--max-model-len", "4096"]
-    code, res, ladder = _run(tmp_path, {"features": {"args": args, "context_tokens": 8192}})
-    assert res["nodes"]["gpu-01"]["failed_stage"] == "features"
-    assert ladder["steps"][0]["step"] == "context" and not ladder["steps"][0]["passed"]
-    assert "maximum context length is 4096" in ladder["steps"][0]["reason"]
+    code, res, ladder = _run(tmp_path, {"features": {"args": args, "context_tokens": 8192, "concurrency": [1]}})
+    row = ladder["steps"][0]
+    assert row["step"] == "context" and row["passed"], row
+    assert (row["asked_tokens"], row["target_tokens"], row["limit"], row["max_model_len"]) == (
+        8192, 4096, "max_model_len", 4096)
+    assert 0.98 * (4096 - 16) <= row["prompt_tokens"] <= 4096 - 16
+    code, res, ladder = _run(tmp_path / "under", {"features": {"context_tokens": 3000, "concurrency": [1]}})
+    row = ladder["steps"][0]
+    assert row["passed"] and (row["target_tokens"], row["limit"]) == (3000, "context_tokens")
+    assert 0.98 * (3000 - 16) <= row["prompt_tokens"] <= 3000 - 16
 
 
 def test_an_error_inside_a_200_stream_fails_the_ladder(tmp_path):
