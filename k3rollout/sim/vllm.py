@@ -206,10 +206,15 @@ class Runtime:
 
     @property
     def block(self) -> int:
-        """Tokens per cached block: ``--block-size``, else the model's (K3: 1,536; vLLM: 16)."""
-        if self.opts.get("block_size"):
-            return max(1, int(self.opts["block_size"]))
-        return K3_BLOCK if self.k3 else BLOCK
+        """Tokens per cached block. A hybrid model's attention block is sized so its page holds
+        a mamba page, and --block-size only raises it (vllm/platforms/interface.py): K3's is
+        1,536 tokens with a 16-bit KV cache, twice that with --kv-cache-dtype fp8 (half the
+        bytes a token). Other models: --block-size, else vLLM's 16."""
+        asked = max(0, int(self.opts.get("block_size") or 0))
+        if self.k3:
+            fp8 = str(self.opts.get("kv_cache_dtype", "auto")).startswith("fp8")
+            return max(asked, K3_BLOCK * (2 if fp8 else 1))
+        return asked or BLOCK
 
     @property
     def max_num_seqs(self) -> int:
@@ -469,6 +474,24 @@ def _histogram(out: list[str], name: str, lab: str, values: list[float], buckets
     out.append(f"{name}_sum{{{lab}}} {float(sum(values))}")
 
 
+def cache_config_info(rt: Runtime) -> str:
+    """``vllm:cache_config_info``: a gauge at 1 whose labels are CacheConfig's fields as strings
+    (log_metrics_info in vllm/v1/metrics/loggers.py, metrics_info in vllm/config/cache.py); a
+    subset of them here. mamba_block_size follows block_size under mamba_cache_mode "align"
+    (vllm/platforms/interface.py); cache_hit_alignment_tokens is set only after the engine's KV
+    cache is built, so the API server's copy shows None."""
+    on = rt.caching
+    labels = {"block_size": rt.block, "cache_dtype": rt.opts.get("kv_cache_dtype", "auto"),
+              "cache_hit_alignment_tokens": None, "enable_prefix_caching": on,
+              "gpu_memory_utilization": float(rt.opts.get("gpu_memory_utilization", 0.92)),
+              "mamba_block_size": rt.block if rt.k3 and on else None,
+              "mamba_cache_mode": "align" if rt.k3 and on else "none", "num_gpu_blocks": 1036288 // rt.block,
+              "prefix_caching_hash_algo": "sha256", "engine": "0"}
+    text = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    return ("# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+            f"# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{{{text}}} 1.0\n")
+
+
 def metrics(rt: Runtime) -> str:
     if rt.opts.get("disable_log_stats"):
         # --disable-log-stats: the engine keeps no stats, /metrics has no vllm:* families
@@ -507,4 +530,4 @@ def metrics(rt: Runtime) -> str:
     out += ["# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.",
             "# TYPE vllm:time_to_first_token_seconds histogram"]
     _histogram(out, "vllm:time_to_first_token_seconds", lab, rt.ttft, TTFT_BUCKETS)
-    return "\n".join(out) + "\n"
+    return cache_config_info(rt) + "\n".join(out) + "\n"

@@ -27,7 +27,7 @@ import jsonschema
 
 from k3rollout import fastjson
 from k3rollout.checks.openai_stream import assemble_stream
-from k3rollout.checks.parsers import ParseError, parse_vllm_metrics
+from k3rollout.checks.parsers import ParseError, cache_block_tokens, parse_cache_config_info, parse_vllm_metrics
 from k3rollout.stages import replica_serve, thinking, vllm_server
 from k3rollout.stages.base import NodeCtx, StageOutcome
 from k3rollout.stages.spec import StageSpec, kind
@@ -87,14 +87,20 @@ def percentile(values: list[float], pct: float) -> float | None:
 
 
 def _counters(ctx: NodeCtx, port: int, step: str) -> dict[str, float] | None:
+    return _read_metrics(ctx, port, step)[0]
+
+
+def _read_metrics(ctx: NodeCtx, port: int, step: str) -> tuple[dict[str, float] | None, dict[str, str] | None]:
+    """(prefix-cache counters, ``vllm:cache_config_info`` labels) from one /metrics read."""
     res = ctx.api(step, "GET", port, "/metrics", timeout=30)
     if not res.ok:
-        return None
+        return None, None
     try:
         m = parse_vllm_metrics(res.text, only=("vllm:prefix_cache_", "vllm:gpu_prefix_cache_"))
+        info = parse_cache_config_info(res.text)
     except ParseError:
-        return None
-    return prefix_counters(m)
+        return None, None
+    return prefix_counters(m), info
 
 
 def prefix_counters(m: dict[str, float]) -> dict[str, float] | None:
@@ -141,19 +147,28 @@ def prefix_sized(ctx: NodeCtx, port: int, model: str, words: int, need: int, see
 def prefix_cache_proof(ctx: NodeCtx, port: int, model: str, repeats: int, words: int,
                        block_tokens: int | None = None, seed: str = "p") -> dict:
     """``seed`` makes the prefix new to the server (``observe`` passes each send their own,
-    so a prefix cached by an earlier pass does not hit on the first request)."""
-    words = prefix_words(words, block_tokens)
-    # recorded with the proof when a block size sized it (a play without a profile keeps its record as it was)
-    sized: dict[str, Any] = {"prefix_words": words, "block_tokens": block_tokens} if block_tokens else {}
-    if block_tokens:
+    so a prefix cached by an earlier pass does not hit on the first request). ``block_tokens``
+    (the profile's) is used only when the server does not publish its own block in
+    ``vllm:cache_config_info`` (vLLM computes it at start-up; --kv-cache-dtype changes it)."""
+    before, info = _read_metrics(ctx, port, "metrics-before")
+    served = cache_block_tokens(info) if info else None
+    block, source = (served, "server") if served else (block_tokens, "profile" if block_tokens else None)
+    words = prefix_words(words, block)
+    # recorded with the proof when a block size sized it
+    sized: dict[str, Any] = {"prefix_words": words, "block_tokens": block, "block_source": source} if block else {}
+    if served and block_tokens and served != block_tokens:
+        sized["profile_block_tokens"] = block_tokens
+    if info:
+        sized["cache_config"] = {k: info[k] for k in ("block_size", "mamba_block_size", "cache_hit_alignment_tokens",
+                                                      "enable_prefix_caching", "cache_dtype") if k in info}
+    if block:
         # the words above count one token a word, at least the blocks needed; /tokenize says how
         # many tokens the prefix really is, and it is trimmed to two blocks and a half
-        need = 2 * block_tokens + max(16, block_tokens // 2)
+        need = 2 * block + max(16, block // 2)
         words, tokens = prefix_sized(ctx, port, model, words, need, seed)
         sized.update(prefix_words=words, prefix_tokens=tokens)
     system = long_prefix(words, seed=seed)
     readings: list[dict[str, Any]] = []
-    before = _counters(ctx, port, "metrics-before")
     if before is None:
         return {"ok": False, "inconclusive": True, "reason": "no prefix-cache counters in /metrics",
                 "readings": [], **sized}

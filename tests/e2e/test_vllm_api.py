@@ -11,7 +11,7 @@ import openai  # a declared test dependency: missing means a broken install, nev
 import pytest
 from support import journal, result, write_inventory, write_playbook
 
-from k3rollout.checks.parsers import parse_vllm_metrics
+from k3rollout.checks.parsers import parse_cache_config_info, parse_vllm_metrics
 from k3rollout.cli import main
 from k3rollout.stages.features import WEATHER_TOOL, prefix_counters
 from k3rollout.transport.sim import SimExecutor
@@ -83,8 +83,8 @@ def _counters(base: str) -> dict:
     return prefix_counters(parse_vllm_metrics(httpx.get(base + "/metrics").text))
 
 
-def _second_request_hits(base: str, words: int) -> list[int]:
-    body = {"model": "moonshotai/Kimi-K3", "max_tokens": 4,
+def _second_request_hits(base: str, words: int, model: str = "moonshotai/Kimi-K3") -> list[int]:
+    body = {"model": model, "max_tokens": 4,
             # words of at most 4 characters: one token each to the simulated tokenizer
             "messages": [{"role": "system", "content": " ".join(f"w{i % 1000}" for i in range(words))},
                          {"role": "user", "content": "q"}]}
@@ -110,10 +110,22 @@ def test_prefix_cache_hits_only_with_the_flag(node, flags, hits):
 
 def test_k3_scores_no_hits_on_a_prefix_under_two_blocks_and_other_block_sizes_follow_the_flag(node):
     """DOMAIN.md "Prefix cache": a shared prefix under about 3,000 tokens scores zero hits on
-    K3 by design; with vLLM's 16-token blocks (--block-size 16) the same prefix hits."""
-    assert _second_request_hits(start(node, "gpu-01", REFERENCE), 2000) == [0, 0]
+    K3 by design. K3's attention block is sized to hold a mamba page and --block-size only
+    raises it (vllm/platforms/interface.py), so --block-size 16 changes nothing on K3; a model
+    that is not hybrid caches in vLLM's 16-token blocks and the same prefix hits. The server
+    publishes its block in vllm:cache_config_info, and fp8 KV doubles K3's."""
+    base = start(node, "gpu-01", REFERENCE)
+    assert _second_request_hits(base, 2000) == [0, 0]
+    assert parse_cache_config_info(httpx.get(base + "/metrics").text)["block_size"] == "1536"
     assert node.run("gpu-01", ["docker", "rm", "-f", "k3"]).ok
-    hits = _second_request_hits(start(node, "gpu-01", [*REFERENCE, "--block-size", "16"]), 2000)
+    assert _second_request_hits(start(node, "gpu-01", [*REFERENCE, "--block-size", "16"]), 2000) == [0, 0]
+    assert node.run("gpu-01", ["docker", "rm", "-f", "k3"]).ok
+    base = start(node, "gpu-01", [*REFERENCE, "--kv-cache-dtype", "fp8"])
+    info = parse_cache_config_info(httpx.get(base + "/metrics").text)
+    assert (info["block_size"], info["mamba_block_size"], info["cache_dtype"]) == ("3072", "3072", "fp8")
+    assert node.run("gpu-01", ["docker", "rm", "-f", "k3"]).ok
+    other = ["Qwen/Qwen3-8B", *REFERENCE[1:], "--block-size", "16"]
+    hits = _second_request_hits(start(node, "gpu-01", other), 2000, model="Qwen/Qwen3-8B")
     assert hits[0] == 0 and hits[1] >= 1984
 
 
@@ -194,6 +206,16 @@ def test_ladder_stops_at_the_first_step_over_its_threshold(tmp_path):
     assert code == 1 and node["final"] == "rolled_back" and node["failed_stage"] == "features"
     assert [(s["step"], s.get("level")) for s in ladder["steps"]] == [("concurrency", 1)]
     assert "p95 latency" in ladder["steps"][0]["reason"]
+
+
+def test_prefix_proof_reads_the_servers_block_size_without_a_profile(tmp_path):
+    # no profile, so no block size from the playbook: 64 words would be far under K3's two
+    # blocks and score no hits by design; the server's vllm:cache_config_info says 1536
+    code, res, ladder = _run(tmp_path, {"features": {"context_tokens": 0, "concurrency": [1], "prefix_words": 64}})
+    proof = next(s for s in ladder["steps"] if s["step"] == "prefix_cache")
+    assert proof["passed"] and code == 0, proof
+    assert (proof["block_tokens"], proof["block_source"]) == (1536, "server")
+    assert proof["cache_config"]["block_size"] == "1536" and proof["prefix_tokens"] >= 2 * 1536 + 768
 
 
 def test_the_context_step_counts_tokens_and_stays_under_max_model_len(tmp_path):
