@@ -138,7 +138,9 @@ LONG = {"model": "moonshotai/Kimi-K3",
 
 @pytest.mark.parametrize("faults,flags,expect_hits", [
     ([], ["--enable-prefix-caching"], True),
-    ([], [], False),                                   # Kimi K3: off unless enabled explicitly
+    ([], [], True),                                    # vLLM 0.33: on by default, Kimi K3 included
+    ([], ["--no-enable-prefix-caching"], False),
+    ([], ["--no-enable-prefix-caching", "--enable-prefix-caching"], True),     # the last of the pair wins
     (["prefix_cache_miss"], ["--enable-prefix-caching"], False),
 ])
 def test_prefix_cache_hits_only_when_enabled_and_healthy(cluster, faults, flags, expect_hits):
@@ -161,7 +163,7 @@ def test_tool_calls_need_the_auto_tool_choice_flags(cluster):
                                                                         "properties": {"x": {"type": "string"}},
                                                                         "required": ["x"]}}}
     err = chat(d, {**LONG, "tools": [tool]})
-    assert err["code"] == 400 and "--enable-auto-tool-choice" in err["message"]
+    assert err["error"]["code"] == 400 and "--enable-auto-tool-choice" in err["error"]["message"]
     sh(d, "docker", "rm", "-f", "t")
     start_server(d, "--enable-auto-tool-choice", "--tool-call-parser", "kimi_k3")
     ok = chat(d, {**LONG, "tools": [tool]})

@@ -1,7 +1,7 @@
 """The simulated vLLM OpenAI-compatible server's behaviour: start-up, requests, metrics.
 
-Launch flags are honoured the way vLLM honours them: prefix caching is off unless
-``--enable-prefix-caching`` is given (Kimi K3's default, per DOMAIN.md), ``"auto"``
+Launch flags are honoured the way vLLM 0.33 honours them: prefix caching is on unless
+``--no-enable-prefix-caching`` is given (Kimi K3 included), ``"auto"``
 tool choice needs ``--enable-auto-tool-choice`` and ``--tool-call-parser``, and the
 Prometheus metric names are vLLM's (``vllm:prefix_cache_queries_total`` ...).
 """
@@ -53,6 +53,9 @@ def parse_serve_args(args: list[str]) -> tuple[dict[str, Any] | None, str | None
                 i += 1
                 val = args[i]
             opts[key.lstrip("-").replace("-", "_")] = val
+        elif a in ("--enable-prefix-caching", "--no-enable-prefix-caching"):
+            # one boolean flag and its negation: the last one given wins, as in argparse
+            opts["enable_prefix_caching"] = a == "--enable-prefix-caching"
         elif a in KNOWN_BOOL_FLAGS:
             opts[a.lstrip("-").replace("-", "_")] = True
         elif a.startswith("-"):
@@ -83,7 +86,7 @@ def startup_logs(opts: dict[str, Any], version: str) -> list[str]:
         f"INFO {_ts()} [model.py:1510] Using max model len {opts.get('max_model_len', MAX_MODEL_LEN_DEFAULT)}",
         f"INFO {_ts()} [core.py:77] Initializing a V1 LLM engine (v{version}) with config: model='{opts['model']}', "
         f"tensor_parallel_size={opts['tensor_parallel_size']}, enable_prefix_caching="
-        f"{bool(opts.get('enable_prefix_caching'))}",
+        f"{opts.get('enable_prefix_caching', True)}",
         f"INFO {_ts()} [parallel_state.py:1165] rank 0 in world size {opts['tensor_parallel_size']} is assigned as "
         "DP rank 0, PP rank 0, TP rank 0, EP rank 0",
         f"INFO {_ts()} [gpu_model_runner.py:2602] Starting to load model {opts['model']}...",
@@ -188,7 +191,12 @@ class Runtime:
 
     @property
     def caching(self) -> bool:
-        return bool(self.opts.get("enable_prefix_caching")) and not self.opts.get("no_enable_prefix_caching")
+        # on by default in 0.33, Kimi K3 included: CacheConfig.enable_prefix_caching = True
+        # (vllm/config/cache.py), and EngineArgs keeps the model's default, which is on for every
+        # generative decoder (is_prefix_caching_supported in vllm/config/model.py,
+        # _set_default_chunked_prefill_and_prefix_caching_args in vllm/engine/arg_utils.py);
+        # --no-enable-prefix-caching turns it off
+        return bool(self.opts.get("enable_prefix_caching", True))
 
     @property
     def k3(self) -> bool:

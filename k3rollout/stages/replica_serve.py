@@ -36,8 +36,13 @@ _ERROR_LINE = re.compile(r"(torch\.OutOfMemoryError:.*|AssertionError:.*|ValueEr
 
 
 def serve_args(launch_args: list[str], stage_args: list[str]) -> list[str]:
+    """The profile's launch with the stage's carried flags; a carried flag replaces its
+    negation (``--enable-prefix-caching`` over the Hopper launch's ``--no-enable-prefix-caching``:
+    the play asks for it explicitly, as the checklist does)."""
     args = list(launch_args)
-    args += [f for f in CARRIED_FLAGS if f in stage_args and f not in args]
+    for f in CARRIED_FLAGS:
+        if f in stage_args and f not in args:
+            args = [a for a in args if a != "--no-" + f[2:]] + [f]
     return args
 
 

@@ -279,6 +279,11 @@ def test_a_multi_node_replica_is_served_once_from_its_head(tmp_path):
     assert "--nnodes 2 --node-rank 0 --master-addr gpu-01" in runs["gpu-01"][0] and "--headless" not in runs["gpu-01"][0]
     assert "--nnodes 2 --node-rank 1 --master-addr gpu-01 --headless" in runs["gpu-02"][0]
     assert "VLLM_ENGINE_READY_TIMEOUT_S=3600" in runs["gpu-02"][0] and "--tensor-parallel-size 16" in runs["gpu-02"][0]
+    # Hopper's launch turns prefix caching off (0.33 caches by default): the smoke stage keeps
+    # that; the features stage's explicit --enable-prefix-caching replaces the flag
+    assert "--no-enable-prefix-caching" in runs["gpu-01"][0]
+    (feat_run,) = [c for c in commands(run_dir, "gpu-01") if c.startswith("docker run") and "k3rollout-features" in c]
+    assert "--no-enable-prefix-caching" not in feat_run and "--enable-prefix-caching" in feat_run
     facts = {(e["node"], e["stage"]): e["facts"] for e in journal(run_dir) if e["type"] == "facts"}
     smoke = facts[("gpu-02", "vllm_smoke")]
     assert smoke["smoke_request_ok"] and smoke["replica"] == "rack-a/1" and smoke["replica_role"] == "worker"

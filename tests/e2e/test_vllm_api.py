@@ -98,9 +98,11 @@ def _second_request_hits(base: str, words: int, model: str = "moonshotai/Kimi-K3
     return seen
 
 
-@pytest.mark.parametrize("flags,hits", [(REFERENCE, True), ([a for a in REFERENCE if a != "--enable-prefix-caching"],
-                                                             False)])
-def test_prefix_cache_hits_only_with_the_flag(node, flags, hits):
+@pytest.mark.parametrize("flags,hits", [
+    (REFERENCE, True),
+    ([a for a in REFERENCE if a != "--enable-prefix-caching"], True),        # vLLM 0.33: on by default
+    ([*REFERENCE, "--no-enable-prefix-caching"], False)])
+def test_prefix_cache_hits_unless_turned_off(node, flags, hits):
     # K3 caches in 1,536-token blocks and recomputes the last matched one: a prefix of two
     # full blocks plus a tail gets one block back on the second request
     base = start(node, "gpu-01", flags)
