@@ -79,6 +79,64 @@ def test_official_openai_client_models_chat_tools_and_streaming(node):
                                        messages=[{"role": "user", "content": "x"}])
 
 
+def test_official_openai_client_parses_every_kind_of_gate_reply(node, tmp_path):
+    """Each reply the gates ask for, parsed by the official client as it parses a real vLLM
+    0.33 reply: thinking in "reasoning", streamed and not; tools streamed and not; structured
+    output; an image; a bad request; and a stream that fails midway (error event, HTTP 200)."""
+    base = start(node, "gpu-01", REFERENCE)
+    client = openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0)
+    model = "moonshotai/Kimi-K3"
+    off = {"chat_template_kwargs": {"thinking": False}}
+    # streamed text with thinking: reasoning deltas first, then content, then usage
+    reasoning, content, usage = [], [], None
+    for chunk in client.chat.completions.create(model=model, max_tokens=256, stream=True,
+                                                stream_options={"include_usage": True},
+                                                messages=[{"role": "user", "content": "count to three"}]):
+        usage = chunk.usage or usage
+        for c in chunk.choices:
+            reasoning.append(getattr(c.delta, "reasoning", None) or "")
+            content.append(c.delta.content or "")
+    assert "".join(reasoning).strip() and "".join(content).strip()
+    first_reasoning = next(i for i, r in enumerate(reasoning) if r)
+    assert first_reasoning < next(i for i, t in enumerate(content) if t)       # it thinks, then answers
+    assert usage is not None and usage.completion_tokens > 96          # the thinking counts as output
+    # tools, not streamed, in instruct mode
+    tool = client.chat.completions.create(model=model, tools=[WEATHER_TOOL], max_tokens=64, extra_body=off,
+                                          messages=[{"role": "user", "content": "Weather in Beijing?"}])
+    assert tool.choices[0].message.tool_calls[0].function.name == "get_weather"
+    # structured output: the content parses against the schema
+    shape = {"type": "object", "properties": {"node": {"type": "string"}, "ok": {"type": "boolean"}},
+             "required": ["node", "ok"]}
+    structured = client.chat.completions.create(
+        model=model, max_tokens=64, extra_body=off,
+        response_format={"type": "json_schema", "json_schema": {"name": "status", "schema": shape}},
+        messages=[{"role": "user", "content": "Report status as JSON."}])
+    assert set(json.loads(structured.choices[0].message.content)) == {"node", "ok"}
+    # an image input
+    from k3rollout.stages.features import PIXEL
+    seen = client.chat.completions.create(model=model, max_tokens=32, extra_body=off, messages=[{"role": "user", "content": [
+        {"type": "text", "text": "Describe this image in one word."}, {"type": "image_url", "image_url": {"url": PIXEL}}]}])
+    assert seen.choices[0].message.content
+    # a bad request: the client unwraps 0.33's {"error": {...}}
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.chat.completions.create(model=model, messages=[])
+    assert bad.value.status_code == 400 and bad.value.body["type"] == "BadRequestError" and bad.value.body["code"] == 400
+    # a stream that fails midway: HTTP 200, some deltas, then the error event; the client raises
+    faulty = SimExecutor(tmp_path / "faulty", {"gpu-03": {"sim_driver": "580.95.05", "sim_token_s": 0.0005,
+                                                          "sim_faults": ["stream_fails_midway"]}})
+    try:
+        fclient = openai.OpenAI(base_url=start(faulty, "gpu-03", REFERENCE) + "/v1", api_key="none", max_retries=0)
+        got = []
+        with pytest.raises(openai.APIError, match="Internal server error") as failed:
+            for chunk in fclient.chat.completions.create(model=model, stream=True, max_tokens=256,
+                                                         messages=[{"role": "user", "content": "count"}]):
+                got.append(chunk)
+        assert got and failed.value.body == {"message": "Internal server error", "type": "InternalServerError",
+                                             "param": None, "code": 500}
+    finally:
+        faulty.close()
+
+
 def _counters(base: str) -> dict:
     return prefix_counters(parse_vllm_metrics(httpx.get(base + "/metrics").text))
 
