@@ -290,3 +290,12 @@ def test_many_concurrent_streams_all_succeed_and_no_idle_connection_is_trimmed(s
     api.close()
     assert not bad, f"{len(bad)} of 200 streams failed; first: {bad[0]}"
     assert opened > 50 and closed == 0, f"{closed} of {opened} connections closed by the client mid-run"
+
+
+def test_a_level_of_streams_runs_each_on_its_own_client_and_connection(server):
+    api = ApiClient()
+    results = api.stream_many(server + "/v1/chat/completions", [{"messages": [], "hold_s": 0.2}] * 8)
+    assert all(r.ok and r.done and r.ttft_s is not None for r in results), [r.error for r in results]
+    # eight connections, one per stream's own client, none taken from a shared pool
+    assert len(set(Handler.peers)) == 8
+    api.close()

@@ -232,6 +232,32 @@ def parse_vllm_metrics(text: str, only: tuple[str, ...] | None = None) -> dict[s
     return out
 
 
+def parse_histogram(text: str, name: str) -> dict[str, Any] | None:
+    """One Prometheus histogram family summed over its other labels: ``{"count", "sum",
+    "buckets": [(le, cumulative count), ...]}`` in ``le`` order (``+Inf`` last); None when
+    /metrics has no such family."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    lines = "\n".join(_family_lines((name,)).findall(text)) + "\n"
+    count = total = 0.0
+    buckets: dict[float, float] = {}
+    seen = False
+    try:
+        for fam in text_string_to_metric_families(lines):
+            for sm in fam.samples:
+                if sm.name == f"{name}_count":
+                    count += float(sm.value)
+                    seen = True
+                elif sm.name == f"{name}_sum":
+                    total += float(sm.value)
+                elif sm.name == f"{name}_bucket":
+                    le = float(sm.labels.get("le", "inf"))
+                    buckets[le] = buckets.get(le, 0.0) + float(sm.value)
+    except ValueError as exc:
+        raise ParseError(f"vLLM /metrics: {exc}") from None
+    return {"count": count, "sum": total, "buckets": sorted(buckets.items())} if seen else None
+
+
 def parse_cache_config_info(text: str) -> dict[str, str] | None:
     """The labels of vLLM's ``vllm:cache_config_info`` (a gauge set to 1 whose labels are every
     CacheConfig field as a string: ``log_metrics_info`` in vllm/v1/metrics/loggers.py,

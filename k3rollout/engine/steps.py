@@ -428,14 +428,14 @@ class StepRunner:
                     argv=["POST", url, f"x{len(bodies)}"], kind="http", once=False, durable=False)
         started = time.monotonic()
 
-        def send(b: Any) -> HttpResult:
-            return self.api.stream(url, b, timeout) if stream else self.api.request("POST", url, b, timeout)
-
-        if len(bodies) <= 1:
-            results = [send(b) for b in bodies]
+        if stream:
+            # each stream on its own client: none waits on a shared pool lock (transport/http.py)
+            results = self.api.stream_many(url, bodies, timeout)
+        elif len(bodies) <= 1:
+            results = [self.api.request("POST", url, b, timeout) for b in bodies]
         else:
             with ThreadPoolExecutor(max_workers=len(bodies)) as pool:
-                results = list(pool.map(send, bodies))
+                results = list(pool.map(lambda b: self.api.request("POST", url, b, timeout), bodies))
         lines = [f"> POST {url} x{len(bodies)} concurrent (stream={stream})", f"# host={ctx.node}"]
         for i, r in enumerate(results, 1):
             lines.append(f"{i}\tstatus={r.status}\telapsed_s={r.elapsed_s:.4f}\tttft_s="

@@ -28,6 +28,7 @@ import jsonschema
 from k3rollout import fastjson
 from k3rollout.checks.openai_stream import assemble_stream
 from k3rollout.checks.parsers import ParseError, cache_block_tokens, parse_cache_config_info, parse_vllm_metrics
+from k3rollout.checks.server_timing import timing_check
 from k3rollout.stages import replica_serve, thinking, vllm_server
 from k3rollout.stages.base import NodeCtx, StageOutcome
 from k3rollout.stages.spec import StageSpec, kind
@@ -282,8 +283,10 @@ def concurrency_step(ctx: NodeCtx, p: Any, level: int, restarts0: int) -> dict[s
     bodies = [thinking.on({"model": p.model, "stream_options": {"include_usage": True},
                            "messages": [{"role": "user", "content": f"Request {i} of {level}: count to ten."}]},
                           p.ladder_max_tokens) for i in range(level)]
+    before = ctx.api(f"ladder-metrics-before-{level}", "GET", p.port, "/metrics", timeout=30)
     results = ctx.api_many(f"ladder-concurrency-{level}", p.port, "/v1/chat/completions", bodies,
                            timeout=p.request_timeout)
+    after = ctx.api(f"ladder-metrics-after-{level}", "GET", p.port, "/metrics", timeout=30)
     lat = [r.elapsed_s for r in results if r.ok]
     ttft = [r.ttft_s for r in results if r.ok and r.ttft_s is not None]
     # the first token of either channel: K3 thinks first, so it is usually a reasoning token
@@ -302,19 +305,30 @@ def concurrency_step(ctx: NodeCtx, p: Any, level: int, restarts0: int) -> dict[s
            "gpu_mem_used_mib": used, "gpu_mem_total_mib": total,
            "gpu_mem_pct": round(100 * used / total, 1) if used is not None and total else None,
            "container": status, "restarts": restarts - restarts0 if restarts >= 0 and restarts0 >= 0 else None}
-    why = []
+    # the client's timings against the server's histograms for the same level
+    timing = timing_check(ttft, lat, before.text if before.ok else "", after.text if after.ok else "")
+    row["server_timing"] = timing
+    why, slow = [], []
     if row["error_rate"] > p.max_error_rate:
         why.append(f"{len(errors)}/{level} requests failed (first: {errors[0][:200]})")
     if row["p95_s"] is not None and row["p95_s"] > p.p95_latency_max_s:
-        why.append(f"p95 latency {row['p95_s']}s > {p.p95_latency_max_s}s")
+        slow.append(f"p95 latency {row['p95_s']}s > {p.p95_latency_max_s}s")
     if row["ttft_p95_s"] is not None and row["ttft_p95_s"] > p.ttft_p95_max_s:
-        why.append(f"p95 time to first token {row['ttft_p95_s']}s > {p.ttft_p95_max_s}s")
+        slow.append(f"p95 time to first token {row['ttft_p95_s']}s > {p.ttft_p95_max_s}s")
     if status != "running" or row["restarts"] is None or row["restarts"] > p.max_restarts:
         why.append(f"server container {status}, restarts {row['restarts']} (allowed {p.max_restarts})")
     if p.gpu_mem_max_pct is not None and row["gpu_mem_pct"] is not None and row["gpu_mem_pct"] > p.gpu_mem_max_pct:
         why.append(f"GPU memory {row['gpu_mem_pct']}% > {p.gpu_mem_max_pct}%")
     if not lat:
         why.append("no request completed")
+    if timing["agree"] is False:
+        # the client timed itself, not the server: its figures decide nothing about the server
+        row["measurement_problem"] = timing["reason"]
+        if slow:
+            slow = [f"measurement problem, client and server timings disagree ({timing['reason']}); "
+                    f"not judged on the client's figures: {'; '.join(slow)}"]
+            row["inconclusive"] = not why       # a person decides, unless the server failed otherwise
+    why += slow
     row["passed"], row["reason"] = not why, "; ".join(why)
     return row
 

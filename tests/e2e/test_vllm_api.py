@@ -259,6 +259,20 @@ def test_ladder_passes_and_records_every_step(tmp_path):
     assert all(r["http_status"] == 200 for r in http if r["step"] == "short-request")
 
 
+def test_client_and_server_timings_agree_at_concurrency_64(tmp_path):
+    # each stream on its own client: the client's TTFT and latency match the server's own
+    # histograms (vllm:time_to_first_token_seconds, vllm:e2e_request_latency_seconds) for the level
+    code, res, ladder = _run(tmp_path, {"features": {"context_tokens": 0, "concurrency": [64]}},
+                             {"sim_token_s": 0.004})
+    row = ladder["steps"][0]
+    assert row["level"] == 64 and row["errors"] == 0 and row["passed"], row
+    timing = row["server_timing"]
+    assert timing["agree"] is True and "measurement_problem" not in row, timing
+    for key in ("ttft", "e2e"):
+        assert timing[key]["server_n"] == timing[key]["client_n"] == 64
+        assert abs(timing[key]["gap_s"]) <= timing[key]["tolerance_s"]
+
+
 def test_ladder_stops_at_the_first_step_over_its_threshold(tmp_path):
     code, res, ladder = _run(tmp_path, {"features": {"context_tokens": 0, "concurrency": [1, 4],
                                                      "p95_latency_max_s": 0.000001}})
