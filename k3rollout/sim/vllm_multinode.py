@@ -9,9 +9,10 @@ vLLM without Ray (DOMAIN.md "Multi-node launches"):
 - data parallel: ``--data-parallel-size D --data-parallel-size-local L --data-parallel-address
   HEAD``; the other nodes add ``--headless --data-parallel-start-rank K``.
 
-The head's API server waits for its engines (``Waiting for 1 local, 0 remote core engine
-proc(s) to start.``, vllm/v1/engine/utils.py) until every worker has joined, and gives up
-after ``VLLM_ENGINE_READY_TIMEOUT_S`` (default 600 s) with vLLM's ``TimeoutError``. The head
+The head's API server waits for its engine's ready message until every worker has joined
+(the engine's handshake waits are logged at DEBUG in 0.33, vllm/v1/engine/utils.py), and gives
+up after ``VLLM_ENGINE_READY_TIMEOUT_S`` (default 600 s) with vLLM's ``TimeoutError``
+(vllm/v1/engine/core_client.py). The head
 decides lazily, at each docker command on its node, so the order in which head and workers
 start does not matter (the workers' TCP store clients retry, as torch's do).
 
@@ -41,7 +42,7 @@ from k3rollout.sim import vllm
 
 # checkpoint size in GB (1e9 bytes): Kimi K3 is about 1.42-1.5 TB (DOMAIN.md "Kimi K3 deployment shape")
 MODEL_WEIGHTS_GB = {"moonshotai/Kimi-K3": 1500.0}
-ENGINE_READY_TIMEOUT_S = 600.0        # vLLM's default VLLM_ENGINE_READY_TIMEOUT_S
+ENGINE_READY_TIMEOUT_S = 600.0        # vLLM's default VLLM_ENGINE_READY_TIMEOUT_S (vllm/envs.py)
 MASTER_PORT = 29501                   # vLLM's default --master-port
 
 
@@ -119,12 +120,17 @@ def _ts() -> str:
 
 
 def config_error(topo: dict[str, Any], gpus: int) -> str | None:
-    """The error a node's own vLLM process stops with before it joins anything."""
+    """The error a node's own vLLM process stops with before it joins anything: the launch
+    options are checked by EngineArgs.create_engine_config (vllm/engine/arg_utils.py) in the
+    API server, before any engine starts."""
     if topo["form"] == "nodes":
         if topo["world"] % topo["nnodes"]:
-            return f"AssertionError: world_size={topo['world']} must be divisible by nnodes={topo['nnodes']}."
+            return (f"ValueError: Invalid data-parallel launch options: `--nnodes {topo['nnodes']}` must evenly "
+                    f"divide the total world size ({topo['world']}). Adjust `--nnodes`, `--data-parallel-size`, "
+                    "`--pipeline-parallel-size`, `--tensor-parallel-size`, or `--prefill-context-parallel-size`.")
         if topo["rank"] >= topo["nnodes"]:
-            return f"AssertionError: node_rank={topo['rank']} must be less than nnodes={topo['nnodes']}."
+            return (f"ValueError: Invalid data-parallel launch options: `--node-rank` must be between 0 and "
+                    f"{topo['nnodes'] - 1}; got `--node-rank {topo['rank']}`. Set it to this node's zero-based index.")
     if topo["local_gpus"] and topo["local_gpus"] > gpus:
         return ("ValueError: The number of required GPUs exceeds the total number of available GPUs in the "
                 f"placement group. (requested {topo['local_gpus']}, available {gpus})")
@@ -138,6 +144,14 @@ def start(state: dict[str, Any], name: str, c: dict[str, Any], opts: dict[str, A
     c["started"] = time.time()
     c.pop("serving", None)
     bad = config_error(topo, state["gpu"]["count"])
+    if bad and bad.startswith("ValueError: Invalid data-parallel launch options"):
+        # raised in the API server process while it builds the engine config: a plain traceback
+        c["logs"] = logs[:2] + [
+            "Traceback (most recent call last):",
+            '  File "/usr/local/lib/python3.12/dist-packages/vllm/engine/arg_utils.py", line 2407, in '
+            "create_engine_config", "    raise ValueError(", bad]
+        c["status"], c["exit_code"] = "exited", 1
+        return
     if bad:
         c["logs"] = logs + [f"ERROR {_ts()} [core.py:708] EngineCore failed to start.",
                             "ERROR [core.py:708] Traceback (most recent call last):", f"ERROR [core.py:708] {bad}",
@@ -157,9 +171,13 @@ def start(state: dict[str, Any], name: str, c: dict[str, Any], opts: dict[str, A
             c["logs"] += [f"[W{time.strftime('%m%d %H:%M:%S')}.000000000 socket.cpp:755] [c10d] The client socket has "
                           f"failed to connect to [{topo['head_addr']}]:{port} (errno: 113 - No route to host)."] * 3
         return
-    local, remote = (topo["local"], topo["dp"] - topo["local"]) if topo["form"] == "dp" else (1, 0)
-    c["logs"] = logs + [f"INFO {_ts()} [utils.py:741] Waiting for {local} local, {remote} remote core engine proc(s) "
-                        "to start."]
+    # vLLM 0.33 logs its engine handshake waits at DEBUG only (wait_for_engine_startup,
+    # vllm/v1/engine/utils.py); at INFO the head of a TP/PP launch names itself the leader of
+    # the ranks it waits for (MultiprocExecutor, vllm/v1/executor/multiproc_executor.py)
+    c["logs"] = logs + ([] if topo["form"] == "dp" else [
+        f"INFO {_ts()} [multiproc_executor.py:167] DP group leader: node_rank=0, node_rank_within_dp=0, "
+        f"master_addr={topo['head_addr']}, mq_connect_ip={state.get('address') or topo['head_addr']} (local), "
+        f"world_size={topo['world']}, local_world_size={topo['local_gpus'] or topo['world']}"])
     if state_dir is not None:
         settle(state, state_dir, name, c)
 
@@ -209,12 +227,15 @@ def settle(state: dict[str, Any], state_dir: Path, name: str, c: dict[str, Any])
     if missing:
         timeout = float(c["env"].get("VLLM_ENGINE_READY_TIMEOUT_S") or ENGINE_READY_TIMEOUT_S)
         if time.time() - c["started"] >= timeout:
+            # the API server's wait for its engine's ready message (vllm/v1/engine/core_client.py):
+            # an engine whose remote ranks never joined never sends it
             c["logs"] = c["logs"] + [
-                f"ERROR {_ts()} [core_client.py:611] Engine startup failed: {len(missing)} of {topo['nnodes'] - 1} "
-                "remote node(s) did not join",
+                "Traceback (most recent call last):",
+                '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core_client.py", line 765, in '
+                "__init__", "    raise TimeoutError(",
                 f"TimeoutError: Timed out waiting for engine core processes to start. This is often caused by slow "
                 f"weight loading for large models. Waited {timeout:.0f}s (configured by VLLM_ENGINE_READY_TIMEOUT_S). "
-                "To increase the timeout, set the environment variable: VLLM_ENGINE_READY_TIMEOUT_S=<higher timeout>"]
+                "To increase the timeout, set the environment variable: VLLM_ENGINE_READY_TIMEOUT_S=<seconds>"]
             c["status"], c["exit_code"] = "exited", 1
         return
     # every rank is there: load the weights, split over the replica's GPUs
