@@ -22,11 +22,14 @@ fit dies with PyTorch's CUDA out-of-memory text. A worker with the ``worker_unre
 fault cannot reach the head's rendezvous port (firewall, wrong interface): it logs torch's
 connect failures and never joins.
 
-An expert-parallel replica on a DeepEP all-to-all backend initialises NVSHMEM once the model is
-loaded; on a node with the ``rdma_transport_init_fails`` fault no NVSHMEM transport comes up
-(neither ibrc nor IBGDA): that node's process exits with NVSHMEM's own lines (as in
-deepseek-ai/DeepEP#55 and sgl-project/sglang#6017), and the head's executor reports the dead
-worker. Any other backend, or a launch without expert parallel, does not touch NVSHMEM.
+An expert-parallel replica on a DeepEP all-to-all backend (where vLLM builds the manager: data
+parallel above 1) needs GPU-initiated RDMA once the model is loaded; on a node with the
+``rdma_transport_init_fails`` fault there is none: with ``deepep_v2`` that node's process stops
+at NCCL's GIN check with vLLM's "DeepEPv2 requires NCCL GIN" RuntimeError
+(vllm/distributed/device_communicators/all2all.py); with the earlier DeepEP backends no NVSHMEM
+transport comes up (neither ibrc nor IBGDA) and it exits with NVSHMEM's own lines (as in
+deepseek-ai/DeepEP#55 and sgl-project/sglang#6017). The head's executor reports the dead worker.
+Any other backend, or a launch without expert parallel, is unaffected.
 """
 
 from __future__ import annotations
@@ -93,8 +96,8 @@ def all2all_logs(opts: dict[str, Any]) -> list[str]:
 
 
 def uses_nvshmem(opts: dict[str, Any]) -> bool:
-    """Expert parallel on a DeepEP backend where vLLM builds its manager (the ones that
-    initialise NVSHMEM)."""
+    """Expert parallel on a DeepEP backend where vLLM builds its manager: the earlier ones
+    initialise NVSHMEM, deepep_v2 needs NCCL GIN instead; both need GPU-initiated RDMA."""
     asked = str(opts.get("all2all_backend") or "allgather_reducescatter")
     return builds_manager(opts) and asked.startswith("deepep")
 
@@ -112,6 +115,22 @@ def nvshmem_init_failed_logs(opts: dict[str, Any]) -> list[str]:
         f"{src}/init/init.cu:989: non-zero status: 7 nvshmem detect topo failed ",
         "",
         f"{src}/init/init.cu:nvshmemi_check_state_and_init:1080: nvshmem initialization failed, exiting",
+    ]
+
+
+def gin_missing_logs(opts: dict[str, Any]) -> list[str]:
+    """DeepEP v2 does not use NVSHMEM: before its first buffer it asks NCCL for GPU-Initiated
+    Networking on the EP group and raises when the group has none (no IBGDA-capable NIC or
+    driver) (DeepEPV2All2AllManager._check_gin_support, vllm/distributed/device_communicators/
+    all2all.py); the worker logs it (WorkerProc, vllm/v1/executor/multiproc_executor.py) and exits."""
+    return all2all_logs(opts) + [
+        f"ERROR {_ts()} [multiproc_executor.py:1063] WorkerProc failed.",
+        "Traceback (most recent call last):",
+        '  File "/usr/local/lib/python3.12/dist-packages/vllm/distributed/device_communicators/all2all.py", '
+        "line 1095, in _check_gin_support",
+        "    raise RuntimeError(",
+        "RuntimeError: DeepEPv2 requires NCCL GIN (GPU-Initiated Networking). This usually means IBGDA-capable "
+        "InfiniBand NICs or drivers are not available. See tools/ep_kernels/README.md for requirements.",
     ]
 
 
@@ -251,7 +270,9 @@ def settle(state: dict[str, Any], state_dir: Path, name: str, c: dict[str, Any])
     if uses_nvshmem(opts):
         broken = [m for m in members if "rdma_transport_init_fails" in m[3]["faults"]]
         if broken:
-            _exit_members(state, state_dir, c, topo, broken, lambda ps: nvshmem_init_failed_logs(opts))
+            # deepep_v2 fails at NCCL's GIN query; the earlier DeepEP backends in NVSHMEM's init
+            fail = gin_missing_logs if opts.get("all2all_backend") == "deepep_v2" else nvshmem_init_failed_logs
+            _exit_members(state, state_dir, c, topo, broken, lambda ps: fail(opts))
             return
     faults = sorted({f for _, _, _, ps in members for f in ps["faults"]})
     c["logs"] = c["logs"] + all2all_logs(opts) + vllm.ready_logs(opts)
@@ -277,8 +298,8 @@ def _exit_members(state: dict[str, Any], state_dir: Path, c: dict[str, Any], top
                 pc["status"], pc["exit_code"] = "exited", 1
     mine = any(m[1] == state["name"] for m in bad)
     c["logs"] = c["logs"] + (logs_for(state) if mine else [
-        f"ERROR {_ts()} [multiproc_executor.py:154] Worker proc VllmWorker-{bad[0][0] * (topo['local_gpus'] or 1)} "
-        "died unexpectedly, shutting down executor.",
+        f"ERROR {_ts()} [multiproc_executor.py:380] Worker proc VllmWorker-{bad[0][0] * (topo['local_gpus'] or 1)} "
+        "died unexpectedly (exit code: 1), shutting down executor.",
         "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"])
     c["status"], c["exit_code"] = "exited", 1
 

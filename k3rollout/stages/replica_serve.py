@@ -32,7 +32,9 @@ REPLICA_POLL_S = 1.0
 
 _ERROR_LINE = re.compile(r"(torch\.OutOfMemoryError:.*|AssertionError:.*|ValueError:.*|TimeoutError:.*|"
                          r"\[c10d\] The client socket has failed to connect.*|died unexpectedly.*|"
-                         r"nvshmemi_transport_init:\d+: Unable to initialize any transports.*)")
+                         r"nvshmemi_transport_init:\d+: Unable to initialize any transports.*|"
+                         # deepep_v2 (vllm/distributed/device_communicators/all2all.py): NCCL GIN, not NVSHMEM
+                         r"RuntimeError: DeepEPv2 requires NCCL GIN.*)")
 
 
 def serve_args(launch_args: list[str], stage_args: list[str]) -> list[str]:

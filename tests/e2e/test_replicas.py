@@ -353,7 +353,7 @@ def test_replica_that_does_not_come_up_names_the_node_that_caused_it(tmp_path):
         assert not {"k3rollout-smoke", "k3rollout-features"} & set(sim_state(run_dir, n)["docker"]["containers"])
 
 
-def test_nvshmem_transport_init_failure_on_a_worker_takes_the_replica_back_and_names_it(tmp_path):
+def test_deepep_v2_without_nccl_gin_on_a_worker_takes_the_replica_back_and_names_it(tmp_path):
     from support import journal, result
 
     hosts = {f"gpu-{i:02d}": {**H200, "rack": "a"} for i in range(1, 3)}
@@ -368,8 +368,10 @@ def test_nvshmem_transport_init_failure_on_a_worker_takes_the_replica_back_and_n
         ("gpu-01", "vllm_smoke", "rolled_back"), ("gpu-02", "vllm_smoke", "rolled_back")}
     reason = r["nodes"]["gpu-01"]["reason"]
     assert reason.startswith("replica rack-a/1 did not come up: vLLM exited before becoming healthy (exited 1)")
-    assert "caused by worker gpu-02 (rank 1) exited with code 1: nvshmemi_transport_init:287: Unable to " \
-           "initialize any transports. returning error." in reason
+    # deepep_v2 stops at NCCL's GIN check, not in NVSHMEM (vllm/distributed/device_communicators/all2all.py)
+    assert "caused by worker gpu-02 (rank 1) exited with code 1: RuntimeError: DeepEPv2 requires NCCL GIN " \
+           "(GPU-Initiated Networking). This usually means IBGDA-capable InfiniBand NICs or drivers are not " \
+           "available." in reason and "nvshmem" not in reason.lower()
     assert r["nodes"]["gpu-02"]["reason"] == reason
     assert r["replicas"]["rack-a/1"]["caused_by"] == "gpu-02"
     triage = {e["node"]: e for e in journal(run_dir) if e["type"] == "triage"}
@@ -398,8 +400,15 @@ def test_sim_nvshmem_fault_touches_only_deepep_backends(tmp_path):
     # the default all-to-all never initialises NVSHMEM: the replica serves
     (status, logs), _ = replica("allgather_reducescatter")
     assert status == "running 0" and "Application startup complete." in logs
-    # DeepEP does: the worker exits with NVSHMEM's lines, the head with its dead worker
+    # DeepEP v2 needs NCCL GIN: the worker stops at vLLM's GIN check, never in NVSHMEM
     (status, logs), (wstatus, wlogs) = replica("deepep_v2")
+    assert (status, wstatus) == ("exited 1", "exited 1") and "nvshmem" not in wlogs.lower()
+    assert wlogs.rstrip().endswith("RuntimeError: DeepEPv2 requires NCCL GIN (GPU-Initiated Networking). This "
+                                   "usually means IBGDA-capable InfiniBand NICs or drivers are not available. See "
+                                   "tools/ep_kernels/README.md for requirements.")
+    assert "Worker proc VllmWorker-8 died unexpectedly (exit code: 1), shutting down executor." in logs
+    # the earlier DeepEP backends initialise NVSHMEM: the worker exits with NVSHMEM's lines
+    (status, logs), (wstatus, wlogs) = replica("deepep_high_throughput")
     assert wstatus == "exited 1"
     assert "WARN: init failed for remote transport: ibrc" in wlogs
     assert "nvshmemi_transport_init:287: Unable to initialize any transports. returning error." in wlogs
@@ -620,7 +629,7 @@ def test_sim_model_that_does_not_fit_the_replica_runs_out_of_memory(tmp_path):
     _serve(dirs, "a", "--nnodes", "2", "--node-rank", "0", "--master-addr", "a")
     _serve(dirs, "b", "--nnodes", "2", "--node-rank", "1", "--master-addr", "a", "--headless")
     status, logs = _container(dirs, "a")
-    assert status == "exited 1" and "Worker proc VllmWorker-8 died unexpectedly, shutting down executor." in logs
+    assert status == "exited 1" and "Worker proc VllmWorker-8 died unexpectedly (exit code: 1), shutting down executor." in logs
     status, logs = _container(dirs, "b")          # the worker whose GPUs are too small says why
     assert status == "exited 1"
     assert "torch.OutOfMemoryError: CUDA out of memory." in logs and "total capacity of 78.81 GiB" in logs
