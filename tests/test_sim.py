@@ -177,7 +177,10 @@ def test_vllm_oom_kills_the_server_with_a_real_oom_log(cluster):
     start_server(d)
     st = sh(d, "docker", "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", "t")
     assert st.stdout.strip() == "exited 1"
-    assert "torch.OutOfMemoryError: CUDA out of memory" in sh(d, "docker", "logs", "t").stderr
+    logs = sh(d, "docker", "logs", "t").stderr
+    assert "torch.OutOfMemoryError: CUDA out of memory" in logs
+    # vLLM 0.33's own words before PyTorch's (vllm/v1/worker/gpu_model_runner.py)
+    assert "Failed to load model - not enough GPU memory. Try lowering --gpu-memory-utilization" in logs
     assert sh(d, "curl", "-sf", "http://127.0.0.1:8000/health").rc == 7
 
 

@@ -137,16 +137,23 @@ def oom_logs(gpu_mem_gib: float, allocated: float | None = None) -> list[str]:
     (the weights' share of this GPU), capped at what the GPU holds."""
     total = gpu_mem_gib - 1.19
     alloc = 137.02 if allocated is None else min(allocated, total - 2.19)
+    torch_oom = (f"CUDA out of memory. Tried to allocate 1.75 GiB. GPU 3 has a "
+                 f"total capacity of {total:.2f} GiB of which 612.00 MiB is free. Process 41233 has {total - 0.6:.2f} GiB "
+                 f"memory in use. Of the allocated memory {alloc:.2f} GiB is allocated by PyTorch, and 1.38 GiB is reserved "
+                 "by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+                 "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.")
     return [
         "NCCL INFO Bootstrap : Using eth0:10.0.0.11<0>",
         "NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB eth0:10.0.0.11<0>",
         "NCCL INFO Connected all rings",
+        # vLLM 0.33 names the cause before re-raising PyTorch's error (load_model in
+        # vllm/v1/worker/gpu_model_runner.py)
+        f"ERROR {_ts()} [gpu_model_runner.py:5085] Failed to load model - not enough GPU memory. Try lowering "
+        "--gpu-memory-utilization to free memory for weights, increasing --tensor-parallel-size, or using "
+        "--quantization. See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more tips. "
+        f"(original error: {torch_oom})",
         f"ERROR {_ts()} [core.py:708] EngineCore failed to start.",
-        f"ERROR [core.py:708] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.75 GiB. GPU 3 has a "
-        f"total capacity of {total:.2f} GiB of which 612.00 MiB is free. Process 41233 has {total - 0.6:.2f} GiB "
-        f"memory in use. Of the allocated memory {alloc:.2f} GiB is allocated by PyTorch, and 1.38 GiB is reserved by "
-        "PyTorch but unallocated. If reserved but unallocated memory is large try setting "
-        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.",
+        f"ERROR [core.py:708] torch.OutOfMemoryError: {torch_oom}",
         "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
     ]
 
