@@ -231,12 +231,12 @@ def count_tokens(ctx: NodeCtx, port: int, step: str, body: dict[str, Any]) -> tu
     return data, ""
 
 
-def fit_prompt(ctx: NodeCtx, port: int, make: Any, target: int, step: str, tries: int = 5
+def fit_prompt(ctx: NodeCtx, port: int, make: Any, target: int, step: str, tries: int = 6
                ) -> tuple[int, int | None, str]:
     """(words, tokens, why not): the longest ``make(words)`` the server counts at ``target``
-    tokens or fewer, sized by /tokenize (words are not tokens) from a first guess of one token
-    a word."""
-    words, best, best_n = max(1, target), 0, None
+    tokens or fewer, sized by /tokenize (words are not tokens): a short prompt first gives the
+    tokens a word, so the long one is counted about twice, not sent at a wild guess."""
+    words, best, best_n = max(1, min(target, 512)), 0, None
     for i in range(1, tries + 1):
         data, why = count_tokens(ctx, port, f"{step}-tokenize-{i}", make(words))
         if data is None:
