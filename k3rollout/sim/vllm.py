@@ -223,13 +223,11 @@ class Runtime:
     def block(self) -> int:
         """Tokens per cached block. A hybrid model's attention block is sized so its page holds
         a mamba page, and --block-size only raises it (vllm/platforms/interface.py): K3's is
-        1,536 tokens with a 16-bit KV cache, twice that with --kv-cache-dtype fp8 (half the
-        bytes a token). Other models: --block-size, else vLLM's 16."""
+        1,536 tokens. The KV cache dtype enters that sum, but the published 1,536 does not say
+        for which dtype, so the simulator keeps it for every one. Other models: --block-size,
+        else vLLM's 16."""
         asked = max(0, int(self.opts.get("block_size") or 0))
-        if self.k3:
-            fp8 = str(self.opts.get("kv_cache_dtype", "auto")).startswith("fp8")
-            return max(asked, K3_BLOCK * (2 if fp8 else 1))
-        return asked or BLOCK
+        return max(asked, K3_BLOCK) if self.k3 else (asked or BLOCK)
 
     @property
     def max_num_seqs(self) -> int:

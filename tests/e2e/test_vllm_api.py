@@ -173,16 +173,16 @@ def test_k3_scores_no_hits_on_a_prefix_under_two_blocks_and_other_block_sizes_fo
     K3 by design. K3's attention block is sized to hold a mamba page and --block-size only
     raises it (vllm/platforms/interface.py), so --block-size 16 changes nothing on K3; a model
     that is not hybrid caches in vLLM's 16-token blocks and the same prefix hits. The server
-    publishes its block in vllm:cache_config_info, and fp8 KV doubles K3's."""
+    publishes its block in vllm:cache_config_info, a larger --block-size included."""
     base = start(node, "gpu-01", REFERENCE)
     assert _second_request_hits(base, 2000) == [0, 0]
     assert parse_cache_config_info(httpx.get(base + "/metrics").text)["block_size"] == "1536"
     assert node.run("gpu-01", ["docker", "rm", "-f", "k3"]).ok
     assert _second_request_hits(start(node, "gpu-01", [*REFERENCE, "--block-size", "16"]), 2000) == [0, 0]
     assert node.run("gpu-01", ["docker", "rm", "-f", "k3"]).ok
-    base = start(node, "gpu-01", [*REFERENCE, "--kv-cache-dtype", "fp8"])
+    base = start(node, "gpu-01", [*REFERENCE, "--kv-cache-dtype", "fp8", "--block-size", "4096"])
     info = parse_cache_config_info(httpx.get(base + "/metrics").text)
-    assert (info["block_size"], info["mamba_block_size"], info["cache_dtype"]) == ("3072", "3072", "fp8")
+    assert (info["block_size"], info["mamba_block_size"], info["cache_dtype"]) == ("4096", "4096", "fp8")
     assert node.run("gpu-01", ["docker", "rm", "-f", "k3"]).ok
     other = ["Qwen/Qwen3-8B", *REFERENCE[1:], "--block-size", "16"]
     hits = _second_request_hits(start(node, "gpu-01", other), 2000, model="Qwen/Qwen3-8B")
