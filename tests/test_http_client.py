@@ -99,8 +99,13 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
-            for ev in ({"choices": [{"delta": {"content": "Hel"}}]}, {"choices": [{"delta": {"content": "lo"}}]},
-                       {"choices": [{"delta": {}, "finish_reason": "stop"}]}):
+            events = [{"choices": [{"delta": {"content": "Hel"}}]}, {"choices": [{"delta": {"content": "lo"}}]},
+                      {"choices": [{"delta": {}, "finish_reason": "stop"}]}]
+            if req.get("fail_midway"):
+                # vLLM 0.33: an error after the 200 went out is an event, then [DONE]
+                events[1:] = [{"error": {"message": "Internal server error", "type": "InternalServerError",
+                                         "param": None, "code": 500}}]
+            for ev in events:
                 data = f"data: {json.dumps(ev)}\n\n".encode()
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             done = b"data: [DONE]\n\n"
@@ -184,6 +189,34 @@ def test_streamed_events_are_read_and_assembled(server):
     api.close()
 
 
+def test_an_error_event_inside_a_200_stream_is_a_failed_result(server):
+    api = ApiClient()
+    r = api.stream(server + "/v1/chat/completions", {"messages": [], "fail_midway": True})
+    assert r.status == 200 and r.done and not r.ok
+    assert r.stream_error == "InternalServerError (500): Internal server error"
+    assert "the stream failed after HTTP 200: InternalServerError" in r.describe()
+    assert assemble_stream(r.events)["error"] == r.stream_error
+    api.close()
+
+
+def test_time_to_first_token_counts_a_reasoning_token_and_names_its_channel():
+    # vLLM 0.33 streams thinking as "reasoning"; "reasoning_content" is the name it no longer sends
+    def reply(first: dict) -> httpx.MockTransport:
+        body = b"".join(b"data: " + json.dumps(ev).encode() + b"\n\n" for ev in (
+            {"choices": [{"delta": {"role": "assistant", "content": ""}}]}, {"choices": [{"delta": first}]},
+            {"choices": [{"delta": {"content": "Hi"}}]}, {"choices": [{"delta": {}, "finish_reason": "stop"}]}))
+        return httpx.MockTransport(lambda req: httpx.Response(200, content=body + b"data: [DONE]\n\n"))
+
+    for first, channel in (({"reasoning": "Let me think."}, "reasoning"), ({"content": "Hello"}, "content"),
+                           ({"reasoning_content": "Older name."}, "reasoning")):
+        api = ApiClient(transport=reply(first))
+        r = api.stream("http://gpu-01:8000/v1/chat/completions", {})
+        assert r.ok and r.ttft_s is not None and r.ttft_channel == channel, (first, r.ttft_channel)
+        folded = assemble_stream(r.events)
+        assert folded["content"].endswith("Hi")
+        assert folded["reasoning"] == (first.get("reasoning") or first.get("reasoning_content") or "")
+
+
 def test_errors_name_the_url_and_do_not_raise(server):
     api = ApiClient()
     with socket.socket() as s:
@@ -222,8 +255,9 @@ def test_the_injected_transport_is_the_test_seam():
     r = api.request("POST", "http://gpu-01:8000/health", {"a": 1})
     assert (r.status, r.ok, r.json()) == (503, False, {"detail": "loading"})
     s = api.stream("http://gpu-01:8000/v1/chat/completions", {"messages": []})
-    assert s.ok and s.done and assemble_stream(s.events) == {"content": "ok", "tool_calls": [],
-                                                             "finish_reason": "stop", "usage": None}
+    assert s.ok and s.done and assemble_stream(s.events) == {"content": "ok", "reasoning": "", "tool_calls": [],
+                                                             "finish_reason": "stop", "usage": None,
+                                                             "error": None}
     assert seen[0][:3] == ("POST", "/health", "application/json")
     assert json.loads(seen[1][3]) == {"messages": [], "stream": True}
     cut = ApiClient(transport=httpx.MockTransport(lambda req: httpx.Response(200, content=b"data: {}\n\n")))
@@ -258,3 +292,12 @@ def test_many_concurrent_streams_all_succeed_and_no_idle_connection_is_trimmed(s
     api.close()
     assert not bad, f"{len(bad)} of 200 streams failed; first: {bad[0]}"
     assert opened > 50 and closed == 0, f"{closed} of {opened} connections closed by the client mid-run"
+
+
+def test_a_level_of_streams_runs_each_on_its_own_client_and_connection(server):
+    api = ApiClient()
+    results = api.stream_many(server + "/v1/chat/completions", [{"messages": [], "hold_s": 0.2}] * 8)
+    assert all(r.ok and r.done and r.ttft_s is not None for r in results), [r.error for r in results]
+    # eight connections, one per stream's own client, none taken from a shared pool
+    assert len(set(Handler.peers)) == 8
+    api.close()

@@ -20,6 +20,7 @@ def test_shipped_k3_profile_holds_the_recipe_facts():
     hop, bw = p.launch_for("NVIDIA H200"), p.launch_for("NVIDIA B300")
     assert hop.args.count("--moe-backend") == 1 and hop.args[hop.args.index("--moe-backend") + 1] == "marlin"
     assert "--enable-prefix-caching" in bw.args and "--enable-prefix-caching" not in hop.args
+    assert "--no-enable-prefix-caching" in hop.args         # 0.33 caches by default: off takes the flag
     assert "fastsafetensors" in bw.args and "fastsafetensors" not in hop.args
     assert hop.env["VLLM_ENGINE_READY_TIMEOUT_S"] == bw.env["VLLM_ENGINE_READY_TIMEOUT_S"] == "3600"
     assert bw.args[-4:] == ["--tool-call-parser", "kimi_k3", "--reasoning-parser", "kimi_k3"]

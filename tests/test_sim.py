@@ -138,7 +138,9 @@ LONG = {"model": "moonshotai/Kimi-K3",
 
 @pytest.mark.parametrize("faults,flags,expect_hits", [
     ([], ["--enable-prefix-caching"], True),
-    ([], [], False),                                   # Kimi K3: off unless enabled explicitly
+    ([], [], True),                                    # vLLM 0.33: on by default, Kimi K3 included
+    ([], ["--no-enable-prefix-caching"], False),
+    ([], ["--no-enable-prefix-caching", "--enable-prefix-caching"], True),     # the last of the pair wins
     (["prefix_cache_miss"], ["--enable-prefix-caching"], False),
 ])
 def test_prefix_cache_hits_only_when_enabled_and_healthy(cluster, faults, flags, expect_hits):
@@ -161,7 +163,7 @@ def test_tool_calls_need_the_auto_tool_choice_flags(cluster):
                                                                         "properties": {"x": {"type": "string"}},
                                                                         "required": ["x"]}}}
     err = chat(d, {**LONG, "tools": [tool]})
-    assert err["code"] == 400 and "--enable-auto-tool-choice" in err["message"]
+    assert err["error"]["code"] == 400 and "--enable-auto-tool-choice" in err["error"]["message"]
     sh(d, "docker", "rm", "-f", "t")
     start_server(d, "--enable-auto-tool-choice", "--tool-call-parser", "kimi_k3")
     ok = chat(d, {**LONG, "tools": [tool]})
@@ -175,7 +177,10 @@ def test_vllm_oom_kills_the_server_with_a_real_oom_log(cluster):
     start_server(d)
     st = sh(d, "docker", "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", "t")
     assert st.stdout.strip() == "exited 1"
-    assert "torch.OutOfMemoryError: CUDA out of memory" in sh(d, "docker", "logs", "t").stderr
+    logs = sh(d, "docker", "logs", "t").stderr
+    assert "torch.OutOfMemoryError: CUDA out of memory" in logs
+    # vLLM 0.33's own words before PyTorch's (vllm/v1/worker/gpu_model_runner.py)
+    assert "Failed to load model - not enough GPU memory. Try lowering --gpu-memory-utilization" in logs
     assert sh(d, "curl", "-sf", "http://127.0.0.1:8000/health").rc == 7
 
 

@@ -232,6 +232,69 @@ def parse_vllm_metrics(text: str, only: tuple[str, ...] | None = None) -> dict[s
     return out
 
 
+def parse_histogram(text: str, name: str) -> dict[str, Any] | None:
+    """One Prometheus histogram family summed over its other labels: ``{"count", "sum",
+    "buckets": [(le, cumulative count), ...]}`` in ``le`` order (``+Inf`` last); None when
+    /metrics has no such family."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    lines = "\n".join(_family_lines((name,)).findall(text)) + "\n"
+    count = total = 0.0
+    buckets: dict[float, float] = {}
+    seen = False
+    try:
+        for fam in text_string_to_metric_families(lines):
+            for sm in fam.samples:
+                if sm.name == f"{name}_count":
+                    count += float(sm.value)
+                    seen = True
+                elif sm.name == f"{name}_sum":
+                    total += float(sm.value)
+                elif sm.name == f"{name}_bucket":
+                    le = float(sm.labels.get("le", "inf"))
+                    buckets[le] = buckets.get(le, 0.0) + float(sm.value)
+    except ValueError as exc:
+        raise ParseError(f"vLLM /metrics: {exc}") from None
+    return {"count": count, "sum": total, "buckets": sorted(buckets.items())} if seen else None
+
+
+def parse_cache_config_info(text: str) -> dict[str, str] | None:
+    """The labels of vLLM's ``vllm:cache_config_info`` (a gauge set to 1 whose labels are every
+    CacheConfig field as a string: ``log_metrics_info`` in vllm/v1/metrics/loggers.py,
+    ``metrics_info`` in vllm/config/cache.py); None when /metrics has none."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    lines = "\n".join(_family_lines(("vllm:cache_config_info",)).findall(text)) + "\n"
+    try:
+        for fam in text_string_to_metric_families(lines):
+            for sample in fam.samples:
+                if sample.name == "vllm:cache_config_info":
+                    return dict(sample.labels)
+    except ValueError as exc:
+        raise ParseError(f"vLLM /metrics: {exc}") from None
+    return None
+
+
+def cache_block_tokens(info: dict[str, str]) -> int | None:
+    """Tokens per prefix-cache block from ``vllm:cache_config_info``: ``cache_hit_alignment_tokens``
+    (where hits land) when the server set it, else the larger of ``block_size`` and
+    ``mamba_block_size`` (a hybrid model caches its recurrent state only on mamba blocks under
+    mamba_cache_mode "align", vllm/config/cache.py; vLLM sizes the attention block to the
+    mamba page, vllm/platforms/interface.py)."""
+    def num(key: str) -> int | None:
+        try:
+            v = int(info.get(key) or "")
+        except ValueError:
+            return None
+        return v if v > 0 else None
+
+    aligned = num("cache_hit_alignment_tokens")
+    if aligned:
+        return aligned
+    sizes = [v for v in (num("block_size"), num("mamba_block_size")) if v]
+    return max(sizes) if sizes else None
+
+
 # ---------------------------------------------------------------- package repositories
 # What a node's configured repositories offer, and how its packages are held. Each parser
 # reads the tool's real output (samples and their sources in tests/data/parsers/README.md).

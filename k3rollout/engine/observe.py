@@ -52,7 +52,7 @@ from k3rollout.model.playbook import MultinodeParams, load_playbook, play_vars
 from k3rollout.report.result import build_result
 from k3rollout.runlog.journal import Journal, JournalWriteError
 from k3rollout.runlog.view import RunView, fold
-from k3rollout.stages import features, multinode, vllm_server
+from k3rollout.stages import features, multinode, thinking, vllm_server
 from k3rollout.stages.base import NodeCtx, StepFailed
 from k3rollout.stages.cuda_check import TORCH_INIT
 from k3rollout.transport.base import CommandResult
@@ -393,11 +393,15 @@ class Observer:
                   if isinstance(m, dict)]
         model = model if model in served or not served else served[0]
         c.update(model=model, port=port)
-        good, resp = vllm_server.chat(sctx, "short-request", port, {
-            "model": model, "messages": [{"role": "user", "content": "Say hello in one word."}], "max_tokens": 16},
+        good, resp = vllm_server.chat(sctx, "short-request", port, thinking.off({
+            "model": model, "messages": [{"role": "user", "content": "Say hello in one word."}], "max_tokens": 16}),
             timeout=self.settings.request_timeout)
         c["short_request_ok"] = bool(good and vllm_server.message(resp).get("content"))
-        if "--enable-prefix-caching" in args:
+        # prefix caching is on by default in vLLM 0.33 (vllm/config/cache.py): only an explicit
+        # --no-enable-prefix-caching (the last of the pair wins) turns it off
+        caching = next((a == "--enable-prefix-caching" for a in reversed(args)
+                        if a in ("--enable-prefix-caching", "--no-enable-prefix-caching")), True)
+        if caching:
             # sized as the run's features stage sized it: a K3 server scores no hits on a
             # prefix under two of its 1,536-token blocks
             feats = next((st for st in self.playbook.stages if st.stage == "features"), None)
@@ -408,7 +412,7 @@ class Observer:
                                  "hit_rate": features.repeat_hit_rate(proof), "readings": proof.get("readings"),
                                  "inconclusive": bool(proof.get("inconclusive"))}
         else:
-            c["prefix_cache"] = {"enabled": False, "reason": "launched without --enable-prefix-caching"}
+            c["prefix_cache"] = {"enabled": False, "reason": "launched with --no-enable-prefix-caching"}
         if self.settings.tool_call and "--enable-auto-tool-choice" in args:
             row = features.tools_step(sctx, SimpleNamespace(model=model, port=port))
             c["tools"] = {k: row.get(k) for k in ("passed", "reason", "tool_calls", "empty_tool_call", "tool_call_ok",
@@ -537,7 +541,7 @@ def observe_context(nodes: dict[str, dict], reference: dict, index: int, view: R
                          "detail": (f"hits stopped on {_names(stopped)}" if stopped else
                                     f"repeat hit rate {_pct(obs['prefix_hit_rate'])} (the run: "
                                     f"{_pct(obs['run_prefix_hit_rate'])})")
-                         + (f"; not checked on {_names(no_cache)} (launched without --enable-prefix-caching)"
+                         + (f"; not checked on {_names(no_cache)} (launched with --no-enable-prefix-caching)"
                             if no_cache else "")},
         "tool_calls": {"ok": None if not tools_checked else not tool_failures and not empty_calls,
                        "detail": (f"failed on {_names(tool_failures)}" if tool_failures else

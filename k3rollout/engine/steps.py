@@ -73,8 +73,8 @@ def _http_evidence(node: str, res: HttpResult, body: Any) -> str:
         sent = (f"{sent[:half]}\n... [{len(sent) - 2 * half} characters elided from this record; the full request "
                 f"body was {len(sent)} characters, sha256 {digest}] ...\n{sent[-half:]}")
     head = (f"> {res.method} {res.url}\n{sent}\n# host={node} status={res.status} elapsed_s={res.elapsed_s:.4f}"
-            + (f" ttft_s={res.ttft_s:.4f}" if res.ttft_s is not None else "") + (f" error={res.error}" if res.error
-                                                                                  else ""))
+            + (f" ttft_s={res.ttft_s:.4f} ttft_channel={res.ttft_channel}" if res.ttft_s is not None else "")
+            + (f" error={res.error}" if res.error else ""))
     if res.events:
         reply = "\n".join("data: " + fastjson.dumps_str(e) for e in res.events) + ("\ndata: [DONE]" if res.done else "")
     else:
@@ -432,18 +432,19 @@ class StepRunner:
                     argv=["POST", url, f"x{len(bodies)}"], kind="http", once=False, durable=False)
         started = time.monotonic()
 
-        def send(b: Any) -> HttpResult:
-            return self.api.stream(url, b, timeout) if stream else self.api.request("POST", url, b, timeout)
-
-        if len(bodies) <= 1:
-            results = [send(b) for b in bodies]
+        if stream:
+            # each stream on its own client: none waits on a shared pool lock (transport/http.py)
+            results = self.api.stream_many(url, bodies, timeout)
+        elif len(bodies) <= 1:
+            results = [self.api.request("POST", url, b, timeout) for b in bodies]
         else:
             with ThreadPoolExecutor(max_workers=len(bodies)) as pool:
-                results = list(pool.map(send, bodies))
+                results = list(pool.map(lambda b: self.api.request("POST", url, b, timeout), bodies))
         lines = [f"> POST {url} x{len(bodies)} concurrent (stream={stream})", f"# host={ctx.node}"]
         for i, r in enumerate(results, 1):
             lines.append(f"{i}\tstatus={r.status}\telapsed_s={r.elapsed_s:.4f}\tttft_s="
-                         f"{'' if r.ttft_s is None else f'{r.ttft_s:.4f}'}\terror={r.error or ''}")
+                         f"{'' if r.ttft_s is None else f'{r.ttft_s:.4f}'}\tttft_channel={r.ttft_channel or ''}"
+                         f"\terror={r.error or ''}")
         ref = self.evidence.write(ctx.node, ctx.folder, name, self.redact("\n".join(lines) + "\n"))
         bad = sum(1 for r in results if not r.ok)
         self.record("step_done", node=ctx.node, stage=ctx.stage, step=name, key=key, kind="http", rc=1 if bad else 0,

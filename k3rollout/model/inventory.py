@@ -50,6 +50,7 @@ SIM_FAULTS = (
     "rdma_transport_init_fails",
     "worker_unreachable",
     "empty_streamed_tool_calls",
+    "stream_fails_midway",
     "driver_params_lost",
 )
 

@@ -58,6 +58,7 @@ class Layout(_Strict):
     ep: int = Field(default=1, ge=1)
     min_gpus: int = Field(ge=1)
     hardware: list[str] = Field(min_length=1)        # GPU models this layout is published for
+    source: str = ""                                  # who publishes it, and how vLLM runs it
 
     @property
     def gpus(self) -> int:

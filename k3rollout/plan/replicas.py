@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from k3rollout.checks.all2all import builds_all2all
 from k3rollout.errors import InputError
 from k3rollout.model.profile import Layout, ModelProfile
 
@@ -153,7 +154,11 @@ def _replica(rid: str, nodes: list[str], s: Sizing, hw: Hardware, profile: Model
             "gpu_mem_gib": round(hw.mem_gib * hw.count * len(nodes), 1),
             "usable_gib": round(s.usable_gib, 1), "need_gib": round(profile.footprint.need_gib, 1),
             "fits": problem is None, "interconnect": interconnect,
-            "all2all_backend": getattr(profile.all2all, interconnect) if lay.ep > 1 else None,
+            # vLLM builds an all-to-all manager only with data parallel (checks/all2all.py): an
+            # expert-parallel layout with DP 1 (tp16-ep16) runs its experts over the TP group
+            "all2all_backend": getattr(profile.all2all, interconnect)
+            if lay.ep > 1 and builds_all2all(lay.dp, ep=True) else None,
+            "layout_source": lay.source,
             "hardware_source": hw.source, "problem": problem}
 
 

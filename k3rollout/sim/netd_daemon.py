@@ -215,6 +215,12 @@ class Daemon:
             return await self.send(writer, 200, rt.models())
         if path == "/version" and method == "GET":
             return await self.send(writer, 200, {"version": rt.opts.get("_vllm_version", "")})
+        if path == "/tokenize" and method == "POST":
+            try:
+                req = fastjson.loads(body or b"")
+            except ValueError as exc:
+                return await self.send(writer, 400, vllm.error(400, "BadRequestError", f"Invalid JSON: {exc}")[1])
+            return await self.send(writer, *vllm.tokenize(rt, req))
         if path == "/v1/chat/completions":
             if method != "POST":
                 return await self.send(writer, 405, {"detail": "Method Not Allowed"})

@@ -1,7 +1,7 @@
 """The simulated vLLM OpenAI-compatible server's behaviour: start-up, requests, metrics.
 
-Launch flags are honoured the way vLLM honours them: prefix caching is off unless
-``--enable-prefix-caching`` is given (Kimi K3's default, per DOMAIN.md), ``"auto"``
+Launch flags are honoured the way vLLM 0.33 honours them: prefix caching is on unless
+``--no-enable-prefix-caching`` is given (Kimi K3 included), ``"auto"``
 tool choice needs ``--enable-auto-tool-choice`` and ``--tool-call-parser``, and the
 Prometheus metric names are vLLM's (``vllm:prefix_cache_queries_total`` ...).
 """
@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 BLOCK = 16  # vLLM's default KV block size, in tokens
+TOKEN_CHARS = 4  # the simulated tokenizer's longest piece of a word, in characters
 # Kimi K3 caches prefixes in 1,536-token blocks and never reuses the last matched block, so a
 # shared prefix under about two blocks scores zero hits by design (DOMAIN.md "Prefix cache";
 # the recipe's prefix_cache_block_tokens in playbooks/profiles/kimi-k3.yml)
@@ -28,7 +29,8 @@ KNOWN_FLAGS_WITH_VALUE = {"--model", "--tensor-parallel-size", "-tp", "--pipelin
                           # multi-node (vllm/config/parallel.py): --nnodes/--node-rank/--master-addr, and the
                           # data-parallel form's address, RPC port, local size and start rank
                           "--nnodes", "--node-rank", "--master-addr", "--master-port", "--data-parallel-size-local",
-                          "--data-parallel-address", "--data-parallel-rpc-port", "--data-parallel-start-rank"}
+                          "--data-parallel-address", "--data-parallel-rpc-port", "--data-parallel-start-rank",
+                          "--prefill-context-parallel-size", "-pcp"}
 KNOWN_BOOL_FLAGS = {"--trust-remote-code", "--enable-prefix-caching", "--no-enable-prefix-caching",
                     "--enable-auto-tool-choice", "--enable-expert-parallel", "--enforce-eager",
                     "--disable-log-requests", "--disable-log-stats", "--headless", "--disable-custom-all-reduce"}
@@ -51,6 +53,9 @@ def parse_serve_args(args: list[str]) -> tuple[dict[str, Any] | None, str | None
                 i += 1
                 val = args[i]
             opts[key.lstrip("-").replace("-", "_")] = val
+        elif a in ("--enable-prefix-caching", "--no-enable-prefix-caching"):
+            # one boolean flag and its negation: the last one given wins, as in argparse
+            opts["enable_prefix_caching"] = a == "--enable-prefix-caching"
         elif a in KNOWN_BOOL_FLAGS:
             opts[a.lstrip("-").replace("-", "_")] = True
         elif a.startswith("-"):
@@ -62,6 +67,8 @@ def parse_serve_args(args: list[str]) -> tuple[dict[str, Any] | None, str | None
         i += 1
     opts["model"] = opts.get("model") or model or "facebook/opt-125m"
     opts.setdefault("tensor_parallel_size", opts.pop("tp", "1"))
+    if "pcp" in opts:
+        opts.setdefault("prefill_context_parallel_size", opts.pop("pcp"))
     opts["port"] = int(opts.get("port", 8000))
     return opts, None
 
@@ -79,7 +86,7 @@ def startup_logs(opts: dict[str, Any], version: str) -> list[str]:
         f"INFO {_ts()} [model.py:1510] Using max model len {opts.get('max_model_len', MAX_MODEL_LEN_DEFAULT)}",
         f"INFO {_ts()} [core.py:77] Initializing a V1 LLM engine (v{version}) with config: model='{opts['model']}', "
         f"tensor_parallel_size={opts['tensor_parallel_size']}, enable_prefix_caching="
-        f"{bool(opts.get('enable_prefix_caching'))}",
+        f"{opts.get('enable_prefix_caching', True)}",
         f"INFO {_ts()} [parallel_state.py:1165] rank 0 in world size {opts['tensor_parallel_size']} is assigned as "
         "DP rank 0, PP rank 0, TP rank 0, EP rank 0",
         f"INFO {_ts()} [gpu_model_runner.py:2602] Starting to load model {opts['model']}...",
@@ -130,16 +137,23 @@ def oom_logs(gpu_mem_gib: float, allocated: float | None = None) -> list[str]:
     (the weights' share of this GPU), capped at what the GPU holds."""
     total = gpu_mem_gib - 1.19
     alloc = 137.02 if allocated is None else min(allocated, total - 2.19)
+    torch_oom = (f"CUDA out of memory. Tried to allocate 1.75 GiB. GPU 3 has a "
+                 f"total capacity of {total:.2f} GiB of which 612.00 MiB is free. Process 41233 has {total - 0.6:.2f} GiB "
+                 f"memory in use. Of the allocated memory {alloc:.2f} GiB is allocated by PyTorch, and 1.38 GiB is reserved "
+                 "by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+                 "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.")
     return [
         "NCCL INFO Bootstrap : Using eth0:10.0.0.11<0>",
         "NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB eth0:10.0.0.11<0>",
         "NCCL INFO Connected all rings",
+        # vLLM 0.33 names the cause before re-raising PyTorch's error (load_model in
+        # vllm/v1/worker/gpu_model_runner.py)
+        f"ERROR {_ts()} [gpu_model_runner.py:5085] Failed to load model - not enough GPU memory. Try lowering "
+        "--gpu-memory-utilization to free memory for weights, increasing --tensor-parallel-size, or using "
+        "--quantization. See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more tips. "
+        f"(original error: {torch_oom})",
         f"ERROR {_ts()} [core.py:708] EngineCore failed to start.",
-        f"ERROR [core.py:708] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.75 GiB. GPU 3 has a "
-        f"total capacity of {total:.2f} GiB of which 612.00 MiB is free. Process 41233 has {total - 0.6:.2f} GiB "
-        f"memory in use. Of the allocated memory {alloc:.2f} GiB is allocated by PyTorch, and 1.38 GiB is reserved by "
-        "PyTorch but unallocated. If reserved but unallocated memory is large try setting "
-        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.",
+        f"ERROR [core.py:708] torch.OutOfMemoryError: {torch_oom}",
         "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
     ]
 
@@ -147,6 +161,14 @@ def oom_logs(gpu_mem_gib: float, allocated: float | None = None) -> list[str]:
 # ---------------------------------------------------------------- a running server
 
 MAX_MODEL_LEN_DEFAULT = 1048576
+# Kimi K3 thinks before it answers: its chat template opens the think channel unless the
+# request's chat_template_kwargs say {"thinking": false} (or {"enable_thinking": false}), which
+# the kimi_k3 reasoning parser honours too (vllm/reasoning/kimi_k3_reasoning_parser.py). The
+# thinking tokens count against max_tokens; under --reasoning-parser the reply carries them as
+# "reasoning" and content stays empty until the think channel closes. The simulated model
+# thinks this many tokens, more than a 64-token answer budget leaves room for.
+THINK_TOKENS = 96
+THOUGHT = ("The", "user", "asks", "for", "this;", "I", "check", "what", "is", "needed", "first.")
 KIMI_PARSERS = ("kimi_k2", "kimi_k3")
 LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0)
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
@@ -176,18 +198,36 @@ class Runtime:
 
     @property
     def caching(self) -> bool:
-        return bool(self.opts.get("enable_prefix_caching")) and not self.opts.get("no_enable_prefix_caching")
+        # on by default in 0.33, Kimi K3 included: CacheConfig.enable_prefix_caching = True
+        # (vllm/config/cache.py), and EngineArgs keeps the model's default, which is on for every
+        # generative decoder (is_prefix_caching_supported in vllm/config/model.py,
+        # _set_default_chunked_prefill_and_prefix_caching_args in vllm/engine/arg_utils.py);
+        # --no-enable-prefix-caching turns it off
+        return bool(self.opts.get("enable_prefix_caching", True))
 
     @property
     def k3(self) -> bool:
         return "kimi-k3" in str(self.opts["model"]).lower()
 
+    def thinks(self, body: dict[str, Any]) -> bool:
+        """Whether the model thinks before answering this request (K3 does unless told not to)."""
+        if not self.k3:
+            return False
+        kw = body.get("chat_template_kwargs") or {}
+        flag = kw.get("thinking") if isinstance(kw, dict) else None
+        if flag is None and isinstance(kw, dict):
+            flag = kw.get("enable_thinking", True)
+        return bool(flag)
+
     @property
     def block(self) -> int:
-        """Tokens per cached block: ``--block-size``, else the model's (K3: 1,536; vLLM: 16)."""
-        if self.opts.get("block_size"):
-            return max(1, int(self.opts["block_size"]))
-        return K3_BLOCK if self.k3 else BLOCK
+        """Tokens per cached block. A hybrid model's attention block is sized so its page holds
+        a mamba page, and --block-size only raises it (vllm/platforms/interface.py): K3's is
+        1,536 tokens. The KV cache dtype enters that sum, but the published 1,536 does not say
+        for which dtype, so the simulator keeps it for every one. Other models: --block-size,
+        else vLLM's 16."""
+        asked = max(0, int(self.opts.get("block_size") or 0))
+        return max(asked, K3_BLOCK) if self.k3 else (asked or BLOCK)
 
     @property
     def max_num_seqs(self) -> int:
@@ -212,6 +252,9 @@ class Completion:
 
 
 def _tokens(body: dict[str, Any]) -> list[str]:
+    """The prompt's tokens as the chat template renders it. Words are not tokens: like a BPE
+    vocabulary, the simulated tokenizer takes a word in pieces of up to TOKEN_CHARS characters
+    ("cluster123" is 3 tokens), so a client that counts words undercounts."""
     parts: list[str] = []
     for m in body.get("messages", []):
         c = m.get("content") if isinstance(m, dict) else None
@@ -220,11 +263,38 @@ def _tokens(body: dict[str, Any]) -> list[str]:
         parts.append(f"<|{m.get('role', 'user') if isinstance(m, dict) else 'user'}|> {c or ''}")
     if body.get("tools"):
         parts.append(json.dumps(body["tools"], sort_keys=True))
-    return " ".join(parts).split()     # whitespace-separated words, as re.findall(r"\S+") would give
+    return [w[i:i + TOKEN_CHARS] for w in " ".join(parts).split() for i in range(0, len(w), TOKEN_CHARS)]
 
 
-def error(code: int, kind: str, msg: str) -> tuple[int, dict[str, Any]]:
-    return code, {"object": "error", "message": msg, "type": kind, "param": None, "code": code}
+def tokenize(rt: Runtime, body: Any) -> tuple[int, dict[str, Any]]:
+    """POST /tokenize (vllm/entrypoints/serve/tokenize/): a chat request's ``messages`` (or a
+    ``prompt``) rendered and counted with the served model's tokenizer; the reply is
+    TokenizeResponse ``{"count", "max_model_len", "tokens", "token_strs"}`` (protocol.py there)."""
+    if not isinstance(body, dict):
+        return error(400, "BadRequestError", "Input should be a valid dictionary")
+    if body.get("model") not in (rt.served, None):
+        return error(404, "NotFoundError", f"The model `{body.get('model')}` does not exist. "
+                     f"Valid aliases: {rt.served}.", param="model")
+    if isinstance(body.get("messages"), list):
+        toks = _tokens(body)
+    elif isinstance(body.get("prompt"), str):
+        toks = [w[i:i + TOKEN_CHARS] for w in body["prompt"].split() for i in range(0, len(w), TOKEN_CHARS)]
+    else:
+        return error(400, "BadRequestError", "Either `messages` or `prompt` is required")
+    ids = [int(hashlib.md5(t.encode()).hexdigest()[:5], 16) for t in toks]
+    return 200, {"count": len(ids), "max_model_len": rt.max_model_len, "tokens": ids,
+                 "token_strs": toks if body.get("return_token_strs") else None}
+
+
+def error_body(code: int, kind: str, msg: str, param: str | None = None) -> dict[str, Any]:
+    """vLLM 0.33's ``ErrorResponse``: ``{"error": {"message", "type", "param", "code"}}``
+    (vllm/entrypoints/serve/engine/protocol.py, built by create_error_response in
+    vllm/entrypoints/serve/exception_handling/error_response.py)."""
+    return {"error": {"message": msg, "type": kind, "param": param, "code": code}}
+
+
+def error(code: int, kind: str, msg: str, param: str | None = None) -> tuple[int, dict[str, Any]]:
+    return code, error_body(code, kind, msg, param)
 
 
 def _example(schema: dict[str, Any]) -> Any:
@@ -244,7 +314,9 @@ def admit(rt: Runtime, body: Any) -> tuple[int, dict[str, Any]] | Completion:
     if not isinstance(body, dict):
         return error(400, "BadRequestError", "Input should be a valid dictionary")
     if body.get("model") not in (rt.served, None):
-        return error(404, "NotFoundError", f"The model `{body.get('model')}` does not exist.")
+        # _check_model in vllm/entrypoints/serve/engine/serving.py
+        return error(404, "NotFoundError", f"The model `{body.get('model')}` does not exist. "
+                     f"Valid aliases: {rt.served}.", param="model")
     if not isinstance(body.get("messages"), list) or not body["messages"]:
         return error(400, "BadRequestError", "messages: field required")
     tools = body.get("tools") or []
@@ -254,12 +326,21 @@ def admit(rt: Runtime, body: Any) -> tuple[int, dict[str, Any]] | Completion:
         return error(400, "BadRequestError",
                      '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
     toks = _tokens(body)
-    max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
-    if len(toks) + max_tokens > rt.max_model_len:
+    # vLLM 0.33's limits (vllm/renderers/params.py, TokenizeParams as the chat request builds it in
+    # vllm/entrypoints/openai/chat_completion/protocol.py): an output budget over max_model_len and
+    # a prompt over it are refused; otherwise max_tokens (default: the rest of the context) is
+    # clamped to what the context has left (get_max_tokens, vllm/entrypoints/serve/utils/api_utils.py)
+    param = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    asked = body.get(param)
+    if asked is not None and int(asked) > rt.max_model_len:
+        return error(400, "BadRequestError", f"{param}={int(asked)} cannot be greater than max_model_len="
+                     f"{rt.max_model_len}. Please request fewer output tokens.")
+    if len(toks) > rt.max_model_len:
         return error(400, "BadRequestError",
-                     f"This model's maximum context length is {rt.max_model_len} tokens. However, you requested "
-                     f"{len(toks) + max_tokens} tokens ({len(toks)} in the messages, {max_tokens} in the "
-                     "completion). Please reduce the length of the messages or completion.")
+                     f"This model's maximum context length is {rt.max_model_len} tokens. However, your prompt "
+                     f"contains {len(toks)} input tokens, which exceeds this limit even without any output tokens. "
+                     "Please reduce the length of the input prompt.")
+    max_tokens = rt.max_model_len - len(toks) if asked is None else min(int(asked), rt.max_model_len - len(toks))
     hashes, h, blk = [], "", rt.block
     for i in range(0, len(toks) - len(toks) % blk, blk):
         h = hashlib.sha256((h + "\x00" + " ".join(toks[i:i + blk])).encode()).hexdigest()[:16]
@@ -280,8 +361,10 @@ def admit(rt: Runtime, body: Any) -> tuple[int, dict[str, Any]] | Completion:
     rt.c["prompt"] += len(toks)
     seed = f"{time.time()}-{rt.c['queries']}-{id(body)}"
     rid = f"chatcmpl-{hashlib.md5(seed.encode()).hexdigest()}"
-    msg: dict[str, Any] = {"role": "assistant", "content": None, "reasoning_content": None, "tool_calls": []}
+    msg: dict[str, Any] = {"role": "assistant", "content": None, "reasoning": None, "tool_calls": []}
     finish = "stop"
+    think = THINK_TOKENS if rt.thinks(body) else 0
+    budget = max_tokens - think         # max_tokens counts the thinking tokens too
     # an agent loop: each tool result in the conversation answers one call; the model calls the
     # next tool it was given, and answers in text once every tool has answered
     answered = sum(1 for m in body["messages"] if isinstance(m, dict) and m.get("role") == "tool")
@@ -309,10 +392,27 @@ def admit(rt: Runtime, body: Any) -> tuple[int, dict[str, Any]] | Completion:
         gen = 16
     else:
         # one word per decoded token, stopping at max_tokens ("length") or after 32 ("stop")
-        gen = min(32, max_tokens)
+        gen = max(0, min(32, budget))
         words = ("Hello.", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
-        msg["content"] = " ".join(words[i % len(words)] for i in range(gen))
-        finish = "length" if max_tokens <= 32 else "stop"
+        msg["content"] = " ".join(words[i % len(words)] for i in range(gen)) or None
+        finish = "length" if budget <= 32 else "stop"
+    if think:
+        thought = " ".join(THOUGHT[i % len(THOUGHT)] for i in range(min(think, max_tokens)))
+        if gen > budget:
+            # the budget ran out before the answer was whole: the parsers hold back an
+            # unfinished tool call, JSON or text is cut where the tokens ran out
+            cut = max(0, budget)
+            if msg["tool_calls"] or cut == 0:
+                msg["content"], msg["tool_calls"] = None, []
+            else:
+                msg["content"] = (msg["content"] or "")[:cut * 4] or None
+            gen, finish = cut, "length"
+        if opts.get("reasoning_parser"):
+            msg["reasoning"] = thought
+        else:
+            # without a reasoning parser the think channel stays in the text
+            msg["content"] = f"<|open|>think<|sep|>{thought}<|close|>think<|sep|>" + (msg["content"] or "")
+        gen += min(think, max_tokens)
     return Completion(rid, len(toks), cached, msg, finish, gen)
 
 
@@ -321,9 +421,19 @@ def _usage(comp: Completion) -> dict[str, Any]:
             "prompt_tokens_details": {"cached_tokens": comp.cached} if comp.cached else None}
 
 
+def chat_message(msg: dict[str, Any]) -> dict[str, Any]:
+    """vLLM 0.33's ChatMessage as serialised: ``tool_calls`` only when there are some, the
+    thinking as ``reasoning`` (vllm/entrypoints/openai/chat_completion/protocol.py)."""
+    out = {"role": msg["role"], "content": msg["content"], "refusal": None, "annotations": None, "audio": None,
+           "function_call": None, "tool_calls": msg["tool_calls"], "reasoning": msg["reasoning"]}
+    if not out["tool_calls"]:
+        del out["tool_calls"]
+    return out
+
+
 def response(rt: Runtime, comp: Completion) -> dict[str, Any]:
     return {"id": comp.rid, "object": "chat.completion", "created": int(time.time()), "model": rt.served,
-            "choices": [{"index": 0, "message": comp.message, "logprobs": None, "finish_reason": comp.finish,
+            "choices": [{"index": 0, "message": chat_message(comp.message), "logprobs": None, "finish_reason": comp.finish,
                          "stop_reason": None}],
             "usage": _usage(comp), "prompt_logprobs": None, "kv_transfer_params": None}
 
@@ -337,6 +447,8 @@ def stream_chunks(rt: Runtime, comp: Completion, include_usage: bool) -> list[di
 
     out = [chunk({"role": "assistant", "content": ""})]
     msg = comp.message
+    for piece in re.findall(r"\s*\S+", msg["reasoning"] or ""):
+        out.append(chunk({"reasoning": piece}))
     empty = False
     if msg["tool_calls"]:
         rt.tool_streams += 1
@@ -354,8 +466,13 @@ def stream_chunks(rt: Runtime, comp: Completion, include_usage: bool) -> list[di
                 out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": args[j:j + 8]}}]}))
     else:
         text = msg["content"] or ""
-        for piece in re.findall(r"\s*\S+", text) or [""]:
+        for piece in re.findall(r"\s*\S+", text):
             out.append(chunk({"content": piece}))
+    if "stream_fails_midway" in rt.faults:
+        # the engine fails the request after some tokens went out: the 200 stream carries the
+        # error as an event, then [DONE] (GenerationError -> create_error_response in
+        # vllm/entrypoints/openai/chat_completion/serving.py)
+        return out[:max(2, len(out) // 2)] + [error_body(500, "InternalServerError", "Internal server error")]
     out.append(chunk({}, comp.finish))
     if include_usage:
         out.append({**base, "choices": [], "usage": _usage(comp)})
@@ -368,6 +485,24 @@ def _histogram(out: list[str], name: str, lab: str, values: list[float], buckets
     out.append(f'{name}_bucket{{{lab},le="+Inf"}} {float(len(values))}')
     out.append(f"{name}_count{{{lab}}} {float(len(values))}")
     out.append(f"{name}_sum{{{lab}}} {float(sum(values))}")
+
+
+def cache_config_info(rt: Runtime) -> str:
+    """``vllm:cache_config_info``: a gauge at 1 whose labels are CacheConfig's fields as strings
+    (log_metrics_info in vllm/v1/metrics/loggers.py, metrics_info in vllm/config/cache.py); a
+    subset of them here. mamba_block_size follows block_size under mamba_cache_mode "align"
+    (vllm/platforms/interface.py); cache_hit_alignment_tokens is set only after the engine's KV
+    cache is built, so the API server's copy shows None."""
+    on = rt.caching
+    labels = {"block_size": rt.block, "cache_dtype": rt.opts.get("kv_cache_dtype", "auto"),
+              "cache_hit_alignment_tokens": None, "enable_prefix_caching": on,
+              "gpu_memory_utilization": float(rt.opts.get("gpu_memory_utilization", 0.92)),
+              "mamba_block_size": rt.block if rt.k3 and on else None,
+              "mamba_cache_mode": "align" if rt.k3 and on else "none", "num_gpu_blocks": 1036288 // rt.block,
+              "prefix_caching_hash_algo": "sha256", "engine": "0"}
+    text = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    return ("# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+            f"# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{{{text}}} 1.0\n")
 
 
 def metrics(rt: Runtime) -> str:
@@ -408,4 +543,4 @@ def metrics(rt: Runtime) -> str:
     out += ["# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.",
             "# TYPE vllm:time_to_first_token_seconds histogram"]
     _histogram(out, "vllm:time_to_first_token_seconds", lab, rt.ttft, TTFT_BUCKETS)
-    return "\n".join(out) + "\n"
+    return cache_config_info(rt) + "\n".join(out) + "\n"

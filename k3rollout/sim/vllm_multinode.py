@@ -9,9 +9,10 @@ vLLM without Ray (DOMAIN.md "Multi-node launches"):
 - data parallel: ``--data-parallel-size D --data-parallel-size-local L --data-parallel-address
   HEAD``; the other nodes add ``--headless --data-parallel-start-rank K``.
 
-The head's API server waits for its engines (``Waiting for 1 local, 0 remote core engine
-proc(s) to start.``, vllm/v1/engine/utils.py) until every worker has joined, and gives up
-after ``VLLM_ENGINE_READY_TIMEOUT_S`` (default 600 s) with vLLM's ``TimeoutError``. The head
+The head's API server waits for its engine's ready message until every worker has joined
+(the engine's handshake waits are logged at DEBUG in 0.33, vllm/v1/engine/utils.py), and gives
+up after ``VLLM_ENGINE_READY_TIMEOUT_S`` (default 600 s) with vLLM's ``TimeoutError``
+(vllm/v1/engine/core_client.py). The head
 decides lazily, at each docker command on its node, so the order in which head and workers
 start does not matter (the workers' TCP store clients retry, as torch's do).
 
@@ -21,11 +22,14 @@ fit dies with PyTorch's CUDA out-of-memory text. A worker with the ``worker_unre
 fault cannot reach the head's rendezvous port (firewall, wrong interface): it logs torch's
 connect failures and never joins.
 
-An expert-parallel replica on a DeepEP all-to-all backend initialises NVSHMEM once the model is
-loaded; on a node with the ``rdma_transport_init_fails`` fault no NVSHMEM transport comes up
-(neither ibrc nor IBGDA): that node's process exits with NVSHMEM's own lines (as in
-deepseek-ai/DeepEP#55 and sgl-project/sglang#6017), and the head's executor reports the dead
-worker. Any other backend, or a launch without expert parallel, does not touch NVSHMEM.
+An expert-parallel replica on a DeepEP all-to-all backend (where vLLM builds the manager: data
+parallel above 1) needs GPU-initiated RDMA once the model is loaded; on a node with the
+``rdma_transport_init_fails`` fault there is none: with ``deepep_v2`` that node's process stops
+at NCCL's GIN check with vLLM's "DeepEPv2 requires NCCL GIN" RuntimeError
+(vllm/distributed/device_communicators/all2all.py); with the earlier DeepEP backends no NVSHMEM
+transport comes up (neither ibrc nor IBGDA) and it exits with NVSHMEM's own lines (as in
+deepseek-ai/DeepEP#55 and sgl-project/sglang#6017). The head's executor reports the dead worker.
+Any other backend, or a launch without expert parallel, is unaffected.
 """
 
 from __future__ import annotations
@@ -35,13 +39,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from k3rollout.checks.all2all import ALL2ALL_MANAGERS, REMOVED_ALL2ALL
+from k3rollout.checks.all2all import ALL2ALL_MANAGERS, REMOVED_ALL2ALL, builds_all2all
 from k3rollout.sim import state as st
 from k3rollout.sim import vllm
 
 # checkpoint size in GB (1e9 bytes): Kimi K3 is about 1.42-1.5 TB (DOMAIN.md "Kimi K3 deployment shape")
 MODEL_WEIGHTS_GB = {"moonshotai/Kimi-K3": 1500.0}
-ENGINE_READY_TIMEOUT_S = 600.0        # vLLM's default VLLM_ENGINE_READY_TIMEOUT_S
+ENGINE_READY_TIMEOUT_S = 600.0        # vLLM's default VLLM_ENGINE_READY_TIMEOUT_S (vllm/envs.py)
 MASTER_PORT = 29501                   # vLLM's default --master-port
 
 
@@ -65,24 +69,37 @@ def topology(opts: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def builds_manager(opts: dict[str, Any]) -> bool:
+    """Whether this expert-parallel launch gets an all-to-all manager: ``use_all2all``
+    (vllm/config/parallel.py) needs data parallel above 1, or prefill context parallel above 1."""
+    return bool(opts.get("enable_expert_parallel")) and builds_all2all(
+        int(opts.get("data_parallel_size", 1)), True, int(opts.get("prefill_context_parallel_size", 1)))
+
+
 def all2all_logs(opts: dict[str, Any]) -> list[str]:
-    """What an expert-parallel server logs about its all-to-all backend."""
+    """What an expert-parallel server logs about its all-to-all backend: the removed-backend
+    warning comes from ParallelConfig's checks (vllm/config/parallel.py) whatever the layout;
+    the manager line (vllm/distributed/device_communicators/cuda_communicator.py) only where
+    vLLM builds one."""
     if not opts.get("enable_expert_parallel"):
         return []
     asked = str(opts.get("all2all_backend") or "allgather_reducescatter")
     out = []
     if asked in REMOVED_ALL2ALL:
-        out.append(f"WARNING {_ts()} [parallel.py:386] The {asked!r} all2all backend has been removed. Falling back "
+        out.append(f"WARNING {_ts()} [parallel.py:538] The {asked!r} all2all backend has been removed. Falling back "
                    "to 'allgather_reducescatter'.")
         asked = "allgather_reducescatter"
-    return out + [f"INFO {_ts()} [cuda_communicator.py:151] Using {ALL2ALL_MANAGERS.get(asked, 'AgRsAll2AllManager')} "
+    if not builds_manager(opts):
+        return out
+    return out + [f"INFO {_ts()} [cuda_communicator.py:281] Using {ALL2ALL_MANAGERS.get(asked, 'AgRsAll2AllManager')} "
                   "all2all manager."]
 
 
 def uses_nvshmem(opts: dict[str, Any]) -> bool:
-    """Expert parallel on a DeepEP backend (the ones that initialise NVSHMEM)."""
+    """Expert parallel on a DeepEP backend where vLLM builds its manager: the earlier ones
+    initialise NVSHMEM, deepep_v2 needs NCCL GIN instead; both need GPU-initiated RDMA."""
     asked = str(opts.get("all2all_backend") or "allgather_reducescatter")
-    return bool(opts.get("enable_expert_parallel")) and asked.startswith("deepep")
+    return builds_manager(opts) and asked.startswith("deepep")
 
 
 def nvshmem_init_failed_logs(opts: dict[str, Any]) -> list[str]:
@@ -101,17 +118,38 @@ def nvshmem_init_failed_logs(opts: dict[str, Any]) -> list[str]:
     ]
 
 
+def gin_missing_logs(opts: dict[str, Any]) -> list[str]:
+    """DeepEP v2 does not use NVSHMEM: before its first buffer it asks NCCL for GPU-Initiated
+    Networking on the EP group and raises when the group has none (no IBGDA-capable NIC or
+    driver) (DeepEPV2All2AllManager._check_gin_support, vllm/distributed/device_communicators/
+    all2all.py); the worker logs it (WorkerProc, vllm/v1/executor/multiproc_executor.py) and exits."""
+    return all2all_logs(opts) + [
+        f"ERROR {_ts()} [multiproc_executor.py:1063] WorkerProc failed.",
+        "Traceback (most recent call last):",
+        '  File "/usr/local/lib/python3.12/dist-packages/vllm/distributed/device_communicators/all2all.py", '
+        "line 1095, in _check_gin_support",
+        "    raise RuntimeError(",
+        "RuntimeError: DeepEPv2 requires NCCL GIN (GPU-Initiated Networking). This usually means IBGDA-capable "
+        "InfiniBand NICs or drivers are not available. See tools/ep_kernels/README.md for requirements.",
+    ]
+
+
 def _ts() -> str:
     return time.strftime("%m-%d %H:%M:%S")
 
 
 def config_error(topo: dict[str, Any], gpus: int) -> str | None:
-    """The error a node's own vLLM process stops with before it joins anything."""
+    """The error a node's own vLLM process stops with before it joins anything: the launch
+    options are checked by EngineArgs.create_engine_config (vllm/engine/arg_utils.py) in the
+    API server, before any engine starts."""
     if topo["form"] == "nodes":
         if topo["world"] % topo["nnodes"]:
-            return f"AssertionError: world_size={topo['world']} must be divisible by nnodes={topo['nnodes']}."
+            return (f"ValueError: Invalid data-parallel launch options: `--nnodes {topo['nnodes']}` must evenly "
+                    f"divide the total world size ({topo['world']}). Adjust `--nnodes`, `--data-parallel-size`, "
+                    "`--pipeline-parallel-size`, `--tensor-parallel-size`, or `--prefill-context-parallel-size`.")
         if topo["rank"] >= topo["nnodes"]:
-            return f"AssertionError: node_rank={topo['rank']} must be less than nnodes={topo['nnodes']}."
+            return (f"ValueError: Invalid data-parallel launch options: `--node-rank` must be between 0 and "
+                    f"{topo['nnodes'] - 1}; got `--node-rank {topo['rank']}`. Set it to this node's zero-based index.")
     if topo["local_gpus"] and topo["local_gpus"] > gpus:
         return ("ValueError: The number of required GPUs exceeds the total number of available GPUs in the "
                 f"placement group. (requested {topo['local_gpus']}, available {gpus})")
@@ -125,6 +163,14 @@ def start(state: dict[str, Any], name: str, c: dict[str, Any], opts: dict[str, A
     c["started"] = time.time()
     c.pop("serving", None)
     bad = config_error(topo, state["gpu"]["count"])
+    if bad and bad.startswith("ValueError: Invalid data-parallel launch options"):
+        # raised in the API server process while it builds the engine config: a plain traceback
+        c["logs"] = logs[:2] + [
+            "Traceback (most recent call last):",
+            '  File "/usr/local/lib/python3.12/dist-packages/vllm/engine/arg_utils.py", line 2407, in '
+            "create_engine_config", "    raise ValueError(", bad]
+        c["status"], c["exit_code"] = "exited", 1
+        return
     if bad:
         c["logs"] = logs + [f"ERROR {_ts()} [core.py:708] EngineCore failed to start.",
                             "ERROR [core.py:708] Traceback (most recent call last):", f"ERROR [core.py:708] {bad}",
@@ -144,9 +190,13 @@ def start(state: dict[str, Any], name: str, c: dict[str, Any], opts: dict[str, A
             c["logs"] += [f"[W{time.strftime('%m%d %H:%M:%S')}.000000000 socket.cpp:755] [c10d] The client socket has "
                           f"failed to connect to [{topo['head_addr']}]:{port} (errno: 113 - No route to host)."] * 3
         return
-    local, remote = (topo["local"], topo["dp"] - topo["local"]) if topo["form"] == "dp" else (1, 0)
-    c["logs"] = logs + [f"INFO {_ts()} [utils.py:741] Waiting for {local} local, {remote} remote core engine proc(s) "
-                        "to start."]
+    # vLLM 0.33 logs its engine handshake waits at DEBUG only (wait_for_engine_startup,
+    # vllm/v1/engine/utils.py); at INFO the head of a TP/PP launch names itself the leader of
+    # the ranks it waits for (MultiprocExecutor, vllm/v1/executor/multiproc_executor.py)
+    c["logs"] = logs + ([] if topo["form"] == "dp" else [
+        f"INFO {_ts()} [multiproc_executor.py:167] DP group leader: node_rank=0, node_rank_within_dp=0, "
+        f"master_addr={topo['head_addr']}, mq_connect_ip={state.get('address') or topo['head_addr']} (local), "
+        f"world_size={topo['world']}, local_world_size={topo['local_gpus'] or topo['world']}"])
     if state_dir is not None:
         settle(state, state_dir, name, c)
 
@@ -207,12 +257,15 @@ def settle(state: dict[str, Any], state_dir: Path, name: str, c: dict[str, Any])
     if missing:
         timeout = float(c["env"].get("VLLM_ENGINE_READY_TIMEOUT_S") or ENGINE_READY_TIMEOUT_S)
         if time.time() - c["started"] >= timeout:
+            # the API server's wait for its engine's ready message (vllm/v1/engine/core_client.py):
+            # an engine whose remote ranks never joined never sends it
             c["logs"] = c["logs"] + [
-                f"ERROR {_ts()} [core_client.py:611] Engine startup failed: {len(missing)} of {topo['nnodes'] - 1} "
-                "remote node(s) did not join",
+                "Traceback (most recent call last):",
+                '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core_client.py", line 765, in '
+                "__init__", "    raise TimeoutError(",
                 f"TimeoutError: Timed out waiting for engine core processes to start. This is often caused by slow "
                 f"weight loading for large models. Waited {timeout:.0f}s (configured by VLLM_ENGINE_READY_TIMEOUT_S). "
-                "To increase the timeout, set the environment variable: VLLM_ENGINE_READY_TIMEOUT_S=<higher timeout>"]
+                "To increase the timeout, set the environment variable: VLLM_ENGINE_READY_TIMEOUT_S=<seconds>"]
             c["status"], c["exit_code"] = "exited", 1
         return
     # every rank is there: load the weights, split over the replica's GPUs
@@ -228,7 +281,9 @@ def settle(state: dict[str, Any], state_dir: Path, name: str, c: dict[str, Any])
     if uses_nvshmem(opts):
         broken = [m for m in members if "rdma_transport_init_fails" in m[3]["faults"]]
         if broken:
-            _exit_members(state, state_dir, c, topo, broken, lambda ps: nvshmem_init_failed_logs(opts))
+            # deepep_v2 fails at NCCL's GIN query; the earlier DeepEP backends in NVSHMEM's init
+            fail = gin_missing_logs if opts.get("all2all_backend") == "deepep_v2" else nvshmem_init_failed_logs
+            _exit_members(state, state_dir, c, topo, broken, lambda ps: fail(opts))
             return
     faults = sorted({f for _, _, _, ps in members for f in ps["faults"]})
     c["logs"] = c["logs"] + all2all_logs(opts) + vllm.ready_logs(opts)
@@ -255,8 +310,8 @@ def _exit_members(state: dict[str, Any], state_dir: Path, c: dict[str, Any], top
                 pc["status"], pc["exit_code"] = "exited", 1
     mine = any(m[1] == state["name"] for m in bad)
     c["logs"] = c["logs"] + (logs_for(state) if mine else [
-        f"ERROR {_ts()} [multiproc_executor.py:154] Worker proc VllmWorker-{bad[0][0] * (topo['local_gpus'] or 1)} "
-        "died unexpectedly, shutting down executor.",
+        f"ERROR {_ts()} [multiproc_executor.py:380] Worker proc VllmWorker-{bad[0][0] * (topo['local_gpus'] or 1)} "
+        "died unexpectedly (exit code: 1), shutting down executor.",
         "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"])
     c["status"], c["exit_code"] = "exited", 1
 

@@ -27,8 +27,9 @@ import jsonschema
 
 from k3rollout import fastjson
 from k3rollout.checks.openai_stream import assemble_stream
-from k3rollout.checks.parsers import ParseError, parse_vllm_metrics
-from k3rollout.stages import replica_serve, vllm_server
+from k3rollout.checks.parsers import ParseError, cache_block_tokens, parse_cache_config_info, parse_vllm_metrics
+from k3rollout.checks.server_timing import timing_check
+from k3rollout.stages import replica_serve, thinking, vllm_server
 from k3rollout.stages.base import NodeCtx, StageOutcome
 from k3rollout.stages.spec import StageSpec, kind
 
@@ -63,6 +64,9 @@ AGENT_TOOLS: list[dict[str, Any]] = [
 SCHEMA = {"type": "object", "properties": {"node": {"type": "string"}, "ok": {"type": "boolean"}},
           "required": ["node", "ok"]}
 
+# the agent flow thinks as served: room for K3's thinking and a call, per reply
+AGENT_MAX_TOKENS = 4096
+
 # a 1x1 PNG: the smallest valid image input
 PIXEL = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJ"
          "RU5ErkJggg==")
@@ -84,14 +88,20 @@ def percentile(values: list[float], pct: float) -> float | None:
 
 
 def _counters(ctx: NodeCtx, port: int, step: str) -> dict[str, float] | None:
+    return _read_metrics(ctx, port, step)[0]
+
+
+def _read_metrics(ctx: NodeCtx, port: int, step: str) -> tuple[dict[str, float] | None, dict[str, str] | None]:
+    """(prefix-cache counters, ``vllm:cache_config_info`` labels) from one /metrics read."""
     res = ctx.api(step, "GET", port, "/metrics", timeout=30)
     if not res.ok:
-        return None
+        return None, None
     try:
         m = parse_vllm_metrics(res.text, only=("vllm:prefix_cache_", "vllm:gpu_prefix_cache_"))
+        info = parse_cache_config_info(res.text)
     except ParseError:
-        return None
-    return prefix_counters(m)
+        return None, None
+    return prefix_counters(m), info
 
 
 def prefix_counters(m: dict[str, float]) -> dict[str, float] | None:
@@ -114,25 +124,61 @@ def prefix_words(words: int, block_tokens: int | None) -> int:
     return max(words, 2 * block_tokens + max(16, block_tokens // 2))
 
 
+def prefix_sized(ctx: NodeCtx, port: int, model: str, words: int, need: int, seed: str) -> tuple[int, int | None]:
+    """(words, tokens): the fewest words (from ``words``, which hold ``need`` at one token a
+    word) whose system prompt the server counts at ``need`` tokens or more; ``words`` with
+    None when /tokenize does not answer."""
+    def make(n: int) -> dict[str, Any]:
+        return thinking.off({"model": model, "messages": [{"role": "system", "content": long_prefix(n, seed=seed)}]})
+
+    best, best_n = words, None
+    for i in range(1, 5):
+        data, _ = count_tokens(ctx, port, f"prefix-tokenize-{i}", make(words))
+        if data is None:
+            return best, best_n
+        n = data["count"]
+        if n >= need and (best_n is None or n < best_n):
+            best, best_n = words, n
+        if need <= n <= 1.05 * need:
+            break
+        words = max(1, -(-words * need // max(n, 1)) + (1 if n < need else 0))
+    return best, best_n
+
+
 def prefix_cache_proof(ctx: NodeCtx, port: int, model: str, repeats: int, words: int,
                        block_tokens: int | None = None, seed: str = "p") -> dict:
     """``seed`` makes the prefix new to the server (``observe`` passes each send their own,
-    so a prefix cached by an earlier pass does not hit on the first request)."""
-    words = prefix_words(words, block_tokens)
-    # recorded with the proof when a block size sized it (a play without a profile keeps its record as it was)
-    sized = {"prefix_words": words, "block_tokens": block_tokens} if block_tokens else {}
+    so a prefix cached by an earlier pass does not hit on the first request). ``block_tokens``
+    (the profile's) is used only when the server does not publish its own block in
+    ``vllm:cache_config_info`` (vLLM computes it at start-up; --kv-cache-dtype changes it)."""
+    before, info = _read_metrics(ctx, port, "metrics-before")
+    served = cache_block_tokens(info) if info else None
+    block, source = (served, "server") if served else (block_tokens, "profile" if block_tokens else None)
+    words = prefix_words(words, block)
+    # recorded with the proof when a block size sized it
+    sized: dict[str, Any] = {"prefix_words": words, "block_tokens": block, "block_source": source} if block else {}
+    if served and block_tokens and served != block_tokens:
+        sized["profile_block_tokens"] = block_tokens
+    if info:
+        sized["cache_config"] = {k: info[k] for k in ("block_size", "mamba_block_size", "cache_hit_alignment_tokens",
+                                                      "enable_prefix_caching", "cache_dtype") if k in info}
+    if block:
+        # the words above count one token a word, at least the blocks needed; /tokenize says how
+        # many tokens the prefix really is, and it is trimmed to two blocks and a half
+        need = 2 * block + max(16, block // 2)
+        words, tokens = prefix_sized(ctx, port, model, words, need, seed)
+        sized.update(prefix_words=words, prefix_tokens=tokens)
     system = long_prefix(words, seed=seed)
     readings: list[dict[str, Any]] = []
-    before = _counters(ctx, port, "metrics-before")
     if before is None:
         return {"ok": False, "inconclusive": True, "reason": "no prefix-cache counters in /metrics",
                 "readings": [], **sized}
     prev = before
     tails = ["Question: what is batch 1?"] * repeats + ["Question: what is batch 2, with a changed tail?"]
     for i, tail in enumerate(tails, start=1):
-        good, resp = vllm_server.chat(ctx, f"prefix-request-{i}", port, {
+        good, resp = vllm_server.chat(ctx, f"prefix-request-{i}", port, thinking.off({
             "model": model, "max_tokens": 8,
-            "messages": [{"role": "system", "content": system}, {"role": "user", "content": tail}]})
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": tail}]}))
         now = _counters(ctx, port, f"metrics-after-{i}")
         if not good or now is None:
             return {"ok": False, "reason": f"request {i} failed: {str(resp)[:200]}", "readings": readings, **sized}
@@ -167,26 +213,87 @@ def _container(ctx: NodeCtx, step: str) -> tuple[str, int]:
         return status or "unknown", -1
 
 
+# the context step's output budget: the prompt gets the rest of the target context
+CONTEXT_MAX_TOKENS = 16
+TOKENIZE_KEYS = ("model", "messages", "tools", "chat_template_kwargs")
+
+
+def count_tokens(ctx: NodeCtx, port: int, step: str, body: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """(the server's count of a chat request's prompt tokens, why not): POST /tokenize renders
+    ``messages`` with the served model's chat template and tokenizer and answers
+    ``{"count", "max_model_len", "tokens"}`` (vllm/entrypoints/serve/tokenize/protocol.py).
+    The token ids are not kept as evidence (a long prompt's run to megabytes); the count is."""
+    res = ctx.api(step, "POST", port, "/tokenize", {k: body[k] for k in TOKENIZE_KEYS if k in body},
+                  timeout=120, evidence=False)
+    data = res.json() if res.ok else None
+    if not isinstance(data, dict) or not isinstance(data.get("count"), int):
+        return None, f"POST /tokenize did not count the prompt: {res.describe()[:200]}"
+    return data, ""
+
+
+def fit_prompt(ctx: NodeCtx, port: int, make: Any, target: int, step: str, tries: int = 6
+               ) -> tuple[int, int | None, str]:
+    """(words, tokens, why not): the longest ``make(words)`` the server counts at ``target``
+    tokens or fewer, sized by /tokenize (words are not tokens): a short prompt first gives the
+    tokens a word, so the long one is counted about twice, not sent at a wild guess."""
+    words, best, best_n = max(1, min(target, 512)), 0, None
+    for i in range(1, tries + 1):
+        data, why = count_tokens(ctx, port, f"{step}-tokenize-{i}", make(words))
+        if data is None:
+            return best, best_n, why
+        n = data["count"]
+        if n <= target and (best_n is None or n > best_n):
+            best, best_n = words, n
+        if 0.98 * target <= n <= target:
+            break
+        words = max(1, int(words * target / max(n, 1)) - (1 if n > target else 0))
+    return best, best_n, "" if best_n is not None else f"no prompt of {target} tokens or fewer found"
+
+
 def context_step(ctx: NodeCtx, p: Any) -> dict[str, Any]:
-    words = max(1, p.context_tokens - 64)
-    good, resp = vllm_server.chat(ctx, "ladder-context", p.port, {
-        "model": p.model, "max_tokens": 16,
-        "messages": [{"role": "user", "content": long_prefix(words, seed="c") + " Summarise in one word."}]},
-        timeout=p.request_timeout)
+    """One request at the target context (prompt plus output), never beyond the server's
+    --max-model-len (read from /tokenize); the row says which limit it used."""
+    def make(words: int) -> dict[str, Any]:
+        return thinking.off({"model": p.model, "max_tokens": CONTEXT_MAX_TOKENS, "messages": [
+            {"role": "user", "content": long_prefix(words, seed="c") + " Summarise in one word."}]})
+
+    row: dict[str, Any] = {"step": "context", "asked_tokens": p.context_tokens}
+    probe, why = count_tokens(ctx, p.port, "ladder-context-tokenize", make(1))
+    limit = probe.get("max_model_len") if probe else None
+    if probe is None or not isinstance(limit, int):
+        return {**row, "passed": False, "reason": why or "POST /tokenize gave no max_model_len"}
+    target = min(p.context_tokens, limit)
+    row.update(target_tokens=target, max_model_len=limit,
+               limit="context_tokens" if target == p.context_tokens else "max_model_len")
+    words, planned, why = fit_prompt(ctx, p.port, make, target - CONTEXT_MAX_TOKENS, "ladder-context")
+    row["prompt_tokens_planned"] = planned
+    if planned is None or planned < 0.9 * (target - CONTEXT_MAX_TOKENS):
+        return {**row, "passed": False, "reason": f"could not size a {target}-token request: {why or planned}"}
+    good, resp = vllm_server.chat(ctx, "ladder-context", p.port, make(words), timeout=p.request_timeout)
     got = (resp.get("usage") or {}).get("prompt_tokens") if good else None
-    ok = bool(good and got and got >= words)
-    return {"step": "context", "target_tokens": p.context_tokens, "prompt_tokens": got, "passed": ok,
-            "reason": "" if ok else f"a {p.context_tokens}-token request failed: {str(resp)[:300]}"}
+    row["prompt_tokens"] = got
+    ok = bool(good and got and got >= planned)
+    return {**row, "passed": ok, "reason": "" if ok else
+            f"a {planned}-token prompt ({target} with the output, limit {row['limit']}) failed: {str(resp)[:300]}"}
 
 
 def concurrency_step(ctx: NodeCtx, p: Any, level: int, restarts0: int) -> dict[str, Any]:
-    bodies = [{"model": p.model, "max_tokens": p.ladder_max_tokens, "stream_options": {"include_usage": True},
-               "messages": [{"role": "user", "content": f"Request {i} of {level}: count to ten."}]}
-              for i in range(level)]
+    # thinking as served: the load a reasoning model carries; max_tokens counts its thinking,
+    # and the time to first token is the first token of either channel
+    bodies = [thinking.on({"model": p.model, "stream_options": {"include_usage": True},
+                           "messages": [{"role": "user", "content": f"Request {i} of {level}: count to ten."}]},
+                          p.ladder_max_tokens) for i in range(level)]
+    before = ctx.api(f"ladder-metrics-before-{level}", "GET", p.port, "/metrics", timeout=30)
     results = ctx.api_many(f"ladder-concurrency-{level}", p.port, "/v1/chat/completions", bodies,
                            timeout=p.request_timeout)
+    after = ctx.api(f"ladder-metrics-after-{level}", "GET", p.port, "/metrics", timeout=30)
     lat = [r.elapsed_s for r in results if r.ok]
     ttft = [r.ttft_s for r in results if r.ok and r.ttft_s is not None]
+    # the first token of either channel: K3 thinks first, so it is usually a reasoning token
+    channels: dict[str, int] = {}
+    for r in results:
+        if r.ok and r.ttft_channel:
+            channels[r.ttft_channel] = channels.get(r.ttft_channel, 0) + 1
     errors = [r.describe() for r in results if not r.ok]
     gpu = ctx.read_gpu()
     status, restarts = _container(ctx, f"ladder-container-{level}")
@@ -194,23 +301,34 @@ def concurrency_step(ctx: NodeCtx, p: Any, level: int, restarts0: int) -> dict[s
     row = {"step": "concurrency", "level": level, "requests": level, "errors": len(errors),
            "error_rate": round(len(errors) / level, 4),
            "p50_s": _r(percentile(lat, 50)), "p95_s": _r(percentile(lat, 95)), "max_s": _r(max(lat, default=None)),
-           "ttft_p50_s": _r(percentile(ttft, 50)), "ttft_p95_s": _r(percentile(ttft, 95)),
+           "ttft_p50_s": _r(percentile(ttft, 50)), "ttft_p95_s": _r(percentile(ttft, 95)), "ttft_channels": channels,
            "gpu_mem_used_mib": used, "gpu_mem_total_mib": total,
            "gpu_mem_pct": round(100 * used / total, 1) if used is not None and total else None,
            "container": status, "restarts": restarts - restarts0 if restarts >= 0 and restarts0 >= 0 else None}
-    why = []
+    # the client's timings against the server's histograms for the same level
+    timing = timing_check(ttft, lat, before.text if before.ok else "", after.text if after.ok else "")
+    row["server_timing"] = timing
+    why, slow = [], []
     if row["error_rate"] > p.max_error_rate:
         why.append(f"{len(errors)}/{level} requests failed (first: {errors[0][:200]})")
     if row["p95_s"] is not None and row["p95_s"] > p.p95_latency_max_s:
-        why.append(f"p95 latency {row['p95_s']}s > {p.p95_latency_max_s}s")
+        slow.append(f"p95 latency {row['p95_s']}s > {p.p95_latency_max_s}s")
     if row["ttft_p95_s"] is not None and row["ttft_p95_s"] > p.ttft_p95_max_s:
-        why.append(f"p95 time to first token {row['ttft_p95_s']}s > {p.ttft_p95_max_s}s")
+        slow.append(f"p95 time to first token {row['ttft_p95_s']}s > {p.ttft_p95_max_s}s")
     if status != "running" or row["restarts"] is None or row["restarts"] > p.max_restarts:
         why.append(f"server container {status}, restarts {row['restarts']} (allowed {p.max_restarts})")
     if p.gpu_mem_max_pct is not None and row["gpu_mem_pct"] is not None and row["gpu_mem_pct"] > p.gpu_mem_max_pct:
         why.append(f"GPU memory {row['gpu_mem_pct']}% > {p.gpu_mem_max_pct}%")
     if not lat:
         why.append("no request completed")
+    if timing["agree"] is False:
+        # the client timed itself, not the server: its figures decide nothing about the server
+        row["measurement_problem"] = timing["reason"]
+        if slow:
+            slow = [f"measurement problem, client and server timings disagree ({timing['reason']}); "
+                    f"not judged on the client's figures: {'; '.join(slow)}"]
+            row["inconclusive"] = not why       # a person decides, unless the server failed otherwise
+    why += slow
     row["passed"], row["reason"] = not why, "; ".join(why)
     return row
 
@@ -230,8 +348,8 @@ def _valid_call(calls: list[dict]) -> bool:
 
 
 def tools_step(ctx: NodeCtx, p: Any) -> dict[str, Any]:
-    body = {"model": p.model, "tools": [WEATHER_TOOL], "tool_choice": "auto", "max_tokens": 64,
-            "messages": [{"role": "user", "content": "What's the weather in Beijing?"}]}
+    body = thinking.off({"model": p.model, "tools": [WEATHER_TOOL], "tool_choice": "auto", "max_tokens": 64,
+                         "messages": [{"role": "user", "content": "What's the weather in Beijing?"}]})
     good, resp = vllm_server.chat(ctx, "tool-call", p.port, body)
     msg = vllm_server.message(resp) if good else {}
     calls = msg.get("tool_calls") or []
@@ -286,13 +404,16 @@ def agent_loop(ctx: NodeCtx, p: Any, stream: bool) -> dict[str, Any]:
     mode = "stream" if stream else "non_stream"
     messages: list[dict[str, Any]] = [{"role": "user", "content": (
         "Plan a trip from Beijing to Shanghai. Use the tools one at a time, in the order given, then answer.")}]
-    n = {"replies": 0, "calls": 0, "valid_calls": 0, "empty": 0, "retries": 0, "finish_disagree": 0}
+    n = {"replies": 0, "thinking_replies": 0, "calls": 0, "valid_calls": 0, "empty": 0, "retries": 0,
+         "finish_disagree": 0}
     invalid: list[str] = []
     final, error = None, None
     for turn in range(1, p.agent_turns + 2):
         calls: list[dict] = []
         for attempt in range(p.agent_retries + 1):
-            body = {"model": p.model, "tools": tools, "tool_choice": "auto", "max_tokens": 256, "messages": messages}
+            # thinking on, as agents run K3: the budget holds the thinking and the call
+            body = thinking.on({"model": p.model, "tools": tools, "tool_choice": "auto", "messages": messages},
+                               AGENT_MAX_TOKENS)
             step = f"agent-{mode}-turn{turn}-try{attempt + 1}"
             if stream:
                 res = ctx.api(step, "POST", p.port, "/v1/chat/completions", body, stream=True)
@@ -300,7 +421,8 @@ def agent_loop(ctx: NodeCtx, p: Any, stream: bool) -> dict[str, Any]:
             else:
                 good, resp = vllm_server.chat(ctx, step, p.port, body, timeout=p.request_timeout)
                 msg = vllm_server.message(resp) if good else {}
-                got = {"content": msg.get("content") or "", "tool_calls": msg.get("tool_calls") or [],
+                got = {"content": msg.get("content") or "", "reasoning": msg.get("reasoning") or "",
+                       "tool_calls": msg.get("tool_calls") or [],
                        "finish_reason": (resp.get("choices") or [{}])[0].get("finish_reason")} if good else None
                 res = resp
             if got is None:
@@ -308,6 +430,7 @@ def agent_loop(ctx: NodeCtx, p: Any, stream: bool) -> dict[str, Any]:
                 error = f"turn {turn}: request failed: {said[:200]}"
                 break
             n["replies"] += 1
+            n["thinking_replies"] += bool(got.get("reasoning"))
             calls = got["tool_calls"] or []
             if (got["finish_reason"] == "tool_calls") != bool(calls):
                 n["finish_disagree"] += 1
@@ -364,10 +487,10 @@ def agent_step(ctx: NodeCtx, p: Any) -> dict[str, Any]:
 
 
 def structured_step(ctx: NodeCtx, p: Any) -> dict[str, Any]:
-    good, resp = vllm_server.chat(ctx, "structured-output", p.port, {
+    good, resp = vllm_server.chat(ctx, "structured-output", p.port, thinking.off({
         "model": p.model, "max_tokens": 64,
         "response_format": {"type": "json_schema", "json_schema": {"name": "status", "schema": SCHEMA}},
-        "messages": [{"role": "user", "content": "Report status as JSON."}]})
+        "messages": [{"role": "user", "content": "Report status as JSON."}]}))
     try:
         obj = json.loads(vllm_server.message(resp).get("content") or "") if good else None
         ok = isinstance(obj, dict) and all(k in obj for k in SCHEMA["required"])
@@ -377,10 +500,10 @@ def structured_step(ctx: NodeCtx, p: Any) -> dict[str, Any]:
 
 
 def vision_step(ctx: NodeCtx, p: Any) -> dict[str, Any]:
-    good, resp = vllm_server.chat(ctx, "vision-input", p.port, {
+    good, resp = vllm_server.chat(ctx, "vision-input", p.port, thinking.off({
         "model": p.model, "max_tokens": 32,
         "messages": [{"role": "user", "content": [{"type": "text", "text": "Describe this image in one word."},
-                                                  {"type": "image_url", "image_url": {"url": PIXEL}}]}]})
+                                                  {"type": "image_url", "image_url": {"url": PIXEL}}]}]}))
     ok = bool(good and vllm_server.message(resp).get("content"))
     return {"step": "vision", "passed": ok, "reason": "" if ok else f"image input failed: {str(resp)[:200]}"}
 
@@ -394,12 +517,12 @@ def run(ctx: NodeCtx) -> StageOutcome:
         f: dict = replica_serve.per_node({"prefix_caching_flag": "--enable-prefix-caching" in args, **rf},
                                          feature_args=rf["replica_args"])
         stop = lambda: replica_serve.stop(ctx, NAME)  # noqa: E731
-        # the target context is what the launch serves at most (Hopper's recipe: 32k)
+        # the target context is what the launch serves at most (Hopper's recipe: 32k); the
+        # context step reads the server's own limit from /tokenize and keeps under it
         if "--max-model-len" in args and p.context_tokens:
             served = int(args[args.index("--max-model-len") + 1])
-            if p.context_tokens + 64 > served:
+            if p.context_tokens > served:
                 f["context_tokens_capped"] = {"asked": p.context_tokens, "max_model_len": served}
-                p = p.model_copy(update={"context_tokens": served - 64})
     else:
         args = list(p.args)
         f = {"feature_args": args, "prefix_caching_flag": "--enable-prefix-caching" in args}

@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 from k3rollout.checks import parsers
-from k3rollout.checks.all2all import ALL2ALL_MANAGERS
+from k3rollout.checks.all2all import ALL2ALL_MANAGERS, all2all_in_use
 from k3rollout.stages import vllm_server
 from k3rollout.stages.base import NodeCtx
 
@@ -32,12 +32,19 @@ REPLICA_POLL_S = 1.0
 
 _ERROR_LINE = re.compile(r"(torch\.OutOfMemoryError:.*|AssertionError:.*|ValueError:.*|TimeoutError:.*|"
                          r"\[c10d\] The client socket has failed to connect.*|died unexpectedly.*|"
-                         r"nvshmemi_transport_init:\d+: Unable to initialize any transports.*)")
+                         r"nvshmemi_transport_init:\d+: Unable to initialize any transports.*|"
+                         # deepep_v2 (vllm/distributed/device_communicators/all2all.py): NCCL GIN, not NVSHMEM
+                         r"RuntimeError: DeepEPv2 requires NCCL GIN.*)")
 
 
 def serve_args(launch_args: list[str], stage_args: list[str]) -> list[str]:
+    """The profile's launch with the stage's carried flags; a carried flag replaces its
+    negation (``--enable-prefix-caching`` over the Hopper launch's ``--no-enable-prefix-caching``:
+    the play asks for it explicitly, as the checklist does)."""
     args = list(launch_args)
-    args += [f for f in CARRIED_FLAGS if f in stage_args and f not in args]
+    for f in CARRIED_FLAGS:
+        if f in stage_args and f not in args:
+            args = [a for a in args if a != "--no-" + f[2:]] + [f]
     return args
 
 
@@ -116,11 +123,11 @@ def check_driver_params(ctx: NodeCtx, facts: dict[str, Any]) -> tuple[bool, str,
     """DeepEP needs the driver's module options ``NVreg_EnableStreamMemOPs=1`` and
     ``PeerMappingOverride=1`` (in ``NVreg_RegistryDwords``), set in /etc/modprobe.d and
     visible in /proc/driver/nvidia/params; a driver reinstall can drop them (DOMAIN.md
-    "Missing RDMA is silent"). Read on every node of the replica, after its upgrade."""
+    "Missing RDMA is silent"). Read on every node of the replica, after its upgrade, where
+    vLLM builds a DeepEP all-to-all manager (checks/all2all.py: not with data parallel 1)."""
     rep = ctx.replica or {}
-    args = facts["replica_args"][rep["nodes"][0]]
-    backend = args[args.index("--all2all-backend") + 1] if "--all2all-backend" in args else ""
-    if "--enable-expert-parallel" not in args or not backend.startswith("deepep"):
+    backend = all2all_in_use(facts["replica_args"][rep["nodes"][0]]) or ""
+    if not backend.startswith("deepep"):
         return True, "", ""
     lacking: dict[str, list[str]] = {}
     text = ""
@@ -147,11 +154,13 @@ def check_driver_params(ctx: NodeCtx, facts: dict[str, Any]) -> tuple[bool, str,
 def check_all2all(ctx: NodeCtx, name: str, facts: dict[str, Any]) -> tuple[bool, str, str]:
     """An expert-parallel replica must run the all-to-all backend it was asked for: the head's
     log names the manager vLLM chose ("Using DeepEPV2All2AllManager all2all manager."); a
-    removed backend (pplx, naive) silently falls back to allgather_reducescatter."""
-    args = facts["replica_args"][(ctx.replica or {})["nodes"][0]]
-    if "--enable-expert-parallel" not in args:
+    removed backend (pplx, naive) silently falls back to allgather_reducescatter. Only where vLLM
+    builds a manager (ParallelConfig.use_all2all, vllm/config/parallel.py): a TP16/EP16 replica
+    with data parallel 1 builds none and logs no such line."""
+    asked = all2all_in_use(facts["replica_args"][(ctx.replica or {})["nodes"][0]])
+    facts["all2all_built"] = asked is not None
+    if asked is None:
         return True, "", ""
-    asked = args[args.index("--all2all-backend") + 1] if "--all2all-backend" in args else "allgather_reducescatter"
     res = ctx.step(f"{name}-startup-log", ["docker", "logs", name])
     text = res.stdout + res.stderr
     used = [m.group(1) for m in re.finditer(r"Using (\w+) all2all manager\.", text)]

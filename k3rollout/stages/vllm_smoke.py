@@ -10,7 +10,7 @@ proven here; "the cache hits" is the feature stage's job.
 
 from __future__ import annotations
 
-from k3rollout.stages import replica_serve, vllm_server
+from k3rollout.stages import replica_serve, thinking, vllm_server
 from k3rollout.stages.base import NodeCtx, StageOutcome
 from k3rollout.stages.spec import StageSpec, kind
 
@@ -45,18 +45,26 @@ def run(ctx: NodeCtx) -> StageOutcome:
 
 def _requests(ctx: NodeCtx, p, f: dict, stop) -> StageOutcome:
     """The ladder's first two steps against the healthy server, then the server is stopped."""
-    good, resp = vllm_server.chat(ctx, "short-request", p.port, {
-        "model": p.model, "messages": [{"role": "user", "content": p.prompt}], "max_tokens": 16})
+    # instruct mode: a 16-token budget checks the answer, not the thinking (stages/thinking.py)
+    good, resp = vllm_server.chat(ctx, "short-request", p.port, thinking.off({
+        "model": p.model, "messages": [{"role": "user", "content": p.prompt}], "max_tokens": 16}))
     text = vllm_server.message(resp).get("content") if good else None
     f["smoke_request_ok"] = bool(good and text)
     f["smoke_reply"] = (text or "")[:200]
     # error reporting: a request for a model the server does not serve must be refused
     # with a 4xx and an OpenAI-format error object, not a 5xx or a hang
-    bad = ctx.api("error-reporting", "POST", p.port, "/v1/chat/completions", {
-        "model": p.model + "-does-not-exist", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+    bad = ctx.api("error-reporting", "POST", p.port, "/v1/chat/completions", thinking.off({
+        "model": p.model + "-does-not-exist", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}))
     err = bad.json() if bad.status else None
+    # vLLM 0.33 answers {"error": {"message", "type", "param", "code"}} (ErrorResponse,
+    # vllm/entrypoints/serve/engine/protocol.py); servers before it sent the fields at the top
+    # ({"object": "error", "message", ...}), still accepted and recorded as such
+    inner = err.get("error") if isinstance(err, dict) else None
+    f["error_reply"] = ({"format": "error_object", "type": inner.get("type"), "code": inner.get("code")}
+                        if isinstance(inner, dict) else {"format": "top_level", "type": err.get("type"),
+                                                         "code": err.get("code")} if isinstance(err, dict) else None)
     f["error_reporting_ok"] = bool(bad.status and 400 <= bad.status < 500 and isinstance(err, dict)
-                                   and (err.get("message") or (err.get("error") or {}).get("message")))
+                                   and ((inner or {}).get("message") if isinstance(inner, dict) else err.get("message")))
     stop()
     if not f["smoke_request_ok"]:
         return StageOutcome(False, f"short request failed: {str(resp)[:300]}", f, str(resp))

@@ -7,20 +7,23 @@ threads; an idle connection the server closed is noticed and replaced by httpcor
 Errors never raise: a refused connection, a timeout or a non-JSON body come back as an
 ``HttpResult`` with ``error`` set, because the gates decide what a failure means (a
 health poll keeps waiting; a feature check fails with the reason). Streaming replies are
-read as server-sent events, with the time to the first token measured on the wire. No
+read as server-sent events, with the time to the first token measured on the wire; an
+error event inside a 200 stream makes the result a failure (``stream_error``). No
 proxy from the environment is used: gates talk to the node itself.
 """
 
 from __future__ import annotations
 
 import json
+import ssl
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
-from k3rollout.checks.openai_stream import has_output
+from k3rollout.checks.openai_stream import output_channel, stream_error
 
 
 @dataclass
@@ -32,8 +35,10 @@ class HttpResult:
     error: str = ""
     elapsed_s: float = 0.0
     ttft_s: float | None = None
+    ttft_channel: str | None = None  # where the first token came: "reasoning", "content", "tool_calls"
     events: list[dict[str, Any]] = field(default_factory=list)
     done: bool = False               # a stream ended with "data: [DONE]"
+    stream_error: str | None = None  # an error event inside a 200 stream (the result is not ok)
 
     @property
     def ok(self) -> bool:
@@ -59,6 +64,8 @@ class ApiClient:
     """One pooled httpx client for a run, shared by the worker threads."""
 
     def __init__(self, transport: httpx.BaseTransport | None = None, keepalive_expiry_s: float = 5.0):
+        self._transport = transport
+        self._ssl: ssl.SSLContext | None = None
         # No cap on idle connections and none on connections: httpcore 1.0.9's pool enforces
         # either cap by closing an "idle" connection, counting all connections rather than the
         # idle ones, and may pick one it has just handed to a waiting request, which then reads
@@ -114,9 +121,52 @@ class ApiClient:
         except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
             res.error = _describe(exc, url)
         res.elapsed_s = time.perf_counter() - started
-        if res.status == 200 and not res.error and not res.done:
+        if res.status == 200 and not res.error and res.stream_error:
+            res.error = f"{url}: the stream failed after HTTP 200: {res.stream_error}"
+        elif res.status == 200 and not res.error and not res.done:
             res.error = f"{url}: the stream ended without 'data: [DONE]'"
         return res
+
+    def stream_many(self, url: str, bodies: list[dict[str, Any]], timeout: float = 300.0) -> list[HttpResult]:
+        """Streams sent at once, for a load-ladder level: each on a client of its own (its own
+        pool, one connection), all made before the first is sent and released together, so no
+        stream waits on another's pool lock (issue #35: at concurrency 64 on one shared client,
+        42% of the profiled samples waited on httpcore's pool lock, so the ladder timed the
+        client). An injected transport (the test seam) is shared instead."""
+        if len(bodies) <= 1 or self._transport is not None:
+            return self._send_all(url, bodies, timeout, lambda i: self)
+        if self._ssl is None:
+            self._ssl = ssl.create_default_context()    # made once: each client would make its own
+        clients = [ApiClient(transport=httpx.HTTPTransport(verify=self._ssl, limits=httpx.Limits(max_connections=1)))
+                   for _ in bodies]
+        try:
+            return self._send_all(url, bodies, timeout, lambda i: clients[i])
+        finally:
+            for c in clients:
+                c.close()
+
+    @staticmethod
+    def _send_all(url: str, bodies: list[dict[str, Any]], timeout: float, client_for: Any) -> list[HttpResult]:
+        results: list[HttpResult | None] = [None] * len(bodies)
+        go = threading.Barrier(len(bodies) + 1) if len(bodies) > 1 else None
+
+        def send(i: int) -> None:
+            if go is not None:
+                go.wait()
+            results[i] = client_for(i).stream(url, bodies[i], timeout)
+
+        if go is None:
+            for i in range(len(bodies)):
+                send(i)
+        else:
+            threads = [threading.Thread(target=send, args=(i,), daemon=True) for i in range(len(bodies))]
+            for t in threads:
+                t.start()
+            go.wait()
+            for t in threads:
+                t.join()
+        return [r if r is not None else HttpResult("POST", url, error=f"{url}: the stream was not sent")
+                for r in results]
 
     def close(self) -> None:
         self._client.close()
@@ -137,9 +187,15 @@ def _read_events(reply: httpx.Response, res: HttpResult, started: float) -> None
         except ValueError:
             res.error = f"{res.url}: a streamed event is not JSON: {data[:200]!r}"
             return
-        if res.ttft_s is None and any(has_output(c.get("delta", {}))
-                                      for c in ev.get("choices", []) if isinstance(c, dict)):
-            res.ttft_s = time.perf_counter() - started
+        if not isinstance(ev, dict):
+            res.error = f"{res.url}: a streamed event is not a JSON object: {data[:200]!r}"
+            return
+        res.stream_error = res.stream_error or stream_error(ev)
+        if res.ttft_s is None:
+            channel = next((ch for ch in (output_channel(c.get("delta") or {}) for c in ev.get("choices", [])
+                                          if isinstance(c, dict)) if ch), None)
+            if channel:
+                res.ttft_s, res.ttft_channel = time.perf_counter() - started, channel
         res.events.append(ev)
 
 

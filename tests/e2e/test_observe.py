@@ -423,3 +423,18 @@ def test_a_bad_late_fault_is_refused_naming_its_host(tmp_path, capsys):
     pb = write_playbook(tmp_path / "pb.yml", min_serving=0)
     assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(tmp_path / "run")]) == 2
     assert "host gpu-01: sim_late_faults" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag,enabled", [(None, True), ("--no-enable-prefix-caching", False)])
+def test_observe_proves_the_cache_on_a_server_that_caches_by_default(tmp_path, flag, enabled):
+    # vLLM 0.33 caches prefixes unless told not to: a server launched without
+    # --enable-prefix-caching still caches, and observe proves it
+    serving = [a for a in SERVING if a != "--enable-prefix-caching"] + ([flag] if flag else [])
+    run_dir = _rollout(tmp_path, {"gpu-01": {"sim_serving_args": serving}})
+    assert main(["observe", str(run_dir), "--once"]) in (0, 1)
+    (srv,) = _observations(run_dir)[0]["nodes"]["gpu-01"]["serving"]
+    assert srv["prefix_cache"]["enabled"] is enabled
+    if enabled:
+        assert srv["prefix_cache"]["ok"] and srv["prefix_cache"]["hit_rate"] > 0
+    else:
+        assert srv["prefix_cache"]["reason"] == "launched with --no-enable-prefix-caching"

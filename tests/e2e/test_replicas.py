@@ -17,6 +17,11 @@ K3 = shipped("playbooks", "profiles", "kimi-k3.yml")
 # sim_peer_mapping_override: the node's modprobe.d sets the module options DeepEP needs
 H200 = {"sim_gpu": "NVIDIA H200", "sim_gpu_count": 8, "sim_gpu_mem_gib": 141, "sim_peer_mapping_override": True}
 B300 = {"sim_gpu": "NVIDIA B300", "sim_gpu_count": 8, "sim_gpu_mem_gib": 268}
+# vLLM's data-parallel expert-parallel form on two H200 nodes: with data parallel above 1 vLLM
+# builds an all-to-all manager (ParallelConfig.use_all2all), so DeepEP runs; the profile's own
+# H200 layout (TP16/EP16, data parallel 1) builds none
+DP_EP = {"layouts": [{"name": "tp8-dp2-ep16", "tp": 8, "dp": 2, "ep": 16, "min_gpus": 16, "hardware": ["H200"],
+                      "source": "vLLM's --data-parallel-size form with --enable-expert-parallel"}]}
 
 
 def inv(tmp_path, hosts):
@@ -71,7 +76,9 @@ def test_h200_rack_plans_two_node_replicas_and_batches_take_whole_replicas(tmp_p
     assert [r["nodes"] for r in plan.replicas] == [["a01", "a02"], ["a03", "a04"], ["a05", "a06"], ["a07", "a08"]]
     r = plan.replicas[0]
     assert r["layout"] == {"name": "tp16-ep16", "tp": 16, "pp": 1, "dp": 1, "ep": 16, "nnodes": 2}
-    assert r["gpu_mem_gib"] == 2256 and r["fits"] is True and r["all2all_backend"] == "deepep_v2"
+    # TP16/EP16 with data parallel 1: vLLM builds no all-to-all manager, so no backend is chosen
+    assert r["gpu_mem_gib"] == 2256 and r["fits"] is True and r["all2all_backend"] is None
+    assert "SGLang" in r["layout_source"] and "builds no all-to-all manager" in r["layout_source"]
     # serial [1, 2] counts replicas; min_serving 50% of 4 replicas keeps 2 serving
     assert [b.nodes for b in plan.batches] == [["a01", "a02"], ["a03", "a04", "a05", "a06"], ["a07", "a08"]]
     assert plan.min_serving == 2 and plan.batches[1].serving_during == 2
@@ -142,16 +149,27 @@ def test_each_replica_carries_its_multi_node_launch(tmp_path):
     head, worker = h200["launch"]
     assert (head["node"], head["rank"], head["head"]) == ("a01", 0, True)
     for want in (["--tensor-parallel-size", "16"], ["--nnodes", "2"], ["--master-addr", "10.0.1.11"],
-                 ["--all2all-backend", "deepep_v2"], ["--moe-backend", "marlin"]):
+                 ["--moe-backend", "marlin"]):
         i = head["args"].index(want[0])
         assert head["args"][i:i + 2] == want and want[0] in worker["args"]
     assert "--enable-expert-parallel" in head["args"] and "--headless" not in head["args"]
+    assert "--all2all-backend" not in head["args"] + worker["args"]       # vLLM would build no manager for it
     assert worker["args"][worker["args"].index("--node-rank") + 1] == "1" and "--headless" in worker["args"]
     assert head["env"]["VLLM_ENGINE_READY_TIMEOUT_S"] == "3600"
     (only,) = b300["launch"]
     assert "--nnodes" not in only["args"] and "--headless" not in only["args"]
     assert "fastsafetensors" in only["args"] and "--enable-prefix-caching" in only["args"]
     assert only["args"][only["args"].index("--tensor-parallel-size") + 1] == "8"
+
+
+def test_a_data_parallel_expert_layout_passes_its_all2all_backend(tmp_path):
+    hosts = {"a01": {**H200, "rack": "a"}, "a02": {**H200, "rack": "a"}}
+    (rep,) = k3_plan(tmp_path, hosts, serial=1, min_serving=0, profile_overrides=DP_EP).replicas
+    assert rep["layout"]["dp"] == 2 and rep["all2all_backend"] == "deepep_v2"
+    head, worker = rep["launch"]
+    for args in (head["args"], worker["args"]):
+        assert args[args.index("--all2all-backend") + 1] == "deepep_v2" and "--enable-expert-parallel" in args
+    assert worker["args"][worker["args"].index("--data-parallel-start-rank") + 1] == "1"
 
 
 # ---- on the simulator ----
@@ -211,10 +229,13 @@ def test_a_failed_node_takes_its_whole_replica_back_and_is_named(tmp_path):
     assert [e["stage"] for e in ran][-1] == "vllm_smoke" and ran[-1]["passed"] is False
     assert not any(c.startswith("docker run") and "k3rollout-smoke" in c for c in commands(run_dir, "gpu-01"))
     assert any(e["type"] == "rollback_done" and e["node"] == "gpu-01" and e["ok"] for e in journal(run_dir))
-    # the prefix proof was sized from the profile's 1,536-token block: two full blocks plus a tail
+    # the prefix proof was sized from the server's 1,536-token block (vllm:cache_config_info), in
+    # tokens the server counted: two full blocks plus a tail, with fewer words than tokens
     proof = next(e["facts"]["prefix_cache"] for e in journal(run_dir)
                  if e["type"] == "facts" and e["node"] == "gpu-03" and "prefix_cache" in e.get("facts", {}))
-    assert proof["ok"] and proof["block_tokens"] == 1536 and proof["prefix_words"] == 2 * 1536 + 768
+    assert proof["ok"] and (proof["block_tokens"], proof["block_source"]) == (1536, "server")
+    assert 2 * 1536 + 768 <= proof["prefix_tokens"] <= 1.05 * (2 * 1536 + 768)
+    assert proof["prefix_words"] < proof["prefix_tokens"]
     assert proof["readings"][0]["prompt_tokens"] > 2 * 1536
     # the profile turns on the agent flow: a 3-call tool loop in both modes, on the replica's head
     flow = next(e["facts"]["agent_flow"] for e in journal(run_dir)
@@ -261,13 +282,19 @@ def test_a_multi_node_replica_is_served_once_from_its_head(tmp_path):
     assert "--nnodes 2 --node-rank 0 --master-addr gpu-01" in runs["gpu-01"][0] and "--headless" not in runs["gpu-01"][0]
     assert "--nnodes 2 --node-rank 1 --master-addr gpu-01 --headless" in runs["gpu-02"][0]
     assert "VLLM_ENGINE_READY_TIMEOUT_S=3600" in runs["gpu-02"][0] and "--tensor-parallel-size 16" in runs["gpu-02"][0]
+    # Hopper's launch turns prefix caching off (0.33 caches by default): the smoke stage keeps
+    # that; the features stage's explicit --enable-prefix-caching replaces the flag
+    assert "--no-enable-prefix-caching" in runs["gpu-01"][0]
+    (feat_run,) = [c for c in commands(run_dir, "gpu-01") if c.startswith("docker run") and "k3rollout-features" in c]
+    assert "--no-enable-prefix-caching" not in feat_run and "--enable-prefix-caching" in feat_run
     facts = {(e["node"], e["stage"]): e["facts"] for e in journal(run_dir) if e["type"] == "facts"}
     smoke = facts[("gpu-02", "vllm_smoke")]
     assert smoke["smoke_request_ok"] and smoke["replica"] == "rack-a/1" and smoke["replica_role"] == "worker"
     assert smoke["stopped_serving"] == ["vllm-serving"] and "--headless" in smoke["smoke_args"]
     assert smoke["replica_ready_timeout_s"] == 3600
-    # the server runs the all-to-all backend it was asked for (its own log says which)
-    assert (smoke["all2all_asked"], smoke["all2all_manager"]) == ("deepep_v2", "DeepEPV2All2AllManager")
+    # TP16/EP16 with data parallel 1: vLLM builds no all-to-all manager and logs none; the gate
+    # does not ask for one (it did, and failed a healthy replica)
+    assert smoke["all2all_built"] is False and "all2all_manager" not in smoke
     # the features ran once for the replica, so the worker's cache fault failed the replica: both roll back
     for n in ("gpu-01", "gpu-02"):
         assert (r["nodes"][n]["failed_stage"], r["nodes"][n]["final"]) == ("features", "rolled_back")
@@ -277,7 +304,8 @@ def test_a_multi_node_replica_is_served_once_from_its_head(tmp_path):
     feat = facts[("gpu-01", "features")]
     assert feat["context_tokens_capped"] == {"asked": 65536, "max_model_len": 32768}
     ctx_row = next(row for row in feat["ladder"] if row["step"] == "context")
-    assert ctx_row["passed"] and ctx_row["target_tokens"] == 32768 - 64
+    assert ctx_row["passed"] and (ctx_row["target_tokens"], ctx_row["limit"]) == (32768, "max_model_len")
+    assert ctx_row["prompt_tokens"] <= 32768 - 16
 
 
 def test_replica_that_does_not_come_up_names_the_node_that_caused_it(tmp_path):
@@ -325,13 +353,14 @@ def test_replica_that_does_not_come_up_names_the_node_that_caused_it(tmp_path):
         assert not {"k3rollout-smoke", "k3rollout-features"} & set(sim_state(run_dir, n)["docker"]["containers"])
 
 
-def test_nvshmem_transport_init_failure_on_a_worker_takes_the_replica_back_and_names_it(tmp_path):
+def test_deepep_v2_without_nccl_gin_on_a_worker_takes_the_replica_back_and_names_it(tmp_path):
     from support import journal, result
 
     hosts = {f"gpu-{i:02d}": {**H200, "rack": "a"} for i in range(1, 3)}
     hosts["gpu-02"]["sim_faults"] = ["rdma_transport_init_fails"]
     invp = write_inventory(tmp_path / "inv", hosts)
-    pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=2, max_fail_percentage=100, min_serving=0)
+    pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=2, max_fail_percentage=100, min_serving=0,
+                        profile_overrides=DP_EP)
     run_dir = tmp_path / "run"
     assert main(["run", str(pb), "-i", str(invp), "--yes", "--run-dir", str(run_dir)]) == 0
     r = result(run_dir)
@@ -339,8 +368,10 @@ def test_nvshmem_transport_init_failure_on_a_worker_takes_the_replica_back_and_n
         ("gpu-01", "vllm_smoke", "rolled_back"), ("gpu-02", "vllm_smoke", "rolled_back")}
     reason = r["nodes"]["gpu-01"]["reason"]
     assert reason.startswith("replica rack-a/1 did not come up: vLLM exited before becoming healthy (exited 1)")
-    assert "caused by worker gpu-02 (rank 1) exited with code 1: nvshmemi_transport_init:287: Unable to " \
-           "initialize any transports. returning error." in reason
+    # deepep_v2 stops at NCCL's GIN check, not in NVSHMEM (vllm/distributed/device_communicators/all2all.py)
+    assert "caused by worker gpu-02 (rank 1) exited with code 1: RuntimeError: DeepEPv2 requires NCCL GIN " \
+           "(GPU-Initiated Networking). This usually means IBGDA-capable InfiniBand NICs or drivers are not " \
+           "available." in reason and "nvshmem" not in reason.lower()
     assert r["nodes"]["gpu-02"]["reason"] == reason
     assert r["replicas"]["rack-a/1"]["caused_by"] == "gpu-02"
     triage = {e["node"]: e for e in journal(run_dir) if e["type"] == "triage"}
@@ -352,25 +383,42 @@ def test_nvshmem_transport_init_failure_on_a_worker_takes_the_replica_back_and_n
 def test_sim_nvshmem_fault_touches_only_deepep_backends(tmp_path):
     from k3rollout.sim.dispatch import init_cluster
 
-    def replica(backend):
-        dirs = init_cluster(tmp_path / backend, {"a": {**H200, **NEW},
-                                                 "b": {**H200, **NEW, "sim_faults": ["rdma_transport_init_fails"]}})
+    def replica(backend, dp=True):
+        dirs = init_cluster(tmp_path / f"{backend}-{dp}", {
+            "a": {**H200, **NEW}, "b": {**H200, **NEW, "sim_faults": ["rdma_transport_init_fails"]}})
         ep = ["--enable-expert-parallel", "--all2all-backend", backend]
-        _serve(dirs, "a", "--nnodes", "2", "--node-rank", "0", "--master-addr", "a", *ep)
-        _serve(dirs, "b", "--nnodes", "2", "--node-rank", "1", "--master-addr", "a", "--headless", *ep)
+        if dp:
+            dpa = ["--tensor-parallel-size", "8", "--data-parallel-size", "2", "--data-parallel-size-local", "1",
+                   "--data-parallel-address", "a"]
+            _serve(dirs, "a", *dpa, *ep)
+            _serve(dirs, "b", *dpa, "--headless", "--data-parallel-start-rank", "1", *ep)
+        else:
+            _serve(dirs, "a", "--nnodes", "2", "--node-rank", "0", "--master-addr", "a", *ep)
+            _serve(dirs, "b", "--nnodes", "2", "--node-rank", "1", "--master-addr", "a", "--headless", *ep)
         return _container(dirs, "a"), _container(dirs, "b")
 
     # the default all-to-all never initialises NVSHMEM: the replica serves
     (status, logs), _ = replica("allgather_reducescatter")
     assert status == "running 0" and "Application startup complete." in logs
-    # DeepEP does: the worker exits with NVSHMEM's lines, the head with its dead worker
+    # DeepEP v2 needs NCCL GIN: the worker stops at vLLM's GIN check, never in NVSHMEM
     (status, logs), (wstatus, wlogs) = replica("deepep_v2")
+    assert (status, wstatus) == ("exited 1", "exited 1") and "nvshmem" not in wlogs.lower()
+    assert wlogs.rstrip().endswith("RuntimeError: DeepEPv2 requires NCCL GIN (GPU-Initiated Networking). This "
+                                   "usually means IBGDA-capable InfiniBand NICs or drivers are not available. See "
+                                   "tools/ep_kernels/README.md for requirements.")
+    assert "Worker proc VllmWorker-8 died unexpectedly (exit code: 1), shutting down executor." in logs
+    # the earlier DeepEP backends initialise NVSHMEM: the worker exits with NVSHMEM's lines
+    (status, logs), (wstatus, wlogs) = replica("deepep_high_throughput")
     assert wstatus == "exited 1"
     assert "WARN: init failed for remote transport: ibrc" in wlogs
     assert "nvshmemi_transport_init:287: Unable to initialize any transports. returning error." in wlogs
     assert wlogs.rstrip().endswith("nvshmemi_check_state_and_init:1080: nvshmem initialization failed, exiting")
-    assert status == "exited 1" and "Worker proc VllmWorker-8 died unexpectedly, shutting down executor." in logs
+    assert status == "exited 1" and "died unexpectedly" in logs
     assert "Application startup complete." not in logs
+    # TP16 with expert parallel and data parallel 1: vLLM builds no all-to-all manager, DeepEP never starts
+    (status, logs), (wstatus, _) = replica("deepep_v2", dp=False)
+    assert (status, wstatus) == ("running 0", "running 0") and "Application startup complete." in logs
+    assert "all2all manager" not in logs
 
 
 def test_a_replica_whose_server_falls_back_to_another_all2all_backend_fails(tmp_path):
@@ -380,7 +428,7 @@ def test_a_replica_whose_server_falls_back_to_another_all2all_backend_fails(tmp_
     invp = write_inventory(tmp_path / "inv", hosts)
     # pplx was removed from vLLM: the server comes up on allgather_reducescatter with only a warning
     pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=1, max_fail_percentage=100, min_serving=0,
-                        profile_overrides={"all2all": {"rdma": "pplx"}})
+                        profile_overrides={**DP_EP, "all2all": {"rdma": "pplx"}})
     run_dir = tmp_path / "run"
     assert main(["run", str(pb), "-i", str(invp), "--yes", "--run-dir", str(run_dir)]) == 0
     r = result(run_dir)
@@ -400,7 +448,8 @@ def test_driver_module_parameters_deepep_needs_are_checked_after_the_upgrade(tmp
     hosts["gpu-02"]["sim_faults"] = ["driver_params_lost"]      # the reinstall dropped its modprobe.d options
     hosts["gpu-04"]["sim_peer_mapping_override"] = False        # never had PeerMappingOverride
     invp = write_inventory(tmp_path / "inv", hosts)
-    pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=2, max_fail_percentage=100, min_serving=0)
+    pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=2, max_fail_percentage=100, min_serving=0,
+                        profile_overrides=DP_EP)
     run_dir = tmp_path / "run"
     assert main(["run", str(pb), "-i", str(invp), "--yes", "--run-dir", str(run_dir)]) == 0
     r = result(run_dir)
@@ -496,7 +545,9 @@ def test_sim_head_waits_for_its_worker_then_serves(tmp_path):
     assert _serve(dirs, "a", "--nnodes", "2", "--node-rank", "0", "--master-addr", "a").rc == 0
     status, logs = _container(dirs, "a")
     assert status == "running 0"
-    assert "Waiting for 1 local, 0 remote core engine proc(s) to start." in logs
+    # 0.33 logs the handshake waits at DEBUG; at INFO the head names itself leader of the ranks
+    assert "DP group leader: node_rank=0, node_rank_within_dp=0, master_addr=a" in logs
+    assert "world_size=16, local_world_size=8" in logs and "core engine proc(s)" not in logs
     assert "Application startup complete." not in logs          # no API server before the worker joined
     # the worker joins (started after the head: its TCP store client retries)
     assert _serve(dirs, "b", "--nnodes", "2", "--node-rank", "1", "--master-addr", "a", "--headless").rc == 0
@@ -522,7 +573,17 @@ def test_sim_missing_worker_makes_the_head_time_out(tmp_path):
     status, logs = _container(dirs, "a")
     assert status == "exited 1"
     assert ("TimeoutError: Timed out waiting for engine core processes to start. This is often caused by slow "
-            "weight loading for large models. Waited 60s (configured by VLLM_ENGINE_READY_TIMEOUT_S).") in logs
+            "weight loading for large models. Waited 60s (configured by VLLM_ENGINE_READY_TIMEOUT_S). To increase "
+            "the timeout, set the environment variable: VLLM_ENGINE_READY_TIMEOUT_S=<seconds>") in logs
+    # 0.33's words only: no invented summary line before vLLM's own TimeoutError
+    assert "did not join" not in logs and "initial message" not in logs
+    # a worker that never started at all: the head gives up the same way
+    alone = init_cluster(tmp_path / "alone", {"a": {**H200, **NEW}})
+    _serve(alone, "a", "--nnodes", "2", "--node-rank", "0", "--master-addr", "a", env=env)
+    with transaction(alone["a"]) as s:
+        s["docker"]["containers"]["k3"]["started"] -= 61
+    status, logs = _container(alone, "a")
+    assert status == "exited 1" and "TimeoutError: Timed out waiting for engine core processes to start." in logs
 
 
 def test_sim_data_parallel_form_waits_for_its_remote_engines(tmp_path):
@@ -540,7 +601,7 @@ def test_sim_data_parallel_form_waits_for_its_remote_engines(tmp_path):
 
     serve("a")
     status, logs = _container(dirs, "a")
-    assert status == "running 0" and "Waiting for 1 local, 1 remote core engine proc(s) to start." in logs
+    assert status == "running 0" and "Application startup complete." not in logs      # waits for b
     serve("b", "--headless", "--data-parallel-start-rank", "1")
     status, logs = _container(dirs, "a")
     assert status == "running 0" and "Application startup complete." in logs
@@ -548,8 +609,10 @@ def test_sim_data_parallel_form_waits_for_its_remote_engines(tmp_path):
 
 
 @pytest.mark.parametrize("args,error", [
-    (["--nnodes", "2", "--node-rank", "2"], "AssertionError: node_rank=2 must be less than nnodes=2."),
-    (["--nnodes", "3", "--node-rank", "1"], "AssertionError: world_size=16 must be divisible by nnodes=3."),
+    (["--nnodes", "2", "--node-rank", "2"], "ValueError: Invalid data-parallel launch options: `--node-rank` must "
+                                            "be between 0 and 1; got `--node-rank 2`."),
+    (["--nnodes", "3", "--node-rank", "1"], "ValueError: Invalid data-parallel launch options: `--nnodes 3` must "
+                                            "evenly divide the total world size (16)."),
 ])
 def test_sim_wrong_rank_or_node_count_fails_that_node(tmp_path, args, error):
     from k3rollout.sim.dispatch import init_cluster
@@ -569,7 +632,7 @@ def test_sim_model_that_does_not_fit_the_replica_runs_out_of_memory(tmp_path):
     _serve(dirs, "a", "--nnodes", "2", "--node-rank", "0", "--master-addr", "a")
     _serve(dirs, "b", "--nnodes", "2", "--node-rank", "1", "--master-addr", "a", "--headless")
     status, logs = _container(dirs, "a")
-    assert status == "exited 1" and "Worker proc VllmWorker-8 died unexpectedly, shutting down executor." in logs
+    assert status == "exited 1" and "Worker proc VllmWorker-8 died unexpectedly (exit code: 1), shutting down executor." in logs
     status, logs = _container(dirs, "b")          # the worker whose GPUs are too small says why
     assert status == "exited 1"
     assert "torch.OutOfMemoryError: CUDA out of memory." in logs and "total capacity of 78.81 GiB" in logs

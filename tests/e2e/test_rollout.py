@@ -62,17 +62,21 @@ def test_demo_rollout_upgrades_all_but_the_faulty_node_and_rolls_it_back(tmp_pat
     # 1 failed replica of batch 3's 4 is within max_fail_percentage 25: the rollout goes on
     assert [b["status"] for b in r["batches"]] == ["passed", "passed", "failed", "passed", "passed"]
     assert r["batches"][2]["rollback_ran"] is True
-    # both shapes served with the profile's launch: the H200 replica across its two nodes with
-    # DeepEP (module options present on both), the B300 node alone with Blackwell's arguments
+    # both shapes served with the profile's launch: the H200 replica across its two nodes as TP16
+    # with expert parallel (data parallel 1: vLLM builds no all-to-all manager, so neither the
+    # backend nor DeepEP's module options are asked for), the B300 node alone with Blackwell's arguments
     facts = {(e["node"], e["stage"]): e["facts"] for e in journal(run_dir) if e["type"] == "facts"}
     h200 = facts[("gpu-a02", "vllm_smoke")]
-    assert (h200["replica"], h200["replica_role"], h200["driver_params_ok"]) == ("rack-a/1", "worker", True)
-    assert h200["all2all_manager"] == "DeepEPV2All2AllManager" and "--headless" in h200["smoke_args"]
+    assert (h200["replica"], h200["replica_role"], h200["all2all_built"]) == ("rack-a/1", "worker", False)
+    assert "driver_params_ok" not in h200 and "--headless" in h200["smoke_args"]
+    assert "--all2all-backend" not in h200["smoke_args"]
     b300 = facts[("gpu-b01", "features")]
     assert (b300["replica"], b300["replica_role"]) == ("rack-b/1", "head")
     for flag in ("fastsafetensors", "--enable-prefix-caching", "1048576"):
         assert flag in b300["feature_args"]
     assert b300["prefix_cache"]["ok"] and b300["prefix_cache"]["block_tokens"] == 1536
+    # the shared prefix is sized in tokens the server counted (/tokenize), not in words
+    assert 2 * 1536 + 768 <= b300["prefix_cache"]["prefix_tokens"] <= 1.05 * (2 * 1536 + 768)
     # every batch carries a rollback plan for each of its nodes, recorded at baseline
     for b in r["batches"]:
         assert [p["node"] for p in b["rollback_plan"]] == b["nodes"]

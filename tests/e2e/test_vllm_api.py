@@ -11,7 +11,7 @@ import openai  # a declared test dependency: missing means a broken install, nev
 import pytest
 from support import journal, result, write_inventory, write_playbook
 
-from k3rollout.checks.parsers import parse_vllm_metrics
+from k3rollout.checks.parsers import parse_cache_config_info, parse_vllm_metrics
 from k3rollout.cli import main
 from k3rollout.stages.features import WEATHER_TOOL, prefix_counters
 from k3rollout.transport.sim import SimExecutor
@@ -39,9 +39,16 @@ def test_official_openai_client_models_chat_tools_and_streaming(node):
     base = start(node, "gpu-01", REFERENCE)
     client = openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0)
     assert [m.id for m in client.models.list().data] == ["moonshotai/Kimi-K3"]
+    # K3 thinks first and max_tokens counts the thinking: 8 tokens end inside the think channel
     reply = client.chat.completions.create(model="moonshotai/Kimi-K3", max_tokens=8,
                                            messages=[{"role": "user", "content": "Say hello"}])
+    assert reply.choices[0].message.content is None and reply.choices[0].finish_reason == "length"
+    assert reply.choices[0].message.reasoning and reply.usage.completion_tokens == 8
+    reply = client.chat.completions.create(model="moonshotai/Kimi-K3", max_tokens=8,
+                                           extra_body={"chat_template_kwargs": {"thinking": False}},
+                                           messages=[{"role": "user", "content": "Say hello"}])
     assert reply.choices[0].message.content and reply.usage.prompt_tokens > 0
+    assert reply.choices[0].message.reasoning is None
     tool = client.chat.completions.create(model="moonshotai/Kimi-K3", tools=[WEATHER_TOOL], tool_choice="auto",
                                           messages=[{"role": "user", "content": "Weather in Beijing?"}])
     call = tool.choices[0].message.tool_calls[0]
@@ -58,20 +65,86 @@ def test_official_openai_client_models_chat_tools_and_streaming(node):
             finish = c.finish_reason or finish
     assert name == "get_weather" and len([p for p in parts if p]) > 1
     assert json.loads("".join(parts)) == {"city": "Beijing"} and finish == "tool_calls"
-    with pytest.raises(openai.NotFoundError):
+    with pytest.raises(openai.NotFoundError) as missing:
         client.chat.completions.create(model="other", messages=[{"role": "user", "content": "x"}])
-    with pytest.raises(openai.BadRequestError, match="maximum context length"):
-        client.chat.completions.create(model="moonshotai/Kimi-K3", max_tokens=1048576,
+    # vLLM 0.33's ErrorResponse: {"error": {"message", "type", "param", "code"}}, which the client unwraps
+    assert missing.value.body == {"message": "The model `other` does not exist. Valid aliases: moonshotai/Kimi-K3.",
+                                  "type": "NotFoundError", "param": "model", "code": 404}
+    raw = httpx.post(base + "/v1/chat/completions", json={"model": "moonshotai/Kimi-K3", "max_tokens": 1048577,
+                                                          "messages": [{"role": "user", "content": "x"}]})
+    assert raw.status_code == 400 and set(raw.json()) == {"error"}
+    assert raw.json()["error"]["type"] == "BadRequestError" and raw.json()["error"]["code"] == 400
+    with pytest.raises(openai.BadRequestError, match="cannot be greater than max_model_len=1048576"):
+        client.chat.completions.create(model="moonshotai/Kimi-K3", max_tokens=1048577,
                                        messages=[{"role": "user", "content": "x"}])
+
+
+def test_official_openai_client_parses_every_kind_of_gate_reply(node, tmp_path):
+    """Each reply the gates ask for, parsed by the official client as it parses a real vLLM
+    0.33 reply: thinking in "reasoning", streamed and not; tools streamed and not; structured
+    output; an image; a bad request; and a stream that fails midway (error event, HTTP 200)."""
+    base = start(node, "gpu-01", REFERENCE)
+    client = openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0)
+    model = "moonshotai/Kimi-K3"
+    off = {"chat_template_kwargs": {"thinking": False}}
+    # streamed text with thinking: reasoning deltas first, then content, then usage
+    reasoning, content, usage = [], [], None
+    for chunk in client.chat.completions.create(model=model, max_tokens=256, stream=True,
+                                                stream_options={"include_usage": True},
+                                                messages=[{"role": "user", "content": "count to three"}]):
+        usage = chunk.usage or usage
+        for c in chunk.choices:
+            reasoning.append(getattr(c.delta, "reasoning", None) or "")
+            content.append(c.delta.content or "")
+    assert "".join(reasoning).strip() and "".join(content).strip()
+    first_reasoning = next(i for i, r in enumerate(reasoning) if r)
+    assert first_reasoning < next(i for i, t in enumerate(content) if t)       # it thinks, then answers
+    assert usage is not None and usage.completion_tokens > 96          # the thinking counts as output
+    # tools, not streamed, in instruct mode
+    tool = client.chat.completions.create(model=model, tools=[WEATHER_TOOL], max_tokens=64, extra_body=off,
+                                          messages=[{"role": "user", "content": "Weather in Beijing?"}])
+    assert tool.choices[0].message.tool_calls[0].function.name == "get_weather"
+    # structured output: the content parses against the schema
+    shape = {"type": "object", "properties": {"node": {"type": "string"}, "ok": {"type": "boolean"}},
+             "required": ["node", "ok"]}
+    structured = client.chat.completions.create(
+        model=model, max_tokens=64, extra_body=off,
+        response_format={"type": "json_schema", "json_schema": {"name": "status", "schema": shape}},
+        messages=[{"role": "user", "content": "Report status as JSON."}])
+    assert set(json.loads(structured.choices[0].message.content)) == {"node", "ok"}
+    # an image input
+    from k3rollout.stages.features import PIXEL
+    seen = client.chat.completions.create(model=model, max_tokens=32, extra_body=off, messages=[{"role": "user", "content": [
+        {"type": "text", "text": "Describe this image in one word."}, {"type": "image_url", "image_url": {"url": PIXEL}}]}])
+    assert seen.choices[0].message.content
+    # a bad request: the client unwraps 0.33's {"error": {...}}
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.chat.completions.create(model=model, messages=[])
+    assert bad.value.status_code == 400 and bad.value.body["type"] == "BadRequestError" and bad.value.body["code"] == 400
+    # a stream that fails midway: HTTP 200, some deltas, then the error event; the client raises
+    faulty = SimExecutor(tmp_path / "faulty", {"gpu-03": {"sim_driver": "580.95.05", "sim_token_s": 0.0005,
+                                                          "sim_faults": ["stream_fails_midway"]}})
+    try:
+        fclient = openai.OpenAI(base_url=start(faulty, "gpu-03", REFERENCE) + "/v1", api_key="none", max_retries=0)
+        got = []
+        with pytest.raises(openai.APIError, match="Internal server error") as failed:
+            for chunk in fclient.chat.completions.create(model=model, stream=True, max_tokens=256,
+                                                         messages=[{"role": "user", "content": "count"}]):
+                got.append(chunk)
+        assert got and failed.value.body == {"message": "Internal server error", "type": "InternalServerError",
+                                             "param": None, "code": 500}
+    finally:
+        faulty.close()
 
 
 def _counters(base: str) -> dict:
     return prefix_counters(parse_vllm_metrics(httpx.get(base + "/metrics").text))
 
 
-def _second_request_hits(base: str, words: int) -> list[int]:
-    body = {"model": "moonshotai/Kimi-K3", "max_tokens": 4,
-            "messages": [{"role": "system", "content": " ".join(f"w{i}" for i in range(words))},
+def _second_request_hits(base: str, words: int, model: str = "moonshotai/Kimi-K3") -> list[int]:
+    body = {"model": model, "max_tokens": 4,
+            # words of at most 4 characters: one token each to the simulated tokenizer
+            "messages": [{"role": "system", "content": " ".join(f"w{i % 1000}" for i in range(words))},
                          {"role": "user", "content": "q"}]}
     seen = []
     for _ in range(2):
@@ -83,9 +156,11 @@ def _second_request_hits(base: str, words: int) -> list[int]:
     return seen
 
 
-@pytest.mark.parametrize("flags,hits", [(REFERENCE, True), ([a for a in REFERENCE if a != "--enable-prefix-caching"],
-                                                             False)])
-def test_prefix_cache_hits_only_with_the_flag(node, flags, hits):
+@pytest.mark.parametrize("flags,hits", [
+    (REFERENCE, True),
+    ([a for a in REFERENCE if a != "--enable-prefix-caching"], True),        # vLLM 0.33: on by default
+    ([*REFERENCE, "--no-enable-prefix-caching"], False)])
+def test_prefix_cache_hits_unless_turned_off(node, flags, hits):
     # K3 caches in 1,536-token blocks and recomputes the last matched one: a prefix of two
     # full blocks plus a tail gets one block back on the second request
     base = start(node, "gpu-01", flags)
@@ -95,10 +170,22 @@ def test_prefix_cache_hits_only_with_the_flag(node, flags, hits):
 
 def test_k3_scores_no_hits_on_a_prefix_under_two_blocks_and_other_block_sizes_follow_the_flag(node):
     """DOMAIN.md "Prefix cache": a shared prefix under about 3,000 tokens scores zero hits on
-    K3 by design; with vLLM's 16-token blocks (--block-size 16) the same prefix hits."""
-    assert _second_request_hits(start(node, "gpu-01", REFERENCE), 2000) == [0, 0]
+    K3 by design. K3's attention block is sized to hold a mamba page and --block-size only
+    raises it (vllm/platforms/interface.py), so --block-size 16 changes nothing on K3; a model
+    that is not hybrid caches in vLLM's 16-token blocks and the same prefix hits. The server
+    publishes its block in vllm:cache_config_info, a larger --block-size included."""
+    base = start(node, "gpu-01", REFERENCE)
+    assert _second_request_hits(base, 2000) == [0, 0]
+    assert parse_cache_config_info(httpx.get(base + "/metrics").text)["block_size"] == "1536"
     assert node.run("gpu-01", ["docker", "rm", "-f", "k3"]).ok
-    hits = _second_request_hits(start(node, "gpu-01", [*REFERENCE, "--block-size", "16"]), 2000)
+    assert _second_request_hits(start(node, "gpu-01", [*REFERENCE, "--block-size", "16"]), 2000) == [0, 0]
+    assert node.run("gpu-01", ["docker", "rm", "-f", "k3"]).ok
+    base = start(node, "gpu-01", [*REFERENCE, "--kv-cache-dtype", "fp8", "--block-size", "4096"])
+    info = parse_cache_config_info(httpx.get(base + "/metrics").text)
+    assert (info["block_size"], info["mamba_block_size"], info["cache_dtype"]) == ("4096", "4096", "fp8")
+    assert node.run("gpu-01", ["docker", "rm", "-f", "k3"]).ok
+    other = ["Qwen/Qwen3-8B", *REFERENCE[1:], "--block-size", "16"]
+    hits = _second_request_hits(start(node, "gpu-01", other), 2000, model="Qwen/Qwen3-8B")
     assert hits[0] == 0 and hits[1] >= 1984
 
 
@@ -162,12 +249,28 @@ def test_ladder_passes_and_records_every_step(tmp_path):
     assert c8["errors"] == 0 and c8["p95_s"] >= c8["p50_s"] > 0 and c8["ttft_p95_s"] > 0
     assert c8["gpu_mem_used_mib"] > 0 and c8["restarts"] == 0 and c8["container"] == "running"
     assert ladder["steps"][1]["p50_s"] > 0
+    # the levels run K3 thinking as served: every stream's first token is a reasoning token
+    assert c8["ttft_channels"] == {"reasoning": 8}
     tools = ladder["steps"][4]
     assert tools["tool_call_ok"] and tools["retry_ok"] and tools["stream_tool_call_ok"]
     # every request went over HTTP from the controller and is in the journal with its status
     http = [r for r in journal(tmp_path / "run") if r["type"] == "step_done" and r.get("kind") == "http"]
     assert any(r["step"] == "ladder-concurrency-8" for r in http)
     assert all(r["http_status"] == 200 for r in http if r["step"] == "short-request")
+
+
+def test_client_and_server_timings_agree_at_concurrency_64(tmp_path):
+    # each stream on its own client: the client's TTFT and latency match the server's own
+    # histograms (vllm:time_to_first_token_seconds, vllm:e2e_request_latency_seconds) for the level
+    code, res, ladder = _run(tmp_path, {"features": {"context_tokens": 0, "concurrency": [64]}},
+                             {"sim_token_s": 0.004})
+    row = ladder["steps"][0]
+    assert row["level"] == 64 and row["errors"] == 0 and row["passed"], row
+    timing = row["server_timing"]
+    assert timing["agree"] is True and "measurement_problem" not in row, timing
+    for key in ("ttft", "e2e"):
+        assert timing[key]["server_n"] == timing[key]["client_n"] == 64
+        assert abs(timing[key]["gap_s"]) <= timing[key]["tolerance_s"]
 
 
 def test_ladder_stops_at_the_first_step_over_its_threshold(tmp_path):
@@ -179,13 +282,40 @@ def test_ladder_stops_at_the_first_step_over_its_threshold(tmp_path):
     assert "p95 latency" in ladder["steps"][0]["reason"]
 
 
-def test_target_context_beyond_max_model_len_fails_the_context_step(tmp_path):
+def test_prefix_proof_reads_the_servers_block_size_without_a_profile(tmp_path):
+    # no profile, so no block size from the playbook: 64 words would be far under K3's two
+    # blocks and score no hits by design; the server's vllm:cache_config_info says 1536
+    code, res, ladder = _run(tmp_path, {"features": {"context_tokens": 0, "concurrency": [1], "prefix_words": 64}})
+    proof = next(s for s in ladder["steps"] if s["step"] == "prefix_cache")
+    assert proof["passed"] and code == 0, proof
+    assert (proof["block_tokens"], proof["block_source"]) == (1536, "server")
+    assert proof["cache_config"]["block_size"] == "1536" and proof["prefix_tokens"] >= 2 * 1536 + 768
+
+
+def test_the_context_step_counts_tokens_and_stays_under_max_model_len(tmp_path):
+    # the simulated tokenizer takes "cluster123" as 3 tokens: a prompt sized in words would be
+    # three times the target; /tokenize sizes it, and --max-model-len caps the target
     args = ["--tensor-parallel-size", "8", "--trust-remote-code", "--enable-prefix-caching",
             "--enable-auto-tool-choice", "--tool-call-parser", "kimi_k3", "--max-model-len", "4096"]
-    code, res, ladder = _run(tmp_path, {"features": {"args": args, "context_tokens": 8192}})
-    assert res["nodes"]["gpu-01"]["failed_stage"] == "features"
-    assert ladder["steps"][0]["step"] == "context" and not ladder["steps"][0]["passed"]
-    assert "maximum context length is 4096" in ladder["steps"][0]["reason"]
+    code, res, ladder = _run(tmp_path, {"features": {"args": args, "context_tokens": 8192, "concurrency": [1]}})
+    row = ladder["steps"][0]
+    assert row["step"] == "context" and row["passed"], row
+    assert (row["asked_tokens"], row["target_tokens"], row["limit"], row["max_model_len"]) == (
+        8192, 4096, "max_model_len", 4096)
+    assert 0.98 * (4096 - 16) <= row["prompt_tokens"] <= 4096 - 16
+    code, res, ladder = _run(tmp_path / "under", {"features": {"context_tokens": 3000, "concurrency": [1]}})
+    row = ladder["steps"][0]
+    assert row["passed"] and (row["target_tokens"], row["limit"]) == (3000, "context_tokens")
+    assert 0.98 * (3000 - 16) <= row["prompt_tokens"] <= 3000 - 16
+
+
+def test_an_error_inside_a_200_stream_fails_the_ladder(tmp_path):
+    code, res, ladder = _run(tmp_path, {"features": {"context_tokens": 0, "concurrency": [2]}},
+                             {"sim_faults": ["stream_fails_midway"]})
+    assert code == 1 and res["nodes"]["gpu-01"]["failed_stage"] == "features"
+    (row,) = ladder["steps"]
+    assert row["step"] == "concurrency" and row["errors"] == 2 and not row["passed"]
+    assert "the stream failed after HTTP 200: InternalServerError (500)" in row["reason"]
 
 
 def test_wrong_tool_parser_is_an_empty_tool_call(tmp_path):
@@ -257,6 +387,7 @@ def test_agent_flow_runs_a_tool_loop_in_both_modes(tmp_path):
         assert (run["tool_turns"], run["calls"], run["valid_calls"]) == (3, 3, 3)
         assert (run["empty"], run["retries"], run["finish_disagree"]) == (0, 0, 0)
         assert run["schema_accuracy"] == 1.0 and run["final_answer"].startswith("Done.")
+        assert run["thinking_replies"] == run["replies"] == 4     # thinking as served, read as "reasoning"
     assert [r["mode"] for r in agent["runs"]] == ["non_stream", "stream"]
     # each turn carried the tool results of the turns before it, over HTTP from the controller
     http = [r["step"] for r in journal(tmp_path / "run") if r["type"] == "step_done" and r.get("kind") == "http"]
