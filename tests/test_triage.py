@@ -250,6 +250,13 @@ RAISE_SITES = [
     ("distributed/device_communicators/shm_broadcast.py", "model_load_capacity",
      "RuntimeError: Insufficient space in /dev/shm for MessageQueue: 1024 MiB required, 64 MiB free. Increase "
      "/dev/shm (e.g. --shm-size or --ipc=host)."),
+    ("engine/arg_utils.py", "model_load_capacity",
+     "ValueError: Invalid data-parallel launch options: `--nnodes 3` must evenly divide the total world size (16). "
+     "Adjust `--nnodes`, `--data-parallel-size`, `--pipeline-parallel-size`, `--tensor-parallel-size`, or "
+     "`--prefill-context-parallel-size`."),
+    ("distributed/device_communicators/all2all.py", "communication",
+     "RuntimeError: DeepEPv2 requires NCCL GIN (GPU-Initiated Networking). This usually means IBGDA-capable "
+     "InfiniBand NICs or drivers are not available. See tools/ep_kernels/README.md for requirements."),
     ("third_party/pynvml.py", "container_runtime", "pynvml.NVMLError_LibraryNotFound: NVML Shared Library Not Found"),
     ("third_party/pynvml.py", "container_runtime", "pynvml.NVMLError_DriverNotLoaded: Driver Not Loaded"),
     ("third_party/pynvml.py", "container_runtime", "pynvml.NVMLError_NoPermission: Insufficient Permissions"),

@@ -288,8 +288,11 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     #                            "Not enough resources to allocate N DP ranks", "world_size (N) must
     #                            be a multiple of number of devices per node"
     #   config/model.py          "`--decode-context-parallel-size` (N) exceeds the maximum supported value"
+    #   engine/arg_utils.py      "Invalid data-parallel launch options: `--nnodes N` must evenly divide the
+    #                            total world size (W)" (a multi-node launch whose nodes do not split it)
     ("parallel_layout", "model_load_capacity", 3.5,
-     r"World size \(\d+\) is larger than the number of available GPUs"
+     r"Invalid data-parallel launch options: `--nnodes \d+` must evenly divide the total world size"
+     r"|World size \(\d+\) is larger than the number of available GPUs"
      r"|number of required \w+ exceeds the total number of available"
      r"|Not enough total available nodes|Not enough resources to allocate \d+ DP ranks"
      r"|must be a multiple of number of devices per node|decode-context-parallel-size\S* \(\d+\) exceeds the maximum",
