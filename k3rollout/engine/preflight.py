@@ -41,6 +41,7 @@ from k3rollout.checks import driver_facts as df
 from k3rollout.checks import parsers
 from k3rollout.stages import driver_node as dn
 from k3rollout.transport.base import CommandResult
+from k3rollout.workload import workload_for
 
 DEFAULT_IMAGE_GIB = 30          # a vLLM CUDA 13 image, unpacked
 DEFAULT_WEIGHTS_GIB = 600       # Kimi K3 checkpoint on local disk (override with weights_disk_gib)
@@ -168,11 +169,10 @@ def check_node(executor: Any, host: str, hvars: dict[str, Any], target: str) -> 
 def _disk(run: Any, hvars: dict[str, Any]) -> tuple[bool, str]:
     image_gib = float(hvars.get("image_disk_gib", DEFAULT_IMAGE_GIB))
     weights_gib = float(hvars.get("weights_disk_gib", DEFAULT_WEIGHTS_GIB))
-    docker_root = str(hvars.get("docker_root", "/var/lib/docker"))
+    wl = workload_for(hvars)
     weights_dir = str(hvars.get("weights_dir", "/root/.cache/huggingface"))
-    cached = run("target-image", ["docker", "image", "inspect", str(hvars.get("vllm_image", ""))]).ok \
-        if hvars.get("vllm_image") else False
-    res = run("disk", ["df", "-B1", "--output=target,avail", docker_root, weights_dir])
+    cached = wl.image_cached(run, str(hvars["vllm_image"])) if hvars.get("vllm_image") else False
+    res = run("disk", ["df", "-B1", "--output=target,avail", wl.image_store(hvars), weights_dir])
     rows = [ln.split() for ln in res.stdout.splitlines()[1:] if len(ln.split()) == 2]
     if not res.ok or len(rows) != 2:
         return False, f"df failed (rc {res.rc}): {res.tail(200)}"

@@ -12,11 +12,8 @@ restores to.
 
 from __future__ import annotations
 
-import json
-
 from k3rollout.checks import parsers
 from k3rollout.checks.cuda_table import compat_verdict
-from k3rollout.checks.triage import classify
 from k3rollout.errors import K3RolloutError
 from k3rollout.stages import driver_operator
 from k3rollout.stages.base import NodeCtx, StageOutcome
@@ -57,14 +54,8 @@ def run(ctx: NodeCtx) -> StageOutcome:
     fm = ctx.step("fabricmanager", ["systemctl", "is-active", "nvidia-fabricmanager"])
     f["fabricmanager"] = fm.stdout.strip() or "unknown"
 
-    info = ctx.step("docker-info", ["docker", "info", "--format", "{{json .}}"])
-    if info.ok:
-        f.update(parsers.docker_info_facts(parsers.parse_json(info.stdout, "docker info")))
-    else:
-        f["nvidia_runtime"] = False
-    ps = ctx.step("docker-ps", ["docker", "ps", "-a", "--format", "{{json .}}"])
-    containers = [json.loads(line) for line in ps.stdout.splitlines() if line.strip().startswith("{")]
-    f["containers"] = [{"name": c["Names"], "image": c["Image"], "state": c["State"]} for c in containers]
+    wl = ctx.workload
+    f.update(wl.runtime_facts(ctx))
 
     target = ctx.image_facts(p.image, "target-image-inspect")
     f["target_image"] = p.image
@@ -74,28 +65,8 @@ def run(ctx: NodeCtx) -> StageOutcome:
     if target and target["cuda"] and f.get("driver_version"):
         f["target_image_compat"] = compat_verdict(f["driver_version"], target["cuda"])
 
-    serving = []
-    for c in containers:
-        if c["State"] != "running" or c["Names"].startswith("k3rollout-"):
-            continue
-        img = ctx.image_facts(c["Image"], f"image-inspect-{c['Names']}")
-        ins = ctx.step(f"container-inspect-{c['Names']}", ["docker", "inspect", c["Names"]])
-        serving.append({"name": c["Names"], "image": c["Image"], "digest": img["digest"] if img else None,
-                        "cuda": img["cuda"] if img else None, "inspect_ok": ins.ok})
-    f["serving_containers"] = serving
-
-    failures = []
-    names = {c["Names"] for c in containers}
-    for name in p.failure_containers:
-        if name not in names:
-            continue
-        ins = ctx.step(f"failed-container-inspect-{name}", ["docker", "inspect", name])
-        logs = ctx.step(f"failed-container-logs-{name}", ["docker", "logs", name])
-        text = logs.stdout + logs.stderr
-        tri = classify(text)
-        failures.append({"container": name, "triage": tri.category, "evidence": tri.evidence[:3],
-                         "inspect_saved": ins.ok})
-    f["prior_failures"] = failures
+    f["serving_containers"] = wl.serving_workloads(ctx, f["containers"])
+    f["prior_failures"] = wl.prior_failures(ctx, f["containers"], list(p.failure_containers))
 
     f["scheduler"] = ctx.scheduler.kind
     f["scheduler_state"] = ctx.read_scheduler()
