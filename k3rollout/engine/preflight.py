@@ -7,6 +7,9 @@ The checks:
 
 - ``connect``: the controller reaches the node with its credentials (and sudo, when the
   inventory asks for it);
+- ``workload``: the node's workload runtime (``k3_workload_backend``) can work there: for
+  ``docker``, the docker CLI and daemon answer (a Kubernetes node with containerd and no
+  docker is refused, naming the var to set);
 - ``controller_tools``: what the run will execute on the controller (ansible-playbook and
   ansible-runner for vendor task files over SSH);
 - ``gpu_count``: nvidia-smi shows ``expected_gpu_count`` GPUs;
@@ -80,6 +83,11 @@ def check_node(executor: Any, host: str, hvars: dict[str, Any], target: str) -> 
             add("connect", False, f"the node refused a command (rc {who.rc}): {who.tail(200)}")
             return {"ok": False, "checks": checks, "info": info, "commands": log}
         add("connect", True, "reached with the inventory's credentials")
+        # the workload runtime first: a backend that cannot run here refuses the node before
+        # anything else is asked of it (and before any change, when `run` performs this)
+        add("workload", *workload_for(hvars).preflight(run, hvars))
+        if not checks[-1]["ok"]:
+            return {"ok": False, "checks": checks, "info": info, "commands": log}
         os_ = dn.read_os(run)
         info.update(os_)
         try:

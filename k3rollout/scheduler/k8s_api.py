@@ -332,17 +332,43 @@ class KubernetesApi:
     NEEDED_GPU_OPERATOR = (("read the GPU Operator's NVIDIADriver pools", "list", "nvidia.com", "nvidiadrivers", "",
                             False),)
 
-    def check_access(self, lease_namespace: str, gpu_operator: bool = False) -> list[dict[str, Any]]:
+    # and, for nodes whose workloads run as Pods (k3_workload_backend: kubernetes): the check
+    # and test-server Pods in the workload namespace, the failed attempt's and the serving
+    # pods' logs and endpoints in theirs, and the owners whose readyReplicas prove them back
+    NEEDED_WORKLOAD = (("run check and test-server pods", "create", "", "pods", "", "workload"),
+                       ("delete them after", "delete", "", "pods", "", "workload"),
+                       ("read pods' logs", "get", "", "pods", "log", ""),
+                       ("send GET requests to servers through the API server's pod proxy", "get", "", "pods",
+                        "proxy", ""),
+                       ("send POST requests to servers through the API server's pod proxy", "create", "", "pods",
+                        "proxy", ""),
+                       ("read the owners of serving pods (ReplicaSets)", "get", "apps", "replicasets", "", ""),
+                       ("read Deployments' readyReplicas", "get", "apps", "deployments", "", ""),
+                       ("read StatefulSets' readyReplicas", "get", "apps", "statefulsets", "", ""),
+                       ("read LeaderWorkerSets' readyReplicas", "get", "leaderworkerset.x-k8s.io",
+                        "leaderworkersets", "", ""),
+                       ("run multi-node test replicas as LeaderWorkerSets", "create", "leaderworkerset.x-k8s.io",
+                        "leaderworkersets", "", "workload"),
+                       ("delete them after", "delete", "leaderworkerset.x-k8s.io", "leaderworkersets", "",
+                        "workload"))
+
+    def check_access(self, lease_namespace: str, gpu_operator: bool = False,
+                     workload_namespace: str | None = None) -> list[dict[str, Any]]:
         """Read-only: whether these credentials may do what a rollout does, asked of the
         API server's authorizer with SelfSubjectAccessReviews (``kubectl auth can-i``); it
-        changes nothing in the cluster."""
+        changes nothing in the cluster. ``workload_namespace``: the nodes' workloads run as
+        Pods, test servers in that namespace."""
         c = self._client
         auth = c.AuthorizationV1Api(self._api)
         out = []
-        for what, verb, group, resource, sub, namespaced in self.NEEDED + (self.NEEDED_GPU_OPERATOR if gpu_operator
-                                                                           else ()):
+        needed: list[tuple[str, str, str, str, str, Any]] = list(self.NEEDED)
+        needed += self.NEEDED_GPU_OPERATOR if gpu_operator else ()
+        needed += self.NEEDED_WORKLOAD if workload_namespace else ()
+        for what, verb, group, resource, sub, namespaced in needed:
+            ns = workload_namespace if namespaced == "workload" else \
+                lease_namespace if namespaced is True and group else None
             attrs = c.V1ResourceAttributes(verb=verb, group=group, resource=resource, subresource=sub or None,
-                                           namespace=lease_namespace if namespaced and group else None)
+                                           namespace=ns)
             try:
                 r = auth.create_self_subject_access_review(c.V1SelfSubjectAccessReview(
                     spec=c.V1SelfSubjectAccessReviewSpec(resource_attributes=attrs)))

@@ -10,6 +10,8 @@ from k3rollout.workload.base import Endpoint, Pulled, Restored, Run, ServerState
 from k3rollout.workload.docker import Docker
 
 BACKEND_VAR = "k3_workload_backend"
+NAMESPACE_VAR = "k3_workload_namespace"     # where the kubernetes backend runs its own pods
+DEFAULT_NAMESPACE = "k3rollout"
 BACKENDS: dict[str, Workload] = {w.kind: w for w in (Docker(),)}
 
 
@@ -25,6 +27,10 @@ def backend_name(host_vars: dict[str, Any]) -> str:
     return str(host_vars.get(BACKEND_VAR) or default_backend(host_vars))
 
 
+def workload_namespace(host_vars: dict[str, Any]) -> str:
+    return str(host_vars.get(NAMESPACE_VAR) or DEFAULT_NAMESPACE)
+
+
 def workload_for(host_vars: dict[str, Any]) -> Workload:
     name = backend_name(host_vars)
     try:
@@ -34,4 +40,4 @@ def workload_for(host_vars: dict[str, Any]) -> Workload:
 
 
 __all__ = ["BACKENDS", "BACKEND_VAR", "Endpoint", "Pulled", "Restored", "Run", "ServerState", "Workload",
-           "backend_name", "default_backend", "workload_for"]
+           "backend_name", "default_backend", "workload_for", "workload_namespace"]

@@ -192,3 +192,7 @@ class Workload(Protocol):
         """Observe (read-only): a serving workload's ``state``, ``restart_count``, ``image``
         and ``args``; ``state`` ``missing`` with a ``reason`` when it cannot be read."""
         ...
+
+    # ---- preflight: can this backend work on the node at all?
+    def preflight(self, run: Run, host_vars: dict[str, Any]) -> tuple[bool, str]:
+        ...

@@ -41,6 +41,12 @@ def host_net(env: dict[str, str]) -> list[str]:
     return out
 
 
+def command_missing(res: CommandResult) -> bool:
+    """The shell could not find ``docker`` (rc 127, bash's "command not found")."""
+    text = res.stdout + res.stderr
+    return res.rc == 127 or "command not found" in text or "No such file or directory" in text and "docker" in text
+
+
 class Docker:
     kind = "docker"
 
@@ -216,3 +222,20 @@ class Docker:
         return {"state": (data.get("State") or {}).get("Status"), "restart_count": data.get("RestartCount"),
                 "image": (data.get("Config") or {}).get("Image") or data.get("Image"),
                 "args": [str(a) for a in data.get("Args") or []]}
+
+    # ------------------------------------------------------------ preflight
+
+    def preflight(self, run: Run, host_vars: dict[str, Any]) -> tuple[bool, str]:
+        """Docker answers on the node. A Kubernetes GPU node runs containerd or CRI-O and
+        usually has no ``docker`` CLI (dockershim left in 1.24): every check and test server
+        of this backend would fail there, after the node was drained and changed."""
+        res = run("workload-runtime", _docker("info", "--format", "{{.ServerVersion}}"))
+        if command_missing(res):
+            return False, ("k3_workload_backend is docker, but docker is not installed on this node "
+                           f"(rc {res.rc}: {res.tail(120).strip()}). A Kubernetes node runs containerd or CRI-O: "
+                           "set k3_workload_backend: kubernetes (with scheduler: kubernetes) so checks and test "
+                           "servers run as Pods")
+        if not res.ok:
+            return False, (f"the Docker daemon does not answer (rc {res.rc}: {res.tail(200).strip()}); start it, "
+                           "or set k3_workload_backend to the runtime this node uses")
+        return True, f"Docker {res.stdout.strip()} answers"
