@@ -136,6 +136,10 @@ class DriverParams(_Strict):
 
 class CudaParams(_Strict):
     image: str = "{{ vllm_image }}"
+    # k3_workload_backend kubernetes: how long the node may take to be Ready with its
+    # nvidia.com/gpu allocatable again after the driver change (the GPU Operator's
+    # validation-required waits 600 s)
+    gpu_ready_timeout: Duration = 600
 
 
 class ServerParams(_Strict):
@@ -211,7 +215,10 @@ class MultinodeParams(_Strict):
 
 
 class UncordonParams(_Strict):
-    pass
+    # k3_workload_backend kubernetes: how long, after the uncordon, each owner baseline saw
+    # (Deployment, StatefulSet, LeaderWorkerSet) may take to be back to its readyReplicas
+    # (loading K3's weights takes long: the recipe's VLLM_ENGINE_READY_TIMEOUT_S is 3600)
+    serving_ready_timeout: Duration = 3600
 
 
 # Every stage kind, once, in DOMAIN.md's "The change, in order": evidence, cordon, upgrade,

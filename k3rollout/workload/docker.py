@@ -52,7 +52,7 @@ class Docker:
 
     # ------------------------------------------------------------ images
 
-    def image_store(self, host_vars: dict[str, Any]) -> str:
+    def image_store(self, run: Run, host_vars: dict[str, Any]) -> str:
         return str(host_vars.get("docker_root", DEFAULT_ROOT))
 
     def image_cached(self, run: Run, image: str) -> bool:
@@ -115,6 +115,17 @@ class Docker:
             failures.append({"container": name, "triage": tri.category, "evidence": tri.evidence[:3],
                              "inspect_saved": ins.ok})
         return failures
+
+    # ------------------------------------------------------------ after the driver stage
+
+    def after_driver(self, ctx: NodeCtx, timeout_s: float) -> tuple[bool, str, dict[str, Any]]:
+        # Docker hands out GPUs by device path (--gpus): nothing to wait for
+        return True, "", {}
+
+    def gpu_work_allowed(self, ctx: NodeCtx) -> tuple[bool, str]:
+        # observe's checks run on nodes the run upgraded; a serving container's GPUs are
+        # shared by --gpus all, as they were before this seam
+        return True, ""
 
     # ------------------------------------------------------------ one-off checks
 
