@@ -103,9 +103,31 @@ class VendorSteps(_Strict):
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 
+class WorkloadProbe(_Strict):
+    """How one of the node's own serving workloads is proven to work, at baseline and again
+    once it is back after the uncordon: an HTTP request from the controller (``path`` on its
+    serving port, answered with ``status``), or a ``command`` run on the node (exit 0). A
+    workload no probe matches gets the default: its serving endpoint's /health, then one short
+    chat request to the model it lists."""
+
+    match: str = Field(min_length=1)       # fnmatch pattern on the workload's or its owner's name
+    path: str | None = Field(default=None, pattern=r"^/")
+    status: int = Field(default=200, ge=100, le=599)
+    port: int | None = Field(default=None, ge=1, le=65535)
+    command: list[str] | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _one(self) -> WorkloadProbe:
+        if (self.path is None) == (self.command is None):
+            raise ValueError("a workload probe declares exactly one of path (HTTP) and command")
+        return self
+
+
 class BaselineParams(_Strict):
     failure_containers: list[str] = Field(default_factory=lambda: ["kimi-k3"])
     image: str = "{{ vllm_image }}"
+    # how the node's own workloads are proven (the uncordon stage proves them again)
+    workload_probes: list[WorkloadProbe] = Field(default_factory=list)
 
 
 class CordonParams(_Strict):

@@ -15,7 +15,7 @@ from __future__ import annotations
 from k3rollout.checks import parsers
 from k3rollout.checks.cuda_table import compat_verdict
 from k3rollout.errors import K3RolloutError
-from k3rollout.stages import driver_operator
+from k3rollout.stages import driver_operator, workload_probes
 from k3rollout.stages.base import NodeCtx, StageOutcome
 from k3rollout.stages.driver_node import driver_rollback_facts
 from k3rollout.stages.spec import StageSpec, kind
@@ -67,6 +67,9 @@ def run(ctx: NodeCtx) -> StageOutcome:
 
     f["serving_containers"] = wl.serving_workloads(ctx, f["containers"])
     f["prior_failures"] = wl.prior_failures(ctx, f["containers"], list(p.failure_containers))
+    # each serving workload proven as it is now, to be proven the same way once it is back
+    f["workload_probe_specs"] = [s.model_dump(exclude_none=True) for s in p.workload_probes]
+    f["workload_probes"] = workload_probes.run(ctx, f["serving_containers"], list(p.workload_probes), "baseline")
 
     f["scheduler"] = ctx.scheduler.kind
     f["scheduler_state"] = ctx.read_scheduler()

@@ -178,6 +178,14 @@ class Workload(Protocol):
         ...
 
     # ---- the node's own (serving) workloads
+    def route_to_serving(self, ctx: NodeCtx, workload: dict[str, Any], port: int) -> str:
+        """Send the gates' requests for ``port`` of the node to a live instance of the serving
+        ``workload`` (a baseline entry) until ``unroute``; "" or why there is none."""
+        ...
+
+    def unroute(self, ctx: NodeCtx, port: int) -> None:
+        ...
+
     def release_gpus(self, ctx: NodeCtx) -> list[str]:
         """Make the node's GPUs free for a test server: the serving workloads stopped (names)."""
         ...

@@ -47,6 +47,16 @@ def command_missing(res: CommandResult) -> bool:
     return res.rc == 127 or "command not found" in text or "No such file or directory" in text and "docker" in text
 
 
+def _args(ins: CommandResult) -> list[str]:
+    """A container's ``Args`` from ``docker inspect`` (its serving port is among them)."""
+    try:
+        got = parsers.parse_json(ins.stdout, "docker inspect") if ins.ok else None
+    except parsers.ParseError:
+        return []
+    data = got[0] if isinstance(got, list) and got and isinstance(got[0], dict) else {}
+    return [str(a) for a in data.get("Args") or []]
+
+
 class Docker:
     kind = "docker"
 
@@ -99,7 +109,7 @@ class Docker:
             img = self.image_facts(ctx, c["image"], f"image-inspect-{c['name']}")
             ins = ctx.step(f"container-inspect-{c['name']}", _docker("inspect", c["name"]))
             serving.append({"name": c["name"], "image": c["image"], "digest": img["digest"] if img else None,
-                            "cuda": img["cuda"] if img else None, "inspect_ok": ins.ok})
+                            "cuda": img["cuda"] if img else None, "inspect_ok": ins.ok, "args": _args(ins)})
         return serving
 
     def prior_failures(self, ctx: NodeCtx, containers: list[dict[str, Any]],
@@ -171,6 +181,12 @@ class Docker:
         return Endpoint("")
 
     # ------------------------------------------------------------ the node's own workloads
+
+    def route_to_serving(self, ctx: NodeCtx, workload: dict[str, Any], port: int) -> str:
+        return ""                   # a container publishes its port on the node's address
+
+    def unroute(self, ctx: NodeCtx, port: int) -> None:
+        return None
 
     def release_gpus(self, ctx: NodeCtx) -> list[str]:
         return [c["name"] for c in ctx.baseline.get("serving_containers", [])

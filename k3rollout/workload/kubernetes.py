@@ -473,6 +473,28 @@ class Kubernetes:
 
     # ------------------------------------------------------------ the node's own workloads
 
+    def route_to_serving(self, ctx: NodeCtx, workload: dict[str, Any], port: int) -> str:
+        """A Running pod of the workload's owner (this node's first, wherever it runs: the
+        workload is proven, not the node), else the very pod baseline saw."""
+        ns, _, pod = workload["name"].partition("/")
+        o = workload.get("owner")
+        if o and o.get("kind") in kp.OWNERS and o["kind"] != "ReplicaSet":
+            res = self._call(ctx, f"route-{pod}", ["GET", f"{o['kind']} {o['namespace']}/{o['name']}", "its pods"],
+                             lambda p: self._owner_now(p, o)["pods"])
+            running = [q for q in (res.answer or []) if q["phase"] == "Running"] if res.ok else []
+            if not running:
+                return f"no Running pod of {o['kind']} {o['namespace']}/{o['name']}" + (f": {res.error}" if res.error
+                                                                                         else "")
+            best = next((q for q in running if q["node"] == ctx.node), running[0])
+            ns, _, pod = best["name"].partition("/")
+        with self._lock:
+            self._servers[(ctx.run_id, ctx.node, port)] = (ns, pod)
+        return ""
+
+    def unroute(self, ctx: NodeCtx, port: int) -> None:
+        with self._lock:
+            self._servers.pop((ctx.run_id, ctx.node, port), None)
+
     def release_gpus(self, ctx: NodeCtx) -> list[str]:
         # the cordon stage's drain evicted the serving pods; their owners' pods are never
         # stopped or started here

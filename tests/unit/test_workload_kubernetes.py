@@ -345,3 +345,20 @@ def test_observe_starts_no_gpu_work_on_a_node_whose_gpus_belong_to_pods(kube):
                 answer={"items": [pod("kimi-k2-x")]})
     ok, why = ctx.workload.gpu_work_allowed(ctx)
     assert not ok and "allocated to pods (serving/kimi-k2-x)" in why
+
+
+def test_a_workload_probe_goes_through_the_pod_proxy_to_a_running_pod_of_its_owner(kube):
+    h, fake = kube
+    ctx = h.ctx("uncordon", baseline={"serving_containers": [SERVING]})
+    fake.expect(*DEPLOYMENT, answer={"status": {"readyReplicas": 2}})
+    elsewhere = pod("kimi-k2-7d9f-zzzzz")
+    elsewhere["spec"]["nodeName"] = "gpu-07"
+    fake.expect("core.list_namespaced_pod", "serving", label_selector="app=kimi",
+                answer={"items": [elsewhere, pod("kimi-k2-7d9f-new01"), pod("kimi-k2-7d9f-pend", phase="Pending")]})
+    assert ctx.workload.route_to_serving(ctx, SERVING, 8000) == ""
+    url, _ = h.engine.steps._target(ctx, 8000)
+    assert url == f"{SERVER}/api/v1/namespaces/serving/pods/kimi-k2-7d9f-new01:8000/proxy"   # this node's first
+    ctx.workload.unroute(ctx, 8000)
+    fake.expect(*DEPLOYMENT, answer={"status": {"readyReplicas": 0}})
+    fake.expect("core.list_namespaced_pod", "serving", label_selector="app=kimi", answer={"items": []})
+    assert "no Running pod of Deployment serving/kimi-k2" in ctx.workload.route_to_serving(ctx, SERVING, 8000)
