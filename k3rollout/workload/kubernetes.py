@@ -47,6 +47,7 @@ TOLERATE_ALL = [{"operator": "Exists"}]       # the GPU Operator validator's app
 STORES = {"containerd": "/var/lib/containerd", "cri-o": "/var/lib/containers"}
 POLL_S = 2.0
 CHECK_TIMEOUT_S = 600.0
+GONE_TIMEOUT_S = 120.0          # a deleted pod's grace period is 30 s
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 
 
@@ -394,6 +395,14 @@ class Kubernetes:
             container["env"] = [{"name": k, "value": v} for k, v in env.items()]
         body = self._pod(ctx, pod, name, container, port=port, host_network=env is not None)
         made = self._create(ctx, f"{name}-run", body)
+        if made.ok and made.replayed:
+            # created before a crash, and the relaunch's cleanup has removed it since: the
+            # create is settled, so this launch makes its pod with a plain call
+            there = self._call(ctx, f"{name}-run-present", ["GET", f"/api/v1/namespaces/{ns}/pods/{pod}"],
+                               lambda p: {"present": p.pod(ns, pod) is not None})
+            if there.ok and not there.answer["present"]:
+                made = self._call(ctx, f"{name}-run-again", ["POST", f"/api/v1/namespaces/{ns}/pods", pod],
+                                  lambda p: {"created": (p.create_pod(ns, body).get("metadata") or {}).get("name")})
         with self._lock:
             self._servers[(ctx.run_id, ctx.node, port)] = (ns, pod)
         return self._result(ctx, ["pod", f"{ns}/{pod}", image, model, *args], made.rc, err=made.error)
@@ -437,9 +446,19 @@ class Kubernetes:
                             res.error)
 
     def remove_server(self, ctx: NodeCtx, name: str, step: str) -> CommandResult:
+        """Delete the pod and wait until it is gone (a Pod terminates for up to its grace
+        period, and a relaunch under the same name would be refused until then)."""
         ns, pod = self._server_pod(ctx, name)
-        res = self._call(ctx, step, ["DELETE", f"/api/v1/namespaces/{ns}/pods/{pod}"],
-                         lambda p: {"deleted": p.delete_pod(ns, pod)})
+
+        def delete(p: PodApi) -> dict[str, Any]:
+            deleted = p.delete_pod(ns, pod)
+            gone, _ = kp.wait_for(p, lambda: (p.pod(ns, pod) is None, None), GONE_TIMEOUT_S, POLL_S) \
+                if deleted else (True, None)
+            if not gone:
+                raise KubernetesError(f"pod {ns}/{pod} is still there {GONE_TIMEOUT_S:.0f}s after its deletion")
+            return {"deleted": deleted}
+
+        res = self._call(ctx, step, ["DELETE", f"/api/v1/namespaces/{ns}/pods/{pod}", "until gone"], delete)
         with self._lock:
             for key, where in list(self._servers.items()):
                 if where == (ns, pod):

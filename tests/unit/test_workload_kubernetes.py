@@ -362,3 +362,30 @@ def test_a_workload_probe_goes_through_the_pod_proxy_to_a_running_pod_of_its_own
     fake.expect(*DEPLOYMENT, answer={"status": {"readyReplicas": 0}})
     fake.expect("core.list_namespaced_pod", "serving", label_selector="app=kimi", answer={"items": []})
     assert "no Running pod of Deployment serving/kimi-k2" in ctx.workload.route_to_serving(ctx, SERVING, 8000)
+
+
+def test_removing_a_server_waits_until_its_pod_is_gone(kube):
+    h, fake = kube
+    ctx = h.ctx("vllm_smoke")
+    name = pod_name("unit-run", "gpu-01", "k3rollout-smoke")
+    fake.expect("core.delete_namespaced_pod", name, NS, grace_period_seconds=30, answer={})
+    fake.expect("core.read_namespaced_pod", name, NS, answer=pod(name, NS, "Running"))      # terminating
+    fake.expect("core.read_namespaced_pod", name, NS, raises=404)
+    assert ctx.workload.remove_server(ctx, "k3rollout-smoke", "k3rollout-smoke-remove").ok
+    assert fake.t == 2.0
+
+
+def test_a_relaunch_after_a_crash_makes_its_pod_again_once_the_cleanup_removed_it(kube):
+    h, fake = kube
+    ctx = h.ctx("vllm_smoke", baseline={"gpu_allocatable": 8})
+    name = pod_name("unit-run", "gpu-01", "k3rollout-smoke")
+    key = f"{ctx.folder}/k3rollout-smoke-run"
+    # the first launch's create completed before the controller died
+    h.engine.steps.record("step_started", node="gpu-01", stage=ctx.stage, step="k3rollout-smoke-run", key=key,
+                          argv=["POST"], kind="api", once=True, durable=True)
+    h.engine.steps.record("step_done", node="gpu-01", stage=ctx.stage, step="k3rollout-smoke-run", key=key, rc=0,
+                          kind="api", once=True, durable=True)
+    fake.expect("core.read_namespaced_pod", name, NS, raises=404)          # the relaunch's cleanup removed it
+    fake.expect("core.create_namespaced_pod", NS, ANY, answer={"metadata": {"name": name}})
+    assert ctx.workload.start_server(ctx, "k3rollout-smoke", IMAGE, "m", [], 8000).ok
+    assert [m for m, _, _ in fake.calls].count("core.create_namespaced_pod") == 1
