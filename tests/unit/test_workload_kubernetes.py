@@ -389,3 +389,14 @@ def test_a_relaunch_after_a_crash_makes_its_pod_again_once_the_cleanup_removed_i
     fake.expect("core.create_namespaced_pod", NS, ANY, answer={"metadata": {"name": name}})
     assert ctx.workload.start_server(ctx, "k3rollout-smoke", IMAGE, "m", [], 8000).ok
     assert [m for m, _, _ in fake.calls].count("core.create_namespaced_pod") == 1
+
+
+def test_an_api_refusal_at_baseline_is_a_project_error_the_baseline_stage_turns_into_a_failure(kube):
+    """(stages/baseline.py catches K3RolloutError around the workload reads: no change follows.)"""
+    from k3rollout.errors import K3RolloutError
+
+    h, fake = kube
+    ctx = h.ctx("baseline")
+    fake.expect("core.read_node", "gpu-01", raises=403)
+    with pytest.raises(K3RolloutError, match=r"cannot read gpu-01 and its pods: .*HTTP 403"):
+        ctx.workload.runtime_facts(ctx)
