@@ -104,3 +104,25 @@ def test_an_unknown_node_is_a_clear_error(k8s):
     with pytest.raises(KubernetesError) as e:
         k8s.node("gpu-99")
     assert e.value.status == 404 and 'nodes "gpu-99" not found' in str(e.value)
+
+
+def test_check_access_asks_for_the_pod_workload_rights_only_where_workloads_run_as_pods(k8s, tmp_path):
+    """A node with ``k3_workload_backend: kubernetes`` needs to run and delete pods in the
+    workload namespace, read logs, reach servers through the pod proxy and read the owners
+    of serving pods; a viewer may read the owners but not create pods or proxy to them."""
+    plain = {(c["verb"], c["resource"]) for c in k8s.check_access("kube-system")}
+    assert ("create", "pods") not in plain and ("get", "pods/proxy") not in plain
+    asked = k8s.check_access("kube-system", workload_namespace="k3rollout")
+    by = {(c["verb"], c["resource"]): c for c in asked}
+    for need in (("create", "pods"), ("delete", "pods"), ("get", "pods/log"), ("get", "pods/proxy"),
+                 ("create", "pods/proxy"), ("get", "deployments"), ("get", "statefulsets"),
+                 ("get", "leaderworkersets"), ("get", "replicasets")):
+        assert by[need]["allowed"], need                    # the admin token may do all of it
+    viewer = KubernetesApi(str(k8s.srv.kubeconfig(tmp_path / "viewer", token="sim-viewer-token")))
+    try:
+        seen = {(c["verb"], c["resource"]): c["allowed"]
+                for c in viewer.check_access("kube-system", workload_namespace="k3rollout")}
+    finally:
+        viewer.close()
+    assert seen[("get", "deployments")] and seen[("get", "leaderworkersets")]
+    assert not seen[("create", "pods")] and not seen[("get", "pods/proxy")] and not seen[("get", "pods/log")]

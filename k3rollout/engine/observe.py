@@ -339,8 +339,13 @@ class Observer:
         out["image_digest"] = img["digest"]
         if ref.get("image_digest") and img["digest"] != ref["image_digest"]:
             out["image_drift"].append(f"{image} is now {img['digest']} (the run proved {ref['image_digest']})")
-        init = ctx.step("cuda-init", ["docker", "run", "--rm", "--gpus", "all", "--entrypoint", "python3", image,
-                                      "-c", TORCH_INIT], timeout=600)
+        free, why = ctx.workload.gpu_work_allowed(ctx)
+        if not free:
+            # the GPUs belong to serving pods: a CUDA context beside them is GPU work on GPUs that serve
+            out["cuda_init_ok"] = None
+            out["cuda_init_skipped"] = why
+            return
+        init = ctx.workload.run_check(ctx, "cuda-init", image, "python3", ["-c", TORCH_INIT])
         out["cuda_init_ok"] = init.ok and "device_count=" in init.stdout
         if not out["cuda_init_ok"]:
             tri = classify(init.stdout + init.stderr, driver=out.get("driver_version"), image_cuda=img.get("cuda"),
@@ -351,30 +356,25 @@ class Observer:
 
     def _serving(self, ctx: NodeCtx, ref: dict, name: str, index: int) -> dict[str, Any]:
         c: dict[str, Any] = {"name": name}
-        ins = ctx.step(f"serving-inspect-{name}", ["docker", "inspect", name])
-        data = None
-        if ins.ok:
-            try:
-                got = parsers.parse_json(ins.stdout, "docker inspect")
-                data = got[0] if isinstance(got, list) and got else None
-            except parsers.ParseError:
-                data = None
-        if not isinstance(data, dict):
-            c.update(state="missing", ok=False, reason=f"docker inspect {name} failed (rc {ins.rc})")
+        seen = ctx.workload.serving_status(ctx, name)
+        if seen["state"] == "missing":
+            c.update(state="missing", ok=False, reason=seen["reason"])
             return c
-        state = data.get("State") or {}
-        c["state"] = state.get("Status")
-        c["restart_count"] = data.get("RestartCount")
-        image = (data.get("Config") or {}).get("Image") or data.get("Image")
-        args = [str(a) for a in data.get("Args") or []]
+        c["state"] = seen["state"]
+        c["restart_count"] = seen["restart_count"]
+        image = seen["image"]
+        args = list(seen["args"])
         c["image"] = image
         base = next((s for s in ref["serving"] if s["name"] == name), None)
-        img = ctx.image_facts(image, f"serving-image-{name}") if image else None
-        c["digest"] = img["digest"] if img else None
+        if "digest" in seen:            # the runtime reports what runs (a pod's imageID)
+            c["digest"] = seen["digest"]
+        else:
+            img = ctx.image_facts(image, f"serving-image-{name}") if image else None
+            c["digest"] = img["digest"] if img else None
         if base and base.get("digest") and c["digest"] != base["digest"]:
             c["digest_drift"] = f"{image} is now {c['digest']} (the run left {base['digest']})"
         if c["state"] != "running":
-            logs = ctx.step(f"serving-logs-{name}", ["docker", "logs", name])
+            logs = ctx.workload.server_logs(ctx, name, f"serving-logs-{name}")
             tri = classify(logs.stdout + logs.stderr, stage="vllm_smoke")
             c.update(ok=False, reason=f"serving container {name} is {c['state']}", category=tri.category)
             return c

@@ -7,6 +7,9 @@ The checks:
 
 - ``connect``: the controller reaches the node with its credentials (and sudo, when the
   inventory asks for it);
+- ``workload``: the node's workload runtime (``k3_workload_backend``) can work there: for
+  ``docker``, the docker CLI and daemon answer (a Kubernetes node with containerd and no
+  docker is refused, naming the var to set);
 - ``controller_tools``: what the run will execute on the controller (ansible-playbook and
   ansible-runner for vendor task files over SSH);
 - ``gpu_count``: nvidia-smi shows ``expected_gpu_count`` GPUs;
@@ -49,6 +52,7 @@ from k3rollout.plan.target import changes_driver, no_change_reason, target_of
 from k3rollout.stages import driver_node as dn
 from k3rollout.stages import driver_operator
 from k3rollout.transport.base import CommandResult
+from k3rollout.workload import workload_for
 
 DEFAULT_IMAGE_GIB = 30          # a vLLM CUDA 13 image, unpacked
 DEFAULT_WEIGHTS_GIB = 600       # Kimi K3 checkpoint on local disk (override with weights_disk_gib)
@@ -90,6 +94,11 @@ def check_node(executor: Any, host: str, hvars: dict[str, Any], target: str, *,
             add("connect", False, f"the node refused a command (rc {who.rc}): {who.tail(200)}")
             return {"ok": False, "checks": checks, "info": info, "commands": log}
         add("connect", True, "reached with the inventory's credentials")
+        # the workload runtime first: a backend that cannot run here refuses the node before
+        # anything else is asked of it (and before any change, when `run` performs this)
+        add("workload", *workload_for(hvars).preflight(run, hvars))
+        if not checks[-1]["ok"]:
+            return {"ok": False, "checks": checks, "info": info, "commands": log}
         os_ = dn.read_os(run)
         info.update(os_)
         try:
@@ -240,11 +249,10 @@ def _operator_detail(owned: bool, operator_backend: bool, hvars: dict[str, Any])
 def _disk(run: Any, hvars: dict[str, Any]) -> tuple[bool, str]:
     image_gib = float(hvars.get("image_disk_gib", DEFAULT_IMAGE_GIB))
     weights_gib = float(hvars.get("weights_disk_gib", DEFAULT_WEIGHTS_GIB))
-    docker_root = str(hvars.get("docker_root", "/var/lib/docker"))
+    wl = workload_for(hvars)
     weights_dir = str(hvars.get("weights_dir", "/root/.cache/huggingface"))
-    cached = run("target-image", ["docker", "image", "inspect", str(hvars.get("vllm_image", ""))]).ok \
-        if hvars.get("vllm_image") else False
-    res = run("disk", ["df", "-B1", "--output=target,avail", docker_root, weights_dir])
+    cached = wl.image_cached(run, str(hvars["vllm_image"])) if hvars.get("vllm_image") else False
+    res = run("disk", ["df", "-B1", "--output=target,avail", wl.image_store(run, hvars), weights_dir])
     rows = [ln.split() for ln in res.stdout.splitlines()[1:] if len(ln.split()) == 2]
     if not res.ok or len(rows) != 2:
         return False, f"df failed (rc {res.rc}): {res.tail(200)}"

@@ -36,18 +36,24 @@ def describe_where(host_vars: dict[str, Any], inventory_path: str) -> str:
 
 def check_access(hosts: dict[str, Any], inventory_path: str, executor: Any = None) -> list[dict[str, Any]]:
     """For each Kubernetes cluster the hosts belong to: may these credentials read nodes and
-    pods, patch nodes, create evictions and read/write the lock's Lease? Read-only
+    pods, patch nodes, create evictions and read/write the lock's Lease (and, where a node's
+    workloads run as Pods, run and delete pods there, read pods' logs, reach them through
+    the pod proxy, read their owners)? Read-only
     (SelfSubjectAccessReviews). Raises InputError if the API cannot be asked."""
     from k3rollout.scheduler.k8s_api import KubernetesApi, KubernetesError
     from k3rollout.scheduler.k8s_lock import lease_targets
+    from k3rollout.workload import backend_name, workload_namespace
 
     out = []
     for (cfg, context, ns, _name), nodes in lease_targets(hosts, inventory_path, executor).items():
         try:
             api = KubernetesApi(cfg, context)
             try:
+                pods = sorted({workload_namespace(hosts[n].vars) for n in nodes
+                               if n in hosts and backend_name(hosts[n].vars) == "kubernetes"})
                 answers = api.check_access(ns, gpu_operator=any(
-                    hosts[n].vars.get("k3_driver_backend") == "gpu-operator" for n in nodes if n in hosts))
+                    hosts[n].vars.get("k3_driver_backend") == "gpu-operator" for n in nodes if n in hosts),
+                    workload_namespace=pods[0] if pods else None)
             finally:
                 api.close()
         except KubernetesError as exc:

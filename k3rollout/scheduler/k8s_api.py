@@ -82,6 +82,9 @@ def _err(exc: Any, what: str) -> KubernetesError:
     return KubernetesError(f"{what}: {type(exc).__name__}: {exc}")
 
 
+api_error = _err      # the one translation of a client error, for the workload backend
+
+
 def _gpu_count(container: Any) -> int:
     """The ``nvidia.com/gpu`` a container asks for (its request, else its limit)."""
     res = container.resources
@@ -117,12 +120,29 @@ class KubernetesApi:
         self.core = client.CoreV1Api(self._api)
         self.coord = client.CoordinationV1Api(self._api)
         self.custom = client.CustomObjectsApi(self._api)
+        self.apps = client.AppsV1Api(self._api)
+        # API objects as the API server writes them (camelCase dicts), for the workload backend
+        self.serialize = self._api.sanitize_for_serialization
+        self._cfg = cfg
         self._client = client
         self.sleep = sleep
         self.now = now
 
     def close(self) -> None:
         self._api.close()
+
+    def proxy_settings(self) -> dict[str, Any]:
+        """How an HTTP client reaches this API server with these credentials (the pod proxy
+        of the workload backend): headers, TLS verification, client certificate."""
+        cfg = self._cfg
+        headers = {}
+        token = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
+        if token:
+            prefix = (cfg.api_key_prefix or {}).get("authorization", "")
+            headers["Authorization"] = f"{prefix} {token}".strip() if not token.startswith("Bearer") else token
+        cert = (cfg.cert_file, cfg.key_file) if cfg.cert_file else None
+        verify: Any = (cfg.ssl_ca_cert or True) if cfg.verify_ssl else False
+        return {"headers": headers, "verify": verify, "cert": cert}
 
     # ------------------------------------------------------------ nodes
 
@@ -332,17 +352,43 @@ class KubernetesApi:
     NEEDED_GPU_OPERATOR = (("read the GPU Operator's NVIDIADriver pools", "list", "nvidia.com", "nvidiadrivers", "",
                             False),)
 
-    def check_access(self, lease_namespace: str, gpu_operator: bool = False) -> list[dict[str, Any]]:
+    # and, for nodes whose workloads run as Pods (k3_workload_backend: kubernetes): the check
+    # and test-server Pods in the workload namespace, the failed attempt's and the serving
+    # pods' logs and endpoints in theirs, and the owners whose readyReplicas prove them back
+    NEEDED_WORKLOAD = (("run check and test-server pods", "create", "", "pods", "", "workload"),
+                       ("delete them after", "delete", "", "pods", "", "workload"),
+                       ("read pods' logs", "get", "", "pods", "log", ""),
+                       ("send GET requests to servers through the API server's pod proxy", "get", "", "pods",
+                        "proxy", ""),
+                       ("send POST requests to servers through the API server's pod proxy", "create", "", "pods",
+                        "proxy", ""),
+                       ("read the owners of serving pods (ReplicaSets)", "get", "apps", "replicasets", "", ""),
+                       ("read Deployments' readyReplicas", "get", "apps", "deployments", "", ""),
+                       ("read StatefulSets' readyReplicas", "get", "apps", "statefulsets", "", ""),
+                       ("read LeaderWorkerSets' readyReplicas", "get", "leaderworkerset.x-k8s.io",
+                        "leaderworkersets", "", ""),
+                       ("run multi-node test replicas as LeaderWorkerSets", "create", "leaderworkerset.x-k8s.io",
+                        "leaderworkersets", "", "workload"),
+                       ("delete them after", "delete", "leaderworkerset.x-k8s.io", "leaderworkersets", "",
+                        "workload"))
+
+    def check_access(self, lease_namespace: str, gpu_operator: bool = False,
+                     workload_namespace: str | None = None) -> list[dict[str, Any]]:
         """Read-only: whether these credentials may do what a rollout does, asked of the
         API server's authorizer with SelfSubjectAccessReviews (``kubectl auth can-i``); it
-        changes nothing in the cluster."""
+        changes nothing in the cluster. ``workload_namespace``: the nodes' workloads run as
+        Pods, test servers in that namespace."""
         c = self._client
         auth = c.AuthorizationV1Api(self._api)
         out = []
-        for what, verb, group, resource, sub, namespaced in self.NEEDED + (self.NEEDED_GPU_OPERATOR if gpu_operator
-                                                                           else ()):
+        needed: list[tuple[str, str, str, str, str, Any]] = list(self.NEEDED)
+        needed += self.NEEDED_GPU_OPERATOR if gpu_operator else ()
+        needed += self.NEEDED_WORKLOAD if workload_namespace else ()
+        for what, verb, group, resource, sub, namespaced in needed:
+            ns = workload_namespace if namespaced == "workload" else \
+                lease_namespace if namespaced is True and group else None
             attrs = c.V1ResourceAttributes(verb=verb, group=group, resource=resource, subresource=sub or None,
-                                           namespace=lease_namespace if namespaced and group else None)
+                                           namespace=ns)
             try:
                 r = auth.create_self_subject_access_review(c.V1SelfSubjectAccessReview(
                     spec=c.V1SelfSubjectAccessReviewSpec(resource_attributes=attrs)))

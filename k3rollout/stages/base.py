@@ -24,6 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 from k3rollout.checks import parsers
 from k3rollout.scheduler import Scheduler
 from k3rollout.transport.base import CommandResult
+from k3rollout.workload import Workload, workload_for
 
 
 class StepFailed(Exception):
@@ -163,11 +164,13 @@ class NodeCtx:
         res = self.step("boot-id", ["cat", "/proc/sys/kernel/random/boot_id"])
         return res.stdout.strip() if res.ok else ""
 
+    @property
+    def workload(self) -> Workload:
+        """The node's workload runtime (``k3_workload_backend``, k3rollout/workload)."""
+        return workload_for(self.vars)
+
     def image_facts(self, image: str, name: str = "image-inspect") -> dict[str, Any] | None:
-        res = self.step(name, ["docker", "image", "inspect", image])
-        if not res.ok:
-            return None
-        return parsers.image_facts(parsers.parse_json(res.stdout, "docker image inspect"))
+        return self.workload.image_facts(self, image, name)
 
     def api(self, name: str, method: str, port: int, path: str, body: Any = None, *, stream: bool = False,
             timeout: float = 120.0, evidence: bool = True) -> Any:

@@ -12,13 +12,10 @@ restores to.
 
 from __future__ import annotations
 
-import json
-
 from k3rollout.checks import parsers
 from k3rollout.checks.cuda_table import compat_verdict
-from k3rollout.checks.triage import classify
 from k3rollout.errors import K3RolloutError
-from k3rollout.stages import driver_operator
+from k3rollout.stages import driver_operator, workload_probes
 from k3rollout.stages.base import NodeCtx, StageOutcome
 from k3rollout.stages.driver_node import driver_rollback_facts
 from k3rollout.stages.spec import StageSpec, kind
@@ -57,14 +54,12 @@ def run(ctx: NodeCtx) -> StageOutcome:
     fm = ctx.step("fabricmanager", ["systemctl", "is-active", "nvidia-fabricmanager"])
     f["fabricmanager"] = fm.stdout.strip() or "unknown"
 
-    info = ctx.step("docker-info", ["docker", "info", "--format", "{{json .}}"])
-    if info.ok:
-        f.update(parsers.docker_info_facts(parsers.parse_json(info.stdout, "docker info")))
-    else:
-        f["nvidia_runtime"] = False
-    ps = ctx.step("docker-ps", ["docker", "ps", "-a", "--format", "{{json .}}"])
-    containers = [json.loads(line) for line in ps.stdout.splitlines() if line.strip().startswith("{")]
-    f["containers"] = [{"name": c["Names"], "image": c["Image"], "state": c["State"]} for c in containers]
+    wl = ctx.workload
+    try:
+        f.update(wl.runtime_facts(ctx))
+    except K3RolloutError as exc:
+        # without the node's workloads on record nothing could be proven back: no change
+        return StageOutcome(False, f"cannot record the node's workloads: {exc}", f)
 
     target = ctx.image_facts(p.image, "target-image-inspect")
     f["target_image"] = p.image
@@ -74,28 +69,14 @@ def run(ctx: NodeCtx) -> StageOutcome:
     if target and target["cuda"] and f.get("driver_version"):
         f["target_image_compat"] = compat_verdict(f["driver_version"], target["cuda"])
 
-    serving = []
-    for c in containers:
-        if c["State"] != "running" or c["Names"].startswith("k3rollout-"):
-            continue
-        img = ctx.image_facts(c["Image"], f"image-inspect-{c['Names']}")
-        ins = ctx.step(f"container-inspect-{c['Names']}", ["docker", "inspect", c["Names"]])
-        serving.append({"name": c["Names"], "image": c["Image"], "digest": img["digest"] if img else None,
-                        "cuda": img["cuda"] if img else None, "inspect_ok": ins.ok})
-    f["serving_containers"] = serving
-
-    failures = []
-    names = {c["Names"] for c in containers}
-    for name in p.failure_containers:
-        if name not in names:
-            continue
-        ins = ctx.step(f"failed-container-inspect-{name}", ["docker", "inspect", name])
-        logs = ctx.step(f"failed-container-logs-{name}", ["docker", "logs", name])
-        text = logs.stdout + logs.stderr
-        tri = classify(text)
-        failures.append({"container": name, "triage": tri.category, "evidence": tri.evidence[:3],
-                         "inspect_saved": ins.ok})
-    f["prior_failures"] = failures
+    try:
+        f["serving_containers"] = wl.serving_workloads(ctx, f["containers"])
+    except K3RolloutError as exc:
+        return StageOutcome(False, f"cannot record the node's serving workloads: {exc}", f)
+    f["prior_failures"] = wl.prior_failures(ctx, f["containers"], list(p.failure_containers))
+    # each serving workload proven as it is now, to be proven the same way once it is back
+    f["workload_probe_specs"] = [s.model_dump(exclude_none=True) for s in p.workload_probes]
+    f["workload_probes"] = workload_probes.run(ctx, f["serving_containers"], list(p.workload_probes), "baseline")
 
     f["scheduler"] = ctx.scheduler.kind
     f["scheduler_state"] = ctx.read_scheduler()

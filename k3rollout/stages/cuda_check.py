@@ -19,7 +19,7 @@ TORCH_INIT = ("import torch; torch.cuda.init(); "
 def ensure_image(ctx: NodeCtx, image: str) -> tuple[dict | None, str]:
     facts = ctx.image_facts(image)
     if facts is None:
-        pull = ctx.step("image-pull", ["docker", "pull", image], timeout=3600)
+        pull = ctx.workload.pull(ctx, image)
         if not pull.ok:
             return None, pull.stdout + pull.stderr
         facts = ctx.image_facts(image, "image-inspect-after-pull")
@@ -28,10 +28,13 @@ def ensure_image(ctx: NodeCtx, image: str) -> tuple[dict | None, str]:
 
 def run(ctx: NodeCtx) -> StageOutcome:
     image = ctx.params.image
+    ready, why, seen = ctx.workload.after_driver(ctx, ctx.params.gpu_ready_timeout)
+    if not ready:
+        return StageOutcome(False, why, seen, why)
     img, logs = ensure_image(ctx, image)
     if img is None:
         return StageOutcome(False, f"image {image} cannot be pulled", {}, logs)
-    f = {"image": image, "image_digest": img["digest"], "image_cuda": img["cuda"],
+    f = {**seen, "image": image, "image_digest": img["digest"], "image_cuda": img["cuda"],
          "image_vllm_version": img["vllm_version"]}
     driver = ctx.facts.get("driver_version")
     if img["cuda"] and driver:
@@ -39,13 +42,11 @@ def run(ctx: NodeCtx) -> StageOutcome:
         f["compat"] = verdict
         if not verdict["compatible"]:
             return StageOutcome(False, verdict["reason"], f, verdict["reason"])
-    smi = ctx.step("container-nvidia-smi", ["docker", "run", "--rm", "--gpus", "all", "--entrypoint", "nvidia-smi",
-                                            image, "-L"], timeout=600)
+    smi = ctx.workload.run_check(ctx, "container-nvidia-smi", image, "nvidia-smi", ["-L"])
     f["container_gpu_count"] = len([ln for ln in smi.stdout.splitlines() if ln.startswith("GPU ")])
     if not smi.ok:
         return StageOutcome(False, f"GPUs not visible in a container (rc {smi.rc})", f, smi.stdout + smi.stderr)
-    init = ctx.step("cuda-init", ["docker", "run", "--rm", "--gpus", "all", "--entrypoint", "python3", image,
-                                  "-c", TORCH_INIT], timeout=600)
+    init = ctx.workload.run_check(ctx, "cuda-init", image, "python3", ["-c", TORCH_INIT])
     m = re.search(r"device_count=(\d+)", init.stdout)
     f["cuda_init_ok"] = init.ok and m is not None
     f["cuda_device_count"] = int(m.group(1)) if m else 0

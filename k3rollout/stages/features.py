@@ -205,12 +205,7 @@ def repeat_hit_rate(proof: dict) -> float | None:
 
 
 def _container(ctx: NodeCtx, step: str) -> tuple[str, int]:
-    res = ctx.step(step, ["docker", "inspect", "-f", "{{.State.Status}} {{.RestartCount}}", NAME])
-    status, _, count = res.stdout.strip().partition(" ")
-    try:
-        return status, int(count)
-    except ValueError:
-        return status or "unknown", -1
+    return ctx.workload.server_restarts(ctx, NAME, step)
 
 
 # the context step's output budget: the prompt gets the rest of the target context
@@ -532,7 +527,7 @@ def run(ctx: NodeCtx) -> StageOutcome:
         if ctx.replica:
             stop()
         else:
-            ctx.step(f"{NAME}-remove", ["docker", "rm", "-f", NAME])
+            ctx.workload.remove_server(ctx, NAME, f"{NAME}-remove")
         return StageOutcome(False, why, f, logs)
     ladder: list[dict[str, Any]] = []
     f["ladder"] = ladder

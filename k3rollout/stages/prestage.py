@@ -24,6 +24,7 @@ from k3rollout.checks import driver_facts as df
 from k3rollout.stages import driver_node as dn
 from k3rollout.stages.base import NodeCtx, StageOutcome
 from k3rollout.stages.driver_operator import GPU_OPERATOR, backend
+from k3rollout.workload import workload_for
 
 ARCHIVES = "/var/cache/apt/archives"
 LIST_ARGV = ["find", ARCHIVES, "-maxdepth", "1", "-name", "*.deb", "-printf", "%s %f\\n"]
@@ -61,7 +62,8 @@ def run(ctx: NodeCtx, cfg: Any) -> StageOutcome:
     osf = dn.read_os(step)
     mgr = osf["pkg_mgr"]
     cache_dir = ARCHIVES if mgr == "apt" else "/var/cache/dnf"
-    res = step("disk-free", ["df", "-B1", "--output=target,avail", cache_dir, "/var/lib/docker"])
+    wl = workload_for(ctx.vars)
+    res = step("disk-free", ["df", "-B1", "--output=target,avail", cache_dir, wl.image_store(step, ctx.vars)])
     if not res.ok:
         return StageOutcome(False, f"df failed (rc {res.rc}): {res.tail(200)}", logs=res.stderr)
     free = parse_df(res.stdout)
@@ -107,14 +109,14 @@ def run(ctx: NodeCtx, cfg: Any) -> StageOutcome:
     digest = cfg.image_digest or ctx.vars.get("vllm_image_digest")
     if image:
         ref = f"{image.rsplit(':', 1)[0] if ':' in image.split('/')[-1] else image}@{digest}" if digest else image
-        res = step("pull-image", ["docker", "pull", ref])
-        if not res.ok:
-            return StageOutcome(False, f"docker pull {ref} failed: {res.tail(300)}", {"prestage": facts},
-                                logs=res.stderr)
-        got = next((ln.split(":", 1)[1].strip() for ln in res.stdout.splitlines() if ln.startswith("Digest:")), None)
-        if digest and got != digest:
-            return StageOutcome(False, f"docker pull {ref} gave digest {got}, not {digest}", {"prestage": facts})
-        facts.update(image=ref, image_digest=got)
+        pulled = wl.pull_pinned(step, ref)
+        if not pulled.ok:
+            return StageOutcome(False, f"{wl.pull_command()} {ref} failed: {pulled.detail}", {"prestage": facts},
+                                logs=pulled.logs)
+        if digest and pulled.digest != digest:
+            return StageOutcome(False, f"{wl.pull_command()} {ref} gave digest {pulled.digest}, not {digest}",
+                                {"prestage": facts})
+        facts.update(image=ref, image_digest=pulled.digest)
 
     if cfg.weights_manifest:
         res = step("weights-manifest", ["sha256sum", "--check", "--strict", "--quiet", cfg.weights_manifest])

@@ -53,23 +53,13 @@ def member_ctx(ctx: NodeCtx, node: str) -> NodeCtx:
     return replace(ctx, node=node, baseline=dict((rep.get("baselines") or {}).get(node, {})), facts={})
 
 
-def _docker_opts(env: dict[str, str]) -> list[str]:
-    # host networking: the ranks talk to each other over the node's own interfaces, as the
-    # recipe's multi-node launches do (a published port would be ignored)
-    out = ["--network", "host"]
-    for k, v in env.items():
-        out += ["-e", f"{k}={v}"]
-    return out
-
-
 def stop_serving(ctx: NodeCtx) -> dict[str, list[str]]:
     """Stop the serving containers on every node of the replica (their GPUs are needed);
     node -> the containers stopped there (its uncordon stage restarts them)."""
     stopped: dict[str, list[str]] = {}
     for node in (ctx.replica or {})["nodes"]:
         mctx = member_ctx(ctx, node)
-        stopped[node] = [c["name"] for c in mctx.baseline.get("serving_containers", [])
-                         if mctx.step(f"stop-{c['name']}", ["docker", "stop", c["name"]]).ok]
+        stopped[node] = mctx.workload.release_gpus(mctx)
     return stopped
 
 
@@ -97,17 +87,16 @@ def launch(ctx: NodeCtx, name: str, image: str, model: str, stage_args: list[str
         return False, why, logs, facts
     for node in rep["nodes"][1:]:
         mctx = member_ctx(ctx, node)
-        mctx.step(f"{name}-cleanup", ["docker", "rm", "-f", name])
-        run = mctx.step(f"{name}-run", ["docker", "run", "-d", "--name", name, "--gpus", "all", "--ipc=host",
-                                        *_docker_opts(plan[node]["env"]), image, model,
-                                        *facts["replica_args"][node], "--port", str(port)], timeout=3600)
+        mctx.workload.remove_server(mctx, name, f"{name}-cleanup")
+        run = mctx.workload.start_server(mctx, name, image, model, facts["replica_args"][node], port,
+                                         dict(plan[node]["env"]))
         if not run.ok:
             facts["replica_culprit"] = node
             why = f"replica {rep['id']}: worker {node} (rank {plan[node]['rank']}) did not start (rc {run.rc})"
             return False, why, run.stdout + run.stderr, facts
     ok, why, logs = vllm_server.launch(ctx, name, image, model, facts["replica_args"][head], port,
                                        rep["ready_timeout"], poll_s=REPLICA_POLL_S,
-                                       docker_opts=_docker_opts(plan[head]["env"]))
+                                       env=dict(plan[head]["env"]))
     if ok:
         ok, why, logs = check_all2all(ctx, name, facts)
         return ok, why, logs, facts
@@ -161,7 +150,7 @@ def check_all2all(ctx: NodeCtx, name: str, facts: dict[str, Any]) -> tuple[bool,
     facts["all2all_built"] = asked is not None
     if asked is None:
         return True, "", ""
-    res = ctx.step(f"{name}-startup-log", ["docker", "logs", name])
+    res = ctx.workload.server_logs(ctx, name, f"{name}-startup-log")
     text = res.stdout + res.stderr
     used = [m.group(1) for m in re.finditer(r"Using (\w+) all2all manager\.", text)]
     want = ALL2ALL_MANAGERS.get(asked)
@@ -185,24 +174,22 @@ def blame(ctx: NodeCtx, name: str, plan: dict[str, dict]) -> tuple[str | None, s
     found: tuple[str | None, str] = (None, "")
     for node in rep["nodes"][1:]:
         mctx = member_ctx(ctx, node)
-        st = mctx.step(f"{name}-failure-state", ["docker", "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", name])
-        lg = mctx.step(f"{name}-failure-logs", ["docker", "logs", name])
+        st = mctx.workload.server_state(mctx, name, f"{name}-failure-state")
+        lg = mctx.workload.server_logs(mctx, name, f"{name}-failure-logs")
         text = lg.stdout + lg.stderr
         logs += f"\n--- {node} (rank {plan[node]['rank']}) ---\n{text}"
         if found[0]:
             continue
         line = next((m.group(1) for m in map(_ERROR_LINE.search, reversed(text.splitlines())) if m), "")
-        status = st.stdout.strip()
-        if not st.ok or not status.startswith("running"):
-            state, _, code = status.partition(" ")
-            how = (f"exited with code {code}" if state == "exited" else f"is {state}") if st.ok else \
-                f"has no container ({st.stderr.strip()[:120]})"
+        if not st.found or not st.running:
+            how = (f"exited with code {st.exit_code}" if st.state == "exited" else f"is {st.state}") if st.found \
+                else f"has no container ({st.error})"
             found = (node, f"worker {node} (rank {plan[node]['rank']}) {how}" + (f": {line}" if line else ""))
         elif "failed to connect" in line:
             found = (node, f"worker {node} (rank {plan[node]['rank']}) never joined the head: {line}")
     if found[0] is None:
         head = rep["nodes"][0]
-        hl = ctx.step(f"{name}-failure-logs", ["docker", "logs", name])
+        hl = ctx.workload.server_logs(ctx, name, f"{name}-failure-logs")
         text = hl.stdout + hl.stderr
         if "OutOfMemoryError" in text:
             found = (head, f"head {head}: CUDA out of memory loading {rep.get('need_gib', '?')} GiB of weights over "
@@ -215,6 +202,6 @@ def stop(ctx: NodeCtx, name: str) -> None:
     rep = ctx.replica or {}
     for node in rep["nodes"][1:]:
         mctx = member_ctx(ctx, node)
-        mctx.step(f"{name}-logs", ["docker", "logs", name])
-        mctx.step(f"{name}-remove", ["docker", "rm", "-f", name])
+        mctx.workload.server_logs(mctx, name, f"{name}-logs")
+        mctx.workload.remove_server(mctx, name, f"{name}-remove")
     vllm_server.stop(ctx, name)

@@ -22,6 +22,7 @@ from k3rollout.stages import driver_operator
 from k3rollout.stages import uncordon as uncordon_stage
 from k3rollout.stages.base import NodeCtx, StepFailed
 from k3rollout.stages.driver_upgrade import packages_at, pinned, reboot_and_wait
+from k3rollout.workload import workload_for
 
 ORDER = ROLLBACK_ORDER
 QUARANTINE_LABEL = "k3rollout.io/quarantine"
@@ -43,7 +44,7 @@ def plan_rollback(playbook: Playbook, node: str, baseline: dict[str, Any], tvars
     for action in declared:
         step: dict[str, Any] = {"action": action, "undoes": ROLLBACK_UNDOES[action]}
         if action == "stop_test_server":
-            step["commands"] = [["docker", "rm", "-f", c] for c in TEST_CONTAINERS]
+            step["commands"] = workload_for(tvars).removal_plan(TEST_CONTAINERS)
         elif action == "restore_driver" and driver_operator.backend(tvars) == driver_operator.GPU_OPERATOR:
             # the GPU Operator's driver: back into the NVIDIADriver pool baseline saw
             step.update({"backend": driver_operator.GPU_OPERATOR, "to_version": baseline.get("driver_version"),
@@ -206,8 +207,9 @@ def _publish_failed(ctx: NodeCtx) -> None:
 
 
 def _stop_test(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
-    for i, argv in enumerate(step["commands"], start=1):
-        ctx.step(f"stop-test-{i}", argv)
+    # the plan's commands are what the node's runtime runs for these names (its removal_plan)
+    for i, name in enumerate(TEST_CONTAINERS, start=1):
+        ctx.workload.remove_server(ctx, name, f"stop-test-{i}")
     return True, "test containers removed"
 
 
@@ -369,17 +371,7 @@ def _hold_again(ctx: NodeCtx, step: dict, mgr: str) -> tuple[bool, str]:
 
 
 def _restore_serving(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
-    bad = []
-    for c in step["containers"]:
-        ctx.step(f"start-{c['name']}", ["docker", "start", c["name"]])
-        st = ctx.step(f"state-{c['name']}", ["docker", "inspect", "-f", "{{.State.Status}} {{.Config.Image}}",
-                                              c["name"]])
-        img = ctx.image_facts(c["image"], f"image-inspect-{c['name']}")
-        if not st.stdout.startswith("running") or (c.get("digest") and (img or {}).get("digest") != c["digest"]):
-            bad.append(c["name"])
-    if bad:
-        return False, f"not running on the original image digest: {', '.join(bad)}"
-    return True, "serving containers running on their original images"
+    return ctx.workload.restore_images(ctx, step["containers"])
 
 
 def health_problems(ctx: NodeCtx, step: dict) -> list[str]:
@@ -395,11 +387,7 @@ def health_problems(ctx: NodeCtx, step: dict) -> list[str]:
     expect = step.get("expect_running")
     if expect is None:          # a plan recorded before this check existed: the baseline says
         expect = [c["name"] for c in ctx.baseline.get("serving_containers", [])]
-    for name in expect:
-        st = ctx.step(f"health-state-{name}", ["docker", "inspect", "-f", "{{.State.Status}}", name])
-        state = st.stdout.strip() if st.ok else f"unknown ({st.tail(120).strip()})"
-        if state != "running":
-            problems.append(f"serving container {name} is {state}")
+    problems += ctx.workload.serving_problems(ctx, list(expect))
     fm_expected = step.get("expect_fabricmanager")
     if fm_expected is None:
         fm_expected = ctx.baseline.get("fabricmanager") == "active"

@@ -1,37 +1,21 @@
 """Stage 7: return the node to service (expansion), restoring what it ran before.
 
-Restarts the serving containers the smoke test stopped (a regression check of the
-existing CUDA 12 workloads on the new driver) and uncordons only a node that was
-schedulable before the run: what k3rollout did not cordon, it does not uncordon.
-
-Each restarted container's ``RestartCount`` is recorded (``serving_restart_counts``): the
-restarts Docker's restart policy made since the container was last started by hand (a
-manual ``docker start`` sets it to 0, as does the daemon starting it at boot). ``k3rollout
-observe`` compares its passes with this value: a serving container that crashed and was
-restarted after the run shows as a higher count.
+Brings back the serving workloads the smoke test stopped (a regression check of the
+existing CUDA 12 workloads on the new driver), uncordons only a node that was schedulable
+before the run (what k3rollout did not cordon, it does not uncordon), then proves the
+node's own workloads are back where their owners bring them back. How each is done is
+the node's workload runtime's (k3rollout/workload): on a Docker host the stopped
+containers are started before the uncordon and each one's ``RestartCount`` recorded
+(``serving_restart_counts``, which ``k3rollout observe`` compares its passes with).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from k3rollout.stages import workload_probes
 from k3rollout.stages.base import NodeCtx, StageOutcome
 from k3rollout.stages.spec import StageSpec, kind
-
-
-def restart_serving(ctx: NodeCtx) -> tuple[list[str], dict[str, int]]:
-    """Start the containers the smoke test stopped: (the ones that are not running after
-    it, the restart count of each that runs)."""
-    failed, counts = [], {}
-    for name in ctx.facts.get("stopped_serving", []):
-        res = ctx.step(f"start-{name}", ["docker", "start", name])
-        st = ctx.step(f"state-{name}", ["docker", "inspect", "-f", "{{.State.Status}} {{.RestartCount}}", name])
-        status, _, count = st.stdout.strip().partition(" ")
-        if not res.ok or status != "running":
-            failed.append(name)
-        elif count.strip().isdigit():
-            counts[name] = int(count)
-    return failed, counts
 
 
 def uncordon(ctx: NodeCtx, name: str = "uncordon") -> tuple[bool, str]:
@@ -42,16 +26,29 @@ def uncordon(ctx: NodeCtx, name: str = "uncordon") -> tuple[bool, str]:
 
 def run(ctx: NodeCtx) -> StageOutcome:
     ctx.publish_progress("uncordon-required")
-    failed, counts = restart_serving(ctx)
-    if failed:
-        return StageOutcome(False, f"existing workloads did not restart on the new driver: {', '.join(failed)}",
-                            {"restarted_serving_failed": failed})
+    wl = ctx.workload
+    back = wl.restore_serving(ctx, list(ctx.facts.get("stopped_serving", [])))
+    if back.failed:
+        return StageOutcome(False, f"existing workloads did not restart on the new driver: {', '.join(back.failed)}",
+                            {"restarted_serving_failed": back.failed, **back.facts})
     ok, why = uncordon(ctx)
+    facts: dict[str, Any] = {"scheduler_state": ctx.read_scheduler(), **back.facts}
     if ok:
+        proven = wl.prove_serving(ctx)
+        facts.update(proven.facts)
+        if proven.failed:
+            return StageOutcome(False, proven.reason or "existing workloads are not back in service: "
+                                + ", ".join(proven.failed), {**facts, "serving_not_back": proven.failed})
+        # back is not enough: each workload answers its probe again, as it did at baseline
+        after, lost = workload_probes.prove_again(ctx, ctx.params.serving_ready_timeout, back.back + proven.back)
+        if after:
+            facts["workload_probes_after"] = after
+        if lost:
+            shown = "; ".join(f"{r['name']} ({r['probe']}: {r.get('detail') or 'failed'})" for r in after
+                              if r["name"] in lost)
+            return StageOutcome(False, f"existing workloads are back but fail the probe they passed at baseline: "
+                                       f"{shown}", {**facts, "workload_probes_lost": lost})
         ctx.publish_progress("upgrade-done")
-    facts: dict[str, Any] = {"scheduler_state": ctx.read_scheduler()}
-    if counts:
-        facts["serving_restart_counts"] = counts
     return StageOutcome(ok, why, facts)
 
 

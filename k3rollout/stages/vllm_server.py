@@ -10,14 +10,13 @@ from k3rollout.stages.base import NodeCtx
 
 
 def launch(ctx: NodeCtx, name: str, image: str, model: str, args: list[str], port: int,
-           health_timeout: float, poll_s: float = 5.0, docker_opts: list[str] | None = None) -> tuple[bool, str, str]:
+           health_timeout: float, poll_s: float = 5.0, env: dict[str, str] | None = None) -> tuple[bool, str, str]:
     """Start ``name``; return (healthy, reason, logs). Healthy means /health answered 200
     and /v1/models lists the model (weights loaded: the ladder's first step).
-    ``docker_opts`` replace the port mapping (a replica's head: host network, environment)."""
-    ctx.step(f"{name}-cleanup", ["docker", "rm", "-f", name])
-    net = ["-p", f"{port}:{port}"] if docker_opts is None else docker_opts
-    run = ctx.step(f"{name}-run", ["docker", "run", "-d", "--name", name, "--gpus", "all", "--ipc=host",
-                                   *net, image, model, *args, "--port", str(port)], timeout=3600)
+    ``env`` set: a replica's head (its launch environment, on the host network)."""
+    wl = ctx.workload
+    wl.remove_server(ctx, name, f"{name}-cleanup")
+    run = wl.start_server(ctx, name, image, model, args, port, env)
     if not run.ok:
         return False, f"container did not start (rc {run.rc})", run.stdout + run.stderr
     deadline = time.monotonic() + health_timeout
@@ -27,13 +26,12 @@ def launch(ctx: NodeCtx, name: str, image: str, model: str, args: list[str], por
         if health.ok:
             break
         last = health.describe()
-        st = ctx.step(f"{name}-state", ["docker", "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", name],
-                      evidence=False)
-        if not st.stdout.startswith("running"):
-            logs = ctx.step(f"{name}-logs", ["docker", "logs", name])
-            return False, f"vLLM exited before becoming healthy ({st.stdout.strip()})", logs.stdout + logs.stderr
+        st = wl.server_state(ctx, name, f"{name}-state", evidence=False)
+        if not st.running:
+            logs = wl.server_logs(ctx, name, f"{name}-logs")
+            return False, f"vLLM exited before becoming healthy ({st.text})", logs.stdout + logs.stderr
         if time.monotonic() >= deadline:
-            logs = ctx.step(f"{name}-logs", ["docker", "logs", name])
+            logs = wl.server_logs(ctx, name, f"{name}-logs")
             return False, f"vLLM not healthy after {health_timeout:.0f}s (last: {last})", logs.stdout + logs.stderr
         time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
     models = ctx.api(f"{name}-models", "GET", port, "/v1/models", timeout=30)
@@ -44,8 +42,8 @@ def launch(ctx: NodeCtx, name: str, image: str, model: str, args: list[str], por
 
 
 def stop(ctx: NodeCtx, name: str) -> None:
-    ctx.step(f"{name}-logs", ["docker", "logs", name])
-    ctx.step(f"{name}-remove", ["docker", "rm", "-f", name])
+    ctx.workload.server_logs(ctx, name, f"{name}-logs")
+    ctx.workload.remove_server(ctx, name, f"{name}-remove")
 
 
 def chat(ctx: NodeCtx, step: str, port: int, body: dict, timeout: float = 300.0) -> tuple[bool, Any]:

@@ -29,16 +29,12 @@ def run(ctx: NodeCtx) -> StageOutcome:
             replica_serve.stop(ctx, NAME)
             return StageOutcome(False, why, f, logs)
         return _requests(ctx, p, f, lambda: replica_serve.stop(ctx, NAME))
-    stopped = []
-    for c in ctx.baseline.get("serving_containers", []):
-        res = ctx.step(f"stop-{c['name']}", ["docker", "stop", c["name"]])
-        if res.ok:
-            stopped.append(c["name"])
+    stopped = ctx.workload.release_gpus(ctx)
     f = {"stopped_serving": stopped, "smoke_args": list(p.args)}
     ok, why, logs = vllm_server.launch(ctx, NAME, p.image, p.model, list(p.args), p.port, p.health_timeout)
     f["smoke_healthy"] = ok
     if not ok:
-        ctx.step(f"{NAME}-remove", ["docker", "rm", "-f", NAME])
+        ctx.workload.remove_server(ctx, NAME, f"{NAME}-remove")
         return StageOutcome(False, why, f, logs)
     return _requests(ctx, p, f, lambda: vllm_server.stop(ctx, NAME))
 

@@ -1,0 +1,42 @@
+"""The docker workload backend (k3rollout/workload/docker.py) against the strict fake
+executor: its preflight refuses a node without docker before anything else is asked of
+it, naming the var that fixes it."""
+
+from __future__ import annotations
+
+from k3rollout.engine.preflight import check_node
+from k3rollout.workload import BACKENDS, default_backend, workload_for
+from k3rollout.workload.docker import Docker
+
+
+def test_a_node_without_docker_is_refused_at_preflight_naming_the_backend_var(fake_executor):
+    fake_executor.expect(["true"])
+    fake_executor.missing(["docker", "info", "--format", "{{.ServerVersion}}"])
+    got = check_node(fake_executor, "gpu-01", {"scheduler": "kubernetes"}, "580.95.05")
+    assert got["ok"] is False
+    (connect, workload) = got["checks"]
+    assert connect["ok"] and workload["check"] == "workload" and not workload["ok"]
+    assert "docker is not installed" in workload["detail"]
+    assert "k3_workload_backend: kubernetes" in workload["detail"]
+    assert "rc 127" in workload["detail"]
+    # the strict fake's teardown proves nothing else (no package query, no df) was sent
+
+
+def test_a_docker_daemon_that_does_not_answer_is_refused(fake_executor):
+    fake_executor.expect(["docker", "info", "--format", "{{.ServerVersion}}"], rc=1,
+                         stderr="Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
+                                "Is the docker daemon running?\n")
+    ok, why = Docker().preflight(lambda name, argv: fake_executor.run("gpu-01", argv), {})
+    assert not ok and "does not answer" in why and "Is the docker daemon running" in why
+
+
+def test_a_docker_host_passes_the_workload_check(fake_executor):
+    fake_executor.expect(["docker", "info", "--format", "{{.ServerVersion}}"], stdout="28.2.2\n")
+    ok, why = Docker().preflight(lambda name, argv: fake_executor.run("gpu-01", argv), {})
+    assert ok and why == "Docker 28.2.2 answers"
+
+
+def test_the_backend_var_picks_the_runtime_and_the_default_is_one_place():
+    assert workload_for({}).kind == default_backend({}) == "docker"
+    assert workload_for({"scheduler": "kubernetes"}).kind == default_backend({"scheduler": "kubernetes"})
+    assert workload_for({"k3_workload_backend": "docker", "scheduler": "kubernetes"}) is BACKENDS["docker"]
