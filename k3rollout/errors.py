@@ -2,7 +2,9 @@
 
     K3RolloutError                 exit 70 unless a subclass says otherwise
     ├── InputError                 exit 2: a malformed playbook, inventory, window, run dir
-    │   └── ReplicaError           exit 2: a replica that cannot hold its model (plan/replicas.py)
+    │   ├── ReplicaError           exit 2: a replica that cannot hold its model (plan/replicas.py)
+    │   ├── InvalidYaml            exit 2: text that does not parse as YAML (model/yamlsrc.py)
+    │   └── NotYamlInventory       exit 2 unless ansible-inventory reads it (model/inventory.py)
     ├── LockHeld                   exit 1: another run holds (or left) the cluster lock
     ├── RunNeverStarted            exit 1: resume of a run killed before its first record (engine/session.py)
     ├── JournalWriteError          exit 70: a record could not be written or made durable (runlog/journal.py)

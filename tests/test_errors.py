@@ -33,7 +33,7 @@ def test_the_drawn_tree_is_the_real_one():
         depth = (len(m.group(1)) - 4) // 4 + (1 if "──" in line else 0)
         stack = stack[:depth] + [m.group(2)]
         drawn[m.group(2)] = stack[-2] if depth else "Exception"
-    assert len(drawn) == 13 and drawn == real
+    assert len(drawn) == 15 and drawn == real
 
 
 def test_every_class_in_the_tree_is_raised_somewhere():
