@@ -12,6 +12,7 @@ import sys
 import termios
 
 from support import ROOT
+from support.term import terminal_env
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -35,7 +36,7 @@ def read_all(fd: int) -> bytes:
 def test_terminal_gets_the_live_view(tmp_path):
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 60, 160, 0, 0))
-    env = {**os.environ, "K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks"), "TERM": "xterm-256color"}
+    env = {**terminal_env(), "K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks"), "TERM": "xterm-256color"}
     p = subprocess.Popen([sys.executable, "-m", "k3rollout", "demo", "--run-dir", str(tmp_path / "run")],
                          stdout=subprocess.PIPE, stderr=slave, cwd=ROOT, env=env)
     os.close(slave)

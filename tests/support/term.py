@@ -23,6 +23,13 @@ from support import ROOT
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
 
+def terminal_env() -> dict[str, str]:
+    """The environment less COLUMNS and LINES: pytest-xdist's workers set them (80x24), and
+    rich takes them over the pseudo-terminal's own size, as a program in a real terminal
+    would not see them."""
+    return {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+
+
 def _controlling_tty() -> None:
     # runs in the child after setsid (start_new_session): stdin is the terminal's slave side
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
@@ -36,7 +43,7 @@ class Term:
         self.proc = subprocess.Popen([sys.executable, "-m", "k3rollout", *args], stdin=slave, stdout=slave,
                                      stderr=slave, cwd=str(cwd), start_new_session=True,
                                      preexec_fn=_controlling_tty,
-                                     env={**os.environ, "TERM": "xterm-256color", **(env or {})})
+                                     env={**terminal_env(), "TERM": "xterm-256color", **(env or {})})
         os.close(slave)
         self._raw = bytearray()
         self._lock = threading.Lock()
