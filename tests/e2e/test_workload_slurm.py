@@ -1,0 +1,155 @@
+"""The ``slurm`` workload backend against a real controller (tests/support/slurm_cluster.py):
+after the upgrade the node is put in a maintenance reservation and resumed, the checks run
+as real jobs under slurmd (``srun --reservation=R -w NODE``) through a stand-in container
+launcher (tests/support/launcher_standin.py), and the reservation is deleted with the node
+drained again before the uncordon resumes it (or before the rollback restores it)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import yaml
+from support import journal, result, write_inventory, write_playbook
+from support import launcher_standin as standin
+
+from k3rollout.cli import main
+
+CHECK_STAGES = ("baseline", "cordon", "driver_upgrade", "cuda_check", "uncordon")
+
+
+def playbook(tmp_path: Path, stages: tuple[str, ...] = CHECK_STAGES) -> Path:
+    pb = write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0, max_fail_percentage=100)
+    data = yaml.safe_load(pb.read_text())
+    data[0]["stages"] = [s for s in data[0]["stages"] if s["stage"] in stages]
+    pb.write_text(yaml.safe_dump(data, sort_keys=False))
+    return pb
+
+
+def setup(tmp_path: Path, monkeypatch, hosts: dict[str, dict], **group) -> tuple[Path, Path, Path]:
+    run_dir = tmp_path / "run"
+    log = tmp_path / "launcher.jsonl"
+    bin_dir = tmp_path / "bin"
+    standin.install(bin_dir)
+    for k, v in standin.environ(bin_dir, run_dir / "sim-hosts", log).items():
+        monkeypatch.setenv(k, v)
+    inv = write_inventory(tmp_path / "inv", hosts, {
+        "scheduler": "slurm", "k3_container_launcher": "apptainer", "sim_reboot_s": 0.01,
+        # the loopback slurmd cannot create job steps with GPU GRES (step creation answers
+        # "Invalid generic resource (gres) specification"): the jobs ask for no GRES here
+        "k3_slurm_gpu_request": "none", "k3_slurm_output_dir": str(tmp_path), "k3_slurm_start_timeout": 20,
+        **group})
+    return inv, run_dir, log
+
+
+def serving(slurm, node: str) -> bool:
+    """IDLE, neither drained nor in a maintenance reservation (a node just resumed can show
+    ``+NOT_RESPONDING`` until its slurmd next answers)."""
+    state = slurm.state(node)
+    return state.split("+")[0] == "IDLE" and not {"DRAIN", "MAINTENANCE", "RESERVED"} & set(state.split("+"))
+
+
+def reservations(slurm) -> list[str]:
+    return re.findall(r"^ReservationName=(\S+)", slurm.scontrol("-o", "show", "reservation").stdout, re.M)
+
+
+def controller_steps(run_dir: Path, node: str) -> list[dict]:
+    return [r for r in journal(run_dir) if r["type"] == "step_started" and r["node"] == node
+            and r.get("ran_on") == "controller"]
+
+
+def index(steps: list[dict], pred) -> int:
+    return next(i for i, r in enumerate(steps) if pred(r))
+
+
+def launched(log: Path) -> list[dict]:
+    return [json.loads(ln) for ln in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_checks_run_as_jobs_in_a_maintenance_reservation_then_the_node_resumes(tmp_path, monkeypatch,
+                                                                                slurm_cluster):
+    slurm = slurm_cluster(["gpu-01"])
+    inv, run_dir, log = setup(tmp_path, monkeypatch, {"gpu-01": {}})
+    code = main(["run", str(playbook(tmp_path)), "-i", str(inv), "--yes", "--run-dir", str(run_dir)])
+    assert code == 0
+    assert result(run_dir)["nodes"]["gpu-01"]["final"] == "upgraded"
+    run_id = journal(run_dir)[0]["run_id"]
+    resv = f"k3rollout-check.gpu-01.{run_id}"
+    steps = controller_steps(run_dir, "gpu-01")
+    argv = [r["argv"] for r in steps]
+    drain = index(steps, lambda r: r["argv"][:4] == ["scontrol", "update", "NodeName=gpu-01", "State=DRAIN"])
+    create = index(steps, lambda r: r["argv"][:3] == ["scontrol", "create", "reservation"])
+    resume_in = index(steps, lambda r: r["step"] == "reservation-resume")
+    first_job = index(steps, lambda r: r["argv"][0] == "srun")
+    redrain = index(steps, lambda r: r["step"] == "reservation-drain")
+    delete = index(steps, lambda r: r["argv"][:3] == ["scontrol", "delete", "reservation"])
+    uncordon = index(steps, lambda r: r["stage"] == "uncordon" and r["argv"][-1] == "State=RESUME"
+                     and r["step"] == "uncordon")
+    # DRAIN first; the reservation before the node is resumed into it; the jobs inside it;
+    # drained again before the reservation goes; resumed for service last
+    assert drain < create < resume_in < first_job < redrain < delete < uncordon
+    assert argv[create] == ["scontrol", "create", "reservation", f"ReservationName={resv}", "Nodes=gpu-01",
+                            "Users=root", "StartTime=now", "Duration=720", "Flags=MAINT,IGNORE_JOBS"]
+    assert [r["once"] for r in (steps[create], steps[resume_in], steps[redrain], steps[delete])] == [True] * 4
+    # one reservation for the whole run, though two jobs needed it
+    assert sum(1 for a in argv if a[:3] == ["scontrol", "create", "reservation"]) == 1
+    jobs = [a for a in argv if a[0] == "srun"]
+    assert len(jobs) == 2 and all(f"--reservation={resv}" in a and a[a.index("-w") + 1] == "gpu-01" for a in jobs)
+    assert jobs[0][-6:-3] == ["apptainer", "exec", "--nv"] and jobs[0][-3].startswith("docker://")
+    assert jobs[0][-2:] == ["nvidia-smi", "-L"]
+    # the jobs really ran under slurmd, in the reservation, on the node: the launcher saw them
+    ran = launched(log)
+    assert [r["cmd"][0] for r in ran] == ["nvidia-smi", "python3"]
+    assert all(r["job"] and r["node"] == "gpu-01" and r["gpu"] for r in ran)
+    assert all(r["reservation"] in ("", resv) for r in ran)
+    cuda = next(r for r in journal(run_dir) if r["type"] == "facts" and r["stage"] == "cuda_check")["facts"]
+    assert cuda["cuda_init_ok"] and cuda["container_gpu_count"] == 8 and cuda["cuda_device_count"] == 8
+    # nothing ran on the node itself: no srun, scontrol or launcher over its transport
+    node_cmds = [r["argv"][0] for r in journal(run_dir) if r["type"] == "step_started" and r["node"] == "gpu-01"
+                 and not r.get("ran_on")]
+    assert not {"srun", "sbatch", "scontrol", "apptainer"} & set(node_cmds)
+    # the reservation is gone and the node serves again
+    assert resv not in reservations(slurm)
+    assert serving(slurm, "gpu-01")
+    # baseline recorded the node's jobs, partition and state
+    base = next(r for r in journal(run_dir) if r["type"] == "facts" and r["stage"] == "baseline")
+    assert base["facts"]["slurm_partitions"] == [{"partition": "gpu*", "availability": "up", "node_state": "idle"}]
+    assert base["facts"]["slurm_jobs"] == [] and base["facts"]["container_launcher"] == "apptainer"
+
+
+def test_a_failed_check_drains_the_node_again_and_deletes_the_reservation_before_the_rollback(
+        tmp_path, monkeypatch, slurm_cluster):
+    slurm = slurm_cluster(["gpu-01"])
+    inv, run_dir, log = setup(tmp_path, monkeypatch, {"gpu-01": {"sim_faults": ["cuda_init_fails"]}})
+    code = main(["run", str(playbook(tmp_path)), "-i", str(inv), "--yes", "--run-dir", str(run_dir)])
+    assert code == 0
+    node = result(run_dir)["nodes"]["gpu-01"]
+    assert node["failed_stage"] == "cuda_check" and node["final"] == "rolled_back"
+    steps = controller_steps(run_dir, "gpu-01")
+    recs = journal(run_dir)
+    redrain = next(r for r in steps if r["stage"] == "rollback" and r["step"] == "reservation-drain")
+    delete = next(r for r in steps if r["stage"] == "rollback" and r["step"] == "reservation-delete")
+    first_restore = next(r for r in recs if r["type"] == "step_started" and r["stage"] == "rollback"
+                         and r["step"].startswith("restore-step"))
+    assert recs.index(redrain) < recs.index(delete) < recs.index(first_restore)
+    assert redrain["argv"][:4] == ["scontrol", "update", "NodeName=gpu-01", "State=DRAIN"]
+    # the CUDA init really ran in a job, and failed there
+    assert [r["cmd"][0] for r in launched(log)] == ["nvidia-smi", "python3"]
+    assert not [n for n in reservations(slurm) if n.startswith("k3rollout-check.")]
+    # restored and healthy on its old driver: resumed, as it was before the run
+    assert serving(slurm, "gpu-01")
+
+
+def test_a_check_job_that_never_starts_fails_the_stage_with_slurms_reason(tmp_path, monkeypatch, slurm_cluster):
+    slurm = slurm_cluster(["gpu-01"])
+    inv, run_dir, log = setup(tmp_path, monkeypatch, {"gpu-01": {}}, k3_slurm_partition="nope")
+    code = main(["run", str(playbook(tmp_path)), "-i", str(inv), "--yes", "--run-dir", str(run_dir)])
+    assert code == 0
+    node = result(run_dir)["nodes"]["gpu-01"]
+    assert node["failed_stage"] == "cuda_check" and node["final"] == "rolled_back"
+    stage = next(r for r in journal(run_dir) if r["type"] == "stage_done" and r["stage"] == "cuda_check")
+    assert "Unable to allocate resources: Invalid partition name specified" in stage["reason"], stage["reason"]
+    assert launched(log) == []                      # no job ever ran
+    assert not [n for n in reservations(slurm) if n.startswith("k3rollout-check.")]
+    assert serving(slurm, "gpu-01")
