@@ -153,3 +153,36 @@ def test_a_check_job_that_never_starts_fails_the_stage_with_slurms_reason(tmp_pa
     assert launched(log) == []                      # no job ever ran
     assert not [n for n in reservations(slurm) if n.startswith("k3rollout-check.")]
     assert serving(slurm, "gpu-01")
+
+
+def test_the_smoke_server_is_a_batch_job_in_the_reservation_that_the_gates_reach(tmp_path, monkeypatch,
+                                                                                 slurm_cluster):
+    slurm = slurm_cluster(["gpu-01"])
+    inv, run_dir, log = setup(tmp_path, monkeypatch, {"gpu-01": {}})
+    code = main(["run", str(playbook(tmp_path, (*CHECK_STAGES, "vllm_smoke"))), "-i", str(inv), "--yes",
+                 "--run-dir", str(run_dir)])
+    assert code == 0
+    assert result(run_dir)["nodes"]["gpu-01"]["final"] == "upgraded"
+    run_id = journal(run_dir)[0]["run_id"]
+    resv = f"k3rollout-check.gpu-01.{run_id}"
+    recs = journal(run_dir)
+    submit = next(r for r in recs if r["type"] == "step_started" and r["argv"][0] == "sbatch")
+    assert submit["ran_on"] == "controller" and f"--reservation={resv}" in submit["argv"]
+    assert "--job-name=k3rollout-smoke@gpu-01" in submit["argv"]
+    done = next(r for r in recs if r["type"] == "step_done" and r.get("key") == submit["key"])
+    job = (run_dir / "evidence" / done["evidence"]).read_text().split("--- stdout ---", 1)[1].split()[0]
+    assert job.isdigit()
+    # the server ran inside that job, and the gates reached it at the node's address
+    server = [r for r in launched(log) if r["cmd"][:2] == ["vllm", "serve"]]
+    assert len(server) == 1 and server[0]["job"] == job
+    smoke = next(r for r in recs if r["type"] == "facts" and r["stage"] == "vllm_smoke")["facts"]
+    assert smoke["smoke_healthy"] and smoke["smoke_request_ok"] and smoke["error_reporting_ok"]
+    health = next(r for r in recs if r["type"] == "step_started" and r.get("kind") == "http")
+    assert health["argv"][1].startswith("http://") and "controller" not in health["argv"][1]
+    # its output file is evidence, and it was cancelled when the stage ended
+    out = tmp_path / f"k3rollout-smoke.gpu-01.{run_id}.out"
+    assert out.exists()
+    logs = next(r for r in recs if r["type"] == "step_started" and r["step"] == "k3rollout-smoke-logs")
+    assert logs["argv"] == ["cat", str(out)] and logs["ran_on"] == "controller"
+    assert not slurm.run("squeue", "-h", "-o", "%i").stdout.strip()
+    assert resv not in reservations(slurm) and serving(slurm, "gpu-01")
