@@ -146,18 +146,20 @@ class SlurmJobs:
         """The node in the run's maintenance reservation, then resumed: only reservation
         jobs land there. The node must be out of service (DRAINED) when it is first asked."""
         resv = reservation_name(ctx)
-        if not self._reservation_exists(ctx):
+        meta = {"reservation": resv}
+        # a create this run started before a crash is settled by its probe (never sent twice)
+        if ctx.runner.prior_meta(ctx, "reservation-create") is not None or not self._reservation_exists(ctx):
             user = ctx.step("reservation-user", ["id", "-un"], on=self._where(ctx)).stdout.strip() or "root"
             minutes = int(ctx.vars.get(DURATION_VAR) or DEFAULT_DURATION_MIN)
             res = self._on(ctx, "reservation-create", [
                 "scontrol", "create", "reservation", f"ReservationName={resv}", f"Nodes={ctx.node}",
                 f"Users={user}", "StartTime=now", f"Duration={minutes}", "Flags=MAINT,IGNORE_JOBS"],
-                once=True, probe=lambda c, m: self._reservation_exists(c, "reservation-create-probe"))
+                once=True, probe=lambda c, m: self._reservation_exists(c, "reservation-create-probe"), meta=meta)
             if not res.ok:
                 return False, f"could not create the maintenance reservation {resv} (rc {res.rc}): {res.tail(300)}"
         if self._state(ctx) != "schedulable" or ctx.runner.prior_meta(ctx, "reservation-resume") is not None:
             res = self._on(ctx, "reservation-resume", ["scontrol", "update", f"NodeName={ctx.node}", "State=RESUME"],
-                           once=True, probe=lambda c, m: self._state(c) == "schedulable")
+                           once=True, probe=lambda c, m: self._state(c) == "schedulable", meta=meta)
             if not res.ok and self._state(ctx) != "schedulable":
                 return False, f"could not resume {ctx.node} into {resv} (rc {res.rc}): {res.tail(300)}"
         return True, f"{ctx.node} resumed into the maintenance reservation {resv}"
@@ -167,13 +169,14 @@ class SlurmJobs:
         cancel the run's jobs in its reservation and delete the reservation; wait for
         DRAINED. Nothing to do for a node whose reservation is gone and never was made."""
         resv = reservation_name(ctx)
+        meta = {"reservation": resv}
         exists = self._reservation_exists(ctx, "reservation-check")
         if not exists and ctx.runner.prior_meta(ctx, "reservation-delete") is None:
             return True, f"no maintenance reservation {resv}"
         reason = ctx.baseline.get("slurm_reason") if ctx.baseline.get("scheduler_state") != "schedulable" else None
         res = self._on(ctx, "reservation-drain", ["scontrol", "update", f"NodeName={ctx.node}", "State=DRAIN",
                                                   f"Reason={reason or f'k3rollout {ctx.run_id}'}"],
-                       once=True, probe=lambda c, m: self._state(c) in ("draining", "cordoned"))
+                       once=True, probe=lambda c, m: self._state(c) in ("draining", "cordoned"), meta=meta)
         if not res.ok and self._state(ctx) not in ("draining", "cordoned"):
             return False, f"could not drain {ctx.node} before deleting {resv} (rc {res.rc}): {res.tail(300)}"
         if exists:
@@ -190,7 +193,7 @@ class SlurmJobs:
                     return False, f"jobs in {resv} did not end within {CLOSE_WAIT_S:.0f}s: {q.tail(300)}"
                 time.sleep(0.5)
         res = self._on(ctx, "reservation-delete", ["scontrol", "delete", "reservation", resv], once=True,
-                       probe=lambda c, m: not self._reservation_exists(c, "reservation-delete-probe"))
+                       probe=lambda c, m: not self._reservation_exists(c, "reservation-delete-probe"), meta=meta)
         if not res.ok and self._reservation_exists(ctx, "reservation-check-after"):
             return False, f"could not delete the maintenance reservation {resv} (rc {res.rc}): {res.tail(300)}"
         ok, why, _ = ctx.runner.scheduler(ctx).wait_drained(ctx, CLOSE_WAIT_S)

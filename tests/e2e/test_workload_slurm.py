@@ -10,8 +10,9 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 import yaml
-from support import journal, result, write_inventory, write_playbook
+from support import cli, journal, result, write_inventory, write_playbook
 from support import launcher_standin as standin
 
 from k3rollout.cli import main
@@ -186,3 +187,58 @@ def test_the_smoke_server_is_a_batch_job_in_the_reservation_that_the_gates_reach
     assert logs["argv"] == ["cat", str(out)] and logs["ran_on"] == "controller"
     assert not slurm.run("squeue", "-h", "-o", "%i").stdout.strip()
     assert resv not in reservations(slurm) and serving(slurm, "gpu-01")
+
+
+# ---------------------------------------------------------------- kills around the reservation and the jobs
+
+# (mode, record type, step, occurrence): a kill just before an outcome is recorded (the
+# command ran, the journal does not know) or right after a start is recorded (not yet sent)
+KILL_POINTS = [
+    ("BEFORE", "step_done", "reservation-create", 1),
+    ("KILL", "step_started", "reservation-resume", 1),
+    ("BEFORE", "step_done", "reservation-resume", 1),
+    ("BEFORE", "step_done", "k3rollout-smoke-run", 1),        # the server's job submitted and running
+    ("KILL", "step_started", "reservation-drain", 1),
+    ("BEFORE", "step_done", "reservation-delete", 1),
+]
+
+
+@pytest.mark.parametrize("mode,rtype,step,nth", KILL_POINTS, ids=[f"{m}-{t}-{s}" for m, t, s, _ in KILL_POINTS])
+def test_a_kill_around_the_reservation_or_a_job_resumes_without_a_second_reservation_or_a_left_job(
+        tmp_path, monkeypatch, slurm_cluster, mode, rtype, step, nth):
+    slurm = slurm_cluster(["gpu-01"])
+    inv, run_dir, log = setup(tmp_path, monkeypatch, {"gpu-01": {}})
+    pb = playbook(tmp_path, (*CHECK_STAGES, "vllm_smoke"))
+    locks = {"K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks"), "K3_FAULT_AT": f"{rtype}:{step}"}
+    # the simulated node has no apptainer of its own (the jobs find the stand-in): no preflight
+    p = cli("run", str(pb), "-i", str(inv), "--yes", "--no-preflight", "--run-dir", str(run_dir), env=locks,
+            fault=(mode, nth))
+    assert p.returncode == -9, p.stderr[-2000:]
+    r = cli("resume", str(run_dir), env={"K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert result(run_dir)["nodes"]["gpu-01"]["final"] == "upgraded"
+    recs = journal(run_dir)
+    # one reservation was made, and the run's create was never sent twice
+    creates = [x for x in recs if x["type"] == "step_started" and x.get("step") == "reservation-create"]
+    assert len(creates) == 1
+    assert not [x for x in recs if x["type"] == "step_done" and x.get("step") == "reservation-create"
+                and x["rc"] != 0]
+    # an interrupted once step was settled by its probe: done when the command had run
+    # (never sent again), sent once more when only its start was on record
+    settled = [x for x in recs if x["type"] == "step_settled" and x.get("step") == step]
+    if step.startswith("reservation-"):
+        assert [x["took_effect"] for x in settled] == [mode == "BEFORE"]
+        started = [x for x in recs if x["type"] == "step_started" and x.get("step") == step]
+        assert len(started) == (1 if mode == "BEFORE" else 2)
+    else:
+        # the server's job outlived the kill; the resumed stage cancelled it before its own
+        cancels = [i for i, x in enumerate(recs) if x["type"] == "step_started" and x.get("step") == "k3rollout-smoke-cleanup"]
+        submits = [i for i, x in enumerate(recs) if x["type"] == "step_started" and x.get("step") == step]
+        assert len(submits) == 2 and cancels[-1] < submits[-1]
+    # nothing left behind: no job on the node, no reservation, the node serving again
+    assert not slurm.run("squeue", "-h", "-o", "%i %j").stdout.strip()
+    assert not [n for n in reservations(slurm) if n.startswith("k3rollout-check.")]
+    assert serving(slurm, "gpu-01")
+    # the smoke stage passed against one server: the one left by the kill was cancelled first
+    smoke = [x for x in recs if x["type"] == "facts" and x["stage"] == "vllm_smoke"]
+    assert smoke and smoke[-1]["facts"]["smoke_request_ok"]
