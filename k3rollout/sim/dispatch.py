@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from k3rollout.errors import InputError
-from k3rollout.sim import cache, gpu, nccl, netd, repos, sched
+from k3rollout.sim import cache, gpu, nccl, netd, repos, sched, slurmjobs
 from k3rollout.sim import docker as dk
 from k3rollout.sim import state as st
 
@@ -240,7 +240,14 @@ HANDLERS = {
     "reboot": _reboot,
     "shutdown": _reboot,
     "systemctl": lambda d, s, a, i: gpu.systemctl(s, a),
-    "docker": lambda d, s, a, i: dk.docker(s, a, d),
+    "docker": lambda d, s, a, i: ((127, "", "bash: line 1: docker: command not found\n")
+                                  if slurmjobs.docker_missing(s) else dk.docker(s, a, d)),
+    # a Slurm job's container, started by the site's launcher in the node's container model
+    slurmjobs.LAUNCH: lambda d, s, a, i: dk.docker(s, a, d),
+    "enroot": lambda d, s, a, i: slurmjobs.launcher_probe(s, "enroot") or
+    (127, "", "bash: line 1: enroot: command not found\n"),
+    "apptainer": lambda d, s, a, i: slurmjobs.launcher_probe(s, "apptainer") or
+    (127, "", "bash: line 1: apptainer: command not found\n"),
     "curl": lambda d, s, a, i: dk.curl(d, s, a, i),
     "kubectl": lambda d, s, a, i: sched.kubectl(s, a),
     "scontrol": lambda d, s, a, i: sched.scontrol(s, a, d),

@@ -380,7 +380,7 @@ class SlurmJobs:
         """Before the uncordon: out of the reservation and DRAINED again, so the uncordon
         stage resumes (or keeps drained) the node as it would any drained node."""
         ok, why = self.close_node(ctx)
-        return Restored() if ok else Restored(failed=["maintenance reservation"], reason=why)
+        return Restored() if ok else Restored(failed=[f"the maintenance reservation ({why})"], reason=why)
 
     def prove_serving(self, ctx: NodeCtx) -> Restored:
         return Restored()

@@ -1,0 +1,84 @@
+"""The slurm workload backend on the simulated cluster alone (no slurmctld): the simulated
+controller answers srun, sbatch, squeue, scancel, sinfo and the reservation commands as
+Debian's 22.05 does (k3rollout/sim/slurmjobs.py), and a node whose launcher is pyxis,
+enroot or apptainer runs no Docker daemon. The same flow against a real controller is
+tests/e2e/test_workload_slurm.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from support import commands, journal, result, sim_state, write_inventory, write_playbook
+
+from k3rollout.cli import main
+from k3rollout.sim.dispatch import dispatch
+
+
+@pytest.fixture(autouse=True)
+def _no_real_slurm(monkeypatch):
+    # a SLURM_CONF would send the controller's commands to a real slurmctld
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+
+
+def reservations(run_dir: Path) -> dict:
+    f = run_dir / "sim-hosts" / "_slurmctld.json"
+    return json.loads(f.read_text()) if f.exists() else {}
+
+
+def test_a_pyxis_cluster_validates_every_node_through_jobs_and_runs_no_docker(tmp_path):
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {"sim_faults": ["cuda_init_fails"]}},
+                          {"scheduler": "slurm", "k3_container_launcher": "pyxis", "sim_reboot_s": 0.01})
+    pb = write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0, max_fail_percentage=100)
+    run_dir = tmp_path / "run"
+    code = main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)])
+    assert code == 0
+    res = result(run_dir)["nodes"]
+    assert res["gpu-01"]["final"] == "upgraded"
+    assert res["gpu-02"]["final"] == "rolled_back" and res["gpu-02"]["failed_stage"] == "cuda_check"
+    recs = journal(run_dir)
+    jobs = [r for r in recs if r["type"] == "step_started" and r["argv"][0] in ("srun", "sbatch")]
+    assert {r["ran_on"] for r in jobs} == {"controller"}
+    assert any(r["argv"][0] == "sbatch" and "--job-name=k3rollout-smoke@gpu-01" in r["argv"] for r in jobs)
+    assert all("--container-image=" + r["argv"][-1] for r in jobs if r["argv"][0] == "srun")
+    assert all("--gres=gpu:8" in r["argv"] for r in jobs)
+    # no docker command reached a node: the launcher's containers are the jobs'
+    for node in ("gpu-01", "gpu-02"):
+        assert not [c for c in commands(run_dir, node) if c.startswith("docker")]
+        assert sim_state(run_dir, node)["scheduler"]["state"] == "schedulable"
+    # CUDA init failed inside the job, with the driver's own error, and was triaged so
+    cuda = next(r for r in recs if r["type"] == "stage_done" and r["node"] == "gpu-02" and r["stage"] == "cuda_check")
+    assert not cuda["passed"] and cuda["reason"].startswith("CUDA init failed")
+    assert not [n for n in reservations(run_dir) if n.startswith("k3rollout-check.")]
+    # the smoke and feature servers passed against jobs the gates reached
+    smoke = next(r for r in recs if r["type"] == "facts" and r["node"] == "gpu-01" and r["stage"] == "vllm_smoke")
+    assert smoke["facts"]["smoke_request_ok"]
+
+
+def test_docker_answers_only_on_a_slurm_node_whose_launcher_is_docker(tmp_path):
+    from k3rollout.sim.state import init_host
+
+    pyxis = init_host(tmp_path / "a", "a", {"scheduler": "slurm", "k3_container_launcher": "pyxis"})
+    plain = init_host(tmp_path / "b", "b", {"scheduler": "slurm", "k3_container_launcher": "docker"})
+    k8s = init_host(tmp_path / "c", "c", {"scheduler": "kubernetes"})
+    miss = dispatch(pyxis, ["docker", "info", "--format", "{{.ServerVersion}}"])
+    assert miss.rc == 127 and "docker: command not found" in miss.stderr
+    assert dispatch(pyxis, ["enroot", "version"]).stdout == "3.5.0\n"
+    assert dispatch(pyxis, ["apptainer", "--version"]).rc == 127
+    assert dispatch(plain, ["docker", "info", "--format", "{{.ServerVersion}}"]).rc == 0
+    assert dispatch(k8s, ["docker", "info", "--format", "{{.ServerVersion}}"]).rc == 0
+
+
+def test_preflight_refuses_a_node_whose_launcher_is_not_installed(tmp_path, capsys):
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {"sim_launcher_missing": True}, "gpu-02": {}},
+                          {"scheduler": "slurm", "k3_container_launcher": "apptainer"})
+    pb = write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0)
+    code = main(["preflight", str(pb), "-i", str(inv), "--output", str(tmp_path / "pre"), "--json"])
+    out = capsys.readouterr().out
+    assert code == 1
+    report = json.loads(out)
+    why = {n: [c for c in r["checks"] if c["check"] == "workload"][0] for n, r in report["nodes"].items()}
+    assert not why["gpu-01"]["ok"]
+    assert why["gpu-01"]["detail"].startswith("k3_container_launcher is apptainer, but apptainer is not installed")
+    assert why["gpu-02"]["ok"] and why["gpu-02"]["detail"] == "apptainer: apptainer version 1.3.4"
