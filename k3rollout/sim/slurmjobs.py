@@ -112,10 +112,11 @@ def _node_state(root: Path, node: str) -> dict[str, Any] | None:
     return s if s["scheduler"]["kind"] == "slurm" else None
 
 
-def _maint(root: Path, node: str) -> str | None:
-    """The active maintenance reservation holding ``node``, if any."""
-    return next((n for n, r in _reservations(root).items() if r.get("State") == "ACTIVE" and "MAINT" in r["Flags"]
-                 and node in r["Nodes"].split(",")), None)
+def _maint(root: Path, node: str) -> list[str]:
+    """The active maintenance reservations holding ``node`` (MAINT ones may overlap: a job in
+    any of them runs there, as slurm 22.05 does)."""
+    return [n for n, r in _reservations(root).items() if r.get("State") == "ACTIVE" and "MAINT" in r["Flags"]
+            and node in r["Nodes"].split(",")]
 
 
 def _refuse(root: Path, opts: dict[str, str], prog: str) -> tuple[Out | None, str]:
@@ -130,7 +131,7 @@ def _refuse(root: Path, opts: dict[str, str], prog: str) -> tuple[Out | None, st
     if resv and resv not in _reservations(root):
         return (1, "", f"{prog}: error: " + ("Unable to allocate resources" if prog == "srun" else
                                              "Batch job submission failed") + ": Requested reservation is invalid\n"), node
-    if _node_state(root, node) is None:
+    if any(_node_state(root, n) is None for n in node.split(",")):
         return (1, "", f"{prog}: error: " + ("Unable to allocate resources" if prog == "srun" else
                                              "Batch job submission failed") + ": Invalid node name specified\n"), node
     return None, node
@@ -143,7 +144,7 @@ def _busy(root: Path, node: str, resv: str) -> str:
     if s["scheduler"]["state"] != "schedulable":
         return "ReqNodeNotAvail"
     held = _maint(root, node)
-    if held and held != resv:
+    if held and resv not in held:
         return "ReqNodeNotAvail, Reserved for maintenance"
     if [j for j in s["scheduler"].get("jobs", []) if j["end"] > time.time()]:
         return "Resources"
@@ -179,12 +180,19 @@ def srun(root: Path, args: list[str], node_cmd: NodeCmd) -> Out:
         return refused
     with _table(root) as t:
         job, t["next"] = t["next"], t["next"] + 1
-    why = _busy(root, node, _get(opts, "--reservation"))
+    nodes = node.split(",")
+    why = next((w for n in nodes if (w := _busy(root, n, _get(opts, "--reservation")))), "")
     if why:
         return 1, "", (f"srun: Required node not available (down, drained or reserved)\nsrun: job {job} queued and "
                        "waiting for resources\nsrun: error: Unable to allocate resources: Requested nodes are busy\n")
     image, inner = _container(opts, cmd)
-    if image is None:
+    if "--mpi" in opts and image is None and inner and inner[0].endswith("all_reduce_perf"):
+        # one MPI job over the nodes: the node model's NCCL run, as mpirun would start it
+        tasks = int(_get(opts, "--ntasks-per-node") or 1)
+        env = [x for kv in _get(opts, "--export").split(",") if "=" in kv for x in ("-x", kv)]
+        rc, out, err = node_cmd(nodes[0], ["mpirun", "-np", str(tasks * len(nodes)), "-H",
+                                           ",".join(f"{n}:{tasks}" for n in nodes), *env, *inner])
+    elif image is None:
         rc, out, err = node_cmd(node, inner)
     else:
         _exists(node_cmd, node, image)
@@ -210,8 +218,10 @@ def sbatch(root: Path, args: list[str], node_cmd: NodeCmd) -> Out:
                "gres": f"gres:{gres.removeprefix('gpu:')}" if gres else "N/A", "output": _get(opts, "-o", "--output"),
                "state": "PENDING", "reason": _busy(root, node, _get(opts, "--reservation")) or "None",
                "container": f"slurm-job-{job}", "image": image, "cmd": inner, "log": ""}
+        if rec["reason"] == "None":
+            rec["state"] = "CONFIGURING"        # claimed under the lock: started once, here
         t["jobs"][str(job)] = rec
-    if rec["reason"] == "None":
+    if rec["state"] == "CONFIGURING":
         _start(root, rec, node_cmd)
     return 0, f"{job}\n" if "--parsable" in opts else f"Submitted batch job {job}\n", ""
 
@@ -238,13 +248,18 @@ def _refresh(root: Path, node_cmd: NodeCmd) -> dict[str, dict[str, Any]]:
         jobs = dict(t["jobs"])
     for jid, j in jobs.items():
         if j["state"] == "PENDING" and not _busy(root, j["node"], j["reservation"]):
-            _start(root, j, node_cmd)
+            with _table(root) as t:
+                mine = t["jobs"][jid]["state"] == "PENDING"
+                if mine:
+                    t["jobs"][jid]["state"] = "CONFIGURING"
+            if mine:
+                _start(root, j, node_cmd)
         elif j["state"] == "RUNNING":
             rc, out, _ = node_cmd(j["node"], [LAUNCH, "inspect", "-f", "{{.State.Status}}", j["container"]])
             if rc != 0 or out.strip() != "running":
                 _end(root, jid, node_cmd, "COMPLETED")
     with _table(root) as t:
-        return {k: v for k, v in t["jobs"].items() if v["state"] in ("PENDING", "RUNNING")}
+        return {k: v for k, v in t["jobs"].items() if v["state"] in ("PENDING", "CONFIGURING", "RUNNING")}
 
 
 def _end(root: Path, jid: str, node_cmd: NodeCmd, state: str) -> None:
@@ -313,7 +328,7 @@ def squeue(root: Path, args: list[str], node_cmd: NodeCmd) -> Out:
 def scancel(root: Path, args: list[str], node_cmd: NodeCmd) -> Out:
     opts, ids = _opts(args)
     with _table(root) as t:
-        live = {k: v for k, v in t["jobs"].items() if v["state"] in ("PENDING", "RUNNING")}
+        live = {k: v for k, v in t["jobs"].items() if v["state"] in ("PENDING", "CONFIGURING", "RUNNING")}
         unknown = [i for i in ids if i not in t["jobs"]]
     if unknown:
         return 1, "", "".join(f"scancel: error: Kill job error on job id {i}: Invalid job id specified\n"

@@ -50,6 +50,7 @@ LAUNCHER_PROBE = {"pyxis": ["enroot", "version"], "enroot": ["enroot", "version"
                   "apptainer": ["apptainer", "--version"]}
 # a stage's checks run in the reservation; observe's (after the window) never open one
 OBSERVE = "observe"
+GROUP_PREFIX = "k3rollout-check.group-"
 
 
 def launcher(host_vars: dict[str, Any]) -> str:
@@ -101,7 +102,10 @@ _NOT_STARTED = ("srun: error: Unable to allocate resources", "srun: Required nod
 
 
 def not_started(res: CommandResult) -> str:
-    """Slurm's own words when a check's job never started (''): the stage's reason."""
+    """Slurm's own words when a check's job never started (''): the stage's reason. A job
+    that waited and then got its node ("has been allocated resources") did start."""
+    if "has been allocated resources" in res.stderr:
+        return ""
     lines = [ln.strip() for ln in res.stderr.splitlines() if ln.strip().startswith(_NOT_STARTED)
              or any(k in ln for k in _NOT_STARTED[3:])]
     return "; ".join(lines)[:400]
@@ -168,6 +172,9 @@ class SlurmJobs:
         """Drain the node again (the baseline's Reason where someone else had drained it),
         cancel the run's jobs in its reservation and delete the reservation; wait for
         DRAINED. Nothing to do for a node whose reservation is gone and never was made."""
+        ok, why = self.close_group(ctx)          # a batch's reservation this node headed, left by a crash
+        if not ok:
+            return False, why
         resv = reservation_name(ctx)
         meta = {"reservation": resv}
         exists = self._reservation_exists(ctx, "reservation-check")
@@ -200,6 +207,62 @@ class SlurmJobs:
         if not ok:
             return False, why
         return True, f"{ctx.node} drained again and its maintenance reservation {resv} deleted"
+
+    # ------------------------------------------------------------ jobs over several nodes
+
+    def _group_name(self, ctx: NodeCtx) -> str:
+        return f"{GROUP_PREFIX}{ctx.node}.{ctx.run_id}"
+
+    def _group_exists(self, ctx: NodeCtx, name: str) -> bool:
+        res = self._on(ctx, name, ["scontrol", "show", "reservation", self._group_name(ctx)])
+        return res.ok and f"ReservationName={self._group_name(ctx)}" in res.stdout
+
+    def open_group(self, ctx: NodeCtx, nodes: list[str]) -> tuple[bool, str]:
+        """A job takes one reservation (slurm 22.05 answers ``--reservation=A,B`` with "Problem
+        using reservation"): a job over several nodes runs in one more MAINT reservation over
+        all of them (MAINT may overlap the nodes' own), made once per batch stage."""
+        group = self._group_name(ctx)
+        if ctx.runner.prior_meta(ctx, "group-reservation-create") is not None or \
+                not self._group_exists(ctx, "group-reservation-show"):
+            user = ctx.step("reservation-user", ["id", "-un"], on=self._where(ctx)).stdout.strip() or "root"
+            res = self._on(ctx, "group-reservation-create", [
+                "scontrol", "create", "reservation", f"ReservationName={group}", f"Nodes={','.join(nodes)}",
+                f"Users={user}", "StartTime=now", f"Duration={int(ctx.vars.get(DURATION_VAR) or DEFAULT_DURATION_MIN)}",
+                "Flags=MAINT,IGNORE_JOBS"], once=True, meta={"reservation": group, "nodes": nodes},
+                probe=lambda c, m: self._group_exists(c, "group-reservation-probe"))
+            if not res.ok:
+                return False, f"could not create the reservation {group} over {', '.join(nodes)} (rc {res.rc}): " \
+                    f"{res.tail(300)}"
+        return True, group
+
+    def close_group(self, ctx: NodeCtx) -> tuple[bool, str]:
+        group = self._group_name(ctx)
+        if ctx.runner.prior_meta(ctx, "group-reservation-delete") is None and \
+                not self._group_exists(ctx, "group-reservation-check"):
+            return True, ""
+        self._on(ctx, "group-reservation-jobs-cancel", ["scancel", f"--reservation={group}"])
+        res = self._on(ctx, "group-reservation-delete", ["scontrol", "delete", "reservation", group], once=True,
+                       meta={"reservation": group},
+                       probe=lambda c, m: not self._group_exists(c, "group-reservation-delete-probe"))
+        return res.ok, "" if res.ok else f"could not delete {group} (rc {res.rc}): {res.tail(300)}"
+
+    def collective(self, ctx: NodeCtx, name: str, nodes: list[str], gpus: int, prog: list[str],
+                   timeout: float) -> CommandResult:
+        """nccl-tests over ``nodes`` as one MPI job (``srun --mpi=pmix``, one task per GPU,
+        ``-g 1`` each), in the node's reservation, or in the batch's when it spans nodes."""
+        if len(nodes) > 1:
+            ok, resv = self.open_group(ctx, nodes)
+        else:
+            ok, resv = self.open_node(ctx)
+            resv = reservation_name(ctx) if ok else resv
+        if not ok:
+            return CommandResult(ctx.node, ("srun",), 1, "", resv + "\n", 0.0)
+        part = ctx.vars.get(PARTITION_VAR)
+        return self._on(ctx, name, [
+            "srun", "--mpi=pmix", f"--reservation={resv}", "-w", ",".join(nodes), "-N", str(len(nodes)),
+            f"--ntasks-per-node={gpus}", *([f"--partition={part}"] if part else []), *gpu_request(ctx),
+            f"--immediate={int(start_timeout(ctx))}", "--export=ALL,NCCL_DEBUG=INFO",
+            f"--job-name={job_name(ctx.node, 'k3rollout-' + name)}", *prog], timeout=timeout)
 
     # ------------------------------------------------------------ images
 

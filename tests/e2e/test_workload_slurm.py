@@ -242,3 +242,23 @@ def test_a_kill_around_the_reservation_or_a_job_resumes_without_a_second_reserva
     # the smoke stage passed against one server: the one left by the kill was cancelled first
     smoke = [x for x in recs if x["type"] == "facts" and x["stage"] == "vllm_smoke"]
     assert smoke and smoke[-1]["facts"]["smoke_request_ok"]
+
+
+def test_a_node_drained_before_the_run_is_drained_again_with_its_reason_after_its_checks(tmp_path, monkeypatch,
+                                                                                         slurm_cluster):
+    slurm = slurm_cluster(["gpu-01"])
+    assert slurm.scontrol("update", "NodeName=gpu-01", "State=DRAIN", "Reason=hw check RMA-4411").returncode == 0
+    inv, run_dir, log = setup(tmp_path, monkeypatch, {"gpu-01": {}})
+    code = main(["run", str(playbook(tmp_path)), "-i", str(inv), "--yes", "--run-dir", str(run_dir)])
+    assert code == 0
+    assert result(run_dir)["nodes"]["gpu-01"]["final"] == "upgraded"
+    # its checks ran (the node was resumed into the reservation for them) ...
+    assert [r["cmd"][0] for r in launched(log)] == ["nvidia-smi", "python3"]
+    steps = controller_steps(run_dir, "gpu-01")
+    redrain = next(r for r in steps if r["step"] == "reservation-drain")
+    assert redrain["argv"][-1] == "Reason=hw check RMA-4411"
+    # ... and it is left as its owner left it: drained, with their reason, never resumed for service
+    assert not [r for r in steps if r["stage"] == "uncordon" and r["step"] == "uncordon"]
+    show = slurm.scontrol("show", "node", "gpu-01").stdout
+    assert "State=IDLE+DRAIN " in show and "Reason=hw check RMA-4411" in show
+    assert not [n for n in reservations(slurm) if n.startswith("k3rollout-check.")]

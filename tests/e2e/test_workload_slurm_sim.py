@@ -82,3 +82,27 @@ def test_preflight_refuses_a_node_whose_launcher_is_not_installed(tmp_path, caps
     assert not why["gpu-01"]["ok"]
     assert why["gpu-01"]["detail"].startswith("k3_container_launcher is apptainer, but apptainer is not installed")
     assert why["gpu-02"]["ok"] and why["gpu-02"]["detail"] == "apptainer: apptainer version 1.3.4"
+
+
+def test_nccl_over_the_batch_is_one_srun_mpi_job_in_a_reservation_over_both_nodes(tmp_path):
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {}},
+                          {"scheduler": "slurm", "k3_container_launcher": "enroot", "sim_reboot_s": 0.01})
+    pb = write_playbook(tmp_path / "pb.yml", serial=2, min_serving=0, max_fail_percentage=100)
+    run_dir = tmp_path / "run"
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
+    assert {n["final"] for n in result(run_dir)["nodes"].values()} == {"upgraded"}
+    recs = journal(run_dir)
+    run_id = recs[0]["run_id"]
+    group = f"k3rollout-check.group-gpu-01.{run_id}"
+    nccl = [r for r in recs if r["type"] == "step_started" and r["stage"] == "multinode" and r["argv"][0] == "srun"]
+    assert len(nccl) == 1
+    argv = nccl[0]["argv"]
+    assert argv[:6] == ["srun", "--mpi=pmix", f"--reservation={group}", "-w", "gpu-01,gpu-02", "-N"]
+    assert "--ntasks-per-node=8" in argv and argv[argv.index("-g") + 1] == "1" and nccl[0]["ran_on"] == "controller"
+    create = next(r for r in recs if r["type"] == "step_started" and r.get("step") == "group-reservation-create")
+    assert "Nodes=gpu-01,gpu-02" in create["argv"] and "Flags=MAINT,IGNORE_JOBS" in create["argv"]
+    facts = next(r for r in recs if r["type"] == "facts" and r["stage"] == "multinode")["facts"]
+    assert facts["nccl_ok"] and facts["nccl_nodes"] == ["gpu-01", "gpu-02"]
+    # no mpirun over the nodes' own transport, and no reservation left
+    assert not [r for r in recs if r["type"] == "step_started" and r["argv"][0] == "mpirun"]
+    assert not [n for n in reservations(run_dir) if n.startswith("k3rollout-check.")]

@@ -4,7 +4,8 @@ here, and the test hosts' GPUs are simulated.
 
 The job really runs under slurmd (``srun``/``sbatch`` from the controller); the stand-in hands
 the container's command to the simulated node the job landed on (``$SLURMD_NODENAME`` under
-``$K3SIM_ROOT``), as its container runtime would run it there: a check runs to completion, a
+``$K3SIM_ROOT``), in the node's container model (``k3sim-launch``, the program the simulated
+launchers run containers with): a check runs to completion, a
 ``vllm serve`` runs as the node's server until the job is cancelled. Each call appends one
 line to ``$K3_LAUNCHER_LOG``: the job id, node, reservation and the command, so a test can
 prove what ran inside which job.
@@ -38,33 +39,33 @@ def sim(*argv):
     return subprocess.run([sys.executable, "-m", "k3rollout.sim", *argv], env=env, capture_output=True, text=True)
 
 
-if sim("docker", "image", "inspect", image).returncode != 0:
-    sim("docker", "pull", image)                     # the launcher imports the image at job start
+if sim("k3sim-launch", "image", "inspect", image).returncode != 0:
+    sim("k3sim-launch", "pull", image)                     # the launcher imports the image at job start
 if cmd[:2] != ["vllm", "serve"]:
-    r = sim("docker", "run", "--rm", "--gpus", "all", "--entrypoint", cmd[0], image, *cmd[1:])
+    r = sim("k3sim-launch", "run", "--rm", "--gpus", "all", "--entrypoint", cmd[0], image, *cmd[1:])
     sys.stdout.write(r.stdout)
     sys.stderr.write(r.stderr)
     sys.exit(r.returncode)
 name = "k3rollout-job-" + os.environ.get("SLURM_JOB_ID", "0")
 port = cmd[cmd.index("--port") + 1]
-sim("docker", "rm", "-f", name)
-r = sim("docker", "run", "-d", "--name", name, "--gpus", "all", "-p", f"{port}:{port}", image, *cmd[2:])
+sim("k3sim-launch", "rm", "-f", name)
+r = sim("k3sim-launch", "run", "-d", "--name", name, "--gpus", "all", "-p", f"{port}:{port}", image, *cmd[2:])
 print(r.stdout, r.stderr, flush=True)
 if r.returncode:
     sys.exit(r.returncode)
 
 
 def stop(*_):
-    sim("docker", "rm", "-f", name)
+    sim("k3sim-launch", "rm", "-f", name)
     sys.exit(143)
 
 
 signal.signal(signal.SIGTERM, stop)
 signal.signal(signal.SIGINT, stop)
 while True:
-    st = sim("docker", "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", name).stdout.split()
+    st = sim("k3sim-launch", "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", name).stdout.split()
     if not st or st[0] != "running":
-        print(sim("docker", "logs", name).stdout, flush=True)
+        print(sim("k3sim-launch", "logs", name).stdout, flush=True)
         sys.exit(int(st[1]) if len(st) > 1 and st[1].isdigit() and int(st[1]) else 1)
     time.sleep(0.5)
 '''

@@ -165,3 +165,10 @@ def test_baseline_reads_the_nodes_jobs_users_partition_and_reason():
     assert f["slurm_partitions"] == [{"partition": "gpu*", "availability": "up", "node_state": "mixed"}]
     assert f["slurm_reason"] == "hw check RMA-4411"
     assert squeue_rows("garbage\n") == []
+
+
+def test_a_job_that_waited_and_then_ran_is_not_called_never_started():
+    res = ok(rc=127, stderr="srun: Required node not available (down, drained or reserved)\nsrun: job 1 queued and "
+                            "waiting for resources\nsrun: job 1 has been allocated resources\nbash: line 1: x: command "
+                            "not found\nsrun: error: gpu-01: task 0: Exited with exit code 127\n")
+    assert not_started(res) == ""
