@@ -271,6 +271,24 @@ HANDLERS = {
 }
 
 
+def _slurm_job_command(name: str):
+    """srun, sbatch, squeue, scancel, sinfo on a simulated login or slurmctld host (named by
+    ``k3_scheduler_host``): answered for the whole cluster, as on the controller."""
+    def run(d: Path, s: dict, a: list[str], i: bytes | None) -> tuple[int, str, str]:
+        if s["scheduler"]["kind"] != "slurm":
+            return 127, "", f"bash: line 1: {name}: command not found\n"
+
+        def on_node(host: str, argv: list[str]) -> tuple[int, str, str]:
+            res = dispatch(d.parent / host, argv)
+            return res.rc, res.stdout, res.stderr
+
+        return slurmjobs.COMMANDS[name](d.parent, a, on_node)
+    return run
+
+
+HANDLERS.update({n: _slurm_job_command(n) for n in slurmjobs.COMMANDS if n not in HANDLERS})
+
+
 def init_cluster(root: Path, hosts: dict[str, dict]) -> dict[str, Path]:
     """One state directory per host under ``root``; existing hosts are left as they are."""
     out = {}

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from support import commands, journal, result, sim_state, write_inventory, write_playbook
 
 from k3rollout.cli import main
@@ -106,3 +107,22 @@ def test_nccl_over_the_batch_is_one_srun_mpi_job_in_a_reservation_over_both_node
     # no mpirun over the nodes' own transport, and no reservation left
     assert not [r for r in recs if r["type"] == "step_started" and r["argv"][0] == "mpirun"]
     assert not [n for n in reservations(run_dir) if n.startswith("k3rollout-check.")]
+
+
+def test_jobs_are_sent_from_the_scheduler_host_the_inventory_names(tmp_path):
+    inv = tmp_path / "inv" / "hosts.yml"
+    inv.parent.mkdir()
+    inv.write_text(yaml.safe_dump({"all": {
+        "vars": {"ansible_connection": "k3sim", "scheduler": "slurm", "sim_reboot_s": 0.01},
+        "children": {"gpu_nodes": {"vars": {"k3_scheduler_host": "slurm-ctl", "k3_container_launcher": "pyxis"},
+                                   "hosts": {"gpu-01": None}},
+                     "slurm_controller": {"hosts": {"slurm-ctl": None}}}}}))
+    pb = write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0, max_fail_percentage=100,
+                        hosts="gpu_nodes")
+    run_dir = tmp_path / "run"
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
+    assert result(run_dir)["nodes"]["gpu-01"]["final"] == "upgraded"
+    jobs = [r for r in journal(run_dir) if r["type"] == "step_started" and r["argv"][0] in ("srun", "sbatch")]
+    assert jobs and {r["ran_on"] for r in jobs} == {"slurm-ctl"}
+    assert [c for c in commands(run_dir, "slurm-ctl") if c.startswith("srun --reservation=k3rollout-check.gpu-01.")]
+    assert not [c for c in commands(run_dir, "gpu-01") if c.startswith(("srun", "sbatch", "docker"))]
