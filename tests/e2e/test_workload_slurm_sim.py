@@ -126,3 +126,30 @@ def test_jobs_are_sent_from_the_scheduler_host_the_inventory_names(tmp_path):
     assert jobs and {r["ran_on"] for r in jobs} == {"slurm-ctl"}
     assert [c for c in commands(run_dir, "slurm-ctl") if c.startswith("srun --reservation=k3rollout-check.gpu-01.")]
     assert not [c for c in commands(run_dir, "gpu-01") if c.startswith(("srun", "sbatch", "docker"))]
+
+
+def test_observe_starts_no_gpu_job_beside_running_gpu_jobs_and_counts_it_as_skipped(tmp_path):
+    import time
+
+    from k3rollout.sim import state as st
+
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {}},
+                          {"scheduler": "slurm", "k3_container_launcher": "pyxis", "sim_reboot_s": 0.01})
+    pb = write_playbook(tmp_path / "pb.yml", serial=2, min_serving=0, max_fail_percentage=100)
+    run_dir = tmp_path / "run"
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
+    # after the window a user's training job holds gpu-02's GPUs
+    with st.transaction(run_dir / "sim-hosts" / "gpu-02") as s:
+        s["scheduler"]["jobs"] = [{"id": 4242, "cpus": 224, "end": time.time() + 3600}]
+    seen = len(journal(run_dir))
+    assert main(["observe", str(run_dir), "--once"]) == 0
+    o = [r for r in journal(run_dir) if r["type"] == "observation"][-1]["nodes"]
+    assert o["gpu-01"]["cuda_init_ok"] is True
+    assert o["gpu-02"]["cuda_init_ok"] is None
+    assert o["gpu-02"]["cuda_init_skipped"] == "not started: GPU jobs run on the node (4242)"
+    assert not [f for f in o["gpu-02"].get("failures", []) if f["check"] == "cuda_init"]
+    sent = [r for r in journal(run_dir)[seen:] if r["type"] == "step_started"]
+    assert [r["argv"][0] for r in sent if r["node"] == "gpu-01" and r["step"] == "cuda-init"] == ["srun"]
+    assert not [r for r in sent if r["node"] == "gpu-02" and r["argv"][0] in ("srun", "sbatch")]
+    assert "--reservation" not in " ".join(a for r in sent for a in r["argv"])       # observe opens none
+    assert not reservations(run_dir)
