@@ -339,6 +339,12 @@ class Observer:
         out["image_digest"] = img["digest"]
         if ref.get("image_digest") and img["digest"] != ref["image_digest"]:
             out["image_drift"].append(f"{image} is now {img['digest']} (the run proved {ref['image_digest']})")
+        free, why = ctx.workload.gpu_work_allowed(ctx)
+        if not free:
+            # the GPUs belong to serving pods: a CUDA context beside them is GPU work on GPUs that serve
+            out["cuda_init_ok"] = None
+            out["cuda_init_skipped"] = why
+            return
         init = ctx.workload.run_check(ctx, "cuda-init", image, "python3", ["-c", TORCH_INIT])
         # a runtime that would not start the check (Slurm: GPU jobs run there, or the node is
         # not free at once) skipped it: not a CUDA failure, and the reason is kept

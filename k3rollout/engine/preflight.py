@@ -180,7 +180,7 @@ def _disk(run: Any, hvars: dict[str, Any]) -> tuple[bool, str]:
     wl = workload_for(hvars)
     weights_dir = str(hvars.get("weights_dir", "/root/.cache/huggingface"))
     cached = wl.image_cached(run, str(hvars["vllm_image"])) if hvars.get("vllm_image") else False
-    res = run("disk", ["df", "-B1", "--output=target,avail", wl.image_store(hvars), weights_dir])
+    res = run("disk", ["df", "-B1", "--output=target,avail", wl.image_store(run, hvars), weights_dir])
     rows = [ln.split() for ln in res.stdout.splitlines()[1:] if len(ln.split()) == 2]
     if not res.ok or len(rows) != 2:
         return False, f"df failed (rc {res.rc}): {res.tail(200)}"

@@ -120,12 +120,16 @@ class StepRunner:
         self._scheduler_for = scheduler
         self._lock = threading.Lock()
         self._api: ApiClient | None = None
+        self._proxy_clients: dict[str, ApiClient] = {}     # per API server: its pod proxy
         self._kube_apis: dict[tuple[str | None, str | None], Any] = {}
 
     def close(self) -> None:
         """Release the HTTP pool and the Kubernetes API clients."""
         if self._api is not None:
             self._api.close()
+        for client in self._proxy_clients.values():
+            client.close()
+        self._proxy_clients = {}
         self.close_kube()
 
     def scheduler(self, ctx: NodeCtx) -> Scheduler:
@@ -396,19 +400,35 @@ class StepRunner:
             return self._api
 
     def api_base(self, ctx: NodeCtx, port: int) -> str:
-        host = ctx.vars.get("api_host") or self.executor.api_host(ctx.node)
-        host = f"[{host}]" if ":" in str(host) else host
-        return f"http://{host}:{port}"
+        return self._target(ctx, port)[0]
+
+    def _target(self, ctx: NodeCtx, port: int) -> tuple[str, ApiClient]:
+        """Where a gate's request for the server on ``port`` of the node goes, and the client
+        that sends it: the node's own address (a Docker host), or what the node's workload
+        runtime names (the API server's pod proxy, with the kubeconfig's credentials)."""
+        ep = ctx.workload.endpoint(ctx, port)
+        if ep.auth is None:
+            host = ctx.vars.get("api_host") or self.executor.api_host(ctx.node)
+            host = f"[{host}]" if ":" in str(host) else host
+            return f"http://{host}:{port}", self.api
+        with self._lock:
+            client = self._proxy_clients.get(ep.auth)
+            if client is None:
+                from k3rollout.transport.http import ApiClient
+
+                client = self._proxy_clients[ep.auth] = ApiClient(**self.kube(ctx).proxy_settings())
+        return ep.base, client
 
     def http(self, ctx: NodeCtx, name: str, method: str, port: int, path: str, body: Any = None, *,
              stream: bool = False, timeout: float = 120.0, evidence: bool = True) -> HttpResult:
         """One request from the controller to the node's server: journaled (read-only, so
         without an fsync of its own) and, unless ``evidence=False``, kept with its reply."""
-        url = self.api_base(ctx, port) + path
+        base, client = self._target(ctx, port)
+        url = base + path
         key = f"{ctx.folder}/{name}"
         self.record("step_started", node=ctx.node, stage=ctx.stage, step=name, key=key, argv=[method, url],
                     kind="http", once=False, durable=False)
-        res = self.api.stream(url, body, timeout) if stream else self.api.request(method, url, body, timeout)
+        res = client.stream(url, body, timeout) if stream else client.request(method, url, body, timeout)
         ref = self.evidence.write(ctx.node, ctx.folder, name, self.redact(_http_evidence(ctx.node, res, body))) \
             if evidence else None
         self.record("step_done", node=ctx.node, stage=ctx.stage, step=name, key=key, kind="http",
@@ -422,14 +442,15 @@ class StepRunner:
         """``len(bodies)`` requests sent at once (one thread each): a concurrency step."""
         from concurrent.futures import ThreadPoolExecutor
 
-        url = self.api_base(ctx, port) + path
+        base, client = self._target(ctx, port)
+        url = base + path
         key = f"{ctx.folder}/{name}"
         self.record("step_started", node=ctx.node, stage=ctx.stage, step=name, key=key,
                     argv=["POST", url, f"x{len(bodies)}"], kind="http", once=False, durable=False)
         started = time.monotonic()
 
         def send(b: Any) -> HttpResult:
-            return self.api.stream(url, b, timeout) if stream else self.api.request("POST", url, b, timeout)
+            return client.stream(url, b, timeout) if stream else client.request("POST", url, b, timeout)
 
         if len(bodies) <= 1:
             results = [send(b) for b in bodies]

@@ -103,9 +103,31 @@ class VendorSteps(_Strict):
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 
+class WorkloadProbe(_Strict):
+    """How one of the node's own serving workloads is proven to work, at baseline and again
+    once it is back after the uncordon: an HTTP request from the controller (``path`` on its
+    serving port, answered with ``status``), or a ``command`` run on the node (exit 0). A
+    workload no probe matches gets the default: its serving endpoint's /health, then one short
+    chat request to the model it lists."""
+
+    match: str = Field(min_length=1)       # fnmatch pattern on the workload's or its owner's name
+    path: str | None = Field(default=None, pattern=r"^/")
+    status: int = Field(default=200, ge=100, le=599)
+    port: int | None = Field(default=None, ge=1, le=65535)
+    command: list[str] | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _one(self) -> WorkloadProbe:
+        if (self.path is None) == (self.command is None):
+            raise ValueError("a workload probe declares exactly one of path (HTTP) and command")
+        return self
+
+
 class BaselineParams(_Strict):
     failure_containers: list[str] = Field(default_factory=lambda: ["kimi-k3"])
     image: str = "{{ vllm_image }}"
+    # how the node's own workloads are proven (the uncordon stage proves them again)
+    workload_probes: list[WorkloadProbe] = Field(default_factory=list)
 
 
 class CordonParams(_Strict):
@@ -136,6 +158,10 @@ class DriverParams(_Strict):
 
 class CudaParams(_Strict):
     image: str = "{{ vllm_image }}"
+    # k3_workload_backend kubernetes: how long the node may take to be Ready with its
+    # nvidia.com/gpu allocatable again after the driver change (the GPU Operator's
+    # validation-required waits 600 s)
+    gpu_ready_timeout: Duration = 600
 
 
 class ServerParams(_Strict):
@@ -211,7 +237,10 @@ class MultinodeParams(_Strict):
 
 
 class UncordonParams(_Strict):
-    pass
+    # k3_workload_backend kubernetes: how long, after the uncordon, each owner baseline saw
+    # (Deployment, StatefulSet, LeaderWorkerSet) may take to be back to its readyReplicas
+    # (loading K3's weights takes long: the recipe's VLLM_ENGINE_READY_TIMEOUT_S is 3600)
+    serving_ready_timeout: Duration = 3600
 
 
 # Every stage kind, once, in DOMAIN.md's "The change, in order": evidence, cordon, upgrade,

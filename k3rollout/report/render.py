@@ -122,6 +122,25 @@ def _node_rows(v: RunView, result: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def _probe_rows(v: RunView) -> list[dict[str, Any]]:
+    """Each node's own serving workloads, their probe at baseline and after they were back
+    (stages/workload_probes.py), side by side."""
+    def said(r: dict[str, Any] | None) -> str:
+        if r is None:
+            return "not probed"
+        if r.get("skipped"):
+            return f"skipped ({r['skipped']})"
+        return "passed" if r.get("ok") else f"FAILED: {r.get('detail') or ''}".strip()
+
+    rows = []
+    for name, n in v.nodes.items():
+        after = {r["name"]: r for r in n.facts.get("workload_probes_after") or []}
+        for r in n.baseline.get("workload_probes") or []:
+            rows.append({"node": name, "workload": r["name"], "probe": r.get("probe"), "before": said(r),
+                         "after": said(after.get(r["name"]))})
+    return rows
+
+
 def _batches(v: RunView, result: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     plan_batches = {b["index"]: b for b in (v.plan or {}).get("batches", [])}
@@ -192,7 +211,7 @@ def model(run_dir: Path, view: RunView | None = None, records: int | None = None
     diff = plan_vs_actual(v.plan or {}, v)
     return {"timing": run_timing(v), "diff": diff, "result": result, "view": v, "checklist": items, "triage": triage, "counts": counts,
             "verdict": verdict.get(result["status"], result["status"]), "plan": v.plan or {}, "nodes": v.nodes,
-            "records": records, "batches": batches, "node_rows": _node_rows(v, result),
+            "records": records, "batches": batches, "node_rows": _node_rows(v, result), "probe_rows": _probe_rows(v),
             "window": _window(v, result), "runbooks": runbook_links(),
             "timeline_svg": render_svg(result["batches"], v.nodes, result["finished"]),
             "verification": [str(p) for p in problems], "observation": observation_summary(v),

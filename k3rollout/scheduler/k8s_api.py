@@ -82,6 +82,9 @@ def _err(exc: Any, what: str) -> KubernetesError:
     return KubernetesError(f"{what}: {type(exc).__name__}: {exc}")
 
 
+api_error = _err      # the one translation of a client error, for the workload backend
+
+
 def _gpu_count(container: Any) -> int:
     """The ``nvidia.com/gpu`` a container asks for (its request, else its limit)."""
     res = container.resources
@@ -117,12 +120,30 @@ class KubernetesApi:
         self.core = client.CoreV1Api(self._api)
         self.coord = client.CoordinationV1Api(self._api)
         self.custom = client.CustomObjectsApi(self._api)
+        self.apps = client.AppsV1Api(self._api)
+        self.discovery = client.ApisApi(self._api)
+        # API objects as the API server writes them (camelCase dicts), for the workload backend
+        self.serialize = self._api.sanitize_for_serialization
+        self._cfg = cfg
         self._client = client
         self.sleep = sleep
         self.now = now
 
     def close(self) -> None:
         self._api.close()
+
+    def proxy_settings(self) -> dict[str, Any]:
+        """How an HTTP client reaches this API server with these credentials (the pod proxy
+        of the workload backend): headers, TLS verification, client certificate."""
+        cfg = self._cfg
+        headers = {}
+        token = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
+        if token:
+            prefix = (cfg.api_key_prefix or {}).get("authorization", "")
+            headers["Authorization"] = f"{prefix} {token}".strip() if not token.startswith("Bearer") else token
+        cert = (cfg.cert_file, cfg.key_file) if cfg.cert_file else None
+        verify: Any = (cfg.ssl_ca_cert or True) if cfg.verify_ssl else False
+        return {"headers": headers, "verify": verify, "cert": cert}
 
     # ------------------------------------------------------------ nodes
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from k3rollout.checks import parsers
 from k3rollout.checks.cuda_table import compat_verdict
 from k3rollout.errors import K3RolloutError
-from k3rollout.stages import driver_operator
+from k3rollout.stages import driver_operator, workload_probes
 from k3rollout.stages.base import NodeCtx, StageOutcome
 from k3rollout.stages.driver_node import driver_rollback_facts
 from k3rollout.stages.spec import StageSpec, kind
@@ -55,7 +55,11 @@ def run(ctx: NodeCtx) -> StageOutcome:
     f["fabricmanager"] = fm.stdout.strip() or "unknown"
 
     wl = ctx.workload
-    f.update(wl.runtime_facts(ctx))
+    try:
+        f.update(wl.runtime_facts(ctx))
+    except K3RolloutError as exc:
+        # without the node's workloads on record nothing could be proven back: no change
+        return StageOutcome(False, f"cannot record the node's workloads: {exc}", f)
 
     target = ctx.image_facts(p.image, "target-image-inspect")
     f["target_image"] = p.image
@@ -65,8 +69,14 @@ def run(ctx: NodeCtx) -> StageOutcome:
     if target and target["cuda"] and f.get("driver_version"):
         f["target_image_compat"] = compat_verdict(f["driver_version"], target["cuda"])
 
-    f["serving_containers"] = wl.serving_workloads(ctx, f["containers"])
+    try:
+        f["serving_containers"] = wl.serving_workloads(ctx, f["containers"])
+    except K3RolloutError as exc:
+        return StageOutcome(False, f"cannot record the node's serving workloads: {exc}", f)
     f["prior_failures"] = wl.prior_failures(ctx, f["containers"], list(p.failure_containers))
+    # each serving workload proven as it is now, to be proven the same way once it is back
+    f["workload_probe_specs"] = [s.model_dump(exclude_none=True) for s in p.workload_probes]
+    f["workload_probes"] = workload_probes.run(ctx, f["serving_containers"], list(p.workload_probes), "baseline")
 
     f["scheduler"] = ctx.scheduler.kind
     f["scheduler_state"] = ctx.read_scheduler()

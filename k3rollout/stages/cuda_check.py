@@ -37,10 +37,13 @@ def not_started(ctx: NodeCtx, res: CommandResult) -> str:
 
 def run(ctx: NodeCtx) -> StageOutcome:
     image = ctx.params.image
+    ready, why, seen = ctx.workload.after_driver(ctx, ctx.params.gpu_ready_timeout)
+    if not ready:
+        return StageOutcome(False, why, seen, why)
     img, logs = ensure_image(ctx, image)
     if img is None:
         return StageOutcome(False, f"image {image} cannot be pulled", {}, logs)
-    f = {"image": image, "image_digest": img["digest"], "image_cuda": img["cuda"],
+    f = {**seen, "image": image, "image_digest": img["digest"], "image_cuda": img["cuda"],
          "image_vllm_version": img["vllm_version"]}
     driver = ctx.facts.get("driver_version")
     if img["cuda"] and driver:

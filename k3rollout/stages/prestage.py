@@ -63,7 +63,7 @@ def run(ctx: NodeCtx, cfg: Any) -> StageOutcome:
     mgr = osf["pkg_mgr"]
     cache_dir = ARCHIVES if mgr == "apt" else "/var/cache/dnf"
     wl = workload_for(ctx.vars)
-    res = step("disk-free", ["df", "-B1", "--output=target,avail", cache_dir, wl.image_store(ctx.vars)])
+    res = step("disk-free", ["df", "-B1", "--output=target,avail", cache_dir, wl.image_store(step, ctx.vars)])
     if not res.ok:
         return StageOutcome(False, f"df failed (rc {res.rc}): {res.tail(200)}", logs=res.stderr)
     free = parse_df(res.stdout)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from k3rollout.stages import workload_probes
 from k3rollout.stages.base import NodeCtx, StageOutcome
 from k3rollout.stages.spec import StageSpec, kind
 
@@ -38,6 +39,15 @@ def run(ctx: NodeCtx) -> StageOutcome:
         if proven.failed:
             return StageOutcome(False, proven.reason or "existing workloads are not back in service: "
                                 + ", ".join(proven.failed), {**facts, "serving_not_back": proven.failed})
+        # back is not enough: each workload answers its probe again, as it did at baseline
+        after, lost = workload_probes.prove_again(ctx, ctx.params.serving_ready_timeout)
+        if after:
+            facts["workload_probes_after"] = after
+        if lost:
+            shown = "; ".join(f"{r['name']} ({r['probe']}: {r.get('detail') or 'failed'})" for r in after
+                              if r["name"] in lost)
+            return StageOutcome(False, f"existing workloads are back but fail the probe they passed at baseline: "
+                                       f"{shown}", {**facts, "workload_probes_lost": lost})
         ctx.publish_progress("upgrade-done")
     return StageOutcome(ok, why, facts)
 

@@ -58,13 +58,17 @@ HEADERS = {"Accept": "application/json, text/event-stream", "User-Agent": "k3rol
 class ApiClient:
     """One pooled httpx client for a run, shared by the worker threads."""
 
-    def __init__(self, transport: httpx.BaseTransport | None = None, keepalive_expiry_s: float = 5.0):
+    def __init__(self, transport: httpx.BaseTransport | None = None, keepalive_expiry_s: float = 5.0, *,
+                 headers: dict[str, str] | None = None, verify: Any = True, cert: Any = None):
+        """``headers``, ``verify`` and ``cert``: a client for the Kubernetes API server's pod
+        proxy, with the kubeconfig's credentials (KubernetesApi.proxy_settings)."""
         # No cap on idle connections and none on connections: httpcore 1.0.9's pool enforces
         # either cap by closing an "idle" connection, counting all connections rather than the
         # idle ones, and may pick one it has just handed to a waiting request, which then reads
         # a closed socket (EBADF) in the middle of a load-ladder rung (encode/httpcore#1000,
         # #1110). Idle connections still go after keepalive_expiry.
-        self._client = httpx.Client(transport=transport, trust_env=False, headers=HEADERS,
+        self._client = httpx.Client(transport=transport, trust_env=False, headers={**HEADERS, **(headers or {})},
+                                    verify=verify, cert=cert,
                                     limits=httpx.Limits(max_keepalive_connections=None, max_connections=None,
                                                         keepalive_expiry=keepalive_expiry_s))
 

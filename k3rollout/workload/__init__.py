@@ -1,5 +1,5 @@
 """Workload runtimes behind one protocol: ``workload_for(vars)`` picks the implementation for
-the host's ``k3_workload_backend`` (``docker``, ``kubernetes``); ``default_backend`` is the
+the host's ``k3_workload_backend`` (``docker``, ``kubernetes``, ``slurm``); ``default_backend`` is the
 one place its default is decided."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from typing import Any
 
 from k3rollout.workload.base import Endpoint, Pulled, Restored, Run, ServerState, Workload
 from k3rollout.workload.docker import Docker
+from k3rollout.workload.kubernetes import DEFAULT_NAMESPACE, NAMESPACE_VAR, Kubernetes
+from k3rollout.workload.kubernetes import namespace as workload_namespace
 from k3rollout.workload.slurm import LAUNCHER_VAR, SlurmJobs
 
 BACKEND_VAR = "k3_workload_backend"
-NAMESPACE_VAR = "k3_workload_namespace"     # where the kubernetes backend runs its own pods
-DEFAULT_NAMESPACE = "k3rollout"
-BACKENDS: dict[str, Workload] = {w.kind: w for w in (Docker(), SlurmJobs())}
+BACKENDS: dict[str, Workload] = {w.kind: w for w in (Docker(), Kubernetes(), SlurmJobs())}
 
 
 def default_backend(host_vars: dict[str, Any]) -> str:
@@ -36,10 +36,6 @@ def backend_name(host_vars: dict[str, Any]) -> str:
     return str(host_vars.get(BACKEND_VAR) or default_backend(host_vars))
 
 
-def workload_namespace(host_vars: dict[str, Any]) -> str:
-    return str(host_vars.get(NAMESPACE_VAR) or DEFAULT_NAMESPACE)
-
-
 def workload_for(host_vars: dict[str, Any]) -> Workload:
     name = backend_name(host_vars)
     try:
@@ -48,5 +44,6 @@ def workload_for(host_vars: dict[str, Any]) -> Workload:
         raise ValueError(f"{BACKEND_VAR}: {name!r} is not one of {', '.join(sorted(BACKENDS))}") from None
 
 
-__all__ = ["BACKENDS", "BACKEND_VAR", "Endpoint", "Pulled", "Restored", "Run", "ServerState", "Workload",
+__all__ = ["BACKENDS", "BACKEND_VAR", "DEFAULT_NAMESPACE", "NAMESPACE_VAR",
+           "Endpoint", "Pulled", "Restored", "Run", "ServerState", "Workload",
            "backend_name", "default_backend", "workload_for", "workload_namespace"]

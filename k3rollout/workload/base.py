@@ -90,8 +90,9 @@ class Workload(Protocol):
     kind: str
 
     # ---- images: the runtime's own store
-    def image_store(self, host_vars: dict[str, Any]) -> str:
-        """The directory the runtime keeps images in (preflight and pre-staging measure it)."""
+    def image_store(self, run: Run, host_vars: dict[str, Any]) -> str:
+        """The directory the runtime keeps images in (preflight and pre-staging measure it);
+        ``run`` may ask the node which runtime it has (read-only)."""
         ...
 
     def image_cached(self, run: Run, image: str) -> bool:
@@ -128,6 +129,16 @@ class Workload(Protocol):
     def prior_failures(self, ctx: NodeCtx, containers: list[dict[str, Any]],
                        failure_names: list[str]) -> list[dict[str, Any]]:
         """The failed K3 attempt's logs (``failure_names`` that exist), triaged."""
+        ...
+
+    # ---- after the driver stage
+    def after_driver(self, ctx: NodeCtx, timeout_s: float) -> tuple[bool, str, dict[str, Any]]:
+        """Wait, at most ``timeout_s``, until the runtime can hand the node's GPUs out again
+        (Kubernetes: node Ready, allocatable ``nvidia.com/gpu`` back); (ok, why not, facts)."""
+        ...
+
+    def gpu_work_allowed(self, ctx: NodeCtx) -> tuple[bool, str]:
+        """Whether a check may start GPU work on the node now (never on GPUs that serve)."""
         ...
 
     # ---- a one-off check with the node's GPUs (cuda_check, observe on an idle node)
@@ -167,6 +178,14 @@ class Workload(Protocol):
         ...
 
     # ---- the node's own (serving) workloads
+    def route_to_serving(self, ctx: NodeCtx, workload: dict[str, Any], port: int) -> str:
+        """Send the gates' requests for ``port`` of the node to a live instance of the serving
+        ``workload`` (a baseline entry) until ``unroute``; "" or why there is none."""
+        ...
+
+    def unroute(self, ctx: NodeCtx, port: int) -> None:
+        ...
+
     def release_gpus(self, ctx: NodeCtx) -> list[str]:
         """Make the node's GPUs free for a test server: the serving workloads stopped (names)."""
         ...

@@ -47,12 +47,22 @@ def command_missing(res: CommandResult) -> bool:
     return res.rc == 127 or "command not found" in text or "No such file or directory" in text and "docker" in text
 
 
+def _args(ins: CommandResult) -> list[str]:
+    """A container's ``Args`` from ``docker inspect`` (its serving port is among them)."""
+    try:
+        got = parsers.parse_json(ins.stdout, "docker inspect") if ins.ok else None
+    except parsers.ParseError:
+        return []
+    data = got[0] if isinstance(got, list) and got and isinstance(got[0], dict) else {}
+    return [str(a) for a in data.get("Args") or []]
+
+
 class Docker:
     kind = "docker"
 
     # ------------------------------------------------------------ images
 
-    def image_store(self, host_vars: dict[str, Any]) -> str:
+    def image_store(self, run: Run, host_vars: dict[str, Any]) -> str:
         return str(host_vars.get("docker_root", DEFAULT_ROOT))
 
     def image_cached(self, run: Run, image: str) -> bool:
@@ -99,7 +109,7 @@ class Docker:
             img = self.image_facts(ctx, c["image"], f"image-inspect-{c['name']}")
             ins = ctx.step(f"container-inspect-{c['name']}", _docker("inspect", c["name"]))
             serving.append({"name": c["name"], "image": c["image"], "digest": img["digest"] if img else None,
-                            "cuda": img["cuda"] if img else None, "inspect_ok": ins.ok})
+                            "cuda": img["cuda"] if img else None, "inspect_ok": ins.ok, "args": _args(ins)})
         return serving
 
     def prior_failures(self, ctx: NodeCtx, containers: list[dict[str, Any]],
@@ -115,6 +125,17 @@ class Docker:
             failures.append({"container": name, "triage": tri.category, "evidence": tri.evidence[:3],
                              "inspect_saved": ins.ok})
         return failures
+
+    # ------------------------------------------------------------ after the driver stage
+
+    def after_driver(self, ctx: NodeCtx, timeout_s: float) -> tuple[bool, str, dict[str, Any]]:
+        # Docker hands out GPUs by device path (--gpus): nothing to wait for
+        return True, "", {}
+
+    def gpu_work_allowed(self, ctx: NodeCtx) -> tuple[bool, str]:
+        # observe's checks run on nodes the run upgraded; a serving container's GPUs are
+        # shared by --gpus all, as they were before this seam
+        return True, ""
 
     # ------------------------------------------------------------ one-off checks
 
@@ -160,6 +181,12 @@ class Docker:
         return Endpoint("")
 
     # ------------------------------------------------------------ the node's own workloads
+
+    def route_to_serving(self, ctx: NodeCtx, workload: dict[str, Any], port: int) -> str:
+        return ""                   # a container publishes its port on the node's address
+
+    def unroute(self, ctx: NodeCtx, port: int) -> None:
+        return None
 
     def release_gpus(self, ctx: NodeCtx) -> list[str]:
         return [c["name"] for c in ctx.baseline.get("serving_containers", [])

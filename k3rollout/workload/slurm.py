@@ -266,7 +266,7 @@ class SlurmJobs:
 
     # ------------------------------------------------------------ images
 
-    def image_store(self, host_vars: dict[str, Any]) -> str:
+    def image_store(self, run: Run, host_vars: dict[str, Any]) -> str:
         # the launcher's cache on the node (enroot's ENROOT_CACHE_PATH, apptainer's cache)
         return str(host_vars.get("k3_image_store") or "/var/tmp")
 
@@ -338,6 +338,23 @@ class SlurmJobs:
                              "evidence": tri.evidence[:3], "inspect_saved": True})
         return failures
 
+    # ------------------------------------------------------------ after the driver stage
+
+    def after_driver(self, ctx: NodeCtx, timeout_s: float) -> tuple[bool, str, dict[str, Any]]:
+        # the node stays DRAINED until its reservation is opened: slurmctld hands out its GPUs
+        # only then, to the run's jobs (open_node)
+        return True, "", {}
+
+    def gpu_work_allowed(self, ctx: NodeCtx) -> tuple[bool, str]:
+        """Inside the run the node is the reservation's; after the window (observe) no GPU
+        job starts beside the GPU jobs squeue shows running there."""
+        if ctx.stage != OBSERVE:
+            return True, ""
+        busy = self._gpu_jobs(ctx)
+        if busy:
+            return False, f"not started: GPU jobs run on the node ({', '.join(j.get('job', '?') for j in busy)})"
+        return True, ""
+
     # ------------------------------------------------------------ one-off checks
 
     def _gpu_jobs(self, ctx: NodeCtx) -> list[dict[str, str]]:
@@ -352,11 +369,10 @@ class SlurmJobs:
                  f"--job-name={job_name(ctx.node, 'k3rollout-' + name)}"]
         if ctx.stage == OBSERVE:
             # after the window the node serves: no reservation is opened, and no GPU job
-            # starts beside the GPU jobs running there
-            busy = self._gpu_jobs(ctx)
-            if busy:
-                return CommandResult(ctx.node, ("srun",), 1, "", "not started: GPU jobs run on the node "
-                                     f"({', '.join(j.get('job', '?') for j in busy)})\n", 0.0)
+            # starts beside the GPU jobs running there (asked again here: observe asks first)
+            free, why = self.gpu_work_allowed(ctx)
+            if not free:
+                return CommandResult(ctx.node, ("srun",), 1, "", why + "\n", 0.0)
             return self._on(ctx, name, ["srun", *where, *gpu_request(ctx), *opts, *cmd], timeout=timeout)
         ok, why = self.open_node(ctx)
         if not ok:
@@ -435,6 +451,12 @@ class SlurmJobs:
         return Endpoint("")         # the node's own address, as for a Docker host
 
     # ------------------------------------------------------------ the node's own workloads
+
+    def route_to_serving(self, ctx: NodeCtx, workload: dict[str, Any], port: int) -> str:
+        return ""                   # no serving workloads of its own (serving_workloads is empty)
+
+    def unroute(self, ctx: NodeCtx, port: int) -> None:
+        return None
 
     def release_gpus(self, ctx: NodeCtx) -> list[str]:
         return []                   # the drain waited for the node's jobs to end
