@@ -346,6 +346,14 @@ class Observer:
             out["cuda_init_skipped"] = why
             return
         init = ctx.workload.run_check(ctx, "cuda-init", image, "python3", ["-c", TORCH_INIT])
+        # a runtime that would not start the check (Slurm: GPU jobs run there, or the node is
+        # not free at once) skipped it: not a CUDA failure, and the reason is kept
+        not_started = getattr(ctx.workload, "not_started", None)
+        skipped = not_started(init) if not_started is not None and not init.ok else ""
+        if skipped:
+            out["cuda_init_ok"] = None
+            out["cuda_init_skipped"] = skipped
+            return
         out["cuda_init_ok"] = init.ok and "device_count=" in init.stdout
         if not out["cuda_init_ok"]:
             tri = classify(init.stdout + init.stderr, driver=out.get("driver_version"), image_cuda=img.get("cuda"),

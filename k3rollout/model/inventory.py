@@ -547,11 +547,17 @@ def _check_known_vars(host: Host) -> None:
     if "k3_driver_backend" in v and v["k3_driver_backend"] not in ("host", "gpu-operator"):
         raise bad("k3_driver_backend", f"must be host or gpu-operator, got {v['k3_driver_backend']!r}")
     if "k3_workload_backend" in v:
-        if v["k3_workload_backend"] not in ("docker", "kubernetes"):
-            raise bad("k3_workload_backend", f"must be docker or kubernetes, got {v['k3_workload_backend']!r}")
+        if v["k3_workload_backend"] not in ("docker", "kubernetes", "slurm"):
+            raise bad("k3_workload_backend", f"must be docker, kubernetes or slurm, got {v['k3_workload_backend']!r}")
+        if v["k3_workload_backend"] == "slurm" and v.get("scheduler") != "slurm":
+            raise bad("k3_workload_backend", "slurm needs scheduler: slurm (checks are jobs in a maintenance "
+                                             f"reservation), got scheduler {v.get('scheduler')!r}")
         if v["k3_workload_backend"] == "kubernetes" and v.get("scheduler", "kubernetes") != "kubernetes":
             raise bad("k3_workload_backend", "kubernetes needs scheduler: kubernetes (test servers are Pods the "
                                              f"cluster's API server runs), got scheduler {v.get('scheduler')!r}")
+    if "k3_container_launcher" in v and v["k3_container_launcher"] not in ("pyxis", "enroot", "apptainer", "docker"):
+        raise bad("k3_container_launcher", "must be pyxis, enroot, apptainer or docker, got "
+                                           f"{v['k3_container_launcher']!r}")
     if v.get("k3_driver_backend") == "gpu-operator":
         if v.get("scheduler", "kubernetes") != "kubernetes":
             raise bad("k3_driver_backend", "gpu-operator needs scheduler: kubernetes (the operator is a Kubernetes "

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from k3rollout.errors import InputError
-from k3rollout.sim import cache, crictl, gpu, kubelet, nccl, netd, repos, sched
+from k3rollout.sim import cache, crictl, gpu, kubelet, nccl, netd, repos, sched, slurmjobs
 from k3rollout.sim import docker as dk
 from k3rollout.sim import state as st
 
@@ -245,9 +245,15 @@ HANDLERS = {
     "reboot": _reboot,
     "shutdown": _reboot,
     "systemctl": lambda d, s, a, i: gpu.systemctl(s, a),
-    # a containerd node has no docker CLI and a Docker host no crictl: the shell's answer
-    "docker": lambda d, s, a, i: dk.docker(s, a, d) if kubelet.runtime(s) == "docker" else _not_found("docker"),
+    # a containerd node has no docker CLI and a Docker host no crictl: the shell's answer; a
+    # Slurm node runs no Docker daemon unless its launcher is docker
+    "docker": lambda d, s, a, i: dk.docker(s, a, d) if kubelet.runtime(s) == "docker" and not slurmjobs.docker_missing(s)
+    else _not_found("docker"),
     "crictl": lambda d, s, a, i: crictl.crictl(s, a) if kubelet.runtime(s) == "containerd" else _not_found("crictl"),
+    # a Slurm job's container, started by the site's launcher in the node's container model
+    slurmjobs.LAUNCH: lambda d, s, a, i: dk.docker(s, a, d),
+    "enroot": lambda d, s, a, i: slurmjobs.launcher_probe(s, "enroot") or _not_found("enroot"),
+    "apptainer": lambda d, s, a, i: slurmjobs.launcher_probe(s, "apptainer") or _not_found("apptainer"),
     "curl": lambda d, s, a, i: dk.curl(d, s, a, i),
     "kubectl": lambda d, s, a, i: sched.kubectl(s, a),
     "scontrol": lambda d, s, a, i: sched.scontrol(s, a, d),
@@ -269,6 +275,24 @@ HANDLERS = {
     "id": lambda d, s, a, i: id_command(a),
     "grep": lambda d, s, a, i: repos.grep_modprobe(s, a) or (2, "", "grep: k3rollout sim greps /etc/modprobe.d only\n"),
 }
+
+
+def _slurm_job_command(name: str):
+    """srun, sbatch, squeue, scancel, sinfo on a simulated login or slurmctld host (named by
+    ``k3_scheduler_host``): answered for the whole cluster, as on the controller."""
+    def run(d: Path, s: dict, a: list[str], i: bytes | None) -> tuple[int, str, str]:
+        if s["scheduler"]["kind"] != "slurm":
+            return 127, "", f"bash: line 1: {name}: command not found\n"
+
+        def on_node(host: str, argv: list[str]) -> tuple[int, str, str]:
+            res = dispatch(d.parent / host, argv)
+            return res.rc, res.stdout, res.stderr
+
+        return slurmjobs.COMMANDS[name](d.parent, a, on_node)
+    return run
+
+
+HANDLERS.update({n: _slurm_job_command(n) for n in slurmjobs.COMMANDS if n not in HANDLERS})
 
 
 def init_cluster(root: Path, hosts: dict[str, dict]) -> dict[str, Path]:

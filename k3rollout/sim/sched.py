@@ -186,6 +186,10 @@ def _reservation(root: Path, resv: dict[str, dict[str, str]], args: list[str]) -
         resv[name] = {"Nodes": kv.get("Nodes", ""), "Users": kv.get("Users", "root"),
                       "Flags": ",".join([*filter(None, kv.get("Flags", "").upper().split(",")), "SPEC_NODES"]),
                       "StartTime": "2036-11-30T02:00:00", "EndTime": "2036-11-30T02:01:00"}
+        if kv.get("StartTime", "").lower() == "now":
+            # a reservation from now on is ACTIVE: a MAINT one holds its nodes for its users' jobs
+            resv[name].update({"StartTime": time.strftime("%Y-%m-%dT%H:%M:%S"), "EndTime": "2036-11-30T02:01:00",
+                               "State": "ACTIVE"})
         return 0, f"Reservation created: {name}\n", ""
     if words[:2] == ["show", "reservation"] or words[:1] == ["show"] and "reservation" in kv:
         only = words[2] if len(words) > 2 else kv.get("reservation")
@@ -196,11 +200,13 @@ def _reservation(root: Path, resv: dict[str, dict[str, str]], args: list[str]) -
         return 0, "".join(
             f"ReservationName={n} StartTime={r['StartTime']} EndTime={r['EndTime']} Duration=00:01:00\n"
             f"   Nodes={r['Nodes']} NodeCnt=1 CoreCnt=1 Features=(null) PartitionName=(null) Flags={r['Flags']}\n"
-            f"   TRES=cpu=1\n   Users={r['Users']} Groups=(null) Accounts=(null) Licenses=(null) State=INACTIVE "
+            f"   TRES=cpu=1\n   Users={r['Users']} Groups=(null) Accounts=(null) Licenses=(null) "
+            f"State={r.get('State', 'INACTIVE')} "
             "BurstBuffer=(null) Watts=n/a\n   MaxStartDelay=(null)\n\n"
             for n, r in resv.items() if only in (None, n)), ""
     if words[:1] == ["delete"]:
-        name = kv.get("ReservationName") or kv.get("reservation") or kv.get("Reservation") or ""
+        name = kv.get("ReservationName") or kv.get("reservation") or kv.get("Reservation") or \
+            (words[2] if len(words) > 2 and words[1] == "reservation" else "")
         if name not in resv:
             return 1, "", f"delete_reservation ReservationName={name}: Requested reservation is invalid\n"
         del resv[name]

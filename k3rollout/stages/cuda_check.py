@@ -11,6 +11,7 @@ import re
 from k3rollout.checks.cuda_table import compat_verdict
 from k3rollout.stages.base import NodeCtx, StageOutcome
 from k3rollout.stages.spec import StageSpec, kind
+from k3rollout.transport.base import CommandResult
 
 TORCH_INIT = ("import torch; torch.cuda.init(); "
               "print(f'cuda_available={torch.cuda.is_available()} device_count={torch.cuda.device_count()}')")
@@ -24,6 +25,14 @@ def ensure_image(ctx: NodeCtx, image: str) -> tuple[dict | None, str]:
             return None, pull.stdout + pull.stderr
         facts = ctx.image_facts(image, "image-inspect-after-pull")
     return facts, ""
+
+
+def not_started(ctx: NodeCtx, res: CommandResult) -> str:
+    """``: <why>`` when the runtime says its job never started (a Slurm job left without its
+    node: Slurm's own reason), else ''."""
+    why = getattr(ctx.workload, "not_started", None)
+    text = why(res) if why is not None and not res.ok else ""
+    return f": {text}" if text else ""
 
 
 def run(ctx: NodeCtx) -> StageOutcome:
@@ -45,13 +54,13 @@ def run(ctx: NodeCtx) -> StageOutcome:
     smi = ctx.workload.run_check(ctx, "container-nvidia-smi", image, "nvidia-smi", ["-L"])
     f["container_gpu_count"] = len([ln for ln in smi.stdout.splitlines() if ln.startswith("GPU ")])
     if not smi.ok:
-        return StageOutcome(False, f"GPUs not visible in a container (rc {smi.rc})", f, smi.stdout + smi.stderr)
+        return StageOutcome(False, f"GPUs not visible in a container (rc {smi.rc}){not_started(ctx, smi)}", f, smi.stdout + smi.stderr)
     init = ctx.workload.run_check(ctx, "cuda-init", image, "python3", ["-c", TORCH_INIT])
     m = re.search(r"device_count=(\d+)", init.stdout)
     f["cuda_init_ok"] = init.ok and m is not None
     f["cuda_device_count"] = int(m.group(1)) if m else 0
     if not f["cuda_init_ok"]:
-        return StageOutcome(False, f"CUDA init failed in {image} (rc {init.rc})", f, init.stdout + init.stderr)
+        return StageOutcome(False, f"CUDA init failed in {image} (rc {init.rc}){not_started(ctx, init)}", f, init.stdout + init.stderr)
     return StageOutcome(True, "", f)
 
 

@@ -34,7 +34,15 @@ def _argv(nodes: list[str], gpus: int, base: list[str]) -> list[str]:
 def _test(ctx: NodeCtx, nodes: list[str], name: str, gpus: int | None = None,
           argv: list[str] | None = None) -> tuple[bool, str, dict]:
     gpus = gpus or int(ctx.baseline.get("gpu_count") or 8)
-    res = ctx.step(name, _argv(nodes, gpus, list(argv or ctx.params.argv)), timeout=1800)
+    collective = getattr(ctx.workload, "collective", None)
+    if collective is not None:
+        # a runtime that starts MPI jobs itself (Slurm: srun --mpi=pmix, one task per GPU)
+        prog = list(argv or ctx.params.argv)
+        if "-g" in prog:
+            prog[prog.index("-g") + 1] = "1"
+        res = collective(ctx, name, nodes, gpus, prog, 1800.0)
+    else:
+        res = ctx.step(name, _argv(nodes, gpus, list(argv or ctx.params.argv)), timeout=1800)
     if not res.ok:
         return False, res.stdout + res.stderr, {}
     try:
@@ -149,6 +157,11 @@ def _fast_path(ctx: NodeCtx, nodes: list[str], logs: str) -> tuple[bool, str, di
 def run_group(ctx: NodeCtx, nodes: list[str]) -> dict[str, StageOutcome]:
     """``ctx`` is the first node's context; returns an outcome per node."""
     out = _run_group(ctx, nodes)
+    close = getattr(ctx.workload, "close_group", None)
+    if close is not None:
+        ok, why = close(ctx)
+        if not ok:
+            out = {n: StageOutcome(False, why, o.facts, why) for n, o in out.items()}
     mixed_check(ctx, nodes, out)
     return out
 

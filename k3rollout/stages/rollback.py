@@ -138,6 +138,18 @@ def execute(ctx: NodeCtx, steps: list[dict], entered: set[str], *,
     restored, what the stage stopped is started again, and the node goes back as it was."""
     results = []
     ok_all = True
+    # a runtime that opened the node for its checks (Slurm's maintenance reservation, the
+    # node resumed into it) drains it again and closes it before anything is restored
+    close = getattr(ctx.workload, "close_node", None)
+    if close is not None:
+        try:
+            ok, detail = close(ctx)
+        except StepFailed as exc:
+            ok, detail = False, str(exc)
+        results.append({"action": "close_checks", "status": "done" if ok else "failed", "detail": detail})
+        if not ok:
+            return False, results + [{"action": "rollback", "status": "skipped",
+                                      "detail": "the node could not be drained again: nothing was restored"}]
     for step in steps:
         a = step["action"]
         if not _needed(step, entered):

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from k3rollout.stages.base import NodeCtx
+from k3rollout.stages.cuda_check import not_started
 
 
 def launch(ctx: NodeCtx, name: str, image: str, model: str, args: list[str], port: int,
@@ -18,7 +19,7 @@ def launch(ctx: NodeCtx, name: str, image: str, model: str, args: list[str], por
     wl.remove_server(ctx, name, f"{name}-cleanup")
     run = wl.start_server(ctx, name, image, model, args, port, env)
     if not run.ok:
-        return False, f"container did not start (rc {run.rc})", run.stdout + run.stderr
+        return False, f"container did not start (rc {run.rc}){not_started(ctx, run)}", run.stdout + run.stderr
     deadline = time.monotonic() + health_timeout
     last = ""
     while True:

@@ -182,7 +182,7 @@ class SimExecutor:
         without them."""
         import os
 
-        from k3rollout.sim import sched
+        from k3rollout.sim import sched, slurmjobs
         from k3rollout.transport import local
 
         if os.environ.get("SLURM_CONF"):
@@ -193,6 +193,12 @@ class SimExecutor:
         if argv and argv[0] == "scontrol":
             controller = {"name": "", "scheduler": {"kind": "slurm" if "slurm" in kinds else "none"}}
             rc, out, err = sched.scontrol(controller, list(argv[1:]), self.root / "_controller")
+        elif argv and argv[0] in slurmjobs.COMMANDS and "slurm" in kinds:
+            def on_node(host: str, cmd: list[str]) -> tuple[int, str, str]:
+                res = self._dispatch(host, cmd, None, timeout)
+                return res.rc, res.stdout, res.stderr
+
+            rc, out, err = slurmjobs.COMMANDS[argv[0]](self.root, list(argv[1:]), on_node)
         elif argv[:1] == ["id"]:
             from k3rollout.sim.dispatch import id_command
 

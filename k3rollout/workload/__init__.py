@@ -1,5 +1,5 @@
 """Workload runtimes behind one protocol: ``workload_for(vars)`` picks the implementation for
-the host's ``k3_workload_backend`` (``docker``, ``kubernetes``); ``default_backend`` is the
+the host's ``k3_workload_backend`` (``docker``, ``kubernetes``, ``slurm``); ``default_backend`` is the
 one place its default is decided."""
 
 from __future__ import annotations
@@ -10,16 +10,25 @@ from k3rollout.workload.base import Endpoint, Pulled, Restored, Run, ServerState
 from k3rollout.workload.docker import Docker
 from k3rollout.workload.kubernetes import DEFAULT_NAMESPACE, NAMESPACE_VAR, Kubernetes
 from k3rollout.workload.kubernetes import namespace as workload_namespace
+from k3rollout.workload.slurm import LAUNCHER_VAR, SlurmJobs
 
 BACKEND_VAR = "k3_workload_backend"
-BACKENDS: dict[str, Workload] = {w.kind: w for w in (Docker(), Kubernetes())}
+BACKENDS: dict[str, Workload] = {w.kind: w for w in (Docker(), Kubernetes(), SlurmJobs())}
 
 
 def default_backend(host_vars: dict[str, Any]) -> str:
     """``docker`` everywhere for now. Under ``scheduler: kubernetes`` the right default is
     ``kubernetes`` (GPU nodes run containerd or CRI-O and have no docker CLI; DOMAIN.md
     "Workloads on Kubernetes GPU nodes"); it becomes that once the simulated cluster runs
-    pods on a simulated kubelet, so the shipped inventories keep working meanwhile."""
+    pods on a simulated kubelet, so the shipped inventories keep working meanwhile.
+
+    Under ``scheduler: slurm`` a ``k3_container_launcher`` other than ``docker`` (pyxis,
+    enroot, apptainer) picks ``slurm``: checks run as jobs in a maintenance reservation
+    (DOMAIN.md "Workloads on Slurm GPU clusters"). This is the one place that switch is
+    made; without the variable a Slurm node stays on docker until the simulated Slurm
+    nodes run no Docker daemon."""
+    if host_vars.get("scheduler") == "slurm" and host_vars.get(LAUNCHER_VAR, "docker") != "docker":
+        return SlurmJobs.kind
     return Docker.kind
 
 

@@ -8,6 +8,10 @@ MODE is one of:
     BEFORE  SIGKILL just before record N is written (N=1: after the lock, before any record)
     SHORT   record N's write stops half way with ENOSPC, as on a full disk
 
+With ``K3_FAULT_AT=TYPE:STEP`` in the environment, N counts the records of that type and
+step instead (``step_started:reservation-create`` 1: the first one): a kill point named by
+what it is, for runs whose record numbers vary (a real slurmctld answers polls at its pace).
+
 The journal takes these as its ``write`` and ``after_append`` parameters; nothing in the
 engine knows about them.
 """
@@ -35,11 +39,27 @@ def main() -> int:
     from k3rollout.runlog import journal
 
     full = [False]
+    at = os.environ.get("K3_FAULT_AT", "")
+    seen = {"write": 0, "append": 0}
+
+    def named(rec: dict, hook: str) -> bool:
+        rtype, _, step = at.partition(":")
+        if rec.get("type") != rtype or rec.get("step") != step:
+            return False
+        seen[hook] += 1
+        return seen[hook] == n
+
+    def hit(data: bytes) -> bool:
+        if not at:
+            return _seq(data) == n
+        import json
+
+        return any(named(json.loads(ln), "write") for ln in bytes(data).splitlines() if ln.startswith(b"{"))
 
     def write(fd: int, data: bytes) -> int:
         if full[0]:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        if _seq(data) == n:
+        if hit(data):
             if mode == "BEFORE":
                 os.kill(os.getpid(), signal.SIGKILL)
             if mode == "TEAR":
@@ -52,7 +72,7 @@ def main() -> int:
         return os.write(fd, data)
 
     def after_append(rec: dict) -> None:
-        if mode == "KILL" and rec["seq"] == n:
+        if mode == "KILL" and (named(rec, "append") if at else rec["seq"] == n):
             os.kill(os.getpid(), signal.SIGKILL)
 
     class FaultyJournal(journal.Journal):

@@ -127,7 +127,7 @@ def test_k3_workload_backend_picks_the_kubernetes_backend_and_a_bad_value_is_ref
 
     assert workload_for({"k3_workload_backend": "kubernetes"}).kind == "kubernetes"
     inv = tmp_path / "hosts.yml"
-    for value, why in (("podman", "must be docker or kubernetes"), ("kubernetes", "needs scheduler: kubernetes")):
+    for value, why in (("podman", "must be docker, kubernetes or slurm"), ("kubernetes", "needs scheduler: kubernetes")):
         inv.write_text(f"all:\n  vars:\n    scheduler: slurm\n  hosts:\n    gpu-01:\n      k3_workload_backend: {value}\n")
         with pytest.raises(InputError, match=why):
             load_inventory(inv, resolver="native")

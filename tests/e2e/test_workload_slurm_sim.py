@@ -1,0 +1,155 @@
+"""The slurm workload backend on the simulated cluster alone (no slurmctld): the simulated
+controller answers srun, sbatch, squeue, scancel, sinfo and the reservation commands as
+Debian's 22.05 does (k3rollout/sim/slurmjobs.py), and a node whose launcher is pyxis,
+enroot or apptainer runs no Docker daemon. The same flow against a real controller is
+tests/e2e/test_workload_slurm.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from support import commands, journal, result, sim_state, write_inventory, write_playbook
+
+from k3rollout.cli import main
+from k3rollout.sim.dispatch import dispatch
+
+
+@pytest.fixture(autouse=True)
+def _no_real_slurm(monkeypatch):
+    # a SLURM_CONF would send the controller's commands to a real slurmctld
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+
+
+def reservations(run_dir: Path) -> dict:
+    f = run_dir / "sim-hosts" / "_slurmctld.json"
+    return json.loads(f.read_text()) if f.exists() else {}
+
+
+def test_a_pyxis_cluster_validates_every_node_through_jobs_and_runs_no_docker(tmp_path):
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {"sim_faults": ["cuda_init_fails"]}},
+                          {"scheduler": "slurm", "k3_container_launcher": "pyxis", "sim_reboot_s": 0.01})
+    pb = write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0, max_fail_percentage=100)
+    run_dir = tmp_path / "run"
+    code = main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)])
+    assert code == 0
+    res = result(run_dir)["nodes"]
+    assert res["gpu-01"]["final"] == "upgraded"
+    assert res["gpu-02"]["final"] == "rolled_back" and res["gpu-02"]["failed_stage"] == "cuda_check"
+    recs = journal(run_dir)
+    jobs = [r for r in recs if r["type"] == "step_started" and r["argv"][0] in ("srun", "sbatch")]
+    assert {r["ran_on"] for r in jobs} == {"controller"}
+    assert any(r["argv"][0] == "sbatch" and "--job-name=k3rollout-smoke@gpu-01" in r["argv"] for r in jobs)
+    assert all("--container-image=" + r["argv"][-1] for r in jobs if r["argv"][0] == "srun")
+    assert all("--gres=gpu:8" in r["argv"] for r in jobs)
+    # no docker command reached a node: the launcher's containers are the jobs'
+    for node in ("gpu-01", "gpu-02"):
+        assert not [c for c in commands(run_dir, node) if c.startswith("docker")]
+        assert sim_state(run_dir, node)["scheduler"]["state"] == "schedulable"
+    # CUDA init failed inside the job, with the driver's own error, and was triaged so
+    cuda = next(r for r in recs if r["type"] == "stage_done" and r["node"] == "gpu-02" and r["stage"] == "cuda_check")
+    assert not cuda["passed"] and cuda["reason"].startswith("CUDA init failed")
+    assert not [n for n in reservations(run_dir) if n.startswith("k3rollout-check.")]
+    # the smoke and feature servers passed against jobs the gates reached
+    smoke = next(r for r in recs if r["type"] == "facts" and r["node"] == "gpu-01" and r["stage"] == "vllm_smoke")
+    assert smoke["facts"]["smoke_request_ok"]
+
+
+def test_docker_answers_only_on_a_slurm_node_whose_launcher_is_docker(tmp_path):
+    from k3rollout.sim.state import init_host
+
+    pyxis = init_host(tmp_path / "a", "a", {"scheduler": "slurm", "k3_container_launcher": "pyxis"})
+    plain = init_host(tmp_path / "b", "b", {"scheduler": "slurm", "k3_container_launcher": "docker"})
+    k8s = init_host(tmp_path / "c", "c", {"scheduler": "kubernetes"})
+    miss = dispatch(pyxis, ["docker", "info", "--format", "{{.ServerVersion}}"])
+    assert miss.rc == 127 and "docker: command not found" in miss.stderr
+    assert dispatch(pyxis, ["enroot", "version"]).stdout == "3.5.0\n"
+    assert dispatch(pyxis, ["apptainer", "--version"]).rc == 127
+    assert dispatch(plain, ["docker", "info", "--format", "{{.ServerVersion}}"]).rc == 0
+    assert dispatch(k8s, ["docker", "info", "--format", "{{.ServerVersion}}"]).rc == 0
+
+
+def test_preflight_refuses_a_node_whose_launcher_is_not_installed(tmp_path, capsys):
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {"sim_launcher_missing": True}, "gpu-02": {}},
+                          {"scheduler": "slurm", "k3_container_launcher": "apptainer"})
+    pb = write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0)
+    code = main(["preflight", str(pb), "-i", str(inv), "--output", str(tmp_path / "pre"), "--json"])
+    out = capsys.readouterr().out
+    assert code == 1
+    report = json.loads(out)
+    why = {n: [c for c in r["checks"] if c["check"] == "workload"][0] for n, r in report["nodes"].items()}
+    assert not why["gpu-01"]["ok"]
+    assert why["gpu-01"]["detail"].startswith("k3_container_launcher is apptainer, but apptainer is not installed")
+    assert why["gpu-02"]["ok"] and why["gpu-02"]["detail"] == "apptainer: apptainer version 1.3.4"
+
+
+def test_nccl_over_the_batch_is_one_srun_mpi_job_in_a_reservation_over_both_nodes(tmp_path):
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {}},
+                          {"scheduler": "slurm", "k3_container_launcher": "enroot", "sim_reboot_s": 0.01})
+    pb = write_playbook(tmp_path / "pb.yml", serial=2, min_serving=0, max_fail_percentage=100)
+    run_dir = tmp_path / "run"
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
+    assert {n["final"] for n in result(run_dir)["nodes"].values()} == {"upgraded"}
+    recs = journal(run_dir)
+    run_id = recs[0]["run_id"]
+    group = f"k3rollout-check.group-gpu-01.{run_id}"
+    nccl = [r for r in recs if r["type"] == "step_started" and r["stage"] == "multinode" and r["argv"][0] == "srun"]
+    assert len(nccl) == 1
+    argv = nccl[0]["argv"]
+    assert argv[:6] == ["srun", "--mpi=pmix", f"--reservation={group}", "-w", "gpu-01,gpu-02", "-N"]
+    assert "--ntasks-per-node=8" in argv and argv[argv.index("-g") + 1] == "1" and nccl[0]["ran_on"] == "controller"
+    create = next(r for r in recs if r["type"] == "step_started" and r.get("step") == "group-reservation-create")
+    assert "Nodes=gpu-01,gpu-02" in create["argv"] and "Flags=MAINT,IGNORE_JOBS" in create["argv"]
+    facts = next(r for r in recs if r["type"] == "facts" and r["stage"] == "multinode")["facts"]
+    assert facts["nccl_ok"] and facts["nccl_nodes"] == ["gpu-01", "gpu-02"]
+    # no mpirun over the nodes' own transport, and no reservation left
+    assert not [r for r in recs if r["type"] == "step_started" and r["argv"][0] == "mpirun"]
+    assert not [n for n in reservations(run_dir) if n.startswith("k3rollout-check.")]
+
+
+def test_jobs_are_sent_from_the_scheduler_host_the_inventory_names(tmp_path):
+    inv = tmp_path / "inv" / "hosts.yml"
+    inv.parent.mkdir()
+    inv.write_text(yaml.safe_dump({"all": {
+        "vars": {"ansible_connection": "k3sim", "scheduler": "slurm", "sim_reboot_s": 0.01},
+        "children": {"gpu_nodes": {"vars": {"k3_scheduler_host": "slurm-ctl", "k3_container_launcher": "pyxis"},
+                                   "hosts": {"gpu-01": None}},
+                     "slurm_controller": {"hosts": {"slurm-ctl": None}}}}}))
+    pb = write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0, max_fail_percentage=100,
+                        hosts="gpu_nodes")
+    run_dir = tmp_path / "run"
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
+    assert result(run_dir)["nodes"]["gpu-01"]["final"] == "upgraded"
+    jobs = [r for r in journal(run_dir) if r["type"] == "step_started" and r["argv"][0] in ("srun", "sbatch")]
+    assert jobs and {r["ran_on"] for r in jobs} == {"slurm-ctl"}
+    assert [c for c in commands(run_dir, "slurm-ctl") if c.startswith("srun --reservation=k3rollout-check.gpu-01.")]
+    assert not [c for c in commands(run_dir, "gpu-01") if c.startswith(("srun", "sbatch", "docker"))]
+
+
+def test_observe_starts_no_gpu_job_beside_running_gpu_jobs_and_counts_it_as_skipped(tmp_path):
+    import time
+
+    from k3rollout.sim import state as st
+
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {}},
+                          {"scheduler": "slurm", "k3_container_launcher": "pyxis", "sim_reboot_s": 0.01})
+    pb = write_playbook(tmp_path / "pb.yml", serial=2, min_serving=0, max_fail_percentage=100)
+    run_dir = tmp_path / "run"
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
+    # after the window a user's training job holds gpu-02's GPUs
+    with st.transaction(run_dir / "sim-hosts" / "gpu-02") as s:
+        s["scheduler"]["jobs"] = [{"id": 4242, "cpus": 224, "end": time.time() + 3600}]
+    seen = len(journal(run_dir))
+    assert main(["observe", str(run_dir), "--once"]) == 0
+    o = [r for r in journal(run_dir) if r["type"] == "observation"][-1]["nodes"]
+    assert o["gpu-01"]["cuda_init_ok"] is True
+    assert o["gpu-02"]["cuda_init_ok"] is None
+    assert o["gpu-02"]["cuda_init_skipped"] == "not started: GPU jobs run on the node (4242)"
+    assert not [f for f in o["gpu-02"].get("failures", []) if f["check"] == "cuda_init"]
+    sent = [r for r in journal(run_dir)[seen:] if r["type"] == "step_started"]
+    assert [r["argv"][0] for r in sent if r["node"] == "gpu-01" and r["step"] == "cuda-init"] == ["srun"]
+    assert not [r for r in sent if r["node"] == "gpu-02" and r["argv"][0] in ("srun", "sbatch")]
+    assert "--reservation" not in " ".join(a for r in sent for a in r["argv"])       # observe opens none
+    assert not reservations(run_dir)

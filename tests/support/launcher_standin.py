@@ -1,0 +1,87 @@
+"""A stand-in for a Slurm site's container launcher (``apptainer exec --nv IMAGE CMD...``),
+put on PATH for the jobs a real slurmd runs: pyxis, enroot and apptainer cannot be installed
+here, and the test hosts' GPUs are simulated.
+
+The job really runs under slurmd (``srun``/``sbatch`` from the controller); the stand-in hands
+the container's command to the simulated node the job landed on (``$SLURMD_NODENAME`` under
+``$K3SIM_ROOT``), in the node's container model (``k3sim-launch``, the program the simulated
+launchers run containers with): a check runs to completion, a
+``vllm serve`` runs as the node's server until the job is cancelled. Each call appends one
+line to ``$K3_LAUNCHER_LOG``: the job id, node, reservation and the command, so a test can
+prove what ran inside which job.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+SCRIPT = r'''#!@PYTHON@
+import json, os, signal, subprocess, sys, time
+args = sys.argv[1:]
+if args[:1] == ["--version"]:
+    print("apptainer version 1.3.4-standin")
+    sys.exit(0)
+assert args[0] == "exec", args
+rest = [a for a in args[1:] if a != "--nv"]
+image, cmd = rest[0].removeprefix("docker://"), rest[1:]
+node = os.environ["SLURMD_NODENAME"]
+state = os.path.join(os.environ["K3SIM_ROOT"], node)
+with open(os.environ["K3_LAUNCHER_LOG"], "a") as log:
+    log.write(json.dumps({"job": os.environ.get("SLURM_JOB_ID"), "node": node,
+                          "reservation": os.environ.get("SLURM_JOB_RESERVATION", ""),
+                          "gpu": "--nv" in args, "cmd": cmd}) + "\n")
+env = {**os.environ, "K3SIM_STATE": state}
+
+
+def sim(*argv):
+    return subprocess.run([sys.executable, "-m", "k3rollout.sim", *argv], env=env, capture_output=True, text=True)
+
+
+if sim("k3sim-launch", "image", "inspect", image).returncode != 0:
+    sim("k3sim-launch", "pull", image)                     # the launcher imports the image at job start
+if cmd[:2] != ["vllm", "serve"]:
+    r = sim("k3sim-launch", "run", "--rm", "--gpus", "all", "--entrypoint", cmd[0], image, *cmd[1:])
+    sys.stdout.write(r.stdout)
+    sys.stderr.write(r.stderr)
+    sys.exit(r.returncode)
+name = "k3rollout-job-" + os.environ.get("SLURM_JOB_ID", "0")
+port = cmd[cmd.index("--port") + 1]
+sim("k3sim-launch", "rm", "-f", name)
+r = sim("k3sim-launch", "run", "-d", "--name", name, "--gpus", "all", "-p", f"{port}:{port}", image, *cmd[2:])
+print(r.stdout, r.stderr, flush=True)
+if r.returncode:
+    sys.exit(r.returncode)
+
+
+def stop(*_):
+    sim("k3sim-launch", "rm", "-f", name)
+    sys.exit(143)
+
+
+signal.signal(signal.SIGTERM, stop)
+signal.signal(signal.SIGINT, stop)
+while True:
+    st = sim("k3sim-launch", "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", name).stdout.split()
+    if not st or st[0] != "running":
+        print(sim("k3sim-launch", "logs", name).stdout, flush=True)
+        sys.exit(int(st[1]) if len(st) > 1 and st[1].isdigit() and int(st[1]) else 1)
+    time.sleep(0.5)
+'''
+
+
+def install(bin_dir: Path) -> Path:
+    """Write ``apptainer`` into ``bin_dir`` (run by this test's Python, so it imports the
+    checkout's simulator); put ``bin_dir`` first on PATH for the jobs."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    exe = bin_dir / "apptainer"
+    exe.write_text(SCRIPT.replace("@PYTHON@", sys.executable))
+    exe.chmod(0o755)
+    return exe
+
+
+def environ(bin_dir: Path, sim_root: Path, log: Path) -> dict[str, str]:
+    """What the test process exports, so that srun passes it to the jobs (``--export=ALL``)."""
+    return {"PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "K3SIM_ROOT": str(sim_root),
+            "K3_LAUNCHER_LOG": str(log)}
