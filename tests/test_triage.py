@@ -1,4 +1,4 @@
-"""Triage by DOMAIN.md's decision tree over real log text (samples in tests/data/logs)."""
+"""Triage by docs/domain.md's decision tree over real log text (samples in tests/data/logs)."""
 
 import json
 
@@ -181,7 +181,7 @@ def test_one_node_replica_dying_at_load_is_step_three():
 
 def test_replica_failure_lines_of_the_simulator_triage_to_their_step():
     """The lines a K3 replica fails with (sim/vllm_multinode.py, sim/vllm.py, the communication
-    gate) land where DOMAIN.md's tree puts them: a worker that never joined, a socket fallback
+    gate) land where docs/domain.md's tree puts them: a worker that never joined, a socket fallback
     and an expert-parallel transport in communication; a layout or memory that does not hold
     the model in model_load_capacity."""
     from k3rollout.sim import vllm

@@ -9,7 +9,7 @@ line from the head's log to prove the backend asked for is the one in use, and t
 simulated vLLM prints it. Without a manager (TP16 with expert parallel and DP 1, say) the
 experts' exchange is the tensor-parallel group's collectives, ``--all2all-backend`` is
 ignored and no such line is logged. ``pplx`` and ``naive`` were removed from vLLM and fall
-back to the default with a warning (DOMAIN.md "All-to-all backend").
+back to the default with a warning (docs/domain.md "All-to-all backend").
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``k3rollout observe RUN_DIR``: after the window, the run's read-only checks again, over time.
 
 The change record should end with evidence that the new driver stayed good, not with a
-report frozen at the end of the window (DOMAIN.md "Staying power"). Each pass re-runs, on
+report frozen at the end of the window (docs/domain.md "Staying power"). Each pass re-runs, on
 every node the run upgraded, the checks the run itself made, through the engine's own
 step and HTTP primitives (journaled, output kept as evidence) and the stages' own check
 functions:

@@ -1,4 +1,4 @@
-"""The rollout playbook: one Ansible-style play whose ``stages`` follow DOMAIN.md's order.
+"""The rollout playbook: one Ansible-style play whose ``stages`` follow docs/domain.md's order.
 
 A playbook is a YAML list holding exactly one play::
 
@@ -179,7 +179,7 @@ class SmokeParams(ServerParams):
 
 
 class FeatureParams(ServerParams):
-    """The reference launch and the load ladder's thresholds (DOMAIN.md steps 3-5)."""
+    """The reference launch and the load ladder's thresholds (docs/domain.md steps 3-5)."""
 
     prefix_repeats: int = Field(default=2, ge=2)
     prefix_words: int = Field(default=2000, ge=64)
@@ -188,7 +188,7 @@ class FeatureParams(ServerParams):
     # blocks plus a tail; without it, prefix_words is used as given
     prefix_block_tokens: int | None = Field(default=None, ge=1)
     tool_call: bool = True
-    # the agent flow (DOMAIN.md "Tool calls"): a multi-turn tool loop (call, tool result, next
+    # the agent flow (docs/domain.md "Tool calls"): a multi-turn tool loop (call, tool result, next
     # call ... final answer), streaming and not, every call's arguments validated against its
     # tool's JSON schema. 0 turns skips it; a model profile sets its own (Kimi K3: 3). The
     # thresholds follow Moonshot's K2-Vendor-Verifier, which measures the same things: its
@@ -243,7 +243,7 @@ class UncordonParams(_Strict):
     serving_ready_timeout: Duration = 3600
 
 
-# Every stage kind, once, in DOMAIN.md's "The change, in order": evidence, cordon, upgrade,
+# Every stage kind, once, in docs/domain.md's "The change, in order": evidence, cordon, upgrade,
 # CUDA init, minimal launch, features and cross-node, then expansion. The order is a safety
 # rule, not a preference. Each kind's behaviour is its module's ``StageSpec`` under
 # k3rollout/stages; every table below (and the state machine's, and the registry's) is
@@ -385,7 +385,7 @@ class Hooks(_Strict):
     on_rollback: list[Hook] = Field(default_factory=list)       # after a node's rollback (recorded)
 
 
-# The decision after the window (DOMAIN.md "Staying power"; checklist item 9), written down
+# The decision after the window (docs/domain.md "Staying power"; checklist item 9), written down
 # in advance. ``obs`` is what the observation passes found (k3rollout/engine/observe.py
 # lists its keys). Rollback when any ``rollback_when`` holds; keep the new driver when every
 # ``keep_when`` holds; otherwise stay on the isolated (upgraded) nodes and keep observing.

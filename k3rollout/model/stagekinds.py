@@ -1,7 +1,7 @@
 """What a stage kind is, as data, and every table that lists stages, derived from it.
 
 Each stage kind is declared once, as a ``StageKind`` in ``model/playbook.py``'s
-``STAGE_KINDS`` (next to its parameters model, in DOMAIN.md's order); its behaviour is
+``STAGE_KINDS`` (next to its parameters model, in docs/domain.md's order); its behaviour is
 declared once, as a ``StageSpec`` in its own module under ``k3rollout/stages`` that names
 this declaration. ``derive`` turns the declarations into the tables the rest of the code
 reads: the order a play must follow, the default estimates, the destructive, batch- and

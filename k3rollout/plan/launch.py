@@ -1,6 +1,6 @@
 """The multi-node ``vllm serve`` command of one replica, per node, from its layout and profile.
 
-vLLM needs no Ray for this (DOMAIN.md "Multi-node launches"):
+vLLM needs no Ray for this (docs/domain.md "Multi-node launches"):
 
 - tensor/pipeline parallel: every node runs the same command with ``--nnodes N
   --node-rank R --master-addr HEAD``; ranks above 0 add ``--headless``;

@@ -1,4 +1,4 @@
-"""DOMAIN.md's ten sign-off items, each judged only from recorded facts and evidence.
+"""docs/domain.md's ten sign-off items, each judged only from recorded facts and evidence.
 
 An item is ``done`` only when a fact proves it and the evidence behind it is linked;
 ``partial`` when some of it is proven; ``missing`` otherwise. Nothing is ticked from

@@ -1,6 +1,6 @@
 """The report's "Observation" section: what ``k3rollout observe`` found after the window.
 
-Pure over the run's view: the timeline of passes, the four pieces of evidence (DOMAIN.md
+Pure over the run's view: the timeline of passes, the four pieces of evidence (docs/domain.md
 "Staying power") as the latest pass saw them, and the decision the playbook's rules gave.
 A rollback recommended by any pass stays the decision of record (a fault that came back
 once has recurred, even if a later pass did not see it), naming that pass. The decision

@@ -17,7 +17,7 @@ from typing import Any
 BLOCK = 16  # vLLM's default KV block size, in tokens
 TOKEN_CHARS = 4  # the simulated tokenizer's longest piece of a word, in characters
 # Kimi K3 caches prefixes in 1,536-token blocks and never reuses the last matched block, so a
-# shared prefix under about two blocks scores zero hits by design (DOMAIN.md "Prefix cache";
+# shared prefix under about two blocks scores zero hits by design (docs/domain.md "Prefix cache";
 # the recipe's prefix_cache_block_tokens in playbooks/profiles/kimi-k3.yml)
 K3_BLOCK = 1536
 

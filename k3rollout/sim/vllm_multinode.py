@@ -1,6 +1,6 @@
 """Multi-node ``vllm serve`` on the simulated cluster: a head and its headless workers.
 
-vLLM without Ray (DOMAIN.md "Multi-node launches"):
+vLLM without Ray (docs/domain.md "Multi-node launches"):
 
 - tensor/pipeline parallel: every node runs ``--nnodes N --node-rank R --master-addr HEAD``,
   ranks above 0 with ``--headless``. vLLM's ``ParallelConfig`` asserts
@@ -43,7 +43,7 @@ from k3rollout.checks.all2all import ALL2ALL_MANAGERS, REMOVED_ALL2ALL, builds_a
 from k3rollout.sim import state as st
 from k3rollout.sim import vllm
 
-# checkpoint size in GB (1e9 bytes): Kimi K3 is about 1.42-1.5 TB (DOMAIN.md "Kimi K3 deployment shape")
+# checkpoint size in GB (1e9 bytes): Kimi K3 is about 1.42-1.5 TB (docs/domain.md "Kimi K3 deployment shape")
 MODEL_WEIGHTS_GB = {"moonshotai/Kimi-K3": 1500.0}
 ENGINE_READY_TIMEOUT_S = 600.0        # vLLM's default VLLM_ENGINE_READY_TIMEOUT_S (vllm/envs.py)
 MASTER_PORT = 29501                   # vLLM's default --master-port

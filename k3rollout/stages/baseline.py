@@ -1,4 +1,4 @@
-"""Stage 1: capture the baseline before anything changes (DOMAIN.md "Evidence first").
+"""Stage 1: capture the baseline before anything changes (docs/domain.md "Evidence first").
 
 Read-only. Captures date, nvidia-smi (table, CSV, topology), the kernel module version,
 driver packages, kernel, container runtime, images (tag, digest, CUDA), containers and

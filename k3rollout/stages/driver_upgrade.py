@@ -1,7 +1,7 @@
 """Stage 3: upgrade the NVIDIA driver with the operator's vendor steps, reboot, verify.
 
 The install commands come from the playbook (``with.install.apt`` / ``.dnf``), rendered
-with vars; k3rollout does not invent OS commands (DOMAIN.md). Both the install and the
+with vars; k3rollout does not invent OS commands (docs/domain.md). Both the install and the
 reboot are ``once`` steps: after a crash they are settled by probes (packages at target;
 boot id changed), never blindly repeated. Verification after the reboot: nvidia-smi
 reports the target, the loaded kernel module matches, DKMS built it.

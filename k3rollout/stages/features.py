@@ -1,4 +1,4 @@
-"""Stage 6a: the reference launch, and the load ladder's steps 3-5 (DOMAIN.md) on it.
+"""Stage 6a: the reference launch, and the load ladder's steps 3-5 (docs/domain.md) on it.
 
 The ladder runs one variable at a time and stops at the first step that fails:
 
@@ -118,7 +118,7 @@ def prefix_counters(m: dict[str, float]) -> dict[str, float] | None:
 def prefix_words(words: int, block_tokens: int | None) -> int:
     """How long the shared prefix is: as given, or at least two full cache blocks plus half a
     block of tail when the block size is known (vLLM never reuses the last matched block, so a
-    prefix of under two blocks scores zero hits by design; DOMAIN.md "Prefix cache")."""
+    prefix of under two blocks scores zero hits by design; docs/domain.md "Prefix cache")."""
     if not block_tokens:
         return words
     return max(words, 2 * block_tokens + max(16, block_tokens // 2))

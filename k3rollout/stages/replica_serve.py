@@ -111,7 +111,7 @@ def launch(ctx: NodeCtx, name: str, image: str, model: str, stage_args: list[str
 def check_driver_params(ctx: NodeCtx, facts: dict[str, Any]) -> tuple[bool, str, str]:
     """DeepEP needs the driver's module options ``NVreg_EnableStreamMemOPs=1`` and
     ``PeerMappingOverride=1`` (in ``NVreg_RegistryDwords``), set in /etc/modprobe.d and
-    visible in /proc/driver/nvidia/params; a driver reinstall can drop them (DOMAIN.md
+    visible in /proc/driver/nvidia/params; a driver reinstall can drop them (docs/domain.md
     "Missing RDMA is silent"). Read on every node of the replica, after its upgrade, where
     vLLM builds a DeepEP all-to-all manager (checks/all2all.py: not with data parallel 1)."""
     rep = ctx.replica or {}

@@ -1,4 +1,4 @@
-"""Stage 5: smoke test with only the recipe's minimal launch flags (DOMAIN.md step 5).
+"""Stage 5: smoke test with only the recipe's minimal launch flags (docs/domain.md step 5).
 
 Stops the node's existing serving containers (their GPUs are needed; the uncordon stage
 or the rollback restarts them), launches the target image with the minimal flags, and

@@ -18,13 +18,13 @@ BACKENDS: dict[str, Workload] = {w.kind: w for w in (Docker(), Kubernetes(), Slu
 
 def default_backend(host_vars: dict[str, Any]) -> str:
     """``docker`` everywhere for now. Under ``scheduler: kubernetes`` the right default is
-    ``kubernetes`` (GPU nodes run containerd or CRI-O and have no docker CLI; DOMAIN.md
+    ``kubernetes`` (GPU nodes run containerd or CRI-O and have no docker CLI; docs/domain.md
     "Workloads on Kubernetes GPU nodes"); it becomes that once the simulated cluster runs
     pods on a simulated kubelet, so the shipped inventories keep working meanwhile.
 
     Under ``scheduler: slurm`` a ``k3_container_launcher`` other than ``docker`` (pyxis,
     enroot, apptainer) picks ``slurm``: checks run as jobs in a maintenance reservation
-    (DOMAIN.md "Workloads on Slurm GPU clusters"). This is the one place that switch is
+    (docs/domain.md "Workloads on Slurm GPU clusters"). This is the one place that switch is
     made; without the variable a Slurm node stays on docker until the simulated Slurm
     nodes run no Docker daemon."""
     if host_vars.get("scheduler") == "slurm" and host_vars.get(LAUNCHER_VAR, "docker") != "docker":

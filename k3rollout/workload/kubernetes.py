@@ -3,7 +3,7 @@ workloads are Pods whose owners bring them back.
 
 A Kubernetes GPU node has no docker CLI (containerd or CRI-O), its GPUs belong to the
 device plugin, and its serving workloads are Pods owned by Deployments, StatefulSets or
-LeaderWorkerSets (DOMAIN.md "Workloads on Kubernetes GPU nodes"). So, from the controller,
+LeaderWorkerSets (docs/domain.md "Workloads on Kubernetes GPU nodes"). So, from the controller,
 through the API server (k3rollout/workload/k8s_pods.py, every call journaled with
 ``ctx.runner.call``):
 

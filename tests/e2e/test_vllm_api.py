@@ -169,7 +169,7 @@ def test_prefix_cache_hits_unless_turned_off(node, flags, hits):
 
 
 def test_k3_scores_no_hits_on_a_prefix_under_two_blocks_and_other_block_sizes_follow_the_flag(node):
-    """DOMAIN.md "Prefix cache": a shared prefix under about 3,000 tokens scores zero hits on
+    """docs/domain.md "Prefix cache": a shared prefix under about 3,000 tokens scores zero hits on
     K3 by design. K3's attention block is sized to hold a mamba page and --block-size only
     raises it (vllm/platforms/interface.py), so --block-size 16 changes nothing on K3; a model
     that is not hybrid caches in vLLM's 16-token blocks and the same prefix hits. The server

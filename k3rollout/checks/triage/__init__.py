@@ -1,4 +1,4 @@
-"""Classify a failure by DOMAIN.md's decision tree, before anyone changes anything.
+"""Classify a failure by docs/domain.md's decision tree, before anyone changes anything.
 
 The tree: (1) a host driver below the image's CUDA floor is ``driver_incompatible``; (2) a
 driver new enough but CUDA/GPU setup failing is ``container_runtime``; (3) CUDA up, the

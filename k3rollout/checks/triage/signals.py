@@ -391,7 +391,7 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"NET/IB|ibv_\w+ failed|ibv_modify_qp|\bQP\b.*(error|failed)|RDMA|IBGDA|GID index|mlx5.*(error|fail)"
      r"|local protection error|transport retry counter exceeded|wr_id", "InfiniBand/RDMA transport error"),
     # NCCL found no RDMA device or verbs library and fell back to TCP sockets: a multi-node server
-    # still comes up, slow (DOMAIN.md "Missing RDMA is silent"). NCCL says so at INFO ("NET/IB : No
+    # still comes up, slow (docs/domain.md "Missing RDMA is silent"). NCCL says so at INFO ("NET/IB : No
     # device found", "Using network Socket"), which never decides; its WARN about libibverbs and
     # the communication gate's own verdict do.
     ("socket_fallback", "communication", 3.5,
