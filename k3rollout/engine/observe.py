@@ -366,8 +366,11 @@ class Observer:
         args = list(seen["args"])
         c["image"] = image
         base = next((s for s in ref["serving"] if s["name"] == name), None)
-        img = ctx.image_facts(image, f"serving-image-{name}") if image else None
-        c["digest"] = img["digest"] if img else None
+        if "digest" in seen:            # the runtime reports what runs (a pod's imageID)
+            c["digest"] = seen["digest"]
+        else:
+            img = ctx.image_facts(image, f"serving-image-{name}") if image else None
+            c["digest"] = img["digest"] if img else None
         if base and base.get("digest") and c["digest"] != base["digest"]:
             c["digest_drift"] = f"{image} is now {c['digest']} (the run left {base['digest']})"
         if c["state"] != "running":

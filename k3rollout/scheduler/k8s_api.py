@@ -121,7 +121,6 @@ class KubernetesApi:
         self.coord = client.CoordinationV1Api(self._api)
         self.custom = client.CustomObjectsApi(self._api)
         self.apps = client.AppsV1Api(self._api)
-        self.discovery = client.ApisApi(self._api)
         # API objects as the API server writes them (camelCase dicts), for the workload backend
         self.serialize = self._api.sanitize_for_serialization
         self._cfg = cfg

@@ -40,7 +40,7 @@ def run(ctx: NodeCtx) -> StageOutcome:
             return StageOutcome(False, proven.reason or "existing workloads are not back in service: "
                                 + ", ".join(proven.failed), {**facts, "serving_not_back": proven.failed})
         # back is not enough: each workload answers its probe again, as it did at baseline
-        after, lost = workload_probes.prove_again(ctx, ctx.params.serving_ready_timeout)
+        after, lost = workload_probes.prove_again(ctx, ctx.params.serving_ready_timeout, back.back + proven.back)
         if after:
             facts["workload_probes_after"] = after
         if lost:

@@ -1,7 +1,7 @@
 """Existing workloads are proven, not only restarted: each of the node's serving workloads is
-probed at baseline and again once it is back after the uncordon, and both results are kept
-side by side (``workload_probes`` in the baseline's facts, ``workload_probes_after`` in the
-uncordon stage's).
+probed at baseline, and each one the run brought back itself again once it is back after the
+uncordon; both results are kept side by side (``workload_probes`` in the baseline's facts,
+``workload_probes_after`` in the uncordon stage's).
 
 A probe is the playbook's (``baseline`` stage parameter ``workload_probes``: an HTTP path and
 the status it must answer, or a command on the node) or the default: the serving
@@ -94,13 +94,14 @@ def run(ctx: NodeCtx, workloads: list[dict[str, Any]], specs: list[WorkloadProbe
     return [probe_one(ctx, w, _spec_for(w, specs), when) for w in workloads]
 
 
-def prove_again(ctx: NodeCtx, timeout_s: float) -> tuple[list[dict[str, Any]], list[str]]:
-    """After the uncordon: each workload probed as at baseline, retried until it passes or
-    ``timeout_s`` (a restarted server loads its weights first); (results, the workloads that
-    passed at baseline and do not now)."""
+def prove_again(ctx: NodeCtx, timeout_s: float, back: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """After the uncordon: each workload the run brought back itself (``back``: the containers
+    the smoke test stopped, the owners waited for) probed as at baseline, retried until it
+    passes or ``timeout_s`` (a restarted server loads its weights first); (results, the
+    workloads that passed at baseline and do not now)."""
     specs = [WorkloadProbe.model_validate(s) for s in ctx.baseline.get("workload_probe_specs") or []]
     before = {r["name"]: r for r in ctx.baseline.get("workload_probes") or []}
-    workloads = [w for w in ctx.baseline.get("serving_containers", []) if w["name"] in before]
+    workloads = [w for w in ctx.baseline.get("serving_containers", []) if w["name"] in before and w["name"] in back]
     deadline = time.monotonic() + timeout_s
     results: dict[str, dict[str, Any]] = {}
     pending = list(workloads)

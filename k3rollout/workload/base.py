@@ -84,6 +84,7 @@ class Restored:
     failed: list[str] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)
     reason: str = ""
+    back: list[str] = field(default_factory=list)   # the ones brought back: to be proven again
 
 
 class Workload(Protocol):

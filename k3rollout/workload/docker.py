@@ -203,7 +203,9 @@ class Docker:
             status, _, count = st.stdout.strip().partition(" ")
             if not res.ok or status != "running":
                 out.failed.append(name)
-            elif count.strip().isdigit():
+                continue
+            out.back.append(name)
+            if count.strip().isdigit():
                 counts[name] = int(count)
         if counts:
             out.facts["serving_restart_counts"] = counts

@@ -24,7 +24,7 @@ OWNERS: dict[str, str | tuple[str, str, str]] = {  # kind -> (apps/v1 read metho
 
 
 class PodApi:
-    """``kube`` is a ``KubernetesApi`` (core, apps, custom, discovery, serialize, sleep, now)."""
+    """``kube`` is a ``KubernetesApi`` (core, apps, custom, serialize, sleep, now)."""
 
     def __init__(self, kube: Any):
         self.kube = kube
@@ -104,26 +104,6 @@ class PodApi:
             got = self._do(f"read {kind} {namespace}/{name}", lambda: self.kube.custom.get_namespaced_custom_object(
                 g, v, namespace, p, name), missing_ok=True)
         return got
-
-    def has_group(self, group: str) -> bool:
-        """GET /apis (discovery): whether the API server serves ``group`` (a CRD installed)."""
-        got = self._do("list API groups", lambda: self.kube.discovery.get_api_versions())
-        return any(g.get("name") == group for g in got.get("groups") or [])
-
-    # ---- LeaderWorkerSet (a multi-node test replica)
-    def create_lws(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        """POST /apis/leaderworkerset.x-k8s.io/v1/namespaces/NS/leaderworkersets"""
-        got: dict[str, Any] = self._do(f"create LeaderWorkerSet {namespace}/{body['metadata']['name']}",
-                                       lambda: self.kube.custom.create_namespaced_custom_object(
-                                           LWS_GROUP, LWS_VERSION, namespace, LWS_PLURAL, body))
-        return got
-
-    def delete_lws(self, namespace: str, name: str) -> bool:
-        """DELETE /apis/leaderworkerset.x-k8s.io/v1/namespaces/NS/leaderworkersets/NAME"""
-        got = self._do(f"delete LeaderWorkerSet {namespace}/{name}",
-                       lambda: self.kube.custom.delete_namespaced_custom_object(
-                           LWS_GROUP, LWS_VERSION, namespace, LWS_PLURAL, name), missing_ok=True)
-        return got is not None
 
 
 # ---- parsers of what the calls return (pure)

@@ -597,6 +597,8 @@ class Kubernetes:
                                            "digests": seen[k]["digests"], "pods": seen[k]["pods"]}
                                        for k, o in owners.items() if k in seen}
         out.facts["serving_restart_counts"] = {k: seen[k]["restarts"] for k in seen}
+        out.back = [s["name"] for s in ctx.baseline.get("serving_containers", [])
+                    if s.get("owner") and s["name"] not in bare]
         bad = [k for k, w in why.items() if w]
         if bad:
             out.failed += bad
@@ -636,8 +638,11 @@ class Kubernetes:
             return {"state": "missing", "reason": res.error or f"{o['kind']} {o['namespace']}/{o['name']} is gone"}
         a = res.answer
         state = "running" if a["ready"] >= int(o.get("ready_replicas") or 0) else "degraded"
+        was = (base or {}).get("digest")
+        # baseline's imageID when the owner's pods still run it, else what they run now
+        digest = was if was and _sha(was) in a["digests"] else (a["digests"][0] if a["digests"] else None)
         return {"state": state, "restart_count": a["restarts"], "image": base.get("image") if base else None,
-                "args": list((base or {}).get("args") or [])}
+                "args": list((base or {}).get("args") or []), "digest": digest}
 
     # ------------------------------------------------------------ preflight
 

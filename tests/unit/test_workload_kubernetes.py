@@ -40,7 +40,7 @@ class Expected:
 
 @dataclass
 class FakeKube:
-    """Stands in for ``KubernetesApi``: ``core``, ``apps``, ``custom``, ``discovery`` whose
+    """Stands in for ``KubernetesApi``: ``core``, ``apps`` and ``custom``, whose
     methods answer from the script; a fake clock for the backend's waits."""
     script: list[Expected] = field(default_factory=list)
     calls: list[tuple[str, tuple, dict]] = field(default_factory=list)
@@ -65,7 +65,7 @@ class FakeKube:
         return e.answer
 
     def __getattr__(self, group: str) -> Any:
-        if group not in ("core", "apps", "custom", "discovery"):
+        if group not in ("core", "apps", "custom"):
             raise AttributeError(group)
         fake = self
 
@@ -310,7 +310,7 @@ def test_after_the_uncordon_owners_are_waited_for_until_back_to_baseline_ready_a
     fake.expect("core.list_namespaced_pod", "serving", label_selector="app=kimi",
                 answer={"items": [pod("a"), pod("b", restarts=1)]})
     got = ctx.workload.prove_serving(ctx)
-    assert not got.failed and fake.t == 10.0
+    assert not got.failed and fake.t == 10.0 and got.back == ["serving/kimi-k2-7d9f-abcde"]
     owner = got.facts["serving_owners"]["Deployment/serving/kimi-k2"]
     assert owner["ready"] == 2 and owner["baseline_ready"] == 2 and owner["digests"] == ["sha256:" + "a" * 64]
     assert not any(m.endswith(("create_namespaced_pod", "delete_namespaced_pod")) for m, _, _ in fake.calls)
@@ -400,3 +400,20 @@ def test_an_api_refusal_at_baseline_is_a_project_error_the_baseline_stage_turns_
     fake.expect("core.read_node", "gpu-01", raises=403)
     with pytest.raises(K3RolloutError, match=r"cannot read gpu-01 and its pods: .*HTTP 403"):
         ctx.workload.runtime_facts(ctx)
+
+
+def test_observe_reads_a_serving_workload_through_its_owner_with_restarts_and_digest(kube):
+    h, fake = kube
+    ctx = h.ctx("cuda_check", baseline={"serving_containers": [{**SERVING, "args": ["--port", "8000"]}]})
+    fake.expect(*DEPLOYMENT, answer={"status": {"readyReplicas": 2}})
+    fake.expect("core.list_namespaced_pod", "serving", label_selector="app=kimi",
+                answer={"items": [pod("a", restarts=1), pod("b", restarts=2)]})
+    got = ctx.workload.serving_status(ctx, SERVING["name"])
+    assert got == {"state": "running", "restart_count": 3, "image": IMAGE, "args": ["--port", "8000"],
+                   "digest": DIGEST}
+    other = "docker.io/vllm/vllm-openai@sha256:" + "c" * 64
+    fake.expect(*DEPLOYMENT, answer={"status": {"readyReplicas": 1}})
+    fake.expect("core.list_namespaced_pod", "serving", label_selector="app=kimi",
+                answer={"items": [pod("a", image_id=other)]})
+    got = ctx.workload.serving_status(ctx, SERVING["name"])
+    assert got["state"] == "degraded" and got["digest"] == "sha256:" + "c" * 64

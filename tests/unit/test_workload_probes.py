@@ -67,12 +67,12 @@ def test_after_the_uncordon_a_workload_that_passed_at_baseline_must_pass_again(s
             "workload_probes": [{"name": "vllm-k2", "ok": True}]}
     # loading its weights after the restart: /health answers 503 twice, then 200
     serve(h, {"/health": [503, 503, 200], "/v1/models": [200], "/v1/chat/completions": [200]})
-    after, lost = workload_probes.prove_again(h.ctx("uncordon", baseline=base), 600)
+    after, lost = workload_probes.prove_again(h.ctx("uncordon", baseline=base), 600, ["vllm-k2"])
     assert lost == [] and after[0]["ok"] and after[0]["when"] == "after-3"
 
     h2 = stage_harness(scheduler="none")
     serve(h2, {"/health": [500]})
-    after, lost = workload_probes.prove_again(h2.ctx("uncordon", baseline=base), 0)
+    after, lost = workload_probes.prove_again(h2.ctx("uncordon", baseline=base), 0, ["vllm-k2"])
     assert lost == ["vllm-k2"] and "/health: HTTP 500" in after[0]["detail"]
 
 
@@ -80,5 +80,13 @@ def test_a_workload_that_failed_its_probe_at_baseline_is_recorded_not_blamed(sta
     h = stage_harness(scheduler="none")
     serve(h, {"/health": [500]})
     base = {"serving_containers": [K2], "workload_probes": [{"name": "vllm-k2", "ok": False}]}
-    after, lost = workload_probes.prove_again(h.ctx("uncordon", baseline=base), 600)
+    after, lost = workload_probes.prove_again(h.ctx("uncordon", baseline=base), 600, ["vllm-k2"])
     assert lost == [] and not after[0]["ok"]
+
+
+def test_only_the_workloads_the_run_brought_back_are_proven_again(stage_harness):
+    h = stage_harness(scheduler="none")
+    seen = serve(h, {"/health": [500]})
+    base = {"serving_containers": [K2], "workload_probes": [{"name": "vllm-k2", "ok": True}]}
+    assert workload_probes.prove_again(h.ctx("uncordon", baseline=base), 600, []) == ([], [])
+    assert seen == []
