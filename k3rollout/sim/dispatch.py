@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from k3rollout.errors import InputError
-from k3rollout.sim import cache, gpu, nccl, netd, repos, sched
+from k3rollout.sim import cache, crictl, gpu, kubelet, nccl, netd, repos, sched
 from k3rollout.sim import docker as dk
 from k3rollout.sim import state as st
 
@@ -208,13 +208,18 @@ def _run(state_dir: Path, state: dict, name: str, args: list[str], stdin: bytes 
     drop = _drops_here(state, [name, *args])
     handler = HANDLERS.get(name)
     if handler is None:
-        rc, out, err = 127, "", f"bash: line 1: {name}: command not found\n"
+        rc, out, err = _not_found(name)
     else:
         rc, out, err = handler(state_dir, state, args, stdin)
     if drop:
         state["dropped"].append(" ".join([name, *args]))
         return Result(-1, out, err + "Connection reset by peer\n", dropped=True)
     return Result(rc, out, err)
+
+
+def _not_found(name: str) -> tuple[int, str, str]:
+    """bash's answer to a command it cannot find (``bash -c``: "bash: line 1: NAME: command not found", 127)."""
+    return 127, "", f"bash: line 1: {name}: command not found\n"
 
 
 def _reboot(state_dir: Path, state: dict, args: list[str], stdin: bytes | None) -> tuple[int, str, str]:
@@ -240,7 +245,9 @@ HANDLERS = {
     "reboot": _reboot,
     "shutdown": _reboot,
     "systemctl": lambda d, s, a, i: gpu.systemctl(s, a),
-    "docker": lambda d, s, a, i: dk.docker(s, a, d),
+    # a containerd node has no docker CLI and a Docker host no crictl: the shell's answer
+    "docker": lambda d, s, a, i: dk.docker(s, a, d) if kubelet.runtime(s) == "docker" else _not_found("docker"),
+    "crictl": lambda d, s, a, i: crictl.crictl(s, a) if kubelet.runtime(s) == "containerd" else _not_found("crictl"),
     "curl": lambda d, s, a, i: dk.curl(d, s, a, i),
     "kubectl": lambda d, s, a, i: sched.kubectl(s, a),
     "scontrol": lambda d, s, a, i: sched.scontrol(s, a, d),

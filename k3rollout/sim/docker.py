@@ -12,31 +12,18 @@ import hashlib
 import json
 import re
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from k3rollout import fastjson
+from k3rollout.sim import containers as ctr
 from k3rollout.sim import netd, vllm
 from k3rollout.sim import vllm_multinode as mn
-from k3rollout.sim.gpu import driver_cuda
-from k3rollout.sim.repos import fm_down
-from k3rollout.sim.state import REGISTRY, fabric_manager_fails
+from k3rollout.sim.containers import image_env
+from k3rollout.sim.state import REGISTRY
 
 Out = tuple[int, str, str]
-
-
-def _vt(v: str | None) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", v or "0")[:2])
-
-
-def image_env(img: dict[str, Any]) -> list[str]:
-    major_minor = ".".join(img["cuda"].split(".")[:2])
-    return ["PATH=/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin",
-            "NVARCH=x86_64", f"NVIDIA_REQUIRE_CUDA=cuda>={major_minor}",
-            f"CUDA_VERSION={img['cuda']}", "NVIDIA_VISIBLE_DEVICES=all",
-            "NVIDIA_DRIVER_CAPABILITIES=compute,utility", "VLLM_USAGE_SOURCE=production-docker-image"]
 
 
 def _inspect_image(ref: str, img: dict[str, Any]) -> dict[str, Any]:
@@ -208,28 +195,17 @@ def _stop(state: dict[str, Any], name: str) -> None:
     c = state["docker"]["containers"][name]
     if c["status"] == "running":
         c["status"], c["exit_code"] = "exited", 0
-    for port, srv in list(state["servers"].items()):
-        if srv["container"] == name:
-            del state["servers"][port]
+    ctr.stop_servers(state, name)
 
 
 def _gpu_checks(state: dict[str, Any], img: dict[str, Any], env: dict[str, str]) -> Out | None:
-    if not state["docker"]["nvidia_runtime"]:
+    refusal = ctr.gpu_refusal(state, img, env)
+    if refusal is None:
+        return None
+    if refusal == ctr.NO_GPU_RUNTIME:
         return 125, "", ('docker: Error response from daemon: could not select device driver "" with '
                          "capabilities: [[gpu]].\n\nRun 'docker run --help' for more information\n")
-    hook = ("docker: Error response from daemon: failed to create task for container: failed to create shim "
-            "task: OCI runtime create failed: runc create failed: unable to start container process: error during "
-            "container init: error running prestart hook #0: exit status 1, stdout: , stderr: Auto-detected mode "
-            "as 'legacy'\n")
-    if not state["loaded_driver"]:
-        return 125, "", hook + "nvidia-container-cli: initialization error: nvml error: driver not loaded: unknown\n"
-    need = ".".join(img["cuda"].split(".")[:2])
-    have = driver_cuda(state["loaded_driver"])
-    if _vt(have) < _vt(need) and env.get("NVIDIA_DISABLE_REQUIRE", "").lower() not in ("1", "true"):
-        return 125, "", hook + (f"nvidia-container-cli: requirement error: unsatisfied condition: cuda>={need}, "
-                                "please update your driver to a newer version, or use an earlier cuda container: "
-                                "unknown\n")
-    return None
+    return 125, "", "docker: Error response from daemon: failed to create task for container: " + refusal
 
 
 def _parse_run(args: list[str]) -> tuple[dict[str, Any], str | None, list[str]]:
@@ -312,75 +288,15 @@ def _start(state: dict[str, Any], name: str, state_dir: Path | None = None) -> O
         if bad:
             c["status"], c["exit_code"] = "created", 128
             return bad
-    opts, err = vllm.parse_serve_args(c["args"])
-    c["status"] = "running"
-    if err:
-        c["logs"], c["status"], c["exit_code"] = [err], "exited", 2
-        return 0, "", ""
-    c["port"] = opts["port"]
-    logs = vllm.startup_logs(opts, img["vllm"])
-    if _vt(driver_cuda(state["loaded_driver"])) < _vt(img["cuda"]):
-        c["logs"], c["status"], c["exit_code"] = logs + vllm.cuda_insufficient_logs(), "exited", 1
-        return 0, "", ""
-    # error 802: the cuda_init_fails fault on the new driver, or no fabric manager on the driver's version
-    if fabric_manager_fails(state) or fm_down(state):
-        c["logs"], c["status"], c["exit_code"] = logs + vllm.cuda_not_ready_logs(), "exited", 1
-        return 0, "", ""
-    topo = mn.topology(opts)
-    if topo is not None:
-        # one process of a multi-node replica (sim/vllm_multinode.py)
-        if "vllm_oom" in state["faults"] and "k3" in c["image"]:
-            c["logs"], c["status"], c["exit_code"] = logs + vllm.oom_logs(state["gpu"]["mem_gib"]), "exited", 1
-            return 0, "", ""
-        c["_vllm_version"] = img["vllm"]
-        mn.start(state, name, c, opts, logs, topo, state_dir)
-        return 0, "", ""
-    tp = int(opts.get("tensor_parallel_size", 1))
-    if tp > state["gpu"]["count"]:
-        c["logs"] = logs + [f"ValueError: The number of required GPUs exceeds the total number of available GPUs "
-                            f"in the placement group. (requested {tp}, available {state['gpu']['count']})"]
-        c["status"], c["exit_code"] = "exited", 1
-        return 0, "", ""
-    if "vllm_oom" in state["faults"] and "k3" in c["image"]:
-        c["logs"], c["status"], c["exit_code"] = logs + vllm.oom_logs(state["gpu"]["mem_gib"]), "exited", 1
-        return 0, "", ""
-    c["logs"] = logs + vllm.ready_logs(opts)
-    state["servers"][str(opts["port"])] = {"container": name, "status": "running", "faults": list(state["faults"]),
-                                           "instance": uuid.uuid4().hex, "opts": {**opts, "_vllm_version": img["vllm"]}}
+    ctr.launch(state, name, c, img, state_dir)
     return 0, "", ""
 
 
 def _oneshot(state: dict[str, Any], img: dict[str, Any], entry: str, args: list[str], gpus: bool) -> Out:
-    if entry == "nvidia-smi":
-        from k3rollout.sim.gpu import nvidia_smi
-
-        return nvidia_smi(state, args)
-    if entry in ("python3", "python") and len(args) >= 2 and args[0] == "-c":
-        code = args[1]
-        if "torch.cuda" not in code:
-            return 0, "", ""
-        tb = ('Traceback (most recent call last):\n  File "<string>", line 1, in <module>\n'
-              '  File "/usr/local/lib/python3.12/dist-packages/torch/cuda/__init__.py", line 412, in _lazy_init\n'
-              "    torch._C._cuda_init()\n")
-        if not gpus:
-            return 1, "", tb + "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an " \
-                               "NVIDIA GPU and installed a driver from http://www.nvidia.com/Download/index.aspx\n"
-        have = driver_cuda(state["loaded_driver"])
-        if _vt(have) < _vt(img["cuda"]):
-            found = "".join(f"{int(x):d}" for x in [have.split(".")[0]]) + f"{int(have.split('.')[1]) * 10:03d}"
-            return 1, "", tb + (f"RuntimeError: The NVIDIA driver on your system is too old (found version {found}). "
-                                "Please update your GPU driver by downloading and installing a new version from the "
-                                "URL: http://www.nvidia.com/Download/index.aspx Alternatively, go to: "
-                                "https://pytorch.org to install a PyTorch version that has been compiled with your "
-                                "version of the CUDA driver.\n")
-        # error 802: the cuda_init_fails fault on the new driver, or no fabric manager on the driver's version
-        if fabric_manager_fails(state) or fm_down(state):
-            return 1, "", tb + "RuntimeError: CUDA driver initialization failed, you might not have a CUDA gpu.\n" \
-                               "CUDA error: system not yet initialized (cudaErrorSystemNotReady, error 802)\n"
-        return 0, f"cuda_available=True device_count={state['gpu']['count']} " \
-                  f"device0={state['gpu']['model']} cuda={img['cuda']}\n", ""
-    return 127, "", f"docker: Error response from daemon: failed to create task: exec: \"{entry}\": executable " \
-                    "file not found in $PATH: unknown.\n"
+    rc, out, err = ctr.oneshot(state, img, entry, args, gpus)
+    if rc == 127:
+        return 127, "", f"docker: Error response from daemon: failed to create task: {err}"
+    return rc, out, err
 
 
 def on_boot(state: dict[str, Any]) -> None:

@@ -1,10 +1,14 @@
 """A simulated Kubernetes API server on a real loopback socket, over the sim hosts' state.
 
 No real API server can be installed on the machines this project is built and tested on,
-so this one stands in for it, for the parts a driver rollout touches: discovery, nodes
-(get, list, patch: cordon, labels, annotations), pods on a node (DaemonSet-owned and
-ReplicaSet-owned), the policy/v1 Eviction subresource with PodDisruptionBudget refusals,
-DaemonSets, and coordination.k8s.io/v1 Leases. Paths, verbs, status codes and object
+so this one stands in for it, for the parts a driver rollout and its workload checks touch:
+discovery (sim/kubediscovery.py), nodes (get, list, patch: cordon, labels, annotations; the
+device plugin's ``nvidia.com/gpu``), pods (create, get, list with a watch, delete; their log
+and their proxy), the policy/v1 Eviction subresource with PodDisruptionBudget refusals, the
+scheduler and its events, owners (Deployments and their ReplicaSets, StatefulSets,
+LeaderWorkerSets: sim/controllers.py), DaemonSets, and coordination.k8s.io/v1 Leases. The pods
+a kubelet runs are run by the node's simulated kubelet (sim/kubelet.py) in the node's one
+container model. Paths, verbs, status codes and object
 shapes follow the real API (``metav1.Status`` bodies with ``reason`` and ``code``;
 409 Conflict on a stale ``resourceVersion``; 429 TooManyRequests with a
 ``DisruptionBudget`` cause when an eviction would break a budget, as
@@ -13,7 +17,11 @@ official Python client can drive it.
 
 A node is the sim host itself: ``spec.unschedulable`` is the host's scheduler state, labels
 and annotations live in the host's state, and ``Ready`` follows whether the host is up.
-Pods, budgets and leases are cluster objects, kept in ``kubeapi.json`` under the sim root.
+Pods, owners, events, budgets and leases are cluster objects, kept in ``kubeapi.json`` under
+the sim root, with the cluster's settings (``lws_crd``: the LeaderWorkerSet CRD is installed;
+``deny``: rights refused to every user). On a Docker host (``container_runtime: docker``) the
+serving pod only stands for the host's serving container; on a containerd node every workload
+pod is run by its kubelet.
 The host fault ``pdb_blocks_eviction`` makes the budget of the node's serving pod refuse its
 eviction (for ever, or for ``pdb_release_s`` seconds after the first refusal).
 
@@ -38,10 +46,10 @@ pod crash-loop: the old module is unloaded, none is loaded, and the state ends
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -49,26 +57,12 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import orjson
 
+from k3rollout.sim import controllers as ctl
+from k3rollout.sim import kubediscovery, kubelet, kubeseed, kubetables, kubeworkloads
 from k3rollout.sim import state as st
+from k3rollout.sim.kubebase import UNSCHEDULABLE_TAINT, ApiError, audit, not_found, now_iso
+from k3rollout.sim.kubebase import audited as audited  # tests read a node's audit log from here
 
-K8S_VERSION = {"major": "1", "minor": "31", "gitVersion": "v1.31.4", "gitCommit": "a78aa47129b8539636eb86a9d00e31b2720fe06b",
-               "gitTreeState": "clean", "buildDate": "2024-12-10T18:19:33Z", "goVersion": "go1.22.9",
-               "compiler": "gc", "platform": "linux/amd64"}
-UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
-
-# discovery: what each group/version serves (name, kind, namespaced, verbs)
-RESOURCES: dict[str, list[tuple[str, str, bool, list[str]]]] = {
-    "v1": [("nodes", "Node", False, ["get", "list", "patch", "update", "watch"]),
-           ("pods", "Pod", True, ["get", "list", "delete", "watch"]),
-           ("pods/eviction", "Eviction", True, ["create"]),
-           ("namespaces", "Namespace", False, ["get", "list"])],
-    "apps/v1": [("daemonsets", "DaemonSet", True, ["get", "list"]),
-                ("replicasets", "ReplicaSet", True, ["get", "list"])],
-    "policy/v1": [("poddisruptionbudgets", "PodDisruptionBudget", True, ["get", "list"])],
-    "coordination.k8s.io/v1": [("leases", "Lease", True, ["create", "delete", "get", "list", "patch", "update"])],
-    "authorization.k8s.io/v1": [("selfsubjectaccessreviews", "SelfSubjectAccessReview", False, ["create"])],
-    "nvidia.com/v1alpha1": [("nvidiadrivers", "NVIDIADriver", False, ["get", "list"])],
-}
 GPU_OPERATOR_STATE = "nvidia.com/gpu-driver-upgrade-state"
 GPU_OPERATOR_INITIAL_UNSCHEDULABLE = "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
 # the upgrade controller's states in the order a node passes them (k8s-operator-libs
@@ -83,47 +77,53 @@ NVIDIA_DRIVERS = {"r575": "575.57.08", "r580": "580.95.05"}
 TOKENS = {"sim-admin-token": ("kubernetes-admin", "cluster-admin"), "sim-viewer-token": ("k3rollout-viewer", "view")}
 
 
-def _now_iso() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def status(code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
-    s: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                         "message": message, "reason": reason, "code": code}
-    if details:
-        s["details"] = details
-    return s
-
-
-class ApiError(Exception):
-    def __init__(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None):
-        super().__init__(message)
-        self.body = status(code, reason, message, details)
-        self.code = code
-
-
-def not_found(resource: str, name: str, group: str = "") -> ApiError:
-    what = f"{resource}.{group}" if group else resource
-    return ApiError(404, "NotFound", f'{what} "{name}" not found',
-                    {"name": name, "group": group, "kind": resource})
-
-
 class Cluster:
     """The API server's objects: nodes from the sim hosts' state, the rest in kubeapi.json."""
 
-    def __init__(self, sim_root: Path, pdb_release_s: float | None = None):
+    def __init__(self, sim_root: Path, pdb_release_s: float | None = None, lws_crd: bool | None = None,
+                 deny: list[str] | None = None):
         self.root = Path(sim_root)
         self.pdb_release_s = pdb_release_s
         self.path = self.root / "kubeapi.json"
         self.lock = threading.RLock()
         self.data = json.loads(self.path.read_text()) if self.path.exists() else {"rv": 1, "pods": {},
                                                                                   "leases": {}, "blocked": {}}
+        # pods the kubelets run (created through the API or by a controller), owners, and the
+        # cluster-level settings: whether the LeaderWorkerSet CRD is installed, rights refused
+        self.data.setdefault("run", [])
+        self.data.setdefault("workloads", {})
+        self.data.setdefault("admitted", [])     # uids of pods a kubelet admitted
+        settings = self.data.setdefault("settings", {"lws_crd": True, "deny": []})
+        if lws_crd is not None:
+            settings["lws_crd"] = lws_crd
+        if deny is not None:
+            settings["deny"] = list(deny)
+        self.work = kubeworkloads.Workloads(self)
         with self.lock:
             self._reconcile()         # the pods the nodes run when the server comes up
 
+    @property
+    def lws_crd(self) -> bool:
+        return bool(self.data["settings"].get("lws_crd", True))
+
+    def set_lws_crd(self, present: bool) -> None:
+        with self.lock:
+            self.data["settings"]["lws_crd"] = present
+            self.save()
+
+    def denied(self, verb: str, resource: str) -> bool:
+        """A right refused to every user (``deny``: entries ``"VERB RESOURCE[/SUBRESOURCE]"``, e.g.
+        ``"create pods/proxy"``), as an RBAC role without that rule refuses it."""
+        return f"{verb} {resource}" in self.data["settings"].get("deny", [])
+
+    def set_denied(self, rights: list[str]) -> None:
+        with self.lock:
+            self.data["settings"]["deny"] = list(rights)
+            self.save()
+
     # ------------------------------------------------------------ persistence
 
-    def _save(self) -> None:
+    def save(self) -> None:
         # every change is on disk before its reply (a server restarted after a controller's
         # crash reads it back); orjson, because the standard library's encoder took a third
         # of the sim daemon's CPU at 1,000 nodes (the whole object set, on every eviction)
@@ -131,7 +131,7 @@ class Cluster:
         tmp.write_bytes(orjson.dumps(self.data, option=orjson.OPT_SORT_KEYS))
         tmp.replace(self.path)
 
-    def _rv(self) -> str:
+    def rv(self) -> str:
         self.data["rv"] += 1
         return str(self.data["rv"])
 
@@ -161,9 +161,9 @@ class Cluster:
     def node(self, name: str) -> dict[str, Any]:
         d = self._host(name)
         self._operator_tick(d)
-        return self._node_object(st.load(d))
+        return self.node_object(st.load(d))
 
-    def _node_object(self, s: dict[str, Any]) -> dict[str, Any]:
+    def node_object(self, s: dict[str, Any]) -> dict[str, Any]:
         sched = s["scheduler"]
         up = st.is_up(s, time.time())
         unsched = sched["state"] != "schedulable"
@@ -175,7 +175,12 @@ class Cluster:
             spec["unschedulable"] = True
             spec["taints"] = [{"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule",
                                "timeAdded": sched.get("since", "2026-12-02T02:00:00Z")}]
-        gpus = str(s["gpu"]["count"])
+        if not up:
+            # the node lifecycle controller's taints on a node whose kubelet stopped posting
+            # (pkg/controller/nodelifecycle: TaintNodesByCondition and taint-based eviction)
+            spec["taints"] = spec.get("taints", []) + [{"key": "node.kubernetes.io/unreachable", "effect": e,
+                                                        "timeAdded": now_iso()} for e in ("NoSchedule", "NoExecute")]
+        gpus = str(kubelet.gpu_capacity(s, time.time()))
         return {
             "kind": "Node", "apiVersion": "v1",
             "metadata": {"name": s["name"], "uid": sched.get("uid") or str(uuid.uuid5(uuid.NAMESPACE_DNS, s["name"])),
@@ -189,12 +194,12 @@ class Cluster:
                                 "reason": "KubeletReady" if up else "NodeStatusUnknown",
                                 "message": "kubelet is posting ready status" if up else
                                 "Kubelet stopped posting node status.",
-                                "lastHeartbeatTime": _now_iso(), "lastTransitionTime": "2026-12-01T00:00:00Z"}],
+                                "lastHeartbeatTime": now_iso(), "lastTransitionTime": "2026-12-01T00:00:00Z"}],
                 "addresses": [{"type": "InternalIP", "address": s.get("address") or "127.0.0.1"},
                               {"type": "Hostname", "address": s["name"]}],
-                "nodeInfo": {"kernelVersion": s["kernel"], "kubeletVersion": K8S_VERSION["gitVersion"],
-                             "kubeProxyVersion": K8S_VERSION["gitVersion"], "operatingSystem": "linux",
-                             "architecture": "amd64", "containerRuntimeVersion": "containerd://1.7.24",
+                "nodeInfo": {"kernelVersion": s["kernel"], "kubeletVersion": kubediscovery.K8S_VERSION["gitVersion"],
+                             "kubeProxyVersion": kubediscovery.K8S_VERSION["gitVersion"], "operatingSystem": "linux",
+                             "architecture": "amd64", "containerRuntimeVersion": kubelet.runtime_version(s),
                              "osImage": "Ubuntu 24.04.1 LTS" if s["os_family"] == "Debian"
                              else "Red Hat Enterprise Linux 9.5 (Plow)",
                              "machineID": s["name"], "systemUUID": s["name"], "bootID": s["boot_id"]}},
@@ -220,7 +225,7 @@ class Cluster:
                                                 "and try again", {"name": name, "kind": "nodes"})
             unsched = bool((want.get("spec") or {}).get("unschedulable"))
             if unsched and sched["state"] == "schedulable":
-                sched["state"], sched["since"] = "cordoned", _now_iso()
+                sched["state"], sched["since"] = "cordoned", now_iso()
             elif not unsched and sched["state"] != "schedulable":
                 sched["state"] = "schedulable"
             meta = want.get("metadata") or {}
@@ -279,7 +284,7 @@ class Cluster:
             return
         with self.lock:
             self._operator_catch_up(d)
-            self._save()
+            self.save()
 
     def _operator_catch_up(self, d: Path) -> None:
         with st.transaction(d) as s:
@@ -311,11 +316,11 @@ class Cluster:
                 audit(d, "PATCH", f"nodes/{name}",
                       {"metadata": {"annotations": {GPU_OPERATOR_INITIAL_UNSCHEDULABLE: "true"}}})
             else:
-                sched["state"], sched["since"] = "cordoned", _now_iso()
+                sched["state"], sched["since"] = "cordoned", now_iso()
                 audit(d, "PATCH", f"nodes/{name}", {"spec": {"unschedulable": True}})
         elif state == "pod-restart-required":
             pods = self.data["pods"]
-            for key in [k for k, p in pods.items() if p["spec"]["nodeName"] == name
+            for key in [k for k, p in pods.items() if p["spec"].get("nodeName") == name
                         and p["metadata"]["labels"].get("app") == "nvidia-driver-daemonset"]:
                 audit(d, "DELETE", f"namespaces/{key.split('/')[0]}/pods/{key.split('/')[1]}", None)
                 del pods[key]
@@ -339,9 +344,11 @@ class Cluster:
     # ------------------------------------------------------------ pods
 
     def _reconcile(self, only: str | None = None) -> None:
-        """What the cluster's controllers do: every node runs its DaemonSet pod; a node that
-        takes work and runs a serving container has its serving pod (a ReplicaSet replaces
-        an evicted one once the node is schedulable again)."""
+        """What the cluster's controllers do: every node runs its DaemonSet pods; on a Docker
+        host (``container_runtime: docker``) that takes work and runs a serving container, its
+        serving pod stands for that container (a ReplicaSet replaces an evicted one once the node
+        is schedulable again). On a containerd node, workload pods are real: owners create them,
+        the scheduler places them and the node's kubelet runs them (``_sync_workloads``)."""
         pods = self.data["pods"]
         changed = False
         dirs = self.host_dirs() if only is None else {only: self.root / only}
@@ -349,9 +356,16 @@ class Cluster:
             if not (d / "state.json").is_file():
                 continue
             s = st.load(d)
-            mine = [p for p in pods.values() if p["spec"]["nodeName"] == name]
-            if not any(p["metadata"]["namespace"] == "gpu-operator" for p in mine):
+            mine = [p for p in pods.values() if p["spec"].get("nodeName") == name]
+            if not any(p["metadata"]["name"].startswith("nvidia-dcgm-exporter") for p in mine):
                 self._new_pod(name, "gpu-operator", "nvidia-dcgm-exporter", "DaemonSet", "nvidia-dcgm-exporter")
+                changed = True
+            containerd = kubelet.runtime(s) == "containerd"
+            if containerd and not any(p["metadata"]["name"].startswith("nvidia-device-plugin-daemonset")
+                                      for p in mine):
+                # the device plugin that advertises nvidia.com/gpu (gpu-operator's DaemonSet)
+                self._new_pod(name, "gpu-operator", "nvidia-device-plugin-daemonset", "DaemonSet",
+                              "nvidia-device-plugin-daemonset", app="nvidia-device-plugin-daemonset")
                 changed = True
             # the host fault gpu_operator_driver: the GPU Operator runs this node's driver as a
             # container (its driver DaemonSet's pod, labelled app=nvidia-driver-daemonset)
@@ -361,14 +375,18 @@ class Cluster:
                               "DaemonSet", "nvidia-driver-daemonset", app="nvidia-driver-daemonset")
                 changed = True
             serving = any(c["status"] == "running" for c in s["docker"]["containers"].values())
-            if serving and s["scheduler"]["state"] == "schedulable" and \
+            if not containerd and serving and s["scheduler"]["state"] == "schedulable" and \
                     not any(p["metadata"]["namespace"] == "inference" for p in mine):
                 # the serving pod holds the node's GPUs (the device plugin's nvidia.com/gpu)
                 self._new_pod(name, "inference", "k2-serving-7d9f8b6c5", "ReplicaSet", "k2-serving-7d9f8b6c5",
                               gpus=s["gpu"]["count"])
                 changed = True
-        if changed:
-            self._save()
+        if only is None and not self.data.get("seeded"):
+            self.data["seeded"] = True
+            kubeseed.seed(self)
+            changed = True
+        if self.work.sync(only) or changed:
+            self.save()
 
     def _new_pod(self, node: str, ns: str, prefix: str, owner_kind: str, owner: str, app: str | None = None,
                  crashing: bool = False, gpus: int = 0) -> None:
@@ -378,8 +396,8 @@ class Cluster:
             container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}, "requests": {"nvidia.com/gpu": str(gpus)}}
         self.data["pods"][f"{ns}/{name}"] = {
             "kind": "Pod", "apiVersion": "v1",
-            "metadata": {"name": name, "namespace": ns, "uid": str(uuid.uuid4()), "resourceVersion": self._rv(),
-                         "creationTimestamp": _now_iso(), "labels": {"app": app or prefix.split("-")[0]},
+            "metadata": {"name": name, "namespace": ns, "uid": str(uuid.uuid4()), "resourceVersion": self.rv(),
+                         "creationTimestamp": now_iso(), "labels": {"app": app or prefix.split("-")[0]},
                          "ownerReferences": [{"apiVersion": "apps/v1", "kind": owner_kind, "name": owner,
                                               "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, owner)),
                                               "controller": True, "blockOwnerDeletion": True}]},
@@ -406,13 +424,13 @@ class Cluster:
             k, _, v = term.replace("==", "=").partition("=")
             neg = k.endswith("!")
             k = k.rstrip("!")
-            get = {"spec.nodeName": lambda p: p["spec"]["nodeName"], "metadata.name": lambda p: p["metadata"]["name"],
+            get = {"spec.nodeName": lambda p: p["spec"].get("nodeName"), "metadata.name": lambda p: p["metadata"]["name"],
                    "metadata.namespace": lambda p: p["metadata"]["namespace"],
                    "status.phase": lambda p: p["status"]["phase"]}.get(k)
             if get is None:
                 raise ApiError(400, "BadRequest", f'"{k}" is not a known field selector: only "metadata.name", '
                                                   '"metadata.namespace", "spec.nodeName", "status.phase"')
-            out = [p for p in out if (get(p) == v) != neg]
+            out = [p for p in out if (str(get(p) or "") == v) != neg]
         for term in filter(None, label_selector.split(",")):
             k, _, v = term.replace("==", "=").partition("=")
             out = [p for p in out if p["metadata"]["labels"].get(k) == v]
@@ -428,13 +446,13 @@ class Cluster:
     def evict(self, ns: str, name: str) -> dict[str, Any]:
         with self.lock:
             pod = self.pod(ns, name)
-            node = pod["spec"]["nodeName"]
+            node = pod["spec"].get("nodeName") or ""
             d = self.host_dir(node)
             hv = st.load(d) if d else {"faults": []}
             if ns == "inference" and "pdb_blocks_eviction" in hv.get("faults", []):
                 first = self.data["blocked"].setdefault(f"{ns}/{name}", time.time())
                 if self.pdb_release_s is None or time.time() - first < self.pdb_release_s:
-                    self._save()
+                    self.save()
                     raise ApiError(429, "TooManyRequests",
                                    "Cannot evict pod as it would violate the pod's disruption budget.",
                                    {"causes": [{"reason": "DisruptionBudget",
@@ -442,14 +460,20 @@ class Cluster:
                                                            "pods and has 1 currently"}]})
             if d is not None:
                 audit(d, "POST", f"namespaces/{ns}/pods/{name}/eviction", None)
-            del self.data["pods"][f"{ns}/{name}"]
-            self._save()
+            self.work.remove_pod(f"{ns}/{name}")
+            self.save()
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
     def daemonset(self, ns: str, name: str) -> dict[str, Any]:
-        if (ns, name) != ("gpu-operator", "nvidia-dcgm-exporter"):
+        """The DaemonSets whose pods the nodes run (the dcgm exporter everywhere; the device plugin
+        on containerd nodes; the GPU Operator's driver where it runs the driver): what ``kubectl
+        drain`` looks up before it ignores their pods."""
+        with self.lock:
+            n = sum(1 for p in self.data["pods"].values() if p["metadata"]["namespace"] == ns and any(
+                r.get("kind") == "DaemonSet" and r.get("name") == name for r in p["metadata"].get("ownerReferences")
+                or []))
+        if not n:
             raise not_found("daemonsets", name, "apps")
-        n = len(self.host_dirs())
         return {"kind": "DaemonSet", "apiVersion": "apps/v1",
                 "metadata": {"name": name, "namespace": ns, "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, name)),
                              "resourceVersion": "7", "creationTimestamp": "2026-05-04T10:11:12Z"},
@@ -476,10 +500,10 @@ class Cluster:
                                {"name": name, "group": "coordination.k8s.io", "kind": "leases"})
             obj = {"kind": "Lease", "apiVersion": "coordination.k8s.io/v1",
                    "metadata": {**(body.get("metadata") or {}), "namespace": ns, "uid": str(uuid.uuid4()),
-                                "resourceVersion": self._rv(), "creationTimestamp": _now_iso()},
+                                "resourceVersion": self.rv(), "creationTimestamp": now_iso()},
                    "spec": dict(body.get("spec") or {})}
             self.data["leases"][f"{ns}/{name}"] = obj
-            self._save()
+            self.save()
         return obj
 
     def replace_lease(self, ns: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -494,35 +518,18 @@ class Cluster:
             obj = {**cur, "spec": dict(body.get("spec") or {}),
                    "metadata": {**cur["metadata"], **{k: v for k, v in (body.get("metadata") or {}).items()
                                                       if k in ("labels", "annotations")},
-                                "resourceVersion": self._rv()}}
+                                "resourceVersion": self.rv()}}
             self.data["leases"][f"{ns}/{name}"] = obj
-            self._save()
+            self.save()
         return obj
 
     def delete_lease(self, ns: str, name: str) -> dict[str, Any]:
         with self.lock:
             self.lease(ns, name)
             del self.data["leases"][f"{ns}/{name}"]
-            self._save()
+            self.save()
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                 "details": {"name": name, "group": "coordination.k8s.io", "kind": "leases"}}
-
-
-def audit(host_dir: Path, verb: str, path: str, body: Any) -> None:
-    """The API server's audit log for one node (``kube-audit.log`` in its host dir): every
-    change requested of the node or of a pod on it, so tests can prove each ran once."""
-    line = f"{time.time():.6f} {verb} {path}" + (f" {json.dumps(body, sort_keys=True)}" if body is not None else "")
-    with open(host_dir / "kube-audit.log", "a", encoding="utf-8") as f:
-        f.write(line + "\n")
-
-
-def audited(host_dir: Path) -> list[str]:
-    """The changes the API server was asked for on this node, in order (without timestamps)."""
-    try:
-        lines = (Path(host_dir) / "kube-audit.log").read_text().splitlines()
-    except FileNotFoundError:
-        return []
-    return [ln.split(" ", 1)[1] for ln in lines if " " in ln]
 
 
 def _node_fields(sched: dict[str, Any]) -> dict[str, Any]:
@@ -569,73 +576,9 @@ def _list(kind: str, api_version: str, items: list[dict[str, Any]], rv: int) -> 
     return {"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": str(rv)}, "items": items}
 
 
-def _age(ts: str) -> str:
-    try:
-        secs = max(0, int(time.time() - datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ")
-                          .replace(tzinfo=timezone.utc).timestamp()))
-    except ValueError:
-        return "<unknown>"
-    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
-        if secs >= n:
-            return f"{secs // n}{unit}"
-    return f"{secs}s"
-
-
-def as_table(obj: dict[str, Any]) -> dict[str, Any]:
-    """The server-side printing kubectl asks for (``Accept: ...;as=Table;g=meta.k8s.io``),
-    with the columns the real API server prints for nodes and pods."""
-    items = obj.get("items", [obj])
-    kind = items[0]["kind"] if items else obj["kind"].removesuffix("List")
-    if kind == "Node":
-        cols = ["Name", "Status", "Roles", "Age", "Version"]
-        rows = []
-        for n in items:
-            ready = next(c for c in n["status"]["conditions"] if c["type"] == "Ready")
-            st_ = "Ready" if ready["status"] == "True" else "NotReady"
-            if n["spec"].get("unschedulable"):
-                st_ += ",SchedulingDisabled"
-            rows.append([n["metadata"]["name"], st_, "<none>", _age(n["metadata"]["creationTimestamp"]),
-                         n["status"]["nodeInfo"]["kubeletVersion"]])
-    elif kind == "Pod":
-        cols = ["Name", "Ready", "Status", "Restarts", "Age"]
-        rows = [[x["metadata"]["name"], "1/1", x["status"]["phase"], "0", _age(x["metadata"]["creationTimestamp"])]
-                for x in items]
-    else:
-        cols = ["Name", "Age"]
-        rows = [[x["metadata"]["name"], _age(x["metadata"].get("creationTimestamp", ""))] for x in items]
-    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1",
-            "metadata": {"resourceVersion": obj.get("metadata", {}).get("resourceVersion", "")},
-            "columnDefinitions": [{"name": c, "type": "string", "format": "name" if c == "Name" else "",
-                                   "description": c, "priority": 0} for c in cols],
-            "rows": [{"cells": cells, "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                                                 "metadata": x["metadata"]}} for cells, x in zip(rows, items, strict=True)]}
-
-
-def _discovery(port: int, path: str) -> dict[str, Any] | None:
-    if path == "/version":
-        return K8S_VERSION
-    if path == "/api":
-        return {"kind": "APIVersions", "versions": ["v1"],
-                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": f"127.0.0.1:{port}"}]}
-    if path == "/apis":
-        groups = []
-        for gv in RESOURCES:
-            if "/" in gv:
-                g, v = gv.split("/")
-                groups.append({"name": g, "versions": [{"groupVersion": gv, "version": v}],
-                               "preferredVersion": {"groupVersion": gv, "version": v}})
-        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
-    gv = path.removeprefix("/api/").removeprefix("/apis/")
-    if gv in RESOURCES and path in (f"/api/{gv}", f"/apis/{gv}"):
-        res = []
-        for name, kind, namespaced, verbs in RESOURCES[gv]:
-            r: dict[str, Any] = {"name": name, "singularName": "" if "/" in name else kind.lower(),
-                                 "namespaced": namespaced, "kind": kind, "verbs": verbs}
-            if name == "pods/eviction":
-                r |= {"group": "policy", "version": "v1"}
-            res.append(r)
-        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": res}
-    return None
+PROXY = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/:]+)(?::(?P<port>\d+))?/proxy(?P<path>/.*)?$")
+WATCH_PODS = re.compile(r"^/api/v1(?:/namespaces/(?P<ns>[^/]+))?/pods/?$")
+LOG = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log/?$")
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -674,19 +617,148 @@ class Handler(BaseHTTPRequestHandler):
         q = {k: v[0] for k, v in parse_qs(u.query).items()}
         self.requests.append((method, self.path))
         try:
+            m = PROXY.match(u.path)
+            if m:
+                self._proxy(method, m, u.query)
+                return
+            if method == "GET" and q.get("watch") in ("true", "1") and WATCH_PODS.match(u.path):
+                self._watch_pods(WATCH_PODS.match(u.path)["ns"], q)
+                return
+            m = LOG.match(u.path)
+            if m and method == "GET":
+                self._authorize("get", "pods/log", "", m["ns"], m["name"])
+                self._send_text(200, self.cluster.work.pod_log(m["ns"], m["name"], q))
+                return
             body = self._body() if method in ("POST", "PUT", "PATCH") else None
+            if method == "DELETE":
+                self._body()     # DeleteOptions: read, or the next request on the connection starts in it
             code, out = self._route(method, u.path.rstrip("/") or "/", q, body)
-            if method == "GET" and "as=Table" in self.headers.get("Accept", "") and \
-                    out.get("kind") in ("Node", "NodeList", "Pod", "PodList"):
-                out = as_table(out)
+            if method == "GET" and "as=Table" in self.headers.get("Accept", "") and out.get("kind") in kubetables.TABLE_KINDS:
+                out = kubetables.as_table(out)
         except ApiError as exc:
             code, out = exc.code, exc.body
         self._send(code, out)
 
+    def _watch_pods(self, ns: str | None, q: dict[str, str]) -> None:
+        """``GET .../pods?watch=true``: a stream of watch events, one JSON object per line
+        (``{"type": "ADDED"|"MODIFIED"|"DELETED", "object": Pod}``), as the API server's watch
+        handler writes them (k8s.io/apiserver endpoints/handlers/watch.go). Without a
+        ``resourceVersion`` (or with "0") it starts with an ADDED event for every pod that
+        matches; with one, only later changes come. It ends after ``timeoutSeconds`` or when the
+        client goes; the pods are looked at again every 0.2 s (the kubelets posting status)."""
+        c = self.cluster
+        fs, ls = q.get("fieldSelector", ""), q.get("labelSelector", "")
+        deadline = time.monotonic() + float(q.get("timeoutSeconds") or 1800)
+        def look() -> dict[str, dict[str, Any]]:
+            with c.lock:        # copies: the objects change under the kubelets
+                return {p["metadata"]["uid"]: json.loads(json.dumps(p)) for p in c.pods(ns, fs, ls)}
+
+        seen = look()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+        def emit(kind: str, obj: dict[str, Any]) -> None:
+            line = json.dumps({"type": kind, "object": obj}).encode() + b"\n"
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+            self.wfile.flush()
+
+        try:
+            if q.get("resourceVersion") in (None, "", "0"):
+                for pod in seen.values():
+                    emit("ADDED", pod)
+            while time.monotonic() < deadline:
+                time.sleep(0.2)
+                now = look()
+                for uid, pod in now.items():
+                    if uid not in seen:
+                        emit("ADDED", pod)
+                    elif pod["metadata"]["resourceVersion"] != seen[uid]["metadata"]["resourceVersion"]:
+                        emit("MODIFIED", pod)
+                for uid, pod in seen.items():
+                    if uid not in now:
+                        emit("DELETED", pod)
+                seen = now
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            return                   # the client went away
+
+    def _send_text(self, code: int, text: str) -> None:
+        data = text.encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _authorize(self, verb: str, resource: str, group: str, ns: str | None, name: str | None) -> None:
+        """A right refused by the cluster's ``deny`` setting answers 403 Forbidden, in the
+        authorizer's words (k8s.io/apiserver endpoints/handlers/responsewriters: forbidden)."""
+        if not self.cluster.denied(verb, resource):
+            return
+        token = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        user = TOKENS.get(token, ("system:anonymous", ""))[0]
+        base = resource.split("/")[0]
+        what = f'{base}.{group} "{name}"' if name and group else (f'{base} "{name}"' if name else
+                                                                   f"{base}.{group}" if group else base)
+        where = f' in the namespace "{ns}"' if ns else " at the cluster scope"
+        raise ApiError(403, "Forbidden", f'{what} is forbidden: User "{user}" cannot {verb} resource "{resource}" '
+                                         f'in API group "{group}"{where}',
+                       {"name": name or "", "group": group, "kind": base})
+
+    def _proxy(self, method: str, m: re.Match[str], query: str) -> None:
+        """``pods/NAME[:PORT]/proxy/PATH``: the request goes to the pod's address as it came,
+        and the answer comes back as it is written (an SSE stream chunk by chunk, unbuffered).
+        A pod that does not answer is the proxy's 503 ServiceUnavailable (apimachinery's
+        upgradeaware proxy: "error trying to reach service: dial tcp ...: connect: connection
+        refused")."""
+        import http.client
+
+        verb = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
+                "DELETE": "delete"}.get(method, "get")
+        self._authorize(verb, "pods/proxy", "", m["ns"], m["name"])
+        ip, port = self.cluster.work.proxy_target(m["ns"], m["name"], m["port"] or "")
+        n = int(self.headers.get("Content-Length") or 0)
+        payload = self.rfile.read(n) if n else None
+        path = (m["path"] or "/") + (f"?{query}" if query else "")
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "authorization", "connection",
+                                                                              "content-length")}
+        conn = http.client.HTTPConnection(ip, port, timeout=600)
+        try:
+            conn.request(method, path, body=payload, headers=headers)
+            resp = conn.getresponse()
+        except OSError:
+            conn.close()
+            raise ApiError(503, "ServiceUnavailable", f"error trying to reach service: dial tcp {ip}:{port}: "
+                                                      "connect: connection refused") from None
+        try:
+            self.send_response(resp.status)
+            length = resp.getheader("Content-Length")
+            for k, v in resp.getheaders():
+                if k.lower() not in ("transfer-encoding", "connection", "content-length", "date", "server"):
+                    self.send_header(k, v)
+            if length is not None:
+                self.send_header("Content-Length", length)
+                self.end_headers()
+                self.wfile.write(resp.read())
+                return
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            while True:
+                chunk = resp.read1(65536)
+                if not chunk:
+                    break
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+        finally:
+            conn.close()
+
     def _route(self, method: str, path: str, q: dict[str, str], body: Any) -> tuple[int, dict[str, Any]]:
         c = self.cluster
         if method == "GET":
-            d = _discovery(self.server.server_address[1], path)
+            d = kubediscovery.discovery(self.server.server_address[1], path, c.lws_crd)
             if d is not None:
                 return 200, d
         p = path.split("/")
@@ -697,6 +769,7 @@ class Handler(BaseHTTPRequestHandler):
             if method == "GET":
                 return 200, c.node(p[4])
             if method == "PATCH":
+                self._authorize("patch", "nodes", "", None, p[4])
                 return 200, c.patch_node(p[4], body, self.headers.get("Content-Type", ""))
         if path == "/api/v1/pods" and method == "GET":
             items = c.pods(None, q.get("fieldSelector", ""), q.get("labelSelector", ""))
@@ -704,12 +777,29 @@ class Handler(BaseHTTPRequestHandler):
         if len(p) == 6 and p[:4] == ["", "api", "v1", "namespaces"] and p[5] == "pods" and method == "GET":
             items = c.pods(p[4], q.get("fieldSelector", ""), q.get("labelSelector", ""))
             return 200, _list("PodList", "v1", items, c.data["rv"])
+        if len(p) == 6 and p[:4] == ["", "api", "v1", "namespaces"] and p[5] == "pods" and method == "POST":
+            self._authorize("create", "pods", "", p[4], None)
+            return 201, c.work.create_pod(p[4], body)
         if len(p) == 7 and p[:4] == ["", "api", "v1", "namespaces"] and p[5] == "pods" and method == "GET":
+            with c.lock:
+                c.work.sync(c.pod(p[4], p[6])["spec"].get("nodeName") or None)
+                c.save()
             return 200, c.pod(p[4], p[6])
+        if len(p) == 7 and p[:4] == ["", "api", "v1", "namespaces"] and p[5] == "pods" and method == "DELETE":
+            self._authorize("delete", "pods", "", p[4], p[6])
+            return 200, c.work.delete_pod(p[4], p[6])
+        if len(p) == 6 and p[:4] == ["", "api", "v1", "namespaces"] and p[5] == "events" and method == "GET":
+            return 200, _list("EventList", "v1", c.work.events(p[4], q.get("fieldSelector", "")), c.data["rv"])
+        if path == "/api/v1/events" and method == "GET":
+            return 200, _list("EventList", "v1", c.work.events(None, q.get("fieldSelector", "")), c.data["rv"])
+        wl = kubediscovery.workload_path(p, c.lws_crd)
+        if wl is not None:
+            return self._workload_route(method, wl, body)
         if len(p) == 8 and p[5] == "pods" and p[7] == "eviction" and method == "POST":
             # kind and apiVersion may be left out (the endpoint knows its type), not be wrong
             if not isinstance(body, dict) or body.get("kind", "Eviction") != "Eviction":
                 raise ApiError(400, "BadRequest", "the body of the request was not an Eviction")
+            self._authorize("create", "pods/eviction", "", p[4], p[6])
             return 201, c.evict(p[4], p[6])
         if path == "/apis/nvidia.com/v1alpha1/nvidiadrivers" and method == "GET":
             return 200, _list("NVIDIADriverList", "nvidia.com/v1alpha1", c.nvidia_drivers(), c.data["rv"])
@@ -740,6 +830,37 @@ class Handler(BaseHTTPRequestHandler):
                     return 200, c.delete_lease(ns, p[7])
         raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
 
+    def _workload_route(self, method: str, wl: tuple[str, str | None, str | None], body: Any) \
+            -> tuple[int, dict[str, Any]]:
+        c = self.cluster
+        kind, ns, name = wl
+        if kind == "ReplicaSet":
+            if method != "GET":
+                raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested "
+                                                        "resource")
+            items = c.work.replicasets(ns)
+            if name is None:
+                return 200, _list("ReplicaSetList", "apps/v1", items, c.data["rv"])
+            found = [x for x in items if x["metadata"]["name"] == name]
+            if not found:
+                raise not_found("replicasets", name, "apps")
+            return 200, found[0]
+        api_version, plural, _ = ctl.KINDS[kind]
+        group = api_version.rsplit("/", 1)[0]
+        if method == "GET" and name is None:
+            self._authorize("list", plural, group, ns, None)
+            return 200, _list(f"{kind}List", api_version, c.work.workloads(kind, ns), c.data["rv"])
+        if method == "GET" and ns and name:
+            self._authorize("get", plural, group, ns, name)
+            return 200, c.work.workload(kind, ns, name)
+        if method == "POST" and ns and name is None:
+            self._authorize("create", plural, group, ns, None)
+            return 201, c.work.create_workload(kind, ns, body)
+        if method == "DELETE" and ns and name:
+            self._authorize("delete", plural, group, ns, name)
+            return 200, c.work.delete_workload(kind, ns, name)
+        raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+
     def _access_review(self, body: dict[str, Any]) -> dict[str, Any]:
         """``kubectl auth can-i`` / SelfSubjectAccessReview, answered as RBAC answers it for
         the request's bearer token (an unknown one is 401, as the authenticator refuses it)."""
@@ -748,8 +869,13 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(401, "Unauthorized", "Unauthorized")
         user, role = TOKENS[token]
         attrs = (body.get("spec") or {}).get("resourceAttributes") or {}
+        # the view ClusterRole reads objects and pods' logs and status, not pods/proxy, exec or
+        # eviction (plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go)
         allowed = role == "cluster-admin" or (attrs.get("verb") in ("get", "list", "watch")
-                                               and not attrs.get("subresource"))
+                                               and attrs.get("subresource") in (None, "", "log", "status"))
+        resource = str(attrs.get("resource", "")) + (f"/{attrs['subresource']}" if attrs.get("subresource") else "")
+        if self.cluster.denied(str(attrs.get("verb", "")), resource):
+            allowed = False
         reason = (f'RBAC: allowed by ClusterRoleBinding "{role}" of ClusterRole "{role}" to User "{user}"'
                   if allowed else "")
         return {"kind": "SelfSubjectAccessReview", "apiVersion": "authorization.k8s.io/v1",
@@ -781,8 +907,9 @@ class _HTTPServer(ThreadingHTTPServer):
 class KubeApiServer:
     """``with KubeApiServer(sim_root) as api: api.url`` (an http:// URL on 127.0.0.1)."""
 
-    def __init__(self, sim_root: Path, pdb_release_s: float | None = None, address: tuple[str, int] = ("127.0.0.1", 0)):
-        self.cluster = Cluster(sim_root, pdb_release_s)
+    def __init__(self, sim_root: Path, pdb_release_s: float | None = None, address: tuple[str, int] = ("127.0.0.1", 0),
+                 lws_crd: bool | None = None, deny: list[str] | None = None):
+        self.cluster = Cluster(sim_root, pdb_release_s, lws_crd=lws_crd, deny=deny)
         self.requests: list[tuple[str, str]] = []
         handler = type("BoundHandler", (Handler,), {"cluster": self.cluster, "requests": self.requests})
         try:

@@ -74,7 +74,8 @@ class Daemon:
             else:
                 for port, cfg in state.get("servers", {}).items():
                     if cfg.get("status") == "running":
-                        desired[(state["address"], int(port))] = cfg
+                        # a pod's server listens on the pod's own address (sim/containers.py)
+                        desired[(cfg.get("address") or state["address"], int(str(port).rsplit(":", 1)[-1]))] = cfg
         mine = self.by_host.setdefault(host, {})
         for key, lst in list(mine.items()):
             if key not in desired or desired[key].get("instance") != lst.rt.instance:

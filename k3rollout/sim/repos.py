@@ -469,6 +469,9 @@ def holders(state: dict[str, Any]) -> list[str]:
     """What keeps the nvidia module in use: GPU services and running GPU containers."""
     held = [u for u, s in services(state).items() if s["active"]]
     held += [n for n, c in state["docker"]["containers"].items() if c.get("status") == "running"]
+    # the kubelet's GPU containers hold the devices the device plugin gave them
+    held += [c["id"][:13] for c in (state.get("cri") or {}).get("containers", {}).values()
+             if c.get("status") == "running" and c.get("gpus")]
     return held
 
 

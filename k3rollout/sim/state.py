@@ -39,6 +39,10 @@ REGISTRY = {
 }
 
 
+# sim_container_runtime's default per scheduler kind (see default_state): the one line that
+# turns the simulated Kubernetes nodes into containerd nodes is "kubernetes": "containerd"
+RUNTIME_DEFAULT = {"kubernetes": "docker"}
+
 SLURM_CPUS = 224      # CPUTot of the simulated node (2 x 56 cores, 2 threads each)
 
 
@@ -280,6 +284,26 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
         "dropped": [],
         "sudo_password": hv.get("sim_sudo_password"),
     }
+    # the node's container runtime (sim_container_runtime): "docker", a Docker host whose
+    # serving container stands for its pod; or "containerd", a Kubernetes node as they are built
+    # since dockershim left: no docker CLI, crictl and the CRI image store (k8s.io namespace),
+    # and its workloads are Pods a simulated kubelet runs (sim/kubelet.py). When the product
+    # drives Kubernetes nodes through pods, the default under ``scheduler: kubernetes`` becomes
+    # containerd: RUNTIME_DEFAULT above.
+    runtime = str(hv.get("sim_container_runtime", RUNTIME_DEFAULT.get(str(hv.get("scheduler", "kubernetes")),
+                                                                       "docker")))
+    if runtime not in ("docker", "containerd"):
+        raise ValueError(f"sim_container_runtime: docker or containerd, got {runtime!r}")
+    state["container_runtime"] = runtime
+    state["crash_backoff_s"] = float(hv.get("sim_crash_backoff_s", 10.0))
+    state["cri"] = {"images": {}, "containers": {}}
+    if runtime == "containerd":
+        # what runs is the pods' (the API server seeds them: sim/kubeseed.py from sim_k8s_serving);
+        # the containers the Docker host would run are the seed's template and its failed attempt
+        state["k8s_seed"] = {"serving": containers["vllm-serving"], "failed": containers.get("kimi-k3"),
+                             "workload": hv.get("sim_k8s_serving")}
+        state["docker"]["containers"], state["servers"] = {}, {}
+        state["cri"]["images"] = {f"docker.io/{ref}": img for ref, img in images.items()}
     state["packages"] = initial_packages(state, driver)
     if os_family == "RedHat":
         from k3rollout.sim.repos import lock_spec

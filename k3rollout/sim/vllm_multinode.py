@@ -151,14 +151,25 @@ def start(state: dict[str, Any], name: str, c: dict[str, Any], opts: dict[str, A
         settle(state, state_dir, name, c)
 
 
-def _head_ids(state: dict[str, Any]) -> set[str]:
-    return {str(x) for x in (state.get("name"), state.get("address")) if x}
+def _containers(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The host's containers of both front ends: Docker's by name, the kubelet's by id."""
+    return {**state["docker"]["containers"], **(state.get("cri") or {}).get("containers", {})}
 
 
-def _workers(state: dict[str, Any], state_dir: Path, topo: dict[str, Any]) -> dict[int, tuple[str, str, dict]]:
+def _head_ids(state: dict[str, Any], c: dict[str, Any] | None = None) -> set[str]:
+    """The names a worker's ``--master-addr`` may give for this head: the node's name and
+    address, or (a pod) its own address and DNS names (``c["aliases"]``)."""
+    ids = {str(x) for x in (state.get("name"), state.get("address")) if x}
+    if c is not None and c.get("address"):
+        ids = {str(c["address"]), *map(str, c.get("aliases") or [])}
+    return ids
+
+
+def _workers(state: dict[str, Any], state_dir: Path, topo: dict[str, Any],
+             c: dict[str, Any] | None = None) -> dict[int, tuple[str, str, dict]]:
     """rank -> (peer host, container name, peer state) of the running headless processes that
     joined this head: same head address, same shape, a rank the head expects."""
-    ids = _head_ids(state)
+    ids = _head_ids(state, c)
     out: dict[int, tuple[str, str, dict]] = {}
     for pdir in sorted(state_dir.parent.iterdir()):
         if pdir == state_dir or not (pdir / "state.json").exists():
@@ -169,7 +180,7 @@ def _workers(state: dict[str, Any], state_dir: Path, topo: dict[str, Any]) -> di
             continue
         if not st.is_up(peer, time.time()) or "worker_unreachable" in peer["faults"]:
             continue
-        for cname, pc in peer["docker"]["containers"].items():
+        for cname, pc in _containers(peer).items():
             if pc["status"] != "running" or not pc.get("mn"):
                 continue
             popts, err = vllm.parse_serve_args(pc["args"])
@@ -191,7 +202,7 @@ def settle(state: dict[str, Any], state_dir: Path, name: str, c: dict[str, Any])
     topo = topology(opts or {})
     if not topo or topo["headless"]:
         return
-    joined = _workers(state, state_dir, topo)
+    joined = _workers(state, state_dir, topo, c)
     missing = [r for r in range(1, topo["nnodes"]) if r not in joined]
     if missing:
         timeout = float(c["env"].get("VLLM_ENGINE_READY_TIMEOUT_S") or ENGINE_READY_TIMEOUT_S)
@@ -222,10 +233,11 @@ def settle(state: dict[str, Any], state_dir: Path, name: str, c: dict[str, Any])
     faults = sorted({f for _, _, _, ps in members for f in ps["faults"]})
     c["logs"] = c["logs"] + all2all_logs(opts) + vllm.ready_logs(opts)
     c["serving"] = True
-    state["servers"][str(opts["port"])] = {"container": name, "status": "running", "faults": faults,
-                                           "instance": uuid.uuid4().hex,
-                                           "opts": {**opts, "_vllm_version": c.get("_vllm_version", ""),
-                                                    "_replica_nodes": [m[1] for m in members]}}
+    key = f"{c['address']}:{opts['port']}" if c.get("address") else str(opts["port"])
+    state["servers"][key] = {"container": name, "status": "running", "faults": faults, "instance": uuid.uuid4().hex,
+                             "opts": {**opts, "_vllm_version": c.get("_vllm_version", ""),
+                                      "_replica_nodes": [m[1] for m in members]},
+                             **({"address": c["address"]} if c.get("address") else {})}
 
 
 def _exit_members(state: dict[str, Any], state_dir: Path, c: dict[str, Any], topo: dict[str, Any],
@@ -237,7 +249,7 @@ def _exit_members(state: dict[str, Any], state_dir: Path, c: dict[str, Any], top
             continue
         # another host's state, taken while this one's is held: bounded, never a deadlock
         with st.try_transaction(state_dir.parent / h, 5.0) as peer:
-            pc = peer["docker"]["containers"].get(cn) if peer is not None else None
+            pc = _containers(peer).get(cn) if peer is not None else None
             if pc is not None and pc["status"] == "running":
                 pc["logs"] = pc["logs"] + logs_for(peer)
                 pc["status"], pc["exit_code"] = "exited", 1
@@ -250,5 +262,5 @@ def _exit_members(state: dict[str, Any], state_dir: Path, c: dict[str, Any], top
 
 
 def settle_all(state: dict[str, Any], state_dir: Path) -> None:
-    for name, c in state["docker"]["containers"].items():
+    for name, c in _containers(state).items():
         settle(state, state_dir, name, c)
