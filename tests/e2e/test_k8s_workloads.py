@@ -12,7 +12,7 @@ import shutil
 import subprocess
 
 import pytest
-from support import commands, journal, result, write_inventory, write_playbook
+from support import api_changes, commands, journal, result, sim_state, write_inventory, write_playbook
 
 from k3rollout.cli import main
 from k3rollout.sim import netd
@@ -43,6 +43,7 @@ def kubectl_exe() -> str:
     return exe
 
 
+@pytest.mark.preflight
 def test_a_whole_rollout_on_containerd_nodes_uses_pods_and_brings_the_owners_back(tmp_path):
     inv = write_inventory(tmp_path / "inv", HOSTS, CONTAINERD)
     pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=[1, 2], min_serving=0)
@@ -55,6 +56,9 @@ def test_a_whole_rollout_on_containerd_nodes_uses_pods_and_brings_the_owners_bac
     assert {k: v["final"] for k, v in r["replicas"].items()} == {"rack-a/1": "serving", "rack-b/1": "serving",
                                                                 "rack-b/2": "serving"}
     no_docker(run_dir, HOSTS)
+    # the read-only preflight (crictl on the node, the API rights) passed before the first change
+    started = next(x for x in journal(run_dir) if x["type"] == "run_started")
+    assert started["preflight"]["ran"] and started["preflight"]["ok"]
     facts = {(e["node"], e["stage"]): e["facts"] for e in journal(run_dir) if e["type"] == "facts"}
     steps = [e for e in journal(run_dir) if e["type"] == "step_started"]
     for node in HOSTS:
@@ -101,3 +105,24 @@ def test_a_whole_rollout_on_containerd_nodes_uses_pods_and_brings_the_owners_bac
     assert p.returncode == 0 and "Node:         gpu-b01/" in p.stdout, p.stderr
     p = kubectl("get", "pods", "-n", "k3rollout")
     assert p.returncode == 0 and "k3rollout-smoke" not in p.stdout and "cuda-init" not in p.stdout, p.stdout
+
+
+@pytest.mark.preflight
+def test_the_docker_backend_on_containerd_nodes_is_refused_at_preflight_with_the_fix_named(tmp_path, capsys):
+    inv = write_inventory(tmp_path / "inv", HOSTS, {**CONTAINERD, "k3_workload_backend": "docker"})
+    pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=[1, 2], min_serving=0)
+    run_dir = tmp_path / "run"
+    # a failed preflight is exit 1 (DESIGN.md "CLI verbs"), before any change
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 1
+    err = capsys.readouterr().err
+    for node in HOSTS:
+        assert (f"preflight: {node}: workload: k3_workload_backend is docker, but docker is not installed on this "
+                "node") in err
+    assert "set k3_workload_backend: kubernetes (with scheduler: kubernetes)" in err
+    assert "nothing was changed" in err
+    for node in HOSTS:
+        assert api_changes(run_dir, node) == []
+        assert sim_state(run_dir, node)["loaded_driver"] == "575.57.08"
+        # only the read-only looks ran: the refusal's own `docker info` (rc 127 there) and no change
+        assert not [c for c in commands(run_dir, node) if c.startswith(("apt", "dnf", "reboot", "systemctl stop",
+                                                                        "modprobe"))]
