@@ -415,12 +415,13 @@ class StepRunner:
             host = ctx.vars.get("api_host") or self.executor.api_host(ctx.node)
             host = f"[{host}]" if ":" in str(host) else host
             return f"http://{host}:{port}", self.api
+        kube = self.kube(ctx)           # (takes the lock itself: not under it)
         with self._lock:
             client = self._proxy_clients.get(ep.auth)
             if client is None:
                 from k3rollout.transport.http import ApiClient
 
-                client = self._proxy_clients[ep.auth] = ApiClient(**self.kube(ctx).proxy_settings())
+                client = self._proxy_clients[ep.auth] = ApiClient(**kube.proxy_settings())
         return ep.base, client
 
     def http(self, ctx: NodeCtx, name: str, method: str, port: int, path: str, body: Any = None, *,

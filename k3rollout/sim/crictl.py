@@ -85,7 +85,16 @@ def crictl(state: dict[str, Any], args: list[str]) -> ctr.Out:
                         + [img["id"].removeprefix("sha256:")[:13], _human_size(size)])
         return 0, _table(rows), ""
     if cmd == "inspecti":
-        refs = [a for a in rest if not a.startswith("-")]
+        # cmd/crictl/image.go inspecti: --output/-o (json, the default, yaml, go-template) and
+        # --template take a value
+        refs, skip = [], False
+        for a in rest:
+            if skip:
+                skip = False
+            elif a in ("-o", "--output", "--template"):
+                skip = True
+            elif not a.startswith("-"):
+                refs.append(a)
         if not refs:
             return 1, "", f"time=\"{iso(now)}\" level=fatal msg=\"image ID cannot be empty\"\n"
         found = []

@@ -838,6 +838,7 @@ class Handler(BaseHTTPRequestHandler):
             if method != "GET":
                 raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested "
                                                         "resource")
+            self._authorize("get" if name else "list", "replicasets", "apps", ns, name)
             items = c.work.replicasets(ns)
             if name is None:
                 return 200, _list("ReplicaSetList", "apps/v1", items, c.data["rv"])

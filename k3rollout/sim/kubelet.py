@@ -118,6 +118,8 @@ def dns_names(pod: dict[str, Any]) -> list[str]:
     service, as an LWS or a StatefulSet sets it) ``HOSTNAME.SUBDOMAIN.NAMESPACE``."""
     spec, meta = pod["spec"], pod["metadata"]
     host = spec.get("hostname") or meta["name"]
+    if spec.get("hostNetwork") and spec.get("nodeName"):
+        host = spec["nodeName"]          # a hostNetwork pod has the node's hostname
     names = sorted({meta["name"], host})
     if spec.get("subdomain"):
         names.append(f"{host}.{spec['subdomain']}.{meta['namespace']}")

@@ -281,8 +281,11 @@ class Workloads:
             return False
         self.store.data["admitted"].append(pod["metadata"]["uid"])
         if not pod["status"].get("podIP"):
-            # the pod network: each pod its own address, reachable through the API server's proxy
-            pod["status"]["podIP"] = netd.allocate(self.store.root)
+            # the pod network: each pod its own address, reachable through the API server's proxy;
+            # a hostNetwork pod has the node's (the kubelet reports the node's IPs as its podIPs:
+            # pkg/kubelet/kubelet_pods.go generateAPIPodStatus)
+            pod["status"]["podIP"] = s["address"] if pod["spec"].get("hostNetwork") and s.get("address") \
+                else netd.allocate(self.store.root)
             pod["status"]["podIPs"] = [{"ip": pod["status"]["podIP"]}]
         return True
 
@@ -459,13 +462,23 @@ class Workloads:
         out = []
         for dep in self.workloads("Deployment", ns):
             rs = ctl.replicaset_name(dep)
+            # the Deployment controller's ReplicaSet: the template's labels and the deployment's
+            # selector, each with the pod-template-hash added (pkg/controller/deployment/sync.go
+            # getNewReplicaSet; apps/v1 requires spec.selector)
+            pth = {"pod-template-hash": rs.rsplit("-", 1)[1]}
+            labels = {**((dep["spec"]["template"].get("metadata") or {}).get("labels") or {}), **pth}
+            selector = dict(dep["spec"].get("selector") or {})
+            selector["matchLabels"] = {**(selector.get("matchLabels") or {}), **pth}
+            template = {**dep["spec"]["template"],
+                        "metadata": {**(dep["spec"]["template"].get("metadata") or {}), "labels": labels}}
             out.append({"kind": "ReplicaSet", "apiVersion": "apps/v1",
                         "metadata": {"name": rs, "namespace": dep["metadata"]["namespace"], "uid": ctl.rs_uid(dep),
                                      "creationTimestamp": dep["metadata"]["creationTimestamp"],
-                                     "labels": {"pod-template-hash": rs.rsplit("-", 1)[1]},
+                                     "labels": labels,
                                      "ownerReferences": [ctl.owner_ref("apps/v1", "Deployment", dep["metadata"]["name"],
                                                                        dep["metadata"]["uid"])]},
-                        "spec": {"replicas": dep["spec"].get("replicas", 1), "template": dep["spec"]["template"]},
+                        "spec": {"replicas": dep["spec"].get("replicas", 1), "selector": selector,
+                                 "template": template},
                         "status": {k: v for k, v in dep["status"].items() if k in
                                    ("replicas", "readyReplicas", "availableReplicas")}})
         return out

@@ -209,8 +209,11 @@ def sync(state_dir: Path) -> None:
     """Tell the daemon that this host's servers changed (starting the daemon if needed)."""
     root = Path(state_dir).parent
     daemon = _RUNNING
-    if daemon is not None and daemon.root == root and threading.current_thread() is not threading.main_thread():
-        daemon.sync_from_thread(Path(state_dir).name)      # a command the daemon itself runs
+    if daemon is not None and daemon.root == root:
+        if threading.current_thread() is threading.main_thread():
+            daemon.sync_soon(Path(state_dir).name)          # the daemon's own loop (its start-up)
+        else:
+            daemon.sync_from_thread(Path(state_dir).name)   # a command the daemon itself runs
         return
     for attempt in (1, 2):
         try:

@@ -52,6 +52,8 @@ class Daemon:
         self.last_activity = time.monotonic()
         self.stop = asyncio.Event()
         self.timers: dict[str, asyncio.TimerHandle] = {}
+        self.soon: set[asyncio.Task[None]] = set()
+        self.host_locks: dict[str, asyncio.Lock] = {}
 
     def _read(self, host: str) -> dict[str, Any] | None:
         try:
@@ -60,6 +62,11 @@ class Daemon:
             return None
 
     async def sync_host(self, host: str) -> None:
+        # one sync of a host at a time: two at once would both bind a new server's address
+        async with self.host_locks.setdefault(host, asyncio.Lock()):
+            await self._sync_host(host)
+
+    async def _sync_host(self, host: str) -> None:
         state = self._read(host)
         desired: dict[tuple[str, int], dict[str, Any]] = {}
         if state is not None and state.get("address") and not state.get("dead"):
@@ -169,6 +176,14 @@ class Daemon:
     def sync_from_thread(self, host: str) -> None:
         assert self.loop is not None
         asyncio.run_coroutine_threadsafe(self.sync_host(host), self.loop).result(30)
+
+    def sync_soon(self, host: str) -> None:
+        """On the daemon's own loop (its start-up, seeding the API server's pods, runs there):
+        sync the host when the loop next turns; waiting here would block the loop it needs."""
+        assert self.loop is not None
+        task = self.loop.create_task(self.sync_host(host))
+        self.soon.add(task)
+        task.add_done_callback(self.soon.discard)
 
     # ---- HTTP/1.1
 
@@ -290,13 +305,15 @@ class Daemon:
 
     async def main(self) -> None:
         self.loop = asyncio.get_running_loop()
+        # the API server's first reconcile starts the seeded pods' servers: their syncs are
+        # this daemon's own, not a request to a control socket that does not listen yet
+        netd._RUNNING = self
         self.start_kubeapi()
         srv = await asyncio.start_unix_server(self.control, path=netd._control_name(self.root))
         cmd_srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         cmd_srv.bind(netd._command_name(self.root))
         cmd_srv.listen(256)
         threading.Thread(target=self.accept_commands, args=(cmd_srv,), name="k3sim-accept", daemon=True).start()
-        netd._RUNNING = self
         (self.root / "netd.pid").write_text(str(os.getpid()))
         for d in sorted(p for p in self.root.iterdir() if (p / "state.json").is_file()):
             await self.sync_host(d.name)

@@ -702,3 +702,48 @@ def test_a_crash_while_the_rollback_writes_back_module_options_resumes_to_the_sa
                and x["key"].endswith("/module-options-restore-1")]
     assert [x["took_effect"] for x in settled] == ([True] if mode == "TEAR" else [False])
     assert_reports_match_journal(run_dir)
+
+
+def test_a_pod_created_before_a_kill_is_found_on_resume_not_created_twice(tmp_path):
+    """On a containerd node (k3_workload_backend: kubernetes) cuda_check's CUDA-init Pod is
+    created by a ``once`` step with a probe. Killed after the POST and before its completion is
+    on record, resume finds the Pod by its deterministic name: one create in the API server's
+    audit log, the same outcome as the uninterrupted run."""
+    b300 = {"sim_container_runtime": "containerd", "k3_workload_backend": "kubernetes",
+            "sim_gpu": "NVIDIA B300 SXM6 AC", "sim_gpu_count": 8, "sim_gpu_mem_gib": 268,
+            "sim_k8s_serving": {"kind": "Deployment", "name": "k3-b300"}}
+
+    def go(base: Path, fault: tuple[str, int] | None) -> Path:
+        inv = write_inventory(base / "inv", {"gpu-b01": b300})
+        pb = write_playbook(base / "pb.yml", serial=1, min_serving=0, reboot_grace=1)
+        run_dir = base / "run"
+        env = {"K3ROLLOUT_LOCK_DIR": str(base / "locks")}
+        p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), env=env, fault=fault)
+        if fault is None:
+            assert p.returncode == 0, p.stderr
+        else:
+            assert p.returncode == -9, p.stderr
+            r = cli("resume", str(run_dir), env=env)
+            assert r.returncode == 0, r.stderr
+        return run_dir
+
+    def creates(run_dir: Path) -> list[str]:
+        # pod names end in a hash of the run id: the purpose and node before it
+        return [re.sub(r"-[0-9a-f]{10}\"", '"', c) for c in api_changes(run_dir, "gpu-b01")
+                if c.startswith("POST namespaces/k3rollout/pods")]
+
+    ref = go(tmp_path / "ref", None)
+    done = next(r for r in journal(ref) if r["type"] == "step_done" and r.get("key", "").endswith("/cuda-init-pod"))
+    assert done["once"]
+    crashed = go(tmp_path / "crash", ("BEFORE", done["seq"]))
+    assert outcome(crashed) == outcome(ref)
+    settled = [r for r in journal(crashed) if r["type"] == "step_settled" and r["key"].endswith("/cuda-init-pod")]
+    assert [r["took_effect"] for r in settled] == [True]
+    # the pod created before the kill was found, not created again
+    assert [c for c in creates(crashed) if "cuda-init-gpu-b01" in c] == \
+        ['POST namespaces/k3rollout/pods {"metadata": {"name": "cuda-init-gpu-b01"}}']
+    # the rest as uninterrupted, but for the read-only nvidia-smi check pod: it ended and was
+    # deleted before the kill, and the resumed cuda_check runs it again for its result
+    ref_creates = creates(ref)
+    assert "container-nvidia-smi" in ref_creates[0] and "cuda-init" in ref_creates[1]
+    assert creates(crashed) == ref_creates[:2] + ref_creates[:1] + ref_creates[2:]
