@@ -215,12 +215,19 @@ def plan_replicas(profile: ModelProfile, hosts: list[str], inventory: Any, group
     if no_domain:
         notes.append(f"{len(no_domain)} node(s) name no nvlink_domain or rack; they are grouped in inventory order: "
                      f"{', '.join(no_domain[:8])}{' ...' if len(no_domain) > 8 else ''}")
+    # one domain (or none) holding two kinds of GPU: each kind's replicas get its GPU in their
+    # id, or both kinds would number theirs "nodes/1", "nodes/2" ... and one would hide the other
+    kinds_in: dict[str | None, int] = {}
+    for dom, _ in buckets:
+        kinds_in[dom] = kinds_in.get(dom, 0) + 1
     for (dom, _), nodes in buckets.items():
         h0 = hw[nodes[0]]
         s = choose_layout(profile, h0)
         for i in range(0, len(nodes), s.nnodes):
             part = nodes[i:i + s.nnodes]
             label = (dom or "nodes").replace(" ", "-")
+            if kinds_in[dom] > 1:
+                label = f"{label}-{h0.gpu}".replace(" ", "-")
             rid = f"{label}/{i // s.nnodes + 1}"
             problem = None
             if not s.fits:
@@ -232,6 +239,12 @@ def plan_replicas(profile: ModelProfile, hosts: list[str], inventory: Any, group
             out.append(_replica(rid, part, s, h0, profile, inventory, problem))
     order = {h: i for i, h in enumerate(hosts)}
     out.sort(key=lambda r: order[r["nodes"][0]])
+    ids = [r["id"] for r in out]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        path, line = _origin(inventory, out[0]["head"])
+        raise ReplicaError(f"replica id(s) {', '.join(dup)} name more than one replica; give the nodes "
+                           f"`{group_var}` values of their own", path=path, line=line)
     bad = [r for r in out if not r["fits"]]
     if bad:
         path, line = _origin(inventory, bad[0]["head"])

@@ -96,6 +96,18 @@ def test_replicas_do_not_cross_racks_and_explicit_serving_group_wins(tmp_path):
     assert {r["id"]: r["layout"]["name"] for r in plan.replicas}["rack-c/1"] == "tp8"
 
 
+def test_two_kinds_of_gpu_without_a_rack_each_keep_their_replicas(tmp_path):
+    """Nodes naming no rack or nvlink_domain are grouped in inventory order, one kind of GPU at
+    a time; each kind's replicas carry its GPU in their id (both were "nodes/1", and the H200
+    replica vanished from the plan behind the B300 one)."""
+    hosts = {"a01": H200, "a02": H200, "b01": B300, "b02": B300}
+    plan = k3_plan(tmp_path, hosts, serial=1, min_serving=0)
+    got = {r["id"]: r["nodes"] for r in plan.replicas}
+    assert got == {"nodes-NVIDIA-H200/1": ["a01", "a02"], "nodes-NVIDIA-B300/1": ["b01"],
+                   "nodes-NVIDIA-B300/2": ["b02"]}
+    assert sorted(n for b in plan.batches for n in b.nodes) == ["a01", "a02", "b01", "b02"]
+
+
 def test_single_node_tp8_on_h200_is_refused_with_the_arithmetic(tmp_path, capsys):
     hosts = {f"a{i:02d}": {**H200, "rack": "a"} for i in range(1, 5)}
     with pytest.raises(ReplicaError) as e:
