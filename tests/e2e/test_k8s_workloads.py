@@ -8,11 +8,10 @@ real kubectl reads the Pods the run left."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 
 import pytest
-from support import api_changes, commands, journal, result, sim_state, write_inventory, write_playbook
+from support import api_changes, commands, journal, kubectl_exe, result, sim_state, write_inventory, write_playbook
 
 from k3rollout.cli import main
 from k3rollout.sim import netd
@@ -32,15 +31,6 @@ def no_docker(run_dir, hosts) -> None:
     tried = {h: [c for c in commands(run_dir, h) if c.split(" ", 1)[0].rsplit("/", 1)[-1] == "docker"]
              for h in hosts}
     assert tried == {h: [] for h in hosts}, f"docker commands reached containerd nodes: {tried}"
-
-
-def kubectl_exe() -> str:
-    exe = shutil.which("kubectl")
-    if not exe:
-        if os.environ.get("CI") == "true":
-            pytest.fail("kubectl missing: scripts/test.sh installs kubernetes-client where the image lacks it")
-        pytest.skip("kubectl not installed")
-    return exe
 
 
 @pytest.mark.preflight

@@ -5,12 +5,12 @@ hosts' own state (a cordon through the API is the host's scheduler state)."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 
 import httpx
 import pytest
+from support import kubectl_exe
 
 from k3rollout.sim import state as st
 from k3rollout.sim.kubeapi import KubeApiServer
@@ -18,12 +18,7 @@ from k3rollout.sim.kubeapi import KubeApiServer
 
 @pytest.fixture(scope="module")
 def kubectl() -> str:
-    exe = shutil.which("kubectl")
-    if not exe:
-        if os.environ.get("CI") == "true":
-            pytest.fail("kubectl missing: scripts/test.sh installs kubernetes-client where the image lacks it")
-        pytest.skip("kubectl not installed")
-    return exe
+    return kubectl_exe()
 
 
 @pytest.fixture

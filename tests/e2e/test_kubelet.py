@@ -368,14 +368,11 @@ def test_a_containerd_node_has_no_docker_cli_and_crictl_reads_the_kubelets_conta
 
 def test_the_real_kubectl_reads_pods_logs_and_owners(cluster, tmp_path):
     import os
-    import shutil
     import subprocess
 
-    exe = shutil.which("kubectl")
-    if not exe:
-        if os.environ.get("CI") == "true":
-            pytest.fail("kubectl missing: scripts/test.sh installs kubernetes-client where the image lacks it")
-        pytest.skip("kubectl not installed")
+    from support import kubectl_exe
+
+    exe = kubectl_exe()
     kc = cluster.kubeconfig(tmp_path / "kc")
 
     def kubectl(*args: str) -> subprocess.CompletedProcess:

@@ -222,3 +222,18 @@ def race_for_lock(*makers: Callable[[], Any], timeout: float = 120.0) -> tuple[A
     refused = [why for _, why in outcomes if why is not None]
     assert len(won) == 1 and len(refused) == len(locks) - 1, (won, refused)
     return won[0], refused[0]
+
+
+def kubectl_exe() -> str:
+    """The real kubectl (scripts/test.sh installs kubernetes-client where the image lacks it):
+    missing, the test fails under CI=true and is skipped elsewhere."""
+    import shutil
+
+    import pytest
+
+    exe = shutil.which("kubectl")
+    if not exe:
+        if os.environ.get("CI") == "true":
+            pytest.fail("kubectl missing: scripts/test.sh installs kubernetes-client where the image lacks it")
+        pytest.skip("kubectl not installed")
+    return exe
