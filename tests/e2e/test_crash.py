@@ -417,7 +417,7 @@ def test_a_second_signal_waits_for_the_steps_in_flight(tmp_path, forks):
     assert verify_run(run_dir, Journal.read(j)) == []
 
 
-def test_a_full_disk_gives_one_message_and_exit_70_and_resume_works_after(reference, tmp_path, monkeypatch, capsys):
+def test_a_full_disk_gives_one_message_and_exit_70_and_resume_works_after(reference, tmp_path, capsys):
     """Evidence, reports and debug.log all on the full disk: one message naming the file
     system and the run directory, exit 70, the resume command; no chained traceback."""
     import errno
@@ -447,16 +447,18 @@ def test_a_full_disk_gives_one_message_and_exit_70_and_resume_works_after(refere
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         return real_open(path, *a, **kw)
 
-    monkeypatch.setattr(EvidenceStore, "write", write)
-    monkeypatch.setattr(session, "write_reports", no_space)
-    monkeypatch.setattr("builtins.open", open_)
-    code = k3cli.main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), "--plain"])
+    # the full disk only for the run: its own patches, undone alone (monkeypatch.undo() would
+    # also undo the test's own lock folder, and resume would then meet other runs' host locks)
+    with pytest.MonkeyPatch.context() as full:
+        full.setattr(EvidenceStore, "write", write)
+        full.setattr(session, "write_reports", no_space)
+        full.setattr("builtins.open", open_)
+        code = k3cli.main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), "--plain"])
     err = capsys.readouterr().err
     assert code == 70
     assert "Traceback" not in err and err.count("k3rollout: error:") == 1, err
     assert "No space left on device" in err and "mounted at" in err and str(run_dir.resolve()) in err
     assert f"k3rollout resume {run_dir}" in err
-    monkeypatch.undo()
     r = cli("resume", str(run_dir))
     assert r.returncode == 0, r.stderr
     assert outcome(run_dir) == reference["outcome"]

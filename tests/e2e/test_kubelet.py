@@ -154,10 +154,16 @@ def test_the_device_plugin_advertises_no_gpus_while_the_driver_is_unloaded_or_th
     # a GPU pod pinned now is refused by the device manager
     cluster.core.create_namespaced_pod("default", probe_pod("nogpu", "gpu-c01", ["nvidia-smi", "-L"]))
     assert cluster.core.read_namespaced_pod("nogpu", "default").status.reason == "UnexpectedAdmissionError"
+    # the reboot lasts until the test ends it (a reboot of a fraction of a second was over
+    # before the first look on a loaded machine)
+    with st.transaction(cluster.root / "gpu-c01") as s:
+        s["reboot_s"] = 3600.0
     assert dispatch(cluster.root / "gpu-c01", ["reboot"]).rc == 0
     assert gpus() == ("0", "0")                       # rebooting
     taints = {(t.key, t.effect) for t in cluster.core.read_node("gpu-c01").spec.taints}
     assert taints == {("node.kubernetes.io/unreachable", "NoSchedule"), ("node.kubernetes.io/unreachable", "NoExecute")}
+    with st.transaction(cluster.root / "gpu-c01") as s:
+        s["down_until"] = time.time() - 1             # the boot ends
     wait_for(lambda: st.is_up(st.load(cluster.root / "gpu-c01"), time.time()))
     assert gpus() == ("8", "8")                       # the module loaded at boot
 
