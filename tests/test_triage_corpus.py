@@ -151,14 +151,7 @@ def test_fresh_heldout_is_real_cited_and_new():
 
 
 def fresh_accuracy() -> float:
-    pairs = []
-    for name, cat, text in corpus(FRESH):
-        got = classify(text).category
-        pairs.append((cat, got))
-        if got != cat:
-            print(f"  fresh held-out miss: {name}: {cat} -> {got}")
-    acc, _ = report(pairs, "fresh held-out folder (collected after the rules, labelled before triage ran)")
-    return acc
+    return folder_accuracy(FRESH, "fresh held-out folder (collected after the rules, labelled before triage ran)")
 
 
 def test_fresh_heldout_accuracy_is_reported_and_does_not_regress():
