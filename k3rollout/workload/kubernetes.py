@@ -49,6 +49,7 @@ POLL_S = 2.0
 CHECK_TIMEOUT_S = 600.0
 GONE_TIMEOUT_S = 120.0          # a deleted pod's grace period is 30 s
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 
 
 def namespace(host_vars: dict[str, Any]) -> str:
@@ -117,6 +118,16 @@ def _selector(owner: dict[str, Any]) -> str:
 def _container_ports(pod: dict[str, Any]) -> set[int]:
     return {int(p.get("containerPort")) for c in (pod.get("spec") or {}).get("containers") or []
             for p in c.get("ports") or [] if p.get("containerPort")}
+
+
+def _serves_api(pod: dict[str, Any]) -> bool:
+    """Whether the pod answers vLLM's API: not a LeaderWorkerSet's worker (worker-index above
+    0) and no container started ``--headless`` (a multi-node replica's worker rank); see
+    docs/domain.md, "Workloads on Kubernetes GPU nodes" and "Multi-node launches"."""
+    index = ((pod.get("metadata") or {}).get("labels") or {}).get(LWS_WORKER_INDEX_LABEL, "0")
+    argv = [str(a) for c in (pod.get("spec") or {}).get("containers") or []
+            for a in [*(c.get("command") or []), *(c.get("args") or [])]]
+    return index == "0" and "--headless" not in argv
 
 
 class Kubernetes:
@@ -500,7 +511,9 @@ class Kubernetes:
         if o and o.get("kind") in kp.OWNERS and o["kind"] != "ReplicaSet":
             res = self._call(ctx, f"route-{pod}", ["GET", f"{o['kind']} {o['namespace']}/{o['name']}", "its pods"],
                              lambda p: self._owner_now(p, o)["pods"])
-            running = [q for q in (res.answer or []) if q["phase"] == "Running"] if res.ok else []
+            # only a pod that serves the API: a LeaderWorkerSet's group comes back with its
+            # leader wherever the scheduler put it, and a worker rank (--headless) answers nothing
+            running = [q for q in (res.answer or []) if q["phase"] == "Running" and q["serves_api"]] if res.ok else []
             if not running:
                 return f"no Running pod of {o['kind']} {o['namespace']}/{o['name']}" + (f": {res.error}" if res.error
                                                                                          else "")
@@ -550,7 +563,8 @@ class Kubernetes:
         return {"exists": True, "ready": int((obj.get("status") or {}).get("readyReplicas") or 0), "digests": digests,
                 "restarts": sum(kp.restarts(q) for q in pods),
                 "pods": [{"name": f"{o['namespace']}/{(q.get('metadata') or {}).get('name')}",
-                          "node": (q.get("spec") or {}).get("nodeName"), "phase": kp.phase(q)} for q in pods]}
+                          "node": (q.get("spec") or {}).get("nodeName"), "phase": kp.phase(q),
+                          "serves_api": _serves_api(q)} for q in pods]}
 
     @staticmethod
     def _back(o: dict[str, Any], now: dict[str, Any]) -> str:

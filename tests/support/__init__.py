@@ -59,6 +59,10 @@ def write_playbook(path: Path, reboot_timeout: str | int | None = None, reboot_g
     # ladder runs in the demo test and tests/e2e/test_vllm_api.py sets its own
     next(s for s in play["stages"] if s["stage"] == "features")["with"].update(
         {"context_tokens": 4096, "concurrency": [1, 4]})
+    # the sim's owners are back within seconds: a workload that never comes back (or never
+    # answers its probe again) fails a test in ten minutes, not after the recipe's hour
+    uncordon_stage = next(s for s in play["stages"] if s["stage"] == "uncordon")
+    uncordon_stage.setdefault("with", {}).setdefault("serving_ready_timeout", "10m")
     for kind, keys in (stage_set or {}).items():
         next(s for s in play["stages"] if s["stage"] == kind).update(keys)
     for kind, params in (stage_with or {}).items():

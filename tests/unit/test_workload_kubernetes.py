@@ -364,6 +364,35 @@ def test_a_workload_probe_goes_through_the_pod_proxy_to_a_running_pod_of_its_own
     assert "no Running pod of Deployment serving/kimi-k2" in ctx.workload.route_to_serving(ctx, SERVING, 8000)
 
 
+def test_a_recreated_leaderworkerset_group_is_probed_at_its_leader_wherever_it_landed(kube):
+    # baseline saw the leader on this node; the recreated group put its worker here and the
+    # leader on another node: the probe goes to the leader, never to the headless worker
+    h, fake = kube
+    lws = {"kind": "LeaderWorkerSet", "name": "k3", "namespace": "serving", "ready_replicas": 1}
+    leader_was = {"name": "serving/k3-0", "image": IMAGE, "digest": DIGEST, "owner": lws,
+                  "args": ["--port", "8000"]}
+    ctx = h.ctx("uncordon", baseline={"serving_containers": [leader_was]})
+    lab = "leaderworkerset.sigs.k8s.io/"
+    worker = pod("k3-0-1", labels={lab + "name": "k3", lab + "worker-index": "1"})
+    worker["spec"]["containers"][0]["args"] += ["--headless"]
+    leader = pod("k3-0", labels={lab + "name": "k3", lab + "worker-index": "0"})
+    leader["spec"]["nodeName"] = "gpu-02"
+    read = ("custom.get_namespaced_custom_object", "leaderworkerset.x-k8s.io", "v1", "serving", "leaderworkersets", "k3")
+    fake.expect(*read, answer={"status": {"readyReplicas": 1}})
+    fake.expect("core.list_namespaced_pod", "serving", label_selector=lab + "name=k3",
+                answer={"items": [worker, leader]})
+    assert ctx.workload.route_to_serving(ctx, leader_was, 8000) == ""
+    url, _ = h.engine.steps._target(ctx, 8000)
+    assert url == f"{SERVER}/api/v1/namespaces/serving/pods/k3-0:8000/proxy"
+    ctx.workload.unroute(ctx, 8000)
+    # the group's leader not yet Running: no pod to probe, not the worker on this node
+    leader["status"]["phase"] = "Pending"
+    fake.expect(*read, answer={"status": {"readyReplicas": 0}})
+    fake.expect("core.list_namespaced_pod", "serving", label_selector=lab + "name=k3",
+                answer={"items": [worker, leader]})
+    assert "no Running pod of LeaderWorkerSet serving/k3" in ctx.workload.route_to_serving(ctx, leader_was, 8000)
+
+
 def test_removing_a_server_waits_until_its_pod_is_gone(kube):
     h, fake = kube
     ctx = h.ctx("vllm_smoke")
