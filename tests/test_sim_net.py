@@ -72,3 +72,45 @@ def test_a_daemon_that_cannot_bind_yet_is_started_again(tmp_path):
     finally:
         held.close()
         netd.shutdown(root)
+
+
+def test_a_client_of_the_api_server_keeps_the_daemon_up_and_it_leaves_once_idle(tmp_path, monkeypatch):
+    # a run that only polls the API server (waiting for an owner's pods) is the daemon's client
+    # as much as a host's command is: the API server must not vanish under it at the idle limit
+    import os
+    import time
+    import urllib.request
+
+    import yaml
+
+    monkeypatch.setenv("K3SIM_NETD_IDLE_S", "4")
+    root = tmp_path / "sim-hosts"
+    root.mkdir()
+    netd.ensure(root)
+    pid = int((root / "netd.pid").read_text())
+    server = yaml.safe_load((root / "kubeconfig").read_text())["clusters"][0]["cluster"]["server"]
+
+    def alive() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return (root / "netd.pid").is_file()
+
+    try:
+        polls = 0
+        start = time.monotonic()
+        while time.monotonic() - start < 10:            # 2.5 times the idle limit, no command sent
+            with urllib.request.urlopen(f"{server}/version", timeout=10) as r:
+                assert r.status == 200
+            polls += 1
+            time.sleep(0.3)
+        assert polls > 10 and alive(), "the daemon left while the API server had a client"
+        # left alone, it goes (waited for by state, not by a clock: at most a minute)
+        for _ in range(600):
+            if not alive():
+                break
+            time.sleep(0.1)
+        assert not alive(), "the daemon stayed up with no client at all"
+    finally:
+        netd.shutdown(root)

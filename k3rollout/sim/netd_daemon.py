@@ -319,9 +319,15 @@ class Daemon:
             await self.sync_host(d.name)
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self.stop.set)
+        api_seen = 0
         while not self.stop.is_set():
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.stop.wait(), 1.0)
+            # a client of the API server (a run polling its pods) keeps the cluster up, as much
+            # as one of the hosts' commands does
+            if len(self.kubeapi.requests) != api_seen:
+                api_seen = len(self.kubeapi.requests)
+                self.last_activity = time.monotonic()
             idle = time.monotonic() - self.last_activity
             if not self.root.is_dir() or (idle > IDLE_EXIT_S and not any(lst.rt.running for lst in
                                                                        self.listeners.values())):
