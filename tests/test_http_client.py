@@ -189,6 +189,26 @@ def test_streamed_events_are_read_and_assembled(server):
     api.close()
 
 
+def test_a_streams_times_count_from_its_request_on_the_wire_not_from_the_clients_queue(server):
+    # what the client spends before its request goes out (its own threads, a pool, a
+    # connect) is the client's, not the server's: ttft_s and elapsed_s start at the
+    # request's first byte sent (the server's histograms start at its arrival), the wait
+    # before it is kept apart
+    class QueuedTransport(httpx.HTTPTransport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            time.sleep(0.5)                 # the client's own queue, before anything is sent
+            return super().handle_request(request)
+
+    queued = ApiClient(transport=QueuedTransport())
+    called = time.perf_counter()
+    r = queued.stream(server + "/v1/chat/completions", {"messages": []})
+    wall = time.perf_counter() - called
+    queued.close()
+    assert r.ok and r.send_wait_s is not None and r.send_wait_s >= 0.5, r
+    # the clocks started after the queue: whatever the machine's load, neither holds the half second
+    assert r.ttft_s is not None and r.ttft_s <= r.elapsed_s <= wall - 0.5, (r.ttft_s, r.elapsed_s, wall)
+
+
 def test_an_error_event_inside_a_200_stream_is_a_failed_result(server):
     api = ApiClient()
     r = api.stream(server + "/v1/chat/completions", {"messages": [], "fail_midway": True})

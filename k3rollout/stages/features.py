@@ -297,6 +297,8 @@ def concurrency_step(ctx: NodeCtx, p: Any, level: int, restarts0: int) -> dict[s
            "error_rate": round(len(errors) / level, 4),
            "p50_s": _r(percentile(lat, 50)), "p95_s": _r(percentile(lat, 95)), "max_s": _r(max(lat, default=None)),
            "ttft_p50_s": _r(percentile(ttft, 50)), "ttft_p95_s": _r(percentile(ttft, 95)), "ttft_channels": channels,
+           # the client's own time before each request went on the wire (not in the figures above)
+           "send_wait_max_s": _r(max((r.send_wait_s for r in results if r.send_wait_s is not None), default=None)),
            "gpu_mem_used_mib": used, "gpu_mem_total_mib": total,
            "gpu_mem_pct": round(100 * used / total, 1) if used is not None and total else None,
            "container": status, "restarts": restarts - restarts0 if restarts >= 0 and restarts0 >= 0 else None}

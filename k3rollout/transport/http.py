@@ -36,6 +36,9 @@ class HttpResult:
     elapsed_s: float = 0.0
     ttft_s: float | None = None
     ttft_channel: str | None = None  # where the first token came: "reasoning", "content", "tool_calls"
+    # a stream's time before its request went on the wire (connect, the client's own queueing):
+    # kept apart, since elapsed_s and ttft_s count from the request's first byte sent
+    send_wait_s: float | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
     done: bool = False               # a stream ended with "data: [DONE]"
     stream_error: str | None = None  # an error event inside a 200 stream (the result is not ok)
@@ -109,23 +112,39 @@ class ApiClient:
         return res
 
     def stream(self, url: str, body: dict[str, Any], timeout: float = 300.0) -> HttpResult:
-        """POST with ``stream: true``; collect the SSE ``data:`` events."""
+        """POST with ``stream: true``; collect the SSE ``data:`` events. The time to the first
+        token and the elapsed time count from the moment the request's headers start going
+        on the wire (httpcore's ``send_request_headers`` trace), as the server's own
+        histograms count from the request's arrival: connecting, and waiting for this
+        process's other threads before that, is the client's time, kept in ``send_wait_s``."""
         res = HttpResult("POST", url)
-        started = time.perf_counter()
+        called = time.perf_counter()
+        sent: list[float] = []
+
+        def trace(event: str, info: dict[str, Any]) -> None:
+            if not sent and event.endswith("send_request_headers.started"):
+                sent.append(time.perf_counter())
+
+        def started() -> float:
+            return sent[0] if sent else called
+
         try:
-            reply = self._client.send(self._build("POST", url, {**body, "stream": True}, timeout), stream=True)
+            request = self._build("POST", url, {**body, "stream": True}, timeout)
+            request.extensions["trace"] = trace
+            reply = self._client.send(request, stream=True)
             try:
                 res.status = reply.status_code
                 if reply.status_code != 200:
                     reply.read()
                     res.text = reply.text
                 else:
-                    _read_events(reply, res, started)
+                    _read_events(reply, res, started())
             finally:
                 reply.close()
         except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
             res.error = _describe(exc, url)
-        res.elapsed_s = time.perf_counter() - started
+        res.elapsed_s = time.perf_counter() - started()
+        res.send_wait_s = round(started() - called, 6) if sent else None
         if res.status == 200 and not res.error and res.stream_error:
             res.error = f"{url}: the stream failed after HTTP 200: {res.stream_error}"
         elif res.status == 200 and not res.error and not res.done:

@@ -268,6 +268,7 @@ def test_client_and_server_timings_agree_at_concurrency_64(tmp_path):
     assert row["level"] == 64 and row["errors"] == 0 and row["passed"], row
     timing = row["server_timing"]
     assert timing["agree"] is True and "measurement_problem" not in row, timing
+    assert row["send_wait_max_s"] is not None and row["send_wait_max_s"] >= 0
     for key in ("ttft", "e2e"):
         assert timing[key]["server_n"] == timing[key]["client_n"] == 64
         assert abs(timing[key]["gap_s"]) <= timing[key]["tolerance_s"]
