@@ -505,19 +505,23 @@ def _preflight_record(pre: dict | None, given: str | None) -> dict:
             "report": report}
 
 
+def _tell(*lines: str) -> None:
+    """A finished run's last lines on stdout. The run's outcome is its exit code, whoever
+    stopped reading (a pipe's EPIPE, a closed terminal's EIO): that never turns it into an
+    error."""
+    try:
+        for line in lines:
+            print(line)
+        sys.stdout.flush()
+    except OSError:
+        _silence_stdout()
+
+
 def _report_and_code(run_dir: Path, status: str) -> int:
     run_dir = run_dir.resolve()
     code = EXIT_OK if status in ("completed", "no_change", "rolled_back") else EXIT_HALTED
-    try:
-        print(f"status: {status}")
-        print(f"report: {run_dir / 'report.html'}")
-        print(f"        {run_dir / 'report.md'}")
-        print(f"result: {run_dir / 'result.json'}")
-        sys.stdout.flush()
-    except OSError:
-        # the run's outcome is the exit code, whoever stopped reading (a pipe's EPIPE, a
-        # closed terminal's EIO)
-        _silence_stdout()
+    _tell(f"status: {status}", f"report: {run_dir / 'report.html'}", f"        {run_dir / 'report.md'}",
+          f"result: {run_dir / 'result.json'}")
     return code
 
 
@@ -568,11 +572,9 @@ def cmd_rollback(args: argparse.Namespace, clock: Clock) -> int:
     session = Session(run_dir, clock)
     with RunViews(run_dir, **_view_args(args)) as views:
         ok = session.rollback(args.batch, on_event=views.on_event, accept_changed=args.accept_changed_inputs)
-    if session.rollback_halt:
-        print(f"rollback: STOPPED: {session.rollback_halt}")
-    else:
-        print(f"rollback: {'done' if ok else 'FAILED on at least one node (kept cordoned)'}")
-    print(f"report: {run_dir / 'report.html'}")
+    _tell(f"rollback: STOPPED: {session.rollback_halt}" if session.rollback_halt else
+          f"rollback: {'done' if ok else 'FAILED on at least one node (kept cordoned)'}",
+          f"report: {run_dir / 'report.html'}")
     return EXIT_OK if ok else EXIT_HALTED
 
 

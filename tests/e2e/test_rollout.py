@@ -359,6 +359,34 @@ def test_rollback_command_restores_a_completed_batch(tmp_path, capsys):
     assert main(["rollback", str(run_dir), "--batch", "7"]) == 2
 
 
+def test_a_rollback_whose_terminal_closed_still_exits_with_its_outcome(tmp_path, monkeypatch):
+    # the operator's terminal went away during the rollback: its last lines cannot be
+    # written (EIO), and the rollback's outcome is still its exit code, not an internal error
+    import errno
+
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}})
+    code, run_dir = run(tmp_path, inv, write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0))
+    assert code == 0
+
+    class ClosedTerminal:
+        def write(self, text: str) -> int:
+            raise OSError(errno.EIO, "Input/output error")
+
+        def flush(self) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
+        def isatty(self) -> bool:
+            return False
+
+        def fileno(self) -> int:
+            raise ValueError("closed")
+
+    monkeypatch.setattr("sys.stdout", ClosedTerminal())
+    assert main(["rollback", str(run_dir), "--batch", "1"]) == 0
+    monkeypatch.undo()
+    assert result(run_dir)["nodes"]["gpu-01"]["final"] == "rolled_back"
+
+
 def test_dropped_connection_during_install_is_settled_not_repeated(tmp_path):
     inv = write_inventory(tmp_path / "inv", {"gpu-01": {"sim_faults": ["ssh_drops"]}})
     code, run_dir = run(tmp_path, inv, write_playbook(tmp_path / "pb.yml", min_serving=0))
