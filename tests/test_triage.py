@@ -254,6 +254,34 @@ RAISE_SITES = [
      "ValueError: Invalid data-parallel launch options: `--nnodes 3` must evenly divide the total world size (16). "
      "Adjust `--nnodes`, `--data-parallel-size`, `--pipeline-parallel-size`, `--tensor-parallel-size`, or "
      "`--prefill-context-parallel-size`."),
+    ("config/compilation.py", "model_load_capacity",
+     "ValueError: max_num_seqs (256) exceeds available Mamba cache blocks (97). Each decode sequence requires one "
+     "Mamba cache block, so CUDA graph capture cannot proceed. Please lower max_num_seqs to at most 97 or "
+     "increase gpu_memory_utilization."),
+    ("model_executor/model_loader/weight_utils.py", "model_load_capacity",
+     "RuntimeError: Weight files referenced in index but missing: ['model-00061-of-00064.safetensors']"),
+    ("model_executor/model_loader/weight_utils.py", "model_load_capacity",
+     "AssertionError: Attempted to load weight (torch.Size([7168, 2048])) into parameter "
+     "(torch.Size([7168, 1024]))"),
+    ("v1/executor/multiproc_executor.py", "model_load_capacity",
+     "AssertionError: world_size (16) must be equal to the tensor_parallel_size (8) x pipeline_parallel_size (1) "
+     "x prefill_context_parallel_size (1)."),
+    ("v1/executor/ray_utils.py", "model_load_capacity",
+     "ValueError: Cannot provide a placement group requiring 16 GPUs (placement_group_specs=[{'GPU': 1.0}]) within "
+     "1800 seconds. Tensor parallel size may exceed available GPUs in your cluster. Check resources with "
+     "`ray status` and `ray list nodes`."),
+    ("config/model.py", "model_load_capacity",
+     "NotImplementedError: Pipeline parallelism is not supported for this model. Supported models implement the "
+     "`SupportsPP` interface."),
+    ("engine/arg_utils.py", "model_load_capacity",
+     "ValueError: Invalid data-parallel launch options: `--node-rank` must be between 0 and 1; got `--node-rank 2`. "
+     "Set it to this node's zero-based index."),
+    ("model_executor/layers/quantization/auto_awq.py", "model_load_capacity",
+     "ValueError: The input size is not aligned with the quantized weight shape. This can be caused by too large "
+     "tensor parallel size."),
+    ("config/model.py", "model_load_capacity",
+     "ValueError: The model type gemma3 does not support float16. Reason: Numerical instability. Please use "
+     "bfloat16 or float32 instead."),
     ("distributed/device_communicators/all2all.py", "communication",
      "RuntimeError: DeepEPv2 requires NCCL GIN (GPU-Initiated Networking). This usually means IBGDA-capable "
      "InfiniBand NICs or drivers are not available. See tools/ep_kernels/README.md for requirements."),
@@ -265,6 +293,15 @@ RAISE_SITES = [
     ("go-nvml pkg/nvml/return.go", "container_runtime", "E0301 10:00:00 main.go:132] Failed to initialize NVML: "
      "ERROR_UNKNOWN"),
     ("nvidia-container-toolkit #48", "container_runtime", "Failed to initialize NVML: Unknown Error"),
+    ("third_party/pynvml.py", "container_runtime",
+     "pynvml.NVMLError_OperatingSystem: The operating system has blocked the request."),
+    ("third_party/pynvml.py", "container_runtime", "pynvml.NVMLError_GpuIsLost: GPU is lost"),
+    ("nvidia-smi", "container_runtime", "Failed to initialize NVML: GPU access blocked by the operating system"),
+    ("nvidia-smi", "container_runtime",
+     "NVIDIA-SMI couldn't find libnvidia-ml.so library in your system. Please make sure that the NVIDIA Display "
+     "Driver is properly installed and present in your system."),
+    ("nvidia-smi", "container_runtime", "Unable to determine the device handle for GPU0000:41:00.0: Unknown Error"),
+    ("nvidia-smi", "container_runtime", "No devices were found"),
 ]
 
 

@@ -5,11 +5,11 @@ multipliers are fitted on the other folds only (``fit.fit_family_weights``) and 
 classified with them. The signal table itself is fixed by hand. Per-category precision and recall
 are printed (run with -s to see them); the test fails below 90% accuracy overall or 80% recall in
 any category. The held-out folders are reported separately, each with a floor that catches a
-regression: `heldout/` (no rule written against it), and `heldout2/` to `heldout5/`, each collected
+regression: `heldout/` (no rule written against it), and `heldout2/` to `heldout6/`, each collected
 after the signals of its time and labelled before triage ran. A folder whose misses were known
 when later signals were chosen no longer measures unseen logs; the 90% target of issue #35 is
-asserted on the folders never tuned on (`heldout/` and the newest) taken together, as a strict
-expected failure while it is not met.
+asserted on the folders never tuned on (`heldout/`, `heldout5/` and `heldout6/`) taken together,
+as a strict expected failure while it is not met.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ THIRD = LOGS / "heldout3"
 FOURTH = LOGS / "heldout4"
 # collected after the ggml-OOM/flash-attention/torchrun/Open MPI signals, the same way
 FIFTH = LOGS / "heldout5"
+# collected after the vLLM 0.33 raise-site and NVML-text signals, the same way
+SIXTH = LOGS / "heldout6"
 FOLDS = 5
 
 
@@ -157,8 +159,9 @@ def fresh_accuracy() -> float:
 def test_fresh_heldout_accuracy_is_reported_and_does_not_regress():
     # 50/57 = 87.7% when the folder was closed. Its seven misses were then known when the Gloo,
     # NVRM and device-node signals were written (from the tools' sources, not from these logs),
-    # so the folder no longer measures logs nobody has seen: 54/57 after them is reported, and
-    # the floor only catches a regression. The 90% target is measured on the newest folder.
+    # so the folder no longer measures logs nobody has seen: 54/57 after them (55/57 after the vLLM
+    # 0.33 and NVML-text signals) is reported, and the floor only catches a regression. The 90%
+    # target is measured on the folders never tuned on.
     assert fresh_accuracy() >= 0.85
 
 
@@ -193,7 +196,8 @@ def test_third_heldout_is_real_cited_and_new():
 def test_third_heldout_accuracy_is_reported_and_does_not_regress():
     # 32/41 = 78.0% when the folder was closed (the same before and after the Gloo/NVRM/device-node
     # signals). Its misses were then known when the Ray, Gloo address-family, bfloat16, forked-CUDA
-    # and exec-format signals were chosen: 35/41 after them, no longer a figure for unseen logs.
+    # and exec-format signals were chosen: 35/41 after them (36/41 after the vLLM 0.33 and NVML-text
+    # signals), no longer a figure for unseen logs.
     # The floor catches a regression, it is not the target
     assert folder_accuracy(THIRD, "third held-out folder (its misses known to the last signals)") >= 0.75
 
@@ -230,17 +234,34 @@ def test_fifth_heldout_accuracy_is_reported_and_does_not_regress():
     assert fifth_accuracy() >= 0.85
 
 
+def test_sixth_heldout_is_real_cited_and_new():
+    check_new_heldout(SIXTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH])
+
+
+def sixth_accuracy() -> float:
+    return folder_accuracy(SIXTH, "sixth held-out folder (symptom-searched after the vLLM 0.33 signals, "
+                                  "labelled before triage ran)")
+
+
+def test_sixth_heldout_accuracy_is_reported_and_does_not_regress():
+    # 36/51 = 70.6% when the folder was closed, run once on the signals it was collected after.
+    # The floor (two logs below that) catches a regression, it is not the target
+    assert sixth_accuracy() >= 0.66
+
+
 def never_tuned_on_accuracy() -> float:
-    """Accuracy on `heldout/` and the newest folder together: no signal was chosen knowing them."""
-    pairs = [(cat, classify(text).category) for folder in (HELDOUT, FIFTH) for _, cat, text in corpus(folder)]
-    acc, _ = report(pairs, "held-out folders never tuned on (heldout + heldout5)")
+    """Accuracy on `heldout/`, `heldout5/` and `heldout6/` together: no signal was chosen knowing
+    their misses (the vLLM 0.33 signals left heldout5's figure as it was)."""
+    pairs = [(cat, classify(text).category) for folder in (HELDOUT, FIFTH, SIXTH)
+             for _, cat, text in corpus(folder)]
+    acc, _ = report(pairs, "held-out folders never tuned on (heldout + heldout5 + heldout6)")
     return acc
 
 
 @pytest.mark.xfail(strict=True, reason="issue #35 asks for 90% on logs triage has never seen; on the folders "
-                   "never tuned on, heldout + heldout5, it is 61/71 = 85.9% (heldout5 alone 37/41 = 90.2% "
-                   "when closed, tests/data/logs/heldout5/README.md). Strict: reaching it fails here "
-                   "until the mark goes")
+                   "never tuned on, heldout + heldout5 + heldout6, it is 97/122 = 79.5% (heldout6 alone "
+                   "36/51 = 70.6% when closed, tests/data/logs/heldout6/README.md). Strict: reaching it "
+                   "fails here until the mark goes")
 def test_unseen_heldout_reaches_the_90_percent_target():
     assert never_tuned_on_accuracy() >= 0.90
 

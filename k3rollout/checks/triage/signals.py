@@ -216,6 +216,26 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # NVML_ERROR_NO_PERMISSION (pynvml "Insufficient Permissions", go-nvml ERROR_NO_PERMISSION)
     ("device_permissions", "container_runtime", 3.0,
      r"NVMLError_NoPermission|ERROR_NO_PERMISSION\b|NVML.*Insufficient Permissions", "NVML: no permission"),
+    # NVML_ERROR_OPERATING_SYSTEM: pynvml "The operating system has blocked the request."
+    # (vllm/third_party/pynvml.py in vLLM 0.33), nvidia-smi "Failed to initialize NVML: GPU access
+    # blocked by the operating system" (a container or VM denied the device). 3, as a permission.
+    ("device_permissions", "container_runtime", 3.0,
+     r"NVMLError_OperatingSystem|operating system has blocked the request|GPU access blocked by the operating system",
+     "NVML: the operating system blocked GPU access"),
+    # nvidia-smi's own texts when NVML cannot serve it: the library was not injected into the
+    # container ("NVIDIA-SMI couldn't find libnvidia-ml.so library in your system"), or the device
+    # nodes are there but not usable ("No devices were found"; "Unable to determine the device
+    # handle for GPU<bus id>: Unknown Error", which a container prints when its cgroup lost the
+    # devices, nvidia-container-toolkit #48). pynvml's NVML_ERROR_GPU_IS_LOST ("GPU is lost",
+    # NVMLError_GpuIsLost) is the GPU gone from the bus: the node's, tree step 2, as "fallen off
+    # the bus" above.
+    ("nvml_in_container", "container_runtime", 3.5,
+     r"NVIDIA-SMI couldn't find libnvidia-ml\.so", "nvidia-smi: NVML library not in the container"),
+    ("gpu_visibility", "container_runtime", 3.0,
+     r"^No devices were found$|Unable to determine the device handle for GPU",
+     "nvidia-smi: NVML sees no usable GPU"),
+    ("gpu_unreachable", "container_runtime", 3.0, r"NVMLError_GpuIsLost|\bGPU is lost\b",
+     "NVML: the GPU is lost (off the bus)"),
     # Image could not be pulled or verified.
     ("image_pull", "container_runtime", 2.5,
      r"manifest unknown|pull access denied|failed to register layer|digest mismatch|ErrImagePull|ImagePullBackOff"
@@ -255,6 +275,16 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|Externally held weights on device .* exceed the desired GPU memory utilization",
      "vLLM: free GPU memory at start below the requested utilization"),
     ("gpu_memory", "model_load_capacity", 2.0, r"Error in memory profiling", "vLLM: GPU memory changed under profiling"),
+    # vLLM 0.33's load-time budgets other than the weights (file beside each):
+    #   config/compilation.py           "max_num_seqs (N) exceeds available Mamba cache blocks (M)":
+    #                                   a hybrid model (K3's KDA layers) gets one recurrent-state
+    #                                   block per sequence, and the memory left holds fewer
+    #   multimodal/gpu_ipc_memory.py    "... but only X GiB is available for the KV cache"
+    # Not a signal: v1/engine/core_client.py's "Timed out waiting for engine core processes to start.
+    # This is often caused by slow weight loading": a head whose workers never joined prints it too.
+    ("kv_cache", "model_load_capacity", 4.0,
+     r"exceeds available Mamba cache blocks|only \S+ GiB is available for the KV cache",
+     "vLLM: the memory left does not hold the cache the launch asks for"),
     # llama.cpp/ggml (the engine under Ollama, llamafile, LM Studio): ggml/src/ggml-cuda/ggml-cuda.cu
     # "allocating %.2f MiB on device %d: cudaMalloc failed: %s", then llama's "unable to allocate
     # CUDA0 buffer" (src/llama-model.cpp). The weights or KV cache do not fit: 4, as CUDA OOM.
@@ -297,6 +327,31 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|Not enough total available nodes|Not enough resources to allocate \d+ DP ranks"
      r"|must be a multiple of number of devices per node|decode-context-parallel-size\S* \(\d+\) exceeds the maximum",
      "vLLM: parallel layout needs more GPUs than there are"),
+    # vLLM 0.33's other layout checks:
+    #   v1/executor/multiproc_executor.py, ray_executor_v2.py  "world_size (N) must be equal to the
+    #       tensor_parallel_size (T) x pipeline_parallel_size (P) x prefill_context_parallel_size"
+    #   v1/executor/ray_utils.py   "Cannot provide a placement group requiring N GPUs ... Tensor
+    #       parallel size may exceed available GPUs in your cluster"
+    #   config/model.py            "Pipeline parallelism is not supported for this model", "Number of
+    #       experts in the model must be greater than 0 when expert parallelism is enabled",
+    #       "Decode context parallelism for GQA/MQA requires `--tensor-parallel-size` (N) to be
+    #       greater than the model's total number of KV heads"
+    #   config/parallel.py         "data_parallel_size_local (N) must be <= data_parallel_size"
+    #   engine/arg_utils.py        every "Invalid data-parallel launch options: ..." (nnodes,
+    #       node-rank, backend, local size)
+    #   v1/engine/utils.py         "World size N is smaller than the maximum number of devices per node"
+    #   model_executor/model_loader/weight_cache/daemon.py "--nnodes (N) must evenly divide"
+    #   model_executor/layers/quantization/auto_awq.py, fp_quant.py, quark/schemes/quark_w4a16_int4.py
+    #       "The input size is not aligned with the quantized weight shape" (and "output size"):
+    #       the tensor-parallel split cuts a quantization group
+    ("parallel_layout", "model_load_capacity", 3.5,
+     r"must be equal to the tensor_parallel_size|Tensor parallel size may exceed available GPUs"
+     r"|Pipeline parallelism is not supported for this model"
+     r"|Number of experts in the model must be greater than 0 when expert parallelism"
+     r"|Decode context parallelism for GQA/MQA requires|data_parallel_size_local \(\d+\) must be <="
+     r"|Invalid data-parallel launch options|is smaller than the maximum number of devices per node"
+     r"|must evenly divide|(input|output) size is not aligned with the quantized weight shape",
+     "vLLM: the parallel layout does not fit the model or the GPUs"),
     ("weights", "model_load_capacity", 3.5,
      r"SafetensorError|Error while deserializing header|Cannot load weights|size mismatch for|shape mismatch"
      r"|KeyError: '[\w.]*(weight|bias|scale|experts|proj|embed|qweight|scales|zeros)[\w.]*'"
@@ -312,6 +367,14 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"Cannot find any (safetensors )?model weights with|Following weights were not initialized from checkpoint"
      r"|Could not find checkpoint files|Missing keys .* in loaded state|serialized model contains tensors on the meta"
      r"|Cannot find the config file for", "vLLM loader: the checkpoint does not hold the model's weights"),
+    # More of vLLM 0.33's checkpoint checks: model_loader/weight_utils.py "Weight files referenced in
+    # index but missing", "Attempted to load weight (shape) into parameter (shape)"; runai_streamer_
+    # loader.py "Empty or invalid weight map", "Invalid checkpoint index entry", "Incomplete
+    # checkpoint headers"; model_loader/__init__.py "Load format `X` is not supported".
+    ("weights", "model_load_capacity", 3.5,
+     r"Weight files referenced in index but missing|Attempted to load weight \(.*\) into parameter"
+     r"|Empty or invalid weight map|Invalid checkpoint index entry|Incomplete checkpoint headers"
+     r"|Load format `[^`]*` is not supported", "vLLM loader: checkpoint files or shapes do not match"),
     ("quantization", "model_load_capacity", 3.5,
      r"quantization .*(is )?not supported"
      r"|not supported (for|on) (the )?(current )?(GPU|device|hardware|compute capability)"
@@ -325,6 +388,10 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("quantization", "model_load_capacity", 3.5,
      r"Bfloat16 is only supported on GPUs with compute capability|GPUs with compute capability below \S+ are not supported",
      "model dtype not supported by this GPU"),
+    # vLLM 0.33 config/model.py: "The model type X does not support float16. Reason: ..." (the
+    # model's dtype, forced by the GPU or the flag, does not run it)
+    ("quantization", "model_load_capacity", 3.0, r"does not support float16\. Reason",
+     "vLLM: the model does not run in this dtype"),
     # Kernels the GPU generation cannot run: flash-attention's own check (csrc/flash_attn/
     # flash_api.cpp TORCH_CHECK "FlashAttention only supports Ampere GPUs or newer.") and TGI's
     # refusal to shard a model without it (text_generation_server/models/__init__.py
