@@ -46,7 +46,7 @@ GPU_OPERATOR = "gpu-operator"
 
 def how_to_use() -> str:
     """The fix for a host package upgrade refused on an operator-owned node: this backend,
-    with the variables it needs (README, "Schedulers", the GPU Operator)."""
+    with the variables it needs (docs/schedulers.md, the GPU Operator)."""
     return (f"upgrade it through the GPU Operator instead: k3rollout does that with the host vars "
             f"{BACKEND_VAR}: {GPU_OPERATOR}, {POOL_LABEL_VAR} (the node label the nodeSelector of the operator's "
             f"NVIDIADriver resources matches, e.g. driver.config) and {POOL_VAR} (that label's value for the pool "

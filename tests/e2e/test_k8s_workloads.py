@@ -102,7 +102,7 @@ def test_the_docker_backend_on_containerd_nodes_is_refused_at_preflight_with_the
     inv = write_inventory(tmp_path / "inv", HOSTS, {**CONTAINERD, "k3_workload_backend": "docker"})
     pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=[1, 2], min_serving=0)
     run_dir = tmp_path / "run"
-    # a failed preflight is exit 1 (DESIGN.md "CLI verbs"), before any change
+    # a failed preflight is exit 1 (docs/guide.md "Exit codes"), before any change
     assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 1
     err = capsys.readouterr().err
     for node in HOSTS:
