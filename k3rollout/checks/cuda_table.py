@@ -1,8 +1,8 @@
 """CUDA toolkit -> minimum NVIDIA Linux driver, and image -> CUDA version.
 
 Source: NVIDIA CUDA Toolkit Release Notes, Table 2 ("minor version compatibility") and
-Table 3 ("CUDA Toolkit and Corresponding Driver Versions"), Linux x86_64 column, as
-collected in shared/CUDA_COMPAT.md. Two minimums exist and both are kept:
+Table 3 ("CUDA Toolkit and Corresponding Driver Versions"), Linux x86_64 column (docs/domain.md,
+"CUDA toolkit and driver versions"). Two minimums exist and both are kept:
 
 - ``FAMILY_FLOOR``: with minor-version compatibility, any 13.x app runs on a >= 580
   driver, any 12.x app on >= 525. Below the floor the CUDA runtime cannot initialise:

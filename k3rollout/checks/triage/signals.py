@@ -92,7 +92,7 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("cuda_driver_too_old", "driver_incompatible", 4.0,
      r"driver version \S+ is below the CUDA \d+\.x minimum", "live facts: driver below image CUDA floor"),
     # The container toolkit's NVIDIA_REQUIRE_CUDA check: the runtime raises it, the driver causes it
-    # (CUDA_COMPAT.md), so it is a driver signal at full weight.
+    # (docs/domain.md, "CUDA toolkit and driver versions"), so it is a driver signal at full weight.
     ("cuda_requirement", "driver_incompatible", 4.0,
      r"unsatisfied condition: (cuda|driver)\s*>=?\s*[\d.]+", "image NVIDIA_REQUIRE_CUDA above the driver"),
     # 804: a compat libcuda used because the host driver is too old, on a GPU without forward compat.
