@@ -2,6 +2,7 @@
 controller, against the CPU of the run itself (not part of the test suite).
 
     python bench/live.py [--nodes 50]
+    python bench/live.py --window-nodes 1000      # against the window bench's rollout
 
 Runs a simulated rollout of N nodes with ``--plain`` (every sim latency zero, the ladder cut
 to one request per step, as bench/run.py does), measuring the controller process's CPU.
@@ -72,13 +73,36 @@ def rollout(base: Path, n: int) -> tuple[Path, float, float]:
     return run_dir, wall, cpu
 
 
+def window_rollout(base: Path, n: int, max_out: int, scale: float) -> tuple[Path, float, float]:
+    """The window bench's sliding-window rollout (bench/window.py: its stages held for their
+    scaled estimates, 5% stragglers), run in this process; its CPU is this process's over
+    the run (the engine and the in-process simulated commands; the cluster's daemon is a
+    process of its own, as a real cluster is)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import window  # bench/window.py
+
+    nodes = [f"gpu-{i:04d}" for i in range(n)]
+    slow = window.stragglers(nodes, 5.0, 22)
+    cpu, t = time.process_time(), time.perf_counter()
+    window.rollout(base, nodes, slow, max_out, scale, True)
+    return base / "window-run", time.perf_counter() - t, time.process_time() - cpu
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=50)
     ap.add_argument("--frames", type=int, default=40, help="frames rendered to take the mean frame cost")
+    ap.add_argument("--window-nodes", type=int, default=0,
+                    help="measure against bench/window.py's sliding-window rollout of this many nodes instead")
+    ap.add_argument("--max-out", type=int, default=50)
+    ap.add_argument("--scale", type=float, default=0.05)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="k3live-") as d:
-        run_dir, wall, run_cpu = rollout(Path(d), args.nodes)
+        if args.window_nodes:
+            args.nodes = args.window_nodes
+            run_dir, wall, run_cpu = window_rollout(Path(d), args.window_nodes, args.max_out, args.scale)
+        else:
+            run_dir, wall, run_cpu = rollout(Path(d), args.nodes)
         records = JournalTail(run_dir / "journal.jsonl").read()
         n = len(records)
 

@@ -9,7 +9,7 @@ Rules encoded here:
   do not, and the plan marks them ``capped_by_capacity``.
 - A batch "fits" the window only if it can finish *or* roll back before the window ends:
   its estimate plus the rollback estimate must fit in the time left after the batches
-  before it (DESIGN.md, "No batch starts that the plan cannot finish (or roll back)").
+  before it: no batch starts that the plan cannot finish or roll back.
 """
 
 from __future__ import annotations

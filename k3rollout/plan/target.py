@@ -6,8 +6,8 @@ target_driver``). A node whose driver is already the target, or past it (590.44.
 580.95.05), is left as it is: nothing is installed, so there is nothing to roll back, and
 its packages need not be downloadable. Each caller feeds the driver version it knows: the
 plan the inventory's (``driver_version``, or the simulator's ``sim_driver``), the preflight
-nvidia-smi's, the run its baseline's (DESIGN.md: "What the play will not change ... is
-planned as such and never blocks the fleet").
+nvidia-smi's, the run its baseline's: what the play will not change is
+planned as such and never blocks the fleet (docs/guide.md, "The driver procedure and preflight").
 """
 
 from __future__ import annotations

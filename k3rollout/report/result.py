@@ -1,4 +1,4 @@
-"""result.json: the contract other tools read (shape in DESIGN.md)."""
+"""result.json: the contract other tools read (its fields: docs/guide.md, "The run directory")."""
 
 from __future__ import annotations
 
