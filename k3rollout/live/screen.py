@@ -3,7 +3,8 @@
 The run's view redraws on a thread of its own, once a second (the finest unit it shows),
 from the records the feed collected since: the engine's threads never wait for the
 terminal. A frame that takes long (a slow terminal, a loaded machine) spaces the next ones
-out, so drawing takes at most one part in ``FRAME_BUDGET`` of a CPU. A
+out, so drawing takes at most one part in ``FRAME_BUDGET`` of a CPU, and at most one part
+in ``RUN_SHARE`` of the run's own CPU (the 1,000-node window bench: bench/README.md). A
 terminal that goes away (closed, or its ssh session dropped) makes the next write fail;
 the view then stops drawing and the run goes on (the CLI ignores the hangup signal while a
 run works: `resume` needs nothing from the terminal, and a run cut short mid-driver is
@@ -35,6 +36,17 @@ from k3rollout.progress import LineProgress
 
 REDRAW_S = 1.0
 FRAME_BUDGET = 100
+# the run's own view costs at most one part in RUN_SHARE + 1 of the run's CPU: a frame waits
+# until the process has spent RUN_SHARE times the last frame's CPU since it, or MAX_WAIT_S
+# went by (a run that only waits, on a reboot or an approval, still sees its clocks move)
+RUN_SHARE = 100
+MAX_WAIT_S = 15.0
+
+
+def frame_due(cost_s: float, cpu_since_s: float, wall_since_s: float) -> bool:
+    """Whether the run's view draws now: the last frame took ``cost_s`` of CPU, the process
+    has spent ``cpu_since_s`` (every thread, the frame included) and ``wall_since_s`` went by."""
+    return wall_since_s >= MAX_WAIT_S or cpu_since_s - cost_s >= RUN_SHARE * cost_s
 
 
 class Screen:
@@ -92,10 +104,16 @@ class LiveScreen:
         return time.thread_time() - t
 
     def _loop(self) -> None:
-        wait = self.every
+        wait, cost = self.every, 0.0
+        cpu, wall = time.process_time(), time.monotonic()
         try:
             while not self._stop.wait(wait) and not self.screen.closed:
-                wait = max(self.every, FRAME_BUDGET * self.draw())
+                if not frame_due(cost, time.process_time() - cpu, time.monotonic() - wall):
+                    wait = self.every
+                    continue
+                cpu, wall = time.process_time(), time.monotonic()
+                cost = self.draw()
+                wait = max(self.every, FRAME_BUDGET * cost)
         except Exception as exc:  # noqa: BLE001 - a view never stops the run; said once, at stop()
             self.failed = exc
 

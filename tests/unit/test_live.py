@@ -244,3 +244,28 @@ def test_a_run_on_another_machine_is_never_taken_for_gone():
     assert alive(os.getpid(), here) is True and alive(os.getpid(), None) is True
     assert alive(os.getpid(), here + "-elsewhere") is None      # its pid means nothing here
     assert alive(None, here) is None
+
+
+def test_the_runs_view_draws_within_its_share_of_the_runs_cpu():
+    from k3rollout.live.screen import MAX_WAIT_S, RUN_SHARE, frame_due
+
+    cost = 0.030                                   # a 1,000-node frame
+    # the run spent less than RUN_SHARE frames' worth of CPU since: no frame yet
+    assert not frame_due(cost, cost + RUN_SHARE * cost * 0.9, 5.0)
+    assert frame_due(cost, cost + RUN_SHARE * cost, 5.0)
+    # a run that only waits (a reboot, an approval) still sees its clocks move
+    assert not frame_due(cost, cost, MAX_WAIT_S - 0.5)
+    assert frame_due(cost, cost, MAX_WAIT_S)
+    # the first frame (nothing drawn yet) is due at once
+    assert frame_due(0.0, 0.0, 0.0)
+    # over a long run the view's CPU stays at or under 1 / (RUN_SHARE + 1) of the process's
+    # whenever the run keeps the CPU busy enough that the wall-clock cap never fires
+    spent, drawn, wall, run_rate = 0.0, 0.0, 0.0, 0.25        # the run uses a quarter of a CPU
+    last_cpu, last_wall, c = 0.0, 0.0, 0.0
+    while wall < 3600:
+        wall += 1.0
+        spent += run_rate
+        if frame_due(c, spent + drawn - last_cpu, wall - last_wall):
+            last_cpu, last_wall, c = spent + drawn, wall, cost
+            drawn += cost
+    assert drawn / (spent + drawn) <= 1 / (RUN_SHARE + 1) + 1e-9
