@@ -7,9 +7,10 @@ controller, against the CPU of the run itself (not part of the test suite).
 Runs a simulated rollout of N nodes with ``--plain`` (every sim latency zero, the ladder cut
 to one request per step, as bench/run.py does), measuring the controller process's CPU.
 Then replays its journal, in this process, through what a terminal and a scraper would
-cost it: the fold of every record (``live/state.py``), one frame of the view drawn every
-second of the run's wall time (``live/screen.py``'s rate; each frame rendered to a 160-column
-terminal, taken at evenly spaced points of the journal so in-flight nodes are on it), one
+cost it: the fold of every record (``live/state.py``), the frames of the view at
+``live/screen.py``'s rate (its rule played at the run's mean CPU rate; each frame rendered to
+a 160-column terminal, taken at evenly spaced points of the journal so in-flight nodes are on
+it), one
 scrape of the metrics every 15 s, and the reports written at each batch's end (the upper
 bound: ``REPORT_BUDGET`` in engine/session.py skips some when batches are short). Prints
 each figure and its ratio to the run's CPU.
@@ -35,6 +36,7 @@ from rich.console import Console
 from k3rollout.engine.session import REPORT_BUDGET
 from k3rollout.live import metrics
 from k3rollout.live.follow import JournalTail
+from k3rollout.live.screen import FRAME_BUDGET, MAX_WAIT_S, RUN_SHARE
 from k3rollout.live.state import LiveRun, ts
 from k3rollout.live.view import render
 from k3rollout.report.render import write_reports
@@ -137,13 +139,25 @@ def main() -> int:
         write_reports(run_dir, view=state.view, records=n, in_progress="now")
         report = time.process_time() - t
 
-    frames, scrapes = wall / FRAME_S, wall / SCRAPE_S
+    # the run's own view draws by live/screen.py's rule: a second at the least, FRAME_BUDGET
+    # frames' worth of wall time, and otherwise once the run has spent RUN_SHARE frames' worth
+    # of CPU (at this run's mean CPU rate) or MAX_WAIT_S went by
+    rate = run_cpu / wall if wall else 0.0
+    frames, t_frame = 0, 0.0
+    due = 0.0
+    while due < wall:
+        frames += 1
+        t_frame = max(FRAME_S, FRAME_BUDGET * frame,
+                      min(MAX_WAIT_S, RUN_SHARE * frame / rate if rate else MAX_WAIT_S))
+        due += t_frame
+    scrapes = wall / SCRAPE_S
     view_cpu = fold_cpu + frames * frame
     rows = [
         (f"simulated rollout, {args.nodes} nodes", f"{wall:.1f} s wall, controller CPU {run_cpu:.2f} s, "
                                                    f"{n:,} journal records, {batches} batches"),
         ("fold, per journal record", f"{fold_cpu / n * 1e6:.1f} us ({fold_cpu:.3f} s in all)"),
-        ("one frame of the view (160 columns)", f"{frame * 1e3:.2f} ms; {frames:.0f} frames at {FRAME_S} s"),
+        ("one frame of the view (160 columns)", f"{frame * 1e3:.2f} ms; {frames} frames, one every {t_frame:.1f} s "
+                                                f"(run at {rate:.2f} CPU)"),
         ("live view per journal record (fold + frames)", f"{view_cpu / n * 1e6:.1f} us"),
         ("live view / run CPU", f"{view_cpu / run_cpu:.2%}"),
         ("one metrics scrape", f"{scrape * 1e3:.2f} ms; every {SCRAPE_S:.0f} s: {scrape * scrapes / run_cpu:.3%} "
@@ -152,6 +166,9 @@ def main() -> int:
                                                    f"{report * batches / run_cpu:.2%} of run CPU"),
         ("  with REPORT_BUDGET (engine/session.py)", f"at most {1 / (REPORT_BUDGET + 1):.2%} of run CPU"),
         ("view + scrapes / run CPU", f"{(view_cpu + scrape * scrapes) / run_cpu:.2%}"),
+        ("view + scrapes + batch-end reports / run CPU",
+         f"{(view_cpu + scrape * scrapes + min(report * batches, run_cpu / (REPORT_BUDGET + 1))) / run_cpu:.2%} "
+         "(the reports at their bound where REPORT_BUDGET binds)"),
     ]
     width = max(len(a) for a, _ in rows)
     for a, b in rows:
