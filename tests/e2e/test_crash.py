@@ -401,7 +401,7 @@ def test_a_second_signal_waits_for_the_steps_in_flight(tmp_path, forks):
     p.send_signal(signal.SIGTERM)
     time.sleep(0.1)
     p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=120)
+    _, err = p.communicate(timeout=600)
     assert p.returncode == 1, err.decode()[-2000:]
     recs = Journal.read(j)
     assert verify_run(run_dir, recs) == []

@@ -67,7 +67,7 @@ def pods(api, selector: str = "") -> list:
     return api.core.list_namespaced_pod(NS, label_selector=selector).items
 
 
-def wait_for(fn, timeout: float = 20.0):
+def wait_for(fn, timeout: float = 120.0):
     deadline = time.monotonic() + timeout
     while True:
         got = fn()

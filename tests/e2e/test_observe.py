@@ -187,11 +187,11 @@ def test_observe_stops_cleanly_on_sigterm_and_the_journal_stays_whole(tmp_path):
     env = {**os.environ, "K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")}
     p = subprocess.Popen([sys.executable, "-m", "k3rollout", "observe", str(run_dir), "--every", "1s", "--for", "1h"],
                          cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.time() + 60
+    deadline = time.time() + 600              # a hang guard: it waits for the two observations
     while time.time() < deadline and len(_observations(run_dir)) < 2:
         time.sleep(0.05)
     p.send_signal(signal.SIGTERM)
-    out, err = p.communicate(timeout=60)
+    out, err = p.communicate(timeout=600)
     assert p.returncode == 0, err.decode()[-800:]
     assert b"observation stopped" in err
     obs = _observations(run_dir)

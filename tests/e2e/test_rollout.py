@@ -478,7 +478,7 @@ def test_sigterm_releases_the_lock_and_resume_finishes(tmp_path):
             break
         time.sleep(0.05)
     p.send_signal(sig.SIGTERM)
-    _, err = p.communicate(timeout=120)
+    _, err = p.communicate(timeout=600)
     assert p.returncode == 1 and b"resume" in err
     assert not list((tmp_path / "locks").glob("*.lock"))          # released, not left stale
     assert (run_dir / "report.html").exists()

@@ -95,10 +95,10 @@ def test_watch_writes_nothing_under_the_run_dir(finished_run, tmp_path):
     row = next(line for line in text.splitlines() if "gpu-02" in line and "cuda_check" in line)
     assert "container_runtime" in row and "done" in row
     piped = subprocess.run([sys.executable, "-m", "k3rollout", "watch", str(finished_run)], capture_output=True,
-                           text=True, cwd=finished_run, timeout=90)
+                           text=True, cwd=finished_run, timeout=600)
     assert piped.returncode == 0 and "run halted" in piped.stdout and "\x1b[" not in piped.stdout
     shown = subprocess.run([sys.executable, "-m", "k3rollout", "metrics", str(finished_run)], capture_output=True,
-                           text=True, cwd=finished_run, timeout=90)
+                           text=True, cwd=finished_run, timeout=600)
     assert shown.returncode == 0 and "k3rollout_nodes" in shown.stdout
     assert tree(finished_run) == before
 

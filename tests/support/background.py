@@ -40,7 +40,7 @@ class Run:
         for line in self.proc.stdout:
             self.out.append(line)
 
-    def wait_for_pause(self, pause_id: str, timeout: float = 90.0) -> dict:
+    def wait_for_pause(self, pause_id: str, timeout: float = 600.0) -> dict:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, "".join(self.out)
@@ -53,7 +53,7 @@ class Run:
             time.sleep(0.05)
         raise AssertionError(f"the run never paused at {pause_id}:\n{''.join(self.out)}")
 
-    def wait(self, timeout: float = 120.0) -> int:
+    def wait(self, timeout: float = 600.0) -> int:
         rc = self.proc.wait(timeout)
         self._t.join(5)
         return rc

@@ -70,7 +70,7 @@ class Term:
     def text(self) -> str:
         return ANSI.sub("", self.raw)
 
-    def wait_for(self, ok: Callable[[str], bool], timeout: float = 90.0) -> str:
+    def wait_for(self, ok: Callable[[str], bool], timeout: float = 600.0) -> str:
         """Until what the terminal shows satisfies ``ok`` (checked on the whole output)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -96,7 +96,7 @@ class Term:
         except OSError:
             pass
 
-    def wait(self, timeout: float = 120.0) -> int:
+    def wait(self, timeout: float = 600.0) -> int:
         rc = self.proc.wait(timeout)
         self._reader.join(5)
         return rc
