@@ -343,7 +343,8 @@ def probes_check(playbook: Any, nodes: dict[str, dict[str, Any]]) -> dict[str, A
         return {"ok": True, "detail": f"every workload_probes match names a serving workload or owner ({len(specs)})"}
     where = getattr(playbook, "path", None)
     return {"ok": False, "input": True, "detail": "; ".join(
-        f"stage {stage} workload_probes[{i}] match {m!r} names no serving workload or owner on the play's nodes"
+        f"stage {stage!r} (baseline) with.workload_probes[{i}] match {m!r} names no serving workload or owner on "
+        "the play's nodes"
         for stage, i, m in bad) + f" (they run: {', '.join(names) or 'none'}). Fix the pattern in the playbook"
         + (f" {where}" if where else "") + ", or remove the probe"}
 

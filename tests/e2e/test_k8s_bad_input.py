@@ -1,0 +1,130 @@
+"""Bad input on containerd Kubernetes nodes with the kubernetes workload backend is refused by
+the read-only preflight with exit 2 and nothing changed: a right the backend needs that the
+controller's credentials lack (the simulated API server refuses it: ``sim_k8s_deny``), a
+workload namespace that does not exist, and a playbook probe naming an owner no node runs.
+Each error names the host, the right or the variable, and the fix."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import httpx
+import pytest
+from support import api_changes, commands, kubectl_exe, sim_state, write_inventory, write_playbook
+
+from k3rollout.cli import main
+from k3rollout.sim import netd
+
+CONTAINERD = {"sim_container_runtime": "containerd", "k3_workload_backend": "kubernetes"}
+B300 = {"rack": "b", "sim_gpu": "NVIDIA B300 SXM6 AC", "sim_gpu_count": 8, "sim_gpu_mem_gib": 268,
+        "sim_k8s_serving": {"kind": "Deployment", "name": "k3-b300"}}
+HOSTS = {"gpu-b01": B300, "gpu-b02": B300}
+CHANGES = ("apt-get", "apt install", "apt-mark hold", "dnf install", "dnf module", "dpkg -i", "reboot", "systemctl stop",
+           "systemctl start", "systemctl restart", "modprobe", "rmmod", "crictl pull", "crictl rm")
+
+
+def nothing_changed(run_dir) -> None:
+    """No journal, no request that changes a node or a pod, the old driver, no package step."""
+    assert not (run_dir / "journal.jsonl").exists()
+    for node in HOSTS:
+        assert api_changes(run_dir, node) == []
+        state = sim_state(run_dir, node)
+        assert state["loaded_driver"] == "575.57.08" and state["scheduler"]["state"] == "schedulable"
+        # the preflight's own queries (apt-cache madison, nvidia-smi, df ...) ran, no change
+        assert not [c for c in commands(run_dir, node) if c.startswith(CHANGES)]
+
+
+def kubectl(run_dir, tmp_path, *args: str) -> subprocess.CompletedProcess:
+    root = run_dir / "sim-hosts"
+    netd.ensure(root)
+    return subprocess.run([kubectl_exe(), "--kubeconfig", str(root / "kubeconfig"), *args], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "HOME": str(tmp_path)})
+
+
+@pytest.mark.preflight
+def test_a_right_the_kubernetes_backend_needs_is_refused_with_exit_2_naming_it(tmp_path, capsys):
+    inv = write_inventory(tmp_path / "inv", HOSTS, {**CONTAINERD, "sim_k8s_deny": ["get pods/log"]})
+    pb = write_playbook(tmp_path / "pb.yml", min_serving=0)
+    run_dir = tmp_path / "run"
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    # the hosts, the right and its use, and how to grant it
+    assert "preflight: controller: FAIL" in err
+    assert "for gpu-b01, gpu-b02 lack get pods/log (read pods' logs)" in err
+    assert ("Grant them in the Role or ClusterRole bound to these credentials (`kubectl auth can-i get pods/log` "
+            "answers yes once granted), or name other credentials with k3_kubeconfig and k3_kube_context") in err
+    assert "preflight refused the input for the controller's credentials: nothing was changed" in err
+    nothing_changed(run_dir)
+    # the simulated API server does refuse it, as RBAC without the rule does (403)
+    pod = kubectl(run_dir, tmp_path, "get", "pods", "-n", "inference", "-o", "name").stdout.split()[0]
+    p = kubectl(run_dir, tmp_path, "logs", "-n", "inference", pod)
+    assert p.returncode != 0 and 'cannot get resource "pods/log" in API group "" in the namespace "inference"' \
+        in p.stderr, p.stderr
+    # `preflight` says the same with exit 2, and `plan --check-access` (here with the cluster's
+    # kubeconfig named, as a real inventory names it) answers NO for that right alone
+    assert main(["preflight", str(pb), "-i", str(inv), "--output", str(run_dir)]) == 2
+    capsys.readouterr()
+    named = write_inventory(tmp_path / "named", HOSTS, {**CONTAINERD,
+                                                         "k3_kubeconfig": str(run_dir / "sim-hosts" / "kubeconfig")})
+    netd.ensure(run_dir / "sim-hosts")          # the cluster's API server, after the daemon's idle exit
+    assert main(["plan", str(pb), "-i", str(named), "--check-access"]) == 2
+    out, err = capsys.readouterr()
+    assert [ln for ln in out.splitlines() if ln.startswith("  NO ")] == ["  NO  get pods/log: read pods' logs"], err
+    assert "NO  get pods/log: read pods' logs" in out and "yes create pods: run check and test-server pods" in out
+
+
+@pytest.mark.preflight
+def test_a_workload_namespace_that_does_not_exist_is_refused_with_exit_2_and_the_command_to_create_it(tmp_path,
+                                                                                                       capsys):
+    inv = write_inventory(tmp_path / "inv", HOSTS, {**CONTAINERD, "k3_workload_namespace": "k3-validation"})
+    pb = write_playbook(tmp_path / "pb.yml", min_serving=0)
+    run_dir = tmp_path / "run"
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    for node in HOSTS:
+        assert (f"preflight: {node}: workload_namespace: k3_workload_namespace is k3-validation, but no namespace "
+                "k3-validation exists on ") in err
+    assert ("Create it (kubectl create namespace k3-validation), or set k3_workload_namespace to an existing "
+            "namespace") in err
+    assert "preflight refused the input for gpu-b01 (workload_namespace), gpu-b02 (workload_namespace)" in err
+    nothing_changed(run_dir)
+    # what the run would have met: the API server refuses a Pod there, as a real one does
+    # (NamespaceLifecycle admission: the namespace lookup's 404)
+    root = run_dir / "sim-hosts"
+    netd.ensure(root)
+    import yaml
+
+    server = yaml.safe_load((root / "kubeconfig").read_text())["clusters"][0]["cluster"]["server"]
+    with httpx.Client(base_url=server, headers={"Authorization": "Bearer sim-admin-token"}) as api:
+        r = api.post("/api/v1/namespaces/k3-validation/pods", json={
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+        assert r.status_code == 404
+        body = r.json()
+        assert (body["reason"], body["message"], body["details"]) == (
+            "NotFound", 'namespaces "k3-validation" not found', {"name": "k3-validation", "group": "",
+                                                                  "kind": "namespaces"})
+        assert api.get("/api/v1/namespaces/k3-validation").status_code == 404
+    # the fix the error names, with the real kubectl: then the preflight passes
+    p = kubectl(run_dir, tmp_path, "create", "namespace", "k3-validation")
+    assert p.returncode == 0 and "namespace/k3-validation created" in p.stdout, p.stderr
+    assert main(["preflight", str(pb), "-i", str(inv), "--output", str(run_dir)]) == 0
+    nothing_changed(run_dir)
+
+
+@pytest.mark.preflight
+def test_a_workload_probe_naming_an_owner_no_node_runs_is_refused_with_exit_2(tmp_path, capsys):
+    inv = write_inventory(tmp_path / "inv", HOSTS, CONTAINERD)
+    probes = [{"match": "k3-b300", "path": "/health"}, {"match": "k3-b30", "path": "/ping", "status": 204}]
+    pb = write_playbook(tmp_path / "pb.yml", min_serving=0, stage_with={"baseline": {"workload_probes": probes}})
+    run_dir = tmp_path / "run"
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    # the typo is named, with what the nodes do run; the probe that matches passes
+    assert ("preflight: playbook: FAIL stage 'Capture baseline evidence' (baseline) with.workload_probes[1] match "
+            "'k3-b30' names no serving workload or owner on the play's nodes (they run: ") in err
+    assert "k3-b300, " in err and f"Fix the pattern in the playbook {pb}" in err
+    assert "workload_probes[0]" not in err
+    assert "preflight refused the input for the playbook: nothing was changed" in err
+    nothing_changed(run_dir)
