@@ -52,7 +52,8 @@ from k3rollout import fastjson
 from k3rollout.checks import driver_facts as df
 from k3rollout.checks import parsers
 from k3rollout.plan.target import changes_driver, no_change_reason, target_of
-from k3rollout.scheduler.k8s_api import KubernetesApi, KubernetesError
+from k3rollout.scheduler import scheduler_for
+from k3rollout.scheduler.k8s_api import KubernetesApi
 from k3rollout.stages import driver_node as dn
 from k3rollout.stages import driver_operator
 from k3rollout.transport.base import CommandResult
@@ -80,16 +81,13 @@ def _runner(executor: Any, host: str, log: list[dict[str, Any]]):
     return run
 
 
-def _no_kube() -> Any:
-    raise KubernetesError("no Kubernetes API was given to this preflight")
-
-
 def check_node(executor: Any, host: str, hvars: dict[str, Any], target: str, *,
                changes_driver: bool = True, ansible_tasks: dict[str, str] | None = None,
                kube: Callable[[], Any] | None = None) -> dict[str, Any]:
     """``ansible_tasks``: the driver stage's vendor task files by package manager; over SSH
     they run through Ansible, so its path is proved on the node (check ``ansible``).
-    ``kube``: the node's cluster's Kubernetes API, for a workload backend that asks it."""
+    ``kube``: the Kubernetes API of a node under ``scheduler: kubernetes`` (None for any
+    other), for a workload backend that asks it."""
     log: list[dict[str, Any]] = []
     run = _runner(executor, host, log)
     checks: list[dict[str, Any]] = []
@@ -111,7 +109,7 @@ def check_node(executor: Any, host: str, hvars: dict[str, Any], target: str, *,
         add("workload", *wl.preflight(run, hvars))
         if not checks[-1]["ok"]:
             return {"ok": False, "checks": checks, "info": info, "commands": log}
-        api = wl.preflight_api(kube or _no_kube, host, hvars)
+        api = wl.preflight_api(kube, host, hvars)
         for name, verdict in api.checks:
             add(name, *verdict)
         if api.serving is not None:
@@ -310,7 +308,8 @@ def preflight(playbook: Any, inventory: Any, hosts: list[str], executor: Any, *,
                     apis[key] = KubernetesApi(*key)
                 return apis[key]
 
-        return h, check_node(executor, h, hv, target, changes_driver=changes, ansible_tasks=tasks, kube=kube)
+        return h, check_node(executor, h, hv, target, changes_driver=changes, ansible_tasks=tasks,
+                             kube=kube if scheduler_for(hv).kind == "kubernetes" else None)
 
     try:
         with ThreadPoolExecutor(max_workers=max(1, min(forks, len(hosts) or 1))) as pool:

@@ -236,7 +236,8 @@ class Workload(Protocol):
         """On the node (read-only): the runtime this backend drives is there."""
         ...
 
-    def preflight_api(self, kube: Callable[[], Any], node: str, host_vars: dict[str, Any]) -> ApiPreflight:
-        """From the controller (read-only; ``kube()`` gives the cluster's ``KubernetesApi``,
-        asked only by a backend that needs it): what the backend needs of the cluster."""
+    def preflight_api(self, kube: Callable[[], Any] | None, node: str, host_vars: dict[str, Any]) -> ApiPreflight:
+        """From the controller (read-only): what the backend needs of the node's cluster.
+        ``kube()`` gives the ``KubernetesApi`` of a node under ``scheduler: kubernetes``
+        (None for any other node), asked only by a backend that needs it."""
         ...

@@ -17,6 +17,7 @@ from k3rollout.checks import parsers
 from k3rollout.checks.triage import classify
 from k3rollout.transport.base import CommandResult
 from k3rollout.workload.base import ApiPreflight, Endpoint, NodeCtx, Pulled, Restored, Run, ServerState, Verdict
+from k3rollout.workload.k8s_pods import KubernetesError, PodApi
 
 DOCKER = "docker"
 DEFAULT_ROOT = "/var/lib/docker"
@@ -272,5 +273,25 @@ class Docker:
                                   "it, or set k3_workload_backend to the runtime this node uses")
         return Verdict(True, f"Docker {res.stdout.strip()} answers")
 
-    def preflight_api(self, kube: Callable[[], Any], node: str, host_vars: dict[str, Any]) -> ApiPreflight:
-        return ApiPreflight()
+    def preflight_api(self, kube: Callable[[], Any] | None, node: str, host_vars: dict[str, Any]) -> ApiPreflight:
+        """On a Kubernetes node, the kubelet's runtime (``status.nodeInfo.containerRuntimeVersion``)
+        must be Docker (cri-dockerd, ``docker://``): where a docker CLI sits beside containerd or
+        CRI-O, the serving pods are not Docker containers, and ``docker run --gpus all`` goes
+        around the device plugin (docs/domain.md "Workloads on Kubernetes GPU nodes")."""
+        if kube is None:
+            return ApiPreflight()
+        try:
+            pods = PodApi(kube())
+            runtime = str((((pods.node(node).get("status") or {}).get("nodeInfo") or {})
+                           .get("containerRuntimeVersion")) or "")
+        except KubernetesError as exc:
+            return ApiPreflight([("workload_runtime", Verdict(
+                False, f"cannot read node {node}'s container runtime from the Kubernetes API: {exc}",
+                bad_input=exc.status in (401, 403, 404)))])
+        if runtime.startswith("docker://"):
+            return ApiPreflight([("workload_runtime", Verdict(True, f"the kubelet runs {runtime}"))])
+        return ApiPreflight([("workload_runtime", Verdict(
+            False, f"k3_workload_backend is docker, but the kubelet on this node runs {runtime or 'an unknown runtime'} "
+                   "(node.status.nodeInfo.containerRuntimeVersion): its pods are not Docker containers and docker "
+                   "run --gpus all would go around the device plugin. Set k3_workload_backend: kubernetes",
+            bad_input=True))])

@@ -708,7 +708,7 @@ class Kubernetes:
                     "unknown")
         return Verdict(True, f"Pods through the API server; crictl answers ({name})")
 
-    def preflight_api(self, kube: Callable[[], Any], node: str, host_vars: dict[str, Any]) -> ApiPreflight:
+    def preflight_api(self, kube: Callable[[], Any] | None, node: str, host_vars: dict[str, Any]) -> ApiPreflight:
         """Read-only, from the controller, before any change: the API server knows the node
         (else it is not a node of this cluster: the backend does not fit it); the namespace
         the check and test-server Pods go to exists (the API server refuses a Pod in a missing
@@ -717,6 +717,13 @@ class Kubernetes:
         missing owner) and names its fix."""
         out = ApiPreflight()
         ns = namespace(host_vars)
+        if kube is None:
+            out.checks.append(("workload_node", Verdict(
+                False, f"k3_workload_backend is kubernetes, but the node's scheduler is {host_vars.get('scheduler')}: "
+                       "its checks and test servers run as Pods through the node's API server. Set scheduler: "
+                       "kubernetes (and k3_kubeconfig), or k3_workload_backend to the runtime the node runs (docker)",
+                bad_input=True)))
+            return out
         try:
             pods = PodApi(kube())
         except KubernetesError as exc:

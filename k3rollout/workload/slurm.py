@@ -500,6 +500,6 @@ class SlurmJobs:
             return Verdict(False, f"{LAUNCHER_PROBE[kind][0]} does not answer (rc {res.rc}: {res.tail(200).strip()})")
         return Verdict(True, f"{kind}: {res.stdout.strip().splitlines()[0] if res.stdout.strip() else 'installed'}")
 
-    def preflight_api(self, kube: Callable[[], Any], node: str, host_vars: dict[str, Any]) -> ApiPreflight:
+    def preflight_api(self, kube: Callable[[], Any] | None, node: str, host_vars: dict[str, Any]) -> ApiPreflight:
         return ApiPreflight()
 
