@@ -872,7 +872,8 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--skip-node", action="append", metavar="NODE",
                     help="leave this node out of the run (e.g. one that failed preflight); may repeat")
     sp.set_defaults(fn=cmd_run)
-    sp = sub.add_parser("preflight", help="read-only checks on every node before the window (exit 1 if one fails)")
+    sp = sub.add_parser("preflight", help="read-only checks on every node before the window (exit 1 if one fails, 2 if "
+                                             "the input does not fit)")
     pb_inv(sp)
     sp.add_argument("--json", action="store_true")
     sp.add_argument("--output", help="folder for preflight.json and preflight.md (default runs/preflight-<id>)")

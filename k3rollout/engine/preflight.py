@@ -9,7 +9,10 @@ The checks:
   inventory asks for it);
 - ``workload``: the node's workload runtime (``k3_workload_backend``) can work there: for
   ``docker``, the docker CLI and daemon answer (a Kubernetes node with containerd and no
-  docker is refused, naming the var to set);
+  docker is refused, naming the var to set); then, from the controller through the API of
+  a node under ``scheduler: kubernetes``, what the backend needs of the cluster
+  (``workload_runtime``: the kubelet runs Docker, for ``docker``; ``workload_node``,
+  ``workload_namespace``, ``workload_owners`` for ``kubernetes``);
 - ``controller_tools``: what the run will execute on the controller (ansible-playbook and
   ansible-runner for vendor task files over SSH);
 - ``gpu_count``: nvidia-smi shows ``expected_gpu_count`` GPUs;
@@ -34,8 +37,12 @@ The checks:
   new module would not load);
 - ``disk``: free space for the target image (when not cached) and the weights.
 
-The report (JSON and Markdown) names each failed check; the exit code is 1 when a node or
-the controller fails. ``run`` performs the same preflight and refuses to start unless each
+The playbook's baseline ``workload_probes`` must each match a serving pod or its owner on
+some node of the play (where every node lists them). The report (JSON and Markdown) names each
+failed check; the exit code is 1 when a node, the controller or the playbook fails, and 2 when
+a failure is the input's (``"input": true``: a backend that does not fit the node, a missing
+Kubernetes right, a namespace or owner that does not exist, a probe that names no workload).
+``run`` performs the same preflight and refuses to start (with the same exit code) unless each
 failed node is named with ``--skip-node`` (then left out of the run, and the run records it).
 """
 

@@ -128,3 +128,11 @@ def test_a_workload_probe_naming_an_owner_no_node_runs_is_refused_with_exit_2(tm
     assert "workload_probes[0]" not in err
     assert "preflight refused the input for the playbook: nothing was changed" in err
     nothing_changed(run_dir)
+
+
+def test_a_malformed_sim_k8s_deny_is_refused_with_exit_2_naming_the_host(tmp_path, capsys):
+    inv = write_inventory(tmp_path / "inv", HOSTS, {**CONTAINERD, "sim_k8s_deny": ["pods/log"]})
+    pb = write_playbook(tmp_path / "pb.yml", min_serving=0)
+    assert main(["preflight", str(pb), "-i", str(inv), "--output", str(tmp_path / "pre")]) == 2
+    err = capsys.readouterr().err
+    assert "host gpu-b01: sim_k8s_deny: a list of \"VERB RESOURCE[/SUBRESOURCE]\" rights, got ['pods/log']" in err
