@@ -125,10 +125,11 @@ def _full_name(pod: dict[str, Any]) -> str:
     return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
-def _serving(pod: dict[str, Any]) -> bool:
-    """A node's own serving pod: Running, asking for GPUs, not one of k3rollout's."""
+def _serving(pod: dict[str, Any], phases: tuple[str, ...] = ("Running",)) -> bool:
+    """A node's own serving pod: Running (or in ``phases``), asking for GPUs, not one of
+    k3rollout's."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
-    return kp.phase(pod) == "Running" and kp.gpu_request(pod) > 0 and \
+    return kp.phase(pod) in phases and kp.gpu_request(pod) > 0 and \
         labels.get("app.kubernetes.io/managed-by") != "k3rollout"
 
 
@@ -758,7 +759,8 @@ class Kubernetes:
                    f"found). Create it (kubectl create namespace {ns}), or set {NAMESPACE_VAR} to an existing "
                    "namespace", bad_input=True)))
         try:
-            serving = {_full_name(q): q for q in pods.pods_on(node) if _serving(q)}
+            # a pod still starting counts: the drain evicts it as well
+            serving = {_full_name(q): q for q in pods.pods_on(node) if _serving(q, ("Pending", "Running"))}
             gone = {k: why for k, q in serving.items() if (why := missing_owner(pods, q))}
             owners = [owner_of(pods, q) or {} for q in serving.values()]
         except KubernetesError as exc:

@@ -6,8 +6,10 @@ Each error names the host, the right or the variable, and the fix."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import time
 
 import httpx
 import pytest
@@ -127,6 +129,43 @@ def test_a_workload_probe_naming_an_owner_no_node_runs_is_refused_with_exit_2(tm
     assert "k3-b300, " in err and f"Fix the pattern in the playbook {pb}" in err
     assert "workload_probes[0]" not in err
     assert "preflight refused the input for the playbook: nothing was changed" in err
+    nothing_changed(run_dir)
+
+
+@pytest.mark.preflight
+def test_a_serving_pod_whose_owner_no_longer_exists_is_refused_with_exit_2(tmp_path, capsys):
+    """The Deployment of the B300 pods is gone while its pods still run (a garbage collector
+    that has not caught up): after the drain nothing would bring them back, and the uncordon
+    stage would wait in vain, after the node was changed. The preflight refuses it first."""
+    from k3rollout.model.inventory import load_inventory
+    from k3rollout.sim.dispatch import init_cluster
+
+    inv = write_inventory(tmp_path / "inv", HOSTS, CONTAINERD)
+    pb = write_playbook(tmp_path / "pb.yml", min_serving=0)
+    run_dir = tmp_path / "run"
+    root = run_dir / "sim-hosts"
+    hosts = load_inventory(str(inv)).hosts
+    init_cluster(root, {h: hosts[h].vars for h in HOSTS})
+    netd.ensure(root)                            # its API server seeds the Deployment and its pods
+    netd.shutdown(root)
+    deadline = time.monotonic() + 60
+    while netd.running(root) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not netd.running(root)
+    # the Deployment is gone from the API server's store; its pods are left as they were
+    store = json.loads((root / "kubeapi.json").read_text())
+    pods = sorted(k for k in store["pods"] if k.startswith("inference/"))
+    assert len(pods) == 2 and "Deployment/inference/k3-b300" in store["workloads"]
+    del store["workloads"]["Deployment/inference/k3-b300"]
+    (root / "kubeapi.json").write_text(json.dumps(store))
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    for node, pod in zip(HOSTS, pods, strict=True):
+        assert (f"preflight: {node}: workload_owners: serving pod {pod} names its owner ReplicaSet "
+                f"inference/{pod.split('/')[1].rsplit('-', 1)[0]}, which does not exist: after the drain nothing "
+                "brings such a pod back") in err
+    assert "Recreate the owner (or delete the stray pod), or leave the node out with --skip-node" in err
+    assert "preflight refused the input for gpu-b01 (workload_owners), gpu-b02 (workload_owners)" in err
     nothing_changed(run_dir)
 
 
