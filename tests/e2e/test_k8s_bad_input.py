@@ -112,6 +112,11 @@ def test_a_workload_namespace_that_does_not_exist_is_refused_with_exit_2_and_the
     p = kubectl(run_dir, tmp_path, "create", "namespace", "k3-validation")
     assert p.returncode == 0 and "namespace/k3-validation created" in p.stdout, p.stderr
     assert main(["preflight", str(pb), "-i", str(inv), "--output", str(run_dir)]) == 0
+    report = json.loads((run_dir / "preflight.json").read_text())
+    for node in HOSTS:
+        checks = {c["check"]: c["detail"] for c in report["nodes"][node]["checks"]}
+        assert checks["workload"] == "Pods through the API server; crictl answers (containerd)"
+        assert checks["workload_namespace"] == "namespace k3-validation exists"
     nothing_changed(run_dir)
 
 
