@@ -367,8 +367,12 @@ def controller_check(playbook: Any, inventory: Any, hosts: list[str], executor: 
 
     try:
         tools = check_controller_tools(playbook, {h: inventory.hosts[h] for h in hosts})
+    except InputError as exc:
+        return {"ok": False, "detail": str(exc)}
+    try:
         access = check_access({h: inventory.hosts[h] for h in hosts}, inventory.path, executor)
     except InputError as exc:
+        # the kubeconfig the inventory names cannot be used to ask (as `plan --check-access`)
         return {"ok": False, "detail": str(exc), "input": True}
     slurm = check_slurm_access(inventory, hosts, executor)
     detail = ", ".join(f"{k}: {v}" for k, v in tools.items()) or "nothing beyond k3rollout"
@@ -428,7 +432,8 @@ def render_md(report: dict[str, Any]) -> str:
     lines += ["| node | check | result | detail |", "|---|---|---|---|"]
     for h, n in report["nodes"].items():
         for c in n["checks"]:
-            lines.append(f"| {h} | {c['check']} | {'ok' if c['ok'] else '**FAIL**'} | "
+            result = "ok" if c["ok"] else "**FAIL** (input)" if c.get("input") else "**FAIL**"
+            lines.append(f"| {h} | {c['check']} | {result} | "
                          f"{c['detail'].replace('|', '/')} |")
     return "\n".join(lines) + "\n"
 

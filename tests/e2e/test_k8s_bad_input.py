@@ -90,6 +90,7 @@ def test_a_workload_namespace_that_does_not_exist_is_refused_with_exit_2_and_the
     assert ("Create it (kubectl create namespace k3-validation), or set k3_workload_namespace to an existing "
             "namespace") in err
     assert "preflight refused the input for gpu-b01 (workload_namespace), gpu-b02 (workload_namespace)" in err
+    assert "| gpu-b01 | workload_namespace | **FAIL** (input) | " in (run_dir / "preflight.md").read_text()
     nothing_changed(run_dir)
     # what the run would have met: the API server refuses a Pod there, as a real one does
     # (NamespaceLifecycle admission: the namespace lookup's 404)
