@@ -713,9 +713,10 @@ class Kubernetes:
         """Read-only, from the controller, before any change: the API server knows the node
         (else it is not a node of this cluster: the backend does not fit it); the namespace
         the check and test-server Pods go to exists (the API server refuses a Pod in a missing
-        one: 404 ``namespaces "X" not found``, its NamespaceLifecycle admission); each serving
-        pod's owner exists. Each refusal is the input's (an inventory var, the credentials, a
-        missing owner) and names its fix."""
+        one, and k3rollout does not create it: a cluster-scoped write, made by whoever grants
+        the controller its Role there; docs/domain.md "Workloads on Kubernetes GPU nodes");
+        each serving pod's owner exists. Each refusal is the input's (an inventory var, the
+        credentials, a missing owner) and names its fix."""
         out = ApiPreflight()
         ns = namespace(host_vars)
         if kube is None:
