@@ -287,7 +287,13 @@ def cmd_preflight(args: argparse.Namespace, clock: Clock) -> int:
     else:
         sys.stdout.write(render_md(report))
         print(f"report: {report['_paths'][0]}\n        {report['_paths'][1]}")
-    return EXIT_OK if report["ok"] else EXIT_HALTED
+    if report["ok"]:
+        return EXIT_OK
+    from k3rollout.engine.preflight import bad_input
+
+    # a failure of the input itself (a var that does not fit the node, missing rights, the
+    # playbook) is exit 2, any other failed check exit 1
+    return EXIT_INPUT if bad_input(report) else EXIT_HALTED
 
 
 def _preflight(playbook, inventory, out_dir: Path, skip: list[str] | None = None) -> dict:
@@ -443,11 +449,17 @@ def _start_run(playbook_path: str, inventory_path: str | list[str], run_dir: Pat
     _CURRENT_RUN_DIR[0] = run_dir
     pre = _run_preflight(playbook, inventory, run_dir, skip, None if no_preflight else (given or "now"))
     refused = [h for h in (pre or {}).get("failed_nodes", []) if h not in skip]
-    if pre is not None and (refused or not pre["controller"].get("ok", True)):
-        from k3rollout.engine.preflight import summary_lines
+    if pre is not None and (refused or not pre["controller"].get("ok", True) or not pre.get("play", {}).get("ok", True)):
+        from k3rollout.engine.preflight import bad_input, summary_lines
 
         for line in summary_lines(pre):
             print(f"preflight: {line}", file=sys.stderr)
+        wrong = bad_input(pre, skip)
+        if wrong:
+            # the input does not fit the cluster (a var, the credentials, the playbook): exit 2
+            print(f"preflight refused the input for {', '.join(wrong)}: nothing was changed. Fix what each line "
+                  f"above names, then run again. Report: {pre['_paths'][1]}", file=sys.stderr)
+            return EXIT_INPUT
         print(f"preflight FAILED on {', '.join(refused) or 'the controller'}: nothing was changed. Fix it, or leave "
               f"the node(s) out with --skip-node. Report: {pre['_paths'][1]}", file=sys.stderr)
         return EXIT_HALTED
@@ -862,7 +874,8 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--skip-node", action="append", metavar="NODE",
                     help="leave this node out of the run (e.g. one that failed preflight); may repeat")
     sp.set_defaults(fn=cmd_run)
-    sp = sub.add_parser("preflight", help="read-only checks on every node before the window (exit 1 if one fails)")
+    sp = sub.add_parser("preflight", help="read-only checks on every node before the window (exit 1 if one fails, 2 if "
+                                             "the input does not fit)")
     pb_inv(sp)
     sp.add_argument("--json", action="store_true")
     sp.add_argument("--output", help="folder for preflight.json and preflight.md (default runs/preflight-<id>)")

@@ -9,7 +9,10 @@ The checks:
   inventory asks for it);
 - ``workload``: the node's workload runtime (``k3_workload_backend``) can work there: for
   ``docker``, the docker CLI and daemon answer (a Kubernetes node with containerd and no
-  docker is refused, naming the var to set);
+  docker is refused, naming the var to set); then, from the controller through the API of
+  a node under ``scheduler: kubernetes``, what the backend needs of the cluster
+  (``workload_runtime``: the kubelet runs Docker, for ``docker``; ``workload_node``,
+  ``workload_namespace``, ``workload_owners`` for ``kubernetes``);
 - ``controller_tools``: what the run will execute on the controller (ansible-playbook and
   ansible-runner for vendor task files over SSH);
 - ``gpu_count``: nvidia-smi shows ``expected_gpu_count`` GPUs;
@@ -34,13 +37,20 @@ The checks:
   new module would not load);
 - ``disk``: free space for the target image (when not cached) and the weights.
 
-The report (JSON and Markdown) names each failed check; the exit code is 1 when a node or
-the controller fails. ``run`` performs the same preflight and refuses to start unless each
+The playbook's baseline ``workload_probes`` must each match a serving pod or its owner on
+some node of the play (where every node lists them). The report (JSON and Markdown) names each
+failed check; the exit code is 1 when a node, the controller or the playbook fails, and 2 when
+a failure is the input's (``"input": true``: a backend that does not fit the node, a missing
+Kubernetes right, a namespace or owner that does not exist, a probe that names no workload).
+``run`` performs the same preflight and refuses to start (with the same exit code) unless each
 failed node is named with ``--skip-node`` (then left out of the run, and the run records it).
 """
 
 from __future__ import annotations
 
+import fnmatch
+import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -49,6 +59,8 @@ from k3rollout import fastjson
 from k3rollout.checks import driver_facts as df
 from k3rollout.checks import parsers
 from k3rollout.plan.target import changes_driver, no_change_reason, target_of
+from k3rollout.scheduler import scheduler_for
+from k3rollout.scheduler.k8s_api import KubernetesApi
 from k3rollout.stages import driver_node as dn
 from k3rollout.stages import driver_operator
 from k3rollout.transport.base import CommandResult
@@ -77,15 +89,19 @@ def _runner(executor: Any, host: str, log: list[dict[str, Any]]):
 
 
 def check_node(executor: Any, host: str, hvars: dict[str, Any], target: str, *,
-               changes_driver: bool = True, ansible_tasks: dict[str, str] | None = None) -> dict[str, Any]:
+               changes_driver: bool = True, ansible_tasks: dict[str, str] | None = None,
+               kube: Callable[[], Any] | None = None) -> dict[str, Any]:
     """``ansible_tasks``: the driver stage's vendor task files by package manager; over SSH
-    they run through Ansible, so its path is proved on the node (check ``ansible``)."""
+    they run through Ansible, so its path is proved on the node (check ``ansible``).
+    ``kube``: the Kubernetes API of a node under ``scheduler: kubernetes`` (None for any
+    other), for a workload backend that asks it."""
     log: list[dict[str, Any]] = []
     run = _runner(executor, host, log)
     checks: list[dict[str, Any]] = []
 
-    def add(check: str, ok: bool, detail: str) -> None:
-        checks.append({"check": check, "ok": ok, "detail": detail})
+    def add(check: str, ok: bool, detail: str, bad_input: bool = False) -> None:
+        # bad_input: the inventory, the credentials or the playbook must change (exit 2)
+        checks.append({"check": check, "ok": ok, "detail": detail, **({"input": True} if bad_input else {})})
 
     info: dict[str, Any] = {}
     try:
@@ -96,8 +112,16 @@ def check_node(executor: Any, host: str, hvars: dict[str, Any], target: str, *,
         add("connect", True, "reached with the inventory's credentials")
         # the workload runtime first: a backend that cannot run here refuses the node before
         # anything else is asked of it (and before any change, when `run` performs this)
-        add("workload", *workload_for(hvars).preflight(run, hvars))
+        wl = workload_for(hvars)
+        add("workload", *wl.preflight(run, hvars))
         if not checks[-1]["ok"]:
+            return {"ok": False, "checks": checks, "info": info, "commands": log}
+        api = wl.preflight_api(kube, host, hvars)
+        for name, verdict in api.checks:
+            add(name, *verdict)
+        if api.serving is not None:
+            info["serving_workloads"] = api.serving
+        if not all(c["ok"] for c in checks):
             return {"ok": False, "checks": checks, "info": info, "commands": log}
         os_ = dn.read_os(run)
         info.update(os_)
@@ -270,23 +294,65 @@ def _disk(run: Any, hvars: dict[str, Any]) -> tuple[bool, str]:
 def preflight(playbook: Any, inventory: Any, hosts: list[str], executor: Any, *,
               controller: dict[str, Any], forks: int = 16) -> dict[str, Any]:
     """Every node in parallel (read-only); the report as a dict."""
+    from k3rollout.engine.steps import kubeconfig_for
+
     target, tvars = target_of(playbook)
     changes = changes_driver(playbook)
     tasks: dict[str, str] = {}
     for s in playbook.stages:
         if s.stage == "driver_upgrade":
             tasks = {m: f for m in ("apt", "dnf") if (f := getattr(s.typed_params().tasks, m, None))}
+    apis: dict[tuple[str | None, str | None], KubernetesApi] = {}
+    lock = threading.Lock()
 
     def one(h: str) -> tuple[str, dict[str, Any]]:
         hv = {**inventory.hosts[h].vars, **tvars}      # play vars win, as in Ansible
-        return h, check_node(executor, h, hv, target, changes_driver=changes, ansible_tasks=tasks)
 
-    with ThreadPoolExecutor(max_workers=max(1, min(forks, len(hosts) or 1))) as pool:
-        nodes = dict(pool.map(one, hosts))
+        def kube() -> KubernetesApi:
+            key = kubeconfig_for(hv, inventory.path, executor)
+            with lock:
+                if key not in apis:
+                    apis[key] = KubernetesApi(*key)
+                return apis[key]
+
+        return h, check_node(executor, h, hv, target, changes_driver=changes, ansible_tasks=tasks,
+                             kube=kube if scheduler_for(hv).kind == "kubernetes" else None)
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, min(forks, len(hosts) or 1))) as pool:
+            nodes = dict(pool.map(one, hosts))
+    finally:
+        for api in apis.values():
+            api.close()
     failed = [h for h in hosts if not nodes[h]["ok"]]
+    play = probes_check(playbook, nodes)
     return {"target_driver": target, "controller": controller, "nodes": nodes, "failed_nodes": failed,
             "no_change_nodes": {h: nodes[h]["info"]["no_change"] for h in hosts if nodes[h]["info"].get("no_change")},
-            "ok": controller.get("ok", True) and not failed}
+            "play": play, "ok": controller.get("ok", True) and not failed and play["ok"]}
+
+
+def probes_check(playbook: Any, nodes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The playbook's ``workload_probes`` each match a serving workload or its owner on some
+    node of the play: a pattern that matches none names an owner that does not exist (a typo,
+    another cluster's), and the probe the operator declared would silently never run. Made
+    only where every node listed its serving workloads (the kubernetes backend, through the
+    API); a mismatch is the playbook's (bad input)."""
+    specs = [(s.name, i, p.match) for s in playbook.stages if s.stage == "baseline"
+             for i, p in enumerate(s.typed_params().workload_probes)]
+    seen = [n["info"].get("serving_workloads") for n in nodes.values()]
+    if not specs or not nodes or any(s is None for s in seen):
+        return {"ok": True, "detail": "no workload_probes to match" if not specs else
+                "workload_probes not matched before the run: not every node lists its serving workloads"}
+    names = sorted({n for s in seen for n in s or []})
+    bad = [(stage, i, m) for stage, i, m in specs if not any(fnmatch.fnmatchcase(n, m) for n in names)]
+    if not bad:
+        return {"ok": True, "detail": f"every workload_probes match names a serving workload or owner ({len(specs)})"}
+    where = getattr(playbook, "path", None)
+    return {"ok": False, "input": True, "detail": "; ".join(
+        f"stage {stage!r} (baseline) with.workload_probes[{i}] match {m!r} names no serving workload or owner on "
+        "the play's nodes"
+        for stage, i, m in bad) + f" (they run: {', '.join(names) or 'none'}). Fix the pattern in the playbook"
+        + (f" {where}" if where else "") + ", or remove the probe"}
 
 
 def controller_check(playbook: Any, inventory: Any, hosts: list[str], executor: Any = None) -> dict[str, Any]:
@@ -301,19 +367,42 @@ def controller_check(playbook: Any, inventory: Any, hosts: list[str], executor: 
 
     try:
         tools = check_controller_tools(playbook, {h: inventory.hosts[h] for h in hosts})
-        access = check_access({h: inventory.hosts[h] for h in hosts}, inventory.path, executor)
     except InputError as exc:
         return {"ok": False, "detail": str(exc)}
+    try:
+        access = check_access({h: inventory.hosts[h] for h in hosts}, inventory.path, executor)
+    except InputError as exc:
+        # the kubeconfig the inventory names cannot be used to ask (as `plan --check-access`)
+        return {"ok": False, "detail": str(exc), "input": True}
     slurm = check_slurm_access(inventory, hosts, executor)
     detail = ", ".join(f"{k}: {v}" for k, v in tools.items()) or "nothing beyond k3rollout"
     for a in access:
-        missing = [f"{c['verb']} {c['resource']} ({c['for']})" for c in a["checks"] if not c["allowed"]]
-        detail += (f"; Kubernetes API {a['server']}: " + (f"credentials lack: {', '.join(missing)}" if missing
-                                                          else "credentials can cordon, evict and hold the Lease"))
+        missing = [c for c in a["checks"] if not c["allowed"]]
+        detail += f"; Kubernetes API {a['server']}: " + (missing_rights(a, missing) if missing else
+                                                          "credentials can cordon, evict and hold the Lease")
     for s in slurm:
         detail += f"; Slurm: {s['detail']}"
-    return {"ok": all(a["ok"] for a in access) and all(s["ok"] for s in slurm), "detail": detail,
-            "kubernetes_access": access, **({"slurm_access": slurm} if slurm else {})}
+    # a missing Kubernetes right is the credentials the inventory names: bad input (exit 2),
+    # as for `plan --check-access`
+    short = not all(a["ok"] for a in access)
+    return {"ok": not short and all(s["ok"] for s in slurm), "detail": detail,
+            "kubernetes_access": access, **({"slurm_access": slurm} if slurm else {}),
+            **({"input": True} if short else {})}
+
+
+def missing_rights(access: dict[str, Any], missing: list[dict[str, Any]]) -> str:
+    """The rights these credentials lack, for which nodes, and how to grant them."""
+    nodes = access["nodes"]
+    where = f"kubeconfig {access.get('kubeconfig') or '$KUBECONFIG or ~/.kube/config'}" + (
+        f", context {access['context']}" if access.get("context") else "")
+    rights = [f"{c['verb']} {c['resource']}{'.' + c['group'] if c['group'] else ''}"
+              + (f" in namespace {c['namespace']}" if c.get("namespace") else "") + f" ({c['for']})" for c in missing]
+    c = missing[0]
+    can_i = f"kubectl auth can-i {c['verb']} {c['resource']}{'.' + c['group'] if c['group'] else ''}" + (
+        f" -n {c['namespace']}" if c.get("namespace") else "")
+    return (f"the credentials ({where}) for {', '.join(nodes[:5])}{' and more' if len(nodes) > 5 else ''} lack "
+            f"{'; '.join(rights)}. Grant them in the Role or ClusterRole bound to these credentials (`{can_i}` "
+            "answers yes once granted), or name other credentials with k3_kubeconfig and k3_kube_context")
 
 
 def write_report(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
@@ -333,6 +422,8 @@ def render_md(report: dict[str, Any]) -> str:
              + (f" ({', '.join(report['failed_nodes'])})" if report["failed_nodes"] else ""), "",
              f"Controller: {'ok' if report['controller'].get('ok', True) else 'FAILED'}: "
              f"{report['controller'].get('detail', '')}", ""]
+    if not report.get("play", {}).get("ok", True):
+        lines += [f"Playbook: FAILED: {report['play']['detail']}", ""]
     if report.get("skipped_nodes"):
         lines += ["Left out of the run with --skip-node: " + ", ".join(report["skipped_nodes"]), ""]
     if report.get("no_change_nodes"):
@@ -341,7 +432,8 @@ def render_md(report: dict[str, Any]) -> str:
     lines += ["| node | check | result | detail |", "|---|---|---|---|"]
     for h, n in report["nodes"].items():
         for c in n["checks"]:
-            lines.append(f"| {h} | {c['check']} | {'ok' if c['ok'] else '**FAIL**'} | "
+            result = "ok" if c["ok"] else "**FAIL** (input)" if c.get("input") else "**FAIL**"
+            lines.append(f"| {h} | {c['check']} | {result} | "
                          f"{c['detail'].replace('|', '/')} |")
     return "\n".join(lines) + "\n"
 
@@ -350,8 +442,26 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     out = []
     if not report["controller"].get("ok", True):
         out.append(f"controller: FAIL {report['controller']['detail']}")
+    if not report.get("play", {}).get("ok", True):
+        out.append(f"playbook: FAIL {report['play']['detail']}")
     for h in report["failed_nodes"]:
         for c in report["nodes"][h]["checks"]:
             if not c["ok"]:
                 out.append(f"{h}: {c['check']}: {c['detail']}")
+    return out
+
+
+def bad_input(report: dict[str, Any], skip: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """What failed because the input is wrong (an inventory var that does not fit the node,
+    the controller's Kubernetes rights, the playbook): ``run`` and ``preflight`` exit 2 when
+    there is any, since the input must change before anything else helps (DESIGN.md, "CLI
+    verbs"); the nodes left out with --skip-node do not count."""
+    out = []
+    if not report["controller"].get("ok", True) and report["controller"].get("input"):
+        out.append("the controller's credentials")
+    if not report.get("play", {}).get("ok", True) and report["play"].get("input"):
+        out.append("the playbook")
+    out += [f"{h} ({', '.join(c['check'] for c in report['nodes'][h]['checks'] if c.get('input') and not c['ok'])})"
+            for h in report["failed_nodes"] if h not in skip
+            and any(c.get("input") and not c["ok"] for c in report["nodes"][h]["checks"])]
     return out

@@ -355,7 +355,8 @@ class KubernetesApi:
     # and, for nodes whose workloads run as Pods (k3_workload_backend: kubernetes): the check
     # and test-server Pods in the workload namespace, the failed attempt's and the serving
     # pods' logs and endpoints in theirs, and the owners whose readyReplicas prove them back
-    NEEDED_WORKLOAD = (("run check and test-server pods", "create", "", "pods", "", "workload"),
+    NEEDED_WORKLOAD = (("see that the workload namespace exists", "get", "", "namespaces", "", False),
+                       ("run check and test-server pods", "create", "", "pods", "", "workload"),
                        ("delete them after", "delete", "", "pods", "", "workload"),
                        ("read pods' logs", "get", "", "pods", "log", ""),
                        ("send GET requests to servers through the API server's pod proxy", "get", "", "pods",
@@ -395,7 +396,8 @@ class KubernetesApi:
             except Exception as exc:  # noqa: BLE001
                 raise _err(exc, f"ask whether these credentials may {verb} {resource}") from None
             out.append({"for": what, "verb": verb, "resource": resource + (f"/{sub}" if sub else ""),
-                        "group": group, "allowed": bool(r.status.allowed), "reason": r.status.reason or ""})
+                        "group": group, "namespace": ns, "allowed": bool(r.status.allowed),
+                        "reason": r.status.reason or ""})
         return out
 
     # ------------------------------------------------------------ the cluster-wide lock

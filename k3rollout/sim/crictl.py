@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from k3rollout.sim import containers as ctr
-from k3rollout.sim.kubelet import cri, image_id, iso, local_image, normalize, pull
+from k3rollout.sim.kubelet import CONTAINERD_VERSION, cri, image_id, iso, local_image, normalize, pull
 
 
 def _ago(t: float, now: float) -> str:
@@ -49,12 +49,16 @@ def _human_size(n: float) -> str:
 
 def crictl(state: dict[str, Any], args: list[str]) -> ctr.Out:
     """``crictl ps [-a] [-q]``, ``crictl images [-q] [--digests]``, ``crictl inspecti REF``,
-    ``crictl info``, ``crictl pull REF`` (cmd/crictl/{container,image,info}.go of
-    kubernetes-sigs/cri-tools): the kubelet's containers and the CRI image store."""
+    ``crictl info``, ``crictl pull REF``, ``crictl version`` (cmd/crictl/{container,image,info,
+    version}.go of kubernetes-sigs/cri-tools): the kubelet's containers and the CRI image store."""
     now = time.time()
     c = cri(state)
     cmd = args[0] if args else ""
     rest = args[1:]
+    if cmd == "version":
+        # the runtime's CRI Version answer, one fmt.Println per field (hence the two spaces)
+        return 0, (f"Version:  0.1.0\nRuntimeName:  containerd\nRuntimeVersion:  v{CONTAINERD_VERSION}\n"
+                   "RuntimeApiVersion:  v1\n"), ""
     if cmd == "ps":
         rows = [["CONTAINER", "IMAGE", "CREATED", "STATE", "NAME", "ATTEMPT", "POD ID", "POD", "NAMESPACE"]]
         out = []

@@ -19,7 +19,12 @@ A node is the sim host itself: ``spec.unschedulable`` is the host's scheduler st
 and annotations live in the host's state, and ``Ready`` follows whether the host is up.
 Pods, owners, events, budgets and leases are cluster objects, kept in ``kubeapi.json`` under
 the sim root, with the cluster's settings (``lws_crd``: the LeaderWorkerSet CRD is installed;
-``deny``: rights refused to every user). On a Docker host (``container_runtime: docker``) the
+``deny``: rights refused to every user, from the hosts' ``sim_k8s_deny``). Namespaces: the
+cluster's own (``default``, ``kube-system``, ``kube-public``, ``kube-node-lease``), those of the
+GPU Operator, the serving owners and k3rollout's workload namespace (``k3rollout``), any
+created with ``POST /api/v1/namespaces``, and any a pod or owner is in; a create in any other
+is refused as the NamespaceLifecycle admission refuses it (404 ``namespaces "X" not found``,
+k8s.io/apiserver plugin/namespace/lifecycle). On a Docker host (``container_runtime: docker``) the
 serving pod only stands for the host's serving container; on a containerd node every workload
 pod is run by its kubelet.
 The host fault ``pdb_blocks_eviction`` makes the budget of the node's serving pod refuse its
@@ -72,6 +77,10 @@ GPU_OPERATOR_PROGRESSION = ("upgrade-required", "cordon-required", "wait-for-job
                             "upgrade-done")
 # the simulated cluster's driver pools: NVIDIADriver name -> driver version
 NVIDIA_DRIVERS = {"r575": "575.57.08", "r580": "580.95.05"}
+# the namespaces the simulated cluster starts with: Kubernetes' own, the GPU Operator's, the
+# serving owners' and k3rollout's (an administrator creates it with the Role that lets the
+# controller run pods there; docs/domain.md "Workloads on Kubernetes GPU nodes")
+NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", "gpu-operator", "inference", "k3rollout")
 # bearer tokens the simulated server knows: an administrator (cluster-admin) and a viewer
 # (the built-in ``view`` ClusterRole: get, list, watch), for the credentials check
 TOKENS = {"sim-admin-token": ("kubernetes-admin", "cluster-admin"), "sim-viewer-token": ("k3rollout-viewer", "view")}
@@ -93,6 +102,7 @@ class Cluster:
         self.data.setdefault("run", [])
         self.data.setdefault("workloads", {})
         self.data.setdefault("admitted", [])     # uids of pods a kubelet admitted
+        self.data.setdefault("namespaces", {n: _namespace(n, "2026-05-04T10:11:12Z") for n in NAMESPACES})
         settings = self.data.setdefault("settings", {"lws_crd": True, "deny": []})
         if lws_crd is not None:
             settings["lws_crd"] = lws_crd
@@ -120,6 +130,44 @@ class Cluster:
         with self.lock:
             self.data["settings"]["deny"] = list(rights)
             self.save()
+
+    # ------------------------------------------------------------ namespaces
+
+    def namespaces(self) -> list[dict[str, Any]]:
+        """The namespaces created, and those a pod, an owner or a lease is in (the seeds put
+        objects straight into a namespace, as a cluster built by an installer has them)."""
+        with self.lock:
+            names = {*self.data["namespaces"], *(p["metadata"]["namespace"] for p in self.data["pods"].values()),
+                     *(w["metadata"]["namespace"] for w in self.data["workloads"].values()),
+                     *(k.split("/", 1)[0] for k in self.data["leases"])}
+            return [self.data["namespaces"].get(n) or _namespace(n, "2026-05-04T10:11:12Z") for n in sorted(names)]
+
+    def namespace(self, name: str) -> dict[str, Any]:
+        found = [x for x in self.namespaces() if x["metadata"]["name"] == name]
+        if not found:
+            raise not_found("namespaces", name)
+        return found[0]
+
+    def admit_create(self, ns: str) -> None:
+        """The NamespaceLifecycle admission of a create in ``ns``: refused unless it exists,
+        with the NotFound of the namespace lookup (k8s.io/apiserver
+        pkg/admission/plugin/namespace/lifecycle/admission.go returns that error as is)."""
+        self.namespace(ns)
+
+    def create_namespace(self, body: Any) -> dict[str, Any]:
+        name = (body or {}).get("metadata", {}).get("name") if isinstance(body, dict) else None
+        if not name:
+            raise ApiError(422, "Invalid", 'Namespace "" is invalid: metadata.name: Required value: name or '
+                                           "generateName is required")
+        with self.lock:
+            if any(x["metadata"]["name"] == name for x in self.namespaces()):
+                raise ApiError(409, "AlreadyExists", f'namespaces "{name}" already exists',
+                               {"name": name, "kind": "namespaces"})
+            obj = _namespace(name, now_iso())
+            obj["metadata"]["resourceVersion"] = self.rv()
+            self.data["namespaces"][name] = obj
+            self.save()
+        return obj
 
     # ------------------------------------------------------------ persistence
 
@@ -532,6 +580,14 @@ class Cluster:
                 "details": {"name": name, "group": "coordination.k8s.io", "kind": "leases"}}
 
 
+def _namespace(name: str, created: str) -> dict[str, Any]:
+    return {"kind": "Namespace", "apiVersion": "v1",
+            "metadata": {"name": name, "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, f"namespace/{name}")),
+                         "resourceVersion": "1", "creationTimestamp": created,
+                         "labels": {"kubernetes.io/metadata.name": name}},
+            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+
+
 def _node_fields(sched: dict[str, Any]) -> dict[str, Any]:
     return {"metadata": {"labels": dict(sched.get("labels", {})), "annotations": dict(sched.get("annotations", {}))},
             "spec": {"unschedulable": sched["state"] != "schedulable"}}
@@ -779,7 +835,16 @@ class Handler(BaseHTTPRequestHandler):
             return 200, _list("PodList", "v1", items, c.data["rv"])
         if len(p) == 6 and p[:4] == ["", "api", "v1", "namespaces"] and p[5] == "pods" and method == "POST":
             self._authorize("create", "pods", "", p[4], None)
+            c.admit_create(p[4])
             return 201, c.work.create_pod(p[4], body)
+        if path == "/api/v1/namespaces" and method == "GET":
+            return 200, _list("NamespaceList", "v1", c.namespaces(), c.data["rv"])
+        if path == "/api/v1/namespaces" and method == "POST":
+            self._authorize("create", "namespaces", "", None, None)
+            return 201, c.create_namespace(body)
+        if len(p) == 5 and p[:4] == ["", "api", "v1", "namespaces"] and method == "GET":
+            self._authorize("get", "namespaces", "", None, p[4])
+            return 200, c.namespace(p[4])
         if len(p) == 7 and p[:4] == ["", "api", "v1", "namespaces"] and p[5] == "pods" and method == "GET":
             with c.lock:
                 c.work.sync(c.pod(p[4], p[6])["spec"].get("nodeName") or None)
@@ -856,6 +921,7 @@ class Handler(BaseHTTPRequestHandler):
             return 200, c.work.workload(kind, ns, name)
         if method == "POST" and ns and name is None:
             self._authorize("create", plural, group, ns, None)
+            c.admit_create(ns)
             return 201, c.work.create_workload(kind, ns, body)
         if method == "DELETE" and ns and name:
             self._authorize("delete", plural, group, ns, name)

@@ -22,7 +22,7 @@ RESOURCES: dict[str, list[tuple[str, str, bool, list[str]]]] = {
            ("pods/log", "Pod", True, ["get"]),
            ("pods/proxy", "PodProxyOptions", True, ["create", "delete", "get", "patch", "update"]),
            ("events", "Event", True, ["list"]),
-           ("namespaces", "Namespace", False, ["get", "list"])],
+           ("namespaces", "Namespace", False, ["create", "get", "list"])],
     "apps/v1": [("daemonsets", "DaemonSet", True, ["get", "list"]),
                 ("deployments", "Deployment", True, ["create", "delete", "get", "list"]),
                 ("replicasets", "ReplicaSet", True, ["get", "list"]),
@@ -35,7 +35,8 @@ RESOURCES: dict[str, list[tuple[str, str, bool, list[str]]]] = {
     f"{ctl.LWS_GROUP}/v1": [("leaderworkersets", "LeaderWorkerSet", True, ["create", "delete", "get", "list"])],
 }
 SHORT_NAMES = {"pods": ["po"], "nodes": ["no"], "deployments": ["deploy"], "statefulsets": ["sts"],
-               "replicasets": ["rs"], "daemonsets": ["ds"], "leaderworkersets": ["lws"], "events": ["ev"]}
+               "replicasets": ["rs"], "daemonsets": ["ds"], "leaderworkersets": ["lws"], "events": ["ev"],
+               "namespaces": ["ns"]}
 
 
 def workload_path(p: list[str], lws: bool) -> tuple[str, str | None, str | None] | None:

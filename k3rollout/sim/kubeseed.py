@@ -11,7 +11,8 @@ cluster models is, on a Deployment's pods, the serving container's previous inst
 operator set the pod's image to the cu130 K3 image (the requirement check bypassed), it failed
 CUDA init, and the image was set back; ``kubectl logs --previous`` shows that attempt. An LWS
 group whose container restarted is recreated whole by its controller, so its pods start with
-no previous instance. Runs once, when the API server first meets the nodes.
+no previous instance. The rights the hosts' ``sim_k8s_deny`` lists join the cluster's ``deny``
+setting (refused to every user). Runs once, when the API server first meets the nodes.
 """
 
 from __future__ import annotations
@@ -59,8 +60,10 @@ def _template(c: dict[str, Any], gpus: int, app: str, args: list[str]) -> dict[s
 
 def seed(cluster: Cluster) -> None:
     groups: dict[tuple[str, str, str], list[tuple[str, dict[str, Any]]]] = {}
+    deny = set(cluster.data["settings"].get("deny") or [])
     for name, d in cluster.host_dirs().items():
         s = st.load(d)
+        deny.update(s.get("k8s_deny") or [])
         seed_ = s.get("k8s_seed")
         if kubelet.runtime(s) != "containerd" or not seed_ or not seed_.get("workload"):
             continue
@@ -112,6 +115,8 @@ def seed(cluster: Cluster) -> None:
                 with st.transaction(cluster.root / host) as s:
                     kubelet.record_exited(s, pod, "vllm", failed["image"], failed["args"], logs, 1,
                                           float(failed.get("started", time.time() - 5 * 3600)))
+    cluster.data["settings"]["deny"] = sorted(deny)
     for d in cluster.host_dirs().values():
         with st.transaction(d) as s:
             s.pop("k8s_seed", None)
+            s.pop("k8s_deny", None)

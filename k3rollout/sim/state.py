@@ -300,6 +300,13 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
         raise ValueError(f"sim_container_runtime: docker or containerd, got {runtime!r}")
     state["container_runtime"] = runtime
     state["crash_backoff_s"] = float(hv.get("sim_crash_backoff_s", 10.0))
+    # rights the cluster's API server refuses to every user (sim_k8s_deny: "VERB RESOURCE" or
+    # "VERB RESOURCE/SUBRESOURCE", as RBAC names them): a cluster setting, the union over the
+    # hosts, taken by the API server when it first meets the nodes (sim/kubeseed.py)
+    deny = hv.get("sim_k8s_deny") or []
+    if not isinstance(deny, list) or not all(isinstance(d, str) and len(d.split()) == 2 for d in deny):
+        raise ValueError(f'sim_k8s_deny: a list of "VERB RESOURCE[/SUBRESOURCE]" rights, got {deny!r}')
+    state["k8s_deny"] = [" ".join(d.split()) for d in deny]
     state["cri"] = {"images": {}, "containers": {}}
     if runtime == "containerd":
         # what runs is the pods' (the API server seeds them: sim/kubeseed.py from sim_k8s_serving);

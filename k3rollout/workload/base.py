@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from k3rollout.transport.base import CommandResult
 
@@ -39,6 +39,15 @@ class NodeCtx(Protocol):
     def step(self, name: str, argv: list[str], **kw: Any) -> CommandResult: ...
 
     def evidence(self, name: str, content: str) -> dict[str, Any]: ...
+
+
+class Verdict(NamedTuple):
+    """A preflight check's answer. ``bad_input``: the failure is the input's (an inventory
+    var that does not fit the node, the controller's credentials, the playbook), so the
+    refusal is exit 2 and the fix is in ``detail``; else the node's own state fails it (exit 1)."""
+    ok: bool
+    detail: str
+    bad_input: bool = False
 
 
 @dataclass(frozen=True)
@@ -85,6 +94,15 @@ class Restored:
     facts: dict[str, Any] = field(default_factory=dict)
     reason: str = ""
     back: list[str] = field(default_factory=list)   # the ones brought back: to be proven again
+
+
+@dataclass
+class ApiPreflight:
+    """``checks``: (check name, verdict); ``serving``: the names of the node's serving
+    workloads and of their owners (what a playbook's ``workload_probes`` may match), None
+    where the backend cannot list them before the run."""
+    checks: list[tuple[str, Verdict]] = field(default_factory=list)
+    serving: list[str] | None = None
 
 
 class Workload(Protocol):
@@ -214,5 +232,12 @@ class Workload(Protocol):
         ...
 
     # ---- preflight: can this backend work on the node at all?
-    def preflight(self, run: Run, host_vars: dict[str, Any]) -> tuple[bool, str]:
+    def preflight(self, run: Run, host_vars: dict[str, Any]) -> Verdict:
+        """On the node (read-only): the runtime this backend drives is there."""
+        ...
+
+    def preflight_api(self, kube: Callable[[], Any] | None, node: str, host_vars: dict[str, Any]) -> ApiPreflight:
+        """From the controller (read-only): what the backend needs of the node's cluster.
+        ``kube()`` gives the ``KubernetesApi`` of a node under ``scheduler: kubernetes``
+        (None for any other node), asked only by a backend that needs it."""
         ...

@@ -10,12 +10,14 @@ reach it at the node's own address. Nothing here decides a stage's outcome.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from k3rollout.checks import parsers
 from k3rollout.checks.triage import classify
 from k3rollout.transport.base import CommandResult
-from k3rollout.workload.base import Endpoint, NodeCtx, Pulled, Restored, Run, ServerState
+from k3rollout.workload.base import ApiPreflight, Endpoint, NodeCtx, Pulled, Restored, Run, ServerState, Verdict
+from k3rollout.workload.k8s_pods import KubernetesError, PodApi
 
 DOCKER = "docker"
 DEFAULT_ROOT = "/var/lib/docker"
@@ -254,17 +256,42 @@ class Docker:
 
     # ------------------------------------------------------------ preflight
 
-    def preflight(self, run: Run, host_vars: dict[str, Any]) -> tuple[bool, str]:
+    def preflight(self, run: Run, host_vars: dict[str, Any]) -> Verdict:
         """Docker answers on the node. A Kubernetes GPU node runs containerd or CRI-O and
         usually has no ``docker`` CLI (dockershim left in 1.24): every check and test server
-        of this backend would fail there, after the node was drained and changed."""
+        of this backend would fail there, after the node was drained and changed. That is
+        the inventory's var not fitting the node (bad input); a daemon that does not answer
+        is the node's state."""
         res = run("workload-runtime", _docker("info", "--format", "{{.ServerVersion}}"))
         if command_missing(res):
-            return False, ("k3_workload_backend is docker, but docker is not installed on this node "
-                           f"(rc {res.rc}: {res.tail(120).strip()}). A Kubernetes node runs containerd or CRI-O: "
-                           "set k3_workload_backend: kubernetes (with scheduler: kubernetes) so checks and test "
-                           "servers run as Pods")
+            return Verdict(False, "k3_workload_backend is docker, but docker is not installed on this node "
+                                  f"(rc {res.rc}: {res.tail(120).strip()}). A Kubernetes node runs containerd or "
+                                  "CRI-O: set k3_workload_backend: kubernetes (with scheduler: kubernetes) so checks "
+                                  "and test servers run as Pods", bad_input=True)
         if not res.ok:
-            return False, (f"the Docker daemon does not answer (rc {res.rc}: {res.tail(200).strip()}); start it, "
-                           "or set k3_workload_backend to the runtime this node uses")
-        return True, f"Docker {res.stdout.strip()} answers"
+            return Verdict(False, f"the Docker daemon does not answer (rc {res.rc}: {res.tail(200).strip()}); start "
+                                  "it, or set k3_workload_backend to the runtime this node uses")
+        return Verdict(True, f"Docker {res.stdout.strip()} answers")
+
+    def preflight_api(self, kube: Callable[[], Any] | None, node: str, host_vars: dict[str, Any]) -> ApiPreflight:
+        """On a Kubernetes node, the kubelet's runtime (``status.nodeInfo.containerRuntimeVersion``)
+        must be Docker (cri-dockerd, ``docker://``): where a docker CLI sits beside containerd or
+        CRI-O, the serving pods are not Docker containers, and ``docker run --gpus all`` goes
+        around the device plugin (docs/domain.md "Workloads on Kubernetes GPU nodes")."""
+        if kube is None:
+            return ApiPreflight()
+        try:
+            pods = PodApi(kube())
+            runtime = str((((pods.node(node).get("status") or {}).get("nodeInfo") or {})
+                           .get("containerRuntimeVersion")) or "")
+        except KubernetesError as exc:
+            return ApiPreflight([("workload_runtime", Verdict(
+                False, f"cannot read node {node}'s container runtime from the Kubernetes API: {exc}",
+                bad_input=exc.status in (401, 403, 404)))])
+        if runtime.startswith("docker://"):
+            return ApiPreflight([("workload_runtime", Verdict(True, f"the kubelet runs {runtime}"))])
+        return ApiPreflight([("workload_runtime", Verdict(
+            False, f"k3_workload_backend is docker, but the kubelet on this node runs {runtime or 'an unknown runtime'} "
+                   "(node.status.nodeInfo.containerRuntimeVersion): its pods are not Docker containers and docker "
+                   "run --gpus all would go around the device plugin. Set k3_workload_backend: kubernetes",
+            bad_input=True))])

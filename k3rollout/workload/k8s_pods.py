@@ -89,6 +89,12 @@ class PodApi:
                        lambda: self.kube.core.read_namespaced_pod_log(name, namespace, **kw))
         return got.decode(errors="replace") if isinstance(got, bytes) else str(got or "")
 
+    def namespace(self, name: str) -> dict[str, Any] | None:
+        """GET /api/v1/namespaces/NAME (None: 404)"""
+        got: dict[str, Any] | None = self._do(f"read namespace {name}", lambda: self.kube.core.read_namespace(name),
+                                              missing_ok=True)
+        return got
+
     # ---- owners
     def owner(self, namespace: str, kind: str, name: str) -> dict[str, Any] | None:
         """GET /apis/apps/v1/namespaces/NS/{replicasets,deployments,statefulsets}/NAME or

@@ -37,7 +37,7 @@ from k3rollout.checks import parsers
 from k3rollout.checks.triage import classify
 from k3rollout.transport.base import CommandResult
 from k3rollout.workload import k8s_pods as kp
-from k3rollout.workload.base import Endpoint, NodeCtx, Pulled, Restored, Run, ServerState
+from k3rollout.workload.base import ApiPreflight, Endpoint, NodeCtx, Pulled, Restored, Run, ServerState, Verdict
 from k3rollout.workload.k8s_pods import GPU, KubernetesError, PodApi
 
 DEFAULT_NAMESPACE = "k3rollout"
@@ -118,6 +118,45 @@ def _selector(owner: dict[str, Any]) -> str:
 def _container_ports(pod: dict[str, Any]) -> set[int]:
     return {int(p.get("containerPort")) for c in (pod.get("spec") or {}).get("containers") or []
             for p in c.get("ports") or [] if p.get("containerPort")}
+
+
+def _full_name(pod: dict[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+def _serving(pod: dict[str, Any], phases: tuple[str, ...] = ("Running",)) -> bool:
+    """A node's own serving pod: Running (or in ``phases``), asking for GPUs, not one of
+    k3rollout's."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return kp.phase(pod) in phases and kp.gpu_request(pod) > 0 and \
+        labels.get("app.kubernetes.io/managed-by") != "k3rollout"
+
+
+def missing_owner(pods: PodApi, pod: dict[str, Any]) -> str:
+    """The owner a serving pod names that does not exist ("" when all do, or when it names
+    none): its controller reference, a ReplicaSet's Deployment, a LeaderWorkerSet's set, as
+    ``owner_of`` resolves them. A pod whose owner is gone is brought back by nothing after
+    the drain, and the uncordon stage would wait for it in vain."""
+    meta = pod.get("metadata") or {}
+    ref = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
+    if ref is None:
+        return ""
+    ns, kind, name = str(meta.get("namespace")), str(ref.get("kind")), str(ref.get("name"))
+    chain = []
+    if kind in kp.OWNERS:
+        obj = pods.owner(ns, kind, name)
+        if obj is None:
+            return f"{kind} {ns}/{name}"
+        chain.append(f"{kind} {name}")
+        up = next((o for o in (obj.get("metadata") or {}).get("ownerReferences") or [] if o.get("controller")), None)
+        if kind == "ReplicaSet" and up and up.get("kind") == "Deployment" and \
+                pods.owner(ns, "Deployment", str(up.get("name"))) is None:
+            return f"Deployment {ns}/{up.get('name')} (through {chain[0]})"
+    lws = (meta.get("labels") or {}).get(LWS_NAME_LABEL)
+    if lws and kind != "LeaderWorkerSet" and pods.owner(ns, "LeaderWorkerSet", str(lws)) is None:
+        return f"LeaderWorkerSet {ns}/{lws}" + (f" (through {chain[0]})" if chain else "")
+    return ""
 
 
 def _serves_api(pod: dict[str, Any]) -> bool:
@@ -256,8 +295,7 @@ class Kubernetes:
             out = []
             for q in p.pods_on(ctx.node):
                 meta = q.get("metadata") or {}
-                if kp.phase(q) != "Running" or kp.gpu_request(q) == 0 or \
-                        (meta.get("labels") or {}).get("app.kubernetes.io/managed-by") == "k3rollout":
+                if not _serving(q):
                     continue
                 st = ((q.get("status") or {}).get("containerStatuses") or [{}])[0]
                 c0 = ((q.get("spec") or {}).get("containers") or [{}])[0]
@@ -660,16 +698,82 @@ class Kubernetes:
 
     # ------------------------------------------------------------ preflight
 
-    def preflight(self, run: Run, host_vars: dict[str, Any]) -> tuple[bool, str]:
+    def preflight(self, run: Run, host_vars: dict[str, Any]) -> Verdict:
         """crictl on the node (pre-staging pulls into the kubelet's store with it); checks and
         servers need no tool on the node. The API rights are the credentials check's."""
         res = run("workload-runtime", ["crictl", "version"])
         if not res.ok:
-            return True, (f"crictl does not answer (rc {res.rc}): pre-staging cannot pull into the kubelet's image "
-                          "store; checks and test servers run as Pods through the API server")
+            return Verdict(True, f"crictl does not answer (rc {res.rc}): pre-staging cannot pull into the kubelet's "
+                                 "image store; checks and test servers run as Pods through the API server")
         name = next((ln.split(":", 1)[1].strip() for ln in res.stdout.splitlines() if ln.startswith("RuntimeName")),
                     "unknown")
-        return True, f"Pods through the API server; crictl answers ({name})"
+        return Verdict(True, f"Pods through the API server; crictl answers ({name})")
 
+    def preflight_api(self, kube: Callable[[], Any] | None, node: str, host_vars: dict[str, Any]) -> ApiPreflight:
+        """Read-only, from the controller, before any change: the API server knows the node
+        (else it is not a node of this cluster: the backend does not fit it); the namespace
+        the check and test-server Pods go to exists (the API server refuses a Pod in a missing
+        one, and k3rollout does not create it: a cluster-scoped write, made by whoever grants
+        the controller its Role there; docs/domain.md "Workloads on Kubernetes GPU nodes");
+        each serving pod's owner exists. Each refusal is the input's (an inventory var, the
+        credentials, a missing owner) and names its fix."""
+        out = ApiPreflight()
+        ns = namespace(host_vars)
+        if kube is None:
+            out.checks.append(("workload_node", Verdict(
+                False, f"k3_workload_backend is kubernetes, but the node's scheduler is {host_vars.get('scheduler')}: "
+                       "its checks and test servers run as Pods through the node's API server. Set scheduler: "
+                       "kubernetes (and k3_kubeconfig), or k3_workload_backend to the runtime the node runs (docker)",
+                bad_input=True)))
+            return out
+        try:
+            pods = PodApi(kube())
+        except KubernetesError as exc:
+            out.checks.append(("workload_api", Verdict(False, f"cannot reach the Kubernetes API: {exc}")))
+            return out
+
+        def failed(check: str, exc: KubernetesError, what: str) -> ApiPreflight:
+            # a 403 is the controller's credentials (named by the credentials check too)
+            out.checks.append((check, Verdict(False, f"cannot {what} on {pods.server}: {exc}",
+                                              bad_input=exc.status in (401, 403))))
+            return out
+
+        try:
+            info = (pods.node(node).get("status") or {}).get("nodeInfo") or {}
+        except KubernetesError as exc:
+            if exc.status != 404:
+                return failed("workload_node", exc, f"read node {node}")
+            out.checks.append(("workload_node", Verdict(
+                False, f"k3_workload_backend is kubernetes, but the API server {pods.server} has no node {node}: check "
+                       "k3_kubeconfig and k3_kube_context (this node's cluster), or set k3_workload_backend to the "
+                       "runtime the node runs (docker)", bad_input=True)))
+            return out
+        out.checks.append(("workload_node", Verdict(True, f"node {node}: kubelet {info.get('kubeletVersion')}, "
+                                                          f"{info.get('containerRuntimeVersion')}")))
+        try:
+            there = pods.namespace(ns) is not None
+        except KubernetesError as exc:
+            return failed("workload_namespace", exc, f"read namespace {ns}")
+        out.checks.append(("workload_namespace", Verdict(True, f"namespace {ns} exists") if there else Verdict(
+            False, f"{NAMESPACE_VAR} is {ns}, but no namespace {ns} exists on {pods.server}: the check and "
+                   f"test-server Pods go there, and the API server refuses them (404 namespaces \"{ns}\" not "
+                   f"found). Create it (kubectl create namespace {ns}), or set {NAMESPACE_VAR} to an existing "
+                   "namespace", bad_input=True)))
+        try:
+            # a pod still starting counts: the drain evicts it as well
+            serving = {_full_name(q): q for q in pods.pods_on(node) if _serving(q, ("Pending", "Running"))}
+            gone = {k: why for k, q in serving.items() if (why := missing_owner(pods, q))}
+            owners = [owner_of(pods, q) or {} for q in serving.values()]
+        except KubernetesError as exc:
+            return failed("workload_owners", exc, f"read the serving pods on {node} and their owners")
+        # what a playbook's workload_probes match: the pod (ns/name, name) or its owner's name
+        out.serving = sorted({*serving, *(k.rpartition("/")[2] for k in serving),
+                              *(str(o["name"]) for o in owners if o.get("name"))})
+        out.checks.append(("workload_owners", Verdict(True, f"{len(serving)} serving pod(s), every owner exists")
+                           if not gone else Verdict(
+            False, "; ".join(f"serving pod {k} names its owner {v}, which does not exist" for k, v in gone.items())
+            + ": after the drain nothing brings such a pod back, and the uncordon stage would wait for it in vain. "
+              "Recreate the owner (or delete the stray pod), or leave the node out with --skip-node", bad_input=True)))
+        return out
 
 __all__ = ["Kubernetes", "crictl_image", "namespace", "pod_name"]

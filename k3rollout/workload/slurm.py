@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import shlex
 import time
+from collections.abc import Callable
 from typing import Any
 
 from k3rollout.transport.base import CommandResult
-from k3rollout.workload.base import Endpoint, NodeCtx, Pulled, Restored, Run, ServerState
+from k3rollout.workload.base import ApiPreflight, Endpoint, NodeCtx, Pulled, Restored, Run, ServerState, Verdict
 
 LAUNCHER_VAR = "k3_container_launcher"
 DEFAULT_LAUNCHER = "pyxis"
@@ -485,17 +486,20 @@ class SlurmJobs:
 
     # ------------------------------------------------------------ preflight
 
-    def preflight(self, run: Run, host_vars: dict[str, Any]) -> tuple[bool, str]:
+    def preflight(self, run: Run, host_vars: dict[str, Any]) -> Verdict:
         """The launcher is known and installed on the node (pyxis runs enroot underneath)."""
         kind = launcher(host_vars)
         if kind not in LAUNCHERS:
-            return False, f"{LAUNCHER_VAR}: {kind!r} is not one of {', '.join(LAUNCHERS)} (or docker)"
+            return Verdict(False, f"{LAUNCHER_VAR}: {kind!r} is not one of {', '.join(LAUNCHERS)} (or docker)")
         res = run("container-launcher", LAUNCHER_PROBE[kind])
         if res.rc == 127 or "command not found" in res.stderr:
-            return False, (f"{LAUNCHER_VAR} is {kind}, but {LAUNCHER_PROBE[kind][0]} is not installed on this node "
-                           f"(rc {res.rc}: {res.tail(120).strip()}); install it, or set {LAUNCHER_VAR} to the "
-                           "launcher this cluster uses (pyxis, enroot, apptainer, docker)")
+            return Verdict(False, f"{LAUNCHER_VAR} is {kind}, but {LAUNCHER_PROBE[kind][0]} is not installed on this "
+                                  f"node (rc {res.rc}: {res.tail(120).strip()}); install it, or set {LAUNCHER_VAR} to "
+                                  "the launcher this cluster uses (pyxis, enroot, apptainer, docker)")
         if not res.ok:
-            return False, f"{LAUNCHER_PROBE[kind][0]} does not answer (rc {res.rc}: {res.tail(200).strip()})"
-        return True, f"{kind}: {res.stdout.strip().splitlines()[0] if res.stdout.strip() else 'installed'}"
+            return Verdict(False, f"{LAUNCHER_PROBE[kind][0]} does not answer (rc {res.rc}: {res.tail(200).strip()})")
+        return Verdict(True, f"{kind}: {res.stdout.strip().splitlines()[0] if res.stdout.strip() else 'installed'}")
+
+    def preflight_api(self, kube: Callable[[], Any] | None, node: str, host_vars: dict[str, Any]) -> ApiPreflight:
+        return ApiPreflight()
 

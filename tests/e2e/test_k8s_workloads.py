@@ -102,14 +102,17 @@ def test_the_docker_backend_on_containerd_nodes_is_refused_at_preflight_with_the
     inv = write_inventory(tmp_path / "inv", HOSTS, {**CONTAINERD, "k3_workload_backend": "docker"})
     pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=[1, 2], min_serving=0)
     run_dir = tmp_path / "run"
-    # a failed preflight is exit 1 (docs/guide.md "Exit codes"), before any change
-    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 1
+    # the inventory's backend does not fit the nodes: bad input, exit 2 (docs/guide.md "Exit codes"),
+    # before any change
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 2
     err = capsys.readouterr().err
     for node in HOSTS:
         assert (f"preflight: {node}: workload: k3_workload_backend is docker, but docker is not installed on this "
                 "node") in err
     assert "set k3_workload_backend: kubernetes (with scheduler: kubernetes)" in err
+    assert "preflight refused the input for gpu-a01 (workload), gpu-a02 (workload)" in err
     assert "nothing was changed" in err
+    assert not (run_dir / "journal.jsonl").exists()
     for node in HOSTS:
         assert api_changes(run_dir, node) == []
         assert sim_state(run_dir, node)["loaded_driver"] == "575.57.08"

@@ -19,6 +19,8 @@ def test_a_node_without_docker_is_refused_at_preflight_naming_the_backend_var(fa
     assert "docker is not installed" in workload["detail"]
     assert "k3_workload_backend: kubernetes" in workload["detail"]
     assert "rc 127" in workload["detail"]
+    # the inventory's backend does not fit the node: bad input (exit 2), not the node's state
+    assert workload["input"] is True
     # the strict fake's teardown proves nothing else (no package query, no df) was sent
 
 
@@ -26,13 +28,15 @@ def test_a_docker_daemon_that_does_not_answer_is_refused(fake_executor):
     fake_executor.expect(["docker", "info", "--format", "{{.ServerVersion}}"], rc=1,
                          stderr="Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
                                 "Is the docker daemon running?\n")
-    ok, why = Docker().preflight(lambda name, argv: fake_executor.run("gpu-01", argv), {})
+    ok, why, bad_input = Docker().preflight(lambda name, argv: fake_executor.run("gpu-01", argv), {})
     assert not ok and "does not answer" in why and "Is the docker daemon running" in why
+    # the node's own state, not the input: a failed preflight (exit 1)
+    assert bad_input is False
 
 
 def test_a_docker_host_passes_the_workload_check(fake_executor):
     fake_executor.expect(["docker", "info", "--format", "{{.ServerVersion}}"], stdout="28.2.2\n")
-    ok, why = Docker().preflight(lambda name, argv: fake_executor.run("gpu-01", argv), {})
+    ok, why, _ = Docker().preflight(lambda name, argv: fake_executor.run("gpu-01", argv), {})
     assert ok and why == "Docker 28.2.2 answers"
 
 

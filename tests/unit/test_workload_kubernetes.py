@@ -446,3 +446,93 @@ def test_observe_reads_a_serving_workload_through_its_owner_with_restarts_and_di
                 answer={"items": [pod("a", image_id=other)]})
     got = ctx.workload.serving_status(ctx, SERVING["name"])
     assert got["state"] == "degraded" and got["digest"] == "sha256:" + "c" * 64
+
+
+# ---------------------------------------------------------------- preflight (read-only, before any change)
+
+def rs(name: str, deployment: str, ns: str = "serving") -> dict:
+    return {"metadata": {"name": name, "namespace": ns,
+                         "ownerReferences": [{"kind": "Deployment", "name": deployment, "controller": True}]}}
+
+
+def script_node_and_namespace(fake: FakeKube, pods: list[dict]) -> None:
+    fake.expect("core.read_node", "gpu-01", answer=node())
+    fake.expect("core.read_namespace", NS, answer={"metadata": {"name": NS}})
+    fake.expect("core.list_pod_for_all_namespaces", field_selector="spec.nodeName=gpu-01", answer={"items": pods})
+
+
+def test_preflight_refuses_a_serving_pod_whose_owner_does_not_exist_as_bad_input_naming_the_fix():
+    fake = FakeKube()
+    script_node_and_namespace(fake, [pod("k3-b300-7d9f-x2m4q", owner=("ReplicaSet", "k3-b300-7d9f")),
+                                     pod("check-pod", labels={"app.kubernetes.io/managed-by": "k3rollout"})])
+    # the pod's ReplicaSet is there; its Deployment is gone (asked by the check, then by owner_of)
+    for _ in range(2):
+        fake.expect("apps.read_namespaced_replica_set", "k3-b300-7d9f", "serving", answer=rs("k3-b300-7d9f", "k3-b300"))
+        fake.expect("apps.read_namespaced_deployment", "k3-b300", "serving", raises=404)
+    got = workload_for(K8S["gpu-01"]).preflight_api(lambda: fake, "gpu-01", K8S["gpu-01"])
+    assert not fake.script
+    checks = dict(got.checks)
+    assert checks["workload_node"].ok and checks["workload_namespace"].ok
+    owners = checks["workload_owners"]
+    assert not owners.ok and owners.bad_input
+    assert owners.detail.startswith("serving pod serving/k3-b300-7d9f-x2m4q names its owner Deployment "
+                                    "serving/k3-b300 (through ReplicaSet k3-b300-7d9f), which does not exist: after "
+                                    "the drain nothing brings such a pod back")
+    assert "Recreate the owner (or delete the stray pod), or leave the node out with --skip-node" in owners.detail
+    # k3rollout's own pod is not a serving workload; what the probes may match is listed
+    assert got.serving == ["k3-b300", "k3-b300-7d9f-x2m4q", "serving/k3-b300-7d9f-x2m4q"]
+
+
+def test_preflight_passes_a_node_whose_serving_owners_exist_and_lists_them_for_the_probes():
+    fake = FakeKube()
+    script_node_and_namespace(fake, [pod("k3-h200-0", owner=("StatefulSet", "k3-h200"),
+                                         labels={"leaderworkerset.sigs.k8s.io/name": "k3-h200"})])
+    sts = {"metadata": {"name": "k3-h200", "namespace": "serving"}}
+    lws = ("leaderworkerset.x-k8s.io", "v1", "serving", "leaderworkersets", "k3-h200")
+    fake.expect("apps.read_namespaced_stateful_set", "k3-h200", "serving", answer=sts)
+    fake.expect("custom.get_namespaced_custom_object", *lws, answer={"metadata": {"name": "k3-h200"}})
+    fake.expect("custom.get_namespaced_custom_object", *lws, answer={"metadata": {"name": "k3-h200"},
+                                                                     "status": {"readyReplicas": 1}})
+    got = workload_for(K8S["gpu-01"]).preflight_api(lambda: fake, "gpu-01", K8S["gpu-01"])
+    assert not fake.script
+    assert [(n, v.ok) for n, v in got.checks] == [("workload_node", True), ("workload_namespace", True),
+                                                  ("workload_owners", True)]
+    assert dict(got.checks)["workload_node"].detail == "node gpu-01: kubelet v1.31.4, containerd://1.7.27"
+    assert got.serving == ["k3-h200", "k3-h200-0", "serving/k3-h200-0"]
+
+
+def test_preflight_refuses_the_kubernetes_backend_where_the_api_server_has_no_such_node_or_no_api():
+    fake = FakeKube()
+    fake.expect("core.read_node", "gpu-01", raises=404)
+    got = workload_for(K8S["gpu-01"]).preflight_api(lambda: fake, "gpu-01", K8S["gpu-01"])
+    assert not fake.script
+    ((name, verdict),) = got.checks
+    assert name == "workload_node" and not verdict.ok and verdict.bad_input
+    assert verdict.detail.startswith(f"k3_workload_backend is kubernetes, but the API server {SERVER} has no node "
+                                     "gpu-01: check k3_kubeconfig and k3_kube_context")
+    # a node under another scheduler has no API server to run Pods through
+    hv = {**K8S["gpu-01"], "scheduler": "slurm"}
+    ((name, verdict),) = workload_for(hv).preflight_api(None, "gpu-01", hv).checks
+    assert not verdict.ok and verdict.bad_input
+    assert "k3_workload_backend is kubernetes, but the node's scheduler is slurm" in verdict.detail
+    assert "Set scheduler: kubernetes (and k3_kubeconfig), or k3_workload_backend" in verdict.detail
+
+
+def test_preflight_refuses_the_docker_backend_where_the_kubelet_runs_containerd_even_with_a_docker_cli():
+    hv = {"k3_workload_backend": "docker"}
+    fake = FakeKube()
+    fake.expect("core.read_node", "gpu-01", answer=node())          # containerd://1.7.27
+    ((name, verdict),) = workload_for(hv).preflight_api(lambda: fake, "gpu-01", hv).checks
+    assert name == "workload_runtime" and not verdict.ok and verdict.bad_input
+    assert verdict.detail.startswith("k3_workload_backend is docker, but the kubelet on this node runs "
+                                     "containerd://1.7.27 (node.status.nodeInfo.containerRuntimeVersion)")
+    assert verdict.detail.endswith("Set k3_workload_backend: kubernetes")
+    # cri-dockerd: the kubelet's pods are Docker containers
+    docker_node = node()
+    docker_node["status"]["nodeInfo"]["containerRuntimeVersion"] = "docker://28.2.2"
+    fake.expect("core.read_node", "gpu-01", answer=docker_node)
+    ((_, verdict),) = workload_for(hv).preflight_api(lambda: fake, "gpu-01", hv).checks
+    assert verdict == (True, "the kubelet runs docker://28.2.2", False)
+    # a node under no Kubernetes API is not asked
+    assert workload_for(hv).preflight_api(None, "gpu-01", hv).checks == []
+    assert not fake.script

@@ -145,10 +145,10 @@ def test_preflight_refuses_a_node_without_its_launcher_naming_the_variable():
         assert argv == ["apptainer", "--version"]
         return ok(rc=127, stderr="bash: line 1: apptainer: command not found\n")
 
-    good, why = SlurmJobs().preflight(missing, {"k3_container_launcher": "apptainer"})
+    good, why, _ = SlurmJobs().preflight(missing, {"k3_container_launcher": "apptainer"})
     assert not good and why.startswith("k3_container_launcher is apptainer, but apptainer is not installed")
-    good, why = SlurmJobs().preflight(lambda n, a: ok("enroot v3.5.0\n") if a == ["enroot", "version"] else ok(rc=9),
-                                      {})
+    good, why, _ = SlurmJobs().preflight(lambda n, a: ok("enroot v3.5.0\n") if a == ["enroot", "version"]
+                                         else ok(rc=9), {})
     assert good and why == "pyxis: enroot v3.5.0"
 
 
