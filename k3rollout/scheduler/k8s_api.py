@@ -24,6 +24,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from k3rollout.errors import K3RolloutError
+from k3rollout.scheduler import k8s_calls
 
 UPGRADE_STATE_LABEL = "k3rollout.io/upgrade-state"
 GPU_OPERATOR_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
@@ -117,6 +118,13 @@ class KubernetesApi:
         cfg.retries = False
         self.server = cfg.host
         self._api = client.ApiClient(cfg)
+        send = self._api.call_api
+
+        def counted(method: str, url: str, *args: Any, **kw: Any) -> Any:
+            k8s_calls.record(method, url)
+            return send(method, url, *args, **kw)
+
+        self._api.call_api = counted      # every request, watches included (k8s_calls.py)
         self.core = client.CoreV1Api(self._api)
         self.coord = client.CoordinationV1Api(self._api)
         self.custom = client.CustomObjectsApi(self._api)
