@@ -18,7 +18,7 @@ Nothing here ever runs on the node being changed.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -138,6 +138,21 @@ class KubernetesApi:
 
     def close(self) -> None:
         self._api.close()
+
+    def watch(self, list_method: str, *args: Any, **kw: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+        """The events of a watch over the core API's ``list_method`` (``list_namespaced_pod``,
+        ``list_node``): ``kubernetes.watch.Watch().stream`` with its ``field_selector``,
+        ``resource_version`` and ``timeout_seconds``; each event as (type, the object as the
+        server wrote it). A refused watch and an ERROR event (410 Expired) raise ApiException;
+        the iteration ends when the server ends the stream (``timeout_seconds``)."""
+        from kubernetes import watch  # with the client: imported when a cluster is used
+
+        w = watch.Watch()
+        try:
+            for ev in w.stream(getattr(self.core, list_method), *args, deserialize=False, **kw):
+                yield str(ev["type"]), ev["object"]
+        finally:
+            w.stop()
 
     def proxy_settings(self) -> dict[str, Any]:
         """How an HTTP client reaches this API server with these credentials (the pod proxy

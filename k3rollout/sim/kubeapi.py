@@ -72,6 +72,9 @@ GPU_OPERATOR_PROGRESSION = ("upgrade-required", "cordon-required", "wait-for-job
                             "upgrade-done")
 # the simulated cluster's driver pools: NVIDIADriver name -> driver version
 NVIDIA_DRIVERS = {"r575": "575.57.08", "r580": "580.95.05"}
+# how long the simulated watch cache keeps a deletion: an API server keeps its watch history
+# for minutes (etcd compacts every 5 minutes by default, kube-apiserver --etcd-compaction-interval)
+HISTORY_S = 300.0
 # bearer tokens the simulated server knows: an administrator (cluster-admin) and a viewer
 # (the built-in ``view`` ClusterRole: get, list, watch), for the credentials check
 TOKENS = {"sim-admin-token": ("kubernetes-admin", "cluster-admin"), "sim-viewer-token": ("k3rollout-viewer", "view")}
@@ -93,14 +96,32 @@ class Cluster:
         self.data.setdefault("run", [])
         self.data.setdefault("workloads", {})
         self.data.setdefault("admitted", [])     # uids of pods a kubelet admitted
+        self.data.setdefault("born", {})         # uid -> the resourceVersion it was created at (watches)
         settings = self.data.setdefault("settings", {"lws_crd": True, "deny": []})
         if lws_crd is not None:
             settings["lws_crd"] = lws_crd
         if deny is not None:
             settings["deny"] = list(deny)
+        # the watch cache's history of deletions (resourceVersion, when, the pod as it went), so a
+        # watch from a resourceVersion gets the DELETED events since it; a watch from before
+        # ``history_from`` is answered 410 Expired, as an API server whose history was compacted
+        self.tombstones: list[tuple[int, float, dict[str, Any]]] = []
+        self.history_from = int(self.data["rv"])
         self.work = kubeworkloads.Workloads(self)
         with self.lock:
             self._reconcile()         # the pods the nodes run when the server comes up
+            self.history_from = int(self.data["rv"])     # the history starts with this server
+
+    def deleted(self, pod: dict[str, Any]) -> None:
+        """A pod went (the caller holds the lock): its DELETED event, at a resourceVersion of its
+        own, stays in the watch history for HISTORY_S."""
+        now = time.monotonic()
+        self.data["born"].pop(pod["metadata"]["uid"], None)
+        gone = orjson.loads(orjson.dumps(pod))
+        gone["metadata"]["resourceVersion"] = self.rv()
+        self.tombstones.append((int(gone["metadata"]["resourceVersion"]), now, gone))
+        while self.tombstones and now - self.tombstones[0][1] > HISTORY_S:
+            self.history_from = self.tombstones.pop(0)[0]
 
     @property
     def lws_crd(self) -> bool:
@@ -405,6 +426,8 @@ class Cluster:
                      "terminationGracePeriodSeconds": 30},
             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
         }
+        meta = self.data["pods"][f"{ns}/{name}"]["metadata"]
+        self.data["born"][meta["uid"]] = int(meta["resourceVersion"])
         if crashing:
             self.data["pods"][f"{ns}/{name}"]["status"] = {
                 "phase": "Running", "conditions": [{"type": "Ready", "status": "False"}],
@@ -418,23 +441,25 @@ class Cluster:
         with self.lock:
             self._reconcile(one[0] if len(one) == 1 and one[0] else None)
             out = list(self.data["pods"].values())
-        if namespace:
-            out = [p for p in out if p["metadata"]["namespace"] == namespace]
-        for term in filter(None, field_selector.split(",")):
-            k, _, v = term.replace("==", "=").partition("=")
-            neg = k.endswith("!")
-            k = k.rstrip("!")
-            get = {"spec.nodeName": lambda p: p["spec"].get("nodeName"), "metadata.name": lambda p: p["metadata"]["name"],
-                   "metadata.namespace": lambda p: p["metadata"]["namespace"],
-                   "status.phase": lambda p: p["status"]["phase"]}.get(k)
-            if get is None:
-                raise ApiError(400, "BadRequest", f'"{k}" is not a known field selector: only "metadata.name", '
-                                                  '"metadata.namespace", "spec.nodeName", "status.phase"')
-            out = [p for p in out if (str(get(p) or "") == v) != neg]
-        for term in filter(None, label_selector.split(",")):
-            k, _, v = term.replace("==", "=").partition("=")
-            out = [p for p in out if p["metadata"]["labels"].get(k) == v]
-        return sorted(out, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"]))
+        match = pod_matcher(namespace, field_selector, label_selector)
+        return sorted((p for p in out if match(p)), key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"]))
+
+    def watched_pods(self, namespace: str | None, field_selector: str, label_selector: str) -> list[dict[str, Any]]:
+        """What a pod watch looks at on each turn (copies: the objects change under the
+        kubelets). A watch of one pod by name brings only that pod's node up to date (its
+        kubelet's status), as a GET of the pod does; it saves only what changed."""
+        one = dict(t.replace("==", "=").split("=", 1) for t in field_selector.split(",")
+                   if t.startswith("metadata.name=") or t.startswith("metadata.name=="))
+        if namespace and one:
+            with self.lock:
+                p = self.data["pods"].get(f"{namespace}/{one['metadata.name']}")
+                if p is not None and self.work.sync(p["spec"].get("nodeName") or None):
+                    self.save()
+                p = self.data["pods"].get(f"{namespace}/{one['metadata.name']}")
+                match = pod_matcher(namespace, field_selector, label_selector)
+                return [orjson.loads(orjson.dumps(p))] if p is not None and match(p) else []
+        with self.lock:
+            return [orjson.loads(orjson.dumps(p)) for p in self.pods(namespace, field_selector, label_selector)]
 
     def pod(self, ns: str, name: str) -> dict[str, Any]:
         with self.lock:
@@ -532,6 +557,47 @@ class Cluster:
                 "details": {"name": name, "group": "coordination.k8s.io", "kind": "leases"}}
 
 
+POD_FIELDS = {"spec.nodeName": lambda p: p["spec"].get("nodeName"), "metadata.name": lambda p: p["metadata"]["name"],
+              "metadata.namespace": lambda p: p["metadata"]["namespace"],
+              "status.phase": lambda p: p["status"]["phase"]}
+# the node fields a selector may name (pkg/registry/core/node/strategy.go NodeToSelectableFields)
+NODE_FIELDS = {"metadata.name": lambda n: n["metadata"]["name"],
+               "spec.unschedulable": lambda n: "true" if n["spec"].get("unschedulable") else "false"}
+
+
+def _selector(fields: dict[str, Any], field_selector: str, label_selector: str, unknown: Any) -> Any:
+    """A predicate over objects for a field selector (``=``, ``==``, ``!=`` terms on the kind's
+    selectable fields) and an equality label selector."""
+    terms = []
+    for term in filter(None, field_selector.split(",")):
+        k, _, v = term.replace("==", "=").partition("=")
+        neg = k.endswith("!")
+        k = k.rstrip("!")
+        if k not in fields:
+            raise unknown(k)
+        terms.append((fields[k], v, neg))
+    labels = [t.replace("==", "=").partition("=")[::2] for t in filter(None, label_selector.split(","))]
+
+    def match(obj: dict[str, Any]) -> bool:
+        return all((str(get(obj) or "") == v) != neg for get, v, neg in terms) and \
+            all((obj["metadata"].get("labels") or {}).get(k) == v for k, v in labels)
+    return match
+
+
+def pod_matcher(namespace: str | None, field_selector: str, label_selector: str) -> Any:
+    def unknown(k: str) -> ApiError:
+        return ApiError(400, "BadRequest", f'"{k}" is not a known field selector: only "metadata.name", '
+                                           '"metadata.namespace", "spec.nodeName", "status.phase"')
+    match = _selector(POD_FIELDS, field_selector, label_selector, unknown)
+    return (lambda p: p["metadata"]["namespace"] == namespace and match(p)) if namespace else match
+
+
+def node_matcher(field_selector: str, label_selector: str) -> Any:
+    # the API server's own words for a field it cannot select on (the field label conversion)
+    return _selector(NODE_FIELDS, field_selector, label_selector,
+                     lambda k: ApiError(400, "BadRequest", f"field label not supported: {k}"))
+
+
 def _node_fields(sched: dict[str, Any]) -> dict[str, Any]:
     return {"metadata": {"labels": dict(sched.get("labels", {})), "annotations": dict(sched.get("annotations", {}))},
             "spec": {"unschedulable": sched["state"] != "schedulable"}}
@@ -578,6 +644,7 @@ def _list(kind: str, api_version: str, items: list[dict[str, Any]], rv: int) -> 
 
 PROXY = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/:]+)(?::(?P<port>\d+))?/proxy(?P<path>/.*)?$")
 WATCH_PODS = re.compile(r"^/api/v1(?:/namespaces/(?P<ns>[^/]+))?/pods/?$")
+WATCH_NODES = re.compile(r"^/api/v1/nodes/?$")
 LOG = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log/?$")
 
 
@@ -624,6 +691,9 @@ class Handler(BaseHTTPRequestHandler):
             if method == "GET" and q.get("watch") in ("true", "1") and WATCH_PODS.match(u.path):
                 self._watch_pods(WATCH_PODS.match(u.path)["ns"], q)
                 return
+            if method == "GET" and q.get("watch") in ("true", "1") and WATCH_NODES.match(u.path):
+                self._watch_nodes(q)
+                return
             m = LOG.match(u.path)
             if m and method == "GET":
                 self._authorize("get", "pods/log", "", m["ns"], m["name"])
@@ -639,21 +709,9 @@ class Handler(BaseHTTPRequestHandler):
             code, out = exc.code, exc.body
         self._send(code, out)
 
-    def _watch_pods(self, ns: str | None, q: dict[str, str]) -> None:
-        """``GET .../pods?watch=true``: a stream of watch events, one JSON object per line
-        (``{"type": "ADDED"|"MODIFIED"|"DELETED", "object": Pod}``), as the API server's watch
-        handler writes them (k8s.io/apiserver endpoints/handlers/watch.go). Without a
-        ``resourceVersion`` (or with "0") it starts with an ADDED event for every pod that
-        matches; with one, only later changes come. It ends after ``timeoutSeconds`` or when the
-        client goes; the pods are looked at again every 0.2 s (the kubelets posting status)."""
-        c = self.cluster
-        fs, ls = q.get("fieldSelector", ""), q.get("labelSelector", "")
-        deadline = time.monotonic() + float(q.get("timeoutSeconds") or 1800)
-        def look() -> dict[str, dict[str, Any]]:
-            with c.lock:        # copies: the objects change under the kubelets
-                return {p["metadata"]["uid"]: json.loads(json.dumps(p)) for p in c.pods(ns, fs, ls)}
-
-        seen = look()
+    def _stream(self) -> Any:
+        """Start a watch's reply (chunked, one JSON event per line, as the API server's watch
+        handler writes them: k8s.io/apiserver endpoints/handlers/watch.go); returns emit."""
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
@@ -663,11 +721,49 @@ class Handler(BaseHTTPRequestHandler):
             line = json.dumps({"type": kind, "object": obj}).encode() + b"\n"
             self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
             self.wfile.flush()
+        return emit
 
+    def _watch_pods(self, ns: str | None, q: dict[str, str]) -> None:
+        """``GET .../pods?watch=true``: ``{"type": "ADDED"|"MODIFIED"|"DELETED", "object": Pod}``
+        events for the pods the field and label selectors match. Without a ``resourceVersion``
+        (or with "0") it starts with an ADDED event for every pod that matches; from a
+        resourceVersion, with the changes since it: a pod changed since comes MODIFIED (ADDED
+        when it was created since), a pod deleted since DELETED, and a resourceVersion older
+        than the watch history is answered with an ERROR event, 410 Expired ("too old resource
+        version", as the watch cache answers). It ends after ``timeoutSeconds`` or when the
+        client goes; the pods are looked at again every 0.2 s (the kubelets posting status)."""
+        c = self.cluster
+        fs, ls = q.get("fieldSelector", ""), q.get("labelSelector", "")
+        match = pod_matcher(ns, fs, ls)
+        deadline = time.monotonic() + float(q.get("timeoutSeconds") or 1800)
+
+        def look() -> dict[str, dict[str, Any]]:
+            return {p["metadata"]["uid"]: p for p in c.watched_pods(ns, fs, ls)}
+
+        since = q.get("resourceVersion") or "0"
+        seen = look()
+        emit = self._stream()
         try:
-            if q.get("resourceVersion") in (None, "", "0"):
+            if since == "0":
                 for pod in seen.values():
                     emit("ADDED", pod)
+            else:
+                with c.lock:
+                    expired = int(since) < c.history_from
+                    gone = [t[2] for t in c.tombstones if t[0] > int(since) and match(t[2])]
+                    born = dict(c.data.get("born", {}))
+                if expired:
+                    emit("ERROR", {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                   "message": f"too old resource version: {since} ({c.history_from})",
+                                   "reason": "Expired", "code": 410})
+                    self.wfile.write(b"0\r\n\r\n")
+                    return
+                for uid, pod in seen.items():
+                    if int(pod["metadata"]["resourceVersion"]) > int(since):
+                        emit("ADDED" if born.get(uid, 0) > int(since) else "MODIFIED", pod)
+                for pod in gone:
+                    if pod["metadata"]["uid"] not in seen:
+                        emit("DELETED", pod)
             while time.monotonic() < deadline:
                 time.sleep(0.2)
                 now = look()
@@ -676,13 +772,73 @@ class Handler(BaseHTTPRequestHandler):
                         emit("ADDED", pod)
                     elif pod["metadata"]["resourceVersion"] != seen[uid]["metadata"]["resourceVersion"]:
                         emit("MODIFIED", pod)
-                for uid, pod in seen.items():
-                    if uid not in now:
-                        emit("DELETED", pod)
+                if any(uid not in now for uid in seen):
+                    with c.lock:
+                        gone_now = {t[2]["metadata"]["uid"]: t[2] for t in c.tombstones}
+                    for uid, pod in seen.items():
+                        if uid not in now:
+                            emit("DELETED", gone_now.get(uid, pod))
                 seen = now
             self.wfile.write(b"0\r\n\r\n")
         except OSError:
             return                   # the client went away
+
+    def _watch_nodes(self, q: dict[str, str]) -> None:
+        """``GET /api/v1/nodes?watch=true``: the nodes the selectors match (``metadata.name``,
+        ``spec.unschedulable``, labels), an ADDED event for each at the start, then a MODIFIED
+        event whenever one changes (its kubelet posting Ready or the device plugin's
+        ``nvidia.com/gpu``, a cordon, a label; heartbeat times alone are not a change, as the
+        kubelet posts an unchanged status only every few minutes). A simulated node keeps no
+        history, so a watch from a ``resourceVersion`` starts at the current state with no
+        ADDED events (the changes from then on). Looked at every 0.2 s, until ``timeoutSeconds``."""
+        c = self.cluster
+        match = node_matcher(q.get("fieldSelector", ""), q.get("labelSelector", ""))
+        name = next((t.replace("==", "=").split("=", 1)[1] for t in q.get("fieldSelector", "").split(",")
+                     if t.replace("==", "=").startswith("metadata.name=")), None)
+        deadline = time.monotonic() + float(q.get("timeoutSeconds") or 1800)
+
+        def look() -> dict[str, dict[str, Any]]:
+            names = [name] if name else list(c.host_dirs())
+            out = {}
+            for n in names:
+                try:
+                    obj = c.node(n)
+                except ApiError:
+                    continue
+                if match(obj):
+                    out[n] = obj
+            return out
+
+        def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+            def strip(o: dict[str, Any]) -> Any:
+                st_ = {**o["status"], "conditions": [{k: v for k, v in x.items() if k != "lastHeartbeatTime"}
+                                                     for x in o["status"]["conditions"]]}
+                spec = {**o["spec"], "taints": [{k: v for k, v in t.items() if k != "timeAdded"}
+                                                for t in o["spec"].get("taints", [])]}
+                return (o["metadata"], spec, st_)
+            return bool(strip(a) == strip(b))
+
+        seen = look()
+        emit = self._stream()
+        try:
+            if (q.get("resourceVersion") or "0") == "0":
+                for obj in seen.values():
+                    emit("ADDED", obj)
+            while time.monotonic() < deadline:
+                time.sleep(0.2)
+                now = look()
+                for n, obj in now.items():
+                    if n not in seen:
+                        emit("ADDED", obj)
+                    elif not same(obj, seen[n]):
+                        emit("MODIFIED", obj)
+                for n, obj in seen.items():
+                    if n not in now:
+                        emit("DELETED", obj)
+                seen = now
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            return
 
     def _send_text(self, code: int, text: str) -> None:
         data = text.encode()
@@ -763,7 +919,8 @@ class Handler(BaseHTTPRequestHandler):
                 return 200, d
         p = path.split("/")
         if path == "/api/v1/nodes" and method == "GET":
-            nodes = [c.node(n) for n in c.host_dirs()]
+            match = node_matcher(q.get("fieldSelector", ""), q.get("labelSelector", ""))
+            nodes = [n for n in (c.node(n) for n in c.host_dirs()) if match(n)]
             return 200, _list("NodeList", "v1", nodes, c.data["rv"])
         if len(p) == 5 and path.startswith("/api/v1/nodes/"):
             if method == "GET":

@@ -45,6 +45,8 @@ class Store(Protocol):
 
     def pod(self, ns: str, name: str) -> dict[str, Any]: ...
 
+    def deleted(self, pod: dict[str, Any]) -> None: ...
+
 
 def _invalid(kind: str, name: str, field: str, why: str) -> ApiError:
     """422 Invalid with its cause, as field validation answers (``Kind "name" is invalid: ...``)."""
@@ -111,6 +113,7 @@ class Workloads:
         """The pod goes: its kubelet stops its containers (they get their grace; the simulated
         processes stop at once) and removes them; the object is deleted once they have stopped."""
         pod = self.store.data["pods"].pop(key)
+        self.store.deleted(pod)
         if pod["metadata"]["uid"] in self.store.data["admitted"]:
             self.store.data["admitted"].remove(pod["metadata"]["uid"])
         if key in self.store.data["run"]:
@@ -153,6 +156,7 @@ class Workloads:
                                 "creationTimestamp": now_iso()},
                    "spec": spec, "status": {"phase": "Pending", "qosClass": "BestEffort"}}
             self.store.data["pods"][key] = pod
+            self.store.data["born"][pod["metadata"]["uid"]] = int(pod["metadata"]["resourceVersion"])
             self.store.data["run"].append(key)
             node = spec.get("nodeName")
             d = self.store.host_dir(node) if node else None
@@ -373,6 +377,8 @@ class Workloads:
             "metadata": {**{k: v for k, v in meta.items() if k != "generateName"}, "name": name,
                          "uid": str(uuid.uuid4()), "resourceVersion": self.store.rv(), "creationTimestamp": now_iso()},
             "spec": spec, "status": {"phase": "Pending", "qosClass": "BestEffort"}}
+        meta = self.store.data["pods"][key]["metadata"]
+        self.store.data["born"][meta["uid"]] = int(meta["resourceVersion"])
         self.store.data["run"].append(key)
 
     def pod_log(self, ns: str, name: str, q: dict[str, str]) -> str:

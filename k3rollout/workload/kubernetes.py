@@ -310,15 +310,15 @@ class Kubernetes:
         def wait(p: PodApi) -> dict[str, Any]:
             start = p.now()
 
-            def check() -> tuple[bool, dict[str, Any]]:
-                n = p.node(ctx.node)
-                seen = {"ready": kp.node_ready(n), "gpu_allocatable": kp.allocatable_gpus(n)}
-                return bool(seen["ready"] and seen["gpu_allocatable"] >= want), seen
+            def back(n: dict[str, Any] | None) -> bool:
+                return n is not None and kp.node_ready(n) and kp.allocatable_gpus(n) >= want
 
-            ok, seen = kp.wait_for(p, check, timeout_s, POLL_S)
+            ok, n = kp.wait_watched(p, lambda: p.node(ctx.node), p.node_watch(ctx.node), back, timeout_s, POLL_S)
+            seen = {"ready": kp.node_ready(n or {}), "gpu_allocatable": kp.allocatable_gpus(n or {})}
             return {**seen, "expected": want, "ok": ok, "waited_s": round(p.now() - start, 3)}
 
         res = self._call(ctx, "node-gpus-ready", ["GET", f"/api/v1/nodes/{ctx.node}",
+                                                  f"WATCH /api/v1/nodes?fieldSelector=metadata.name={ctx.node}",
                                                   f"until Ready and allocatable {GPU}={want}"], wait)
         if not res.ok:
             return False, f"cannot read node {ctx.node}: {res.error}", {}
@@ -373,11 +373,9 @@ class Kubernetes:
 
     def _wait_ended(self, ctx: NodeCtx, name: str, ns: str, pod: str, timeout: float) -> dict[str, Any]:
         def wait(p: PodApi) -> dict[str, Any]:
-            def check() -> tuple[bool, dict[str, Any] | None]:
-                got = p.pod(ns, pod)
-                return got is None or kp.phase(got) in ("Succeeded", "Failed"), got
-
-            _, last = kp.wait_for(p, check, timeout, POLL_S)
+            _, last = kp.wait_watched(p, lambda: p.pod(ns, pod), p.pod_watch(ns, pod),
+                                      lambda got: got is None or kp.phase(got) in ("Succeeded", "Failed"),
+                                      timeout, POLL_S)
             if last is None:
                 return {"phase": "Missing"}
             t = kp.terminated(last)
@@ -390,6 +388,7 @@ class Kubernetes:
                     "message": (t.get("message") or waiting.get("message") or "")[:300]}
 
         res = self._call(ctx, f"{name}-pod-wait", ["GET", f"/api/v1/namespaces/{ns}/pods/{pod}",
+                                                   f"WATCH /api/v1/namespaces/{ns}/pods?fieldSelector=metadata.name={pod}",
                                                    "until Succeeded or Failed"], wait)
         answer: dict[str, Any] = res.answer if res.ok and res.answer else {"phase": "Unknown", "reason": res.error}
         return answer
@@ -463,13 +462,15 @@ class Kubernetes:
 
         def delete(p: PodApi) -> dict[str, Any]:
             deleted = p.delete_pod(ns, pod)
-            gone, _ = kp.wait_for(p, lambda: (p.pod(ns, pod) is None, None), GONE_TIMEOUT_S, POLL_S) \
-                if deleted else (True, None)
+            gone, _ = kp.wait_watched(p, lambda: p.pod(ns, pod), p.pod_watch(ns, pod), lambda q: q is None,
+                                      GONE_TIMEOUT_S, POLL_S) if deleted else (True, None)
             if not gone:
                 raise KubernetesError(f"pod {ns}/{pod} is still there {GONE_TIMEOUT_S:.0f}s after its deletion")
             return {"deleted": deleted}
 
-        res = self._call(ctx, step, ["DELETE", f"/api/v1/namespaces/{ns}/pods/{pod}", "until gone"], delete)
+        res = self._call(ctx, step, ["DELETE", f"/api/v1/namespaces/{ns}/pods/{pod}",
+                                     f"WATCH /api/v1/namespaces/{ns}/pods?fieldSelector=metadata.name={pod}",
+                                     "until gone"], delete)
         with self._lock:
             for key, where in list(self._servers.items()):
                 if where == (ns, pod):

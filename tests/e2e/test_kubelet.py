@@ -571,3 +571,42 @@ def test_a_statefulset_recreates_its_ordinal_pod_under_the_same_name(cluster):
     with pytest.raises(ApiException) as e:
         cluster.core.read_namespaced_pod("probe-0", "default")
     assert e.value.status == 404
+
+
+def test_a_watch_from_a_resource_version_sees_what_happened_since_and_nodes_watch_by_name(cluster):
+    from kubernetes import watch
+
+    cluster.core.create_namespaced_pod("default", probe_pod("srv", "gpu-c01", ["vllm", "serve"], gpus=1,
+                                                            policy="Always"))
+    read = cluster.core.read_namespaced_pod("srv", "default")
+    # deleted after the read and before the watch: the watch from the read's resourceVersion
+    # still gets its DELETED event (list-then-watch loses nothing), at a later resourceVersion
+    cluster.core.delete_namespaced_pod("srv", "default")
+    w = watch.Watch()
+    events = [(ev["type"], ev["raw_object"]) for ev in w.stream(
+        cluster.core.list_namespaced_pod, "default", field_selector="metadata.name=srv",
+        resource_version=read.metadata.resource_version, timeout_seconds=1)]
+    assert [t for t, _ in events] == ["DELETED"]
+    assert int(events[0][1]["metadata"]["resourceVersion"]) > int(read.metadata.resource_version)
+    # a resourceVersion older than the watch history is 410 Expired, as the watch cache answers
+    with pytest.raises(ApiException) as exc:
+        list(watch.Watch().stream(cluster.core.list_namespaced_pod, "default", resource_version="1",
+                                  timeout_seconds=1))
+    assert exc.value.status == 410
+    assert "too old resource version" in exc.value.reason
+    # a node watched by its name: its current state first, then a change (the cordon) as MODIFIED;
+    # heartbeat times alone are no change
+    w = watch.Watch()
+    seen = []
+    for ev in w.stream(cluster.core.list_node, field_selector="metadata.name=gpu-c01", timeout_seconds=3):
+        seen.append((ev["type"], ev["object"].metadata.name, bool(ev["object"].spec.unschedulable)))
+        if len(seen) == 1:
+            cluster.core.patch_node("gpu-c01", {"spec": {"unschedulable": True}})
+        else:
+            w.stop()
+    assert seen == [("ADDED", "gpu-c01", False), ("MODIFIED", "gpu-c01", True)]
+    # nodes select on metadata.name and spec.unschedulable (NodeToSelectableFields), nothing else
+    assert [n.metadata.name for n in cluster.core.list_node(field_selector="spec.unschedulable=true").items] == \
+        ["gpu-c01"]
+    r = cluster.http.get("/api/v1/nodes", params={"fieldSelector": "status.phase=Running"})
+    assert r.status_code == 400 and r.json()["message"] == "field label not supported: status.phase"
