@@ -139,9 +139,10 @@ class KubernetesApi:
     def close(self) -> None:
         self._api.close()
 
-    def watch(self, list_method: str, *args: Any, **kw: Any) -> Iterator[tuple[str, dict[str, Any]]]:
-        """The events of a watch over the core API's ``list_method`` (``list_namespaced_pod``,
-        ``list_node``): ``kubernetes.watch.Watch().stream`` with its ``field_selector``,
+    def watch(self, list_method: str, *args: Any, api: str = "core", **kw: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+        """The events of a watch over ``list_method`` of the ``api`` group (core:
+        ``list_namespaced_pod``, ``list_node``; apps: ``list_namespaced_deployment``; custom:
+        ``list_namespaced_custom_object``): ``kubernetes.watch.Watch().stream`` with its ``field_selector``,
         ``resource_version`` and ``timeout_seconds``; each event as (type, the object as the
         server wrote it). A refused watch and an ERROR event (410 Expired) raise ApiException;
         the iteration ends when the server ends the stream (``timeout_seconds``)."""
@@ -149,7 +150,7 @@ class KubernetesApi:
 
         w = watch.Watch()
         try:
-            for ev in w.stream(getattr(self.core, list_method), *args, deserialize=False, **kw):
+            for ev in w.stream(getattr(getattr(self, api), list_method), *args, deserialize=False, **kw):
                 yield str(ev["type"]), ev["object"]
         finally:
             w.stop()

@@ -694,6 +694,11 @@ class Handler(BaseHTTPRequestHandler):
             if method == "GET" and q.get("watch") in ("true", "1") and WATCH_NODES.match(u.path):
                 self._watch_nodes(q)
                 return
+            owners = kubediscovery.workload_path(u.path.rstrip("/").split("/"), self.cluster.lws_crd) \
+                if method == "GET" and q.get("watch") in ("true", "1") else None
+            if owners is not None and owners[0] != "ReplicaSet" and owners[2] is None:
+                self._watch_owners(owners[0], owners[1], q)
+                return
             m = LOG.match(u.path)
             if m and method == "GET":
                 self._authorize("get", "pods/log", "", m["ns"], m["name"])
@@ -834,6 +839,51 @@ class Handler(BaseHTTPRequestHandler):
                         emit("MODIFIED", obj)
                 for n, obj in seen.items():
                     if n not in now:
+                        emit("DELETED", obj)
+                seen = now
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            return
+
+    def _watch_owners(self, kind: str, ns: str | None, q: dict[str, str]) -> None:
+        """``GET /apis/apps/v1[/namespaces/NS]/deployments?watch=true`` (and StatefulSets,
+        LeaderWorkerSets): the owners the selectors match (``metadata.name``,
+        ``metadata.namespace``, labels), an ADDED event for each at the start, then MODIFIED
+        whenever one changes, its status (``readyReplicas``) included, as the controllers post
+        it. Their status is computed from their pods when looked at, so a watch from a
+        ``resourceVersion`` starts at the current state with no ADDED events (the changes from
+        then on), as a node's does. Looked at every 0.2 s, until ``timeoutSeconds``."""
+        api_version, plural, _ = ctl.KINDS[kind]
+        group = api_version.rsplit("/", 1)[0] if "/" in api_version else ""
+        self._authorize("watch", plural, group, ns, None)
+        c = self.cluster
+        fields = {"metadata.name": lambda o: o["metadata"]["name"],
+                  "metadata.namespace": lambda o: o["metadata"]["namespace"]}
+        match = _selector(fields, q.get("fieldSelector", ""), q.get("labelSelector", ""),
+                          lambda k: ApiError(400, "BadRequest", f"field label not supported: {k}"))
+        name = next((t.replace("==", "=").split("=", 1)[1] for t in q.get("fieldSelector", "").split(",")
+                     if t.replace("==", "=").startswith("metadata.name=")), None)
+        deadline = time.monotonic() + float(q.get("timeoutSeconds") or 1800)
+
+        def look() -> dict[str, dict[str, Any]]:
+            return {o["metadata"]["uid"]: o for o in c.work.watched_workloads(kind, ns, name) if match(o)}
+
+        seen = look()
+        emit = self._stream()
+        try:
+            if (q.get("resourceVersion") or "0") == "0":
+                for obj in seen.values():
+                    emit("ADDED", obj)
+            while time.monotonic() < deadline:
+                time.sleep(0.2)
+                now = look()
+                for uid, obj in now.items():
+                    if uid not in seen:
+                        emit("ADDED", obj)
+                    elif obj != seen[uid]:
+                        emit("MODIFIED", obj)
+                for uid, obj in seen.items():
+                    if uid not in now:
                         emit("DELETED", obj)
                 seen = now
             self.wfile.write(b"0\r\n\r\n")

@@ -17,6 +17,8 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
+import orjson
+
 from k3rollout.sim import controllers as ctl
 from k3rollout.sim import kubelet, netd
 from k3rollout.sim import state as st
@@ -293,10 +295,10 @@ class Workloads:
             pod["status"]["podIPs"] = [{"ip": pod["status"]["podIP"]}]
         return True
 
-    def sync(self, only: str | None = None) -> bool:
+    def sync(self, only: str | None = None, kubelets: bool = True) -> bool:
         """Owners create the pods they lack, the scheduler places pending ones, and each node's
-        kubelet runs what is bound to it (``only``: that node's kubelet alone). True when
-        anything may have changed."""
+        kubelet runs what is bound to it (``only``: that node's kubelet alone; ``kubelets=False``:
+        none). True when anything may have changed."""
         if not self.store.data["run"] and not self.store.data["workloads"]:
             return False
         self._controllers()
@@ -304,7 +306,7 @@ class Workloads:
             if not pod["spec"].get("nodeName"):
                 self._schedule(pod)
         by_node: dict[str, list[dict[str, Any]]] = {}
-        for pod in self._live():
+        for pod in self._live() if kubelets else []:
             node = pod["spec"].get("nodeName")
             if node and (only is None or node == only):
                 by_node.setdefault(node, []).append(pod)
@@ -335,12 +337,18 @@ class Workloads:
         pods they lack; a LeaderWorkerSet with RecreateGroupOnPodRestart whose group lost a pod,
         or one of whose containers restarted, deletes the rest of the group and creates it whole
         again."""
+        # the live pods by (namespace, owner uid), once: a scan per owner made every request
+        # quadratic in a cluster of many owners (one Deployment per node)
+        owned: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for p in self._live():
+            for r in p["metadata"].get("ownerReferences") or []:
+                owned.setdefault((p["metadata"]["namespace"], str(r.get("uid"))), []).append(p)
         for obj in list(self.store.data["workloads"].values()):
             if obj["kind"] == "LeaderWorkerSet" and not self.store.lws_crd:
                 continue
             uid = ctl.rs_uid(obj) if obj["kind"] == "Deployment" else obj["metadata"]["uid"]
             ns = obj["metadata"]["namespace"]
-            mine = [p for p in self._live() if p["metadata"]["namespace"] == ns and ctl.owned_by(p, uid)]
+            mine = owned.get((ns, uid), [])
             want = ctl.wanted(obj)
             if obj["kind"] == "Deployment":
                 for _, _, body in want[len(mine):]:
@@ -447,6 +455,24 @@ class Workloads:
             out = [self._with_status(o) for o in self.store.data["workloads"].values()
                    if o["kind"] == kind and (ns is None or o["metadata"]["namespace"] == ns)]
         return sorted(out, key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"]))
+
+    def watched_workloads(self, kind: str, ns: str | None, name: str | None) -> list[dict[str, Any]]:
+        """What a watch of owners looks at on each turn: the owners' controllers and the
+        scheduler catch up, then only the kubelets of the nodes their pods are bound to (a
+        watch of one owner by name does not post every node's status)."""
+        with self.store.lock:
+            changed = self.sync(kubelets=False)
+            objs = [o for o in self.store.data["workloads"].values() if o["kind"] == kind
+                    and (ns is None or o["metadata"]["namespace"] == ns) and (name is None or
+                                                                             o["metadata"]["name"] == name)]
+            uids = {ctl.rs_uid(o) if o["kind"] == "Deployment" else o["metadata"]["uid"] for o in objs}
+            nodes = {p["spec"].get("nodeName") for p in self._live()
+                     if any(r.get("uid") in uids for r in p["metadata"].get("ownerReferences") or [])}
+            for node in sorted(n for n in nodes if n):
+                changed = self.sync(node) or changed
+            if changed:
+                self.store.save()
+            return [orjson.loads(orjson.dumps(self._with_status(o))) for o in objs]
 
     def workload(self, kind: str, ns: str, name: str) -> dict[str, Any]:
         with self.store.lock:

@@ -94,13 +94,15 @@ class PodApi:
         return got.decode(errors="replace") if isinstance(got, bytes) else str(got or "")
 
     def watch(self, what: str, list_method: str, *args: Any, field_selector: str, resource_version: str | None,
-              timeout_s: float) -> Iterator[tuple[str, dict[str, Any]]]:
+              timeout_s: float, api: str = "core") -> Iterator[tuple[str, dict[str, Any]]]:
         """WATCH (GET ...?watch=true&fieldSelector=...&resourceVersion=...): the events from
         ``resource_version`` on (None: the current state first, as ADDED events), until the
         server ends the stream after ``timeout_s``."""
         kw: dict[str, Any] = {"field_selector": field_selector, "timeout_seconds": max(1, int(timeout_s))}
         if resource_version:
             kw["resource_version"] = resource_version
+        if api != "core":
+            kw["api"] = api
         events = self.kube.watch(list_method, *args, **kw)
         while True:
             try:
@@ -122,6 +124,22 @@ class PodApi:
         node's status changes (Ready, the device plugin's allocatable) need no history."""
         return lambda rv, left: self.watch(f"watch node {name}", "list_node", field_selector=f"metadata.name={name}",
                                            resource_version=None, timeout_s=left)
+
+    def owner_watch(self, namespace: str, kind: str, name: str) -> Watcher:
+        """A Watcher of one owner (``metadata.name`` field selector), always from its current
+        state (an ADDED event first), as a node's: its ``readyReplicas`` needs no history.
+        WATCH /apis/apps/v1/namespaces/NS/{deployments,statefulsets}?fieldSelector=metadata.name=NAME
+        or the LeaderWorkerSet's custom resource list."""
+        how = OWNERS[kind]
+        what = f"watch {kind} {namespace}/{name}"
+        fs = f"metadata.name={name}"
+        if isinstance(how, str):
+            method = how.replace("read_", "list_", 1)
+            return lambda rv, left: self.watch(what, method, namespace, field_selector=fs, resource_version=None,
+                                               timeout_s=left, api="apps")
+        g, v, plural = how
+        return lambda rv, left: self.watch(what, "list_namespaced_custom_object", g, v, namespace, plural,
+                                           field_selector=fs, resource_version=None, timeout_s=left, api="custom")
 
     # ---- owners
     def owner(self, namespace: str, kind: str, name: str) -> dict[str, Any] | None:
@@ -163,6 +181,10 @@ def allocatable_gpus(node: dict[str, Any]) -> int:
         return 0
 
 
+def ready_replicas(owner: dict[str, Any]) -> int:
+    return int((owner.get("status") or {}).get("readyReplicas") or 0)
+
+
 def node_ready(node: dict[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True"
                for c in (node.get("status") or {}).get("conditions") or [])
@@ -189,16 +211,6 @@ def terminated(pod: dict[str, Any]) -> dict[str, Any]:
         if t:
             return dict(t)
     return {}
-
-
-def wait_for(pods: PodApi, check: Callable[[], tuple[bool, Any]], timeout_s: float, poll_s: float) -> tuple[bool, Any]:
-    """Poll ``check`` until it holds or ``timeout_s`` passed: (held, its last answer)."""
-    start = pods.now()
-    while True:
-        done, last = check()
-        if done or pods.now() - start >= timeout_s:
-            return done, last
-        pods.sleep(poll_s)
 
 
 # where the API server refuses a watch, the wait polls: 403 (no ``watch`` right: RBAC grants
@@ -245,4 +257,4 @@ def wait_watched(pods: PodApi, read: Callable[[], dict[str, Any] | None], watch:
 
 
 __all__ = ["GPU", "KubernetesError", "PodApi", "allocatable_gpus", "digest_of", "gpu_request", "node_ready", "phase",
-           "restarts", "terminated", "wait_for", "wait_watched"]
+           "ready_replicas", "restarts", "terminated", "wait_watched"]

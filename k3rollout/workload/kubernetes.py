@@ -561,7 +561,7 @@ class Kubernetes:
         running = [q for q in pods if kp.phase(q) == "Running"]
         digests = sorted({_sha(s.get("imageID")) or "" for q in running
                           for s in (q.get("status") or {}).get("containerStatuses") or []})
-        return {"exists": True, "ready": int((obj.get("status") or {}).get("readyReplicas") or 0), "digests": digests,
+        return {"exists": True, "ready": kp.ready_replicas(obj), "digests": digests,
                 "restarts": sum(kp.restarts(q) for q in pods),
                 "pods": [{"name": f"{o['namespace']}/{(q.get('metadata') or {}).get('name')}",
                           "node": (q.get("spec") or {}).get("nodeName"), "phase": kp.phase(q),
@@ -592,15 +592,26 @@ class Kubernetes:
         timeout = float(getattr(ctx.params, "serving_ready_timeout", 3600.0))
 
         def wait(p: PodApi) -> dict[str, Any]:
-            def check() -> tuple[bool, dict[str, Any]]:
+            start = p.now()
+            while True:
                 seen = {k: self._owner_now(p, o) for k, o in owners.items()}
-                return all(not self._back(o, seen[k]) for k, o in owners.items()), seen
-
-            _, seen = kp.wait_for(p, check, timeout, POLL_S * 5)
-            got: dict[str, Any] = seen
-            return got
+                behind = [k for k, o in owners.items() if self._back(o, seen[k])]
+                left = timeout - (p.now() - start)
+                if not behind or left <= 0:
+                    return seen
+                o = owners[behind[0]]
+                want = int(o.get("ready_replicas") or 0)
+                if seen[behind[0]]["exists"] and seen[behind[0]]["ready"] >= want:
+                    # ready on another image digest: only a rollout of the owner changes that
+                    p.sleep(min(POLL_S * 5, left))
+                    continue
+                # its readyReplicas back (or the owner gone): watched, then everything looked at again
+                where = (o["namespace"], o["kind"], o["name"])
+                kp.wait_watched(p, lambda w=where: p.owner(*w), p.owner_watch(*where),
+                                lambda obj, want=want: obj is None or kp.ready_replicas(obj) >= want, left, POLL_S * 5)
 
         res = self._call(ctx, "serving-back", ["GET owners' readyReplicas and pods' imageID",
+                                               "WATCH each owner behind (fieldSelector metadata.name) until ready",
                                                *sorted(owners), f"until back, at most {timeout:.0f}s"], wait)
         if not res.ok:
             out.failed += sorted(owners)

@@ -610,3 +610,24 @@ def test_a_watch_from_a_resource_version_sees_what_happened_since_and_nodes_watc
         ["gpu-c01"]
     r = cluster.http.get("/api/v1/nodes", params={"fieldSelector": "status.phase=Running"})
     assert r.status_code == 400 and r.json()["message"] == "field label not supported: status.phase"
+
+
+def test_an_owner_watched_by_name_shows_its_ready_replicas_drop_when_a_pod_is_evicted(cluster):
+    from kubernetes import watch
+
+    victim = next(p for p in pods(cluster, "app=k3-b300") if p.spec.node_name == "gpu-b01")
+    for node in ("gpu-b01", "gpu-c01"):         # no node to reschedule it on: its replacement waits
+        cluster.core.patch_node(node, {"spec": {"unschedulable": True}})
+    w = watch.Watch()
+    ready = []
+    for ev in w.stream(cluster.apps.list_namespaced_deployment, NS, field_selector="metadata.name=k3-b300",
+                       timeout_seconds=10):
+        ready.append((ev["type"], ev["object"].status.ready_replicas or 0))
+        if len(ready) == 1:
+            cluster.core.create_namespaced_pod_eviction(victim.metadata.name, NS, k8s.V1Eviction(
+                metadata=k8s.V1ObjectMeta(name=victim.metadata.name, namespace=NS)))
+        elif ready[-1][1] < 2:
+            w.stop()
+    # its current state first, then its status as the controller posts it: one replica short
+    assert ready[0] == ("ADDED", 2)
+    assert ready[-1] == ("MODIFIED", 1)

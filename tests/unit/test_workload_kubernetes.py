@@ -336,11 +336,17 @@ def test_after_the_uncordon_owners_are_waited_for_until_back_to_baseline_ready_a
     ctx = h.ctx("uncordon", baseline={"serving_containers": [SERVING]})
     fake.expect(*DEPLOYMENT, answer={"status": {"readyReplicas": 1}})
     fake.expect("core.list_namespaced_pod", "serving", label_selector="app=kimi", answer={"items": [pod("a")]})
+    # one replica short: the Deployment is watched (its current state first) until its
+    # readyReplicas is back, instead of polled, then everything is looked at again
+    fake.expect(*DEPLOYMENT, answer={"status": {"readyReplicas": 1}})
+    fake.expect("watch.list_namespaced_deployment", "serving", field_selector="metadata.name=kimi-k2",
+                timeout_seconds=1800, api="apps",
+                answer=[("ADDED", {"status": {"readyReplicas": 1}}), ("MODIFIED", {"status": {"readyReplicas": 2}})])
     fake.expect(*DEPLOYMENT, answer={"status": {"readyReplicas": 2}})
     fake.expect("core.list_namespaced_pod", "serving", label_selector="app=kimi",
                 answer={"items": [pod("a"), pod("b", restarts=1)]})
     got = ctx.workload.prove_serving(ctx)
-    assert not got.failed and fake.t == 10.0 and got.back == ["serving/kimi-k2-7d9f-abcde"]
+    assert not got.failed and fake.t == 0.0 and got.back == ["serving/kimi-k2-7d9f-abcde"]
     owner = got.facts["serving_owners"]["Deployment/serving/kimi-k2"]
     assert owner["ready"] == 2 and owner["baseline_ready"] == 2 and owner["digests"] == ["sha256:" + "a" * 64]
     assert not any(m.endswith(("create_namespaced_pod", "delete_namespaced_pod")) for m, _, _ in fake.calls)
@@ -354,7 +360,7 @@ def test_an_owner_back_on_another_digest_or_not_back_in_time_fails_the_uncordon_
     fake.expect("core.list_namespaced_pod", "serving", label_selector="app=kimi",
                 answer={"items": [pod("a", image_id=other), pod("b")]})
     ctx.params = ctx.params.model_copy(update={"serving_ready_timeout": 5.0})
-    fake.expect(*DEPLOYMENT, answer={"status": {"readyReplicas": 2}})          # the last look, at 10 s
+    fake.expect(*DEPLOYMENT, answer={"status": {"readyReplicas": 2}})          # the last look, at 5 s
     fake.expect("core.list_namespaced_pod", "serving", label_selector="app=kimi",
                 answer={"items": [pod("a", image_id=other), pod("b")]})
     got = ctx.workload.prove_serving(ctx)
