@@ -568,6 +568,14 @@ class Kubernetes:
                           "serves_api": _serves_api(q)} for q in pods]}
 
     @staticmethod
+    def _owner_reader(p: PodApi, o: dict[str, Any]) -> Callable[[], dict[str, Any] | None]:
+        return lambda: p.owner(o["namespace"], o["kind"], o["name"])
+
+    @staticmethod
+    def _owner_ready(want: int) -> Callable[[dict[str, Any] | None], bool]:
+        return lambda obj: obj is None or kp.ready_replicas(obj) >= want
+
+    @staticmethod
     def _back(o: dict[str, Any], now: dict[str, Any]) -> str:
         """Why the owner is not back as baseline saw it ("" when it is)."""
         if not now["exists"]:
@@ -606,9 +614,8 @@ class Kubernetes:
                     p.sleep(min(POLL_S * 5, left))
                     continue
                 # its readyReplicas back (or the owner gone): watched, then everything looked at again
-                where = (o["namespace"], o["kind"], o["name"])
-                kp.wait_watched(p, lambda w=where: p.owner(*w), p.owner_watch(*where),
-                                lambda obj, want=want: obj is None or kp.ready_replicas(obj) >= want, left, POLL_S * 5)
+                kp.wait_watched(p, self._owner_reader(p, o), p.owner_watch(o["namespace"], o["kind"], o["name"]),
+                                self._owner_ready(want), left, POLL_S * 5)
 
         res = self._call(ctx, "serving-back", ["GET owners' readyReplicas and pods' imageID",
                                                "WATCH each owner behind (fieldSelector metadata.name) until ready",
