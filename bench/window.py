@@ -1,6 +1,7 @@
 """Serial batches against the sliding window, on a simulated cluster whose stages take time.
 
     python bench/window.py [--nodes 1000] [--max-out 50] [--scale 0.05] [--stragglers 5] [--seed 22]
+                           [--backend docker|kubernetes]
 
 Runs the shipped playbook (playbooks/k3-driver-rollout.yml) twice over the same simulated
 cluster of N nodes, at the same capacity floor (``min_serving: N - max_out``, ``forks:
@@ -35,7 +36,18 @@ plan/timing.py's lower bound; its ``result``: batches and final node states):
   irreducible in-window work (the sum of its stage spans from the cordon on): mean, p95
   and the ratio of the totals (``out_of_service_ratio``);
 - the makespan (run start to end) against the lower bound for the floor (the critical
-  path, or the out-of-service work over max_out slots plus the shortest in-service lead).
+  path, or the out-of-service work over max_out slots plus the shortest in-service lead);
+- the Kubernetes API requests the controller sent per node-stage (counted as it sends them,
+  k3rollout/scheduler/k8s_calls.py, by verb and resource as the API server's audit log names
+  them): mean and max, by stage kind and by verb and resource, and how many outside any
+  node-stage (the lock's Lease, preflight).
+
+``--backend kubernetes`` makes the nodes containerd nodes whose checks and test servers are
+pinned Pods created, watched and deleted through the simulated API server, and whose gates
+go through its pod proxy (``k3_workload_backend: kubernetes``); each node serves a
+one-replica Deployment of its own, which the drain evicts and the uncordon proves back.
+``docker`` (the default) keeps the Docker hosts; both drain through the API
+(``scheduler: kubernetes``).
 
 Two lower bounds, both printed: the plain one (``lower_bound_s``: every one of max_out
 slots busy from the start) and the one with the canary batches as barriers
@@ -123,11 +135,14 @@ def write_inventory(path: Path, nodes: list[str], slow: set[str], reboot_s: floa
     for n in nodes:
         hv: dict[str, Any] = {"sim_reboot_s": reboot_s * STRAGGLER_FACTOR} if n in slow else {}
         if backend == "kubernetes":
-            # each node serves a Deployment of its own: one replica holding its 8 GPUs, evicted by
-            # the drain and proven back (readyReplicas, image digest) after the uncordon. One
-            # Deployment over many nodes would, in a sliding window, be short of the replicas of
-            # the other nodes out at the time, so no node could prove it back to its baseline
-            hv["sim_k8s_serving"] = {"kind": "Deployment", "name": f"k3-serving-{n}"}
+            # each node serves a Deployment of its own, pinned to it (nodeSelector on its
+            # hostname): one replica holding its 8 GPUs, evicted by the drain and proven back
+            # (readyReplicas, image digest) after the uncordon. One Deployment over many nodes
+            # would, in a sliding window, be short of the replicas of the other nodes out at the
+            # time; unpinned, a node coming back takes the pending pod of another node still out,
+            # and its own Deployment waits for that node's uncordon
+            hv["sim_k8s_serving"] = {"kind": "Deployment", "name": f"k3-serving-{n}",
+                                     "node_selector": {"kubernetes.io/hostname": n}}
         hosts[n] = hv or None
     # every other sim latency zero: the stage's time is the scaled estimate, not the simulator
     path.write_text(yaml.safe_dump({"all": {"vars": {"ansible_connection": "k3sim", "sim_latency_s": 0,

@@ -107,6 +107,7 @@ class Workloads:
 
     def __init__(self, store: Store):
         self.store = store
+        self._counted = (float("-inf"), 0)
 
     def _live(self) -> list[dict[str, Any]]:
         return [self.store.data["pods"][k] for k in self.store.data["run"] if k in self.store.data["pods"]]
@@ -229,7 +230,11 @@ class Workloads:
         need = sum(kubelet.gpus_requested(c) for c in pod["spec"]["containers"])
         selector = pod["spec"].get("nodeSelector") or {}
         reasons: dict[str, int] = {}
-        names = sorted(self.store.host_dirs())
+        # a pod pinned to one node by its hostname label is looked at on that node alone (every
+        # other node fails its selector): the same answer as looking at every node, without
+        # loading a thousand hosts' state per pending pod
+        pinned = selector.get("kubernetes.io/hostname")
+        names = [pinned] if pinned and self.store.host_dir(pinned) is not None else sorted(self.store.host_dirs())
         for name in names:
             d = self.store.root / name
             s = st.load(d)
@@ -248,16 +253,30 @@ class Workloads:
                 self.bind(pod, name)
                 return
             reasons[why] = reasons.get(why, 0) + 1
+        total = len(names)
+        if len(names) == 1 and pinned == names[0]:
+            total = self._node_count()
+            if total > 1:
+                mismatch = "node(s) didn't match Pod's node affinity/selector"
+                reasons[mismatch] = reasons.get(mismatch, 0) + total - 1
         # FitError.Error sorts the "COUNT REASON" strings themselves (sort.Strings)
         detail = ", ".join(sorted(f"{n} {w}" for w, n in reasons.items()))
-        msg = (f"0/{len(names)} nodes are available: {detail}. preemption: 0/{len(names)} nodes are available: "
-               f"{len(names)} Preemption is not helpful for scheduling.")
+        msg = (f"0/{total} nodes are available: {detail}. preemption: 0/{total} nodes are available: "
+               f"{total} Preemption is not helpful for scheduling.")
         cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": msg}
         if (pod["status"].get("conditions") or [{}])[0] != cond:
             self._event(pod, "Warning", "FailedScheduling", msg, "default-scheduler")
             pod["status"] = {"phase": "Pending", "qosClass": pod["status"].get("qosClass", "BestEffort"),
                              "conditions": [cond]}
             pod["metadata"]["resourceVersion"] = self.store.rv()
+
+    def _node_count(self) -> int:
+        """How many nodes the cluster has, listed at most every 10 s (the hosts of a simulated
+        cluster are made before its API server starts)."""
+        now = time.monotonic()
+        if now - self._counted[0] > 10.0:
+            self._counted = (now, len(self.store.host_dirs()))
+        return self._counted[1]
 
     def bind(self, pod: dict[str, Any], node: str) -> None:
         self._event(pod, "Normal", "Scheduled", f"Successfully assigned {pod['metadata']['namespace']}/"
@@ -461,7 +480,8 @@ class Workloads:
         scheduler catch up, then only the kubelets of the nodes their pods are bound to (a
         watch of one owner by name does not post every node's status)."""
         with self.store.lock:
-            changed = self.sync(kubelets=False)
+            rv = self.store.data["rv"]
+            self.sync(kubelets=False)
             objs = [o for o in self.store.data["workloads"].values() if o["kind"] == kind
                     and (ns is None or o["metadata"]["namespace"] == ns) and (name is None or
                                                                              o["metadata"]["name"] == name)]
@@ -469,8 +489,8 @@ class Workloads:
             nodes = {p["spec"].get("nodeName") for p in self._live()
                      if any(r.get("uid") in uids for r in p["metadata"].get("ownerReferences") or [])}
             for node in sorted(n for n in nodes if n):
-                changed = self.sync(node) or changed
-            if changed:
+                self.sync(node)
+            if self.store.data["rv"] != rv:       # saved only when something changed
                 self.store.save()
             return [orjson.loads(orjson.dumps(self._with_status(o))) for o in objs]
 
