@@ -214,7 +214,8 @@ def terminated(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 # where the API server refuses a watch, the wait polls: 403 (no ``watch`` right: RBAC grants
-# get, list and watch separately), 404 and 405 (no watch served there)
+# get, list and watch separately), 404 and 405 (no watch served there); docs/domain.md,
+# "Workloads on Kubernetes GPU nodes"
 WATCH_REFUSED = (403, 404, 405)
 MAX_WATCH_S = 1800.0      # one stream at most: kube-apiserver ends a watch within --min-request-timeout x 2
 
