@@ -737,6 +737,7 @@ class Handler(BaseHTTPRequestHandler):
         than the watch history is answered with an ERROR event, 410 Expired ("too old resource
         version", as the watch cache answers). It ends after ``timeoutSeconds`` or when the
         client goes; the pods are looked at again every 0.2 s (the kubelets posting status)."""
+        self._authorize("watch", "pods", "", ns, None)
         c = self.cluster
         fs, ls = q.get("fieldSelector", ""), q.get("labelSelector", "")
         match = pod_matcher(ns, fs, ls)
@@ -796,6 +797,7 @@ class Handler(BaseHTTPRequestHandler):
         kubelet posts an unchanged status only every few minutes). A simulated node keeps no
         history, so a watch from a ``resourceVersion`` starts at the current state with no
         ADDED events (the changes from then on). Looked at every 0.2 s, until ``timeoutSeconds``."""
+        self._authorize("watch", "nodes", "", None, None)
         c = self.cluster
         match = node_matcher(q.get("fieldSelector", ""), q.get("labelSelector", ""))
         name = next((t.replace("==", "=").split("=", 1)[1] for t in q.get("fieldSelector", "").split(",")

@@ -242,11 +242,17 @@ def wait_watched(pods: PodApi, read: Callable[[], dict[str, Any] | None], watch:
             obj = read()
             continue
         rv = ((obj or {}).get("metadata") or {}).get("resourceVersion")
+        opened, events = pods.now(), 0
         try:
             for kind, got in watch(str(rv) if rv else None, min(left, MAX_WATCH_S)):
+                events += 1
                 obj = None if kind == "DELETED" else got
                 if done(obj):
                     return True, obj
+            if not events and pods.now() - opened < 1.0:
+                # a stream ended at once with nothing in it (a proxy on the way that does not
+                # stream): the next one waits a poll's time rather than spin
+                pods.sleep(min(poll_s, left))
         except KubernetesError as err:
             if err.status in WATCH_REFUSED:
                 watch = None

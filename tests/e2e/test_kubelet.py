@@ -631,3 +631,28 @@ def test_an_owner_watched_by_name_shows_its_ready_replicas_drop_when_a_pod_is_ev
     # its current state first, then its status as the controller posts it: one replica short
     assert ready[0] == ("ADDED", 2)
     assert ready[-1] == ("MODIFIED", 1)
+
+
+def test_a_node_wait_watches_and_falls_back_to_polling_where_the_watch_right_is_refused(cluster, tmp_path):
+    from k3rollout.scheduler import k8s_calls
+    from k3rollout.scheduler.k8s_api import KubernetesApi
+    from k3rollout.workload import k8s_pods as kp
+
+    pods = kp.PodApi(KubernetesApi(str(cluster.kubeconfig(tmp_path / "kc"))))
+
+    def wait_reboot(seconds: float) -> dict:
+        with st.transaction(cluster.root / "gpu-c01") as s:
+            s["down_until"] = time.time() + seconds          # rebooting: NotReady, no nvidia.com/gpu
+        sent = k8s_calls.totals.copy()
+        ok, node = kp.wait_watched(pods, lambda: pods.node("gpu-c01"), pods.node_watch("gpu-c01"),
+                                   lambda n: n is not None and kp.node_ready(n) and kp.allocatable_gpus(n) == 8,
+                                   60.0, 0.5)
+        assert ok and kp.node_ready(node)
+        return dict(k8s_calls.totals - sent)
+
+    # one read, then one watch that says when the node is back
+    assert wait_reboot(2.0) == {"get nodes": 1, "watch nodes": 1}
+    # without the watch right the server answers 403 and the wait polls the node
+    cluster.cluster.set_denied(["watch nodes"])
+    calls = wait_reboot(2.0)
+    assert calls["watch nodes"] == 1 and calls["get nodes"] >= 3
