@@ -3,8 +3,8 @@
 No real API server can be installed on the machines this project is built and tested on,
 so this one stands in for it, for the parts a driver rollout and its workload checks touch:
 discovery (sim/kubediscovery.py), nodes (get, list, patch: cordon, labels, annotations; the
-device plugin's ``nvidia.com/gpu``), pods (create, get, list with a watch, delete; their log
-and their proxy), the policy/v1 Eviction subresource with PodDisruptionBudget refusals, the
+device plugin's ``nvidia.com/gpu``), pods (create, get, list, delete; their log and their
+proxy), watches of pods, nodes and owners (sim/kubewatch.py), the policy/v1 Eviction subresource with PodDisruptionBudget refusals, the
 scheduler and its events, owners (Deployments and their ReplicaSets, StatefulSets,
 LeaderWorkerSets: sim/controllers.py), DaemonSets, and coordination.k8s.io/v1 Leases. The pods
 a kubelet runs are run by the node's simulated kubelet (sim/kubelet.py) in the node's one
@@ -50,6 +50,7 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import orjson
 
 from k3rollout.sim import controllers as ctl
-from k3rollout.sim import kubediscovery, kubelet, kubeseed, kubetables, kubeworkloads
+from k3rollout.sim import kubediscovery, kubelet, kubeseed, kubetables, kubewatch, kubeworkloads
 from k3rollout.sim import state as st
 from k3rollout.sim.kubebase import UNSCHEDULABLE_TAINT, ApiError, audit, not_found, now_iso
 from k3rollout.sim.kubebase import audited as audited  # tests read a node's audit log from here
@@ -441,7 +442,7 @@ class Cluster:
         with self.lock:
             self._reconcile(one[0] if len(one) == 1 and one[0] else None)
             out = list(self.data["pods"].values())
-        match = pod_matcher(namespace, field_selector, label_selector)
+        match = kubewatch.pod_matcher(namespace, field_selector, label_selector)
         return sorted((p for p in out if match(p)), key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"]))
 
     def watched_pods(self, namespace: str | None, field_selector: str, label_selector: str) -> list[dict[str, Any]]:
@@ -456,7 +457,7 @@ class Cluster:
                 if p is not None and self.work.sync(p["spec"].get("nodeName") or None):
                     self.save()
                 p = self.data["pods"].get(f"{namespace}/{one['metadata.name']}")
-                match = pod_matcher(namespace, field_selector, label_selector)
+                match = kubewatch.pod_matcher(namespace, field_selector, label_selector)
                 return [orjson.loads(orjson.dumps(p))] if p is not None and match(p) else []
         with self.lock:
             return [orjson.loads(orjson.dumps(p)) for p in self.pods(namespace, field_selector, label_selector)]
@@ -557,47 +558,6 @@ class Cluster:
                 "details": {"name": name, "group": "coordination.k8s.io", "kind": "leases"}}
 
 
-POD_FIELDS = {"spec.nodeName": lambda p: p["spec"].get("nodeName"), "metadata.name": lambda p: p["metadata"]["name"],
-              "metadata.namespace": lambda p: p["metadata"]["namespace"],
-              "status.phase": lambda p: p["status"]["phase"]}
-# the node fields a selector may name (pkg/registry/core/node/strategy.go NodeToSelectableFields)
-NODE_FIELDS = {"metadata.name": lambda n: n["metadata"]["name"],
-               "spec.unschedulable": lambda n: "true" if n["spec"].get("unschedulable") else "false"}
-
-
-def _selector(fields: dict[str, Any], field_selector: str, label_selector: str, unknown: Any) -> Any:
-    """A predicate over objects for a field selector (``=``, ``==``, ``!=`` terms on the kind's
-    selectable fields) and an equality label selector."""
-    terms = []
-    for term in filter(None, field_selector.split(",")):
-        k, _, v = term.replace("==", "=").partition("=")
-        neg = k.endswith("!")
-        k = k.rstrip("!")
-        if k not in fields:
-            raise unknown(k)
-        terms.append((fields[k], v, neg))
-    labels = [t.replace("==", "=").partition("=")[::2] for t in filter(None, label_selector.split(","))]
-
-    def match(obj: dict[str, Any]) -> bool:
-        return all((str(get(obj) or "") == v) != neg for get, v, neg in terms) and \
-            all((obj["metadata"].get("labels") or {}).get(k) == v for k, v in labels)
-    return match
-
-
-def pod_matcher(namespace: str | None, field_selector: str, label_selector: str) -> Any:
-    def unknown(k: str) -> ApiError:
-        return ApiError(400, "BadRequest", f'"{k}" is not a known field selector: only "metadata.name", '
-                                           '"metadata.namespace", "spec.nodeName", "status.phase"')
-    match = _selector(POD_FIELDS, field_selector, label_selector, unknown)
-    return (lambda p: p["metadata"]["namespace"] == namespace and match(p)) if namespace else match
-
-
-def node_matcher(field_selector: str, label_selector: str) -> Any:
-    # the API server's own words for a field it cannot select on (the field label conversion)
-    return _selector(NODE_FIELDS, field_selector, label_selector,
-                     lambda k: ApiError(400, "BadRequest", f"field label not supported: {k}"))
-
-
 def _node_fields(sched: dict[str, Any]) -> dict[str, Any]:
     return {"metadata": {"labels": dict(sched.get("labels", {})), "annotations": dict(sched.get("annotations", {}))},
             "spec": {"unschedulable": sched["state"] != "schedulable"}}
@@ -688,16 +648,7 @@ class Handler(BaseHTTPRequestHandler):
             if m:
                 self._proxy(method, m, u.query)
                 return
-            if method == "GET" and q.get("watch") in ("true", "1") and WATCH_PODS.match(u.path):
-                self._watch_pods(WATCH_PODS.match(u.path)["ns"], q)
-                return
-            if method == "GET" and q.get("watch") in ("true", "1") and WATCH_NODES.match(u.path):
-                self._watch_nodes(q)
-                return
-            owners = kubediscovery.workload_path(u.path.rstrip("/").split("/"), self.cluster.lws_crd) \
-                if method == "GET" and q.get("watch") in ("true", "1") else None
-            if owners is not None and owners[0] != "ReplicaSet" and owners[2] is None:
-                self._watch_owners(owners[0], owners[1], q)
+            if method == "GET" and q.get("watch") in ("true", "1") and self._watch(u.path, q):
                 return
             m = LOG.match(u.path)
             if m and method == "GET":
@@ -714,183 +665,43 @@ class Handler(BaseHTTPRequestHandler):
             code, out = exc.code, exc.body
         self._send(code, out)
 
-    def _stream(self) -> Any:
-        """Start a watch's reply (chunked, one JSON event per line, as the API server's watch
-        handler writes them: k8s.io/apiserver endpoints/handlers/watch.go); returns emit."""
+    def _watch(self, path: str, q: dict[str, str]) -> bool:
+        """A watch of pods, nodes or owners (Deployments, StatefulSets, LeaderWorkerSets),
+        authorized like any verb (a refused ``watch`` is 403); False: not one served here."""
+        c = self.cluster
+        m = WATCH_PODS.match(path)
+        if m:
+            self._authorize("watch", "pods", "", m["ns"], None)
+            self._serve_watch(kubewatch.pod_events(c, m["ns"], q))
+            return True
+        if WATCH_NODES.match(path):
+            self._authorize("watch", "nodes", "", None, None)
+            self._serve_watch(kubewatch.node_events(c, q))
+            return True
+        owners = kubediscovery.workload_path(path.rstrip("/").split("/"), c.lws_crd)
+        if owners is None or owners[0] == "ReplicaSet" or owners[2] is not None:
+            return False
+        api_version, plural, _ = ctl.KINDS[owners[0]]
+        self._authorize("watch", plural, api_version.rsplit("/", 1)[0] if "/" in api_version else "", owners[1],
+                        None)
+        self._serve_watch(kubewatch.owner_events(c, owners[0], owners[1], q))
+        return True
+
+    def _serve_watch(self, events: Iterator[tuple[str, dict[str, Any]]]) -> None:
+        """Write a watch's events (sim/kubewatch.py) as the API server's watch handler does:
+        chunked, one JSON object per line, until they end or the client goes."""
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-
-        def emit(kind: str, obj: dict[str, Any]) -> None:
-            line = json.dumps({"type": kind, "object": obj}).encode() + b"\n"
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
-            self.wfile.flush()
-        return emit
-
-    def _watch_pods(self, ns: str | None, q: dict[str, str]) -> None:
-        """``GET .../pods?watch=true``: ``{"type": "ADDED"|"MODIFIED"|"DELETED", "object": Pod}``
-        events for the pods the field and label selectors match. Without a ``resourceVersion``
-        (or with "0") it starts with an ADDED event for every pod that matches; from a
-        resourceVersion, with the changes since it: a pod changed since comes MODIFIED (ADDED
-        when it was created since), a pod deleted since DELETED, and a resourceVersion older
-        than the watch history is answered with an ERROR event, 410 Expired ("too old resource
-        version", as the watch cache answers). It ends after ``timeoutSeconds`` or when the
-        client goes; the pods are looked at again every 0.2 s (the kubelets posting status)."""
-        self._authorize("watch", "pods", "", ns, None)
-        c = self.cluster
-        fs, ls = q.get("fieldSelector", ""), q.get("labelSelector", "")
-        match = pod_matcher(ns, fs, ls)
-        deadline = time.monotonic() + float(q.get("timeoutSeconds") or 1800)
-
-        def look() -> dict[str, dict[str, Any]]:
-            return {p["metadata"]["uid"]: p for p in c.watched_pods(ns, fs, ls)}
-
-        since = q.get("resourceVersion") or "0"
-        seen = look()
-        emit = self._stream()
         try:
-            if since == "0":
-                for pod in seen.values():
-                    emit("ADDED", pod)
-            else:
-                with c.lock:
-                    expired = int(since) < c.history_from
-                    gone = [t[2] for t in c.tombstones if t[0] > int(since) and match(t[2])]
-                    born = dict(c.data.get("born", {}))
-                if expired:
-                    emit("ERROR", {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                                   "message": f"too old resource version: {since} ({c.history_from})",
-                                   "reason": "Expired", "code": 410})
-                    self.wfile.write(b"0\r\n\r\n")
-                    return
-                for uid, pod in seen.items():
-                    if int(pod["metadata"]["resourceVersion"]) > int(since):
-                        emit("ADDED" if born.get(uid, 0) > int(since) else "MODIFIED", pod)
-                for pod in gone:
-                    if pod["metadata"]["uid"] not in seen:
-                        emit("DELETED", pod)
-            while time.monotonic() < deadline:
-                time.sleep(0.2)
-                now = look()
-                for uid, pod in now.items():
-                    if uid not in seen:
-                        emit("ADDED", pod)
-                    elif pod["metadata"]["resourceVersion"] != seen[uid]["metadata"]["resourceVersion"]:
-                        emit("MODIFIED", pod)
-                if any(uid not in now for uid in seen):
-                    with c.lock:
-                        gone_now = {t[2]["metadata"]["uid"]: t[2] for t in c.tombstones}
-                    for uid, pod in seen.items():
-                        if uid not in now:
-                            emit("DELETED", gone_now.get(uid, pod))
-                seen = now
+            for kind, obj in events:
+                line = json.dumps({"type": kind, "object": obj}).encode() + b"\n"
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                self.wfile.flush()
             self.wfile.write(b"0\r\n\r\n")
         except OSError:
             return                   # the client went away
-
-    def _watch_nodes(self, q: dict[str, str]) -> None:
-        """``GET /api/v1/nodes?watch=true``: the nodes the selectors match (``metadata.name``,
-        ``spec.unschedulable``, labels), an ADDED event for each at the start, then a MODIFIED
-        event whenever one changes (its kubelet posting Ready or the device plugin's
-        ``nvidia.com/gpu``, a cordon, a label; heartbeat times alone are not a change, as the
-        kubelet posts an unchanged status only every few minutes). A simulated node keeps no
-        history, so a watch from a ``resourceVersion`` starts at the current state with no
-        ADDED events (the changes from then on). Looked at every 0.2 s, until ``timeoutSeconds``."""
-        self._authorize("watch", "nodes", "", None, None)
-        c = self.cluster
-        match = node_matcher(q.get("fieldSelector", ""), q.get("labelSelector", ""))
-        name = next((t.replace("==", "=").split("=", 1)[1] for t in q.get("fieldSelector", "").split(",")
-                     if t.replace("==", "=").startswith("metadata.name=")), None)
-        deadline = time.monotonic() + float(q.get("timeoutSeconds") or 1800)
-
-        def look() -> dict[str, dict[str, Any]]:
-            names = [name] if name else list(c.host_dirs())
-            out = {}
-            for n in names:
-                try:
-                    obj = c.node(n)
-                except ApiError:
-                    continue
-                if match(obj):
-                    out[n] = obj
-            return out
-
-        def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
-            def strip(o: dict[str, Any]) -> Any:
-                st_ = {**o["status"], "conditions": [{k: v for k, v in x.items() if k != "lastHeartbeatTime"}
-                                                     for x in o["status"]["conditions"]]}
-                spec = {**o["spec"], "taints": [{k: v for k, v in t.items() if k != "timeAdded"}
-                                                for t in o["spec"].get("taints", [])]}
-                return (o["metadata"], spec, st_)
-            return bool(strip(a) == strip(b))
-
-        seen = look()
-        emit = self._stream()
-        try:
-            if (q.get("resourceVersion") or "0") == "0":
-                for obj in seen.values():
-                    emit("ADDED", obj)
-            while time.monotonic() < deadline:
-                time.sleep(0.2)
-                now = look()
-                for n, obj in now.items():
-                    if n not in seen:
-                        emit("ADDED", obj)
-                    elif not same(obj, seen[n]):
-                        emit("MODIFIED", obj)
-                for n, obj in seen.items():
-                    if n not in now:
-                        emit("DELETED", obj)
-                seen = now
-            self.wfile.write(b"0\r\n\r\n")
-        except OSError:
-            return
-
-    def _watch_owners(self, kind: str, ns: str | None, q: dict[str, str]) -> None:
-        """``GET /apis/apps/v1[/namespaces/NS]/deployments?watch=true`` (and StatefulSets,
-        LeaderWorkerSets): the owners the selectors match (``metadata.name``,
-        ``metadata.namespace``, labels), an ADDED event for each at the start, then MODIFIED
-        whenever one changes, its status (``readyReplicas``) included, as the controllers post
-        it. Their status is computed from their pods when looked at, so a watch from a
-        ``resourceVersion`` starts at the current state with no ADDED events (the changes from
-        then on), as a node's does. Looked at every 0.2 s, until ``timeoutSeconds``."""
-        api_version, plural, _ = ctl.KINDS[kind]
-        group = api_version.rsplit("/", 1)[0] if "/" in api_version else ""
-        self._authorize("watch", plural, group, ns, None)
-        c = self.cluster
-        fields = {"metadata.name": lambda o: o["metadata"]["name"],
-                  "metadata.namespace": lambda o: o["metadata"]["namespace"]}
-        match = _selector(fields, q.get("fieldSelector", ""), q.get("labelSelector", ""),
-                          lambda k: ApiError(400, "BadRequest", f"field label not supported: {k}"))
-        name = next((t.replace("==", "=").split("=", 1)[1] for t in q.get("fieldSelector", "").split(",")
-                     if t.replace("==", "=").startswith("metadata.name=")), None)
-        deadline = time.monotonic() + float(q.get("timeoutSeconds") or 1800)
-
-        def look() -> dict[str, dict[str, Any]]:
-            return {o["metadata"]["uid"]: o for o in c.work.watched_workloads(kind, ns, name) if match(o)}
-
-        seen = look()
-        emit = self._stream()
-        try:
-            if (q.get("resourceVersion") or "0") == "0":
-                for obj in seen.values():
-                    emit("ADDED", obj)
-            while time.monotonic() < deadline:
-                time.sleep(0.2)
-                now = look()
-                for uid, obj in now.items():
-                    if uid not in seen:
-                        emit("ADDED", obj)
-                    elif obj != seen[uid]:
-                        emit("MODIFIED", obj)
-                for uid, obj in seen.items():
-                    if uid not in now:
-                        emit("DELETED", obj)
-                seen = now
-            self.wfile.write(b"0\r\n\r\n")
-        except OSError:
-            return
 
     def _send_text(self, code: int, text: str) -> None:
         data = text.encode()
@@ -971,7 +782,7 @@ class Handler(BaseHTTPRequestHandler):
                 return 200, d
         p = path.split("/")
         if path == "/api/v1/nodes" and method == "GET":
-            match = node_matcher(q.get("fieldSelector", ""), q.get("labelSelector", ""))
+            match = kubewatch.node_matcher(q.get("fieldSelector", ""), q.get("labelSelector", ""))
             nodes = [n for n in (c.node(n) for n in c.host_dirs()) if match(n)]
             return 200, _list("NodeList", "v1", nodes, c.data["rv"])
         if len(p) == 5 and path.startswith("/api/v1/nodes/"):
