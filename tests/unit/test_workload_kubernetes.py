@@ -41,7 +41,8 @@ class Expected:
 @dataclass
 class FakeKube:
     """Stands in for ``KubernetesApi``: ``core``, ``apps`` and ``custom``, whose
-    methods answer from the script; a fake clock for the backend's waits."""
+    methods answer from the script, and ``watch``, whose streams do; a fake clock for the
+    backend's waits."""
     script: list[Expected] = field(default_factory=list)
     calls: list[tuple[str, tuple, dict]] = field(default_factory=list)
     t: float = 0.0
