@@ -1,6 +1,7 @@
 """Serial batches against the sliding window, on a simulated cluster whose stages take time.
 
     python bench/window.py [--nodes 1000] [--max-out 50] [--scale 0.05] [--stragglers 5] [--seed 22]
+                           [--backend docker|kubernetes]
 
 Runs the shipped playbook (playbooks/k3-driver-rollout.yml) twice over the same simulated
 cluster of N nodes, at the same capacity floor (``min_serving: N - max_out``, ``forks:
@@ -35,7 +36,18 @@ plan/timing.py's lower bound; its ``result``: batches and final node states):
   irreducible in-window work (the sum of its stage spans from the cordon on): mean, p95
   and the ratio of the totals (``out_of_service_ratio``);
 - the makespan (run start to end) against the lower bound for the floor (the critical
-  path, or the out-of-service work over max_out slots plus the shortest in-service lead).
+  path, or the out-of-service work over max_out slots plus the shortest in-service lead);
+- the Kubernetes API requests the controller sent per node-stage (counted as it sends them,
+  k3rollout/scheduler/k8s_calls.py, by verb and resource as the API server's audit log names
+  them): mean and max, by stage kind and by verb and resource, and how many outside any
+  node-stage (the lock's Lease, preflight).
+
+``--backend kubernetes`` makes the nodes containerd nodes whose checks and test servers are
+pinned Pods created, watched and deleted through the simulated API server, and whose gates
+go through its pod proxy (``k3_workload_backend: kubernetes``); each node serves a
+one-replica Deployment of its own, which the drain evicts and the uncordon proves back.
+``docker`` (the default) keeps the Docker hosts; both drain through the API
+(``scheduler: kubernetes``).
 
 Two lower bounds, both printed: the plain one (``lower_bound_s``: every one of max_out
 slots busy from the start) and the one with the canary batches as barriers
@@ -62,6 +74,7 @@ import random
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -108,14 +121,35 @@ def stragglers(nodes: list[str], pct: float, seed: int) -> set[str]:
     return set(random.Random(seed).sample(nodes, round(len(nodes) * pct / 100.0)))
 
 
-def write_inventory(path: Path, nodes: list[str], slow: set[str], reboot_s: float) -> Path:
-    hosts = {n: ({"sim_reboot_s": reboot_s * STRAGGLER_FACTOR} if n in slow else None) for n in nodes}
+# the node-side workload backend (--backend): Docker hosts, or containerd nodes whose checks and
+# test servers are pinned Pods through the API server (k3rollout/workload/kubernetes.py), named
+# explicitly so the bench does not follow the product's default
+BACKENDS: dict[str, dict[str, Any]] = {
+    "docker": {"scheduler": "kubernetes", "sim_container_runtime": "docker", "k3_workload_backend": "docker"},
+    "kubernetes": {"scheduler": "kubernetes", "sim_container_runtime": "containerd",
+                   "k3_workload_backend": "kubernetes"}}
+
+
+def write_inventory(path: Path, nodes: list[str], slow: set[str], reboot_s: float, backend: str = "docker") -> Path:
+    hosts: dict[str, dict[str, Any] | None] = {}
+    for n in nodes:
+        hv: dict[str, Any] = {"sim_reboot_s": reboot_s * STRAGGLER_FACTOR} if n in slow else {}
+        if backend == "kubernetes":
+            # each node serves a Deployment of its own, pinned to it (nodeSelector on its
+            # hostname): one replica holding its 8 GPUs, evicted by the drain and proven back
+            # (readyReplicas, image digest) after the uncordon. One Deployment over many nodes
+            # would, in a sliding window, be short of the replicas of the other nodes out at the
+            # time; unpinned, a node coming back takes the pending pod of another node still out,
+            # and its own Deployment waits for that node's uncordon
+            hv["sim_k8s_serving"] = {"kind": "Deployment", "name": f"k3-serving-{n}",
+                                     "node_selector": {"kubernetes.io/hostname": n}}
+        hosts[n] = hv or None
     # every other sim latency zero: the stage's time is the scaled estimate, not the simulator
     path.write_text(yaml.safe_dump({"all": {"vars": {"ansible_connection": "k3sim", "sim_latency_s": 0,
                                                      "sim_token_s": 0, "sim_reboot_s": reboot_s,
                                                      # what the model profile sizes replicas from
                                                      "k3_gpu_model": "NVIDIA H200", "k3_gpu_count": 8,
-                                                     "k3_gpu_mem_gib": 141},
+                                                     "k3_gpu_mem_gib": 141, **BACKENDS[backend]},
                                             "children": {"gpu_nodes": {"hosts": hosts}}}}))
     return path
 
@@ -145,21 +179,31 @@ def write_playbook(path: Path, n: int, k: int, window: bool) -> Path:
 
 
 @contextlib.contextmanager
-def timed_stages(seconds: dict[str, float]):
+def timed_stages(seconds: dict[str, float], calls: dict[tuple[str, str], Counter[str]] | None = None):
     """Hold each stage for its scaled estimate before its own work runs (the engine looks
-    the stage up in the registry at every call)."""
+    the stage up in the registry at every call). ``calls``: each node-stage's Kubernetes API
+    requests, by "verb resource" (k3rollout/scheduler/k8s_calls.py), counted in the node's
+    thread while the stage's own work runs."""
+    from k3rollout.scheduler import k8s_calls
     from k3rollout.stages import registry
 
     saved = dict(registry.STAGES)
 
-    def held(fn: Callable[[Any], Any], s: float) -> Callable[[Any], Any]:
+    def held(fn: Callable[[Any], Any], s: float, kind: str) -> Callable[[Any], Any]:
         def run(ctx: Any) -> Any:
             time.sleep(s)
-            return fn(ctx)
+            if calls is None:
+                return fn(ctx)
+            with k8s_calls.counting() as tally:
+                try:
+                    return fn(ctx)
+                finally:
+                    key = (str(getattr(ctx, "node", "?")), kind)
+                    calls[key] = calls.get(key, Counter()) + tally
         return run
 
     for kind, fn in saved.items():
-        registry.STAGES[kind] = held(fn, seconds.get(kind, 0.0))
+        registry.STAGES[kind] = held(fn, seconds.get(kind, 0.0), kind)
     try:
         yield
     finally:
@@ -167,24 +211,50 @@ def timed_stages(seconds: dict[str, float]):
         registry.STAGES.update(saved)
 
 
-def rollout(base: Path, nodes: list[str], slow: set[str], k: int, scale: float, window: bool) -> dict[str, Any]:
+def call_counts(calls: dict[tuple[str, str], Counter[str]], total: Counter[str]) -> dict[str, Any]:
+    """Kubernetes API requests per node-stage: all of them, by "verb resource" and by stage
+    kind (mean and max over the node-stages that ran), and how many the process sent outside
+    any node-stage (the lock's lease, preflight, the plan's checks)."""
+    if not calls:
+        return {}
+    n = len(calls)
+    per = [sum(c.values()) for c in calls.values()]
+    keys = sorted({k for c in calls.values() for k in c})
+    kinds = sorted({kind for _, kind in calls})
+    by_kind = {}
+    for kind in kinds:
+        got = [sum(c.values()) for (_, k_), c in calls.items() if k_ == kind]
+        by_kind[kind] = {"mean": sum(got) / len(got), "max": max(got)}
+    return {"node_stages": n, "calls": sum(per), "mean": sum(per) / n, "max": max(per),
+            "outside": sum(total.values()) - sum(per),
+            "by_call": {k: {"mean": sum(c[k] for c in calls.values()) / n, "max": max(c[k] for c in calls.values())}
+                        for k in keys},
+            "by_stage": by_kind}
+
+
+def rollout(base: Path, nodes: list[str], slow: set[str], k: int, scale: float, window: bool,
+            backend: str = "docker") -> dict[str, Any]:
     from k3rollout import fastjson
     from k3rollout.cli import main
+    from k3rollout.scheduler import k8s_calls
 
     minutes = stage_minutes()
     seconds = {kind: m * scale for kind, m in minutes.items()}
     reboot_s = REBOOT_MIN * scale
     seconds["driver_upgrade"] = max(0.0, seconds["driver_upgrade"] - reboot_s)   # the rest is the sim's reboot
     name = "window" if window else "serial"
-    inv = write_inventory(base / f"{name}-hosts.yml", nodes, slow, reboot_s)
+    inv = write_inventory(base / f"{name}-hosts.yml", nodes, slow, reboot_s, backend)
     pb = write_playbook(base / name / "pb.yml", len(nodes), k, window)
     run_dir = base / f"{name}-run"
     os.environ["K3ROLLOUT_LOCK_DIR"] = str(base / f"{name}-locks")
     t = time.perf_counter()
     out = io.StringIO()
-    with timed_stages(seconds), contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+    calls: dict[tuple[str, str], Counter[str]] = {}
+    sent_before = Counter(k8s_calls.totals)
+    with timed_stages(seconds, calls), contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
         code = main(["run", str(pb), "-i", str(inv), "--yes", "--plain", "--run-dir", str(run_dir)])
     wall = time.perf_counter() - t
+    sent = k8s_calls.totals - sent_before
     if code != 0:
         raise SystemExit(f"{name}: the rollout exited {code}:\n{out.getvalue()[-3000:]}")
     # what the run's own report computed from its journal at its end (report.json: the
@@ -213,6 +283,7 @@ def rollout(base: Path, nodes: list[str], slow: set[str], k: int, scale: float, 
     tm["after_canaries"] = {"span_s": end - began, "lower_bound_s": lb_rest, "canaries_s": began - timing._ts(res["started"])}
     works = sorted(u["work_s"] for u in tm["units"])
     return {"name": name, "wall_s": wall, "upgraded": upgraded, "not_done": not_done, "timing": tm,
+            "api": call_counts(calls, sent),
             "work_mean_s": sum(works) / len(works), "work_p95_s": works[max(0, -(-95 * len(works) // 100) - 1)]}
 
 
@@ -235,7 +306,20 @@ def report(r: dict[str, Any], scale: float) -> list[str]:
             f"verdict) {mins(t['canary_bound_s'])}: ratio {t['canary_makespan_ratio']:.3f}",
             f"  of which the two canary batches (barriers in both policies) {mins(a['canaries_s'])}; after them "
             f"{mins(a['span_s'])} against that part's own lower bound {mins(a['lower_bound_s'])}: ratio "
-            f"{a['span_s'] / a['lower_bound_s']:.3f}"]
+            f"{a['span_s'] / a['lower_bound_s']:.3f}",
+            *api_lines(r["api"])]
+
+
+def api_lines(api: dict[str, Any]) -> list[str]:
+    if not api:
+        return []
+    return [f"  Kubernetes API calls per node-stage: mean {api['mean']:.2f}, max {api['max']} ({api['calls']:,} in "
+            f"{api['node_stages']:,} node-stages; {api['outside']:,} more outside them)",
+            "    by stage, mean / max per node: " + ", ".join(f"{k} {v['mean']:.2f}/{v['max']}"
+                                                           for k, v in api["by_stage"].items()),
+            "    by verb and resource, mean / max per node-stage: " + ", ".join(
+                f"{k} {v['mean']:.2f}/{v['max']}" for k, v in sorted(api["by_call"].items(),
+                                                                   key=lambda kv: -kv[1]["mean"]))]
 
 
 def main() -> int:
@@ -245,6 +329,8 @@ def main() -> int:
     ap.add_argument("--scale", type=float, default=0.05, help="seconds that stand for one minute")
     ap.add_argument("--stragglers", type=float, default=5.0, help="percent of nodes whose reboot takes 3x as long")
     ap.add_argument("--seed", type=int, default=22)
+    ap.add_argument("--backend", choices=sorted(BACKENDS), default="docker",
+                    help="the nodes' workload backend: Docker hosts, or containerd nodes with Pods through the API")
     ap.add_argument("--only", choices=("serial", "window"), help="run one policy (the last line needs both)")
     ap.add_argument("--sequential", action="store_true",
                     help="run the two policies one after the other, not side by side")
@@ -254,7 +340,7 @@ def main() -> int:
     minutes = stage_minutes()
     print(f"{args.nodes} simulated nodes, {args.max_out} out of service at once (min_serving {args.nodes - args.max_out}), "
           f"{args.scale:g} s per minute; {len(slow)} straggler(s) reboot in {REBOOT_MIN * STRAGGLER_FACTOR:g} min "
-          f"instead of {REBOOT_MIN:g} (seed {args.seed})")
+          f"instead of {REBOOT_MIN:g} (seed {args.seed}); workload backend {args.backend}")
     print("stage minutes (playbook estimates): " + ", ".join(f"{k} {v:g}" for k, v in minutes.items()))
     results: dict[str, dict[str, Any]] = {}
     t0 = time.perf_counter()
@@ -262,7 +348,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="k3window-", dir=scratch()) as d:
         if args.sequential or len(names) == 1:
             for name in names:
-                results[name] = rollout(Path(d), nodes, slow, args.max_out, args.scale, name == "window")
+                results[name] = rollout(Path(d), nodes, slow, args.max_out, args.scale, name == "window",
+                                        args.backend)
                 for line in report(results[name], args.scale):
                     print(line, flush=True)
         else:
@@ -270,7 +357,8 @@ def main() -> int:
             # cluster's daemon): the two policies see the same machine at the same time
             ctx = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(max_workers=2, mp_context=ctx) as pool:
-                futures = {pool.submit(rollout, Path(d), nodes, slow, args.max_out, args.scale, name == "window"): name
+                futures = {pool.submit(rollout, Path(d), nodes, slow, args.max_out, args.scale, name == "window",
+                                       args.backend): name
                            for name in names}
                 for fut in as_completed(futures):
                     results[futures[fut]] = fut.result()

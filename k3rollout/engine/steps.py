@@ -26,7 +26,7 @@ from k3rollout.engine.clock import Clock
 from k3rollout.errors import CommandTimeout, ConnectionLost, HostUnreachable, TransportError
 from k3rollout.evidence.store import EvidenceStore
 from k3rollout.runlog.view import RunView
-from k3rollout.scheduler import Scheduler, scheduler_for
+from k3rollout.scheduler import Scheduler, k8s_calls, scheduler_for
 from k3rollout.stages.base import NodeCtx, StepFailed
 from k3rollout.transport import local
 from k3rollout.transport.base import CommandResult
@@ -421,7 +421,8 @@ class StepRunner:
             if client is None:
                 from k3rollout.transport.http import ApiClient
 
-                client = self._proxy_clients[ep.auth] = ApiClient(**kube.proxy_settings())
+                client = self._proxy_clients[ep.auth] = ApiClient(**kube.proxy_settings(),
+                                                                  on_request=k8s_calls.record)
         return ep.base, client
 
     def http(self, ctx: NodeCtx, name: str, method: str, port: int, path: str, body: Any = None, *,

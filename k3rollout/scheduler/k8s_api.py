@@ -18,12 +18,13 @@ Nothing here ever runs on the node being changed.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from k3rollout.errors import K3RolloutError
+from k3rollout.scheduler import k8s_calls
 
 UPGRADE_STATE_LABEL = "k3rollout.io/upgrade-state"
 GPU_OPERATOR_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
@@ -117,6 +118,13 @@ class KubernetesApi:
         cfg.retries = False
         self.server = cfg.host
         self._api = client.ApiClient(cfg)
+        send = self._api.call_api
+
+        def counted(method: str, url: str, *args: Any, **kw: Any) -> Any:
+            k8s_calls.record(method, url)
+            return send(method, url, *args, **kw)
+
+        self._api.call_api = counted      # every request, watches included (k8s_calls.py)
         self.core = client.CoreV1Api(self._api)
         self.coord = client.CoordinationV1Api(self._api)
         self.custom = client.CustomObjectsApi(self._api)
@@ -130,6 +138,22 @@ class KubernetesApi:
 
     def close(self) -> None:
         self._api.close()
+
+    def watch(self, list_method: str, *args: Any, api: str = "core", **kw: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+        """The events of a watch over ``list_method`` of the ``api`` group (core:
+        ``list_namespaced_pod``, ``list_node``; apps: ``list_namespaced_deployment``; custom:
+        ``list_namespaced_custom_object``): ``kubernetes.watch.Watch().stream`` with its ``field_selector``,
+        ``resource_version`` and ``timeout_seconds``; each event as (type, the object as the
+        server wrote it). A refused watch and an ERROR event (410 Expired) raise ApiException;
+        the iteration ends when the server ends the stream (``timeout_seconds``)."""
+        from kubernetes import watch  # with the client: imported when a cluster is used
+
+        w = watch.Watch()
+        try:
+            for ev in w.stream(getattr(getattr(self, api), list_method), *args, deserialize=False, **kw):
+                yield str(ev["type"]), ev["object"]
+        finally:
+            w.stop()
 
     def proxy_settings(self) -> dict[str, Any]:
         """How an HTTP client reaches this API server with these credentials (the pod proxy

@@ -3,8 +3,8 @@
 No real API server can be installed on the machines this project is built and tested on,
 so this one stands in for it, for the parts a driver rollout and its workload checks touch:
 discovery (sim/kubediscovery.py), nodes (get, list, patch: cordon, labels, annotations; the
-device plugin's ``nvidia.com/gpu``), pods (create, get, list with a watch, delete; their log
-and their proxy), the policy/v1 Eviction subresource with PodDisruptionBudget refusals, the
+device plugin's ``nvidia.com/gpu``), pods (create, get, list, delete; their log and their
+proxy), watches of pods, nodes and owners (sim/kubewatch.py), the policy/v1 Eviction subresource with PodDisruptionBudget refusals, the
 scheduler and its events, owners (Deployments and their ReplicaSets, StatefulSets,
 LeaderWorkerSets: sim/controllers.py), DaemonSets, and coordination.k8s.io/v1 Leases. The pods
 a kubelet runs are run by the node's simulated kubelet (sim/kubelet.py) in the node's one
@@ -55,6 +55,7 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import orjson
 
 from k3rollout.sim import controllers as ctl
-from k3rollout.sim import kubediscovery, kubelet, kubeseed, kubetables, kubeworkloads
+from k3rollout.sim import kubediscovery, kubelet, kubeseed, kubetables, kubewatch, kubeworkloads
 from k3rollout.sim import state as st
 from k3rollout.sim.kubebase import UNSCHEDULABLE_TAINT, ApiError, audit, not_found, now_iso
 from k3rollout.sim.kubebase import audited as audited  # tests read a node's audit log from here
@@ -81,6 +82,9 @@ NVIDIA_DRIVERS = {"r575": "575.57.08", "r580": "580.95.05"}
 # serving owners' and k3rollout's (an administrator creates it with the Role that lets the
 # controller run pods there; docs/domain.md "Workloads on Kubernetes GPU nodes")
 NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", "gpu-operator", "inference", "k3rollout")
+# how long the simulated watch cache keeps a deletion: an API server keeps its watch history
+# for minutes (etcd compacts every 5 minutes by default, kube-apiserver --etcd-compaction-interval)
+HISTORY_S = 300.0
 # bearer tokens the simulated server knows: an administrator (cluster-admin) and a viewer
 # (the built-in ``view`` ClusterRole: get, list, watch), for the credentials check
 TOKENS = {"sim-admin-token": ("kubernetes-admin", "cluster-admin"), "sim-viewer-token": ("k3rollout-viewer", "view")}
@@ -103,14 +107,32 @@ class Cluster:
         self.data.setdefault("workloads", {})
         self.data.setdefault("admitted", [])     # uids of pods a kubelet admitted
         self.data.setdefault("namespaces", {n: _namespace(n, "2026-05-04T10:11:12Z") for n in NAMESPACES})
+        self.data.setdefault("born", {})         # uid -> the resourceVersion it was created at (watches)
         settings = self.data.setdefault("settings", {"lws_crd": True, "deny": []})
         if lws_crd is not None:
             settings["lws_crd"] = lws_crd
         if deny is not None:
             settings["deny"] = list(deny)
+        # the watch cache's history of deletions (resourceVersion, when, the pod as it went), so a
+        # watch from a resourceVersion gets the DELETED events since it; a watch from before
+        # ``history_from`` is answered 410 Expired, as an API server whose history was compacted
+        self.tombstones: list[tuple[int, float, dict[str, Any]]] = []
+        self.history_from = int(self.data["rv"])
         self.work = kubeworkloads.Workloads(self)
         with self.lock:
             self._reconcile()         # the pods the nodes run when the server comes up
+            self.history_from = int(self.data["rv"])     # the history starts with this server
+
+    def deleted(self, pod: dict[str, Any]) -> None:
+        """A pod went (the caller holds the lock): its DELETED event, at a resourceVersion of its
+        own, stays in the watch history for HISTORY_S."""
+        now = time.monotonic()
+        self.data["born"].pop(pod["metadata"]["uid"], None)
+        gone = orjson.loads(orjson.dumps(pod))
+        gone["metadata"]["resourceVersion"] = self.rv()
+        self.tombstones.append((int(gone["metadata"]["resourceVersion"]), now, gone))
+        while self.tombstones and now - self.tombstones[0][1] > HISTORY_S:
+            self.history_from = self.tombstones.pop(0)[0]
 
     @property
     def lws_crd(self) -> bool:
@@ -453,6 +475,8 @@ class Cluster:
                      "terminationGracePeriodSeconds": 30},
             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
         }
+        meta = self.data["pods"][f"{ns}/{name}"]["metadata"]
+        self.data["born"][meta["uid"]] = int(meta["resourceVersion"])
         if crashing:
             self.data["pods"][f"{ns}/{name}"]["status"] = {
                 "phase": "Running", "conditions": [{"type": "Ready", "status": "False"}],
@@ -466,23 +490,25 @@ class Cluster:
         with self.lock:
             self._reconcile(one[0] if len(one) == 1 and one[0] else None)
             out = list(self.data["pods"].values())
-        if namespace:
-            out = [p for p in out if p["metadata"]["namespace"] == namespace]
-        for term in filter(None, field_selector.split(",")):
-            k, _, v = term.replace("==", "=").partition("=")
-            neg = k.endswith("!")
-            k = k.rstrip("!")
-            get = {"spec.nodeName": lambda p: p["spec"].get("nodeName"), "metadata.name": lambda p: p["metadata"]["name"],
-                   "metadata.namespace": lambda p: p["metadata"]["namespace"],
-                   "status.phase": lambda p: p["status"]["phase"]}.get(k)
-            if get is None:
-                raise ApiError(400, "BadRequest", f'"{k}" is not a known field selector: only "metadata.name", '
-                                                  '"metadata.namespace", "spec.nodeName", "status.phase"')
-            out = [p for p in out if (str(get(p) or "") == v) != neg]
-        for term in filter(None, label_selector.split(",")):
-            k, _, v = term.replace("==", "=").partition("=")
-            out = [p for p in out if p["metadata"]["labels"].get(k) == v]
-        return sorted(out, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"]))
+        match = kubewatch.pod_matcher(namespace, field_selector, label_selector)
+        return sorted((p for p in out if match(p)), key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"]))
+
+    def watched_pods(self, namespace: str | None, field_selector: str, label_selector: str) -> list[dict[str, Any]]:
+        """What a pod watch looks at on each turn (copies: the objects change under the
+        kubelets). A watch of one pod by name brings only that pod's node up to date (its
+        kubelet's status), as a GET of the pod does; it saves only what changed."""
+        one = dict(t.replace("==", "=").split("=", 1) for t in field_selector.split(",")
+                   if t.startswith("metadata.name=") or t.startswith("metadata.name=="))
+        if namespace and one:
+            with self.lock:
+                p = self.data["pods"].get(f"{namespace}/{one['metadata.name']}")
+                if p is not None and self.work.sync(p["spec"].get("nodeName") or None):
+                    self.save()
+                p = self.data["pods"].get(f"{namespace}/{one['metadata.name']}")
+                match = kubewatch.pod_matcher(namespace, field_selector, label_selector)
+                return [orjson.loads(orjson.dumps(p))] if p is not None and match(p) else []
+        with self.lock:
+            return [orjson.loads(orjson.dumps(p)) for p in self.pods(namespace, field_selector, label_selector)]
 
     def pod(self, ns: str, name: str) -> dict[str, Any]:
         with self.lock:
@@ -634,6 +660,7 @@ def _list(kind: str, api_version: str, items: list[dict[str, Any]], rv: int) -> 
 
 PROXY = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/:]+)(?::(?P<port>\d+))?/proxy(?P<path>/.*)?$")
 WATCH_PODS = re.compile(r"^/api/v1(?:/namespaces/(?P<ns>[^/]+))?/pods/?$")
+WATCH_NODES = re.compile(r"^/api/v1/nodes/?$")
 LOG = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log/?$")
 
 
@@ -677,8 +704,7 @@ class Handler(BaseHTTPRequestHandler):
             if m:
                 self._proxy(method, m, u.query)
                 return
-            if method == "GET" and q.get("watch") in ("true", "1") and WATCH_PODS.match(u.path):
-                self._watch_pods(WATCH_PODS.match(u.path)["ns"], q)
+            if method == "GET" and q.get("watch") in ("true", "1") and self._watch(u.path, q):
                 return
             m = LOG.match(u.path)
             if m and method == "GET":
@@ -695,47 +721,40 @@ class Handler(BaseHTTPRequestHandler):
             code, out = exc.code, exc.body
         self._send(code, out)
 
-    def _watch_pods(self, ns: str | None, q: dict[str, str]) -> None:
-        """``GET .../pods?watch=true``: a stream of watch events, one JSON object per line
-        (``{"type": "ADDED"|"MODIFIED"|"DELETED", "object": Pod}``), as the API server's watch
-        handler writes them (k8s.io/apiserver endpoints/handlers/watch.go). Without a
-        ``resourceVersion`` (or with "0") it starts with an ADDED event for every pod that
-        matches; with one, only later changes come. It ends after ``timeoutSeconds`` or when the
-        client goes; the pods are looked at again every 0.2 s (the kubelets posting status)."""
+    def _watch(self, path: str, q: dict[str, str]) -> bool:
+        """A watch of pods, nodes or owners (Deployments, StatefulSets, LeaderWorkerSets),
+        authorized like any verb (a refused ``watch`` is 403); False: not one served here."""
         c = self.cluster
-        fs, ls = q.get("fieldSelector", ""), q.get("labelSelector", "")
-        deadline = time.monotonic() + float(q.get("timeoutSeconds") or 1800)
-        def look() -> dict[str, dict[str, Any]]:
-            with c.lock:        # copies: the objects change under the kubelets
-                return {p["metadata"]["uid"]: json.loads(json.dumps(p)) for p in c.pods(ns, fs, ls)}
+        m = WATCH_PODS.match(path)
+        if m:
+            self._authorize("watch", "pods", "", m["ns"], None)
+            self._serve_watch(kubewatch.pod_events(c, m["ns"], q))
+            return True
+        if WATCH_NODES.match(path):
+            self._authorize("watch", "nodes", "", None, None)
+            self._serve_watch(kubewatch.node_events(c, q))
+            return True
+        owners = kubediscovery.workload_path(path.rstrip("/").split("/"), c.lws_crd)
+        if owners is None or owners[0] == "ReplicaSet" or owners[2] is not None:
+            return False
+        api_version, plural, _ = ctl.KINDS[owners[0]]
+        self._authorize("watch", plural, api_version.rsplit("/", 1)[0] if "/" in api_version else "", owners[1],
+                        None)
+        self._serve_watch(kubewatch.owner_events(c, owners[0], owners[1], q))
+        return True
 
-        seen = look()
+    def _serve_watch(self, events: Iterator[tuple[str, dict[str, Any]]]) -> None:
+        """Write a watch's events (sim/kubewatch.py) as the API server's watch handler does:
+        chunked, one JSON object per line, until they end or the client goes."""
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-
-        def emit(kind: str, obj: dict[str, Any]) -> None:
-            line = json.dumps({"type": kind, "object": obj}).encode() + b"\n"
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
-            self.wfile.flush()
-
         try:
-            if q.get("resourceVersion") in (None, "", "0"):
-                for pod in seen.values():
-                    emit("ADDED", pod)
-            while time.monotonic() < deadline:
-                time.sleep(0.2)
-                now = look()
-                for uid, pod in now.items():
-                    if uid not in seen:
-                        emit("ADDED", pod)
-                    elif pod["metadata"]["resourceVersion"] != seen[uid]["metadata"]["resourceVersion"]:
-                        emit("MODIFIED", pod)
-                for uid, pod in seen.items():
-                    if uid not in now:
-                        emit("DELETED", pod)
-                seen = now
+            for kind, obj in events:
+                line = json.dumps({"type": kind, "object": obj}).encode() + b"\n"
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                self.wfile.flush()
             self.wfile.write(b"0\r\n\r\n")
         except OSError:
             return                   # the client went away
@@ -819,7 +838,8 @@ class Handler(BaseHTTPRequestHandler):
                 return 200, d
         p = path.split("/")
         if path == "/api/v1/nodes" and method == "GET":
-            nodes = [c.node(n) for n in c.host_dirs()]
+            match = kubewatch.node_matcher(q.get("fieldSelector", ""), q.get("labelSelector", ""))
+            nodes = [n for n in (c.node(n) for n in c.host_dirs()) if match(n)]
             return 200, _list("NodeList", "v1", nodes, c.data["rv"])
         if len(p) == 5 and path.startswith("/api/v1/nodes/"):
             if method == "GET":

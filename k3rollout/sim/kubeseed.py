@@ -6,7 +6,9 @@ pair in name order) or ``{kind: Deployment, name: k3-serving-b300}`` (one pod pe
 all its GPUs); all in namespace ``inference`` unless ``namespace`` says otherwise. The pods'
 container runs the node's serving launch (``sim_serving_image``, ``sim_serving_args``); an LWS
 spreads it over its group with vLLM's multi-node flags (``--nnodes``, ``--node-rank``,
-``--master-addr``, ``--headless`` on workers) fed from the LWS environment. The r575 failure the
+``--master-addr``, ``--headless`` on workers) fed from the LWS environment. A Deployment's
+``node_selector`` (e.g. ``{kubernetes.io/hostname: gpu-01}``) becomes its pods' ``nodeSelector``:
+an evicted pod then comes back only to that node. The r575 failure the
 cluster models is, on a Deployment's pods, the serving container's previous instance: the
 operator set the pod's image to the cu130 K3 image (the requirement check bypassed), it failed
 CUDA init, and the image was set back; ``kubectl logs --previous`` shows that attempt. An LWS
@@ -49,10 +51,12 @@ def _multinode_args(args: list[str], size: int, worker: bool) -> list[str]:
     return out + (["--headless"] if worker else [])
 
 
-def _template(c: dict[str, Any], gpus: int, app: str, args: list[str]) -> dict[str, Any]:
+def _template(c: dict[str, Any], gpus: int, app: str, args: list[str],
+              node_selector: dict[str, str] | None = None) -> dict[str, Any]:
     limits = {kubelet.GPU: str(gpus)}
     return {"metadata": {"labels": {"app": app}},
-            "spec": {"containers": [{"name": "vllm", "image": c["image"], "command": ["vllm", "serve"], "args": args,
+            "spec": {**({"nodeSelector": dict(node_selector)} if node_selector else {}),
+                     "containers": [{"name": "vllm", "image": c["image"], "command": ["vllm", "serve"], "args": args,
                                      "env": [{"name": k, "value": v} for k, v in c["env"].items()],
                                      "ports": [{"containerPort": int(c.get("port", 8000)), "name": "http"}],
                                      "resources": {"limits": limits, "requests": limits}}]}}
@@ -87,7 +91,8 @@ def seed(cluster: Cluster) -> None:
         else:
             body = {"metadata": {"name": name}, "spec": {
                 "replicas": len(hosts), "selector": {"matchLabels": {"app": name}},
-                "template": _template(serving, gpus, name, list(serving["args"]))}}
+                "template": _template(serving, gpus, name, list(serving["args"]),
+                                      first["k8s_seed"]["workload"].get("node_selector"))}}
         obj = ctl.new_object(kind, ns, body)
         obj["metadata"] |= {"uid": str(uuid.uuid5(uuid.NAMESPACE_URL, f"{kind}/{ns}/{name}")),
                             "resourceVersion": cluster.rv(), "generation": 1,

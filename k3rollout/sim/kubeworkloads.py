@@ -17,6 +17,8 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
+import orjson
+
 from k3rollout.sim import controllers as ctl
 from k3rollout.sim import kubelet, netd
 from k3rollout.sim import state as st
@@ -44,6 +46,8 @@ class Store(Protocol):
     def node_object(self, s: dict[str, Any]) -> dict[str, Any]: ...
 
     def pod(self, ns: str, name: str) -> dict[str, Any]: ...
+
+    def deleted(self, pod: dict[str, Any]) -> None: ...
 
 
 def _invalid(kind: str, name: str, field: str, why: str) -> ApiError:
@@ -103,6 +107,7 @@ class Workloads:
 
     def __init__(self, store: Store):
         self.store = store
+        self._counted = (float("-inf"), 0)
 
     def _live(self) -> list[dict[str, Any]]:
         return [self.store.data["pods"][k] for k in self.store.data["run"] if k in self.store.data["pods"]]
@@ -111,6 +116,7 @@ class Workloads:
         """The pod goes: its kubelet stops its containers (they get their grace; the simulated
         processes stop at once) and removes them; the object is deleted once they have stopped."""
         pod = self.store.data["pods"].pop(key)
+        self.store.deleted(pod)
         if pod["metadata"]["uid"] in self.store.data["admitted"]:
             self.store.data["admitted"].remove(pod["metadata"]["uid"])
         if key in self.store.data["run"]:
@@ -153,6 +159,7 @@ class Workloads:
                                 "creationTimestamp": now_iso()},
                    "spec": spec, "status": {"phase": "Pending", "qosClass": "BestEffort"}}
             self.store.data["pods"][key] = pod
+            self.store.data["born"][pod["metadata"]["uid"]] = int(pod["metadata"]["resourceVersion"])
             self.store.data["run"].append(key)
             node = spec.get("nodeName")
             d = self.store.host_dir(node) if node else None
@@ -223,7 +230,11 @@ class Workloads:
         need = sum(kubelet.gpus_requested(c) for c in pod["spec"]["containers"])
         selector = pod["spec"].get("nodeSelector") or {}
         reasons: dict[str, int] = {}
-        names = sorted(self.store.host_dirs())
+        # a pod pinned to one node by its hostname label is looked at on that node alone (every
+        # other node fails its selector): the same answer as looking at every node, without
+        # loading a thousand hosts' state per pending pod
+        pinned = selector.get("kubernetes.io/hostname")
+        names = [pinned] if pinned and self.store.host_dir(pinned) is not None else sorted(self.store.host_dirs())
         for name in names:
             d = self.store.root / name
             s = st.load(d)
@@ -242,16 +253,30 @@ class Workloads:
                 self.bind(pod, name)
                 return
             reasons[why] = reasons.get(why, 0) + 1
+        total = len(names)
+        if len(names) == 1 and pinned == names[0]:
+            total = self._node_count()
+            if total > 1:
+                mismatch = "node(s) didn't match Pod's node affinity/selector"
+                reasons[mismatch] = reasons.get(mismatch, 0) + total - 1
         # FitError.Error sorts the "COUNT REASON" strings themselves (sort.Strings)
         detail = ", ".join(sorted(f"{n} {w}" for w, n in reasons.items()))
-        msg = (f"0/{len(names)} nodes are available: {detail}. preemption: 0/{len(names)} nodes are available: "
-               f"{len(names)} Preemption is not helpful for scheduling.")
+        msg = (f"0/{total} nodes are available: {detail}. preemption: 0/{total} nodes are available: "
+               f"{total} Preemption is not helpful for scheduling.")
         cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": msg}
         if (pod["status"].get("conditions") or [{}])[0] != cond:
             self._event(pod, "Warning", "FailedScheduling", msg, "default-scheduler")
             pod["status"] = {"phase": "Pending", "qosClass": pod["status"].get("qosClass", "BestEffort"),
                              "conditions": [cond]}
             pod["metadata"]["resourceVersion"] = self.store.rv()
+
+    def _node_count(self) -> int:
+        """How many nodes the cluster has, listed at most every 10 s (the hosts of a simulated
+        cluster are made before its API server starts)."""
+        now = time.monotonic()
+        if now - self._counted[0] > 10.0:
+            self._counted = (now, len(self.store.host_dirs()))
+        return self._counted[1]
 
     def bind(self, pod: dict[str, Any], node: str) -> None:
         self._event(pod, "Normal", "Scheduled", f"Successfully assigned {pod['metadata']['namespace']}/"
@@ -289,10 +314,10 @@ class Workloads:
             pod["status"]["podIPs"] = [{"ip": pod["status"]["podIP"]}]
         return True
 
-    def sync(self, only: str | None = None) -> bool:
+    def sync(self, only: str | None = None, kubelets: bool = True) -> bool:
         """Owners create the pods they lack, the scheduler places pending ones, and each node's
-        kubelet runs what is bound to it (``only``: that node's kubelet alone). True when
-        anything may have changed."""
+        kubelet runs what is bound to it (``only``: that node's kubelet alone; ``kubelets=False``:
+        none). True when anything may have changed."""
         if not self.store.data["run"] and not self.store.data["workloads"]:
             return False
         self._controllers()
@@ -300,7 +325,7 @@ class Workloads:
             if not pod["spec"].get("nodeName"):
                 self._schedule(pod)
         by_node: dict[str, list[dict[str, Any]]] = {}
-        for pod in self._live():
+        for pod in self._live() if kubelets else []:
             node = pod["spec"].get("nodeName")
             if node and (only is None or node == only):
                 by_node.setdefault(node, []).append(pod)
@@ -331,12 +356,18 @@ class Workloads:
         pods they lack; a LeaderWorkerSet with RecreateGroupOnPodRestart whose group lost a pod,
         or one of whose containers restarted, deletes the rest of the group and creates it whole
         again."""
+        # the live pods by (namespace, owner uid), once: a scan per owner made every request
+        # quadratic in a cluster of many owners (one Deployment per node)
+        owned: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for p in self._live():
+            for r in p["metadata"].get("ownerReferences") or []:
+                owned.setdefault((p["metadata"]["namespace"], str(r.get("uid"))), []).append(p)
         for obj in list(self.store.data["workloads"].values()):
             if obj["kind"] == "LeaderWorkerSet" and not self.store.lws_crd:
                 continue
             uid = ctl.rs_uid(obj) if obj["kind"] == "Deployment" else obj["metadata"]["uid"]
             ns = obj["metadata"]["namespace"]
-            mine = [p for p in self._live() if p["metadata"]["namespace"] == ns and ctl.owned_by(p, uid)]
+            mine = owned.get((ns, uid), [])
             want = ctl.wanted(obj)
             if obj["kind"] == "Deployment":
                 for _, _, body in want[len(mine):]:
@@ -373,6 +404,8 @@ class Workloads:
             "metadata": {**{k: v for k, v in meta.items() if k != "generateName"}, "name": name,
                          "uid": str(uuid.uuid4()), "resourceVersion": self.store.rv(), "creationTimestamp": now_iso()},
             "spec": spec, "status": {"phase": "Pending", "qosClass": "BestEffort"}}
+        meta = self.store.data["pods"][key]["metadata"]
+        self.store.data["born"][meta["uid"]] = int(meta["resourceVersion"])
         self.store.data["run"].append(key)
 
     def pod_log(self, ns: str, name: str, q: dict[str, str]) -> str:
@@ -441,6 +474,25 @@ class Workloads:
             out = [self._with_status(o) for o in self.store.data["workloads"].values()
                    if o["kind"] == kind and (ns is None or o["metadata"]["namespace"] == ns)]
         return sorted(out, key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"]))
+
+    def watched_workloads(self, kind: str, ns: str | None, name: str | None) -> list[dict[str, Any]]:
+        """What a watch of owners looks at on each turn: the owners' controllers and the
+        scheduler catch up, then only the kubelets of the nodes their pods are bound to (a
+        watch of one owner by name does not post every node's status)."""
+        with self.store.lock:
+            rv = self.store.data["rv"]
+            self.sync(kubelets=False)
+            objs = [o for o in self.store.data["workloads"].values() if o["kind"] == kind
+                    and (ns is None or o["metadata"]["namespace"] == ns) and (name is None or
+                                                                             o["metadata"]["name"] == name)]
+            uids = {ctl.rs_uid(o) if o["kind"] == "Deployment" else o["metadata"]["uid"] for o in objs}
+            nodes = {p["spec"].get("nodeName") for p in self._live()
+                     if any(r.get("uid") in uids for r in p["metadata"].get("ownerReferences") or [])}
+            for node in sorted(n for n in nodes if n):
+                self.sync(node)
+            if self.store.data["rv"] != rv:       # saved only when something changed
+                self.store.save()
+            return [orjson.loads(orjson.dumps(self._with_status(o))) for o in objs]
 
     def workload(self, kind: str, ns: str, name: str) -> dict[str, Any]:
         with self.store.lock:

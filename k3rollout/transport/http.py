@@ -18,6 +18,7 @@ import json
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,19 +68,24 @@ class ApiClient:
     """One pooled httpx client for a run, shared by the worker threads."""
 
     def __init__(self, transport: httpx.BaseTransport | None = None, keepalive_expiry_s: float = 5.0, *,
-                 headers: dict[str, str] | None = None, verify: Any = True, cert: Any = None):
+                 headers: dict[str, str] | None = None, verify: Any = True, cert: Any = None,
+                 on_request: Callable[[str, str], None] | None = None):
         """``headers``, ``verify`` and ``cert``: a client for the Kubernetes API server's pod
-        proxy, with the kubeconfig's credentials (KubernetesApi.proxy_settings)."""
+        proxy, with the kubeconfig's credentials (KubernetesApi.proxy_settings);
+        ``on_request(method, url)`` is told of each request as it is sent (httpx's request
+        event hook), to count them."""
         self._transport = transport
         self._ssl: ssl.SSLContext | None = None
         self._headers, self._verify, self._cert = headers, verify, cert
+        self._on_request = on_request
+        hooks = {"request": [lambda r: on_request(r.method, str(r.url))]} if on_request else {}
         # No cap on idle connections and none on connections: httpcore 1.0.9's pool enforces
         # either cap by closing an "idle" connection, counting all connections rather than the
         # idle ones, and may pick one it has just handed to a waiting request, which then reads
         # a closed socket (EBADF) in the middle of a load-ladder rung (encode/httpcore#1000,
         # #1110). Idle connections still go after keepalive_expiry.
         self._client = httpx.Client(transport=transport, trust_env=False, headers={**HEADERS, **(headers or {})},
-                                    verify=verify, cert=cert,
+                                    verify=verify, cert=cert, event_hooks=hooks,
                                     limits=httpx.Limits(max_keepalive_connections=None, max_connections=None,
                                                         keepalive_expiry=keepalive_expiry_s))
 
@@ -167,7 +173,7 @@ class ApiClient:
         # the same credentials as this client (the API server's pod proxy needs them)
         clients = [ApiClient(transport=httpx.HTTPTransport(verify=verify, cert=self._cert,
                                                           limits=httpx.Limits(max_connections=1)),
-                             headers=self._headers) for _ in bodies]
+                             headers=self._headers, on_request=self._on_request) for _ in bodies]
         try:
             return self._send_all(url, bodies, timeout, lambda i: clients[i])
         finally:

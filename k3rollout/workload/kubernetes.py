@@ -348,15 +348,15 @@ class Kubernetes:
         def wait(p: PodApi) -> dict[str, Any]:
             start = p.now()
 
-            def check() -> tuple[bool, dict[str, Any]]:
-                n = p.node(ctx.node)
-                seen = {"ready": kp.node_ready(n), "gpu_allocatable": kp.allocatable_gpus(n)}
-                return bool(seen["ready"] and seen["gpu_allocatable"] >= want), seen
+            def back(n: dict[str, Any] | None) -> bool:
+                return n is not None and kp.node_ready(n) and kp.allocatable_gpus(n) >= want
 
-            ok, seen = kp.wait_for(p, check, timeout_s, POLL_S)
+            ok, n = kp.wait_watched(p, lambda: p.node(ctx.node), p.node_watch(ctx.node), back, timeout_s, POLL_S)
+            seen = {"ready": kp.node_ready(n or {}), "gpu_allocatable": kp.allocatable_gpus(n or {})}
             return {**seen, "expected": want, "ok": ok, "waited_s": round(p.now() - start, 3)}
 
         res = self._call(ctx, "node-gpus-ready", ["GET", f"/api/v1/nodes/{ctx.node}",
+                                                  f"WATCH /api/v1/nodes?fieldSelector=metadata.name={ctx.node}",
                                                   f"until Ready and allocatable {GPU}={want}"], wait)
         if not res.ok:
             return False, f"cannot read node {ctx.node}: {res.error}", {}
@@ -411,11 +411,9 @@ class Kubernetes:
 
     def _wait_ended(self, ctx: NodeCtx, name: str, ns: str, pod: str, timeout: float) -> dict[str, Any]:
         def wait(p: PodApi) -> dict[str, Any]:
-            def check() -> tuple[bool, dict[str, Any] | None]:
-                got = p.pod(ns, pod)
-                return got is None or kp.phase(got) in ("Succeeded", "Failed"), got
-
-            _, last = kp.wait_for(p, check, timeout, POLL_S)
+            _, last = kp.wait_watched(p, lambda: p.pod(ns, pod), p.pod_watch(ns, pod),
+                                      lambda got: got is None or kp.phase(got) in ("Succeeded", "Failed"),
+                                      timeout, POLL_S)
             if last is None:
                 return {"phase": "Missing"}
             t = kp.terminated(last)
@@ -428,6 +426,7 @@ class Kubernetes:
                     "message": (t.get("message") or waiting.get("message") or "")[:300]}
 
         res = self._call(ctx, f"{name}-pod-wait", ["GET", f"/api/v1/namespaces/{ns}/pods/{pod}",
+                                                   f"WATCH /api/v1/namespaces/{ns}/pods?fieldSelector=metadata.name={pod}",
                                                    "until Succeeded or Failed"], wait)
         answer: dict[str, Any] = res.answer if res.ok and res.answer else {"phase": "Unknown", "reason": res.error}
         return answer
@@ -501,13 +500,15 @@ class Kubernetes:
 
         def delete(p: PodApi) -> dict[str, Any]:
             deleted = p.delete_pod(ns, pod)
-            gone, _ = kp.wait_for(p, lambda: (p.pod(ns, pod) is None, None), GONE_TIMEOUT_S, POLL_S) \
-                if deleted else (True, None)
+            gone, _ = kp.wait_watched(p, lambda: p.pod(ns, pod), p.pod_watch(ns, pod), lambda q: q is None,
+                                      GONE_TIMEOUT_S, POLL_S) if deleted else (True, None)
             if not gone:
                 raise KubernetesError(f"pod {ns}/{pod} is still there {GONE_TIMEOUT_S:.0f}s after its deletion")
             return {"deleted": deleted}
 
-        res = self._call(ctx, step, ["DELETE", f"/api/v1/namespaces/{ns}/pods/{pod}", "until gone"], delete)
+        res = self._call(ctx, step, ["DELETE", f"/api/v1/namespaces/{ns}/pods/{pod}",
+                                     f"WATCH /api/v1/namespaces/{ns}/pods?fieldSelector=metadata.name={pod}",
+                                     "until gone"], delete)
         with self._lock:
             for key, where in list(self._servers.items()):
                 if where == (ns, pod):
@@ -598,11 +599,19 @@ class Kubernetes:
         running = [q for q in pods if kp.phase(q) == "Running"]
         digests = sorted({_sha(s.get("imageID")) or "" for q in running
                           for s in (q.get("status") or {}).get("containerStatuses") or []})
-        return {"exists": True, "ready": int((obj.get("status") or {}).get("readyReplicas") or 0), "digests": digests,
+        return {"exists": True, "ready": kp.ready_replicas(obj), "digests": digests,
                 "restarts": sum(kp.restarts(q) for q in pods),
                 "pods": [{"name": f"{o['namespace']}/{(q.get('metadata') or {}).get('name')}",
                           "node": (q.get("spec") or {}).get("nodeName"), "phase": kp.phase(q),
                           "serves_api": _serves_api(q)} for q in pods]}
+
+    @staticmethod
+    def _owner_reader(p: PodApi, o: dict[str, Any]) -> Callable[[], dict[str, Any] | None]:
+        return lambda: p.owner(o["namespace"], o["kind"], o["name"])
+
+    @staticmethod
+    def _owner_ready(want: int) -> Callable[[dict[str, Any] | None], bool]:
+        return lambda obj: obj is None or kp.ready_replicas(obj) >= want
 
     @staticmethod
     def _back(o: dict[str, Any], now: dict[str, Any]) -> str:
@@ -629,15 +638,25 @@ class Kubernetes:
         timeout = float(getattr(ctx.params, "serving_ready_timeout", 3600.0))
 
         def wait(p: PodApi) -> dict[str, Any]:
-            def check() -> tuple[bool, dict[str, Any]]:
+            start = p.now()
+            while True:
                 seen = {k: self._owner_now(p, o) for k, o in owners.items()}
-                return all(not self._back(o, seen[k]) for k, o in owners.items()), seen
-
-            _, seen = kp.wait_for(p, check, timeout, POLL_S * 5)
-            got: dict[str, Any] = seen
-            return got
+                behind = [k for k, o in owners.items() if self._back(o, seen[k])]
+                left = timeout - (p.now() - start)
+                if not behind or left <= 0:
+                    return seen
+                o = owners[behind[0]]
+                want = int(o.get("ready_replicas") or 0)
+                if seen[behind[0]]["exists"] and seen[behind[0]]["ready"] >= want:
+                    # ready on another image digest: only a rollout of the owner changes that
+                    p.sleep(min(POLL_S * 5, left))
+                    continue
+                # its readyReplicas back (or the owner gone): watched, then everything looked at again
+                kp.wait_watched(p, self._owner_reader(p, o), p.owner_watch(o["namespace"], o["kind"], o["name"]),
+                                self._owner_ready(want), left, POLL_S * 5)
 
         res = self._call(ctx, "serving-back", ["GET owners' readyReplicas and pods' imageID",
+                                               "WATCH each owner behind (fieldSelector metadata.name) until ready",
                                                *sorted(owners), f"until back, at most {timeout:.0f}s"], wait)
         if not res.ok:
             out.failed += sorted(owners)

@@ -571,3 +571,88 @@ def test_a_statefulset_recreates_its_ordinal_pod_under_the_same_name(cluster):
     with pytest.raises(ApiException) as e:
         cluster.core.read_namespaced_pod("probe-0", "default")
     assert e.value.status == 404
+
+
+def test_a_watch_from_a_resource_version_sees_what_happened_since_and_nodes_watch_by_name(cluster):
+    from kubernetes import watch
+
+    cluster.core.create_namespaced_pod("default", probe_pod("srv", "gpu-c01", ["vllm", "serve"], gpus=1,
+                                                            policy="Always"))
+    read = cluster.core.read_namespaced_pod("srv", "default")
+    # deleted after the read and before the watch: the watch from the read's resourceVersion
+    # still gets its DELETED event (list-then-watch loses nothing), at a later resourceVersion
+    cluster.core.delete_namespaced_pod("srv", "default")
+    w = watch.Watch()
+    events = [(ev["type"], ev["raw_object"]) for ev in w.stream(
+        cluster.core.list_namespaced_pod, "default", field_selector="metadata.name=srv",
+        resource_version=read.metadata.resource_version, timeout_seconds=1)]
+    assert [t for t, _ in events] == ["DELETED"]
+    assert int(events[0][1]["metadata"]["resourceVersion"]) > int(read.metadata.resource_version)
+    # a resourceVersion older than the watch history is 410 Expired, as the watch cache answers
+    with pytest.raises(ApiException) as exc:
+        list(watch.Watch().stream(cluster.core.list_namespaced_pod, "default", resource_version="1",
+                                  timeout_seconds=1))
+    assert exc.value.status == 410
+    assert "too old resource version" in exc.value.reason
+    # a node watched by its name: its current state first, then a change (the cordon) as MODIFIED;
+    # heartbeat times alone are no change
+    w = watch.Watch()
+    seen = []
+    for ev in w.stream(cluster.core.list_node, field_selector="metadata.name=gpu-c01", timeout_seconds=3):
+        seen.append((ev["type"], ev["object"].metadata.name, bool(ev["object"].spec.unschedulable)))
+        if len(seen) == 1:
+            cluster.core.patch_node("gpu-c01", {"spec": {"unschedulable": True}})
+        else:
+            w.stop()
+    assert seen == [("ADDED", "gpu-c01", False), ("MODIFIED", "gpu-c01", True)]
+    # nodes select on metadata.name and spec.unschedulable (NodeToSelectableFields), nothing else
+    assert [n.metadata.name for n in cluster.core.list_node(field_selector="spec.unschedulable=true").items] == \
+        ["gpu-c01"]
+    r = cluster.http.get("/api/v1/nodes", params={"fieldSelector": "status.phase=Running"})
+    assert r.status_code == 400 and r.json()["message"] == "field label not supported: status.phase"
+
+
+def test_an_owner_watched_by_name_shows_its_ready_replicas_drop_when_a_pod_is_evicted(cluster):
+    from kubernetes import watch
+
+    victim = next(p for p in pods(cluster, "app=k3-b300") if p.spec.node_name == "gpu-b01")
+    for node in ("gpu-b01", "gpu-c01"):         # no node to reschedule it on: its replacement waits
+        cluster.core.patch_node(node, {"spec": {"unschedulable": True}})
+    w = watch.Watch()
+    ready = []
+    for ev in w.stream(cluster.apps.list_namespaced_deployment, NS, field_selector="metadata.name=k3-b300",
+                       timeout_seconds=10):
+        ready.append((ev["type"], ev["object"].status.ready_replicas or 0))
+        if len(ready) == 1:
+            cluster.core.create_namespaced_pod_eviction(victim.metadata.name, NS, k8s.V1Eviction(
+                metadata=k8s.V1ObjectMeta(name=victim.metadata.name, namespace=NS)))
+        elif ready[-1][1] < 2:
+            w.stop()
+    # its current state first, then its status as the controller posts it: one replica short
+    assert ready[0] == ("ADDED", 2)
+    assert ready[-1] == ("MODIFIED", 1)
+
+
+def test_a_node_wait_watches_and_falls_back_to_polling_where_the_watch_right_is_refused(cluster, tmp_path):
+    from k3rollout.scheduler import k8s_calls
+    from k3rollout.scheduler.k8s_api import KubernetesApi
+    from k3rollout.workload import k8s_pods as kp
+
+    pods = kp.PodApi(KubernetesApi(str(cluster.kubeconfig(tmp_path / "kc"))))
+
+    def wait_reboot(seconds: float) -> dict:
+        with st.transaction(cluster.root / "gpu-c01") as s:
+            s["down_until"] = time.time() + seconds          # rebooting: NotReady, no nvidia.com/gpu
+        sent = k8s_calls.totals.copy()
+        ok, node = kp.wait_watched(pods, lambda: pods.node("gpu-c01"), pods.node_watch("gpu-c01"),
+                                   lambda n: n is not None and kp.node_ready(n) and kp.allocatable_gpus(n) == 8,
+                                   60.0, 0.5)
+        assert ok and kp.node_ready(node)
+        return dict(k8s_calls.totals - sent)
+
+    # one read, then one watch that says when the node is back
+    assert wait_reboot(2.0) == {"get nodes": 1, "watch nodes": 1}
+    # without the watch right the server answers 403 and the wait polls the node
+    cluster.cluster.set_denied(["watch nodes"])
+    calls = wait_reboot(2.0)
+    assert calls["watch nodes"] == 1 and calls["get nodes"] >= 3

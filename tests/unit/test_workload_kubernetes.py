@@ -41,7 +41,8 @@ class Expected:
 @dataclass
 class FakeKube:
     """Stands in for ``KubernetesApi``: ``core``, ``apps`` and ``custom``, whose
-    methods answer from the script; a fake clock for the backend's waits."""
+    methods answer from the script, and ``watch``, whose streams do; a fake clock for the
+    backend's waits."""
     script: list[Expected] = field(default_factory=list)
     calls: list[tuple[str, tuple, dict]] = field(default_factory=list)
     t: float = 0.0
@@ -63,6 +64,13 @@ class FakeKube:
             exc.body = json.dumps({"reason": exc.reason, "message": f"{method}: {exc.reason}"})
             raise exc
         return e.answer
+
+    def watch(self, list_method: str, *args: Any, **kwargs: Any) -> Any:
+        """A watch over ``core.LIST_METHOD``, scripted as ``watch.LIST_METHOD`` whose answer is
+        its events, (type, object) pairs; the request is made at the first event asked for, and
+        after the last the stream lasts until the server's ``timeout_seconds``."""
+        yield from self._call(f"watch.{list_method}", args, kwargs) or []
+        self.t += kwargs["timeout_seconds"]
 
     def __getattr__(self, group: str) -> Any:
         if group not in ("core", "apps", "custom"):
@@ -107,8 +115,10 @@ def node(ready: bool = True, gpus: int = 8) -> dict:
 
 def pod(name: str, ns: str = "serving", phase: str = "Running", *, owner: tuple[str, str] | None = None,
         gpus: int = 8, image_id: str = DIGEST, restarts: int = 0, terminated: dict | None = None,
-        labels: dict | None = None, port: int = 8000) -> dict:
+        labels: dict | None = None, port: int = 8000, rv: str | None = None) -> dict:
     meta: dict[str, Any] = {"name": name, "namespace": ns, "labels": labels or {"app": "kimi"}}
+    if rv:
+        meta["resourceVersion"] = rv
     if owner:
         meta["ownerReferences"] = [{"kind": owner[0], "name": owner[1], "controller": True}]
     state = {"terminated": terminated} if terminated else {"running": {}}
@@ -149,9 +159,14 @@ def test_the_cuda_check_runs_in_a_pinned_pod_tolerating_the_cordon_and_is_delete
     name = pod_name("unit-run", "gpu-01", "cuda-init")
     fake.expect("core.create_namespaced_pod", NS, ANY,
                 answer={"metadata": {"name": name}})
-    fake.expect("core.read_namespaced_pod", name, NS, answer=pod(name, NS, "Pending"))
-    fake.expect("core.read_namespaced_pod", name, NS, answer=pod(name, NS, "Succeeded",
-                                                                 terminated={"exitCode": 0, "reason": "Completed"}))
+    fake.expect("core.read_namespaced_pod", name, NS, answer=pod(name, NS, "Pending", rv="41"))
+    # Pending: watched from the resourceVersion read (a change between the two is not lost)
+    # until it ends, instead of polled
+    fake.expect("watch.list_namespaced_pod", NS, field_selector=f"metadata.name={name}", timeout_seconds=600,
+                resource_version="41",
+                answer=[("MODIFIED", pod(name, NS, "Running", rv="42")),
+                        ("MODIFIED", pod(name, NS, "Succeeded", rv="43",
+                                         terminated={"exitCode": 0, "reason": "Completed"}))])
     fake.expect("core.read_namespaced_pod_log", name, NS, answer="cuda_available=True device_count=8\n")
     fake.expect("core.delete_namespaced_pod", name, NS, grace_period_seconds=30, answer={"status": "Success"})
     res = ctx.workload.run_check(ctx, "cuda-init", IMAGE, "python3", ["-c", "import torch"])
@@ -165,7 +180,7 @@ def test_the_cuda_check_runs_in_a_pinned_pod_tolerating_the_cordon_and_is_delete
     assert c["command"] == ["python3"] and c["args"] == ["-c", "import torch"] and c["image"] == IMAGE
     assert c["resources"]["limits"] == {"nvidia.com/gpu": "8"}   # the node's GPUs through the device plugin
     assert body["metadata"]["labels"]["k3rollout.io/node"] == "gpu-01"
-    assert fake.t == 2.0                                          # one poll while Pending
+    assert fake.t == 0.0                                          # no poll while Pending: the watch said
     api_steps = [s for s in h.steps() if s.get("kind") == "api"]
     assert [s["step"] for s in api_steps] == ["cuda-init-pod", "cuda-init-pod-wait", "cuda-init", "cuda-init-pod-delete"]
     assert api_steps[0]["once"] is True and all(s["ran_on"] == SERVER for s in api_steps)
@@ -207,15 +222,31 @@ def test_cuda_check_waits_for_the_node_ready_with_its_gpus_allocatable_and_times
     h, fake = kube
     ctx = h.ctx("cuda_check", baseline={"gpu_allocatable": 8})
     fake.expect("core.read_node", "gpu-01", answer=node(ready=False, gpus=0))
+    # then watched (the node's current state first, then its changes) until the device plugin
+    # advertises the GPUs again, instead of polled
+    fake.expect("watch.list_node", field_selector="metadata.name=gpu-01", timeout_seconds=600,
+                answer=[("ADDED", node(ready=False, gpus=0)), ("MODIFIED", node(ready=True, gpus=0)),
+                        ("MODIFIED", node(ready=True, gpus=8))])
+    ok, why, facts = ctx.workload.after_driver(ctx, 600)
+    assert ok and facts == {"node_ready": True, "gpu_allocatable": 8} and fake.t == 0.0
+
+    fake.expect("core.read_node", "gpu-01", answer=node(ready=True, gpus=7))
+    fake.expect("watch.list_node", field_selector="metadata.name=gpu-01", timeout_seconds=4,
+                answer=[("ADDED", node(ready=True, gpus=7))])
+    ok, why, facts = ctx.workload.after_driver(ctx, 4)
+    assert not ok and "7 allocatable nvidia.com/gpu of 8 after 4s" in why
+
+
+def test_where_the_api_server_refuses_the_watch_the_node_wait_polls(kube):
+    h, fake = kube
+    ctx = h.ctx("cuda_check", baseline={"gpu_allocatable": 8})
+    fake.expect("core.read_node", "gpu-01", answer=node(ready=False, gpus=0))
+    # no watch right (RBAC grants get, list and watch apart): 403, and the wait polls the node
+    fake.expect("watch.list_node", field_selector="metadata.name=gpu-01", timeout_seconds=600, raises=403)
     fake.expect("core.read_node", "gpu-01", answer=node(ready=True, gpus=0))
     fake.expect("core.read_node", "gpu-01", answer=node(ready=True, gpus=8))
     ok, why, facts = ctx.workload.after_driver(ctx, 600)
     assert ok and facts == {"node_ready": True, "gpu_allocatable": 8} and fake.t == 4.0
-
-    for _ in range(3):
-        fake.expect("core.read_node", "gpu-01", answer=node(ready=True, gpus=7))
-    ok, why, facts = ctx.workload.after_driver(ctx, 4)
-    assert not ok and "7 allocatable nvidia.com/gpu of 8 after 4s" in why
 
 
 # ---------------------------------------------------------------- baseline
@@ -306,11 +337,17 @@ def test_after_the_uncordon_owners_are_waited_for_until_back_to_baseline_ready_a
     ctx = h.ctx("uncordon", baseline={"serving_containers": [SERVING]})
     fake.expect(*DEPLOYMENT, answer={"status": {"readyReplicas": 1}})
     fake.expect("core.list_namespaced_pod", "serving", label_selector="app=kimi", answer={"items": [pod("a")]})
+    # one replica short: the Deployment is watched (its current state first) until its
+    # readyReplicas is back, instead of polled, then everything is looked at again
+    fake.expect(*DEPLOYMENT, answer={"status": {"readyReplicas": 1}})
+    fake.expect("watch.list_namespaced_deployment", "serving", field_selector="metadata.name=kimi-k2",
+                timeout_seconds=1800, api="apps",
+                answer=[("ADDED", {"status": {"readyReplicas": 1}}), ("MODIFIED", {"status": {"readyReplicas": 2}})])
     fake.expect(*DEPLOYMENT, answer={"status": {"readyReplicas": 2}})
     fake.expect("core.list_namespaced_pod", "serving", label_selector="app=kimi",
                 answer={"items": [pod("a"), pod("b", restarts=1)]})
     got = ctx.workload.prove_serving(ctx)
-    assert not got.failed and fake.t == 10.0 and got.back == ["serving/kimi-k2-7d9f-abcde"]
+    assert not got.failed and fake.t == 0.0 and got.back == ["serving/kimi-k2-7d9f-abcde"]
     owner = got.facts["serving_owners"]["Deployment/serving/kimi-k2"]
     assert owner["ready"] == 2 and owner["baseline_ready"] == 2 and owner["digests"] == ["sha256:" + "a" * 64]
     assert not any(m.endswith(("create_namespaced_pod", "delete_namespaced_pod")) for m, _, _ in fake.calls)
@@ -324,7 +361,7 @@ def test_an_owner_back_on_another_digest_or_not_back_in_time_fails_the_uncordon_
     fake.expect("core.list_namespaced_pod", "serving", label_selector="app=kimi",
                 answer={"items": [pod("a", image_id=other), pod("b")]})
     ctx.params = ctx.params.model_copy(update={"serving_ready_timeout": 5.0})
-    fake.expect(*DEPLOYMENT, answer={"status": {"readyReplicas": 2}})          # the last look, at 10 s
+    fake.expect(*DEPLOYMENT, answer={"status": {"readyReplicas": 2}})          # the last look, at 5 s
     fake.expect("core.list_namespaced_pod", "serving", label_selector="app=kimi",
                 answer={"items": [pod("a", image_id=other), pod("b")]})
     got = ctx.workload.prove_serving(ctx)
@@ -398,10 +435,20 @@ def test_removing_a_server_waits_until_its_pod_is_gone(kube):
     ctx = h.ctx("vllm_smoke")
     name = pod_name("unit-run", "gpu-01", "k3rollout-smoke")
     fake.expect("core.delete_namespaced_pod", name, NS, grace_period_seconds=30, answer={})
-    fake.expect("core.read_namespaced_pod", name, NS, answer=pod(name, NS, "Running"))      # terminating
-    fake.expect("core.read_namespaced_pod", name, NS, raises=404)
+    fake.expect("core.read_namespaced_pod", name, NS, answer=pod(name, NS, "Running", rv="7"))      # terminating
+    watch = {"field_selector": f"metadata.name={name}", "timeout_seconds": 120}
+    # watched from the resourceVersion read until its DELETED event, instead of polled
+    fake.expect("watch.list_namespaced_pod", NS, resource_version="7", **watch,
+                answer=[("MODIFIED", pod(name, NS, "Running", rv="8")), ("DELETED", pod(name, NS, "Running", rv="9"))])
     assert ctx.workload.remove_server(ctx, "k3rollout-smoke", "k3rollout-smoke-remove").ok
-    assert fake.t == 2.0
+    assert fake.t == 0.0
+
+    # a watch whose history the server no longer has (410 Expired) starts again with a read
+    fake.expect("core.delete_namespaced_pod", name, NS, grace_period_seconds=30, answer={})
+    fake.expect("core.read_namespaced_pod", name, NS, answer=pod(name, NS, "Running", rv="7"))
+    fake.expect("watch.list_namespaced_pod", NS, resource_version="7", **watch, raises=410)
+    fake.expect("core.read_namespaced_pod", name, NS, raises=404)
+    assert ctx.workload.remove_server(ctx, "k3rollout-smoke", "k3rollout-smoke-remove-2").ok
 
 
 def test_a_relaunch_after_a_crash_makes_its_pod_again_once_the_cleanup_removed_it(kube):
