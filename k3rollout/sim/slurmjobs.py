@@ -348,7 +348,7 @@ def _end(root: Path, jid: str, node_cmd: NodeCmd, state: str, ended: dict[str, s
     if ended and len(j["tasks"]) > 1:
         log += "".join(f"srun: error: {t['node']}: task {t['label']}: Exited with exit code {ended[t['node']]}\n"
                        for t in j["tasks"] if t["node"] in ended)
-        log += "srun: Job step aborted: Waiting up to 3 seconds for job step to finish.\n"
+        log += f"srun: launch/slurm: _step_signal: Terminating StepId={jid}.0\n"
         log += "".join(f"srun: error: {t['node']}: task {t['label']}: Terminated\n" for t in j["tasks"]
                        if t["node"] not in ended)
     with _table(root) as t:

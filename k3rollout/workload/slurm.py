@@ -457,8 +457,9 @@ class SlurmJobs:
         over all of them (a job takes one reservation). Each task takes its rank from
         ``SLURM_NODEID`` and the head's address from the first host of ``SLURM_JOB_NODELIST``
         (workload/slurm_launch.py). The gates go to the head's address, so the job's first
-        host must be the replica's head: Slurm orders a job's nodes as slurm.conf lists them;
-        a replica planned in another order is refused with both orders named."""
+        host must be the replica's head. Slurm numbers a job's nodes in its host list's order,
+        whatever order ``-w`` or slurm.conf gives (docs/domain.md "Workloads on Slurm GPU
+        clusters"); a replica whose head is not first there is refused with both orders named."""
         nodes = [m[0].node for m in members]
         for mctx, _, _ in members:
             ok, why = self.open_node(mctx)          # each node out of its drain, into its own reservation
@@ -490,8 +491,9 @@ class SlurmJobs:
         if order and order[0] != ctx.node:
             self._on(ctx, f"{name}-cancel", ["scancel", job])
             return CommandResult(ctx.node, tuple(res.argv), 1, "", (
-                f"job {job}: Slurm ranks the replica's nodes {', '.join(order)} (SLURM_NODEID 0 is {order[0]}), "
-                f"but its head is {ctx.node}: list the replica's nodes in slurm.conf's order\n"), res.duration_s)
+                f"job {job}: Slurm numbers the replica's nodes {', '.join(order)} (SLURM_NODEID 0 is {order[0]}), "
+                f"but the plan's head is {ctx.node}: the head must be the node that comes first in the job's "
+                "host list\n"), res.duration_s)
         return CommandResult(ctx.node, tuple(res.argv), 0, f"{started.stdout}nodes {', '.join(order)}\n", "",
                              res.duration_s)
 

@@ -32,6 +32,8 @@ WORKER_ONLY = ("--headless", "--data-parallel-start-rank")
 # the first line every task prints (with --label: "1: k3rollout: gpu-02 is node 1 of gpu-[01-02], head gpu-01")
 WHOAMI = f'echo "k3rollout: $SLURMD_NODENAME is node $SLURM_NODEID of $SLURM_JOB_NODELIST, head ${MASTER_VAR}"'
 _SRUN_TASK = re.compile(r"^srun: error: (?P<node>\S+): tasks? (?P<task>[\d,-]+): (?P<what>.*)$")
+_SIGNALLED = ("0", "137", "143")          # after srun's SIGTERM (then SIGKILL): 128 + 15, 128 + 9
+_TERMINATING = re.compile(r"^srun: .*(Terminating StepId=|Job step aborted)")
 _WHO = re.compile(r"^(?P<task>\d+): k3rollout: (?P<node>\S+) is node \d+ of ")
 
 
@@ -100,16 +102,24 @@ class TaskEnd:
 
 
 def task_end(output: str, node: str) -> TaskEnd | None:
-    """srun's line about ``node``'s task in the job's output; None when it has none."""
+    """srun's line about ``node``'s task in the job's output; None when it has none. Once srun
+    terminates the step (``_step_signal: Terminating StepId=...``), a task that ends of the
+    signal is srun's doing: ``Terminated``, or ``Exited with exit code 143`` where it traps
+    SIGTERM (measured on Debian's slurm 22.05 with ``--kill-on-bad-exit=1``). Any other code
+    is the task's own end, even after that line: which task srun saw end first is a race
+    (a head that sees its worker die exits too)."""
+    terminating = False
     for ln in output.splitlines():
+        if _TERMINATING.search(ln):
+            terminating = True
+            continue
         m = _SRUN_TASK.match(ln.strip())
         if not m or m.group("node") != node:
             continue
-        what = m.group("what")
-        code = re.match(r"Exited with exit code (\d+)", what)
-        if code:
+        code = re.match(r"Exited with exit code (\d+)", m.group("what"))
+        if code and not (terminating and code.group(1) in _SIGNALLED):
             return TaskEnd("exited", code.group(1), ln.strip())
-        return TaskEnd("terminated", "", ln.strip())
+        return TaskEnd("terminated", code.group(1) if code else "", ln.strip())
     return None
 
 

@@ -7,8 +7,8 @@ the container's command to the simulated node the job landed on (``$SLURMD_NODEN
 ``$K3SIM_ROOT``), in the node's container model (``k3sim-launch``, the program the simulated
 launchers run containers with): a check runs to completion, a
 ``vllm serve`` runs as the node's server until the job is cancelled. Each call appends one
-line to ``$K3_LAUNCHER_LOG``: the job id, node, reservation and the command, so a test can
-prove what ran inside which job.
+line to ``$K3_LAUNCHER_LOG``: the job id, node, reservation, ``SLURM_NODEID`` and the command,
+so a test can prove what ran inside which job and task.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ state = os.path.join(os.environ["K3SIM_ROOT"], node)
 with open(os.environ["K3_LAUNCHER_LOG"], "a") as log:
     log.write(json.dumps({"job": os.environ.get("SLURM_JOB_ID"), "node": node,
                           "reservation": os.environ.get("SLURM_JOB_RESERVATION", ""),
+                          "nodeid": os.environ.get("SLURM_NODEID"),
                           "gpu": "--nv" in args, "cmd": cmd}) + "\n")
 env = {**os.environ, "K3SIM_STATE": state}
 
@@ -48,16 +49,21 @@ if cmd[:2] != ["vllm", "serve"]:
     sys.exit(r.returncode)
 name = "k3rollout-job-" + os.environ.get("SLURM_JOB_ID", "0")
 port = cmd[cmd.index("--port") + 1]
+# apptainer hands the host's environment to the container: the launch's own variables
+env_args = [x for k, v in os.environ.items() if k.startswith(("VLLM_", "NCCL_", "GLOO_")) for x in ("-e", f"{k}={v}")]
 sim("k3sim-launch", "rm", "-f", name)
-r = sim("k3sim-launch", "run", "-d", "--name", name, "--gpus", "all", "-p", f"{port}:{port}", image, *cmd[2:])
+r = sim("k3sim-launch", "run", "-d", "--name", name, "--gpus", "all", *env_args, "-p", f"{port}:{port}", image,
+        *cmd[2:])
 print(r.stdout, r.stderr, flush=True)
 if r.returncode:
     sys.exit(r.returncode)
 
 
-def stop(*_):
+def stop(signum, _frame):
+    # the server goes with the task; then die of the signal, as a process without a handler does
     sim("k3sim-launch", "rm", "-f", name)
-    sys.exit(143)
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 signal.signal(signal.SIGTERM, stop)
@@ -65,7 +71,9 @@ signal.signal(signal.SIGINT, stop)
 while True:
     st = sim("k3sim-launch", "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", name).stdout.split()
     if not st or st[0] != "running":
-        print(sim("k3sim-launch", "logs", name).stdout, flush=True)
+        logs = sim("k3sim-launch", "logs", name)
+        sys.stdout.write(logs.stdout)
+        sys.stderr.write(logs.stderr)             # vLLM logs to stderr; the job's output takes both
         sys.exit(int(st[1]) if len(st) > 1 and st[1].isdigit() and int(st[1]) else 1)
     time.sleep(0.5)
 '''
