@@ -265,8 +265,15 @@ class SlurmJobs:
     def collective(self, ctx: NodeCtx, name: str, nodes: list[str], gpus: int, prog: list[str],
                    timeout: float) -> CommandResult:
         """nccl-tests over ``nodes`` as one MPI job (``srun --mpi=pmix``, one task per GPU,
-        ``-g 1`` each), in the node's reservation, or in the batch's when it spans nodes."""
-        if len(nodes) > 1:
+        ``-g 1`` each), in the node's reservation, or in the batch's when it spans nodes. After
+        the window (observe) the node serves: no reservation is opened, and no GPU job starts
+        beside the GPU jobs running there."""
+        if ctx.stage == OBSERVE:
+            free, why = self.gpu_work_allowed(ctx)
+            if not free:
+                return CommandResult(ctx.node, ("srun",), 1, "", why + "\n", 0.0)
+            ok, resv = True, ""
+        elif len(nodes) > 1:
             ok, resv = self.open_group(ctx, nodes)
         else:
             ok, resv = self.open_node(ctx)
@@ -275,7 +282,8 @@ class SlurmJobs:
             return CommandResult(ctx.node, ("srun",), 1, "", resv + "\n", 0.0)
         part = ctx.vars.get(PARTITION_VAR)
         return self._on(ctx, name, [
-            "srun", "--mpi=pmix", f"--reservation={resv}", "-w", ",".join(nodes), "-N", str(len(nodes)),
+            "srun", "--mpi=pmix", *([f"--reservation={resv}"] if resv else []), "-w", ",".join(nodes),
+            "-N", str(len(nodes)),
             f"--ntasks-per-node={gpus}", *([f"--partition={part}"] if part else []), *gpu_request(ctx),
             f"--immediate={int(start_timeout(ctx))}", "--export=ALL,NCCL_DEBUG=INFO",
             f"--job-name={job_name(ctx.node, 'k3rollout-' + name)}", *prog], timeout=timeout)

@@ -155,6 +155,30 @@ def test_observe_starts_no_gpu_job_beside_running_gpu_jobs_and_counts_it_as_skip
     assert not reservations(run_dir)
 
 
+def test_observes_nccl_gate_is_an_srun_mpi_job_without_a_reservation_and_never_beside_gpu_jobs(tmp_path):
+    import time
+
+    from k3rollout.sim import state as st
+
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {}},
+                          {"scheduler": "slurm", "sim_reboot_s": 0.01})          # pyxis: the default launcher
+    pb = write_playbook(tmp_path / "pb.yml", serial=2, min_serving=0, max_fail_percentage=100, observe={"nccl": True})
+    run_dir = tmp_path / "run"
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
+    with st.transaction(run_dir / "sim-hosts" / "gpu-02") as s:
+        s["scheduler"]["jobs"] = [{"id": 4242, "cpus": 224, "end": time.time() + 3600}]
+    seen = len(journal(run_dir))
+    assert main(["observe", str(run_dir), "--once"]) == 0
+    o = [r for r in journal(run_dir) if r["type"] == "observation"][-1]["nodes"]
+    assert o["gpu-01"]["nccl"]["ok"] is True
+    assert o["gpu-02"]["nccl"]["skipped"].startswith("not idle: Slurm shows it")
+    sent = [r for r in journal(run_dir)[seen:] if r["type"] == "step_started"]
+    (nccl,) = [r for r in sent if r["argv"][0] == "srun" and "--mpi=pmix" in r["argv"]]
+    assert nccl["node"] == "gpu-01" and nccl["ran_on"] == "controller"
+    assert nccl["argv"][:4] == ["srun", "--mpi=pmix", "-w", "gpu-01"]
+    assert not [r for r in sent if r["argv"][:2] == ["scontrol", "create"]] and not reservations(run_dir)
+
+
 # ---------------------------------------------------------------- a multi-node replica: one job
 
 H200 = {"sim_gpu": "NVIDIA H200", "sim_gpu_count": 8, "sim_gpu_mem_gib": 141, "sim_peer_mapping_override": True,
