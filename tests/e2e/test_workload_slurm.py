@@ -330,3 +330,49 @@ def test_a_replica_job_whose_worker_dies_fails_the_replica_naming_that_node(tmp_
     assert not slurm.run("squeue", "-h", "-o", "%i").stdout.strip()
     assert not [n for n in reservations(slurm) if n.startswith("k3rollout-check.")]
     assert serving(slurm, "gpu-01") and serving(slurm, "gpu-02")
+
+
+# ---------------------------------------------------------------- NCCL over the batch: srun --mpi=pmix
+
+
+def test_nccl_over_the_batch_is_one_srun_mpi_pmix_job_whose_tasks_pmix_really_wires(tmp_path, monkeypatch,
+                                                                                   slurm_cluster):
+    """Real: slurmctld, two slurmd, srun's mpi/pmix plugin with Debian's libpmix (each task gets
+    its PMIx rank and the job step's namespace). Stood in: all_reduce_perf (no GPU here), whose
+    rank 0 runs the simulated nodes' NCCL over the job's hosts (tests/support/launcher_standin.py)."""
+    import os
+
+    from support.slurm_cluster import pmix_missing
+
+    why = pmix_missing()
+    if why:
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    slurm = slurm_cluster(["gpu-01", "gpu-02"])
+    # one GPU a node: one MPI task a node fits the loopback slurmd's one CPU
+    one_gpu = {"sim_gpu_count": 1}
+    inv, run_dir, log = setup(tmp_path, monkeypatch, {"gpu-01": dict(one_gpu), "gpu-02": dict(one_gpu)})
+    pb = write_playbook(tmp_path / "pb.yml", serial=2, min_serving=0, max_fail_percentage=100)
+    data = yaml.safe_load(pb.read_text())
+    data[0]["stages"] = [s for s in data[0]["stages"] if s["stage"] in (*CHECK_STAGES, "multinode")]
+    data[0].setdefault("vars", {})["expected_gpu_count"] = 1
+    pb.write_text(yaml.safe_dump(data, sort_keys=False))
+    code = main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)])
+    assert code == 0
+    assert {n["final"] for n in result(run_dir)["nodes"].values()} == {"upgraded"}
+    recs = journal(run_dir)
+    run_id = recs[0]["run_id"]
+    (nccl,) = [r for r in recs if r["type"] == "step_started" and r["stage"] == "multinode" and r["argv"][0] == "srun"]
+    assert nccl["argv"][:6] == ["srun", "--mpi=pmix", f"--reservation=k3rollout-check.group-gpu-01.{run_id}",
+                                "-w", "gpu-01,gpu-02", "-N"]
+    assert nccl["ran_on"] == "controller" and "--ntasks-per-node=1" in nccl["argv"]
+    # slurmd started one task per node, and PMIx wired each into the job step
+    tasks = [r for r in launched(log) if r["cmd"][0] == "all_reduce_perf"]
+    assert sorted((t["node"], t["pmix_rank"]) for t in tasks) == [("gpu-01", "0"), ("gpu-02", "1")]
+    assert len({t["pmix_namespace"] for t in tasks}) == 1 and tasks[0]["pmix_namespace"].startswith("slurm.pmix.")
+    assert {t["reservation"] for t in tasks} == {f"k3rollout-check.group-gpu-01.{run_id}"}
+    facts = next(r for r in recs if r["type"] == "facts" and r["stage"] == "multinode")["facts"]
+    assert facts["nccl_ok"] and facts["nccl_nodes"] == ["gpu-01", "gpu-02"] and facts["nccl_transport"] == "IB"
+    assert not [n for n in reservations(slurm) if n.startswith("k3rollout-check.")]
+    assert serving(slurm, "gpu-01") and serving(slurm, "gpu-02")

@@ -60,8 +60,16 @@ if r.returncode:
 
 
 def stop(signum, _frame):
-    # the server goes with the task; then die of the signal, as a process without a handler does
+    # the server's output first (a real process has written it already); a server that had
+    # ended by itself ends its task with its own code; else it goes with the task, which dies
+    # of the signal, as a process without a handler does
+    st = sim("k3sim-launch", "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", name).stdout.split()
+    logs = sim("k3sim-launch", "logs", name)
+    sys.stdout.write(logs.stdout)
+    sys.stderr.write(logs.stderr)
     sim("k3sim-launch", "rm", "-f", name)
+    if st and st[0] != "running" and len(st) > 1 and st[1].isdigit() and int(st[1]):
+        sys.exit(int(st[1]))
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 
@@ -79,13 +87,43 @@ while True:
 '''
 
 
+# nccl-tests' all_reduce_perf as one task of ``srun --mpi=pmix``: every task proves PMIx wired
+# it into the job (PMIX_RANK, PMIX_NAMESPACE, logged); rank 0 runs the simulated nodes' NCCL over
+# the job's hosts (the node model's mpirun) and prints nccl-tests' output, as rank 0 does
+NCCL_SCRIPT = r'''#!@PYTHON@
+import json, os, subprocess, sys
+node = os.environ["SLURMD_NODENAME"]
+rank = os.environ.get("PMIX_RANK")
+with open(os.environ["K3_LAUNCHER_LOG"], "a") as log:
+    log.write(json.dumps({"job": os.environ.get("SLURM_JOB_ID"), "node": node, "nodeid": os.environ.get("SLURM_NODEID"),
+                          "reservation": os.environ.get("SLURM_JOB_RESERVATION", ""), "pmix_rank": rank,
+                          "pmix_namespace": os.environ.get("PMIX_NAMESPACE"),
+                          "cmd": ["all_reduce_perf", *sys.argv[1:]]}) + "\n")
+if rank is None:
+    sys.exit("all_reduce_perf: no PMIx rank in the environment: not started by srun --mpi=pmix")
+if rank != "0":
+    sys.exit(0)
+hosts = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]], capture_output=True,
+                       text=True, check=True).stdout.split()
+per = int(os.environ.get("SLURM_NTASKS_PER_NODE") or 1)
+env = {**os.environ, "K3SIM_STATE": os.path.join(os.environ["K3SIM_ROOT"], node)}
+r = subprocess.run([sys.executable, "-m", "k3rollout.sim", "mpirun", "-np", str(per * len(hosts)), "-H",
+                    ",".join(f"{h}:{per}" for h in hosts), "-x", "NCCL_DEBUG=" + os.environ.get("NCCL_DEBUG", ""),
+                    "all_reduce_perf", *sys.argv[1:]], env=env, capture_output=True, text=True)
+sys.stdout.write(r.stdout)
+sys.stderr.write(r.stderr)
+sys.exit(r.returncode)
+'''
+
+
 def install(bin_dir: Path) -> Path:
-    """Write ``apptainer`` into ``bin_dir`` (run by this test's Python, so it imports the
-    checkout's simulator); put ``bin_dir`` first on PATH for the jobs."""
+    """Write ``apptainer`` and ``all_reduce_perf`` into ``bin_dir`` (run by this test's Python,
+    so they import the checkout's simulator); put ``bin_dir`` first on PATH for the jobs."""
     bin_dir.mkdir(parents=True, exist_ok=True)
-    exe = bin_dir / "apptainer"
-    exe.write_text(SCRIPT.replace("@PYTHON@", sys.executable))
-    exe.chmod(0o755)
+    for name, text in (("all_reduce_perf", NCCL_SCRIPT), ("apptainer", SCRIPT)):
+        exe = bin_dir / name
+        exe.write_text(text.replace("@PYTHON@", sys.executable))
+        exe.chmod(0o755)
     return exe
 
 
