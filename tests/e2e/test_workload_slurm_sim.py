@@ -256,3 +256,47 @@ def test_a_replica_job_whose_worker_task_dies_names_that_node_from_sruns_own_lin
     assert "srun: error: gpu-02: task 1: Exited with exit code 1" in logs and "1: ERROR [core.py:708] torch.OutOfMemoryError" in logs
     assert "1: k3rollout: gpu-02 is node 1 of gpu-[01-02], head gpu-01" in logs
     assert not [n for n in reservations(run_dir) if n.startswith("k3rollout-check.")]
+
+
+# (mode, record type, step): a kill just before an outcome is recorded (the command ran, the
+# journal does not know) or right after a start is recorded (not yet sent)
+REPLICA_KILLS = [
+    ("BEFORE", "step_done", "group-reservation-create"),
+    ("KILL", "step_started", "group-reservation-create"),
+    ("BEFORE", "step_done", "k3rollout-smoke-run"),             # the replica's one job submitted
+    ("BEFORE", "step_done", "group-reservation-delete"),
+]
+
+
+@pytest.mark.parametrize("mode,rtype,step", REPLICA_KILLS, ids=[f"{m}-{t}-{s}" for m, t, s in REPLICA_KILLS])
+def test_a_kill_around_the_replicas_job_resumes_with_one_reservation_and_no_job_left(tmp_path, mode, rtype, step):
+    from support import cli
+
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": dict(H200), "gpu-02": dict(H200)},
+                          {"scheduler": "slurm", "sim_reboot_s": 0.01})
+    pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=1, max_fail_percentage=100, min_serving=0)
+    data = yaml.safe_load(pb.read_text())
+    data[0]["stages"] = [s for s in data[0]["stages"] if s["stage"] != "features"]
+    pb.write_text(yaml.safe_dump(data, sort_keys=False))
+    run_dir = tmp_path / "run"
+    locks = {"K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")}
+    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
+            env={**locks, "K3_FAULT_AT": f"{rtype}:{step}"}, fault=(mode, 1))
+    assert p.returncode == -9, p.stderr[-2000:]
+    r = cli("resume", str(run_dir), env=locks)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert {n["final"] for n in result(run_dir)["nodes"].values()} == {"upgraded"}
+    recs = journal(run_dir)
+    # the group reservation's create ran once (a kill after its start sends it again, once)
+    creates = [x for x in recs if x["type"] == "step_started" and x.get("step") == "group-reservation-create"
+               and x["stage"] == "vllm_smoke"]
+    assert len(creates) == (2 if mode == "KILL" else 1)
+    smoke = [x for x in recs if x["type"] == "facts" and x["node"] == "gpu-01" and x["stage"] == "vllm_smoke"]
+    assert smoke and smoke[-1]["facts"]["smoke_request_ok"]
+    # nothing left: no job running, no reservation
+    jobs = json.loads((run_dir / "sim-hosts" / "_slurmjobs.json").read_text())["jobs"]
+    assert not [j for j in jobs.values() if j["state"] in ("PENDING", "CONFIGURING", "RUNNING")]
+    assert not [n for n in reservations(run_dir) if n.startswith("k3rollout-check.")]
+    for node in ("gpu-01", "gpu-02"):
+        assert sim_state(run_dir, node)["scheduler"]["state"] == "schedulable"
+        assert not [c for c in sim_state(run_dir, node)["docker"]["containers"] if c.startswith("slurm-job-")]
