@@ -189,10 +189,12 @@ def blame(ctx: NodeCtx, name: str, plan: dict[str, dict]) -> tuple[str | None, s
             continue
         line = next((m.group(1) for m in map(_ERROR_LINE.search, reversed(text.splitlines())) if m), "")
         if st.state == "terminated":
-            # ended because another task of the replica's job ended (srun --kill-on-bad-exit):
-            # not a cause by itself; its own log may still show that it never joined
+            # ended by srun because another task of the replica's job ended (--kill-on-bad-exit):
+            # which one srun saw end first is a race, so its own log decides whether it failed
             if "failed to connect" in line:
                 found = (node, f"worker {node} (rank {plan[node]['rank']}) never joined the head: {line}")
+            elif line and "died unexpectedly" not in line:
+                found = (node, f"worker {node} (rank {plan[node]['rank']}) failed: {line}")
             continue
         if not st.found or not st.running:
             how = (f"exited with code {st.exit_code}" if st.state == "exited" else f"is {st.state}") if st.found \

@@ -59,14 +59,26 @@ if r.returncode:
     sys.exit(r.returncode)
 
 
-def stop(signum, _frame):
-    # the server's output first (a real process has written it already); a server that had
-    # ended by itself ends its task with its own code; else it goes with the task, which dies
-    # of the signal, as a process without a handler does
-    st = sim("k3sim-launch", "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", name).stdout.split()
+shown = {"out": 0, "err": 0}
+
+
+def show():
+    """The server's new output since the last look: a real process's output streams into the
+    job's output as it is written, so a task killed later has said what it said."""
     logs = sim("k3sim-launch", "logs", name)
-    sys.stdout.write(logs.stdout)
-    sys.stderr.write(logs.stderr)
+    sys.stdout.write(logs.stdout[shown["out"]:])
+    sys.stderr.write(logs.stderr[shown["err"]:])      # vLLM logs to stderr; the job's output takes both
+    sys.stdout.flush()
+    sys.stderr.flush()
+    shown.update(out=len(logs.stdout), err=len(logs.stderr))
+
+
+def stop(signum, _frame):
+    # a server that had ended by itself ends its task with its own code; else it goes with the
+    # task, which dies of the signal, as a process without a handler does
+    show()
+    st = sim("k3sim-launch", "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", name).stdout.split()
+    show()
     sim("k3sim-launch", "rm", "-f", name)
     if st and st[0] != "running" and len(st) > 1 and st[1].isdigit() and int(st[1]):
         sys.exit(int(st[1]))
@@ -78,10 +90,8 @@ signal.signal(signal.SIGTERM, stop)
 signal.signal(signal.SIGINT, stop)
 while True:
     st = sim("k3sim-launch", "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", name).stdout.split()
+    show()
     if not st or st[0] != "running":
-        logs = sim("k3sim-launch", "logs", name)
-        sys.stdout.write(logs.stdout)
-        sys.stderr.write(logs.stderr)             # vLLM logs to stderr; the job's output takes both
         sys.exit(int(st[1]) if len(st) > 1 and st[1].isdigit() and int(st[1]) else 1)
     time.sleep(0.5)
 '''

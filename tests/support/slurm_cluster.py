@@ -116,7 +116,9 @@ class SlurmCluster:
             "JobCompType=jobcomp/none", "MpiDefault=none", "SwitchType=switch/none",
             "SchedulerType=sched/builtin", "SelectType=select/linear",
             "SlurmdParameters=config_overrides", "ReturnToService=2",
-            "SlurmctldTimeout=30", "SlurmdTimeout=30", "InactiveLimit=0", "MinJobAge=2", "KillWait=1",
+            "SlurmctldTimeout=30", "SlurmdTimeout=30", "InactiveLimit=0", "MinJobAge=2",
+            # SIGTERM to SIGKILL: time for a task to write what it has (Slurm's default is 30 s)
+            "KillWait=5",
             "MessageTimeout=5", "SlurmctldDebug=info", "SlurmdDebug=info",
         ]
         for name, port in zip(self.nodes, node_ports, strict=True):
