@@ -15,6 +15,8 @@ command -v kubectl >/dev/null 2>&1 || need+=(kubernetes-client)
 for b in munged slurmctld slurmd scontrol; do
   command -v $b >/dev/null 2>&1 || [ -x /usr/sbin/$b ] || { need+=(munge slurmctld slurmd slurm-client); break; }
 done
+# srun --mpi=pmix: Debian's mpi/pmix plugin loads the unversioned libpmix.so of libpmix-dev
+ls /usr/lib/*/pmix2/lib/libpmix.so >/dev/null 2>&1 || need+=(libpmix-dev)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     apt-get update -qq >/dev/null

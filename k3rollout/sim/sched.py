@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from k3rollout.checks import hostlist
 from k3rollout.sim import state as st_mod
 from k3rollout.sim.state import SLURM_CPUS
 
@@ -96,6 +97,8 @@ def scontrol(state: dict[str, Any], args: list[str], state_dir: Path | None = No
                         (1, "", f"Node {name} not found\n"))
     if args[:2] == ["show", "config"]:
         return 0, show_config(), ""
+    if args[:2] == ["show", "hostnames"]:
+        return 0, "".join(f"{h}\n" for h in hostlist.expand(args[2] if len(args) > 2 else "")), ""
     if args[:1] == ["-o"]:          # --oneliner: one line per record
         rc, out, err = scontrol(state, args[1:], state_dir)
         return rc, out.replace("\n   ", " ").replace("\n\n", "\n"), err

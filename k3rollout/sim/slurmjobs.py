@@ -17,12 +17,14 @@ import fcntl
 import json
 import os
 import shlex
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from k3rollout.checks import hostlist
 from k3rollout.sim import state as st_mod
 
 Out = tuple[int, str, str]
@@ -137,6 +139,10 @@ def _refuse(root: Path, opts: dict[str, str], prog: str) -> tuple[Out | None, st
     return None, node
 
 
+def _busy_any(root: Path, nodes: list[str], resv: str) -> str:
+    return next((w for n in nodes if (w := _busy(root, n, resv))), "")
+
+
 def _busy(root: Path, node: str, resv: str) -> str:
     """Slurm's reason the node takes no job in ``resv`` now ('' when it does)."""
     s = _node_state(root, node)
@@ -208,16 +214,28 @@ def sbatch(root: Path, args: list[str], node_cmd: NodeCmd) -> Out:
     refused, node = _refuse(root, opts, "sbatch")
     if refused:
         return refused
-    inner_opts, cmd = _opts(shlex.split(_get(opts, "--wrap"))[1:])      # the wrap is "srun [options] command"
-    image, inner = _container({**opts, **inner_opts}, cmd)
+    words = shlex.split(_get(opts, "--wrap"))
+    # "srun [options] command", or a replica's "K3_MASTER_ADDR=$(...) && export ... && srun ..."
+    at = max((i for i, w in enumerate(words) if w == "srun" and (i == 0 or words[i - 1] == "&&")), default=0)
+    inner_opts, cmd = _opts(words[at + 1:])
+    nodes = node.split(",")
     gres = _get(opts, "--gres")
+    env = [kv for kv in _get(opts, "--export").split(",") if "=" in kv]
     with _table(root) as t:
         job, t["next"] = t["next"], t["next"] + 1
+    if len(nodes) > 1:
+        tasks = _replica_tasks(root, job, {**opts, **inner_opts}, cmd, nodes)
+    else:
+        image, inner = _container({**opts, **inner_opts}, cmd)
+        tasks = [{"node": node, "label": None, "container": f"slurm-job-{job}", "image": image, "cmd": inner,
+                  "whoami": ""}]
+    reservation = _get(opts, "--reservation")
+    with _table(root) as t:
         rec = {"id": str(job), "name": _get(opts, "-J", "--job-name") or "wrap", "user": st_mod.session_user(),
-               "node": node, "reservation": _get(opts, "--reservation"), "partition": PARTITION,
+               "node": node, "reservation": reservation, "partition": PARTITION,
                "gres": f"gres:{gres.removeprefix('gpu:')}" if gres else "N/A", "output": _get(opts, "-o", "--output"),
-               "state": "PENDING", "reason": _busy(root, node, _get(opts, "--reservation")) or "None",
-               "container": f"slurm-job-{job}", "image": image, "cmd": inner, "log": ""}
+               "state": "PENDING", "reason": _busy_any(root, nodes, reservation) or "None", "tasks": tasks,
+               "env": env, "log": ""}
         if rec["reason"] == "None":
             rec["state"] = "CONFIGURING"        # claimed under the lock: started once, here
         t["jobs"][str(job)] = rec
@@ -226,28 +244,76 @@ def sbatch(root: Path, args: list[str], node_cmd: NodeCmd) -> Out:
     return 0, f"{job}\n" if "--parsable" in opts else f"Submitted batch job {job}\n", ""
 
 
+def _replica_tasks(root: Path, job: int, opts: dict[str, str], cmd: list[str], nodes: list[str]) -> list[dict]:
+    """One task per node of a replica's job (``srun --ntasks-per-node=1 bash -c SCRIPT``): the
+    script runs in a real bash, with the environment slurmstepd gives each task and the head
+    the batch script computed (the first host, as ``scontrol show hostnames`` lists them); its
+    ``exec`` hands back the command it would run, so the node's container runs exactly that."""
+    order = [n for n in _cluster_nodes(root) if n in nodes]     # Slurm's order: the cluster's, not the request's
+    if cmd[:2] != ["bash", "-c"] or len(cmd) < 3:
+        raise ValueError(f"sbatch: a job over several nodes runs bash -c SCRIPT here, not {cmd}")
+    tasks = []
+    for i, n in enumerate(order):
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SLURMD_NODENAME": n, "SLURM_NODEID": str(i),
+               "SLURM_JOB_ID": str(job), "SLURM_JOB_NODELIST": hostlist.compress(order), "K3_MASTER_ADDR": order[0]}
+        r = subprocess.run(["bash", "-c", 'exec() { printf "\\036"; printf "%s\\0" "$@"; }; ' + cmd[2]], env=env,
+                           capture_output=True, text=True, timeout=30)
+        whoami, _, argv = r.stdout.partition("\036")
+        image, inner = _container(opts, [a for a in argv.split("\0") if a] if argv else [])
+        tasks.append({"node": n, "label": str(i), "container": f"slurm-job-{job}", "image": image, "cmd": inner,
+                      "whoami": whoami})
+    return tasks
+
+
+def _cluster_nodes(root: Path) -> list[str]:
+    return [d.name for d in sorted(root.iterdir()) if (d / "state.json").exists()] if root.exists() else []
+
+
 def _start(root: Path, rec: dict[str, Any], node_cmd: NodeCmd) -> None:
-    node, inner = rec["node"], rec["cmd"]
-    if rec["image"] and inner[:2] == ["vllm", "serve"]:
-        _exists(node_cmd, node, rec["image"])
-        port = inner[inner.index("--port") + 1] if "--port" in inner else "8000"
-        rc, _, err = node_cmd(node, [LAUNCH, "run", "-d", "--name", rec["container"], "--gpus", "all", "-p",
-                                       f"{port}:{port}", rec["image"], *inner[2:]])
-    else:
-        rc, err = 1, f"slurmstepd: error: execve(): {inner[0] if inner else ''}: No such file or directory\n"
+    err = ""
+    rc = 0
+    for task in rec["tasks"]:
+        node, inner = task["node"], task["cmd"]
+        if task["image"] and inner[:2] == ["vllm", "serve"]:
+            _exists(node_cmd, node, task["image"])
+            port = inner[inner.index("--port") + 1] if "--port" in inner else "8000"
+            env = [x for kv in rec.get("env", []) for x in ("-e", kv)]
+            rc, _, e = node_cmd(node, [LAUNCH, "run", "-d", "--name", task["container"], "--gpus", "all", *env,
+                                       "-p", f"{port}:{port}", task["image"], *inner[2:]])
+        else:
+            rc, e = 1, f"slurmstepd: error: execve(): {inner[0] if inner else ''}: No such file or directory\n"
+        if rc:
+            err = e + (f"srun: error: {node}: task {task['label']}: Exited with exit code {rc}\n"
+                       if task["label"] is not None else "")
+            break
     with _table(root) as t:
         j = t["jobs"][rec["id"]]
         j["state"], j["reason"] = ("RUNNING", "None") if rc == 0 else ("FAILED", "NonZeroExitCode")
         j["log"] = err if rc else ""
+    if rc and len(rec["tasks"]) > 1:
+        _end(root, rec["id"], node_cmd, "FAILED")
+
+
+def _tasks_ended(j: dict[str, Any], node_cmd: NodeCmd) -> dict[str, str]:
+    """The tasks of a running job whose container no longer runs: node -> exit code."""
+    out = {}
+    for task in j["tasks"]:
+        rc, text, _ = node_cmd(task["node"], [LAUNCH, "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}",
+                                              task["container"]])
+        st = text.split()
+        if rc != 0 or not st or st[0] != "running":
+            out[task["node"]] = st[1] if len(st) > 1 else "1"
+    return out
 
 
 def _refresh(root: Path, node_cmd: NodeCmd) -> dict[str, dict[str, Any]]:
-    """The table, with each running job's container asked whether it still runs (a job
-    whose server exited ends: it leaves squeue, its output kept for ``cat``)."""
+    """The table, with each running job's containers asked whether they still run (a job
+    whose server exited ends: it leaves squeue, its output kept for ``cat``; in a job over
+    several nodes a task that ends ends the others, as ``srun --kill-on-bad-exit`` does)."""
     with _table(root) as t:
         jobs = dict(t["jobs"])
     for jid, j in jobs.items():
-        if j["state"] == "PENDING" and not _busy(root, j["node"], j["reservation"]):
+        if j["state"] == "PENDING" and not _busy_any(root, j["node"].split(","), j["reservation"]):
             with _table(root) as t:
                 mine = t["jobs"][jid]["state"] == "PENDING"
                 if mine:
@@ -255,22 +321,40 @@ def _refresh(root: Path, node_cmd: NodeCmd) -> dict[str, dict[str, Any]]:
             if mine:
                 _start(root, j, node_cmd)
         elif j["state"] == "RUNNING":
-            rc, out, _ = node_cmd(j["node"], [LAUNCH, "inspect", "-f", "{{.State.Status}}", j["container"]])
-            if rc != 0 or out.strip() != "running":
-                _end(root, jid, node_cmd, "COMPLETED")
+            ended = _tasks_ended(j, node_cmd)
+            if ended:
+                _end(root, jid, node_cmd, "COMPLETED" if set(ended.values()) == {"0"} else "FAILED", ended=ended)
     with _table(root) as t:
         return {k: v for k, v in t["jobs"].items() if v["state"] in ("PENDING", "CONFIGURING", "RUNNING")}
 
 
-def _end(root: Path, jid: str, node_cmd: NodeCmd, state: str) -> None:
+def _labelled(task: dict[str, Any], text: str) -> str:
+    if task["label"] is None:
+        return text
+    return "".join(f"{task['label']}: {ln}\n" for ln in (task.get("whoami", "") + text).splitlines())
+
+
+def _end(root: Path, jid: str, node_cmd: NodeCmd, state: str, ended: dict[str, str] | None = None) -> None:
+    """End job ``jid``: its containers' logs into its output, the containers removed. ``ended``:
+    the tasks that ended by themselves, node -> exit code (srun names each; it terminated the
+    others)."""
     with _table(root) as t:
         j = t["jobs"][jid]
-    logs = node_cmd(j["node"], [LAUNCH, "logs", j["container"]])
-    node_cmd(j["node"], [LAUNCH, "rm", "-f", j["container"]])
+    log = ""
+    for task in j["tasks"]:
+        logs = node_cmd(task["node"], [LAUNCH, "logs", task["container"]])
+        node_cmd(task["node"], [LAUNCH, "rm", "-f", task["container"]])
+        log += _labelled(task, logs[1] + logs[2])
+    if ended and len(j["tasks"]) > 1:
+        log += "".join(f"srun: error: {t['node']}: task {t['label']}: Exited with exit code {ended[t['node']]}\n"
+                       for t in j["tasks"] if t["node"] in ended)
+        log += f"srun: launch/slurm: _step_signal: Terminating StepId={jid}.0\n"
+        log += "".join(f"srun: error: {t['node']}: task {t['label']}: Terminated\n" for t in j["tasks"]
+                       if t["node"] not in ended)
     with _table(root) as t:
         j = t["jobs"][jid]
         j["state"] = state
-        j["log"] += logs[1] + logs[2]
+        j["log"] += log
 
 
 # ---------------------------------------------------------------- squeue / scancel / sinfo / cat
@@ -301,7 +385,7 @@ def squeue(root: Path, args: list[str], node_cmd: NodeCmd) -> Out:
             return 1, "", "slurm_load_jobs error: Invalid job id specified\n"
     states = set(filter(None, _get(opts, "-t", "--states").upper().split(",")))
     picked = [j for j in jobs
-              if (not want_node or (j["node"] == want_node and j["state"] != "PENDING"))
+              if (not want_node or (want_node in j["node"].split(",") and j["state"] != "PENDING"))
               and (not want_id or j["id"] == want_id)
               and (not _get(opts, "-n", "--name") or j["name"] == _get(opts, "-n", "--name"))
               and (not _get(opts, "-R", "--reservation") or j["reservation"] == _get(opts, "-R", "--reservation"))
@@ -321,7 +405,8 @@ def squeue(root: Path, args: list[str], node_cmd: NodeCmd) -> Out:
 
     lines = [] if "-h" in opts or "--noheader" in opts else [row(lambda c: FIELDS.get(c, ("", ""))[0])]
     for j in sorted(picked, key=lambda j: int(j["id"])):
-        lines.append(row(lambda c, j=j: str(j.get(FIELDS.get(c, ("", ""))[1], "")) if c in FIELDS else ""))
+        lines.append(row(lambda c, j=j: hostlist.compress(j["node"].split(",")) if c == "N" else
+                         str(j.get(FIELDS.get(c, ("", ""))[1], "")) if c in FIELDS else ""))
     return 0, "".join(lines), ""
 
 
@@ -336,7 +421,7 @@ def scancel(root: Path, args: list[str], node_cmd: NodeCmd) -> Out:
     name, resv, node = _get(opts, "-n", "--name"), _get(opts, "--reservation"), _get(opts, "-w", "--nodelist")
     for jid, j in live.items():
         if (ids and jid not in ids) or (name and j["name"] != name) or (resv and j["reservation"] != resv) \
-                or (node and j["node"] != node):
+                or (node and node not in j["node"].split(",")):
             continue
         if not (ids or name or resv or node):
             continue
@@ -350,7 +435,7 @@ def sinfo(root: Path, args: list[str], node_cmd: NodeCmd) -> Out:
     s = _node_state(root, node)
     if s is None:
         return 0, "", ""
-    busy = bool(_node_jobs(root, node)) or any(j["node"] == node for j in _refresh(root, node_cmd).values())
+    busy = bool(_node_jobs(root, node)) or any(node in j["node"].split(",") for j in _refresh(root, node_cmd).values())
     if s["scheduler"]["state"] != "schedulable":
         state = "draining" if busy else "drained"
     elif _maint(root, node):
@@ -373,8 +458,9 @@ def cat(root: Path, args: list[str], node_cmd: NodeCmd) -> Out:
     out = ""
     for j in jobs:
         if j["state"] == "RUNNING":
-            _, o, e = node_cmd(j["node"], [LAUNCH, "logs", j["container"]])
-            out += o + e
+            for task in j["tasks"]:
+                _, o, e = node_cmd(task["node"], [LAUNCH, "logs", task["container"]])
+                out += _labelled(task, o + e)
         else:
             out += j["log"]
     return 0, out, ""

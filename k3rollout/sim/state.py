@@ -261,9 +261,11 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
         "down_until": 0.0,
         "dead": False,
         "boots": 0,
-        # the Slurm site's container launcher (k3_container_launcher): its jobs' containers
-        # run in this node's container model; docker answers only where it is docker
-        "container_launcher": str(hv.get("k3_container_launcher", "docker")),
+        # the Slurm site's container launcher (k3_container_launcher, pyxis when unset, as the
+        # workload backend takes it): its jobs' containers run in this node's container model;
+        # docker answers only where it is docker
+        "container_launcher": str(hv.get("k3_container_launcher") or
+                                  ("pyxis" if hv.get("scheduler") == "slurm" else "docker")),
         "launcher_missing": bool(hv.get("sim_launcher_missing", False)),     # not installed on the node
         "scheduler": {"kind": str(hv.get("scheduler", "kubernetes")),
                       "state": initial_sim_scheduler_state(hv),

@@ -85,7 +85,14 @@ def launch(ctx: NodeCtx, name: str, image: str, model: str, stage_args: list[str
     ok, why, logs = check_driver_params(ctx, facts)
     if not ok:
         return False, why, logs, facts
-    for node in rep["nodes"][1:]:
+    start_replica = getattr(ctx.workload, "start_replica", None)
+    start = None
+    if start_replica is not None:
+        # a runtime that starts the whole replica as one job (Slurm: one job over its nodes,
+        # each task's rank and head taken from the job), still served and checked on the head
+        members = [(member_ctx(ctx, n), facts["replica_args"][n], dict(plan[n]["env"])) for n in rep["nodes"]]
+        start = lambda: start_replica(ctx, name, image, model, port, members)  # noqa: E731
+    for node in rep["nodes"][1:] if start is None else []:
         mctx = member_ctx(ctx, node)
         mctx.workload.remove_server(mctx, name, f"{name}-cleanup")
         run = mctx.workload.start_server(mctx, name, image, model, facts["replica_args"][node], port,
@@ -96,7 +103,7 @@ def launch(ctx: NodeCtx, name: str, image: str, model: str, stage_args: list[str
             return False, why, run.stdout + run.stderr, facts
     ok, why, logs = vllm_server.launch(ctx, name, image, model, facts["replica_args"][head], port,
                                        rep["ready_timeout"], poll_s=REPLICA_POLL_S,
-                                       env=dict(plan[head]["env"]))
+                                       env=dict(plan[head]["env"]), start=start)
     if ok:
         ok, why, logs = check_all2all(ctx, name, facts)
         return ok, why, logs, facts
@@ -181,6 +188,14 @@ def blame(ctx: NodeCtx, name: str, plan: dict[str, dict]) -> tuple[str | None, s
         if found[0]:
             continue
         line = next((m.group(1) for m in map(_ERROR_LINE.search, reversed(text.splitlines())) if m), "")
+        if st.state == "terminated":
+            # ended by srun because another task of the replica's job ended (--kill-on-bad-exit):
+            # which one srun saw end first is a race, so its own log decides whether it failed
+            if "failed to connect" in line:
+                found = (node, f"worker {node} (rank {plan[node]['rank']}) never joined the head: {line}")
+            elif line and "died unexpectedly" not in line:
+                found = (node, f"worker {node} (rank {plan[node]['rank']}) failed: {line}")
+            continue
         if not st.found or not st.running:
             how = (f"exited with code {st.exit_code}" if st.state == "exited" else f"is {st.state}") if st.found \
                 else f"has no container ({st.error})"
@@ -198,10 +213,15 @@ def blame(ctx: NodeCtx, name: str, plan: dict[str, dict]) -> tuple[str | None, s
 
 
 def stop(ctx: NodeCtx, name: str) -> None:
-    """Logs kept and containers removed on every node, head last."""
+    """Logs kept and containers removed on every node, head last; a reservation made for the
+    replica's one job (Slurm) goes with it (the head's own reservation closes it too, at its
+    uncordon or rollback, should this not)."""
     rep = ctx.replica or {}
     for node in rep["nodes"][1:]:
         mctx = member_ctx(ctx, node)
         mctx.workload.server_logs(mctx, name, f"{name}-logs")
         mctx.workload.remove_server(mctx, name, f"{name}-remove")
     vllm_server.stop(ctx, name)
+    close = getattr(ctx.workload, "close_group", None)
+    if close is not None:
+        close(ctx)

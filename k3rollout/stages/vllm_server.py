@@ -4,20 +4,24 @@ to it over HTTP from the controller, stop it."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from k3rollout.stages.base import NodeCtx
 from k3rollout.stages.cuda_check import not_started
+from k3rollout.transport.base import CommandResult
 
 
 def launch(ctx: NodeCtx, name: str, image: str, model: str, args: list[str], port: int,
-           health_timeout: float, poll_s: float = 5.0, env: dict[str, str] | None = None) -> tuple[bool, str, str]:
+           health_timeout: float, poll_s: float = 5.0, env: dict[str, str] | None = None,
+           start: Callable[[], CommandResult] | None = None) -> tuple[bool, str, str]:
     """Start ``name``; return (healthy, reason, logs). Healthy means /health answered 200
     and /v1/models lists the model (weights loaded: the ladder's first step).
-    ``env`` set: a replica's head (its launch environment, on the host network)."""
+    ``env`` set: a replica's head (its launch environment, on the host network); ``start``:
+    how the server starts when not by ``start_server`` (a replica that is one job)."""
     wl = ctx.workload
     wl.remove_server(ctx, name, f"{name}-cleanup")
-    run = wl.start_server(ctx, name, image, model, args, port, env)
+    run = start() if start is not None else wl.start_server(ctx, name, image, model, args, port, env)
     if not run.ok:
         return False, f"container did not start (rc {run.rc}){not_started(ctx, run)}", run.stdout + run.stderr
     deadline = time.monotonic() + health_timeout

@@ -10,7 +10,7 @@ from k3rollout.workload.base import Endpoint, Pulled, Restored, Run, ServerState
 from k3rollout.workload.docker import Docker
 from k3rollout.workload.kubernetes import DEFAULT_NAMESPACE, NAMESPACE_VAR, Kubernetes
 from k3rollout.workload.kubernetes import namespace as workload_namespace
-from k3rollout.workload.slurm import LAUNCHER_VAR, SlurmJobs
+from k3rollout.workload.slurm import SlurmJobs, launcher
 
 BACKEND_VAR = "k3_workload_backend"
 BACKENDS: dict[str, Workload] = {w.kind: w for w in (Docker(), Kubernetes(), SlurmJobs())}
@@ -22,12 +22,10 @@ def default_backend(host_vars: dict[str, Any]) -> str:
     "Workloads on Kubernetes GPU nodes"); it becomes that once the simulated cluster runs
     pods on a simulated kubelet, so the shipped inventories keep working meanwhile.
 
-    Under ``scheduler: slurm`` a ``k3_container_launcher`` other than ``docker`` (pyxis,
-    enroot, apptainer) picks ``slurm``: checks run as jobs in a maintenance reservation
-    (docs/domain.md "Workloads on Slurm GPU clusters"). This is the one place that switch is
-    made; without the variable a Slurm node stays on docker until the simulated Slurm
-    nodes run no Docker daemon."""
-    if host_vars.get("scheduler") == "slurm" and host_vars.get(LAUNCHER_VAR, "docker") != "docker":
+    Under ``scheduler: slurm`` the node's ``k3_container_launcher`` decides, pyxis when unset:
+    ``slurm`` (checks run as jobs in a maintenance reservation, docs/domain.md "Workloads on
+    Slurm GPU clusters") unless it is ``docker``."""
+    if host_vars.get("scheduler") == "slurm" and launcher(host_vars) != "docker":
         return SlurmJobs.kind
     return Docker.kind
 

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from k3rollout.transport.base import CommandResult
+from k3rollout.workload import slurm_launch
 from k3rollout.workload.base import ApiPreflight, Endpoint, NodeCtx, Pulled, Restored, Run, ServerState, Verdict
 
 LAUNCHER_VAR = "k3_container_launcher"
@@ -66,6 +67,14 @@ def job_name(node: str, name: str) -> str:
     """A job's name: the test server's name and its node (unique per node, so a scancel by
     name never reaches another node's server)."""
     return f"{name}@{node}"
+
+
+def replica_head(ctx: NodeCtx) -> str | None:
+    """The head of the multi-node replica ``ctx.node`` serves in (None: a node of its own):
+    the replica's server is one job, named after its head (``start_replica``)."""
+    rep = getattr(ctx, "replica", None) or {}
+    nodes = rep.get("nodes") or []
+    return str(nodes[0]) if len(nodes) > 1 and ctx.node in nodes else None
 
 
 def container(host_vars: dict[str, Any], image: str, argv: list[str]) -> tuple[list[str], list[str]]:
@@ -231,6 +240,13 @@ class SlurmJobs:
                 f"Users={user}", "StartTime=now", f"Duration={int(ctx.vars.get(DURATION_VAR) or DEFAULT_DURATION_MIN)}",
                 "Flags=MAINT,IGNORE_JOBS"], once=True, meta={"reservation": group, "nodes": nodes},
                 probe=lambda c, m: self._group_exists(c, "group-reservation-probe"))
+            if res.ok and not self._group_exists(ctx, "group-reservation-present"):
+                # a create replayed from the journal, closed since by this stage (its server
+                # stopped before a crash): made again under a step of its own
+                res = self._on(ctx, "group-reservation-create-again", [
+                    "scontrol", "create", "reservation", f"ReservationName={group}", f"Nodes={','.join(nodes)}",
+                    f"Users={user}", "StartTime=now",
+                    f"Duration={int(ctx.vars.get(DURATION_VAR) or DEFAULT_DURATION_MIN)}", "Flags=MAINT,IGNORE_JOBS"])
             if not res.ok:
                 return False, f"could not create the reservation {group} over {', '.join(nodes)} (rc {res.rc}): " \
                     f"{res.tail(300)}"
@@ -250,8 +266,15 @@ class SlurmJobs:
     def collective(self, ctx: NodeCtx, name: str, nodes: list[str], gpus: int, prog: list[str],
                    timeout: float) -> CommandResult:
         """nccl-tests over ``nodes`` as one MPI job (``srun --mpi=pmix``, one task per GPU,
-        ``-g 1`` each), in the node's reservation, or in the batch's when it spans nodes."""
-        if len(nodes) > 1:
+        ``-g 1`` each), in the node's reservation, or in the batch's when it spans nodes. After
+        the window (observe) the node serves: no reservation is opened, and no GPU job starts
+        beside the GPU jobs running there."""
+        if ctx.stage == OBSERVE:
+            free, why = self.gpu_work_allowed(ctx)
+            if not free:
+                return CommandResult(ctx.node, ("srun",), 1, "", why + "\n", 0.0)
+            ok, resv = True, ""
+        elif len(nodes) > 1:
             ok, resv = self.open_group(ctx, nodes)
         else:
             ok, resv = self.open_node(ctx)
@@ -260,7 +283,8 @@ class SlurmJobs:
             return CommandResult(ctx.node, ("srun",), 1, "", resv + "\n", 0.0)
         part = ctx.vars.get(PARTITION_VAR)
         return self._on(ctx, name, [
-            "srun", "--mpi=pmix", f"--reservation={resv}", "-w", ",".join(nodes), "-N", str(len(nodes)),
+            "srun", "--mpi=pmix", *([f"--reservation={resv}"] if resv else []), "-w", ",".join(nodes),
+            "-N", str(len(nodes)),
             f"--ntasks-per-node={gpus}", *([f"--partition={part}"] if part else []), *gpu_request(ctx),
             f"--immediate={int(start_timeout(ctx))}", "--export=ALL,NCCL_DEBUG=INFO",
             f"--job-name={job_name(ctx.node, 'k3rollout-' + name)}", *prog], timeout=timeout)
@@ -383,15 +407,40 @@ class SlurmJobs:
 
     # ------------------------------------------------------------ test servers
 
+    def _owner(self, ctx: NodeCtx) -> str:
+        """The node a test server's job is named after: the replica's head for every member."""
+        return replica_head(ctx) or ctx.node
+
     def _output(self, ctx: NodeCtx, name: str) -> str:
         out_dir = str(ctx.vars.get(OUTPUT_DIR_VAR) or DEFAULT_OUTPUT_DIR).rstrip("/")
-        return f"{out_dir}/{name}.{ctx.node}.{ctx.run_id}.out"
+        return f"{out_dir}/{name}.{self._owner(ctx)}.{ctx.run_id}.out"
 
     def _job(self, ctx: NodeCtx, name: str, step: str) -> dict[str, str] | None:
-        q = self._on(ctx, step, ["squeue", "-h", f"--name={job_name(ctx.node, name)}", "-o", SQUEUE_FORMAT],
-                     evidence=False)
+        q = self._on(ctx, step, ["squeue", "-h", f"--name={job_name(self._owner(ctx), name)}", "-o",
+                                 SQUEUE_FORMAT], evidence=False)
         rows = squeue_rows(q.stdout) if q.ok else []
         return rows[-1] if rows else None
+
+    def _wait_started(self, ctx: NodeCtx, name: str, res: CommandResult) -> tuple[CommandResult, str]:
+        """After ``sbatch --parsable``: wait until the job leaves PENDING, at most the start
+        timeout (a job left pending is cancelled, and Slurm's reason for it is the failure);
+        (the step's result, the job id)."""
+        if not res.ok:
+            return res, ""
+        job = res.stdout.strip().split(";")[0]
+        deadline = time.monotonic() + start_timeout(ctx)
+        while True:
+            q = self._on(ctx, f"{name}-job", ["squeue", "-h", "-j", job, "-o", SQUEUE_FORMAT], evidence=False)
+            rows = squeue_rows(q.stdout) if q.ok else []
+            state = rows[0]["state"] if rows else "ENDED"
+            if state != "PENDING":
+                return CommandResult(ctx.node, tuple(res.argv), 0, f"job {job} {state}\n", "", res.duration_s), job
+            if time.monotonic() > deadline:
+                self._on(ctx, f"{name}-cancel", ["scancel", job])
+                return CommandResult(ctx.node, tuple(res.argv), 1, "", f"job {job} did not start within "
+                                     f"{start_timeout(ctx):.0f}s: PENDING ({rows[0]['reason']})\n",
+                                     res.duration_s), job
+            time.sleep(0.5)
 
     def start_server(self, ctx: NodeCtx, name: str, image: str, model: str, args: list[str], port: int,
                      env: dict[str, str] | None = None) -> CommandResult:
@@ -408,39 +457,84 @@ class SlurmJobs:
             "sbatch", "--parsable", f"--reservation={reservation_name(ctx)}", *placement(ctx),
             f"--job-name={job_name(ctx.node, name)}", f"--output={self._output(ctx, name)}", "--open-mode=append",
             *gpu_request(ctx), *exports, f"--wrap={srun}"])
-        if not res.ok:
-            return res
-        job = res.stdout.strip().split(";")[0]
-        deadline = time.monotonic() + start_timeout(ctx)
-        while True:
-            q = self._on(ctx, f"{name}-job", ["squeue", "-h", "-j", job, "-o", SQUEUE_FORMAT], evidence=False)
-            rows = squeue_rows(q.stdout) if q.ok else []
-            state = rows[0]["state"] if rows else "ENDED"
-            if state != "PENDING":
-                return CommandResult(ctx.node, tuple(res.argv), 0, f"job {job} {state}\n", "", res.duration_s)
-            if time.monotonic() > deadline:
-                self._on(ctx, f"{name}-cancel", ["scancel", job])
-                return CommandResult(ctx.node, tuple(res.argv), 1, "", f"job {job} did not start within "
-                                     f"{start_timeout(ctx):.0f}s: PENDING ({rows[0]['reason']})\n", res.duration_s)
-            time.sleep(0.5)
+        return self._wait_started(ctx, name, res)[0]
+
+    def start_replica(self, ctx: NodeCtx, name: str, image: str, model: str, port: int,
+                      members: list[tuple[NodeCtx, list[str], dict[str, str]]]) -> CommandResult:
+        """A multi-node replica as ONE job over its nodes (``members``: each node's context,
+        its planned ``vllm serve`` arguments and environment, head first), in a reservation
+        over all of them (a job takes one reservation). Each task takes its rank from
+        ``SLURM_NODEID`` and the head's address from the first host of ``SLURM_JOB_NODELIST``
+        (workload/slurm_launch.py). The gates go to the head's address, so the job's first
+        host must be the replica's head. Slurm numbers a job's nodes in its host list's order,
+        whatever order ``-w`` or slurm.conf gives (docs/domain.md "Workloads on Slurm GPU
+        clusters"); a replica whose head is not first there is refused with both orders named."""
+        nodes = [m[0].node for m in members]
+        for mctx, _, _ in members:
+            ok, why = self.open_node(mctx)          # each node out of its drain, into its own reservation
+            if not ok:
+                return CommandResult(ctx.node, ("sbatch",), 1, "", why + "\n", 0.0)
+        ok, group = self.open_group(ctx, nodes)
+        if not ok:
+            return CommandResult(ctx.node, ("sbatch",), 1, "", group + "\n", 0.0)
+        opts, prefix = container(ctx.vars, image, [])
+        try:
+            script = slurm_launch.task_script(prefix, model, members[0][1], members[1][1], port)
+        except ValueError as exc:
+            return CommandResult(ctx.node, ("sbatch",), 1, "", f"{exc}\n", 0.0)
+        env = members[0][2]
+        part = ctx.vars.get(PARTITION_VAR)
+        res = self._on(ctx, f"{name}-run", [
+            "sbatch", "--parsable", f"--reservation={group}", "-w", ",".join(nodes), "-N", str(len(nodes)),
+            "--ntasks-per-node=1", *([f"--partition={part}"] if part else []), f"--job-name={job_name(ctx.node, name)}",
+            f"--output={self._output(ctx, name)}", "--open-mode=append", *gpu_request(ctx),
+            *([f"--export=ALL,{','.join(f'{k}={v}' for k, v in env.items())}"] if env else []),
+            f"--wrap={slurm_launch.batch_wrap(opts, script)}"])
+        started, job = self._wait_started(ctx, name, res)
+        if not started.ok:
+            return started
+        q = self._on(ctx, f"{name}-nodes", ["squeue", "-h", "-j", job, "-o", "%N"])
+        hosts = self._on(ctx, f"{name}-hostnames", ["scontrol", "show", "hostnames", q.stdout.strip()]) \
+            if q.ok and q.stdout.strip() else q
+        order = hosts.stdout.split() if hosts.ok else []
+        if order and order[0] != ctx.node:
+            self._on(ctx, f"{name}-cancel", ["scancel", job])
+            return CommandResult(ctx.node, tuple(res.argv), 1, "", (
+                f"job {job}: Slurm numbers the replica's nodes {', '.join(order)} (SLURM_NODEID 0 is {order[0]}), "
+                f"but the plan's head is {ctx.node}: the head must be the node that comes first in the job's "
+                "host list\n"), res.duration_s)
+        return CommandResult(ctx.node, tuple(res.argv), 0, f"{started.stdout}nodes {', '.join(order)}\n", "",
+                             res.duration_s)
 
     def server_state(self, ctx: NodeCtx, name: str, step: str, *, evidence: bool = True) -> ServerState:
         job = self._job(ctx, name, step)
-        if job is None:
-            return ServerState("exited", text=f"job {job_name(ctx.node, name)} is no longer in squeue")
-        state = job["state"]
-        return ServerState("running" if state == "RUNNING" else state.lower(), text=f"job {job['job']} {state} "
-                           f"({job['reason']})")
+        if job is not None:
+            state = job["state"]
+            return ServerState("running" if state == "RUNNING" else state.lower(), text=f"job {job['job']} {state} "
+                               f"({job['reason']})")
+        gone = ServerState("exited", text=f"job {job_name(self._owner(ctx), name)} is no longer in squeue")
+        if replica_head(ctx) is None:
+            return gone
+        # a member of a replica's ended job: srun's line about its task says how it ended
+        # ("Exited with exit code 1", or "Terminated" when another task ended the job)
+        out = self._on(ctx, step, ["cat", self._output(ctx, name)], evidence=evidence)
+        end = slurm_launch.task_end(out.stdout, ctx.node)
+        return gone if end is None else ServerState(end.state, end.code, end.line)
 
     def server_restarts(self, ctx: NodeCtx, name: str, step: str) -> tuple[str, int]:
         st = self.server_state(ctx, name, step)
         return st.state, 0 if st.running else -1
 
     def server_logs(self, ctx: NodeCtx, name: str, step: str) -> CommandResult:
-        return self._on(ctx, step, ["cat", self._output(ctx, name)])
+        res = self._on(ctx, step, ["cat", self._output(ctx, name)])
+        if replica_head(ctx) is None or not res.ok:
+            return res
+        # one output for the replica's job: this node's task's lines (srun --label)
+        return CommandResult(res.host, tuple(res.argv), res.rc, slurm_launch.node_output(res.stdout, ctx.node),
+                             res.stderr, res.duration_s)
 
     def remove_server(self, ctx: NodeCtx, name: str, step: str) -> CommandResult:
-        return self._on(ctx, step, ["scancel", f"--name={job_name(ctx.node, name)}"])
+        return self._on(ctx, step, ["scancel", f"--name={job_name(self._owner(ctx), name)}"])
 
     def removal_plan(self, names: tuple[str, ...]) -> list[list[str]]:
         return [["scancel", f"--name={job_name('<node>', n)}"] for n in names]

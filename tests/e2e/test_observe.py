@@ -286,7 +286,9 @@ def test_under_slurm_the_nccl_gate_runs_on_an_idle_node_and_skips_one_running_jo
     from k3rollout.sim import state as st
 
     # scontrol runs on the cluster's slurmctld host, slurm-ctl, never on a GPU node
-    inv = {"all": {"vars": {"ansible_connection": "k3sim", "scheduler": "slurm"},
+    # the docker path, NCCL over the node's own transport (the slurm workload's srun is
+    # tests/e2e/test_workload_slurm_sim.py)
+    inv = {"all": {"vars": {"ansible_connection": "k3sim", "scheduler": "slurm", "k3_container_launcher": "docker"},
                    "children": {"gpu_nodes": {"vars": {"k3_scheduler_host": "slurm-ctl",
                                                        "sim_serving_args": SERVING},
                                               "hosts": {"gpu-01": None, "gpu-02": None}},

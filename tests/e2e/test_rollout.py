@@ -491,7 +491,9 @@ def test_sigterm_releases_the_lock_and_resume_finishes(tmp_path):
 def test_rhel_nodes_under_slurm_upgrade_and_roll_back_with_dnf(tmp_path, slurm_cluster):
     slurm = slurm_cluster(["gpu-01", "gpu-02"])       # a real slurmctld answers for the sim hosts
     hosts = {"gpu-01": {}, "gpu-02": {"sim_faults": ["vllm_oom"]}}
-    inv = write_inventory(tmp_path / "inv", hosts, {"ansible_os_family": "RedHat", "scheduler": "slurm"})
+    # the docker path (its checks on the node): this test is about dnf under Slurm's drain
+    inv = write_inventory(tmp_path / "inv", hosts, {"ansible_os_family": "RedHat", "scheduler": "slurm",
+                                                    "k3_container_launcher": "docker"})
     code, run_dir = run(tmp_path, inv, write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0,
                                                       max_fail_percentage=100))
     assert code == 0

@@ -169,7 +169,9 @@ def test_a_bad_scheduler_host_is_an_input_error_naming_the_file(tmp_path, capsys
 def test_a_drain_interrupted_by_a_crash_is_settled_on_resume_not_sent_twice(tmp_path):
     from support import cli
 
-    inv = slurm_inventory(tmp_path, {"gpu-01": {"sim_slurm_job_s": 1.0}})
+    # the docker path: the slurm workload drains the node again before deleting its reservation
+    # (a second DRAIN of its own, tests/e2e/test_workload_slurm_sim.py); this counts the cordon's
+    inv = slurm_inventory(tmp_path, {"gpu-01": {"sim_slurm_job_s": 1.0}}, {"k3_container_launcher": "docker"})
     pb = write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0)
     ref = tmp_path / "ref"
     assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(ref)]) == 0

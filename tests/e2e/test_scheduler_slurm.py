@@ -26,6 +26,11 @@ from support import (
 from k3rollout.checks import parsers
 from k3rollout.cli import main
 
+# these tests are about the scheduler (drain, lock, quarantine); their checks take the docker
+# path, run on the simulated node. The slurm workload (checks as jobs, pyxis by default) against
+# this controller is tests/e2e/test_workload_slurm.py.
+SLURM = {"scheduler": "slurm", "k3_container_launcher": "docker"}
+
 
 def run(tmp_path: Path, inv: Path, pb: Path) -> tuple[int, Path]:
     run_dir = tmp_path / "run"
@@ -57,7 +62,7 @@ def test_cordon_waits_until_the_running_job_ends_before_the_driver_is_touched(tm
                     "--wrap", f"{wait_drain}; sleep 2; date +%s.%N > {marker}", check=True)
     job = res.stdout.strip().split(";")[0]
     slurm._wait(lambda: slurm.state("gpu-01") == "ALLOCATED", 30, f"job {job} did not start")
-    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}}, {"scheduler": "slurm"})
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}}, SLURM)
     code, run_dir = run(tmp_path, inv, playbook(tmp_path))
     assert code == 0
     assert result(run_dir)["nodes"]["gpu-01"]["final"] == "upgraded"
@@ -83,7 +88,7 @@ def test_cordon_waits_until_the_running_job_ends_before_the_driver_is_touched(tm
 def test_a_node_still_running_a_job_at_drain_timeout_is_not_upgraded_and_is_resumed(tmp_path, slurm_cluster):
     slurm = slurm_cluster(["gpu-01"])
     job = slurm.hold("gpu-01", 300)
-    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}}, {"scheduler": "slurm"})
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}}, SLURM)
     started = time.monotonic()
     code, run_dir = run(tmp_path, inv, playbook(tmp_path, stage_with={"cordon": {"drain_timeout": "2s"}}))
     assert time.monotonic() - started < 60
@@ -104,7 +109,7 @@ def test_a_node_still_running_a_job_at_drain_timeout_is_not_upgraded_and_is_resu
 def test_a_node_drained_before_the_run_keeps_its_reason_and_stays_drained(tmp_path, slurm_cluster):
     slurm = slurm_cluster(["gpu-01"])
     assert slurm.scontrol("update", "NodeName=gpu-01", "State=DRAIN", "Reason=hw check RMA-4411").returncode == 0
-    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}}, {"scheduler": "slurm"})
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}}, SLURM)
     code, run_dir = run(tmp_path, inv, playbook(tmp_path))
     assert code == 0
     assert result(run_dir)["nodes"]["gpu-01"]["final"] == "upgraded"
@@ -116,7 +121,7 @@ def test_a_node_drained_before_the_run_keeps_its_reason_and_stays_drained(tmp_pa
 def test_quarantine_drains_with_a_reason(tmp_path, slurm_cluster):
     slurm = slurm_cluster(["gpu-01", "gpu-02"])
     inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {"sim_faults": ["cuda_init_fails"]}},
-                          {"scheduler": "slurm"})
+                          SLURM)
     code, run_dir = run(tmp_path, inv, playbook(tmp_path, on_node_failure="quarantine", failure_budget=1))
     assert code == 0
     res = result(run_dir)
@@ -157,7 +162,7 @@ def test_two_inventory_files_from_two_controllers_on_one_slurm_cluster_only_one_
                                                                                               slurm_cluster):
     slurm = slurm_cluster(["gpu-01", "gpu-02"])
     pb = write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0, stage_set={"baseline": {"pause": {}}})
-    inv_a = write_inventory(tmp_path / "a", {"gpu-01": {}}, {"scheduler": "slurm", "sim_reboot_s": 0.01})
+    inv_a = write_inventory(tmp_path / "a", {"gpu-01": {}}, {**SLURM, "sim_reboot_s": 0.01})
     run_a = tmp_path / "run-a"
     proc = _start_paused(tmp_path, inv_a, pb, run_a, tmp_path / "controller-a-locks")
     try:
@@ -173,7 +178,7 @@ def test_two_inventory_files_from_two_controllers_on_one_slurm_cluster_only_one_
                                                      "controller)"]
         # run B: another inventory file, other nodes, another cluster id, another controller's
         # lock files: only the cluster's own lock stops it
-        inv_b = write_inventory(tmp_path / "b", {"gpu-02": {}}, {"scheduler": "slurm", "k3_cluster_id": "other"})
+        inv_b = write_inventory(tmp_path / "b", {"gpu-02": {}}, {**SLURM, "k3_cluster_id": "other"})
         b = cli("run", str(pb), "-i", str(inv_b), "--yes", "--run-dir", str(tmp_path / "run-b"),
                 env={"K3ROLLOUT_LOCK_DIR": str(tmp_path / "controller-b-locks")})
         assert b.returncode == 1, b.stderr
@@ -208,7 +213,7 @@ def test_a_stale_slurm_lock_is_reported_never_taken_and_unlock_takes_it_over(tmp
     # a run on this controller that died holding the lock
     dead = {**me(str(tmp_path / "dead-run"), "2026-12-03T01:00:00Z", "20261203T010000-dead00"), "pid": _dead_pid()}
     SlurmLock(None, "controller", "gpu-01", None, dead).acquire()
-    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}}, {"scheduler": "slurm", "sim_reboot_s": 0.01})
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}}, {**SLURM, "sim_reboot_s": 0.01})
     pb = playbook(tmp_path)
     b = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(tmp_path / "run-b"))
     assert b.returncode == 1
@@ -276,7 +281,7 @@ def test_check_access_and_preflight_name_a_user_who_may_not_create_the_lock_rese
     # the cluster's files readable by another user (slurm.conf, the munge socket), the key not
     os.chmod(slurm.root, 0o711)
     os.chmod(slurm.root / "munge", 0o711)
-    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}}, {"scheduler": "slurm"})
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}}, SLURM)
     pb = playbook(tmp_path)
     # root (the test cluster's SlurmUser too) may create the reservation the lock is
     p = cli("plan", str(pb), "-i", str(inv), "--check-access")

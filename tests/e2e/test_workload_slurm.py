@@ -20,8 +20,8 @@ from k3rollout.cli import main
 CHECK_STAGES = ("baseline", "cordon", "driver_upgrade", "cuda_check", "uncordon")
 
 
-def playbook(tmp_path: Path, stages: tuple[str, ...] = CHECK_STAGES) -> Path:
-    pb = write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0, max_fail_percentage=100)
+def playbook(tmp_path: Path, stages: tuple[str, ...] = CHECK_STAGES, **kw) -> Path:
+    pb = write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0, max_fail_percentage=100, **kw)
     data = yaml.safe_load(pb.read_text())
     data[0]["stages"] = [s for s in data[0]["stages"] if s["stage"] in stages]
     pb.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -262,3 +262,119 @@ def test_a_node_drained_before_the_run_is_drained_again_with_its_reason_after_it
     show = slurm.scontrol("show", "node", "gpu-01").stdout
     assert "State=IDLE+DRAIN " in show and "Reason=hw check RMA-4411" in show
     assert not [n for n in reservations(slurm) if n.startswith("k3rollout-check.")]
+
+
+# ---------------------------------------------------------------- a multi-node replica: one job over its nodes
+
+H200 = {"sim_gpu": "NVIDIA H200", "sim_gpu_count": 8, "sim_gpu_mem_gib": 141, "sim_peer_mapping_override": True,
+        "rack": "a"}
+
+
+def test_a_multi_node_replica_is_one_job_whose_tasks_take_rank_and_head_from_slurmd(tmp_path, monkeypatch,
+                                                                                  slurm_cluster):
+    slurm = slurm_cluster(["gpu-01", "gpu-02"])
+    inv, run_dir, log = setup(tmp_path, monkeypatch, {"gpu-01": dict(H200), "gpu-02": dict(H200)})
+    pb = playbook(tmp_path, (*CHECK_STAGES, "vllm_smoke"), profile="kimi-k3")
+    code = main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)])
+    assert code == 0
+    assert {n["final"] for n in result(run_dir)["nodes"].values()} == {"upgraded"}
+    recs = journal(run_dir)
+    run_id = recs[0]["run_id"]
+    (submit,) = [r for r in recs if r["type"] == "step_started" and r["argv"][0] == "sbatch"]
+    assert submit["node"] == "gpu-01" and submit["ran_on"] == "controller"
+    assert f"--reservation=k3rollout-check.group-gpu-01.{run_id}" in submit["argv"]
+    assert submit["argv"][3:7] == ["-w", "gpu-01,gpu-02", "-N", "2"]
+    done = next(r for r in recs if r["type"] == "step_done" and r.get("key") == submit["key"])
+    job = (run_dir / "evidence" / done["evidence"]).read_text().split("--- stdout ---", 1)[1].split()[0]
+    # slurmd ran one task per node of that one job; each got its rank from SLURM_NODEID and the
+    # head from the job's host list, and the launcher ran the plan's command for that node
+    servers = [r for r in launched(log) if r["cmd"][:2] == ["vllm", "serve"]]
+    assert sorted((r["node"], r["nodeid"], r["job"]) for r in servers) == [("gpu-01", "0", job), ("gpu-02", "1", job)]
+    facts = {e["node"]: e["facts"] for e in recs if e["type"] == "facts" and e["stage"] == "vllm_smoke"}
+    for r in servers:
+        assert r["cmd"][3:] == [*facts[r["node"]]["smoke_args"], "--port", "8000"]
+        assert "--master-addr" in r["cmd"] and r["cmd"][r["cmd"].index("--master-addr") + 1] == "gpu-01"
+    assert "--headless" in facts["gpu-02"]["smoke_args"] and "--headless" not in facts["gpu-01"]["smoke_args"]
+    # the gates reached the head's server at gpu-01's address, and the replica answered
+    assert facts["gpu-01"]["smoke_request_ok"] and facts["gpu-01"]["smoke_healthy"]
+    http = [r for r in recs if r["type"] == "step_started" and r.get("kind") == "http"]
+    assert http and {r["node"] for r in http} == {"gpu-01"}
+    # the job's output names each task (srun --label) and is evidence
+    out = (tmp_path / f"k3rollout-smoke.gpu-01.{run_id}.out").read_text()
+    assert "0: k3rollout: gpu-01 is node 0 of gpu-[01-02], head gpu-01" in out
+    assert "1: k3rollout: gpu-02 is node 1 of gpu-[01-02], head gpu-01" in out
+    # nothing left behind: no job, no reservation, both nodes serving
+    assert not slurm.run("squeue", "-h", "-o", "%i").stdout.strip()
+    assert not [n for n in reservations(slurm) if n.startswith("k3rollout-check.")]
+    assert serving(slurm, "gpu-01") and serving(slurm, "gpu-02")
+
+
+def test_a_replica_job_whose_worker_dies_fails_the_replica_naming_that_node(tmp_path, monkeypatch, slurm_cluster):
+    slurm = slurm_cluster(["gpu-01", "gpu-02"])
+    k3 = {"k3_gpu_model": "NVIDIA H200", "k3_gpu_count": 8, "k3_gpu_mem_gib": 141}
+    # the inventory says 141 GiB; gpu-02 really has 80 GiB GPUs: the plan fits, its load does not
+    inv, run_dir, log = setup(tmp_path, monkeypatch, {"gpu-01": {**H200, **k3},
+                                                      "gpu-02": {**H200, **k3, "sim_gpu_mem_gib": 80}})
+    pb = playbook(tmp_path, (*CHECK_STAGES, "vllm_smoke"), profile="kimi-k3", profile_overrides={
+        "engine_ready_timeout_s": 30, "launch": {"base": {"env": {"VLLM_ENGINE_READY_TIMEOUT_S": "2"}}}})
+    code = main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)])
+    assert code == 0
+    r = result(run_dir)
+    assert {(n["failed_stage"], n["final"]) for n in r["nodes"].values()} == {("vllm_smoke", "rolled_back")}
+    why = r["nodes"]["gpu-01"]["reason"]
+    # srun names the task it saw end first (the worker, or the head that saw it die) and
+    # terminates the rest: the worker's own lines name it either way
+    assert "caused by worker gpu-02 (rank 1) " in why and "torch.OutOfMemoryError: CUDA out of memory." in why, why
+    run_id = journal(run_dir)[0]["run_id"]
+    out = (tmp_path / f"k3rollout-smoke.gpu-01.{run_id}.out").read_text()
+    assert re.search(r"^srun: error: gpu-02: task 1: (Exited with exit code 1|Terminated)$", out, re.M), out[-3000:]
+    assert re.search(r"^1: .*torch\.OutOfMemoryError: CUDA out of memory", out, re.M)
+    assert not slurm.run("squeue", "-h", "-o", "%i").stdout.strip()
+    assert not [n for n in reservations(slurm) if n.startswith("k3rollout-check.")]
+    assert serving(slurm, "gpu-01") and serving(slurm, "gpu-02")
+
+
+# ---------------------------------------------------------------- NCCL over the batch: srun --mpi=pmix
+
+
+def test_nccl_over_the_batch_is_one_srun_mpi_pmix_job_whose_tasks_pmix_really_wires(tmp_path, monkeypatch,
+                                                                                   slurm_cluster):
+    """Real: slurmctld, two slurmd, srun's mpi/pmix plugin with Debian's libpmix (each task gets
+    its PMIx rank and the job step's namespace). Stood in: all_reduce_perf (no GPU here), whose
+    rank 0 runs the simulated nodes' NCCL over the job's hosts (tests/support/launcher_standin.py)."""
+    import os
+
+    from support.slurm_cluster import pmix_missing
+
+    why = pmix_missing()
+    if why:
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    slurm = slurm_cluster(["gpu-01", "gpu-02"])
+    # one GPU a node: one MPI task a node fits the loopback slurmd's one CPU
+    one_gpu = {"sim_gpu_count": 1}
+    inv, run_dir, log = setup(tmp_path, monkeypatch, {"gpu-01": dict(one_gpu), "gpu-02": dict(one_gpu)})
+    pb = write_playbook(tmp_path / "pb.yml", serial=2, min_serving=0, max_fail_percentage=100)
+    data = yaml.safe_load(pb.read_text())
+    data[0]["stages"] = [s for s in data[0]["stages"] if s["stage"] in (*CHECK_STAGES, "multinode")]
+    data[0].setdefault("vars", {})["expected_gpu_count"] = 1
+    pb.write_text(yaml.safe_dump(data, sort_keys=False))
+    code = main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)])
+    assert code == 0
+    assert {n["final"] for n in result(run_dir)["nodes"].values()} == {"upgraded"}
+    recs = journal(run_dir)
+    run_id = recs[0]["run_id"]
+    (nccl,) = [r for r in recs if r["type"] == "step_started" and r["stage"] == "multinode" and r["argv"][0] == "srun"]
+    assert nccl["argv"][:6] == ["srun", "--mpi=pmix", f"--reservation=k3rollout-check.group-gpu-01.{run_id}",
+                                "-w", "gpu-01,gpu-02", "-N"]
+    assert nccl["ran_on"] == "controller" and "--ntasks-per-node=1" in nccl["argv"]
+    # slurmd started one task per node, and PMIx wired each into the job step
+    tasks = [r for r in launched(log) if r["cmd"][0] == "all_reduce_perf"]
+    assert sorted((t["node"], t["pmix_rank"]) for t in tasks) == [("gpu-01", "0"), ("gpu-02", "1")]
+    assert len({t["pmix_namespace"] for t in tasks}) == 1 and tasks[0]["pmix_namespace"].startswith("slurm.pmix.")
+    assert {t["reservation"] for t in tasks} == {f"k3rollout-check.group-gpu-01.{run_id}"}
+    facts = next(r for r in recs if r["type"] == "facts" and r["stage"] == "multinode")["facts"]
+    assert facts["nccl_ok"] and facts["nccl_nodes"] == ["gpu-01", "gpu-02"] and facts["nccl_transport"] == "IB"
+    assert not [n for n in reservations(slurm) if n.startswith("k3rollout-check.")]
+    assert serving(slurm, "gpu-01") and serving(slurm, "gpu-02")

@@ -153,3 +153,150 @@ def test_observe_starts_no_gpu_job_beside_running_gpu_jobs_and_counts_it_as_skip
     assert not [r for r in sent if r["node"] == "gpu-02" and r["argv"][0] in ("srun", "sbatch")]
     assert "--reservation" not in " ".join(a for r in sent for a in r["argv"])       # observe opens none
     assert not reservations(run_dir)
+
+
+def test_observes_nccl_gate_is_an_srun_mpi_job_without_a_reservation_and_never_beside_gpu_jobs(tmp_path):
+    import time
+
+    from k3rollout.sim import state as st
+
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {}},
+                          {"scheduler": "slurm", "sim_reboot_s": 0.01})          # pyxis: the default launcher
+    pb = write_playbook(tmp_path / "pb.yml", serial=2, min_serving=0, max_fail_percentage=100, observe={"nccl": True})
+    run_dir = tmp_path / "run"
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
+    with st.transaction(run_dir / "sim-hosts" / "gpu-02") as s:
+        s["scheduler"]["jobs"] = [{"id": 4242, "cpus": 224, "end": time.time() + 3600}]
+    seen = len(journal(run_dir))
+    assert main(["observe", str(run_dir), "--once"]) == 0
+    o = [r for r in journal(run_dir) if r["type"] == "observation"][-1]["nodes"]
+    assert o["gpu-01"]["nccl"]["ok"] is True
+    assert o["gpu-02"]["nccl"]["skipped"].startswith("not idle: Slurm shows it")
+    sent = [r for r in journal(run_dir)[seen:] if r["type"] == "step_started"]
+    (nccl,) = [r for r in sent if r["argv"][0] == "srun" and "--mpi=pmix" in r["argv"]]
+    assert nccl["node"] == "gpu-01" and nccl["ran_on"] == "controller"
+    assert nccl["argv"][:4] == ["srun", "--mpi=pmix", "-w", "gpu-01"]
+    assert not [r for r in sent if r["argv"][:2] == ["scontrol", "create"]] and not reservations(run_dir)
+
+
+# ---------------------------------------------------------------- a multi-node replica: one job
+
+H200 = {"sim_gpu": "NVIDIA H200", "sim_gpu_count": 8, "sim_gpu_mem_gib": 141, "sim_peer_mapping_override": True,
+        "rack": "a"}
+
+
+def replica_run(tmp_path: Path, hosts: dict[str, dict], **pb) -> tuple[Path, list[dict]]:
+    inv = write_inventory(tmp_path / "inv", hosts, {"scheduler": "slurm", "k3_container_launcher": "pyxis",
+                                                     "sim_reboot_s": 0.01})
+    book = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=1, max_fail_percentage=100, min_serving=0,
+                          **pb)
+    run_dir = tmp_path / "run"
+    assert main(["run", str(book), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
+    return run_dir, journal(run_dir)
+
+
+def test_a_multi_node_replica_is_one_job_whose_tasks_take_their_rank_and_head_from_slurm(tmp_path):
+    run_dir, recs = replica_run(tmp_path, {"gpu-01": dict(H200), "gpu-02": dict(H200)})
+    assert {n["final"] for n in result(run_dir)["nodes"].values()} == {"upgraded"}
+    run_id = recs[0]["run_id"]
+    group = f"k3rollout-check.group-gpu-01.{run_id}"
+    subs = [r for r in recs if r["type"] == "step_started" and r["argv"][0] == "sbatch" and r["stage"] == "vllm_smoke"]
+    # one job over both nodes, in one reservation over both, named after the head; no job per node
+    assert len(subs) == 1
+    argv = subs[0]["argv"]
+    assert subs[0]["node"] == "gpu-01" and subs[0]["ran_on"] == "controller"
+    assert argv[:7] == ["sbatch", "--parsable", f"--reservation={group}", "-w", "gpu-01,gpu-02", "-N", "2"]
+    assert "--ntasks-per-node=1" in argv and "--job-name=k3rollout-smoke@gpu-01" in argv
+    assert "--export=ALL,VLLM_ENGINE_READY_TIMEOUT_S=3600" in argv
+    wrap = next(a for a in argv if a.startswith("--wrap="))
+    assert wrap.startswith('--wrap=K3_MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)')
+    assert '--node-rank "$SLURM_NODEID" --master-addr "$K3_MASTER_ADDR" ${W:+--headless}' in wrap
+    assert "--container-image=" in wrap and "--node-rank 0" not in wrap
+    # each node's container ran the plan's command for its rank, derived inside the job
+    runs = {n: [c for c in commands(run_dir, n) if c.startswith("k3sim-launch run -d") and "k3rollout" not in c
+                and "--tensor-parallel-size 16" in c] for n in ("gpu-01", "gpu-02")}
+    assert len(runs["gpu-01"]) == 2 and len(runs["gpu-02"]) == 2             # the smoke and the features jobs
+    facts = {e["node"]: e["facts"] for e in recs if e["type"] == "facts" and e["stage"] == "vllm_smoke"}
+    for node, rank in (("gpu-01", 0), ("gpu-02", 1)):
+        planned = " ".join(facts[node]["smoke_args"])
+        assert runs[node][0].endswith(f" {planned} --port 8000"), (runs[node][0], planned)
+        assert f"--nnodes 2 --node-rank {rank} --master-addr gpu-01" in planned
+    assert "--headless" not in runs["gpu-01"][0] and runs["gpu-02"][0].endswith("--headless --port 8000")
+    assert "-e VLLM_ENGINE_READY_TIMEOUT_S=3600" in runs["gpu-02"][0]
+    # the job's first host is the head: read back from Slurm, and the gates went to the head
+    hostnames = next(r for r in recs if r["type"] == "step_started" and r.get("step") == "k3rollout-smoke-hostnames")
+    assert hostnames["argv"] == ["scontrol", "show", "hostnames", "gpu-[01-02]"]
+    smoke = next(r for r in recs if r["type"] == "facts" and r["node"] == "gpu-01" and r["stage"] == "vllm_smoke")
+    assert smoke["facts"]["smoke_request_ok"] and smoke["facts"]["replica_head"] == "gpu-01"
+    http = [r for r in recs if r["type"] == "step_started" and r.get("kind") == "http" and r["stage"] == "vllm_smoke"]
+    assert http and {r["node"] for r in http} == {"gpu-01"}
+    # nothing left: no job, no reservation, no docker anywhere
+    assert not [r for r in recs if r["type"] == "step_started" and r["argv"][0] == "docker"]
+    assert not [n for n in reservations(run_dir) if n.startswith("k3rollout-check.")]
+    jobs = json.loads((run_dir / "sim-hosts" / "_slurmjobs.json").read_text())["jobs"]
+    assert not [j for j in jobs.values() if j["state"] in ("PENDING", "CONFIGURING", "RUNNING")]
+
+
+def test_a_replica_job_whose_worker_task_dies_names_that_node_from_sruns_own_line(tmp_path):
+    hosts = {"gpu-01": dict(H200), "gpu-02": {**H200, "sim_gpu_mem_gib": 80}}
+    # the inventory says 141 GiB: the plan fits, gpu-02's load does not
+    hosts["gpu-02"].update(k3_gpu_model="NVIDIA H200", k3_gpu_count=8, k3_gpu_mem_gib=141)
+    hosts["gpu-01"].update(k3_gpu_model="NVIDIA H200", k3_gpu_count=8, k3_gpu_mem_gib=141)
+    run_dir, recs = replica_run(tmp_path, hosts, profile_overrides={
+        "engine_ready_timeout_s": 30, "launch": {"base": {"env": {"VLLM_ENGINE_READY_TIMEOUT_S": "2"}}}})
+    r = result(run_dir)
+    assert {(n["failed_stage"], n["final"]) for n in r["nodes"].values()} == {("vllm_smoke", "rolled_back")}
+    why = r["nodes"]["gpu-01"]["reason"]
+    assert why.startswith("replica rack-a/1 did not come up: vLLM exited before becoming healthy"), why
+    assert "caused by worker gpu-02 (rank 1) exited with code 1: torch.OutOfMemoryError: CUDA out of memory." in why
+    facts = next(e for e in recs if e["type"] == "facts" and e["node"] == "gpu-01" and e["stage"] == "vllm_smoke")
+    assert facts["facts"]["replica_culprit"] == "gpu-02"
+    # the job's output, read for gpu-02, is its evidence: its task's lines and srun's line about it
+    logs = "".join(p.read_text() for p in (run_dir / "evidence" / "gpu-02").rglob("k3rollout-smoke-failure-logs*"))
+    assert "srun: error: gpu-02: task 1: Exited with exit code 1" in logs and "1: ERROR [core.py:708] torch.OutOfMemoryError" in logs
+    assert "1: k3rollout: gpu-02 is node 1 of gpu-[01-02], head gpu-01" in logs
+    assert not [n for n in reservations(run_dir) if n.startswith("k3rollout-check.")]
+
+
+# (mode, record type, step): a kill just before an outcome is recorded (the command ran, the
+# journal does not know) or right after a start is recorded (not yet sent)
+REPLICA_KILLS = [
+    ("BEFORE", "step_done", "group-reservation-create"),
+    ("KILL", "step_started", "group-reservation-create"),
+    ("BEFORE", "step_done", "k3rollout-smoke-run"),             # the replica's one job submitted
+    ("BEFORE", "step_done", "group-reservation-delete"),
+]
+
+
+@pytest.mark.parametrize("mode,rtype,step", REPLICA_KILLS, ids=[f"{m}-{t}-{s}" for m, t, s in REPLICA_KILLS])
+def test_a_kill_around_the_replicas_job_resumes_with_one_reservation_and_no_job_left(tmp_path, mode, rtype, step):
+    from support import cli
+
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": dict(H200), "gpu-02": dict(H200)},
+                          {"scheduler": "slurm", "sim_reboot_s": 0.01})
+    pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=1, max_fail_percentage=100, min_serving=0)
+    data = yaml.safe_load(pb.read_text())
+    data[0]["stages"] = [s for s in data[0]["stages"] if s["stage"] != "features"]
+    pb.write_text(yaml.safe_dump(data, sort_keys=False))
+    run_dir = tmp_path / "run"
+    locks = {"K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")}
+    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
+            env={**locks, "K3_FAULT_AT": f"{rtype}:{step}"}, fault=(mode, 1))
+    assert p.returncode == -9, p.stderr[-2000:]
+    r = cli("resume", str(run_dir), env=locks)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert {n["final"] for n in result(run_dir)["nodes"].values()} == {"upgraded"}
+    recs = journal(run_dir)
+    # the group reservation's create ran once (a kill after its start sends it again, once)
+    creates = [x for x in recs if x["type"] == "step_started" and x.get("step") == "group-reservation-create"
+               and x["stage"] == "vllm_smoke"]
+    assert len(creates) == (2 if mode == "KILL" else 1)
+    smoke = [x for x in recs if x["type"] == "facts" and x["node"] == "gpu-01" and x["stage"] == "vllm_smoke"]
+    assert smoke and smoke[-1]["facts"]["smoke_request_ok"]
+    # nothing left: no job running, no reservation
+    jobs = json.loads((run_dir / "sim-hosts" / "_slurmjobs.json").read_text())["jobs"]
+    assert not [j for j in jobs.values() if j["state"] in ("PENDING", "CONFIGURING", "RUNNING")]
+    assert not [n for n in reservations(run_dir) if n.startswith("k3rollout-check.")]
+    for node in ("gpu-01", "gpu-02"):
+        assert sim_state(run_dir, node)["scheduler"]["state"] == "schedulable"
+        assert not [c for c in sim_state(run_dir, node)["docker"]["containers"] if c.startswith("slurm-job-")]

@@ -2,10 +2,11 @@
 ``slurmd -N <node>`` per node, each on its own port.
 
 Everything lives under one temporary directory: a generated ``slurm.conf`` (ClusterName,
-the nodes on 127.0.0.1 with their own ``Port=``), a munge key and socket, state, spool, pid
-and log files. The daemons run in the foreground as children of the test process and are
-stopped by pid: only the processes started here are ever signalled. Client commands
-(``scontrol``, ``sbatch``, ``squeue``) find the cluster through ``SLURM_CONF``.
+the nodes on 127.0.0.1 with their own ``Port=``), a copy of it per slurmd beside that node's
+``mpi.conf`` (its PMIx directory), a munge key and socket, state, spool, pid and log files.
+The daemons run in the foreground as children of the test process and are stopped by pid:
+only the processes started here are ever signalled. Client commands (``scontrol``,
+``sbatch``, ``squeue``) find the cluster through ``SLURM_CONF``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from pathlib import Path
 
 BINARIES = ("munged", "slurmctld", "slurmd", "scontrol", "sbatch", "squeue", "scancel")
 PACKAGES = "munge slurmctld slurmd slurm-client"
+# Debian's mpi/pmix plugin dlopens the unversioned libpmix.so, which only libpmix-dev ships
+# (docs/domain.md "Workloads on Slurm GPU clusters", PMIx on Debian)
+PMIX_LIBS = "/usr/lib/*/pmix2/lib/libpmix.so"
 
 
 def _which(name: str) -> str | None:
@@ -42,6 +46,13 @@ def usable() -> str:
     if os.geteuid() != 0:
         return "slurmd must run as root"
     return ""
+
+
+def pmix_missing() -> str:
+    """Why ``srun --mpi=pmix`` cannot start tasks here ('' when it can)."""
+    import glob
+
+    return "" if glob.glob(PMIX_LIBS) else "no libpmix.so for slurm's mpi/pmix plugin (apt-get install libpmix-dev)"
 
 
 def _free_ports(n: int) -> list[int]:
@@ -105,7 +116,9 @@ class SlurmCluster:
             "JobCompType=jobcomp/none", "MpiDefault=none", "SwitchType=switch/none",
             "SchedulerType=sched/builtin", "SelectType=select/linear",
             "SlurmdParameters=config_overrides", "ReturnToService=2",
-            "SlurmctldTimeout=30", "SlurmdTimeout=30", "InactiveLimit=0", "MinJobAge=2", "KillWait=1",
+            "SlurmctldTimeout=30", "SlurmdTimeout=30", "InactiveLimit=0", "MinJobAge=2",
+            # SIGTERM to SIGKILL: time for a task to write what it has (Slurm's default is 30 s)
+            "KillWait=5",
             "MessageTimeout=5", "SlurmctldDebug=info", "SlurmdDebug=info",
         ]
         for name, port in zip(self.nodes, node_ports, strict=True):
@@ -113,6 +126,15 @@ class SlurmCluster:
                          "RealMemory=100 State=UNKNOWN")
         lines.append(f"PartitionName=gpu Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE State=UP")
         self.conf.write_text("\n".join(lines) + "\n")
+        # each slurmd reads the same slurm.conf from a directory of its own, beside its own
+        # mpi.conf: two slurmstepd on one host would make the same PMIx client directory
+        # (/tmp/spmix_appdir_<uid>_<job>.<step>) and the second task's launch fails
+        for n in self.nodes:
+            d = r / "conf" / n
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "slurm.conf").write_text(self.conf.read_text())
+            (r / "pmix" / n).mkdir(parents=True, exist_ok=True)
+            (d / "mpi.conf").write_text(f"PMIxCliTmpDirBase={r / 'pmix' / n}\n")
 
     def _start(self, key: str, argv: list[str]) -> None:
         log = open(self.root / "log" / f"{key}.out", "ab")
@@ -132,7 +154,8 @@ class SlurmCluster:
         self._wait(lambda: self.scontrol("ping").returncode == 0 and "UP" in self.scontrol("ping").stdout,
                    timeout, "slurmctld did not answer `scontrol ping`")
         for n in self.nodes:
-            self._start(f"slurmd-{n}", [_which("slurmd") or "slurmd", "-D", "-N", n, "-f", str(self.conf)])
+            self._start(f"slurmd-{n}", [_which("slurmd") or "slurmd", "-D", "-N", n, "-f",
+                                        str(self.root / "conf" / n / "slurm.conf")])
         self._wait(lambda: all(self.state(n) == "IDLE" for n in self.nodes), timeout,
                    "the slurmd nodes did not register IDLE")
         return self

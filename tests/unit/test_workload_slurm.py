@@ -87,7 +87,7 @@ def test_each_launcher_has_its_template():
 def test_the_backend_is_slurm_only_where_a_slurm_launcher_is_named():
     assert backend_name({"scheduler": "slurm", "k3_container_launcher": "pyxis"}) == "slurm"
     assert backend_name({"scheduler": "slurm", "k3_container_launcher": "docker"}) == "docker"
-    assert backend_name({"scheduler": "slurm"}) == "docker"              # today's path, unchanged
+    assert backend_name({"scheduler": "slurm"}) == "slurm"               # pyxis, the default launcher
     assert backend_name({"scheduler": "kubernetes", "k3_container_launcher": "pyxis"}) == "docker"
     assert isinstance(workload_for({"scheduler": "slurm", "k3_workload_backend": "slurm"}), SlurmJobs)
 
@@ -172,3 +172,102 @@ def test_a_job_that_waited_and_then_ran_is_not_called_never_started():
                             "waiting for resources\nsrun: job 1 has been allocated resources\nbash: line 1: x: command "
                             "not found\nsrun: error: gpu-01: task 0: Exited with exit code 127\n")
     assert not_started(res) == ""
+
+
+# ---------------------------------------------------------------- a replica as one job
+
+
+def _plan(layout: dict[str, Any], nodes: list[str]) -> list[dict[str, Any]]:
+    from types import SimpleNamespace
+
+    from k3rollout.model.profile import load_profile
+    from k3rollout.plan.launch import replica_launch
+    from k3rollout.resources import shipped
+
+    inv = SimpleNamespace(hosts={n: SimpleNamespace(vars={}) for n in nodes})
+    rep = {"layout": layout, "nodes": nodes, "gpu": "NVIDIA H200", "gpus": 8 * len(nodes),
+           "all2all_backend": "deepep_v2" if layout["ep"] > 1 else None}
+    return replica_launch(load_profile(shipped("playbooks", "profiles", "kimi-k3.yml")), rep, inv)
+
+
+@pytest.mark.parametrize("layout", [
+    {"tp": 8, "pp": 4, "dp": 1, "ep": 1},              # --nnodes/--node-rank/--master-addr, --headless above 0
+    {"tp": 8, "pp": 1, "dp": 4, "ep": 32},             # --data-parallel-*, --data-parallel-start-rank above 0
+], ids=["tp-pp", "dp-ep"])
+def test_each_task_of_a_replica_job_runs_the_plans_command_for_its_slurm_rank(tmp_path, layout):
+    """The task script in a real bash, once per SLURM_NODEID, with the head the batch script
+    took from SLURM_JOB_NODELIST: each rank runs exactly the plan's command for that node."""
+    import json
+    import os
+    import subprocess
+
+    from k3rollout.workload import slurm_launch
+
+    nodes = ["gpu-01", "gpu-02", "gpu-03", "gpu-04"]
+    plan = _plan(layout, nodes)
+    script = slurm_launch.task_script(["apptainer", "exec", "--nv", "docker://img:1"], "m/K3", plan[0]["args"],
+                                      plan[1]["args"], 8000)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "apptainer").write_text("#!/usr/bin/env python3\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    (bindir / "apptainer").chmod(0o755)
+    for entry in plan:
+        env = {"PATH": f"{bindir}:{os.environ['PATH']}", "SLURMD_NODENAME": entry["node"],
+               "SLURM_NODEID": str(entry["rank"]), "SLURM_JOB_NODELIST": "gpu-[01-04]", "K3_MASTER_ADDR": "gpu-01"}
+        out = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, check=True).stdout
+        who, argv = out.splitlines()
+        assert who == f"k3rollout: {entry['node']} is node {entry['rank']} of gpu-[01-04], head gpu-01"
+        assert json.loads(argv) == ["exec", "--nv", "docker://img:1", "vllm", "serve", "m/K3", *entry["args"],
+                                    "--port", "8000"]
+
+
+def test_the_batch_script_takes_the_head_from_the_first_host_as_scontrol_expands_it():
+    wrap = slurm_launch_wrap()
+    assert wrap.startswith('K3_MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1) && '
+                           "export K3_MASTER_ADDR && srun --label --kill-on-bad-exit=1 --container-image=img:1 bash -c ")
+    from k3rollout.checks.hostlist import compress, expand
+
+    assert expand("gpu-[01-02,05],login1,n[8-10]") == ["gpu-01", "gpu-02", "gpu-05", "login1", "n8", "n9", "n10"]
+    assert compress(["gpu-01", "gpu-02", "gpu-05"]) == "gpu-[01-02,05]"
+
+
+def slurm_launch_wrap() -> str:
+    from k3rollout.workload import slurm_launch
+
+    return slurm_launch.batch_wrap(["--container-image=img:1"], "true")
+
+
+# the output of `srun --label --kill-on-bad-exit=1` over two slurmd (Debian's 22.05, loopback):
+# task 1 exits 3; srun terminates the step; task 0 traps SIGTERM and exits 143 (or is killed)
+REPLICA_OUTPUT = """0: k3rollout: gpu-01 is node 0 of gpu-[01-02], head gpu-01
+1: k3rollout: gpu-02 is node 1 of gpu-[01-02], head gpu-01
+1: bye
+srun: error: gpu-02: task 1: Exited with exit code 3
+srun: launch/slurm: _step_signal: Terminating StepId=1.0
+0: slurmstepd-gpu-01: error: *** STEP 1.0 ON gpu-01 CANCELLED AT 2026-12-05T04:26:07 ***
+srun: error: gpu-01: task 0: Exited with exit code 143
+"""
+
+
+def test_srun_names_the_task_that_ended_a_replica_job_and_the_ones_it_terminated():
+    from k3rollout.workload.slurm_launch import node_output, task_end
+
+    assert task_end(REPLICA_OUTPUT, "gpu-02").state == "exited" and task_end(REPLICA_OUTPUT, "gpu-02").code == "3"
+    assert task_end(REPLICA_OUTPUT, "gpu-01").state == "terminated"
+    assert task_end(REPLICA_OUTPUT.replace("Exited with exit code 143", "Terminated"), "gpu-01").state == "terminated"
+    assert task_end(REPLICA_OUTPUT, "gpu-03") is None
+    # a head that saw its worker die exits on its own, first: srun names it first, the worker
+    # after the step's termination, with its own code (not the signal's): both ended by themselves
+    raced = ("srun: error: gpu-01: task 0: Exited with exit code 1\n"
+             "srun: launch/slurm: _step_signal: Terminating StepId=5.0\n"
+             "srun: error: gpu-02: task 1: Exited with exit code 1\n")
+    assert (task_end(raced, "gpu-02").state, task_end(raced, "gpu-02").code) == ("exited", "1")
+    assert node_output(REPLICA_OUTPUT, "gpu-02") == ("k3rollout: gpu-02 is node 1 of gpu-[01-02], head gpu-01\nbye\n"
+                                                     "srun: error: gpu-02: task 1: Exited with exit code 3\n")
+
+
+def test_a_replica_whose_head_and_worker_commands_differ_beyond_the_worker_flags_is_refused():
+    from k3rollout.workload.slurm_launch import rank_args
+
+    with pytest.raises(ValueError, match="differ in more than the worker-only flags"):
+        rank_args(["--tensor-parallel-size", "8"], ["--tensor-parallel-size", "16", "--headless"])
