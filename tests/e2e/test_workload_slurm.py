@@ -39,7 +39,10 @@ def setup(tmp_path: Path, monkeypatch, hosts: dict[str, dict], **group) -> tuple
         "scheduler": "slurm", "k3_container_launcher": "apptainer", "sim_reboot_s": 0.01,
         # the loopback slurmd cannot create job steps with GPU GRES (step creation answers
         # "Invalid generic resource (gres) specification"): the jobs ask for no GRES here
-        "k3_slurm_gpu_request": "none", "k3_slurm_output_dir": str(tmp_path), "k3_slurm_start_timeout": 20,
+        "k3_slurm_gpu_request": "none", "k3_slurm_output_dir": str(tmp_path),
+        # the product's default wait for a job's node: a node just resumed into its reservation
+        # can take a scheduling pass or two of a loaded slurmctld before srun gets it
+        "k3_slurm_start_timeout": 120,
         **group})
     return inv, run_dir, log
 
