@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from k3rollout.scheduler import DEFAULT as SCHEDULER_DEFAULT
 from k3rollout.workload.base import Endpoint, Pulled, Restored, Run, ServerState, Workload
 from k3rollout.workload.docker import Docker
 from k3rollout.workload.kubernetes import DEFAULT_NAMESPACE, NAMESPACE_VAR, Kubernetes
@@ -17,17 +18,19 @@ BACKENDS: dict[str, Workload] = {w.kind: w for w in (Docker(), Kubernetes(), Slu
 
 
 def default_backend(host_vars: dict[str, Any]) -> str:
-    """``docker`` everywhere for now. Under ``scheduler: kubernetes`` the right default is
-    ``kubernetes`` (GPU nodes run containerd or CRI-O and have no docker CLI; docs/domain.md
-    "Workloads on Kubernetes GPU nodes"); it becomes that once the simulated cluster runs
-    pods on a simulated kubelet, so the shipped inventories keep working meanwhile.
+    """``kubernetes`` under ``scheduler: kubernetes`` (the scheduler's own default): GPU nodes
+    there run containerd or CRI-O and have no docker CLI, and their serving workloads are Pods
+    that owners bring back (docs/domain.md "Workloads on Kubernetes GPU nodes"). A plain Docker
+    host says ``k3_workload_backend: docker``.
 
     Under ``scheduler: slurm`` a ``k3_container_launcher`` other than ``docker`` (pyxis,
     enroot, apptainer) picks ``slurm``: checks run as jobs in a maintenance reservation
-    (docs/domain.md "Workloads on Slurm GPU clusters"). This is the one place that switch is
-    made; without the variable a Slurm node stays on docker until the simulated Slurm
-    nodes run no Docker daemon."""
-    if host_vars.get("scheduler") == "slurm" and host_vars.get(LAUNCHER_VAR, "docker") != "docker":
+    (docs/domain.md "Workloads on Slurm GPU clusters"). Without the variable a Slurm node
+    stays on docker, as does ``scheduler: none``. This is the one place the default is made."""
+    scheduler = host_vars.get("scheduler", SCHEDULER_DEFAULT)
+    if scheduler == "kubernetes":
+        return Kubernetes.kind
+    if scheduler == "slurm" and host_vars.get(LAUNCHER_VAR, "docker") != "docker":
         return SlurmJobs.kind
     return Docker.kind
 
