@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from k3rollout.scheduler import DEFAULT as SCHEDULER_DEFAULT
 from k3rollout.workload.base import Endpoint, Pulled, Restored, Run, ServerState, Workload
 from k3rollout.workload.docker import Docker
 from k3rollout.workload.kubernetes import DEFAULT_NAMESPACE, NAMESPACE_VAR, Kubernetes
@@ -14,6 +13,9 @@ from k3rollout.workload.kubernetes import namespace as workload_namespace
 from k3rollout.workload.slurm import LAUNCHER_VAR, SlurmJobs
 
 BACKEND_VAR = "k3_workload_backend"
+# scheduler.DEFAULT: a host without ``scheduler:`` is a Kubernetes node (the scheduler package
+# is not imported here: its stage-facing parts would make workload reach back into stages)
+SCHEDULER_DEFAULT = "kubernetes"
 BACKENDS: dict[str, Workload] = {w.kind: w for w in (Docker(), Kubernetes(), SlurmJobs())}
 
 

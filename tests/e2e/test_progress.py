@@ -41,7 +41,7 @@ def test_terminal_gets_the_live_view(tmp_path):
                          stdout=subprocess.PIPE, stderr=slave, cwd=ROOT, env=env)
     os.close(slave)
     out = read_all(master)
-    p.wait(timeout=120)
+    p.wait(timeout=600)
     assert p.returncode == 0
     raw = out.decode(errors="replace")
     assert "\x1b[" in raw                   # drawn in place, not scrolled
@@ -58,7 +58,7 @@ def test_terminal_gets_the_live_view(tmp_path):
 def test_pipe_gets_one_line_per_event(tmp_path):
     env = {**os.environ, "K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")}
     p = subprocess.run([sys.executable, "-m", "k3rollout", "demo", "--run-dir", str(tmp_path / "run")],
-                       capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+                       capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     assert p.returncode == 0
     assert "\x1b[" not in p.stderr
     # the default cluster plans K3 replicas: gpu-a08 fails and its replica partner gpu-a07 with it

@@ -38,6 +38,9 @@ def test_a_docker_host_passes_the_workload_check(fake_executor):
 
 def test_the_backend_var_picks_the_runtime_and_the_default_is_one_place():
     # scheduler: kubernetes (also its default) -> Pods; none and slurm -> a Docker host
+    from k3rollout import scheduler, workload
+
+    assert workload.SCHEDULER_DEFAULT == scheduler.DEFAULT
     assert workload_for({}).kind == default_backend({}) == "kubernetes"
     assert workload_for({"scheduler": "kubernetes"}).kind == default_backend({"scheduler": "kubernetes"}) == \
         "kubernetes"
