@@ -98,7 +98,7 @@ def test_report_renders_in_chromium(chromium, runs, tmp_path, kind, verdict):
     if kind == "completed":
         assert "model_load_capacity" in dom       # gpu-02's OOM, triaged
         assert_rendered(dom, shot, "observation", "serving-pods")
-        assert "Deployment inference/k3-gpu-01" in dom and "1 &rarr; 1" in dom
+        assert "Deployment inference/k3-gpu-01" in dom and "1 \u2192 1" in dom      # &rarr; as the DOM has it
         assert "Decision: <strong>KEEP</strong>" in dom and "k3rollout rollback" in dom
     else:
         assert 'id="observation"' not in dom      # never observed: no section
