@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from support import (
+    DOCKER_HOST,
     PLAYBOOK,
     api_changes,
     assert_reports_match_journal,
@@ -116,7 +117,8 @@ def test_demo_rollout_upgrades_all_but_the_faulty_node_and_rolls_it_back(tmp_pat
 
 
 def test_journal_pairs_every_step_and_evidence_verifies(tmp_path):
-    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {"sim_faults": ["vllm_oom"]}})
+    # Docker hosts: the baseline's evidence of the failed K3 attempt is its container's logs
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {"sim_faults": ["vllm_oom"]}}, DOCKER_HOST)
     pb = write_playbook(tmp_path / "pb.yml", serial=2, max_fail_percentage=50, min_serving=0)
     code, run_dir = run(tmp_path, inv, pb)
     assert code == 0
@@ -208,8 +210,12 @@ def test_every_destructive_command_runs_only_after_all_before_it_is_durable(tmp_
     inv = write_inventory(tmp_path / "inv", {"gpu-01": {}})       # one node: nothing else writes meanwhile
     code, run_dir = run(tmp_path, inv, write_playbook(tmp_path / "pb.yml", min_serving=0))
     assert code == 0 and result(run_dir)["nodes"]["gpu-01"]["final"] == "upgraded"
+    # a containerd node: the check pods and test servers are created through the API, each a
+    # once step whose record is durable before the POST, as the driver's steps are
     assert [d[0] for d in destructive] == ["upgrade-state-cordon-required", "drain", "upgrade-state-upgrade-required",
                                            "vendor-step-2", "reboot", "upgrade-state-validation-required",
+                                           "container-nvidia-smi-pod", "cuda-init-pod", "k3rollout-smoke-run",
+                                           "k3rollout-features-run",
                                            "upgrade-state-uncordon-required", "uncordon", "upgrade-state-upgrade-done"]
     for step, written, durable in destructive:
         assert durable == written, f"{step} ran with {written - durable} journal bytes not yet durable"
