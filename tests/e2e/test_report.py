@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import yaml
-from support import journal, result, write_inventory, write_playbook
+from support import DOCKER_HOST, journal, result, write_inventory, write_playbook
 
 from k3rollout.cli import main
 
@@ -11,7 +11,8 @@ HOSTILE = "<script>alert('x')</script>"
 
 
 def test_hostile_strings_are_escaped_and_reports_regenerate(tmp_path, capsys):
-    inv = write_inventory(tmp_path / "inv", {"gpu-01": {"sim_serving_image": f"evil/{HOSTILE}"}})
+    # a Docker host: its serving container's image is the hostile string
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {"sim_serving_image": f"evil/{HOSTILE}"}}, DOCKER_HOST)
     pb = write_playbook(tmp_path / "pb.yml", min_serving=0)
     data = yaml.safe_load(pb.read_text())
     cuda = next(s for s in data[0]["stages"] if s["stage"] == "cuda_check")
@@ -44,7 +45,8 @@ def test_report_checklist_is_ticked_only_from_evidence(tmp_path):
     import json
 
     run_dir = tmp_path / "run"
-    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}})
+    # a Docker host: item 1's evidence is the failed K3 container's logs
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}}, DOCKER_HOST)
     pb = write_playbook(tmp_path / "pb.yml", min_serving=0, vars={"allow_in_place_change": False})
     assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
     items = {i["item"]: i for i in json.loads((run_dir / "report.json").read_text())["checklist"]}
