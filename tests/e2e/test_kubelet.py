@@ -367,7 +367,7 @@ def test_a_containerd_node_has_no_docker_cli_and_crictl_reads_the_kubelets_conta
                                              st.REGISTRY["vllm/vllm-openai:kimi-k3"]["digest"]]
     assert dispatch(node, ["df", "-B1", "--output=target,avail", "/var/lib/containerd"]).rc == 0
     # a Docker host, for contrast, has no crictl, and its node object says so
-    st.init_host(cluster.root / "docker-01", "docker-01", {})
+    st.init_host(cluster.root / "docker-01", "docker-01", {"sim_container_runtime": "docker"})
     assert dispatch(cluster.root / "docker-01", ["crictl", "ps"]).rc == 127
     assert cluster.core.read_node("docker-01").status.node_info.container_runtime_version == "docker://28.2.2"
 
