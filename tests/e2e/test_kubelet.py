@@ -412,12 +412,14 @@ def test_the_real_kubectl_reads_pods_logs_and_owners(cluster, tmp_path):
     assert "deployment.apps/k3-b300" in p.stdout and "2/2" in p.stdout
     assert "leaderworkerset.leaderworkerset.x-k8s.io/k3-h200" in p.stdout
     # a drain evicts the serving pod and ignores both DaemonSets' pods; the owner's new pod lands on
-    # the only node with 8 GPUs free, then one more has nowhere to go
+    # the only B300 node with 8 GPUs free (it selects its GPU model: the H200 spare gpu-c01 does
+    # not take it), then one more has nowhere to go
+    st.init_host(cluster.root / "gpu-c02", "gpu-c02", {**CONTAINERD, **B300})
     p = kubectl("drain", "gpu-b01", "--ignore-daemonsets", "--timeout=30s")
     assert p.returncode == 0 and "node/gpu-b01 drained" in p.stdout, p.stderr
     assert "gpu-operator/nvidia-device-plugin-daemonset" in p.stderr
     p = kubectl("get", "pods", "-n", NS, "-l", "app=k3-b300", "-o", "wide")
-    assert sorted(r.split()[-3] for r in p.stdout.splitlines()[1:]) == ["gpu-b02", "gpu-c01"]
+    assert sorted(r.split()[-3] for r in p.stdout.splitlines()[1:]) == ["gpu-b02", "gpu-c02"]
     p = kubectl("drain", "gpu-b02", "--ignore-daemonsets", "--timeout=30s")
     assert p.returncode == 0, p.stderr
     p = kubectl("get", "pods", "-n", NS, "-l", "app=k3-b300")
