@@ -6,6 +6,7 @@ GPU Operator detection and the cluster-wide Lease lock."""
 from __future__ import annotations
 
 import pytest
+from support import DOCKER_HOST
 
 from k3rollout.scheduler.k8s_api import KubernetesApi, KubernetesError
 from k3rollout.sim import state as st
@@ -29,7 +30,10 @@ class FakeTime:
 def k8s(tmp_path):
     root = tmp_path / "sim"
     for i, name in enumerate(("gpu-01", "gpu-02", "gpu-03")):
-        st.init_host(root / name, name, {"sim_address": f"127.0.8.{i + 1}", "sim_cordoned": name == "gpu-03",
+        # Docker hosts (cri-dockerd), each with a serving pod that no owner recreates: the drain's
+        # eviction leaves it gone (containerd nodes' owners would place it again at once)
+        st.init_host(root / name, name, {**DOCKER_HOST, "sim_address": f"127.0.8.{i + 1}",
+                                         "sim_cordoned": name == "gpu-03",
                                          "sim_faults": ["pdb_blocks_eviction"] if name == "gpu-02" else []})
     with KubeApiServer(root) as server:
         clock = FakeTime()

@@ -214,7 +214,8 @@ def test_over_real_sshd_a_second_run_of_a_none_cluster_is_refused_naming_the_hol
 
     from support import cli, journal, journal_so_far, write_playbook
 
-    with sshd_cluster({"gpu-01": {"sim_reboot_s": 0.3}}) as c:
+    # the node of a scheduler: none cluster is a Docker host, as the inventories below say
+    with sshd_cluster({"gpu-01": {"sim_reboot_s": 0.3, "scheduler": "none"}}) as c:
         inv_a = c.inventory(tmp_path / "a" / "hosts.yml", {"scheduler": "none"})
         inv_b = c.inventory(tmp_path / "b" / "hosts.yml", {"scheduler": "none", "forks": 1})
         pb = write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0, stage_set={"baseline": {"pause": {}}})

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support import DOCKER_HOST
 
 from k3rollout.checks import parsers
 from k3rollout.sim.dispatch import dispatch, init_cluster
@@ -22,8 +23,10 @@ PKGS_580 = ["nvidia-driver-580-server-open=580.95.05-0ubuntu0.22.04.1",
 
 @pytest.fixture
 def cluster(tmp_path):
+    # Docker hosts: these tests drive the node with the docker CLI (a node under scheduler:
+    # kubernetes is a containerd node with none, unless its inventory says docker)
     def make(**hosts):
-        return init_cluster(tmp_path / "hosts", {n: v for n, v in hosts.items()})
+        return init_cluster(tmp_path / "hosts", {n: {**DOCKER_HOST, **v} for n, v in hosts.items()})
     return make
 
 

@@ -114,3 +114,57 @@ def test_a_client_of_the_api_server_keeps_the_daemon_up_and_it_leaves_once_idle(
         assert not alive(), "the daemon stayed up with no client at all"
     finally:
         netd.shutdown(root)
+
+
+def test_servers_the_docker_daemon_restarts_at_boot_listen_again_with_no_command_after(tmp_path):
+    # Two Docker hosts serve one 2-node replica (head and headless worker, --restart always)
+    # beside their own one-node servers. Both reboot; their Docker daemons restart every
+    # container at boot. Nothing is sent to the hosts afterwards: the one-node servers and the
+    # replica's head (whose worker's host came up after it) must answer on their real sockets.
+    import time
+    import urllib.request
+
+    from k3rollout.sim import state as st
+    from k3rollout.transport.sim import SimExecutor
+
+    hv = {"scheduler": "none", "sim_reboot_s": 0.5}
+    ex = SimExecutor(tmp_path / "sim-hosts", {"n1": dict(hv), "n2": dict(hv)})
+    try:
+        head = st.load(ex.state_dir("n1"))["address"]
+        own = {h: (st.load(ex.state_dir(h))["address"], next(iter(st.load(ex.state_dir(h))["servers"])))
+               for h in ("n1", "n2")}
+        replica = ["vllm/vllm-openai:v0.11.0", "meta-llama/Llama-3.1-8B-Instruct", "--tensor-parallel-size", "16",
+                   "--nnodes", "2", "--master-addr", head, "--port", "8000"]
+        assert ex.run("n2", ["docker", "run", "-d", "--name", "w", "--restart", "always", "--gpus", "all", *replica,
+                             "--node-rank", "1", "--headless"]).rc == 0
+        assert ex.run("n1", ["docker", "run", "-d", "--name", "h", "--restart", "always", "--gpus", "all", *replica,
+                             "--node-rank", "0"]).rc == 0
+
+        def answers(addr: str, port: str) -> bool:
+            try:
+                with urllib.request.urlopen(f"http://{addr}:{port}/health", timeout=5) as r:
+                    return r.status == 200
+            except OSError:
+                return False
+
+        urls = [(head, "8000"), *own.values()]
+
+        def wait_all(what: str) -> None:
+            # waited for by state, not by a clock: at most a minute
+            for _ in range(600):
+                if all(answers(a, p) for a, p in urls):
+                    return
+                time.sleep(0.1)
+            raise AssertionError(f"{what}: not answering: {[(a, p) for a, p in urls if not answers(a, p)]}")
+
+        ex.run("n1", ["docker", "ps"])            # the head sees its worker and loads
+        wait_all("before the reboot")
+        # the head's host first: when it comes up its worker's host is still down
+        assert ex.run("n1", ["reboot"]).rc == 0 and ex.run("n2", ["reboot"]).rc == 0
+        ex.wait_for_host("n1", 30)
+        ex.wait_for_host("n2", 30)
+        wait_all("after both hosts came up, with no command sent")
+        assert {c["status"] for c in st.load(ex.state_dir("n1"))["docker"]["containers"].values()
+                if c.get("mn")} == {"running"}
+    finally:
+        ex.close()

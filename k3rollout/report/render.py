@@ -141,6 +141,49 @@ def _probe_rows(v: RunView) -> list[dict[str, Any]]:
     return rows
 
 
+def _sha_short(ref: str | None) -> str:
+    """``IMAGE@sha256:abc...`` or ``sha256:abc...`` as ``sha256:`` and 12 hex digits."""
+    digest = (ref or "").rsplit("@", 1)[-1]
+    return digest[:19] if digest else "-"
+
+
+def _pods_after(node: str, pods: list[dict[str, Any]]) -> list[str]:
+    """The owner's pods on this node by name and phase; the others counted."""
+    here = [f"{p['name']} ({p.get('phase')})" for p in pods if p.get("node") == node]
+    placed = sum(1 for p in pods if p.get("node") and p.get("node") != node)
+    pending = sum(1 for p in pods if not p.get("node"))
+    return here + ([f"{placed} on other nodes"] if placed else []) + ([f"{pending} not scheduled"] if pending else [])
+
+
+def _pod_rows(v: RunView) -> list[dict[str, Any]]:
+    """Each node's serving Pods and their owners as baseline saw them, beside each owner as
+    the uncordon found it once the node was back (``serving_owners``: readyReplicas against
+    baseline's, the digests its running pods run, where its pods are). Only a Kubernetes
+    backend records owners; a node whose owners were not checked after (rolled back, halted
+    before its uncordon) says so."""
+    rows = []
+    for name, n in v.nodes.items():
+        after = n.facts.get("serving_owners") or {}
+        for s in n.baseline.get("serving_containers") or []:
+            if "owner" not in s:
+                continue                   # a Docker host's container: the nodes table shows its image
+            o = s["owner"]
+            key = f"{o['kind']}/{o['namespace']}/{o['name']}" if o else None
+            a = after.get(key) if key else None
+            rows.append({
+                "node": name, "pod": s["name"], "image": s.get("image") or "-", "digest": _sha_short(s.get("digest")),
+                "restarts": s.get("restarts"), "gpus": s.get("gpus"),
+                "owner": f"{o['kind']} {o['namespace']}/{o['name']}" if o else "none: nothing brings it back",
+                "ready_before": o.get("ready_replicas") if o else None,
+                "ready_after": a.get("ready") if a else None,
+                "back": bool(a) and a.get("ready") is not None and a.get("baseline_ready") is not None
+                and a["ready"] >= a["baseline_ready"],
+                "digests_after": [_sha_short(d) for d in a.get("digests") or []] if a else [],
+                "pods_after": _pods_after(name, a.get("pods") or []) if a else [],
+                "checked": a is not None})
+    return rows
+
+
 def _batches(v: RunView, result: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     plan_batches = {b["index"]: b for b in (v.plan or {}).get("batches", [])}
@@ -213,6 +256,7 @@ def model(run_dir: Path, view: RunView | None = None, records: int | None = None
             "unchanged": {n: r["no_change"] for n, r in result["nodes"].items() if r.get("no_change")},
             "plan": v.plan or {}, "nodes": v.nodes,
             "records": records, "batches": batches, "node_rows": _node_rows(v, result), "probe_rows": _probe_rows(v),
+            "pod_rows": _pod_rows(v),
             "window": _window(v, result), "runbooks": runbook_links(),
             "timeline_svg": render_svg(result["batches"], v.nodes, result["finished"]),
             "verification": [str(p) for p in problems], "observation": observation_summary(v),

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from k3rollout.sim import containers as ctr
-from k3rollout.sim.kubelet import CONTAINERD_VERSION, cri, image_id, iso, local_image, normalize, pull
+from k3rollout.sim.kubelet import CONTAINERD_VERSION, cri, image_id, iso, local_image, local_name, normalize, pull
 
 
 def _ago(t: float, now: float) -> str:
@@ -106,7 +106,7 @@ def crictl(state: dict[str, Any], args: list[str]) -> ctr.Out:
             img = local_image(state, ref)
             if img is None:
                 return 1, "", f'time="{iso(now)}" level=fatal msg="no such image \\"{ref}\\" present"\n'
-            key = normalize(ref)
+            key = local_name(ref)
             found.append({"status": {
                 "id": img["id"], "repoTags": [key], "repoDigests": [image_id(key, img)],
                 "size": str(21474836480 if "k3" in key else 18253611008), "uid": None, "username": "", "spec": None,

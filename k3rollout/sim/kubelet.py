@@ -75,7 +75,14 @@ def normalize(ref: str) -> str:
 
 
 def registry_key(ref: str) -> str | None:
-    """The simulated registry's entry for a reference in any of its spellings."""
+    """The simulated registry's entry for a reference in any of its spellings, or by digest
+    (``REPO@sha256:...``: the tag whose manifest has that digest; the image keeps its tag's name,
+    as the Docker host's pull by digest does)."""
+    if "@" in ref:
+        repo, _, digest = ref.partition("@")
+        want = normalize(repo + ":_").rsplit(":", 1)[0]
+        return next((k for k, img in REGISTRY.items()
+                     if normalize(k).rsplit(":", 1)[0] == want and img["digest"] == digest), None)
     want = normalize(ref)
     return next((k for k in REGISTRY if normalize(k) == want), None)
 
@@ -95,7 +102,13 @@ def pull(state: dict[str, Any], ref: str) -> dict[str, Any] | None:
 
 
 def local_image(state: dict[str, Any], ref: str) -> dict[str, Any] | None:
-    return cri(state)["images"].get(normalize(ref))
+    return cri(state)["images"].get(local_name(ref))
+
+
+def local_name(ref: str) -> str:
+    """The name the CRI store keeps an image under (a digest reference finds its tag's)."""
+    key = registry_key(ref) if "@" in ref else None
+    return normalize(key or ref)
 
 
 def container_id(uid: str, name: str, attempt: int) -> str:

@@ -51,11 +51,14 @@ def _multinode_args(args: list[str], size: int, worker: bool) -> list[str]:
     return out + (["--headless"] if worker else [])
 
 
-def _template(c: dict[str, Any], gpus: int, app: str, args: list[str],
+def _template(c: dict[str, Any], gpus: int, app: str, args: list[str], product: str,
               node_selector: dict[str, str] | None = None) -> dict[str, Any]:
     limits = {kubelet.GPU: str(gpus)}
+    # an owner's launch fits one GPU model (TP16 over two H200s, TP8 on one B300): its pods select
+    # that model by GPU Feature Discovery's label, so an evicted pod waits for its own kind of node
+    # instead of taking a free one of the other kind
     return {"metadata": {"labels": {"app": app}},
-            "spec": {**({"nodeSelector": dict(node_selector)} if node_selector else {}),
+            "spec": {"nodeSelector": {"nvidia.com/gpu.product": product, **(node_selector or {})},
                      "containers": [{"name": "vllm", "image": c["image"], "command": ["vllm", "serve"], "args": args,
                                      "env": [{"name": k, "value": v} for k, v in c["env"].items()],
                                      "ports": [{"containerPort": int(c.get("port", 8000)), "name": "http"}],
@@ -79,19 +82,22 @@ def seed(cluster: Cluster) -> None:
         first = hosts[0][1]
         serving = first["k8s_seed"]["serving"]
         gpus = int(first["gpu"]["count"])
+        product = str(first["gpu"]["model"]).replace(" ", "-")      # the node's label (sim/kubeapi.py)
         size = int(first["k8s_seed"]["workload"].get("size", 2)) if kind == "LeaderWorkerSet" else 1
         if kind == "LeaderWorkerSet":
             body = {"metadata": {"name": name}, "spec": {
                 "replicas": len(hosts) // size,
                 "leaderWorkerTemplate": {"size": size, "restartPolicy": ctl.RECREATE_GROUP,
                                          "leaderTemplate": _template(serving, gpus, name,
-                                                                     _multinode_args(serving["args"], size, False)),
+                                                                     _multinode_args(serving["args"], size, False),
+                                                                     product),
                                          "workerTemplate": _template(serving, gpus, name,
-                                                                     _multinode_args(serving["args"], size, True))}}}
+                                                                     _multinode_args(serving["args"], size, True),
+                                                                     product)}}}
         else:
             body = {"metadata": {"name": name}, "spec": {
                 "replicas": len(hosts), "selector": {"matchLabels": {"app": name}},
-                "template": _template(serving, gpus, name, list(serving["args"]),
+                "template": _template(serving, gpus, name, list(serving["args"]), product,
                                       first["k8s_seed"]["workload"].get("node_selector"))}}
         obj = ctl.new_object(kind, ns, body)
         obj["metadata"] |= {"uid": str(uuid.uuid5(uuid.NAMESPACE_URL, f"{kind}/{ns}/{name}")),

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from k3rollout import fastjson
-from k3rollout.sim import netd, vllm
+from k3rollout.sim import netd, vllm, vllm_multinode
 from k3rollout.sim import state as st
 
 IDLE_EXIT_S = float(os.environ.get("K3SIM_NETD_IDLE_S", "900"))
@@ -77,7 +77,7 @@ class Daemon:
                 if old:
                     old.cancel()
                 self.timers[host] = asyncio.get_running_loop().call_later(
-                    wait + 0.01, lambda: asyncio.ensure_future(self.sync_host(host)))
+                    wait + 0.01, lambda: asyncio.ensure_future(self.host_up(host)))
             else:
                 for port, cfg in state.get("servers", {}).items():
                     if cfg.get("status") == "running":
@@ -101,6 +101,16 @@ class Daemon:
                 print(f"{host}: cannot listen on {key[0]}:{key[1]}: {exc}", flush=True)
                 continue
             self.listeners[key] = mine[key] = lst
+
+    async def host_up(self, host: str) -> None:
+        """A host is up from its reboot: its servers listen, and multi-node heads its restarted
+        containers were waiting for look again (sim/vllm_multinode.py)."""
+        await self.sync_host(host)
+        await self.settle_heads()
+
+    async def settle_heads(self) -> None:
+        for d in await asyncio.to_thread(vllm_multinode.settle_waiting_heads, self.root):
+            await self.sync_host(d.name)
 
     async def control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One command per line (a connection may send several)."""
@@ -317,6 +327,7 @@ class Daemon:
         (self.root / "netd.pid").write_text(str(os.getpid()))
         for d in sorted(p for p in self.root.iterdir() if (p / "state.json").is_file()):
             await self.sync_host(d.name)
+        await self.settle_heads()              # hosts that came up while no daemon ran
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self.stop.set)
         api_seen = 0

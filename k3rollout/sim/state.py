@@ -39,9 +39,11 @@ REGISTRY = {
 }
 
 
-# sim_container_runtime's default per scheduler kind (see default_state): the one line that
-# turns the simulated Kubernetes nodes into containerd nodes is "kubernetes": "containerd"
-RUNTIME_DEFAULT = {"kubernetes": "docker"}
+# sim_container_runtime's default per scheduler kind (see default_state): Kubernetes nodes are
+# containerd nodes, as they are built since dockershim left (docs/domain.md "Workloads on
+# Kubernetes GPU nodes"); a node whose inventory says k3_workload_backend: docker is a Docker
+# host whatever its scheduler
+RUNTIME_DEFAULT = {"kubernetes": "containerd"}
 
 SLURM_CPUS = 224      # CPUTot of the simulated node (2 x 56 cores, 2 threads each)
 
@@ -293,11 +295,13 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
     # the node's container runtime (sim_container_runtime): "docker", a Docker host whose
     # serving container stands for its pod; or "containerd", a Kubernetes node as they are built
     # since dockershim left: no docker CLI, crictl and the CRI image store (k8s.io namespace),
-    # and its workloads are Pods a simulated kubelet runs (sim/kubelet.py). When the product
-    # drives Kubernetes nodes through pods, the default under ``scheduler: kubernetes`` becomes
-    # containerd: RUNTIME_DEFAULT above.
-    runtime = str(hv.get("sim_container_runtime", RUNTIME_DEFAULT.get(str(hv.get("scheduler", "kubernetes")),
-                                                                       "docker")))
+    # and its workloads are Pods a simulated kubelet runs (sim/kubelet.py). The default follows
+    # the node's workload backend: docker where the inventory asks for it, else RUNTIME_DEFAULT.
+    if hv.get("k3_workload_backend") == "docker":
+        runtime_default = "docker"
+    else:
+        runtime_default = RUNTIME_DEFAULT.get(str(hv.get("scheduler", "kubernetes")), "docker")
+    runtime = str(hv.get("sim_container_runtime", runtime_default))
     if runtime not in ("docker", "containerd"):
         raise ValueError(f"sim_container_runtime: docker or containerd, got {runtime!r}")
     state["container_runtime"] = runtime

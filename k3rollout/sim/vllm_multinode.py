@@ -13,8 +13,10 @@ The head's API server waits for its engine's ready message until every worker ha
 (the engine's handshake waits are logged at DEBUG in 0.33, vllm/v1/engine/utils.py), and gives
 up after ``VLLM_ENGINE_READY_TIMEOUT_S`` (default 600 s) with vLLM's ``TimeoutError``
 (vllm/v1/engine/core_client.py). The head
-decides lazily, at each docker command on its node, so the order in which head and workers
-start does not matter (the workers' TCP store clients retry, as torch's do).
+decides lazily, at each docker command on its node and whenever a host of the cluster comes up
+from a reboot (``settle_waiting_heads``: the Docker daemon restarted the replica's containers at
+boot, and no command may follow), so the order in which head and workers start does not matter
+(the workers' TCP store clients retry, as torch's do).
 
 Once all ranks joined, the model is loaded: its weights, split over the replica's GPUs,
 must fit each GPU's usable memory (``--gpu-memory-utilization``), else the rank that does not
@@ -319,3 +321,31 @@ def _exit_members(state: dict[str, Any], state_dir: Path, c: dict[str, Any], top
 def settle_all(state: dict[str, Any], state_dir: Path) -> None:
     for name, c in _containers(state).items():
         settle(state, state_dir, name, c)
+
+
+def _waiting(state: dict[str, Any]) -> bool:
+    return any(c["status"] == "running" and c.get("mn") and not c.get("serving")
+               for c in state["docker"]["containers"].values())
+
+
+def settle_waiting_heads(root: Path) -> list[Path]:
+    """On the Docker hosts under ``root`` that are up, every head still waiting for its workers
+    looks again (a host came up from a reboot: its Docker daemon restarted the replica's
+    containers, and a head decides at a command that may never come). A kubelet's heads look at
+    each of its syncs (sim/kubelet.py). Returns the hosts whose servers changed."""
+    changed = []
+    for d in sorted(p for p in Path(root).iterdir() if (p / "state.json").is_file()):
+        try:
+            if not _waiting(st.load(d)):
+                continue
+        except (OSError, ValueError):
+            continue
+        with st.transaction(d) as state:
+            if not st.is_up(state, time.time()):
+                continue
+            before = {k: v.get("instance") for k, v in state["servers"].items()}
+            for name, c in state["docker"]["containers"].items():
+                settle(state, d, name, c)
+            if {k: v.get("instance") for k, v in state["servers"].items()} != before:
+                changed.append(d)
+    return changed

@@ -13,19 +13,26 @@ from k3rollout.workload.kubernetes import namespace as workload_namespace
 from k3rollout.workload.slurm import SlurmJobs, launcher
 
 BACKEND_VAR = "k3_workload_backend"
+# scheduler.DEFAULT: a host without ``scheduler:`` is a Kubernetes node (the scheduler package
+# is not imported here: its stage-facing parts would make workload reach back into stages)
+SCHEDULER_DEFAULT = "kubernetes"
 BACKENDS: dict[str, Workload] = {w.kind: w for w in (Docker(), Kubernetes(), SlurmJobs())}
 
 
 def default_backend(host_vars: dict[str, Any]) -> str:
-    """``docker`` everywhere for now. Under ``scheduler: kubernetes`` the right default is
-    ``kubernetes`` (GPU nodes run containerd or CRI-O and have no docker CLI; docs/domain.md
-    "Workloads on Kubernetes GPU nodes"); it becomes that once the simulated cluster runs
-    pods on a simulated kubelet, so the shipped inventories keep working meanwhile.
+    """``kubernetes`` under ``scheduler: kubernetes`` (the scheduler's own default): GPU nodes
+    there run containerd or CRI-O and have no docker CLI, and their serving workloads are Pods
+    that owners bring back (docs/domain.md "Workloads on Kubernetes GPU nodes"). A plain Docker
+    host says ``k3_workload_backend: docker``.
 
     Under ``scheduler: slurm`` the node's ``k3_container_launcher`` decides, pyxis when unset:
     ``slurm`` (checks run as jobs in a maintenance reservation, docs/domain.md "Workloads on
-    Slurm GPU clusters") unless it is ``docker``."""
-    if host_vars.get("scheduler") == "slurm" and launcher(host_vars) != "docker":
+    Slurm GPU clusters") unless it is ``docker``; ``scheduler: none`` is a Docker host. This
+    is the one place the default is made."""
+    scheduler = host_vars.get("scheduler", SCHEDULER_DEFAULT)
+    if scheduler == "kubernetes":
+        return Kubernetes.kind
+    if scheduler == "slurm" and launcher(host_vars) != "docker":
         return SlurmJobs.kind
     return Docker.kind
 

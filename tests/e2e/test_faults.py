@@ -4,7 +4,16 @@ stage fails, the right rollback runs, the right halt decision is taken, the repo
 from __future__ import annotations
 
 import pytest
-from support import assert_reports_match_journal, commands, journal, result, sim_state, write_inventory, write_playbook
+from support import (
+    DOCKER_HOST,
+    assert_reports_match_journal,
+    commands,
+    journal,
+    result,
+    sim_state,
+    write_inventory,
+    write_playbook,
+)
 
 from k3rollout.cli import main
 
@@ -32,7 +41,10 @@ EXPECT = {
 
 def rollout(tmp_path, faults: dict[str, list[str]]) -> tuple[int, dict, object]:
     hosts = {f"gpu-{i:02d}": {"sim_faults": faults.get(f"gpu-{i:02d}", [])} for i in range(1, 5)}
-    inv = write_inventory(tmp_path / "inv", hosts, {"sim_reboot_s": 0.01, "sim_slow_reboot_s": 0.3})
+    # Docker hosts: the matrix's outcomes are the Docker host's (without the NVIDIA runtime its
+    # serving container cannot start again after the rollback); on a containerd node the same
+    # fault leaves the device plugin with no GPUs, which the cuda_check waits gpu_ready_timeout for
+    inv = write_inventory(tmp_path / "inv", hosts, {**DOCKER_HOST, "sim_reboot_s": 0.01, "sim_slow_reboot_s": 0.3})
     # canary, then the remaining three together; one of three failing (33%) is tolerated
     pb = write_playbook(tmp_path / "pb.yml", serial=[1, 3], max_fail_percentage=34, min_serving=0,
                         reboot_timeout=2)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from support import (
+    DOCKER_HOST,
     api_changes,
     cli,
     commands,
@@ -49,7 +50,8 @@ def api_steps(run_dir: Path, node: str) -> list[dict]:
 
 
 def test_scheduler_operations_are_api_calls_from_the_controller_journaled_with_the_server(tmp_path):
-    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}})
+    # a Docker host (cri-dockerd): its serving pod, which no owner recreates, is what the drain evicts
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": dict(DOCKER_HOST)})
     code, run_dir = run(tmp_path, inv, write_playbook(tmp_path / "pb.yml", min_serving=0))
     assert code == 0 and result(run_dir)["nodes"]["gpu-01"]["final"] == "upgraded"
     # nothing of the scheduler ran on the node itself
@@ -74,7 +76,8 @@ def test_scheduler_operations_are_api_calls_from_the_controller_journaled_with_t
 
 
 def test_pdb_blocking_eviction_fails_cordon_at_drain_timeout_and_restores_the_node(tmp_path):
-    inv = write_inventory(tmp_path / "inv", {"gpu-01": {"sim_faults": ["pdb_blocks_eviction"]}})
+    # a Docker host (cri-dockerd) whose serving pod a PodDisruptionBudget holds
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {**DOCKER_HOST, "sim_faults": ["pdb_blocks_eviction"]}})
     pb = write_playbook(tmp_path / "pb.yml", min_serving=0, stage_with={"cordon": {"drain_timeout": "2s"}})
     started = time.monotonic()
     code, run_dir = run(tmp_path, inv, pb)

@@ -11,7 +11,17 @@ import os
 import subprocess
 
 import pytest
-from support import api_changes, commands, journal, kubectl_exe, result, sim_state, write_inventory, write_playbook
+from support import (
+    api_changes,
+    commands,
+    journal,
+    kubectl_exe,
+    no_docker,
+    result,
+    sim_state,
+    write_inventory,
+    write_playbook,
+)
 
 from k3rollout.cli import main
 from k3rollout.sim import netd
@@ -24,13 +34,6 @@ H200 = {"rack": "a", "sim_gpu": "NVIDIA H200", "sim_gpu_count": 8, "sim_gpu_mem_
 B300 = {"rack": "b", "sim_gpu": "NVIDIA B300 SXM6 AC", "sim_gpu_count": 8, "sim_gpu_mem_gib": 268,
         "sim_k8s_serving": {"kind": "Deployment", "name": "k3-b300"}}
 HOSTS = {"gpu-a01": H200, "gpu-a02": H200, "gpu-b01": B300, "gpu-b02": B300}
-
-
-def no_docker(run_dir, hosts) -> None:
-    """The guard: a containerd node has no docker CLI, and nothing may try it there."""
-    tried = {h: [c for c in commands(run_dir, h) if c.split(" ", 1)[0].rsplit("/", 1)[-1] == "docker"]
-             for h in hosts}
-    assert tried == {h: [] for h in hosts}, f"docker commands reached containerd nodes: {tried}"
 
 
 @pytest.mark.preflight

@@ -367,7 +367,7 @@ def test_a_containerd_node_has_no_docker_cli_and_crictl_reads_the_kubelets_conta
                                              st.REGISTRY["vllm/vllm-openai:kimi-k3"]["digest"]]
     assert dispatch(node, ["df", "-B1", "--output=target,avail", "/var/lib/containerd"]).rc == 0
     # a Docker host, for contrast, has no crictl, and its node object says so
-    st.init_host(cluster.root / "docker-01", "docker-01", {})
+    st.init_host(cluster.root / "docker-01", "docker-01", {"sim_container_runtime": "docker"})
     assert dispatch(cluster.root / "docker-01", ["crictl", "ps"]).rc == 127
     assert cluster.core.read_node("docker-01").status.node_info.container_runtime_version == "docker://28.2.2"
 
@@ -412,12 +412,14 @@ def test_the_real_kubectl_reads_pods_logs_and_owners(cluster, tmp_path):
     assert "deployment.apps/k3-b300" in p.stdout and "2/2" in p.stdout
     assert "leaderworkerset.leaderworkerset.x-k8s.io/k3-h200" in p.stdout
     # a drain evicts the serving pod and ignores both DaemonSets' pods; the owner's new pod lands on
-    # the only node with 8 GPUs free, then one more has nowhere to go
+    # the only B300 node with 8 GPUs free (it selects its GPU model: the H200 spare gpu-c01 does
+    # not take it), then one more has nowhere to go
+    st.init_host(cluster.root / "gpu-c02", "gpu-c02", {**CONTAINERD, **B300})
     p = kubectl("drain", "gpu-b01", "--ignore-daemonsets", "--timeout=30s")
     assert p.returncode == 0 and "node/gpu-b01 drained" in p.stdout, p.stderr
     assert "gpu-operator/nvidia-device-plugin-daemonset" in p.stderr
     p = kubectl("get", "pods", "-n", NS, "-l", "app=k3-b300", "-o", "wide")
-    assert sorted(r.split()[-3] for r in p.stdout.splitlines()[1:]) == ["gpu-b02", "gpu-c01"]
+    assert sorted(r.split()[-3] for r in p.stdout.splitlines()[1:]) == ["gpu-b02", "gpu-c02"]
     p = kubectl("drain", "gpu-b02", "--ignore-daemonsets", "--timeout=30s")
     assert p.returncode == 0, p.stderr
     p = kubectl("get", "pods", "-n", NS, "-l", "app=k3-b300")

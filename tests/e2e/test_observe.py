@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from support import (
+    DOCKER_HOST,
     ROOT,
     api_changes,
     assert_reports_match_journal,
@@ -40,7 +41,9 @@ READ_ONLY = ("nvidia-smi ", "cat /proc/driver/nvidia/version", "systemctl is-act
 def _rollout(tmp_path: Path, hosts: dict[str, dict], **play) -> Path:
     for hv in hosts.values():
         hv.setdefault("sim_serving_args", SERVING)
-    inv = write_inventory(tmp_path / "inv", hosts)
+    # Docker hosts: these passes read the serving container (sim_serving_args) and may run a
+    # throwaway --rm container on an idle node; Pods are observed through the API instead
+    inv = write_inventory(tmp_path / "inv", hosts, DOCKER_HOST)
     pb = write_playbook(tmp_path / "pb.yml", **{"serial": 1, "min_serving": 0, "max_fail_percentage": 100, **play})
     run_dir = tmp_path / "run"
     main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)])

@@ -13,7 +13,9 @@ from k3rollout.cli import main
 
 READ_ONLY = ("true", "cat ", "uname ", "nvidia-smi", "ls ", "apt-cache ", "dpkg-query ", "rpm ", "mokutil ",
              "apt-mark showhold", "dnf -q repoquery", "dnf list", "dnf versionlock list", "dnf module list", "df ",
-             "docker image inspect", "docker info ", "systemctl is-active")
+             "docker image inspect", "docker info ", "systemctl is-active",
+             # a containerd node's read-only looks (its workloads are read through the API)
+             "crictl version", "crictl inspecti ")
 
 
 def ran(host_dir: Path) -> list[str]:

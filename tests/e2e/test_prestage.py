@@ -40,7 +40,8 @@ def test_prestage_runs_before_cordon_and_changes_no_installed_package(tmp_path):
         drain = next(i for i, c in enumerate(cmds) if c.startswith("PATCH") and '"unschedulable": true' in c)
         install = next(i for i, c in enumerate(cmds) if c.startswith("apt-get install") and "--download-only" not in c)
         assert download < drain < install
-        assert any(c.startswith(f"docker pull vllm/vllm-openai@{_digest()}") for c in cmds[:drain])
+        # containerd nodes: the image goes into the kubelet's store (crictl), pinned by digest
+        assert any(c.startswith(f"crictl pull vllm/vllm-openai@{_digest()}") for c in cmds[:drain])
         assert any(c.startswith("sha256sum --check") for c in cmds[:drain])
         # nothing before the drain installs, removes or stops anything
         assert not [c for c in cmds[:drain] if c.startswith(("apt-get install", "dpkg ", "systemctl stop", "reboot",

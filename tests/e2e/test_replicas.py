@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from support import commands, sim_state, write_inventory, write_playbook
+from support import DOCKER_HOST, commands, sim_state, write_inventory, write_playbook
 
 from k3rollout.cli import main
 from k3rollout.errors import InputError
@@ -280,7 +280,7 @@ def test_a_multi_node_replica_is_served_once_from_its_head(tmp_path):
 
     hosts = {f"gpu-{i:02d}": {**H200, "rack": "a"} for i in range(1, 3)}
     hosts["gpu-02"]["sim_faults"] = ["prefix_cache_miss"]       # a worker's fault is the replica's
-    invp = write_inventory(tmp_path / "inv", hosts)
+    invp = write_inventory(tmp_path / "inv", hosts, DOCKER_HOST)
     pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=1, max_fail_percentage=100, min_serving=0,
                         stage_with={"features": {"context_tokens": 65536}})
     run_dir = tmp_path / "run"
@@ -328,7 +328,7 @@ def test_replica_that_does_not_come_up_names_the_node_that_caused_it(tmp_path):
     hosts = {f"gpu-{i:02d}": {**H200, **k3, "rack": "a"} for i in range(1, 5)}
     hosts["gpu-02"]["sim_faults"] = ["worker_unreachable"]
     hosts["gpu-04"]["sim_gpu_mem_gib"] = 80
-    invp = write_inventory(tmp_path / "inv", hosts)
+    invp = write_inventory(tmp_path / "inv", hosts, DOCKER_HOST)
     # a short engine-ready timeout: the head gives up on its missing worker quickly
     pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=2, max_fail_percentage=100, min_serving=0,
                         profile_overrides={"engine_ready_timeout_s": 30,
@@ -370,7 +370,7 @@ def test_deepep_v2_without_nccl_gin_on_a_worker_takes_the_replica_back_and_names
 
     hosts = {f"gpu-{i:02d}": {**H200, "rack": "a"} for i in range(1, 3)}
     hosts["gpu-02"]["sim_faults"] = ["rdma_transport_init_fails"]
-    invp = write_inventory(tmp_path / "inv", hosts)
+    invp = write_inventory(tmp_path / "inv", hosts, DOCKER_HOST)
     pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=2, max_fail_percentage=100, min_serving=0,
                         profile_overrides=DP_EP)
     run_dir = tmp_path / "run"
@@ -530,7 +530,9 @@ def test_socket_fallback_fails_the_node_without_rdma_by_name(tmp_path):
 K3_IMAGE = "vllm/vllm-openai:kimi-k3"
 
 
-NEW = {"sim_driver": "580.95.05"}          # the K3 image needs CUDA 13: the upgraded driver
+# the K3 image needs CUDA 13: the upgraded driver; these tests launch vLLM with docker run, so
+# the nodes are Docker hosts
+NEW = {**DOCKER_HOST, "sim_driver": "580.95.05"}
 
 
 def _serve(dirs, host, *args, env=None, name="k3"):

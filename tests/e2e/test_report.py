@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import yaml
-from support import result, write_inventory, write_playbook
+from support import DOCKER_HOST, journal, result, write_inventory, write_playbook
 
 from k3rollout.cli import main
 
@@ -11,7 +11,8 @@ HOSTILE = "<script>alert('x')</script>"
 
 
 def test_hostile_strings_are_escaped_and_reports_regenerate(tmp_path, capsys):
-    inv = write_inventory(tmp_path / "inv", {"gpu-01": {"sim_serving_image": f"evil/{HOSTILE}"}})
+    # a Docker host: its serving container's image is the hostile string
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {"sim_serving_image": f"evil/{HOSTILE}"}}, DOCKER_HOST)
     pb = write_playbook(tmp_path / "pb.yml", min_serving=0)
     data = yaml.safe_load(pb.read_text())
     cuda = next(s for s in data[0]["stages"] if s["stage"] == "cuda_check")
@@ -44,7 +45,8 @@ def test_report_checklist_is_ticked_only_from_evidence(tmp_path):
     import json
 
     run_dir = tmp_path / "run"
-    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}})
+    # a Docker host: item 1's evidence is the failed K3 container's logs
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}}, DOCKER_HOST)
     pb = write_playbook(tmp_path / "pb.yml", min_serving=0, vars={"allow_in_place_change": False})
     assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
     items = {i["item"]: i for i in json.loads((run_dir / "report.json").read_text())["checklist"]}
@@ -130,3 +132,39 @@ def test_banner_of_a_completed_run_counts_what_was_rolled_back_in_another_colour
     md = (run_dir / "report.md").read_text().splitlines()[0]
     assert "1 node of 2 rolled back" in md and md.startswith("# \U0001F7E0 "), md
     assert "cuda" in (run_dir / "report.md").read_text().lower()     # the reason stays in the body
+
+
+def test_report_shows_each_nodes_pods_and_owners_before_and_after(tmp_path):
+    # containerd nodes (the default under scheduler: kubernetes): a Deployment serves on both;
+    # gpu-01 is upgraded first and its owner proven back at 2 ready replicas (gpu-02 still holds
+    # the other), then gpu-02 fails its CUDA check and is rolled back
+    serving = {"sim_k8s_serving": {"kind": "Deployment", "name": "k3-serving"}}
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": serving, "gpu-02": {**serving, "sim_faults": ["cuda_init_fails"]}})
+    pb = write_playbook(tmp_path / "pb.yml", serial=[1], min_serving=0, max_fail_percentage=100)
+    run_dir = tmp_path / "run"
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
+    assert {n: v["final"] for n, v in result(run_dir)["nodes"].items()} == {"gpu-01": "upgraded",
+                                                                             "gpu-02": "rolled_back"}
+    facts = {(e["node"], e["stage"]): e["facts"] for e in journal(run_dir) if e["type"] == "facts"}
+    base = {n: facts[(n, "baseline")]["serving_containers"][0] for n in ("gpu-01", "gpu-02")}
+    digest = base["gpu-01"]["digest"].rsplit("@", 1)[-1][:19]
+    md = (run_dir / "report.md").read_text()
+    section = md.split("## Serving Pods and their owners: before and after", 1)[1].split("\n## ", 1)[0]
+    rows = {r.split(" | ")[0].lstrip("| "): r for r in section.splitlines() if r.startswith("| gpu-")}
+    assert set(rows) == {"gpu-01", "gpu-02"}
+    for node in rows:
+        # before: the baseline's pod, its image digest and the owner that brings it back
+        assert base[node]["name"] in rows[node] and digest in rows[node]
+        assert "Deployment inference/k3-serving" in rows[node]
+    # after: the uncordon found the owner back at its 2 ready replicas on the same digest, one
+    # of its pods on gpu-01 again
+    back = facts[("gpu-01", "uncordon")]["serving_owners"]["Deployment/inference/k3-serving"]
+    assert back["ready"] == back["baseline_ready"] == 2
+    assert "| 2 → 2 |" in rows["gpu-01"] and f"| {digest} |" in rows["gpu-01"]
+    assert any(f"{p['name'].split('/')[-1]} (Running)" in rows["gpu-01"] for p in back["pods"] if p["node"] == "gpu-01")
+    # the rolled-back node's owner was not proven by an uncordon of this run: said, not invented
+    assert "| 2 → not checked |" in rows["gpu-02"]
+    html = (run_dir / "report.html").read_text()
+    table = html.split('<table id="serving-pods">', 1)[1].split("</table>", 1)[0]
+    assert table.count("<tr><td>gpu-") == 2 and "Deployment inference/k3-serving" in table
+    assert 'class="upgraded">2 &rarr; 2</td>' in table and "2 &rarr; not checked" in table

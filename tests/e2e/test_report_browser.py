@@ -65,7 +65,9 @@ def runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("runs")
     os.environ["K3ROLLOUT_LOCK_DIR"] = str(base / "locks")
     out = {}
-    inv = write_inventory(base / "inv-ok", {"gpu-01": {}, "gpu-02": {"sim_faults": ["vllm_oom"]}, "gpu-03": {}})
+    # containerd nodes; gpu-01 serves through a Deployment: the report shows its pod and owner
+    inv = write_inventory(base / "inv-ok", {"gpu-01": {"sim_k8s_serving": {"kind": "Deployment", "name": "k3-gpu-01"}},
+                                            "gpu-02": {"sim_faults": ["vllm_oom"]}, "gpu-03": {}})
     pb = write_playbook(base / "pb.yml", serial=[1, 2], min_serving=0, max_fail_percentage=50)
     main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(base / "completed")])
     main(["observe", str(base / "completed"), "--once"])       # after the window: its report gains a section
@@ -95,7 +97,8 @@ def test_report_renders_in_chromium(chromium, runs, tmp_path, kind, verdict):
         assert "rolled_back" in dom and "rollback ran" in dom
     if kind == "completed":
         assert "model_load_capacity" in dom       # gpu-02's OOM, triaged
-        assert_rendered(dom, shot, "observation")
+        assert_rendered(dom, shot, "observation", "serving-pods")
+        assert "Deployment inference/k3-gpu-01" in dom and "1 \u2192 1" in dom      # &rarr; as the DOM has it
         assert "Decision: <strong>KEEP</strong>" in dom and "k3rollout rollback" in dom
     else:
         assert 'id="observation"' not in dom      # never observed: no section

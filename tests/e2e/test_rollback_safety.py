@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from support import (
+    DOCKER_HOST,
     api_changes,
     commands,
     host_timeline,
@@ -138,7 +139,9 @@ def _rollback_results(run_dir: Path, node: str) -> dict[str, dict]:
 def test_a_rollback_after_cuda_check_restarts_the_serving_containers_the_baseline_saw(tmp_path):
     # the serving container does not come back by itself after a reboot (restart policy
     # "no"); the node fails at cuda_check, before the smoke test that stops and restarts it
-    code, run_dir = _run(tmp_path, {"gpu-01": {"sim_faults": ["cuda_init_fails"], "sim_serving_restart": "no"}})
+    # (a Docker host: the serving workload is its container)
+    code, run_dir = _run(tmp_path, {"gpu-01": {**DOCKER_HOST, "sim_faults": ["cuda_init_fails"],
+                                               "sim_serving_restart": "no"}})
     assert code == 0          # 1 of 1 failed is not above max_fail_percentage 100
     n = result(run_dir)["nodes"]["gpu-01"]
     assert (n["failed_stage"], n["final"]) == ("cuda_check", "rolled_back")
@@ -151,8 +154,8 @@ def test_a_rollback_after_cuda_check_restarts_the_serving_containers_the_baselin
 
 def test_a_rolled_back_node_whose_serving_container_cannot_run_stays_cordoned_and_says_why(tmp_path):
     # no NVIDIA container runtime: the serving container the baseline saw running cannot
-    # start again after the rollback's reboot
-    code, run_dir = _run(tmp_path, {"gpu-01": {"sim_faults": ["container_runtime_missing"]}})
+    # start again after the rollback's reboot (a Docker host: its container is the workload)
+    code, run_dir = _run(tmp_path, {"gpu-01": {**DOCKER_HOST, "sim_faults": ["container_runtime_missing"]}})
     assert code == 1
     r = result(run_dir)
     n = r["nodes"]["gpu-01"]
@@ -271,7 +274,8 @@ def test_driver_stage_that_installed_nothing_is_rolled_back_to_service(tmp_path)
     to start them, so it starts them itself and the node serves again as it did."""
     from k3rollout.cli import main
 
-    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}})
+    # a Docker host: the node serves again through its serving container
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": dict(DOCKER_HOST)})
     pb = write_playbook(tmp_path / "pb.yml", min_serving=0, vars={"target_driver": "580.99.99"})
     run_dir = tmp_path / "run"
     assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 1

@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 from support import (
+    DOCKER_HOST,
     PLAYBOOK,
     api_changes,
     assert_reports_match_journal,
     commands,
     journal,
+    no_docker,
     result,
     sim_state,
     write_inventory,
@@ -82,6 +84,25 @@ def test_demo_rollout_upgrades_all_but_the_faulty_node_and_rolls_it_back(tmp_pat
         assert [p["node"] for p in b["rollback_plan"]] == b["nodes"]
         for p in b["rollback_plan"]:
             assert any("575.57.08" in s for s in p["steps"])
+    # containerd nodes run through Pods: no docker command reached a node; the checks and the
+    # test servers were pinned Pods, and each node's serving pod was seen with the owner that
+    # brings it back (a LeaderWorkerSet on rack_a, a Deployment on rack_b)
+    no_docker(run_dir, r["nodes"])
+    steps = [e for e in journal(run_dir) if e["type"] == "step_started"]
+    for node in r["nodes"]:
+        base = facts[(node, "baseline")]
+        assert base["container_runtime"].startswith("containerd://")
+        owner = ("LeaderWorkerSet", "k3-h200") if node.startswith("gpu-a") else ("Deployment", "k3-b300")
+        assert [(s["owner"]["kind"], s["owner"]["name"]) for s in base["serving_containers"]] == [owner]
+        assert any(s["step"] == "cuda-init-pod" and s["node"] == node for s in steps)
+        if r["nodes"][node]["final"] == "upgraded":
+            # back: every owner at its baseline readyReplicas on baseline's digest
+            back = facts[(node, "uncordon")]["serving_owners"]
+            want = 4 if node.startswith("gpu-a") else 8
+            assert [(o["ready"], o["baseline_ready"]) for o in back.values()] == [(want, want)]
+    md = (run_dir / "report.md").read_text()
+    assert "## Serving Pods and their owners: before and after" in md
+    assert "| LeaderWorkerSet inference/k3-h200 | 4 → 4 |" in md and "| Deployment inference/k3-b300 | 8 → 8 |" in md
     # the hosts themselves: the rolled-back node is on 575 and schedulable again
     st = sim_state(run_dir, "gpu-a08")
     assert st["loaded_driver"] == "575.57.08" and st["scheduler"]["state"] == "schedulable"
@@ -96,7 +117,8 @@ def test_demo_rollout_upgrades_all_but_the_faulty_node_and_rolls_it_back(tmp_pat
 
 
 def test_journal_pairs_every_step_and_evidence_verifies(tmp_path):
-    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {"sim_faults": ["vllm_oom"]}})
+    # Docker hosts: the baseline's evidence of the failed K3 attempt is its container's logs
+    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {"sim_faults": ["vllm_oom"]}}, DOCKER_HOST)
     pb = write_playbook(tmp_path / "pb.yml", serial=2, max_fail_percentage=50, min_serving=0)
     code, run_dir = run(tmp_path, inv, pb)
     assert code == 0
@@ -188,8 +210,12 @@ def test_every_destructive_command_runs_only_after_all_before_it_is_durable(tmp_
     inv = write_inventory(tmp_path / "inv", {"gpu-01": {}})       # one node: nothing else writes meanwhile
     code, run_dir = run(tmp_path, inv, write_playbook(tmp_path / "pb.yml", min_serving=0))
     assert code == 0 and result(run_dir)["nodes"]["gpu-01"]["final"] == "upgraded"
+    # a containerd node: the check pods and test servers are created through the API, each a
+    # once step whose record is durable before the POST, as the driver's steps are
     assert [d[0] for d in destructive] == ["upgrade-state-cordon-required", "drain", "upgrade-state-upgrade-required",
                                            "vendor-step-2", "reboot", "upgrade-state-validation-required",
+                                           "container-nvidia-smi-pod", "cuda-init-pod", "k3rollout-smoke-run",
+                                           "k3rollout-features-run",
                                            "upgrade-state-uncordon-required", "uncordon", "upgrade-state-upgrade-done"]
     for step, written, durable in destructive:
         assert durable == written, f"{step} ran with {written - durable} journal bytes not yet durable"

@@ -177,6 +177,18 @@ def commands(run_dir: Path, host: str) -> list[str]:
     return executed(run_dir / "sim-hosts" / host)
 
 
+# a Docker host in the simulated cluster whatever its scheduler: the tests about the docker
+# path say so (under scheduler: kubernetes nodes are containerd nodes run through Pods)
+DOCKER_HOST = {"sim_container_runtime": "docker", "k3_workload_backend": "docker"}
+
+
+def no_docker(run_dir: Path, hosts) -> None:
+    """The guard: a containerd node has no docker CLI, and nothing may try it there."""
+    tried = {h: [c for c in commands(run_dir, h) if c.split(" ", 1)[0].rsplit("/", 1)[-1] == "docker"]
+             for h in hosts}
+    assert tried == {h: [] for h in hosts}, f"docker commands reached containerd nodes: {tried}"
+
+
 def api_changes(run_dir: Path, host: str) -> list[str]:
     """The changes the simulated Kubernetes API server was asked for on ``host`` (its node
     and the pods on it), in order: ``PATCH nodes/gpu-01 {...}``, ``POST .../eviction``."""

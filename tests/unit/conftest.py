@@ -258,11 +258,15 @@ def stage_harness(tmp_path, fake_executor):
 
 
 def _kube_api(tmp_path, host_vars: dict):
+    from support import DOCKER_HOST
+
     from k3rollout.sim.dispatch import init_cluster
     from k3rollout.sim.kubeapi import KubeApiServer
 
     root = tmp_path / "cluster"
-    init_cluster(root, {"gpu-01": host_vars})
+    # a Docker host (cri-dockerd) whose serving pod no owner recreates, as the stage tests
+    # that use it script a Docker host's commands
+    init_cluster(root, {"gpu-01": {**DOCKER_HOST, **host_vars}})
     return KubeApiServer(root)
 
 

@@ -18,6 +18,10 @@ import pytest
 from k3rollout.checks import parsers
 from k3rollout.stages import cordon, cuda_check, uncordon
 
+# the node side these tests script is a Docker host's (docker run/inspect/start); under
+# scheduler: kubernetes a node is run through Pods unless its inventory says docker
+DOCKER = {"k3_workload_backend": "docker"}
+
 DATA = Path(__file__).resolve().parents[1] / "data" / "parsers"
 SMI_TABLE = (DATA / "nvidia-smi-570-h20.txt").read_text()
 SMI_QUERY = (DATA / "nvidia-smi-query-h200.csv").read_text()
@@ -108,7 +112,7 @@ def test_fake_patterns_and_used_up_script(fake_executor_class):
 
 def kube_harness(stage_harness, kube_api):
     srv, cfg = kube_api
-    return stage_harness(group_vars={"k3_kubeconfig": str(cfg)}), srv
+    return stage_harness(group_vars={**DOCKER, "k3_kubeconfig": str(cfg)}), srv
 
 
 def test_cordon_drains_through_the_api_then_reads_the_state(stage_harness, fake_executor, kube_api):
@@ -142,7 +146,7 @@ def test_cordon_failing_drain_fails_the_stage_with_its_reason(stage_harness, fak
 
 
 def test_cordon_with_the_api_unreachable(stage_harness, fake_executor, dead_kubeconfig):
-    h = stage_harness(group_vars={"k3_kubeconfig": str(dead_kubeconfig)})
+    h = stage_harness(group_vars={**DOCKER, "k3_kubeconfig": str(dead_kubeconfig)})
     out = cordon.run(h.ctx("cordon"))
     assert not out.passed and out.reason.startswith("drain failed: ")
     assert out.facts == {"scheduler_state": "unknown"}       # never read as schedulable or cordoned
@@ -273,7 +277,7 @@ def test_uncordon_a_container_that_started_and_exited_is_not_restarted(stage_har
 
 
 def test_uncordon_with_the_api_unreachable(stage_harness, fake_executor, dead_kubeconfig):
-    h = stage_harness(group_vars={"k3_kubeconfig": str(dead_kubeconfig)})
+    h = stage_harness(group_vars={**DOCKER, "k3_kubeconfig": str(dead_kubeconfig)})
     out = uncordon.run(h.ctx("uncordon", baseline={"scheduler_state": "schedulable"}))
     assert not out.passed and out.reason.startswith("uncordon failed: ")
     assert out.facts == {"scheduler_state": "unknown"}
@@ -287,7 +291,7 @@ def _cuda_ctx(h, driver="580.95.05"):
 
 
 def test_cuda_check_counts_gpus_not_mig_devices_and_inits_cuda(stage_harness, fake_executor):
-    h = stage_harness()
+    h = stage_harness(group_vars=DOCKER)
     fake_executor.expect(["docker", "image", "inspect", "vllm/vllm-openai:kimi-k3"], stdout=IMAGE_INSPECT_CUDA13)
     fake_executor.expect(SMI_L, stdout=SMI_L_MIG)
     fake_executor.expect(TORCH, stdout="cuda_available=True device_count=4\n")
@@ -300,7 +304,7 @@ def test_cuda_check_counts_gpus_not_mig_devices_and_inits_cuda(stage_harness, fa
 
 
 def test_cuda_check_refuses_a_cuda13_image_on_r575_without_starting_it(stage_harness, fake_executor):
-    h = stage_harness()
+    h = stage_harness(group_vars=DOCKER)
     fake_executor.expect(["docker", "image", "inspect", "vllm/vllm-openai:kimi-k3"], stdout=IMAGE_INSPECT_CUDA13)
     out = cuda_check.run(_cuda_ctx(h, driver="575.57.08"))
     assert not out.passed and out.facts["compat"]["compatible"] is False
@@ -309,7 +313,7 @@ def test_cuda_check_refuses_a_cuda13_image_on_r575_without_starting_it(stage_har
 
 
 def test_cuda_check_pulls_a_missing_image_and_fails_when_the_pull_fails(stage_harness, fake_executor):
-    h = stage_harness()
+    h = stage_harness(group_vars=DOCKER)
     fake_executor.expect(["docker", "image", "inspect", "vllm/vllm-openai:kimi-k3"], rc=1, stdout="[]\n",
                          stderr="Error response from daemon: No such image: vllm/vllm-openai:kimi-k3\n")
     fake_executor.expect(["docker", "pull", "vllm/vllm-openai:kimi-k3"], rc=1,
@@ -322,7 +326,7 @@ def test_cuda_check_pulls_a_missing_image_and_fails_when_the_pull_fails(stage_ha
 
 
 def test_cuda_check_without_docker(stage_harness, fake_executor):
-    h = stage_harness()
+    h = stage_harness(group_vars=DOCKER)
     fake_executor.missing(["docker", "image", "inspect", "vllm/vllm-openai:kimi-k3"])
     fake_executor.missing(["docker", "pull", "vllm/vllm-openai:kimi-k3"])
     out = cuda_check.run(_cuda_ctx(h))
@@ -330,7 +334,7 @@ def test_cuda_check_without_docker(stage_harness, fake_executor):
 
 
 def test_cuda_check_gpus_invisible_in_the_container(stage_harness, fake_executor):
-    h = stage_harness()
+    h = stage_harness(group_vars=DOCKER)
     fake_executor.expect(["docker", "image", "inspect", "vllm/vllm-openai:kimi-k3"], stdout=IMAGE_INSPECT_CUDA13)
     fake_executor.expect(SMI_L, rc=9, stdout=SMI_FAILED)
     out = cuda_check.run(_cuda_ctx(h))
@@ -339,7 +343,7 @@ def test_cuda_check_gpus_invisible_in_the_container(stage_harness, fake_executor
 
 
 def test_cuda_check_unparseable_torch_output_is_a_failed_init(stage_harness, fake_executor):
-    h = stage_harness()
+    h = stage_harness(group_vars=DOCKER)
     fake_executor.expect(["docker", "image", "inspect", "vllm/vllm-openai:kimi-k3"], stdout=IMAGE_INSPECT_CUDA13)
     fake_executor.expect(SMI_L, stdout=SMI_L_MIG)
     # rc 0 but no device_count line (e.g. a warning printed instead and the print lost)
@@ -350,7 +354,7 @@ def test_cuda_check_unparseable_torch_output_is_a_failed_init(stage_harness, fak
 
 
 def test_cuda_check_unparseable_image_inspect_raises_parse_error(stage_harness, fake_executor):
-    h = stage_harness()
+    h = stage_harness(group_vars=DOCKER)
     fake_executor.expect(["docker", "image", "inspect", "vllm/vllm-openai:kimi-k3"], stdout="<html>proxy error</html>")
     with pytest.raises(parsers.ParseError, match="docker image inspect: not JSON"):
         cuda_check.run(_cuda_ctx(h))
@@ -430,7 +434,7 @@ def test_baseline_sends_exactly_these_commands(stage_harness, fake_executor, kub
 
 
 def test_baseline_stops_when_nvidia_smi_fails(stage_harness, fake_executor):
-    h = stage_harness()
+    h = stage_harness(group_vars=DOCKER)
     _baseline_head(fake_executor, smi_rc=9, smi_out=SMI_FAILED)
     out = h.run_stage("baseline")
     assert not out.passed
@@ -440,7 +444,7 @@ def test_baseline_stops_when_nvidia_smi_fails(stage_harness, fake_executor):
 
 
 def test_baseline_without_nvidia_smi(stage_harness, fake_executor):
-    h = stage_harness()
+    h = stage_harness(group_vars=DOCKER)
     _baseline_head(fake_executor, smi_missing=True)
     out = h.run_stage("baseline")
     assert not out.passed and "(rc 127)" in out.reason
@@ -450,7 +454,7 @@ def test_baseline_without_nvidia_smi(stage_harness, fake_executor):
 def test_baseline_unparseable_nvidia_smi_is_unexpected_output(stage_harness, fake_executor):
     """rc 0 but no header (here: a GPU that fell off the bus): the engine turns the
     parser's error into the stage's failure, with the output kept as evidence."""
-    h = stage_harness()
+    h = stage_harness(group_vars=DOCKER)
     lost = "Unable to determine the device handle for GPU0000:18:00.0: Unknown Error\n"
     _baseline_head(fake_executor, smi_out=lost)
     out = h.run_stage("baseline")
@@ -492,7 +496,7 @@ OLD_BOOT, NEW_BOOT = "5e5d0e6e-4c1b-4b6e-9f5e-0c0a4b8d2a11\n", "0b3a7c52-9d64-4f
 def test_reboot_journals_the_boot_id_and_waits_for_a_new_one(stage_harness, fake_executor):
     from k3rollout.stages.driver_upgrade import reboot_and_wait
 
-    h = stage_harness()
+    h = stage_harness(group_vars=DOCKER)
     fake_executor.expect(BOOT_ID, stdout=OLD_BOOT)
     fake_executor.expect(["reboot"])
     fake_executor.expect_wait(0.1)
@@ -513,7 +517,7 @@ def test_a_host_refusing_at_once_while_it_boots_is_polled_not_spun_on(stage_harn
     from k3rollout.errors import HostUnreachable
     from k3rollout.stages.driver_upgrade import wait_for_new_boot
 
-    h = stage_harness()
+    h = stage_harness(group_vars=DOCKER)
     for _ in range(50):
         fake_executor.expect_wait(HostUnreachable("connection refused", host="gpu-01"))
     ok, why, _ = wait_for_new_boot(h.ctx("driver_upgrade"), OLD_BOOT.strip(), timeout=1.0)
@@ -528,7 +532,7 @@ def test_a_reboot_that_dropped_the_connection_is_settled_not_repeated(stage_harn
     from k3rollout.errors import ConnectionLost
     from k3rollout.stages.driver_upgrade import reboot_and_wait
 
-    h = stage_harness()
+    h = stage_harness(group_vars=DOCKER)
     fake_executor.expect(BOOT_ID, stdout=OLD_BOOT)
     fake_executor.expect(["reboot"], raises=ConnectionLost("connection lost while the command ran", host="gpu-01"))
     fake_executor.expect_wait(0.1)                           # the step runner waits for the host
@@ -559,7 +563,7 @@ def _verify_script(fake, module="580.95.05"):
 def test_verify_driver_after_the_reboot(stage_harness, fake_executor):
     from k3rollout.stages.driver_upgrade import verify_driver
 
-    h = stage_harness()
+    h = stage_harness(group_vars=DOCKER)
     _verify_script(fake_executor)
     ok, why, f = verify_driver(h.ctx("driver_upgrade", facts={"pkg_mgr": "apt"}), "580.95.05")
     assert ok, why
@@ -573,7 +577,7 @@ def test_verify_driver_catches_a_stale_kernel_module(stage_harness, fake_executo
     """nvidia-smi (user space) at the target while the old module is still loaded."""
     from k3rollout.stages.driver_upgrade import verify_driver
 
-    h = stage_harness()
+    h = stage_harness(group_vars=DOCKER)
     _verify_script(fake_executor, module="575.57.08")
     ok, why, f = verify_driver(h.ctx("driver_upgrade"), "580.95.05")
     assert not ok and why == "loaded kernel module is 575.57.08, expected 580.95.05"
@@ -582,7 +586,7 @@ def test_verify_driver_catches_a_stale_kernel_module(stage_harness, fake_executo
 def test_verify_driver_when_nvidia_smi_cannot_talk_to_the_driver(stage_harness, fake_executor):
     from k3rollout.stages.driver_upgrade import verify_driver
 
-    h = stage_harness()
+    h = stage_harness(group_vars=DOCKER)
     fake_executor.expect(parsers.GPU_QUERY_ARGV, rc=9, stdout=SMI_FAILED)
     fake_executor.expect(["cat", "/proc/driver/nvidia/version"], rc=1,
                          stderr="cat: /proc/driver/nvidia/version: No such file or directory\n")

@@ -12,7 +12,7 @@ from k3rollout.workload.docker import Docker
 def test_a_node_without_docker_is_refused_at_preflight_naming_the_backend_var(fake_executor):
     fake_executor.expect(["true"])
     fake_executor.missing(["docker", "info", "--format", "{{.ServerVersion}}"])
-    got = check_node(fake_executor, "gpu-01", {"scheduler": "kubernetes"}, "580.95.05")
+    got = check_node(fake_executor, "gpu-01", {"scheduler": "kubernetes", "k3_workload_backend": "docker"}, "580.95.05")
     assert got["ok"] is False
     (connect, workload) = got["checks"]
     assert connect["ok"] and workload["check"] == "workload" and not workload["ok"]
@@ -41,6 +41,13 @@ def test_a_docker_host_passes_the_workload_check(fake_executor):
 
 
 def test_the_backend_var_picks_the_runtime_and_the_default_is_one_place():
-    assert workload_for({}).kind == default_backend({}) == "docker"
-    assert workload_for({"scheduler": "kubernetes"}).kind == default_backend({"scheduler": "kubernetes"})
+    # scheduler: kubernetes (also its default) -> Pods; none and slurm -> a Docker host
+    from k3rollout import scheduler, workload
+
+    assert workload.SCHEDULER_DEFAULT == scheduler.DEFAULT
+    assert workload_for({}).kind == default_backend({}) == "kubernetes"
+    assert workload_for({"scheduler": "kubernetes"}).kind == default_backend({"scheduler": "kubernetes"}) == \
+        "kubernetes"
+    assert workload_for({"scheduler": "none"}).kind == default_backend({"scheduler": "none"}) == "docker"
+    assert workload_for({"scheduler": "slurm"}).kind == default_backend({"scheduler": "slurm"}) == "docker"
     assert workload_for({"k3_workload_backend": "docker", "scheduler": "kubernetes"}) is BACKENDS["docker"]

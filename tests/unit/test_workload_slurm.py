@@ -88,7 +88,7 @@ def test_the_backend_is_slurm_only_where_a_slurm_launcher_is_named():
     assert backend_name({"scheduler": "slurm", "k3_container_launcher": "pyxis"}) == "slurm"
     assert backend_name({"scheduler": "slurm", "k3_container_launcher": "docker"}) == "docker"
     assert backend_name({"scheduler": "slurm"}) == "slurm"               # pyxis, the default launcher
-    assert backend_name({"scheduler": "kubernetes", "k3_container_launcher": "pyxis"}) == "docker"
+    assert backend_name({"scheduler": "kubernetes", "k3_container_launcher": "pyxis"}) == "kubernetes"
     assert isinstance(workload_for({"scheduler": "slurm", "k3_workload_backend": "slurm"}), SlurmJobs)
 
 
