@@ -128,22 +128,27 @@ def test_jobs_are_sent_from_the_scheduler_host_the_inventory_names(tmp_path):
     assert not [c for c in commands(run_dir, "gpu-01") if c.startswith(("srun", "sbatch", "docker"))]
 
 
-def test_observe_starts_no_gpu_job_beside_running_gpu_jobs_and_counts_it_as_skipped(tmp_path):
+def observed_beside_a_gpu_job(tmp_path: Path, group: dict, **pb) -> tuple[Path, int, dict]:
+    """A 2-node Slurm rollout; after the window a user's training job holds gpu-02's GPUs;
+    then one observe pass: (run dir, journal records before it, its observation's nodes)."""
     import time
 
     from k3rollout.sim import state as st
 
     inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {}},
-                          {"scheduler": "slurm", "k3_container_launcher": "pyxis", "sim_reboot_s": 0.01})
-    pb = write_playbook(tmp_path / "pb.yml", serial=2, min_serving=0, max_fail_percentage=100)
+                          {"scheduler": "slurm", "sim_reboot_s": 0.01, **group})
+    playbook = write_playbook(tmp_path / "pb.yml", serial=2, min_serving=0, max_fail_percentage=100, **pb)
     run_dir = tmp_path / "run"
-    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
-    # after the window a user's training job holds gpu-02's GPUs
+    assert main(["run", str(playbook), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
     with st.transaction(run_dir / "sim-hosts" / "gpu-02") as s:
         s["scheduler"]["jobs"] = [{"id": 4242, "cpus": 224, "end": time.time() + 3600}]
     seen = len(journal(run_dir))
     assert main(["observe", str(run_dir), "--once"]) == 0
-    o = [r for r in journal(run_dir) if r["type"] == "observation"][-1]["nodes"]
+    return run_dir, seen, [r for r in journal(run_dir) if r["type"] == "observation"][-1]["nodes"]
+
+
+def test_observe_starts_no_gpu_job_beside_running_gpu_jobs_and_counts_it_as_skipped(tmp_path):
+    run_dir, seen, o = observed_beside_a_gpu_job(tmp_path, {"k3_container_launcher": "pyxis"})
     assert o["gpu-01"]["cuda_init_ok"] is True
     assert o["gpu-02"]["cuda_init_ok"] is None
     assert o["gpu-02"]["cuda_init_skipped"] == "not started: GPU jobs run on the node (4242)"
@@ -156,20 +161,8 @@ def test_observe_starts_no_gpu_job_beside_running_gpu_jobs_and_counts_it_as_skip
 
 
 def test_observes_nccl_gate_is_an_srun_mpi_job_without_a_reservation_and_never_beside_gpu_jobs(tmp_path):
-    import time
-
-    from k3rollout.sim import state as st
-
-    inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {}},
-                          {"scheduler": "slurm", "sim_reboot_s": 0.01})          # pyxis: the default launcher
-    pb = write_playbook(tmp_path / "pb.yml", serial=2, min_serving=0, max_fail_percentage=100, observe={"nccl": True})
-    run_dir = tmp_path / "run"
-    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
-    with st.transaction(run_dir / "sim-hosts" / "gpu-02") as s:
-        s["scheduler"]["jobs"] = [{"id": 4242, "cpus": 224, "end": time.time() + 3600}]
-    seen = len(journal(run_dir))
-    assert main(["observe", str(run_dir), "--once"]) == 0
-    o = [r for r in journal(run_dir) if r["type"] == "observation"][-1]["nodes"]
+    # pyxis: the default launcher
+    run_dir, seen, o = observed_beside_a_gpu_job(tmp_path, {}, observe={"nccl": True})
     assert o["gpu-01"]["nccl"]["ok"] is True
     assert o["gpu-02"]["nccl"]["skipped"].startswith("not idle: Slurm shows it")
     sent = [r for r in journal(run_dir)[seen:] if r["type"] == "step_started"]
