@@ -41,11 +41,43 @@ def outcome(run_dir: Path) -> dict:
             "batches": [b["status"] for b in r["batches"]]}
 
 
+TEST_POD = re.compile(r"^(POST|DELETE) namespaces/[^/ ]+/pods\b")
+POD_NAME = re.compile(r"(?P<name>[a-z0-9-]+?)-[0-9a-f]{10}\b")     # NAME-<hash of run id, node, purpose>
+
+
 def destructive(run_dir: Path, host: str) -> list[str]:
     # the host's own destructive commands, then every change asked of the Kubernetes API
-    # for it (cordon, evictions, labels, uncordon: each a ``once`` step from the controller)
+    # for its node (cordon, evictions, labels, uncordon: each a ``once`` step from the
+    # controller). The tool's own test pods are not the cluster's: own_pods() holds them.
     return [c.split(" --")[0].split(" nvidia")[0] for c in commands(run_dir, host) if ONCE.match(c)] + \
-        [re.sub(r"-[0-9a-f]{5}/eviction$", "-<pod>/eviction", c) for c in api_changes(run_dir, host)]
+        [re.sub(r"-[0-9a-f]{5}/eviction$", "-<pod>/eviction", c) for c in api_changes(run_dir, host)
+         if not TEST_POD.match(c)]
+
+
+def own_pods(run_dir: Path, host: str) -> list[str]:
+    """The creates and deletes of the tool's own check and test-server pods on ``host``,
+    their run-id hash masked (each run has its own id)."""
+    return [POD_NAME.sub(r"\g<name>-<hash>", c) for c in api_changes(run_dir, host) if TEST_POD.match(c)]
+
+
+def pod_problems(changes: list[str]) -> list[str]:
+    """A test pod is created only while none of its name exists (the create is a ``once``
+    call whose probe finds a pod made before a crash) and each one is deleted in the end."""
+    live: set[str] = set()
+    problems = []
+    for c in changes:
+        verb, _, rest = c.partition(" ")
+        m = re.search(r'"name": "([^"]+)"', rest) if verb == "POST" else re.search(r"/pods/(\S+)$", rest)
+        name = m.group(1) if m else rest
+        if verb == "POST":
+            if name in live:
+                problems.append(f"pod {name} created twice")
+            live.add(name)
+        elif name not in live:
+            problems.append(f"pod {name} deleted but never created")
+        else:
+            live.discard(name)
+    return problems + [f"pod {n} left behind" for n in sorted(live)]
 
 
 def shared(tmp_path_factory, name: str, make) -> dict:
@@ -91,7 +123,8 @@ def _reference(base: Path) -> dict:
     assert p.returncode == 0, p.stderr
     recs = journal(run_dir)
     return {"run_dir": run_dir, "records": recs, "outcome": outcome(run_dir),
-            "destructive": {h: destructive(run_dir, h) for h in ("gpu-01", "gpu-02")}}
+            "destructive": {h: destructive(run_dir, h) for h in ("gpu-01", "gpu-02")},
+            "test_pods": {h: own_pods(run_dir, h) for h in ("gpu-01", "gpu-02")}}
 
 
 def kill_points(records: list[dict]) -> list[tuple[str, int, str]]:
@@ -132,6 +165,15 @@ def test_reference_run_has_the_shape_the_matrix_needs(reference):
     kinds = {label.split(":")[1] for _, _, label in points}
     assert {"run_started", "stage_started", "facts", "assertions", "evidence", "stage_done", "triage",
             "rollback_plan", "rollback_started", "rollback_done", "batch_done", "node_state"} <= kinds
+    # the nodes are containerd nodes: checks and test servers are pods, and the matrix kills
+    # the run right after each pod's create is on record
+    for h in ("gpu-01", "gpu-02"):
+        pods = reference["test_pods"][h]
+        assert any(c.startswith("POST") and "smoke" in c for c in pods) and not pod_problems(pods), pods
+    creates = [label for _, _, label in points if label.endswith("-run") or "-pod" in label]
+    assert any(":step_done:" in c for c in creates), creates
+    assert pod_problems(['POST namespaces/k3rollout/pods {"metadata": {"name": "a-<hash>"}}'] * 2) == \
+        ["pod a-<hash> created twice", "pod a-<hash> left behind"]
 
 
 def check_point(reference: dict, mode: str, seq: int, label: str, base: Path) -> list[str]:
@@ -158,6 +200,12 @@ def check_point(reference: dict, mode: str, seq: int, label: str, base: Path) ->
         d = destructive(run_dir, h)
         if d != reference["destructive"][h]:
             failures.append(f"{label}: {h} destructive steps {d} != {reference['destructive'][h]}")
+        # a stage interrupted after its test pod was made is run again on resume, so its pod
+        # may be made again once the relaunch's cleanup deleted it; never while it exists
+        pods = own_pods(run_dir, h)
+        failures += [f"{label}: {h} {p}" for p in pod_problems(pods)]
+        if set(pods) != set(reference["test_pods"][h]):
+            failures.append(f"{label}: {h} test pods {sorted(set(pods))} != {sorted(set(reference['test_pods'][h]))}")
     # no node is left out of service without a record saying so
     for h, v in result(run_dir)["nodes"].items():
         sched = sim_state(run_dir, h)["scheduler"]["state"]
