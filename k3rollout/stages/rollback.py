@@ -415,6 +415,14 @@ def _uncordon(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
     if problems:
         return False, f"node unhealthy after rollback ({'; '.join(problems)}): kept cordoned"
     ok, why = uncordon_stage.uncordon(ctx, "rollback-uncordon")
+    if not ok:
+        return ok, why
+    # the success path's bar after its uncordon: where owners bring the node's workloads
+    # back (Kubernetes), each owner baseline saw is back to its readyReplicas on the same
+    # image digest, waited for up to serving_ready_timeout
+    proven = ctx.workload.prove_serving(ctx)
+    if proven.failed:
+        return False, f"uncordoned, but {proven.reason or 'existing workloads are not back: ' + ', '.join(proven.failed)}"
     return ok, why or "uncordoned"
 
 
