@@ -83,6 +83,15 @@ def _sha(digest: str | None) -> str | None:
     return kp.digest_of(digest) if digest and "@" in digest else digest
 
 
+def _unschedulable(pod: dict[str, Any]) -> str:
+    """The scheduler's message for a Pending pod it cannot place ("" when it is placed or
+    has not said): ``PodScheduled`` False with reason ``Unschedulable``."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable":
+            return str(c.get("message") or "Unschedulable")
+    return ""
+
+
 def owner_of(pods: PodApi, pod: dict[str, Any]) -> dict[str, Any] | None:
     """The controller that brings the pod back: a ReplicaSet resolved to its Deployment."""
     meta = pod.get("metadata") or {}
@@ -585,7 +594,8 @@ class Kubernetes:
                 bare.append(s["name"])
                 continue
             key = f"{o['kind']}/{o['namespace']}/{o['name']}"
-            e = owners.setdefault(key, {**o, "digests": set()})
+            e = owners.setdefault(key, {**o, "digests": set(), "here": 0})
+            e["here"] += 1
             if s.get("digest"):
                 e["digests"].add(_sha(s["digest"]))
         return owners, bare
@@ -603,22 +613,39 @@ class Kubernetes:
                 "restarts": sum(kp.restarts(q) for q in pods),
                 "pods": [{"name": f"{o['namespace']}/{(q.get('metadata') or {}).get('name')}",
                           "node": (q.get("spec") or {}).get("nodeName"), "phase": kp.phase(q),
-                          "serves_api": _serves_api(q)} for q in pods]}
+                          "serves_api": _serves_api(q), "unschedulable": _unschedulable(q)} for q in pods]}
 
     @staticmethod
     def _owner_reader(p: PodApi, o: dict[str, Any]) -> Callable[[], dict[str, Any] | None]:
         return lambda: p.owner(o["namespace"], o["kind"], o["name"])
 
     @staticmethod
-    def _owner_ready(want: int) -> Callable[[dict[str, Any] | None], bool]:
-        return lambda obj: obj is None or kp.ready_replicas(obj) >= want
+    def _owner_ready(want: int, now: int) -> Callable[[dict[str, Any] | None], bool]:
+        # back to ``want``, gone, or any change of readyReplicas (everything is looked at again)
+        return lambda obj: obj is None or kp.ready_replicas(obj) >= want or kp.ready_replicas(obj) != now
 
     @staticmethod
-    def _back(o: dict[str, Any], now: dict[str, Any]) -> str:
+    def _short_elsewhere(o: dict[str, Any], now: dict[str, Any], node: str) -> str:
+        """When an owner is short of its baseline readyReplicas only by pods the scheduler
+        cannot place (``PodScheduled`` False, ``Unschedulable``: their GPUs are on nodes still
+        out of service, say another node of the batch that is being rolled back), and this
+        node runs as many of its pods, Running, as baseline saw on it, the shortfall is not
+        this node's: the note that says so ("" otherwise)."""
+        want = int(o.get("ready_replicas") or 0)
+        unplaced = [q for q in now["pods"] if q.get("unschedulable")]
+        here = sum(1 for q in now["pods"] if q.get("node") == node and q.get("phase") == "Running")
+        if not unplaced or now["ready"] + len(unplaced) < want or here < int(o.get("here") or 0):
+            return ""
+        return (f"{o['kind']} {o['namespace']}/{o['name']} has {now['ready']} ready replicas of {want}: "
+                f"{len(unplaced)} pod(s) wait for GPUs on nodes out of service "
+                f"({unplaced[0]['unschedulable']}); this node runs its {here}")
+
+    @classmethod
+    def _back(cls, o: dict[str, Any], now: dict[str, Any], node: str = "") -> str:
         """Why the owner is not back as baseline saw it ("" when it is)."""
         if not now["exists"]:
             return f"{o['kind']} {o['namespace']}/{o['name']} no longer exists"
-        if now["ready"] < int(o.get("ready_replicas") or 0):
+        if now["ready"] < int(o.get("ready_replicas") or 0) and not (node and cls._short_elsewhere(o, now, node)):
             return f"{o['kind']} {o['namespace']}/{o['name']} has {now['ready']} ready replicas of {o['ready_replicas']}"
         strange = [d for d in now["digests"] if d not in o["digests"]] if o["digests"] else []
         if strange:
@@ -641,7 +668,7 @@ class Kubernetes:
             start = p.now()
             while True:
                 seen = {k: self._owner_now(p, o) for k, o in owners.items()}
-                behind = [k for k, o in owners.items() if self._back(o, seen[k])]
+                behind = [k for k, o in owners.items() if self._back(o, seen[k], ctx.node)]
                 left = timeout - (p.now() - start)
                 if not behind or left <= 0:
                     return seen
@@ -653,7 +680,7 @@ class Kubernetes:
                     continue
                 # its readyReplicas back (or the owner gone): watched, then everything looked at again
                 kp.wait_watched(p, self._owner_reader(p, o), p.owner_watch(o["namespace"], o["kind"], o["name"]),
-                                self._owner_ready(want), left, POLL_S * 5)
+                                self._owner_ready(want, seen[behind[0]]["ready"]), left, POLL_S * 5)
 
         res = self._call(ctx, "serving-back", ["GET owners' readyReplicas and pods' imageID",
                                                "WATCH each owner behind (fieldSelector metadata.name) until ready",
@@ -663,7 +690,11 @@ class Kubernetes:
             out.reason = f"cannot read the owners of the serving pods: {res.error}"
             return out
         seen = res.answer or {}
-        why = {k: self._back(o, seen[k]) for k, o in owners.items() if k in seen}
+        why = {k: self._back(o, seen[k], ctx.node) for k, o in owners.items() if k in seen}
+        short = [n for k, o in owners.items() if k in seen and not why[k]
+                 for n in [self._short_elsewhere(o, seen[k], ctx.node)] if n]
+        if short:
+            out.facts["serving_short_elsewhere"] = short
         out.facts["serving_owners"] = {k: {"ready": seen[k]["ready"], "baseline_ready": o.get("ready_replicas"),
                                            "digests": seen[k]["digests"], "pods": seen[k]["pods"]}
                                        for k, o in owners.items() if k in seen}

@@ -606,3 +606,51 @@ def test_a_rollbacks_uncordon_is_healthy_only_once_the_owners_are_back(kube, mon
     ok, why = rollback._uncordon(ctx, {})
     assert uncordoned == ["rollback-uncordon"]
     assert not ok and why.startswith("uncordoned, but") and "has 1 ready replicas of 2" in why, why
+
+
+def _elsewhere(p: dict, node: str | None = "gpu-01", unschedulable: str = "") -> dict:
+    p["spec"]["nodeName"] = node
+    if unschedulable:
+        p["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                                                           "reason": "Unschedulable", "message": unschedulable}]}
+    return p
+
+
+NO_ROOM = "0/3 nodes are available: 1 Insufficient nvidia.com/gpu, 2 node(s) were unschedulable."
+
+
+def test_an_owner_short_only_by_pods_waiting_for_nodes_out_of_service_passes_once_this_node_runs_its_share(kube):
+    """A node of the batch that is rolled back keeps its GPUs out of service: the owner's pod
+    it ran waits, unschedulable. The node that passed takes its own share back and is not
+    failed for the other's: the wait ends when readyReplicas moves, and the note says why."""
+    h, fake = kube
+    ctx = h.ctx("uncordon", baseline={"serving_containers": [SERVING]})
+    both_pending = [_elsewhere(pod("a"), None, NO_ROOM), _elsewhere(pod("b"), None, NO_ROOM)]
+    fake.expect(*DEPLOYMENT, answer={"status": {"readyReplicas": 0}})
+    fake.expect("core.list_namespaced_pod", "serving", label_selector="app=kimi", answer={"items": both_pending})
+    fake.expect(*DEPLOYMENT, answer={"status": {"readyReplicas": 0}})
+    fake.expect("watch.list_namespaced_deployment", "serving", field_selector="metadata.name=kimi-k2",
+                timeout_seconds=1800, api="apps", answer=[("MODIFIED", {"status": {"readyReplicas": 1}})])
+    fake.expect(*DEPLOYMENT, answer={"status": {"readyReplicas": 1}})
+    fake.expect("core.list_namespaced_pod", "serving", label_selector="app=kimi",
+                answer={"items": [pod("a"), _elsewhere(pod("b"), None, NO_ROOM)]})
+    got = ctx.workload.prove_serving(ctx)
+    assert not got.failed and fake.t == 0.0, got.reason
+    (note,) = got.facts["serving_short_elsewhere"]
+    assert "has 1 ready replicas of 2" in note and "1 pod(s) wait for GPUs" in note and NO_ROOM in note
+
+
+def test_an_owner_short_while_this_node_runs_none_of_its_pods_still_fails(kube):
+    h, fake = kube
+    ctx = h.ctx("uncordon", baseline={"serving_containers": [SERVING]})
+    ctx.params = ctx.params.model_copy(update={"serving_ready_timeout": 5.0})
+    pods = {"items": [_elsewhere(pod("a"), "gpu-02"), _elsewhere(pod("b"), None, NO_ROOM)]}
+    fake.expect(*DEPLOYMENT, answer={"status": {"readyReplicas": 1}})
+    fake.expect("core.list_namespaced_pod", "serving", label_selector="app=kimi", answer=pods)
+    fake.expect(*DEPLOYMENT, answer={"status": {"readyReplicas": 1}})
+    fake.expect("watch.list_namespaced_deployment", "serving", field_selector="metadata.name=kimi-k2",
+                timeout_seconds=5, api="apps", answer=[])
+    fake.expect(*DEPLOYMENT, answer={"status": {"readyReplicas": 1}})          # the last look, at 5 s
+    fake.expect("core.list_namespaced_pod", "serving", label_selector="app=kimi", answer=pods)
+    got = ctx.workload.prove_serving(ctx)
+    assert got.failed == ["Deployment/serving/kimi-k2"] and "has 1 ready replicas of 2" in got.reason
