@@ -311,3 +311,62 @@ def test_vllm_raise_sites_and_nvml_texts_decide_their_step(where, category, line
     t = classify(line + "\n")
     assert t.category == category, (where, t.scores)
     assert t.evidence == [line]
+
+
+# Container toolkit, container CLI, driver build, Ray, Gloo and c10d texts, rendered from the
+# format strings of the file named beside each: each decides its tree step alone.
+TOOL_TEXTS = [
+    ("nvidia-container-toolkit internal/modifier/stable.go", "container_runtime",
+     "docker: Error response from daemon: failed to create shim: OCI runtime create failed: failed to locate "
+     "NVIDIA Container Runtime Hook: executable file not found: unknown."),
+    ("nvidia-container-toolkit cmd/nvidia-container-runtime-hook/hook_config.go", "container_runtime",
+     "invoking the NVIDIA Container Runtime Hook directly (e.g. specifying the docker --gpus flag) is not "
+     "supported. Please use the NVIDIA Container Runtime (e.g. specify the --runtime=nvidia flag) instead."),
+    ("crun src/libcrun/container.c", "container_runtime",
+     'Error: OCI runtime error: crun: {"msg":"error executing hook `/usr/bin/nvidia-container-runtime-hook` '
+     '(exit code: 1)","level":"error"}'),
+    ("docker/cli + spf13/pflag errors.go", "container_runtime", "unknown flag: --gpus"),
+    ("Go os/exec", "container_runtime",
+     'docker: Error response from daemon: failed to create task for container: OCI runtime create failed: '
+     'exec: "nvidia-smi": executable file not found in $PATH: unknown.'),
+    ("c10/cuda/CUDAFunctions.cpp", "container_runtime",
+     "RuntimeError: CUDA unknown error - this may be due to an incorrectly set up environment, e.g. changing env "
+     "variable CUDA_VISIBLE_DEVICES after program start. Setting the available devices to be zero."),
+    ("nvidia-installer kernel.c", "container_runtime",
+     'ERROR: An error occurred while performing the step: "Building kernel modules". See '
+     "/var/log/nvidia-installer.log for details."),
+    ("nvidia-installer kernel.c", "container_runtime",
+     "ERROR: Unable to load the kernel module 'nvidia.ko'.  This happens most frequently when this kernel module "
+     "was built against the wrong or improperly configured kernel sources"),
+    ("linux scripts/mod/modpost.c", "container_runtime",
+     "ERROR: modpost: GPL-incompatible module nvidia-uvm.ko uses GPL-only symbol '__rcu_read_lock'"),
+    ("dkms dkms.in", "container_runtime",
+     "Error! Bad return status for module build on kernel: 6.8.0-49-generic (x86_64)"),
+    ("NCCL src/init.cc", "communication",
+     "RuntimeError: internal error - please report this issue to the NCCL developers"),
+    ("gloo/transport/tcp/pair.cc", "communication", "RuntimeError: Connection closed by peer"),
+    ("gloo/transport/tcp/unbound_buffer.cc", "communication",
+     "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms "
+     "for recv operation to complete"),
+    ("torch/lib/c10d/Utils.hpp", "communication", "RuntimeError: Socket Timeout"),
+    ("torch/lib/c10d/Utils.cpp", "communication", "RuntimeError: connect() timed out."),
+    ("Ray 1.x python/ray/_private/services.py", "communication",
+     "RuntimeError: Unable to connect to Redis at 10.0.0.1:6379 after 16 retries. Check that 10.0.0.1:6379 is "
+     "reachable from this machine."),
+]
+
+
+@pytest.mark.parametrize("where,category,line", TOOL_TEXTS, ids=[f"{w}-{i}" for i, (w, _, _) in
+                                                                enumerate(TOOL_TEXTS)])
+def test_toolkit_driver_build_and_rendezvous_texts_decide_their_step(where, category, line):
+    t = classify(line + "\n")
+    assert t.category == category, (where, t.scores)
+    assert t.evidence == [line]
+    # the tool's own text decides, not a generic wrapper around it ("OCI runtime create failed": 1.5)
+    assert t.scores[category] >= 2.5, (where, t.scores)
+
+
+def test_a_bare_socket_timeout_in_a_message_is_not_a_rendezvous():
+    # c10d's "Socket Timeout" is the exception's whole text; a sentence that mentions one is not it
+    assert classify("requests.exceptions.ConnectionError: RuntimeError: Socket Timeout while downloading "
+                    "config.json\n").scores["communication"] == 0

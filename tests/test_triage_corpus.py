@@ -7,9 +7,11 @@ are printed (run with -s to see them); the test fails below 90% accuracy overall
 any category. The held-out folders are reported separately, each with a floor that catches a
 regression: `heldout/` (no rule written against it), and `heldout2/` to `heldout6/`, each collected
 after the signals of its time and labelled before triage ran. A folder whose misses were known
-when later signals were chosen no longer measures unseen logs; the 90% target of issue #35 is
-asserted on the folders never tuned on (`heldout/`, `heldout5/` and `heldout6/`) taken together,
-as a strict expected failure while it is not met.
+when later signals were chosen no longer measures unseen logs (`heldout2/` to `heldout4/`, and
+`heldout6/` since the toolkit, driver-build and rendezvous signals); `heldout7/` was collected and
+labelled after those signals. The 90% target of issue #35 is asserted on the folders never tuned
+on (`heldout/`, `heldout5/` and `heldout7/`) taken together, as a strict expected failure while it
+is not met.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ FOURTH = LOGS / "heldout4"
 FIFTH = LOGS / "heldout5"
 # collected after the vLLM 0.33 raise-site and NVML-text signals, the same way
 SIXTH = LOGS / "heldout6"
+# collected after the toolkit, driver-build and rendezvous signals (chosen knowing heldout6's
+# misses), the same way, at most three logs a search
+SEVENTH = LOGS / "heldout7"
 FOLDS = 5
 
 
@@ -245,23 +250,43 @@ def sixth_accuracy() -> float:
 
 def test_sixth_heldout_accuracy_is_reported_and_does_not_regress():
     # 36/51 = 70.6% when the folder was closed, run once on the signals it was collected after.
-    # The floor (two logs below that) catches a regression, it is not the target
-    assert sixth_accuracy() >= 0.66
+    # Its misses were then known when the level-parser fix and the container toolkit, crun,
+    # Docker --gpus, CUDA unknown error, driver build, NCCL internal error, Gloo, c10d store and
+    # Ray Redis signals were chosen: 48/51 after them, no longer a figure for unseen logs.
+    # The floor catches a regression, it is not the target
+    assert sixth_accuracy() >= 0.90
+
+
+def test_seventh_heldout_is_real_cited_and_new():
+    check_new_heldout(SEVENTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH])
+
+
+def seventh_accuracy() -> float:
+    return folder_accuracy(SEVENTH, "seventh held-out folder (symptom-searched after the toolkit, driver-build "
+                                    "and rendezvous signals, labelled before triage ran)")
+
+
+def test_seventh_heldout_accuracy_is_reported_and_does_not_regress():
+    # 34/42 = 81.0% when the folder was closed, run once on the signals it was collected after
+    # (33/42 with the signals before them). The floor (two logs below) catches a regression,
+    # it is not the target
+    assert seventh_accuracy() >= 0.76
 
 
 def never_tuned_on_accuracy() -> float:
-    """Accuracy on `heldout/`, `heldout5/` and `heldout6/` together: no signal was chosen knowing
-    their misses (the vLLM 0.33 signals left heldout5's figure as it was)."""
-    pairs = [(cat, classify(text).category) for folder in (HELDOUT, FIFTH, SIXTH)
+    """Accuracy on `heldout/`, `heldout5/` and `heldout7/` together: no signal was chosen knowing
+    their misses (the vLLM 0.33 signals left heldout5's figure as it was, the toolkit, driver-build
+    and rendezvous signals too; heldout7 was collected after them)."""
+    pairs = [(cat, classify(text).category) for folder in (HELDOUT, FIFTH, SEVENTH)
              for _, cat, text in corpus(folder)]
-    acc, _ = report(pairs, "held-out folders never tuned on (heldout + heldout5 + heldout6)")
+    acc, _ = report(pairs, "held-out folders never tuned on (heldout + heldout5 + heldout7)")
     return acc
 
 
 @pytest.mark.xfail(strict=True, reason="issue #35 asks for 90% on logs triage has never seen; on the folders "
-                   "never tuned on, heldout + heldout5 + heldout6, it is 97/122 = 79.5% (heldout6 alone "
-                   "36/51 = 70.6% when closed, tests/data/logs/heldout6/README.md). Strict: reaching it "
-                   "fails here until the mark goes")
+                   "never tuned on, heldout + heldout5 + heldout7, it is 95/113 = 84.1% (heldout7 alone 34/42 = "
+                   "81.0% when closed, tests/data/logs/heldout7/README.md). Strict: reaching it fails here until "
+                   "the mark goes")
 def test_unseen_heldout_reaches_the_90_percent_target():
     assert never_tuned_on_accuracy() >= 0.90
 

@@ -37,10 +37,15 @@ _NCCL_INFO = re.compile(r"NCCL INFO")
 # a match there counts a quarter (vLLM prints "KV cache usage" and "NVSHMEM enabled" at INFO on
 # healthy servers). WARNING lines count 0.6: they are often the warning that comes true, but as
 # often a hint printed on every start ("may cause out of memory"). NCCL's own "NCCL WARN" is its
-# error level and is not damped.
-_INFO = re.compile(r"^\W{0,3}(\(\w+ pid=\d+(, ip=[\d.]+)?\)\s*)?(\S+\s+){0,3}?\[?(INFO|DEBUG|I\d{4})\b", re.I)
-_WARN = re.compile(r"^\W{0,3}(\(\w+ pid=\d+(, ip=[\d.]+)?\)\s*)?(\S+\s+){0,3}?\[?(WARNING|WARN|W\d{4})\b|UserWarning|"
-                   r"FutureWarning|DeprecationWarning", re.I)
+# error level and is not damped. The words before the level word (a timestamp, a host, a logger
+# name) are never an error word themselves: in "Error info: NVIDIA driver on your system is too
+# old" or "ERROR 05-02 ... WARNING" the line's level is the error word that comes first, and the
+# later "info"/"warning" is part of the message.
+_NOT_ERROR_WORD = r"(?!\W*(\w*ERROR|FATAL|CRITICAL|E\d{4})\b)"
+_INFO = re.compile(r"^\W{0,3}(\(\w+ pid=\d+(, ip=[\d.]+)?\)\s*)?(" + _NOT_ERROR_WORD + r"\S+\s+){0,3}?"
+                   r"\[?(INFO|DEBUG|I\d{4})\b", re.I)
+_WARN = re.compile(r"^\W{0,3}(\(\w+ pid=\d+(, ip=[\d.]+)?\)\s*)?(" + _NOT_ERROR_WORD + r"\S+\s+){0,3}?"
+                   r"\[?(WARNING|WARN|W\d{4})\b|UserWarning|FutureWarning|DeprecationWarning", re.I)
 LEVEL_FACTOR = {"info": 0.25, "warning": 0.6, "error": 1.0}
 # A family that matches on several lines gains a little (0.25 a line, at most 0.5): repetition is
 # weak evidence that the mechanism is real, not noise, but never outweighs a second family.

@@ -146,6 +146,26 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # specification"; the CDI modifier's errors follow it).
     ("toolkit_hook", "container_runtime", 3.5,
      r"could not apply required modification to OCI specification", "nvidia-container-runtime failed"),
+    # The toolkit's other refusals to set a container up (nvidia-container-toolkit):
+    # internal/modifier/stable.go (until 2023) "failed to locate NVIDIA Container Runtime Hook"
+    # (the runtime is configured, its hook binary is not installed); internal/runtime/runtime.go
+    # "failed to create NVIDIA Container Runtime"; cmd/nvidia-container-runtime-hook/
+    # hook_config.go "invoking the NVIDIA Container Runtime Hook directly (e.g. specifying the
+    # docker --gpus flag) is not supported" (CDI mode with the legacy hook). crun runs OCI hooks
+    # itself and names the one that failed (containers/crun src/libcrun/container.c: "error
+    # executing hook `%s` (exit code: %d)"): an NVIDIA hook (nvidia-ctk, nvidia-container-
+    # runtime-hook, nvidia-container-toolkit) is the toolkit's, any other hook is generic.
+    ("toolkit_hook", "container_runtime", 3.5,
+     r"failed to locate NVIDIA Container Runtime Hook|failed to create NVIDIA Container Runtime"
+     r"|invoking the NVIDIA Container Runtime Hook directly|error executing hook `[^`]*nvidia[^`]*`",
+     "the NVIDIA container toolkit could not set the container up"),
+    ("toolkit_hook", "container_runtime", 1.5, r"error executing hook `",
+     "OCI hook failed (generic: the hook's own message decides)"),
+    # A Docker client older than 19.03 has no --gpus flag (docker/cli cli/command/container/
+    # opts.go added it with API 1.40; the flag parser's own error is spf13/pflag errors.go
+    # "unknown flag: --%s"): the GPU cannot reach the container, whatever the driver.
+    ("runtime_missing", "container_runtime", 3.5, r"unknown flag: --gpus\b",
+     "container CLI without GPU support (--gpus unknown)"),
     # NVML unreachable inside a container/pod: libraries not injected or cgroup device access lost.
     ("nvml_in_container", "container_runtime", 3.5,
      r"Failed to initialize NVML: (Unknown Error|ERROR_LIBRARY_NOT_FOUND|could not load NVML library)"
@@ -185,6 +205,12 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|torch\.cuda\.is_available\(\)\s*(is|returned|=)\s*False|NVIDIA-SMI has failed because it couldn't communicate"
      r"|CUDA driver initialization failed|no NVIDIA GPU device is present|nvidia-smi: (command )?not found",
      "GPUs not visible to the process"),
+    # nvidia-smi absent from the container: the runtime injected no driver utilities (no GPU
+    # runtime, or NVIDIA_DRIVER_CAPABILITIES without "utility"). The OCI runtime reports it in Go's
+    # os/exec words (lp_unix.go ErrNotFound "executable file not found in $PATH", exec.go
+    # Error "exec: %q: ...").
+    ("gpu_visibility", "container_runtime", 3.0, r'exec: "nvidia-smi": executable file not found',
+     "nvidia-smi not in the container"),
     # 802: NVSwitch systems without a matching fabric manager.
     ("fabric_manager", "container_runtime", 3.5,
      r"Error 802\b|system not yet initialized|cudaErrorSystemNotReady|CUDA_ERROR_SYSTEM_NOT_READY"
@@ -248,6 +274,33 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("gpu_visibility", "container_runtime", 1.0,
      r"Unexpected error from cudaGetDeviceCount|CUDA unknown error|cuInit.*(failed|error)",
      "CUDA init failed (generic)"),
+    # PyTorch's own text for CUDA error 999 at init (c10/cuda/CUDAFunctions.cpp: "CUDA unknown
+    # error - this may be due to an incorrectly set up environment, e.g. changing env variable
+    # CUDA_VISIBLE_DEVICES after program start. Setting the available devices to be zero."). The
+    # driver answered (an old driver is error 35, a mismatched one 803) but its devices are not
+    # usable from here: /dev/nvidia-uvm missing, a container that lost its device cgroup after a
+    # daemon reload or a host reboot. GPU visibility, tree step 2; 3, as "no CUDA-capable device".
+    ("gpu_visibility", "container_runtime", 3.0,
+     r"CUDA unknown error - this may be due to an incorrectly set up environment",
+     "CUDA init failed with an unknown error (device nodes or cgroup)"),
+    # The NVIDIA kernel module does not build or load for the running kernel. The tree has no
+    # install branch: the driver's version is not the fault, the node has no working driver, so
+    # CUDA cannot start with a version that would do (step 2, as "couldn't communicate with the
+    # NVIDIA driver" after a kernel update). The texts: NVIDIA's installer (nvidia-installer
+    # kernel.c: "An error occurred while performing the step: \"Building kernel modules\"",
+    # "Unable to load the kernel module 'nvidia.ko'", "Unable to find the kernel source tree for
+    # the currently running kernel"); the kernel's modpost (scripts/mod/modpost.c:
+    # "GPL-incompatible module %s.ko uses GPL-only symbol '%s'"), which stops the build when a
+    # new kernel marks a symbol the driver needs GPL-only; DKMS (dkms.in: "Bad return status for
+    # module build on kernel: %s (%s)"). DKMS builds other modules too: 3 there, 3.5 where the
+    # message names NVIDIA's module or NVIDIA's installer prints it.
+    ("driver_build", "container_runtime", 3.5,
+     r'An error occurred while performing the step: "Building kernel modules"'
+     r"|Unable to load the kernel module '?nvidia|Unable to find the kernel source tree for the currently running"
+     r"|GPL-incompatible module nvidia[\w-]*\.ko uses GPL-only symbol", "NVIDIA kernel module does not build or load"),
+    ("driver_build", "container_runtime", 3.0,
+     r"Bad return status for module build on kernel|GPL-incompatible module \S+\.ko uses GPL-only symbol",
+     "kernel module build failed (DKMS / modpost)"),
 
     # --- model_load_capacity (tree step 3: CUDA up, the model does not load or fit) ---
     ("gpu_memory", "model_load_capacity", 4.0,
@@ -415,6 +468,12 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"ncclSystemError|ncclRemoteError|ncclInternalError|ncclInvalidUsage|NCCL error|NCCL failure|Test NCCL failure"
      r"|unhandled system error|ProcessGroupNCCL.*(error|Error)|NCCL communicator was aborted|ncclCommInitRank failed",
      "NCCL collective failed"),
+    # ncclInternalError as NCCL words it (src/init.cc ncclGetErrorString: "internal error -
+    # please report this issue to the NCCL developers"), quoted without the "NCCL error" prefix
+    # PyTorch and vLLM put before it.
+    ("nccl_error", "communication", 3.0,
+     r"internal error - please report this issue to the NCCL developers|NCCL internal error",
+     "NCCL internal error"),
     ("nccl_error", "communication", 1.5, r"NCCL WARN", "NCCL warning"),
     ("nccl_peer", "communication", 4.0,
      r"remote process exited or there was a network error|Connection reset by peer"
@@ -454,6 +513,13 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("gloo_connect", "communication", 3.0,
      r"(Connection closed by peer|Socket unexpectedly closed|Read error|Read timeout|Write timeout"
      r"|Connect timeout) \[[\w.:%-]+\]:\d+|SO_ERROR: .*remote=\[", "Gloo: a peer connection failed"),
+    # The same pair error quoted without its peer address (gloo/transport/tcp/pair.cc "Connection
+    # closed by peer " + the peer), and a receive or send that waited past the group's timeout
+    # (gloo/transport/tcp/unbound_buffer.cc "Timed out waiting %dms for recv operation to
+    # complete"). 2.5 and 3: a peer that died of something else closes its pairs too.
+    ("gloo_connect", "communication", 2.5, r"Connection closed by peer", "Gloo: a peer closed the connection"),
+    ("gloo_connect", "communication", 3.0, r"Timed out waiting \d+ms for (recv|send) operation to complete",
+     "Gloo: a peer never answered"),
     ("rdma", "communication", 3.5,
      r"NET/IB|ibv_\w+ failed|ibv_modify_qp|\bQP\b.*(error|failed)|RDMA|IBGDA|GID index|mlx5.*(error|fail)"
      r"|local protection error|transport retry counter exceeded|wr_id", "InfiniBand/RDMA transport error"),
@@ -502,6 +568,20 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # trying to connect to", "The client socket has failed to connect to any network address of").
     ("cluster_join", "communication", 3.0,
      r"The client socket has (timed out after|failed to connect to)", "torch.distributed: no rendezvous store"),
+    # The older c10d TCPStore client (torch/lib/c10d/Utils.hpp and Utils.cpp, PyTorch 1.x): a
+    # store socket whose read or write timed out ("Socket Timeout", SYSCHECK on EAGAIN), a connect
+    # that timed out ("connect() timed out."), and the store's listener that no rank reached
+    # ("waiting for processes to connect has timed out"). The first is bare, so it must be the
+    # exception's whole text.
+    ("cluster_join", "communication", 3.0,
+     r"RuntimeError: Socket Timeout\s*$|\bconnect\(\) timed out\."
+     r"|waiting for processes to connect has timed out", "torch.distributed: the rendezvous store timed out"),
+    # Ray before its GCS-only releases: a worker starting against the head's Redis
+    # (python/ray/_private/services.py, Ray 1.x, wait_for_redis_to_start: "Unable to connect to
+    # Redis at <ip>:<port> after N retries", "Unable to connect to Redis (after N retries)").
+    ("cluster_join", "communication", 3.0,
+     r"Unable to connect to Redis (at \S+ after \d+ retries|\(after \d+ retries\))",
+     "Ray: a worker cannot reach the head's Redis"),
     ("p2p_nvlink", "communication", 2.0,
      r"P2P (access|is) (not|disabled)|peer access is not supported|NVLink.*(error|down|inactive)"
      r"|custom allreduce.*(fail|disabled)"
