@@ -21,6 +21,7 @@ from k3rollout import __version__
 from k3rollout.engine.clock import Clock, parse_iso
 from k3rollout.errors import InputError, K3RolloutError
 from k3rollout.model.durations import format_duration, parse_duration
+from k3rollout.runlog.rundir import PREFLIGHT_JSON, PREFLIGHT_MD, RunDir
 
 EXIT_OK, EXIT_HALTED, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 70
 EXIT_SIGPIPE = 141
@@ -491,7 +492,7 @@ def _start_run(playbook_path: str, inventory_path: str | list[str], run_dir: Pat
         plan.notes.append(_unchanged_note(pre))
     run_dir.mkdir(parents=True, exist_ok=True)
     _CURRENT_RUN_DIR[0] = run_dir
-    logsetup.configure(run_dir / "events.jsonl")
+    logsetup.configure(RunDir(run_dir).events)
     with RunViews(run_dir, window_end=window_end, **_view_args(args)) as views:
         status = Session(run_dir, clock).start(playbook, inventory, plan, window_end, on_event=views.on_event,
                                                approved_plan=str(Path(approved).resolve()) if approved else None,
@@ -530,10 +531,9 @@ def _tell(*lines: str) -> None:
 
 
 def _report_and_code(run_dir: Path, status: str) -> int:
-    run_dir = run_dir.resolve()
+    rd = RunDir(run_dir.resolve())
     code = EXIT_OK if status in ("completed", "no_change", "rolled_back") else EXIT_HALTED
-    _tell(f"status: {status}", f"report: {run_dir / 'report.html'}", f"        {run_dir / 'report.md'}",
-          f"result: {run_dir / 'result.json'}")
+    _tell(f"status: {status}", f"report: {rd.report_html}", f"        {rd.report_md}", f"result: {rd.result}")
     return code
 
 
@@ -555,9 +555,7 @@ def cmd_demo(args: argparse.Namespace, clock: Clock) -> int:
 
 
 def _existing_run_dir(path: str) -> Path:
-    p = Path(path)
-    if not (p / "journal.jsonl").is_file():
-        raise InputError("not a k3rollout run directory (no journal.jsonl)", path=str(p))
+    p = RunDir(path).require().path
     _CURRENT_RUN_DIR[0] = p
     return p
 
@@ -568,7 +566,7 @@ def cmd_resume(args: argparse.Namespace, clock: Clock) -> int:
     from k3rollout.live.views import RunViews
 
     run_dir = _existing_run_dir(args.run_dir)
-    logsetup.configure(run_dir / "events.jsonl")
+    logsetup.configure(RunDir(run_dir).events)
     with RunViews(run_dir, **_view_args(args)) as views:
         status = Session(run_dir, clock).resume(on_event=views.on_event, accept_changed=args.accept_changed_inputs)
     return _report_and_code(run_dir, status)
@@ -580,23 +578,20 @@ def cmd_rollback(args: argparse.Namespace, clock: Clock) -> int:
     from k3rollout.live.views import RunViews
 
     run_dir = _existing_run_dir(args.run_dir)
-    logsetup.configure(run_dir / "events.jsonl")
+    logsetup.configure(RunDir(run_dir).events)
     session = Session(run_dir, clock)
     with RunViews(run_dir, **_view_args(args)) as views:
         ok = session.rollback(args.batch, on_event=views.on_event, accept_changed=args.accept_changed_inputs)
     _tell(f"rollback: STOPPED: {session.rollback_halt}" if session.rollback_halt else
           f"rollback: {'done' if ok else 'FAILED on at least one node (kept cordoned)'}",
-          f"report: {run_dir / 'report.html'}")
+          f"report: {RunDir(run_dir).report_html}")
     return EXIT_OK if ok else EXIT_HALTED
 
 
 def _readable_run_dir(path: str) -> Path:
     """A run directory to read only: unlike ``_existing_run_dir`` it is not made the place
     an internal error writes its debug.log (``watch`` and ``metrics`` write nothing there)."""
-    p = Path(path)
-    if not (p / "journal.jsonl").is_file():
-        raise InputError("not a k3rollout run directory (no journal.jsonl)", path=str(p))
-    return p
+    return RunDir(path).require().path
 
 
 def cmd_watch(args: argparse.Namespace, clock: Clock) -> int:
@@ -622,7 +617,7 @@ def cmd_metrics(args: argparse.Namespace, clock: Clock) -> int:
 
     run_dir = _readable_run_dir(args.run_dir)
     state = LiveRun()
-    for r in JournalTail(run_dir / "journal.jsonl").read():
+    for r in JournalTail(RunDir(run_dir).journal).read():
         state.apply(r)
     reg = metrics.registry(lambda: nullcontext(state), clock.now)
     if args.textfile:
@@ -638,11 +633,12 @@ def cmd_metrics(args: argparse.Namespace, clock: Clock) -> int:
 def cmd_approve(args: argparse.Namespace, clock: Clock) -> int:
     import getpass
 
-    from k3rollout.engine.gates import open_pauses, write_approval
+    from k3rollout.engine.gates import open_pauses
     from k3rollout.runlog.journal import Journal
 
     run_dir = _existing_run_dir(args.run_dir)
-    waiting = open_pauses(Journal.read(run_dir / "journal.jsonl"))
+    rd = RunDir(run_dir)
+    waiting = open_pauses(Journal.read(rd.journal))
     if args.pause:
         chosen = [p for p in waiting if p["pause"] == args.pause]
         if not chosen:
@@ -658,8 +654,8 @@ def cmd_approve(args: argparse.Namespace, clock: Clock) -> int:
     p = chosen[0]
     decision = "rejected" if args.reject else "approved"
     try:
-        path = write_approval(run_dir, p["pause"], decision=decision, by=args.by or getpass.getuser(),
-                              note=args.note or "", at=clock.iso())
+        path = rd.write_approval(p["pause"], decision=decision, by=args.by or getpass.getuser(),
+                                 note=args.note or "", at=clock.iso())
     except FileExistsError:
         raise InputError(f"pause {p['pause']} already has a decision", path=str(run_dir)) from None
     print(f"{decision}: {p['pause']} ({p.get('reason', '')})")
@@ -676,7 +672,7 @@ def cmd_report(args: argparse.Namespace, clock: Clock) -> int:
         sys.stdout.write(text)
     else:
         problems = write_model(run_dir)["verification"]
-        print(f"report: {run_dir / 'report.html'}")
+        print(f"report: {RunDir(run_dir).report_html}")
     if problems:
         # the report was written, with the items this evidence backs marked not proven
         for p in problems:
@@ -698,7 +694,7 @@ def cmd_observe(args: argparse.Namespace, clock: Clock) -> int:
         raise InputError(f"--every/--for: {exc}") from None
     if every <= 0:
         raise InputError("--every must be longer than 0s")
-    logsetup.configure(run_dir / "events.jsonl")
+    logsetup.configure(RunDir(run_dir).events)
     observer = Observer(run_dir, clock)
 
     def show(rec: dict | None) -> None:
@@ -716,9 +712,9 @@ def cmd_observe(args: argparse.Namespace, clock: Clock) -> int:
         last = observer.run(every, for_s, args.once, on_pass=show)
     except KeyboardInterrupt:
         print("k3rollout: observation stopped; the passes so far are in the journal and the report", file=sys.stderr)
-        print(f"report: {run_dir / 'report.html'}")
+        print(f"report: {RunDir(run_dir).report_html}")
         return EXIT_OK
-    print(f"report: {run_dir / 'report.html'}")
+    print(f"report: {RunDir(run_dir).report_html}")
     return EXIT_HALTED if last is not None and last["decision"] == "rollback" else EXIT_OK
 
 
@@ -867,7 +863,7 @@ def parser() -> argparse.ArgumentParser:
     live_flags(sp)
     sp.add_argument("--preflight", nargs="?", const="now", metavar="REPORT",
                     help="the read-only preflight `run` performs on every node before any change (the default); "
-                         "with REPORT, read from an earlier `k3rollout preflight` report (preflight.json) instead")
+                         f"with REPORT, read from an earlier `k3rollout preflight` report ({PREFLIGHT_JSON}) instead")
     sp.add_argument("--no-preflight", action="store_true",
                     help="start without the read-only preflight (recorded in the journal and the report: nobody "
                          "checked before the window that each node's rollback packages can still be downloaded)")
@@ -878,7 +874,7 @@ def parser() -> argparse.ArgumentParser:
                                              "the input does not fit)")
     pb_inv(sp)
     sp.add_argument("--json", action="store_true")
-    sp.add_argument("--output", help="folder for preflight.json and preflight.md (default runs/preflight-<id>)")
+    sp.add_argument("--output", help=f"folder for {PREFLIGHT_JSON} and {PREFLIGHT_MD} (default runs/preflight-<id>)")
     sp.set_defaults(fn=cmd_preflight)
     sp = sub.add_parser("unlock", help="take over the in-cluster lock (Slurm reservation, lock directory) of a run "
                                        "that is gone, once its nodes are checked; never a live holder's")
@@ -1063,7 +1059,7 @@ def _internal_error(exc: Exception) -> int:
                 where = f" The run directory is {run_dir}."
         if isinstance(cause, JournalWriteError):
             print(f"k3rollout: error: {cause}{where}", file=sys.stderr)
-        elif run_dir is not None and not (run_dir / "journal.jsonl").exists():
+        elif run_dir is not None and not RunDir(run_dir).journal.exists():
             # stopped before the run's first record (the preflight's report, say): there is
             # nothing to resume, and nothing was changed
             what = f" ({full.filename})" if full.filename else ""
@@ -1078,7 +1074,7 @@ def _internal_error(exc: Exception) -> int:
     tb = traceback.format_exc()
     path: Path | None
     if run_dir is not None and run_dir.is_dir():
-        path = run_dir / "debug.log"
+        path = RunDir(run_dir).debug_log
     else:
         path = Path(tempfile.gettempdir()) / "k3rollout-debug.log"
     try:

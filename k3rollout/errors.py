@@ -6,7 +6,7 @@
     │   ├── InvalidYaml            exit 2: text that does not parse as YAML (model/yamlsrc.py)
     │   └── NotYamlInventory       exit 2 unless ansible-inventory reads it (model/inventory.py)
     ├── LockHeld                   exit 1: another run holds (or left) the cluster lock
-    ├── RunNeverStarted            exit 1: resume of a run killed before its first record (engine/session.py)
+    ├── RunNeverStarted            exit 1: resume of a run killed before its first record (runlog/rundir.py)
     ├── JournalWriteError          exit 70: a record could not be written or made durable (runlog/journal.py)
     ├── KubernetesError            exit 70: the API refused or could not be reached (scheduler/k8s_api.py)
     └── TransportError             a host could not be driven; carries host, command, tail

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from support import race_for_lock, write_inventory
 
-from k3rollout.engine import lock as lk
 from k3rollout.errors import LockHeld
 from k3rollout.model import load_inventory
+from k3rollout.runlog import lock as lk
 
 
 def _lock(inv: Path, run_dir: Path) -> lk.RunLock:

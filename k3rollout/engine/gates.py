@@ -3,7 +3,7 @@
 A pause is journaled when it starts (``pause_started``: id, reason, until) and when it
 ends (``pause_resolved``: approved, rejected or timer, by whom, with the note). The run
 waits by polling ``RUN_DIR/approvals/<id>.json``, which ``k3rollout approve RUN_DIR``
-writes; the engine never takes an approval from anywhere else, and a resumed run finds a
+writes (``RunDir.write_approval``, runlog/rundir.py); the engine never takes an approval from anywhere else, and a resumed run finds a
 resolved pause in the journal and does not ask again. A pause with a duration ends by
 itself when the time is up (``approve`` may end it early, ``approve --reject`` stops the
 rollout). While paused the run still stops on SIGTERM and halts when the window ends.
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import threading
 import time
@@ -29,31 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from k3rollout.evidence.store import EvidenceStore
+from k3rollout.runlog.rundir import RunDir
 from k3rollout.runlog.view import RunView
 
-APPROVALS = "approvals"
 POLL_S = float(os.environ.get("K3ROLLOUT_APPROVAL_POLL_S", "0.5"))
-_ID = re.compile(r"^[A-Za-z0-9._-]+$")
-
-
-def approvals_dir(run_dir: Path) -> Path:
-    return Path(run_dir) / APPROVALS
-
-
-def write_approval(run_dir: Path, pause_id: str, *, decision: str, by: str, note: str, at: str) -> Path:
-    """What `k3rollout approve` writes: one file per pause, created once (never replaced)."""
-    if not _ID.match(pause_id):
-        raise ValueError(f"bad pause id {pause_id!r}")
-    d = approvals_dir(run_dir)
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / f"{pause_id}.json"
-    tmp = d / f".{pause_id}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps({"pause": pause_id, "decision": decision, "by": by, "note": note, "at": at}))
-    try:
-        os.link(tmp, path)          # atomic and exclusive: a second approval is refused
-    finally:
-        tmp.unlink()
-    return path
 
 
 def open_pauses(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -105,20 +83,16 @@ class Gates:
             self.log.warning("paused", pause=pause_id, reason=reason,
                              approve=f"k3rollout approve {self.run_dir} --pause {pause_id}")
         until = self.view.pauses[pause_id].get("until")
-        path = approvals_dir(self.run_dir) / f"{pause_id}.json"
+        rd = RunDir(self.run_dir)
         while True:
-            if path.is_file():
-                text = path.read_text()
-                try:
-                    a = json.loads(text)
-                except ValueError:
-                    a = None
-                if isinstance(a, dict) and a.get("decision") in ("approved", "rejected"):
-                    ref = self.evidence.write("_run", "approvals", f"{pause_id}.json", text)
-                    self.record("pause_resolved", pause=pause_id, decision=a["decision"],
-                                by=self.redact(str(a.get("by", ""))), note=self.redact(str(a.get("note", ""))),
-                                evidence=ref.path, sha256=ref.sha256)
-                    return a["decision"]
+            decided = rd.read_approval(pause_id)
+            if decided is not None:
+                text, a = decided
+                ref = self.evidence.write("_run", "approvals", f"{pause_id}.json", text)
+                self.record("pause_resolved", pause=pause_id, decision=a["decision"],
+                            by=self.redact(str(a.get("by", ""))), note=self.redact(str(a.get("note", ""))),
+                            evidence=ref.path, sha256=ref.sha256)
+                return a["decision"]
             now = self.clock.now()
             if until is not None and now >= until:
                 self.record("pause_resolved", pause=pause_id, decision="timer", by="timer", note="")

@@ -26,8 +26,6 @@ so the hash chain stays whole and ``resume`` and the report read the run as befo
 
 from __future__ import annotations
 
-import fcntl
-import json
 import os
 import threading
 import time
@@ -46,11 +44,12 @@ from k3rollout.engine.clock import Clock
 from k3rollout.engine.runner import Redactor, secret_values
 from k3rollout.engine.steps import StepRunner
 from k3rollout.errors import InputError, LockHeld
-from k3rollout.evidence.store import EvidenceStore, verify_run
+from k3rollout.evidence.store import EvidenceStore
 from k3rollout.model.assertions import evaluate_all
-from k3rollout.model.playbook import MultinodeParams, load_playbook, play_vars
+from k3rollout.model.playbook import MultinodeParams, play_vars
 from k3rollout.report.result import build_result
 from k3rollout.runlog.journal import Journal, JournalWriteError
+from k3rollout.runlog.rundir import RunDir
 from k3rollout.runlog.view import RunView, fold
 from k3rollout.stages import features, multinode, thinking, vllm_server
 from k3rollout.stages.base import NodeCtx, StepFailed
@@ -142,23 +141,15 @@ def run_reference(view: RunView, nodes: list[str]) -> dict[str, Any]:
 
 class Observer:
     def __init__(self, run_dir: Path, clock: Clock | None = None, log: Any = None):
-        from k3rollout.engine.lock import _holder_text, live_holders
-        from k3rollout.engine.session import verification_error
-        from k3rollout.model.inputs import reload_inputs
+        from k3rollout.runlog.lock import _holder_text
 
         self.run_dir = Path(run_dir)
+        self.rd = RunDir(self.run_dir)
         self.clock = clock or Clock()
         self.log = log or structlog.get_logger("k3rollout")
-        path = self.run_dir / "journal.jsonl"
-        if not path.exists():
-            raise InputError("no journal.jsonl: not a k3rollout run directory", path=str(self.run_dir))
-        records = Journal.read(path)
-        if not records or records[0]["type"] != "run_started":
-            raise InputError("journal does not start with run_started: the run never started", path=str(path))
-        problems = verify_run(self.run_dir, records)
-        if problems:
-            raise verification_error(self.run_dir, problems)
-        live = live_holders(self.run_dir)
+        path = self.rd.journal
+        records = self.rd.open()        # read and verified; InputError unless the run started
+        live = self.rd.live_holders()
         if live:
             raise LockHeld(f"{self.run_dir}: this run is in progress ({_holder_text(live[0])}); observe it once it "
                            "has ended")
@@ -166,11 +157,7 @@ class Observer:
         if self.view.status == "running":
             raise InputError("this run has not finished (it was interrupted): finish it with `k3rollout resume "
                              f"{self.run_dir}` (or roll it back) before observing it", path=str(path))
-        try:
-            inputs = json.loads((self.run_dir / "inputs.json").read_text())
-        except (FileNotFoundError, ValueError) as exc:
-            raise InputError(f"inputs.json missing or damaged ({exc})", path=str(self.run_dir)) from None
-        self.playbook, self.inventory = reload_inputs(load_playbook(inputs["playbook"]), inputs)
+        self.playbook, self.inventory, _ = self.rd.reload_inputs()
         self.settings = self.playbook.play.observe
         self.play_vars = play_vars(self.playbook.play)
         result = build_result(self.view)
@@ -197,12 +184,8 @@ class Observer:
             on_pass: Callable[[dict | None], None] | None = None) -> dict | None:
         """Passes until ``for_s`` has gone by (one with ``once``); the last observation record.
         Only one ``observe`` of a run directory at a time (a file lock in it)."""
-        guard = os.open(self.run_dir / "observe.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        guard = self.rd.lock_observe()
         try:
-            try:
-                fcntl.flock(guard, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise LockHeld(f"{self.run_dir}: another `k3rollout observe` of this run is running") from None
             deadline = time.monotonic() + for_s
             last = None
             while True:
@@ -215,21 +198,19 @@ class Observer:
                 if wait <= 0 or self.stopping.wait(wait):
                     return last
         finally:
-            fcntl.flock(guard, fcntl.LOCK_UN)
-            os.close(guard)
+            guard.release()
 
     def one_pass(self) -> dict | None:
-        from k3rollout.engine.lock import live_holders
         from k3rollout.report.render import write_reports
         from k3rollout.scheduler import with_scheduler_hosts
         from k3rollout.transport.factory import make_executor
 
-        if live_holders(self.run_dir):
+        if self.rd.live_holders():
             raise LockHeld(f"{self.run_dir}: a resume or rollback of this run started; observation stops")
         self.index += 1
         index = self.index
-        journal = Journal(self.run_dir / "journal.jsonl", self.clock.iso)
-        evidence = EvidenceStore(self.run_dir / "evidence")
+        journal = Journal(self.rd.journal, self.clock.iso)
+        evidence = EvidenceStore(self.rd.evidence)
         journal.extra_sync = evidence.sync
         executor = make_executor(with_scheduler_hosts(self.inventory.hosts, list(self.nodes)), self.run_dir,
                                  observation_pass=index)

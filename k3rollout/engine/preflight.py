@@ -59,6 +59,7 @@ from k3rollout import fastjson
 from k3rollout.checks import driver_facts as df
 from k3rollout.checks import parsers
 from k3rollout.plan.target import changes_driver, no_change_reason, target_of
+from k3rollout.runlog.rundir import RunDir
 from k3rollout.scheduler import scheduler_for
 from k3rollout.scheduler.k8s_api import KubernetesApi
 from k3rollout.stages import driver_node as dn
@@ -407,7 +408,8 @@ def missing_rights(access: dict[str, Any], missing: list[dict[str, Any]]) -> str
 
 def write_report(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    jpath, mpath = out_dir / "preflight.json", out_dir / "preflight.md"
+    out = RunDir(out_dir)
+    jpath, mpath = out.preflight_json, out.preflight_md
     # orjson, laid out as json.dumps(indent=2) does: at 1,000 nodes the standard library's
     # indented encoder took seconds before the run could start
     jpath.write_text(fastjson.dumps_pretty(report) + "\n", encoding="utf-8")

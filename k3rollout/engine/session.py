@@ -1,15 +1,7 @@
 """A run on disk: create or reopen a run directory, take the cluster lock, drive the engine.
 
-This is the only place that knows the run directory layout::
-
-    RUN_DIR/
-      journal.jsonl         append-only, fsynced, hash-chained (the source of truth)
-      evidence/             write-once outputs + MANIFEST.sha256
-      events.jsonl          structlog JSON events
-      inputs.json           where the playbook and inventory were, and their digests
-      result.json report.md report.html report.json   regenerated from the journal
-      sim-hosts/            state of simulated hosts (k3sim transport only)
-      debug.log             traceback of an internal error, if any
+The run directory's layout, how an existing one is opened and verified, and its lock are
+``RunDir``'s (runlog/rundir.py).
 """
 
 from __future__ import annotations
@@ -26,35 +18,20 @@ from typing import Any
 
 from k3rollout import fastjson
 from k3rollout.engine.clock import Clock
-from k3rollout.engine.lock import RunLock
 from k3rollout.engine.runner import Engine
-from k3rollout.errors import InputError, K3RolloutError, LockHeld
-from k3rollout.evidence.store import EvidenceStore, Problem, verify_run
-from k3rollout.model.inputs import inventory_inputs, reload_inputs, write_retry_file
+from k3rollout.errors import InputError
+from k3rollout.evidence.store import EvidenceStore
+from k3rollout.model.inputs import inventory_inputs, write_retry_file
 from k3rollout.model.inventory import Inventory
-from k3rollout.model.playbook import Playbook, load_playbook
+from k3rollout.model.playbook import Playbook
 from k3rollout.plan.planner import Plan
 from k3rollout.report.render import write_reports
 from k3rollout.runlog.journal import Journal
+from k3rollout.runlog.rundir import PREFLIGHT_JSON, RunDir
 from k3rollout.scheduler import with_scheduler_hosts
 from k3rollout.scheduler.cluster_lock import ClusterLocks, cluster_locks, lock_hosts
 from k3rollout.scheduler.k8s_lock import ClusterLeases, Locks, lease_targets
 from k3rollout.transport.factory import check_controller_tools, make_executor
-
-
-class RunNeverStarted(K3RolloutError):
-    """``resume`` of a run that was killed before its first journal record."""
-
-    exit_code = 1
-
-
-def verification_error(run_dir: Path, problems: list[Problem]) -> InputError:
-    """Exit 2 naming the first problem's file and line, and how many there are."""
-    first = problems[0]
-    more = f" ({len(problems) - 1} more problem(s): see `k3rollout report {run_dir}`)" if len(problems) > 1 else ""
-    return InputError(f"{first.subject + ': ' if first.subject else ''}{first.why}{more}. The run directory does not "
-                      "verify: what it claims cannot be trusted; nothing was changed. Keep it for the audit.",
-                      path=str(Path(run_dir) / first.file), line=first.line)
 
 
 def new_run_id(clock: Clock) -> str:
@@ -100,6 +77,7 @@ def _write_json(path: Path, data: Any) -> None:
 class Session:
     def __init__(self, run_dir: Path, clock: Clock | None = None):
         self.run_dir = Path(run_dir)
+        self.rd = RunDir(self.run_dir)
         self.clock = clock or Clock()
         self._running: Engine | None = None      # the engine whose batches end with a report
         self._next_report = 0.0                   # process CPU time before which no interim report is written
@@ -131,7 +109,7 @@ class Session:
 
     @property
     def journal_path(self) -> Path:
-        return self.run_dir / "journal.jsonl"
+        return self.rd.journal
 
     def start(self, playbook: Playbook, inventory: Inventory, plan: Plan, window_end: float | None,
               on_event: Callable[[dict], None] | None = None, log: Any = None,
@@ -143,7 +121,7 @@ class Session:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         run_id = new_run_id(self.clock)
         check_controller_tools(playbook, {h: inventory.hosts[h] for h in plan.hosts})
-        lock = RunLock(inventory, self.run_dir, self.clock.iso(), hosts=plan.hosts)
+        lock = self.rd.lock(inventory, self.clock.iso(), hosts=plan.hosts)
         # the (empty) journal exists before the lock is taken: a run killed before its first
         # record leaves a run directory `resume` recognises, and releases (see resume)
         created = not self.journal_path.exists()
@@ -168,12 +146,12 @@ class Session:
                 raise
             lock = Locks(lock, leases, others)
             inv_digest = inventory.sha256 or hashlib.sha256(Path(inventory.path).read_bytes()).hexdigest()
-            _write_json(self.run_dir / "inputs.json", {
+            _write_json(self.rd.inputs, {
                 "playbook": str(Path(playbook.path).resolve()), "playbook_sha256": playbook.sha256,
                 "inventory": str(Path(inventory.path).resolve()), "inventory_sha256": inv_digest,
                 **inventory_inputs(inventory, overrides)})
             journal = Journal(self.journal_path, self.clock.iso)
-            evidence = EvidenceStore(self.run_dir / "evidence")
+            evidence = EvidenceStore(self.rd.evidence)
             engine = Engine(playbook=playbook, inventory=inventory, executor=executor, journal=journal,
                             evidence=evidence, clock=self.clock, run_id=run_id, log=log,
                             on_event=self._reporting(on_event))
@@ -190,7 +168,7 @@ class Session:
                 # it was not run) in run_started
                 pre = {k: v for k, v in preflight.items() if k != "report"}
                 if "report" in preflight:
-                    pref = evidence.write("_run", "preflight", "preflight.json",
+                    pref = evidence.write("_run", "preflight", PREFLIGHT_JSON,
                                           engine.redact(fastjson.dumps_pretty(preflight["report"])))
                     pre.update(evidence=pref.path, evidence_sha256=pref.sha256)
 
@@ -215,48 +193,15 @@ class Session:
             lock.release()
 
     def reopen(self) -> tuple[Playbook, Inventory, Journal, dict]:
-        if not self.journal_path.exists():
-            raise InputError("no journal.jsonl: not a k3rollout run directory", path=str(self.run_dir))
-        # read and verified (hash chain, record types) before anything is repaired or appended
-        records = Journal.read(self.journal_path)
-        if not any(r["type"] == "run_started" for r in records):
-            self._never_started(records)
-        problems = verify_run(self.run_dir, records)
-        if problems:
-            raise verification_error(self.run_dir, problems)
-        try:
-            inputs = json.loads((self.run_dir / "inputs.json").read_text())
-        except (FileNotFoundError, ValueError) as exc:
-            raise InputError(f"inputs.json missing or damaged ({exc})", path=str(self.run_dir)) from None
-        playbook = load_playbook(inputs["playbook"])
-        playbook, inventory = reload_inputs(playbook, inputs)
+        # read and verified (hash chain, record types, evidence) before anything is repaired or
+        # appended; a run that never started is released (RunNeverStarted)
+        self.rd.open(release_unstarted=True)
+        playbook, inventory, inputs = self.rd.reload_inputs()
         journal = Journal(self.journal_path, self.clock.iso)
         if not journal.records or journal.records[0]["type"] != "run_started":
             journal.close()
             raise InputError("journal does not start with run_started", path=str(self.journal_path))
         return playbook, inventory, journal, inputs
-
-    def _never_started(self, records: list[dict]) -> None:
-        """A run killed between taking its lock and its first record changed nothing (every
-        change is journaled first): release its stale lock, so neither `resume` nor `run`
-        stays stuck on it, and say how to start again."""
-        from k3rollout.engine.lock import _holder_text, live_holders, release_stale
-
-        live = live_holders(self.run_dir)
-        if live:
-            raise LockHeld(f"{self.run_dir}: this run is starting right now ({_holder_text(live[0])}); its journal "
-                           "has no record yet")
-        released = release_stale(self.run_dir)
-        if not records:
-            # the run directory can take the run again: a torn first record is kept aside
-            if self.journal_path.stat().st_size == 0:
-                self.journal_path.unlink()
-            else:
-                os.replace(self.journal_path, self.run_dir / "journal.torn.0")
-        raise RunNeverStarted(
-            f"{self.run_dir}: this run never started: its journal holds no record, so nothing was changed on any "
-            "host. " + (f"Released its stale cluster lock ({', '.join(map(str, released))}). " if released else "")
-            + "Start the rollout again with `k3rollout run`.")
 
     def _engine(self, on_event: Callable[[dict], None] | None, log: Any,
                 accept_changed: bool = False) -> tuple[Engine, Journal, Any]:
@@ -286,7 +231,7 @@ class Session:
                              "--accept-changed-inputs (the change is recorded in the journal)",
                              path=inputs["playbook"] if "playbook_sha256" in changes else inventory.path)
         # --- end changed inputs ---
-        lock = RunLock(inventory, self.run_dir, self.clock.iso(), hosts=plan_hosts)
+        lock = self.rd.lock(inventory, self.clock.iso(), hosts=plan_hosts)
         try:
             lock.acquire(takeover_own_stale=True)
         except Exception:
@@ -303,7 +248,7 @@ class Session:
             raise
         lock = Locks(lock, leases, others)
         engine = Engine(playbook=playbook, inventory=inventory, executor=executor, journal=journal,
-                        evidence=EvidenceStore(self.run_dir / "evidence"), clock=self.clock, run_id=first["run_id"],
+                        evidence=EvidenceStore(self.rd.evidence), clock=self.clock, run_id=first["run_id"],
                         log=log, on_event=self._reporting(on_event))
         self._running = engine
         if changes:
@@ -361,7 +306,7 @@ class Session:
         appended, so re-reading 190,000 records at 1,000 nodes would only rebuild it); from
         the journal on disk otherwise."""
         if engine is not None:
-            write_retry_file(self.run_dir, engine.view)
+            write_retry_file(self.rd.retry, engine.view)
         if engine is not None and engine.applied == engine.journal.last_seq:
             return write_reports(self.run_dir, view=engine.view, records=engine.applied)
         return write_reports(self.run_dir)

@@ -25,6 +25,7 @@ from k3rollout import fastjson
 from k3rollout.engine.clock import Clock
 from k3rollout.errors import CommandTimeout, ConnectionLost, HostUnreachable, TransportError
 from k3rollout.evidence.store import EvidenceStore
+from k3rollout.runlog.rundir import RunDir
 from k3rollout.runlog.view import RunView
 from k3rollout.scheduler import Scheduler, k8s_calls, scheduler_for
 from k3rollout.stages.base import NodeCtx, StepFailed
@@ -344,7 +345,7 @@ class StepRunner:
                 return earlier
         self.record("step_started", node=node, stage=ctx.stage, step=name, key=key, argv=argv, once=True)
         attempt = self.view.step_starts.get((node, key), 1)
-        private = self.evidence.root.parent / "ansible" / node / f"{ctx.folder}-{name}-{attempt}"
+        private = RunDir(self.evidence.root.parent).ansible / node / f"{ctx.folder}-{name}-{attempt}"
 
         def on_event(ev: dict) -> None:
             self.record("ansible_event", node=node, stage=ctx.stage, step=name, key=key,

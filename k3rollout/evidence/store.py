@@ -226,10 +226,12 @@ def cited(records: list[dict]) -> list[tuple[int, str, str]]:
     return out
 
 
-def verify_run(run_dir: Path, records: list[dict]) -> list[Problem]:
-    """The manifest against the files, and every evidence file the journal cites against
-    the manifest: empty when every claim of the run can be re-verified from its directory."""
-    root = Path(run_dir) / "evidence"
+def verify_evidence(root: Path, records: list[dict], journal: str) -> list[Problem]:
+    """The manifest of a run's evidence folder ``root`` against the files, and every evidence
+    file the journal cites against the manifest (a problem of a citation names ``journal``, the
+    journal's file): empty when every claim of the run can be re-verified from its directory.
+    ``RunDir.verify`` (runlog/rundir.py) says where those are."""
+    root = Path(root)
     listed, problems = verify_manifest(root)
     bad = {p.subject for p in problems}
     no_manifest = any(p.line is None and not p.subject for p in problems)
@@ -238,10 +240,10 @@ def verify_run(run_dir: Path, records: list[dict]) -> list[Problem]:
             continue
         if no_manifest:
             bad.add(rel)
-            problems.append(Problem("journal.jsonl", line, rel, "cited as evidence, but there is no manifest"))
+            problems.append(Problem(journal, line, rel, "cited as evidence, but there is no manifest"))
         elif listed.get(rel) != digest:
             bad.add(rel)
             why = ("cited as evidence, but the manifest does not list it" if rel not in listed else
                    f"cited with sha256 {digest}, but the manifest lists {listed[rel]}")
-            problems.append(Problem("journal.jsonl", line, rel, why))
+            problems.append(Problem(journal, line, rel, why))
     return problems

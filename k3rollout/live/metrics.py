@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector
 
 from k3rollout.live.state import LiveRun, ts
 from k3rollout.report.result import build_result
+from k3rollout.runlog.rundir import RESULT
 
 NODE_STATES = ("upgraded", "rolled_back", "rollback_failed", "failed", "skipped", "pending", "quarantined")
 REPLICA_STATES = ("serving", "rolled_back", "failed", "pending")
@@ -48,12 +49,12 @@ def families(s: LiveRun, now: float) -> Iterator[Metric]:
     for st in sorted({*RUN_STATES, v.status}):
         g.add_metric([st], 1.0 if st == v.status else 0.0)
     yield g
-    g = GaugeMetricFamily("k3rollout_nodes", "Nodes of the plan by state (result.json's final)", labels=["state"])
+    g = GaugeMetricFamily("k3rollout_nodes", f"Nodes of the plan by state ({RESULT}'s final)", labels=["state"])
     for st, n in _counts([x["final"] for x in res["nodes"].values()], NODE_STATES).items():
         g.add_metric([st], n)
     yield g
     if res.get("replicas"):
-        g = GaugeMetricFamily("k3rollout_replicas", "Replicas of the plan by state (result.json's final)",
+        g = GaugeMetricFamily("k3rollout_replicas", f"Replicas of the plan by state ({RESULT}'s final)",
                               labels=["state"])
         for st, n in _counts([x["final"] for x in res["replicas"].values()], REPLICA_STATES).items():
             g.add_metric([st], n)
@@ -72,7 +73,7 @@ def families(s: LiveRun, now: float) -> Iterator[Metric]:
     yield GaugeMetricFamily("k3rollout_batches_planned", "Batches in the plan", value=len(res["batches"]))
     yield GaugeMetricFamily("k3rollout_batches_done", "Batches that ended (passed, failed or rolled back)",
                             value=sum(1 for b in res["batches"] if b["status"] not in ("running", "not_started")))
-    g = GaugeMetricFamily("k3rollout_batches", "Batches by status (result.json's)", labels=["status"])
+    g = GaugeMetricFamily("k3rollout_batches", f"Batches by status ({RESULT}'s)", labels=["status"])
     for st, n in _counts([b["status"] for b in res["batches"]], BATCH_STATES).items():
         g.add_metric([st], n)
     yield g

@@ -33,6 +33,7 @@ from k3rollout.live.follow import JournalTail
 from k3rollout.live.state import LiveRun
 from k3rollout.live.view import render
 from k3rollout.progress import LineProgress
+from k3rollout.runlog.rundir import RunDir
 
 REDRAW_S = 1.0
 FRAME_BUDGET = 100
@@ -174,7 +175,7 @@ def watch(run_dir: Path, *, plain: bool = False, stream: TextIO | None = None, e
     or ``gone``: the process that wrote it is not running and nothing came for
     ``gone_after`` seconds). KeyboardInterrupt (Ctrl-C) goes to the caller."""
     out = stream or sys.stdout
-    tail = JournalTail(Path(run_dir) / "journal.jsonl")
+    tail = JournalTail(RunDir(run_dir).journal)
     state = LiveRun()
     lines = _WatchLines(out, str(run_dir)) if plain or not out.isatty() else None
     screen = None if lines else Screen(out)

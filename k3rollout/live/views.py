@@ -14,6 +14,7 @@ from typing import Any, TextIO
 from k3rollout.errors import InputError
 from k3rollout.live.feed import Feed, fan_out
 from k3rollout.progress import LineProgress
+from k3rollout.runlog.rundir import RunDir
 
 
 class RunViews:
@@ -32,7 +33,7 @@ class RunViews:
         self._server: Any = None
 
     def __enter__(self) -> RunViews:
-        feed = Feed(self.run_dir / "journal.jsonl") if self.live or self.metrics_port is not None else None
+        feed = Feed(RunDir(self.run_dir).journal) if self.live or self.metrics_port is not None else None
         if self.metrics_port is not None:
             from k3rollout.live import metrics
 

@@ -17,7 +17,7 @@ import json
 import os
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -146,17 +146,17 @@ class RunOutcome(Protocol):
     def nodes(self) -> Mapping[str, _NodeOutcome]: ...
 
 
-def write_retry_file(run_dir: Path, view: RunOutcome) -> Path | None:
+def write_retry_file(retry_path: Callable[[str], Path], view: RunOutcome) -> Path | None:
     """After a run with failed hosts (halted, or gone on within max_fail_percentage):
     RUN_DIR/<playbook>.retry, Ansible's retry file (the failed hosts, sorted, one per
-    line), for ``--limit @RUN_DIR/<playbook>.retry``."""
+    line), for ``--limit @RUN_DIR/<playbook>.retry``. ``retry_path`` names it from the
+    playbook's path (``RunDir.retry``, runlog/rundir.py)."""
     if view.status == "running" or not view.plan:
         return None
     failed = sorted(n.name for n in view.nodes.values() if n.failed_stage or n.state in FAILED_STATES)
     if not failed:
         return None
-    name = Path(str(view.plan.get("playbook") or "playbook")).stem + ".retry"
-    path = Path(run_dir) / name
+    path = retry_path(str(view.plan.get("playbook") or "playbook"))
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(f"{h}\n" for h in failed), encoding="utf-8")
     os.replace(tmp, path)

@@ -3,12 +3,12 @@ timing (out of service, makespan, lower bound) for its report. See plan/timing.p
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from k3rollout.errors import InputError
 from k3rollout.plan import timing as tm
 from k3rollout.runlog.journal import Journal
+from k3rollout.runlog.rundir import RunDir
 from k3rollout.runlog.view import RunView, fold
 
 
@@ -16,9 +16,9 @@ def load_history(run_dirs: list[str]) -> tm.History:
     """Fold each run's journal (verified: hash chain and record types) into stage samples."""
     hist = tm.History()
     for d in run_dirs:
-        path = Path(d) / "journal.jsonl"
+        path = RunDir(d).journal
         if not path.is_file():
-            raise InputError("--history: no journal.jsonl here (give a run directory k3rollout wrote)", path=str(d))
+            raise InputError(f"--history: no {path.name} here (give a run directory k3rollout wrote)", path=str(d))
         view = fold(Journal.read(path))
         nodes = {n: (str(v.baseline.get("gpu_model") or tm.UNKNOWN), v.timeline) for n, v in view.nodes.items()}
         if hist.add_run(str(d), nodes) == 0:

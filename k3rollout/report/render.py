@@ -20,7 +20,7 @@ from jinja2.bccache import Bucket
 
 from k3rollout import fastjson
 from k3rollout.checks.cuda_table import BRANCH_MAX_CUDA
-from k3rollout.evidence.store import Problem, verify_run
+from k3rollout.evidence.store import Problem
 from k3rollout.model.durations import format_duration
 from k3rollout.model.playbook import STAGE_TABLES
 from k3rollout.report import checklist
@@ -29,6 +29,7 @@ from k3rollout.report.result import build_result
 from k3rollout.report.timeline import render_svg
 from k3rollout.resources import shipped
 from k3rollout.runlog.journal import Journal, no_gc
+from k3rollout.runlog.rundir import REPORT_HTML, REPORT_JSON, REPORT_MD, RESULT, RunDir
 from k3rollout.runlog.view import RunView, fold
 
 RUNBOOKS = shipped("runbooks")
@@ -93,7 +94,7 @@ def _cuda(driver: str | None) -> str | None:
 
 def _play_vars(run_dir: Path) -> dict[str, Any]:
     try:
-        inputs = json.loads((run_dir / "inputs.json").read_text())
+        inputs = json.loads(RunDir(run_dir).inputs.read_text())
         from k3rollout.model.playbook import load_playbook, play_vars
 
         return play_vars(load_playbook(inputs["playbook"]).play)
@@ -225,8 +226,9 @@ def model(run_dir: Path, view: RunView | None = None, records: int | None = None
         # a report from the run directory re-verifies it: the journal's hash chain and record
         # types (Journal.read), the evidence files against the manifest, the manifest against
         # what the journal cites
-        recs = Journal.read(run_dir / "journal.jsonl")
-        problems = verify_run(run_dir, recs)
+        rd = RunDir(run_dir)
+        recs = Journal.read(rd.journal)
+        problems = rd.verify(recs)
         with no_gc():
             view = fold(recs)
         records = len(recs)
@@ -312,9 +314,9 @@ def _json(m: dict[str, Any]) -> str:
 
 def outputs(m: dict[str, Any]) -> dict[str, str]:
     """The files a run directory's reports are: name -> text."""
-    return {"result.json": fastjson.dumps_pretty(m["result"]), "report.json": _json(m),
-            "report.md": _MD.get_template("report.md.j2").render(**m),
-            "report.html": _HTML.get_template("report.html.j2").render(**m)}
+    return {RESULT: fastjson.dumps_pretty(m["result"]), REPORT_JSON: _json(m),
+            REPORT_MD: _MD.get_template("report.md.j2").render(**m),
+            REPORT_HTML: _HTML.get_template("report.html.j2").render(**m)}
 
 
 def write_reports(run_dir: Path, view: RunView | None = None, records: int | None = None,

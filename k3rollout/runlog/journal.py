@@ -87,6 +87,12 @@ def defer_interrupt() -> bool:
     return False
 
 
+def torn_path(path: Path, offset: int) -> Path:
+    """Where the torn tail of the journal at ``path`` is kept: beside it, named by its stem and
+    the offset the tail started at (``journal.torn.<offset>`` for a run's journal.jsonl)."""
+    return path.with_name(f"{path.stem}.torn.{offset}")
+
+
 class JournalWriteError(K3RolloutError):
     """A record could not be written in full, or made durable: the run stops before the
     side effect it announced. The message says what state the journal was left in."""
@@ -135,7 +141,7 @@ class Journal:
     def _load(self) -> None:
         records, good_len, torn = _parse_checked(self.path)
         if torn is not None:
-            keep = self.path.with_name(f"journal.torn.{good_len}")
+            keep = torn_path(self.path, good_len)
             keep.write_bytes(torn)
             with open(self.path, "r+b") as f:
                 f.truncate(good_len)

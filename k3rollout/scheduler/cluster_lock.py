@@ -1,6 +1,6 @@
 """The cluster-wide lock for Slurm and ``scheduler: none`` clusters, kept in the cluster.
 
-The controller's lock files (engine/lock.py) only stop runs on the same controller; a
+The controller's lock files (runlog/lock.py) only stop runs on the same controller; a
 second operator on another controller, or one with a differently written inventory, would
 go on. The lock therefore lives where every run against the cluster must look.
 
@@ -386,7 +386,7 @@ def slurm_controllers(inventory: Any, hosts: list[str]) -> dict[str, list[str]]:
 def cluster_locks(inventory: Any, hosts: list[str], executor: Any, run_dir: str, started: str,
                   run_id: str = "") -> ClusterLocks:
     """The in-cluster locks of a run on ``hosts`` (Kubernetes has its Lease, k8s_lock.py)."""
-    from k3rollout.engine.lock import host_key
+    from k3rollout.runlog.lock import host_key
     from k3rollout.scheduler import scheduler_for
 
     info = me(run_dir, started, run_id)

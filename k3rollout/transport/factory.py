@@ -90,9 +90,10 @@ def make_executor(hosts: dict[str, Any], run_dir: Path, observation_pass: int | 
     which only a simulated cluster is told (its late faults may start at a pass)."""
     kind = connection_kind(hosts)
     if kind == "k3sim":
+        from k3rollout.runlog.rundir import RunDir
         from k3rollout.transport.sim import SimExecutor
 
-        return SimExecutor(run_dir / "sim-hosts", {n: h.vars for n, h in hosts.items()},
+        return SimExecutor(RunDir(run_dir).sim_hosts, {n: h.vars for n, h in hosts.items()},
                            observation_pass=observation_pass)
     if kind in SSH_KINDS:
         from k3rollout.toolpaths import find_tool

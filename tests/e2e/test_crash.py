@@ -431,8 +431,8 @@ def test_a_second_signal_waits_for_the_steps_in_flight(tmp_path, forks):
 
     from support import ROOT
 
-    from k3rollout.evidence.store import verify_run
     from k3rollout.runlog.journal import Journal
+    from k3rollout.runlog.rundir import RunDir
 
     hosts = {f"gpu-{i:02d}": {"sim_latency_s": 0.02} for i in range(1, 9)}
     inv = write_inventory(tmp_path / "inv", hosts)
@@ -452,7 +452,7 @@ def test_a_second_signal_waits_for_the_steps_in_flight(tmp_path, forks):
     _, err = p.communicate(timeout=600)
     assert p.returncode == 1, err.decode()[-2000:]
     recs = Journal.read(j)
-    assert verify_run(run_dir, recs) == []
+    assert RunDir(run_dir).verify(recs) == []
     open_steps = {(r["node"], r["key"]) for r in recs if r["type"] == "step_started"}
     for r in recs:
         if r["type"] in ("step_done", "step_error", "step_settled"):
@@ -462,7 +462,7 @@ def test_a_second_signal_waits_for_the_steps_in_flight(tmp_path, forks):
     r = cli("resume", str(run_dir))
     assert r.returncode == 0, r.stderr[-2000:]
     assert {n["final"] for n in result(run_dir)["nodes"].values()} == {"upgraded"}
-    assert verify_run(run_dir, Journal.read(j)) == []
+    assert RunDir(run_dir).verify(Journal.read(j)) == []
 
 
 def test_a_full_disk_gives_one_message_and_exit_70_and_resume_works_after(reference, tmp_path, capsys):

@@ -163,8 +163,8 @@ def test_a_fault_that_appears_after_the_run_is_caught_as_a_recurrence_and_rollba
 
 
 def test_observe_runs_while_another_rollout_holds_the_lock_but_not_during_its_own_run(tmp_path):
-    from k3rollout.engine.lock import RunLock
     from k3rollout.model.inventory import load_inventory
+    from k3rollout.runlog.lock import RunLock
 
     run_dir = _rollout(tmp_path, {"gpu-01": {}})
     inv = load_inventory([str(tmp_path / "inv" / "hosts.yml")])

@@ -302,7 +302,7 @@ def test_window_too_short_starts_no_new_batch_and_leaves_nodes_pending(tmp_path)
 
 
 def test_second_concurrent_run_is_refused_naming_the_lock_holder(tmp_path, capsys):
-    from k3rollout.engine.lock import RunLock
+    from k3rollout.runlog.lock import RunLock
 
     inv = write_inventory(tmp_path / "inv", {"gpu-01": {}})
     holder = RunLock(str(inv), tmp_path / "other-run", "2026-12-02T01:00:00Z")
@@ -320,8 +320,8 @@ def test_second_concurrent_run_is_refused_naming_the_lock_holder(tmp_path, capsy
 def test_stale_lock_is_reported_with_how_to_clear_it_never_stolen(tmp_path, capsys):
     import json
 
-    from k3rollout.engine.lock import lock_paths
     from k3rollout.model import load_inventory
+    from k3rollout.runlog.lock import lock_paths
 
     inv = write_inventory(tmp_path / "inv", {"gpu-01": {}})
     dead = subprocess.Popen(["true"])

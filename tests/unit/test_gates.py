@@ -10,12 +10,13 @@ import threading
 import pytest
 
 from k3rollout.engine.clock import Clock
-from k3rollout.engine.gates import Gates, write_approval
+from k3rollout.engine.gates import Gates
 from k3rollout.engine.recorder import Recorder
 from k3rollout.engine.states import build_table
 from k3rollout.evidence.store import EvidenceStore
 from k3rollout.model.playbook import Hook, Hooks
 from k3rollout.runlog.journal import Journal
+from k3rollout.runlog.rundir import RunDir
 
 
 class ManualClock(Clock):
@@ -59,7 +60,8 @@ def types(journal: Journal, run_dir) -> list[str]:
 def test_a_pause_ends_with_the_approval_file_and_is_not_asked_again(parts):
     make, run_dir, clock, journal = parts
     gates = make()
-    write_approval(run_dir, "after-batch1", decision="approved", by="alice", note="looks good", at=clock.iso())
+    RunDir(run_dir).write_approval("after-batch1", decision="approved", by="alice", note="looks good",
+                                   at=clock.iso())
     assert gates.pause("after-batch1", "batch 1 done", None, batch=1) == "approved"
     assert gates.view.pauses["after-batch1"]["by"] == "alice"
     before = types(journal, run_dir)
