@@ -3,7 +3,7 @@
 The top-level folders stay the one source (people and tests use them from a checkout);
 a wheel gets a copy under ``k3rollout/_shipped/`` so an installed k3rollout, run from any
 folder, has its default playbook, the embedded sim inventory and the runbooks its reports
-link to (see k3rollout/resources.py). Editable installs read the checkout directly.
+link to, and the docs/ pages the runbooks link to (see k3rollout/resources.py). Editable installs read the checkout directly.
 """
 
 import shutil
@@ -12,7 +12,7 @@ from pathlib import Path
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-SHIPPED = ("playbooks", "inventories", "runbooks")
+SHIPPED = ("playbooks", "inventories", "runbooks", "docs")
 
 
 class build_py_with_shipped(build_py):  # setuptools' command naming

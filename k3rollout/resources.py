@@ -1,7 +1,8 @@
-"""Where the files k3rollout ships beside its code are: playbooks, the sim inventory, runbooks.
+"""Where the files k3rollout ships beside its code are: playbooks, the sim inventory, runbooks
+and the docs/ pages the runbooks link to.
 
-In a source checkout they are the top-level ``playbooks/``, ``inventories/`` and
-``runbooks/``. A wheel (``pip install .``) carries copies of them inside the package, under
+In a source checkout they are the top-level ``playbooks/``, ``inventories/``, ``runbooks/``
+and ``docs/``. A wheel (``pip install .``) carries copies of them inside the package, under
 ``k3rollout/_shipped/`` (setup.py's build step puts them there), so an installed k3rollout
 run from any folder finds the same files. The copy in the package wins when it exists.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
-SHIPPED_DIRS = ("playbooks", "inventories", "runbooks")
+SHIPPED_DIRS = ("playbooks", "inventories", "runbooks", "docs")
 
 
 def shipped(*parts: str) -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -144,6 +145,13 @@ def test_a_wheel_installed_k3rollout_runs_its_demo_from_another_folder(tmp_path)
         assert link.startswith(str(site)), link
     r = json.loads((run_dir / "result.json").read_text())
     assert len(r["nodes"]) >= 2
+    # the runbooks' own links (the docs/ pages with the reasons, each other) resolve in the package
+    books = Path(links[0]).parent
+    relative = [(book.name, target) for book in books.glob("*.md")
+                for target in re.findall(r"\]\(([^)#:\s]+\.md)(?:#[^)]*)?\)", book.read_text())]
+    assert any(t.startswith("../docs/") for _, t in relative), relative
+    for name, target in relative:
+        assert (books / target).is_file(), (name, target)
 
 
 @pytest.mark.long
