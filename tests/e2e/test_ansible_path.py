@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from support import result, write_playbook
+from support import DOCKER_HOST, result, write_playbook
 
 from k3rollout.cli import main
 from k3rollout.sim.state import executed
@@ -21,8 +21,10 @@ def state(c, host: str) -> dict:
 
 def test_vendor_tasks_that_changed_nothing_leave_the_node_in_service_as_it_was(sshd_cluster, tmp_path):
     # gpu-02 was cordoned before the run: it stays cordoned
-    with sshd_cluster({"gpu-01": {}, "gpu-02": {"sim_cordoned": True}}) as c:
-        inv = c.inventory(tmp_path / "inv" / "hosts.yml", host_vars={"gpu-01": BROKEN, "gpu-02": BROKEN})
+    # Docker hosts: the serving container the node ran is still running, untouched
+    with sshd_cluster({"gpu-01": dict(DOCKER_HOST), "gpu-02": {**DOCKER_HOST, "sim_cordoned": True}}) as c:
+        inv = c.inventory(tmp_path / "inv" / "hosts.yml", host_vars={"gpu-01": {**BROKEN, **DOCKER_HOST},
+                                                                     "gpu-02": {**BROKEN, **DOCKER_HOST}})
         pb = write_playbook(tmp_path / "pb.yml", serial=2, min_serving=0, max_fail_percentage=100, reboot_timeout=30)
         run_dir = tmp_path / "run"
         assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), "--no-preflight"]) == 0

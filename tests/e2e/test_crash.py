@@ -41,7 +41,7 @@ def outcome(run_dir: Path) -> dict:
             "batches": [b["status"] for b in r["batches"]]}
 
 
-TEST_POD = re.compile(r"^(POST|DELETE) namespaces/[^/ ]+/pods\b")
+TEST_POD = re.compile(r"^(POST|DELETE) namespaces/k3rollout/pods\b")     # the workload namespace
 POD_NAME = re.compile(r"(?P<name>[a-z0-9-]+?)-[0-9a-f]{10}\b")     # NAME-<hash of run id, node, purpose>
 
 
@@ -532,7 +532,8 @@ def own_changes(run_dir: Path, host: str) -> list[str]:
     """What this run asked of the API for ``host`` (the operator's own label and pod changes
     left out: its progression runs on its own clock)."""
     return [re.sub(r"-[0-9a-f]{5}/eviction$", "-<pod>/eviction", c) for c in api_changes(run_dir, host)
-            if "nvidia.com/gpu-driver-upgrade" not in c and "nvidia-driver-daemonset" not in c]
+            if "nvidia.com/gpu-driver-upgrade" not in c and "nvidia-driver-daemonset" not in c
+            and not TEST_POD.match(c)]
 
 
 @pytest.fixture(scope="module")
@@ -548,6 +549,7 @@ def _operator_reference(base: Path) -> dict:
     assert p.returncode == 0, p.stderr        # completed: gpu-02 failed and was rolled back
     return {"records": journal(run_dir), "outcome": outcome(run_dir),
             "changes": {h: own_changes(run_dir, h) for h in ("gpu-01", "gpu-02")},
+            "test_pods": {h: own_pods(run_dir, h) for h in ("gpu-01", "gpu-02")},
             "pools": {h: sim_state(run_dir, h)["scheduler"]["labels"][OPERATOR_POOL] for h in ("gpu-01", "gpu-02")}}
 
 
@@ -584,6 +586,10 @@ def check_operator_point(reference: dict, mode: str, seq: int, label: str, base:
         # each label move (and cordon, eviction, uncordon) asked once: none repeated or lost
         if own_changes(run_dir, h) != reference["changes"][h]:
             failures.append(f"{label}: {h} changes {own_changes(run_dir, h)} != {reference['changes'][h]}")
+        pods = own_pods(run_dir, h)
+        failures += [f"{label}: {h} {p}" for p in pod_problems(pods)]
+        if set(pods) != set(reference["test_pods"][h]):
+            failures.append(f"{label}: {h} test pods {sorted(set(pods))} != {sorted(set(reference['test_pods'][h]))}")
         s = sim_state(run_dir, h)
         if s["scheduler"]["labels"][OPERATOR_POOL] != reference["pools"][h]:
             failures.append(f"{label}: {h} ends in pool {s['scheduler']['labels'][OPERATOR_POOL]}")

@@ -127,8 +127,9 @@ def node(tmp_path):
     count = iter(range(100))
 
     def make(**hv):
+        # a Docker host: these tests run the node's own containers with the docker CLI
         name = f"n{next(count)}"
-        return init_cluster(tmp_path / "hosts", {name: hv})[name]
+        return init_cluster(tmp_path / "hosts", {name: {"sim_container_runtime": "docker", **hv}})[name]
     return make
 
 
