@@ -72,7 +72,9 @@ def host_package_commands(run_dir: Path, node: str) -> list[str]:
 
 
 def test_canary_through_the_gpu_operator_moves_the_pool_label_and_waits_for_upgrade_done(tmp_path):
-    code, run_dir = run(tmp_path, {"gpu-01": dict(OPERATOR)})
+    # a containerd node whose serving pod a Deployment owns: the drain evicts it
+    serving = {"kind": "Deployment", "name": "k2-serving", "node_selector": {"kubernetes.io/hostname": "gpu-01"}}
+    code, run_dir = run(tmp_path, {"gpu-01": {**OPERATOR, "sim_k8s_serving": serving}})
     n = result(run_dir)["nodes"]["gpu-01"]
     assert code == 0 and n["final"] == "upgraded", n
     s = sim_state(run_dir, "gpu-01")
@@ -204,6 +206,7 @@ def test_prestage_on_an_operator_node_stages_the_image_but_no_host_package(tmp_p
     assert main(["run", str(playbook), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
     assert result(run_dir)["nodes"]["gpu-01"]["final"] == "upgraded"
     assert host_package_commands(run_dir, "gpu-01") == []
-    assert any(c.startswith("docker pull") for c in commands(run_dir, "gpu-01"))
+    # into the store the kubelet reads (a containerd node)
+    assert any(c.startswith("crictl pull") for c in commands(run_dir, "gpu-01"))
     facts = stage_facts(run_dir, "gpu-01", "prestage")["prestage"]
     assert "GPU Operator" in facts["packages_note"] and "packages" not in facts

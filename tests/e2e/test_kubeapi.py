@@ -26,7 +26,9 @@ def cluster(tmp_path):
     root = tmp_path / "sim"
     for i, name in enumerate(("gpu-01", "gpu-02", "gpu-03")):
         faults = ["pdb_blocks_eviction"] if name == "gpu-02" else []
-        st.init_host(root / name, name, {"sim_address": f"127.0.9.{i + 1}", "sim_faults": faults,
+        # Docker hosts: the serving pod is the one their vllm-serving container stands for
+        st.init_host(root / name, name, {"sim_container_runtime": "docker", "sim_address": f"127.0.9.{i + 1}",
+                                         "sim_faults": faults,
                                          "sim_cordoned": name == "gpu-03"})
     with KubeApiServer(root, pdb_release_s=None) as api:
         api.root = root
