@@ -32,7 +32,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -43,6 +42,7 @@ import structlog
 from k3rollout.checks import parsers
 from k3rollout.checks.triage import classify
 from k3rollout.engine.clock import Clock
+from k3rollout.engine.pool import run_each
 from k3rollout.engine.runner import Redactor, secret_values
 from k3rollout.engine.steps import StepRunner
 from k3rollout.errors import InputError, LockHeld
@@ -239,17 +239,14 @@ class Observer:
         try:
             journal.append("observation_started", index=index, nodes=list(self.nodes), pid=os.getpid(),
                            playbook_sha256=self.playbook.sha256)
-            forks = max(1, min(self.playbook.play.forks, len(self.nodes)))
-            pool = ThreadPoolExecutor(max_workers=forks)
             try:
-                futures = {n: pool.submit(self.observe_node, runner, n, index) for n in self.nodes}
-                nodes = {n: f.result() for n, f in futures.items()}
+                found = run_each(lambda n: self.observe_node(runner, n, index), self.nodes,
+                                 workers=self.playbook.play.forks, stopping=runner.stopping, name="k3observe")
             except BaseException as exc:
-                # SIGTERM or Ctrl-C (or an internal error): the checks in flight stop at their
-                # next command, the pass is recorded as stopped, and nothing is left half written
-                runner.stopping.set()
+                # SIGTERM or Ctrl-C (or an internal error): the worker pool (engine/pool.py) has
+                # stopped the checks in flight at their next command and waited for them; the
+                # pass is recorded as stopped, and nothing is left half written
                 self.stopping.set()
-                pool.shutdown(wait=True, cancel_futures=True)
                 why = ("interrupted (SIGTERM or Ctrl-C)" if isinstance(exc, KeyboardInterrupt)
                        else f"stopped by an internal error ({type(exc).__name__}: {self.redact(str(exc))[:300]})")
                 try:
@@ -258,7 +255,7 @@ class Observer:
                 except JournalWriteError:
                     pass            # another writer took the journal: this pass may add nothing more
                 raise
-            pool.shutdown(wait=True)
+            nodes = dict(zip(self.nodes, found, strict=True))
             obs, ev = observe_context(nodes, self.reference, index, self.view, self.clock.now())
             rules, decision = decide(self.settings, obs, self.play_vars)
             rec = journal.append("observation", index=index, nodes=nodes, evidence=ev, obs=obs, rules=rules,

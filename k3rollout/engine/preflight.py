@@ -51,13 +51,13 @@ from __future__ import annotations
 import fnmatch
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from k3rollout import fastjson
 from k3rollout.checks import driver_facts as df
 from k3rollout.checks import parsers
+from k3rollout.engine.pool import run_each
 from k3rollout.plan.target import changes_driver, no_change_reason, target_of
 from k3rollout.scheduler import scheduler_for
 from k3rollout.scheduler.k8s_api import KubernetesApi
@@ -319,8 +319,8 @@ def preflight(playbook: Any, inventory: Any, hosts: list[str], executor: Any, *,
                              kube=kube if scheduler_for(hv).kind == "kubernetes" else None)
 
     try:
-        with ThreadPoolExecutor(max_workers=max(1, min(forks, len(hosts) or 1))) as pool:
-            nodes = dict(pool.map(one, hosts))
+        # the engine's worker pool (engine/pool.py): Ctrl-C starts no further node's checks
+        nodes = dict(run_each(one, hosts, workers=forks, name="k3preflight"))
     finally:
         for api in apis.values():
             api.close()

@@ -12,9 +12,9 @@ naming the nodes and why. ``resume`` does not pre-stage a node twice.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from k3rollout.engine.pool import run_each
 from k3rollout.stages import prestage as node_prestage
 from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
 
@@ -49,8 +49,10 @@ def run(engine: Any, nodes: list[str]) -> str | None:
     if not todo:
         return None
     cfg = engine.playbook.play.prestage
-    with ThreadPoolExecutor(max_workers=max(1, min(cfg.parallel, len(todo))), thread_name_prefix="k3prestage") as ex:
-        results = list(ex.map(lambda n: one(engine, n), todo))
+    # the engine's worker pool (engine/pool.py): on a stop, a node not started yet is not
+    # started (resume pre-stages it), and one in flight finishes and is journaled
+    results = run_each(lambda n: one(engine, n), todo, workers=cfg.parallel, stopping=engine.stopping,
+                       name="k3prestage")
     failed = [(n, o.reason) for n, o in results if not o.passed]
     if failed:
         return (f"pre-staging failed on {len(failed)} of {len(todo)} node(s), before any change: "

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from k3rollout.checks.triage import caused_by, classify
 from k3rollout.engine.clock import Clock
 from k3rollout.engine.gates import Gates
 from k3rollout.engine.policy import BatchPolicy, Halt, NextBatch
+from k3rollout.engine.pool import run_each
 from k3rollout.engine.recorder import Recorder
 from k3rollout.engine.rollback import RollbackExecutor
 from k3rollout.engine.states import STATE_STAGE, Event, NodeState, build_table
@@ -408,29 +408,11 @@ class Engine:
     # ------------------------------------------------------------------ batches
 
     def pool(self, fn: Callable[[str], Any], nodes: list[str]) -> None:
-        if not nodes:
-            return
-        if len(nodes) == 1 and threading.current_thread() is not threading.main_thread():
-            # a worker already (a window's slot): signals never reach it, so the node runs
-            # here, without a thread of its own for each of its stage rounds
-            fn(nodes[0])
-            return
-        workers = max(1, min(self.playbook.play.forks, len(nodes)))
-        # even one node runs in a worker thread: the main thread only waits, so a signal
-        # (which Python delivers to the main thread) never cuts a step short
-        ex = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="k3node")
-        try:
-            futures = [ex.submit(fn, n) for n in nodes]
-            for fut in futures:
-                fut.result()
-        except KeyboardInterrupt:
-            # stop at the next stage boundary: no new step starts, what is running now
-            # finishes (or times out) and is journaled, and only then does the caller close
-            # the journal and the transports (cli.py lets only the first signal interrupt)
-            self.stopping.set()
-            raise
-        finally:
-            ex.shutdown(wait=True, cancel_futures=self.stopping.is_set())
+        """``fn`` on every node, ``forks`` at once, in the engine's worker pool (engine/pool.py,
+        the one rule for Ctrl-C and SIGTERM): on a stop no new step starts, what is running now
+        finishes (or times out) and is journaled, and only then does the caller close the
+        journal and the transports."""
+        run_each(fn, nodes, workers=self.playbook.play.forks, stopping=self.stopping, name="k3node")
 
     def run_batch(self, nodes: list[str], idx: int | None = None) -> None:
         self._held = {s.stage for s in self.stages if s.pause}

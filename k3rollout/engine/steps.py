@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from k3rollout import fastjson
 from k3rollout.engine.clock import Clock
+from k3rollout.engine.pool import run_each
 from k3rollout.errors import CommandTimeout, ConnectionLost, HostUnreachable, TransportError
 from k3rollout.evidence.store import EvidenceStore
 from k3rollout.runlog.view import RunView
@@ -446,8 +447,6 @@ class StepRunner:
     def http_many(self, ctx: NodeCtx, name: str, port: int, path: str, bodies: list[Any], *, stream: bool = True,
                   timeout: float = 300.0) -> list[HttpResult]:
         """``len(bodies)`` requests sent at once (one thread each): a concurrency step."""
-        from concurrent.futures import ThreadPoolExecutor
-
         base, client = self._target(ctx, port)
         url = base + path
         key = f"{ctx.folder}/{name}"
@@ -458,11 +457,10 @@ class StepRunner:
         if stream:
             # each stream on its own client: none waits on a shared pool lock (transport/http.py)
             results = client.stream_many(url, bodies, timeout)
-        elif len(bodies) <= 1:
-            results = [client.request("POST", url, b, timeout) for b in bodies]
         else:
-            with ThreadPoolExecutor(max_workers=len(bodies)) as pool:
-                results = list(pool.map(lambda b: client.request("POST", url, b, timeout), bodies))
+            # one worker each, in the engine's worker pool (engine/pool.py)
+            results = run_each(lambda b: client.request("POST", url, b, timeout), bodies, workers=len(bodies),
+                               name="k3http")
         lines = [f"> POST {url} x{len(bodies)} concurrent (stream={stream})", f"# host={ctx.node}"]
         for i, r in enumerate(results, 1):
             lines.append(f"{i}\tstatus={r.status}\telapsed_s={r.elapsed_s:.4f}\tttft_s="

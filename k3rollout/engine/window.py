@@ -45,9 +45,9 @@ import math
 import threading
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from k3rollout.engine.pool import WorkerPool
 from k3rollout.engine.states import STAGE_STATE, NodeState
 
 TERMINAL = {NodeState.UPGRADE_DONE.value, NodeState.SKIPPED.value, NodeState.ROLLED_BACK.value,
@@ -233,19 +233,14 @@ def run(engine: Any, batch: dict[str, Any], policy: dict[str, Any]) -> tuple[str
     todo = [n for n in nodes if engine.view.node(n).state not in TERMINAL]
     engine.before_cordon = w.before_cordon
     try:
-        # room for every slot and the most nodes ahead (threads start only as nodes need them)
-        with ThreadPoolExecutor(max_workers=2 * w.k + 1, thread_name_prefix="k3window") as ex:
-            futures = []
+        # room for every slot and the most nodes ahead (threads start only as nodes need them);
+        # a stop is the engine's worker pool's (engine/pool.py): no new node or step starts,
+        # what runs now finishes and is journaled
+        with WorkerPool(2 * w.k + 1, stopping=engine.stopping, name="k3window") as pool:
             for node in todo:
                 if not w.dispatch(node):
                     break
-                futures.append(ex.submit(w.one, node))
-            for f in futures:
-                f.result()
-    except KeyboardInterrupt:
-        # as Engine.pool: no new step starts; what runs now finishes and is journaled
-        engine.stopping.set()
-        raise
+                pool.submit(w.one, node)
     finally:
         engine.before_cordon = None
     if engine.stopping.is_set():
