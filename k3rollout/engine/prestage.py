@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from k3rollout.engine.outcome import STAGE_ERRORS, failed_outcome
 from k3rollout.engine.pool import run_each
 from k3rollout.stages import prestage as node_prestage
-from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
+from k3rollout.stages.base import NodeCtx, StageOutcome
 
 FOLDER = "00-prestage"
 
@@ -34,8 +35,8 @@ def one(engine: Any, node: str) -> tuple[str, StageOutcome]:
     engine.record("prestage_started", node=node)
     try:
         out = node_prestage.run(ctx, cfg)
-    except StepFailed as exc:
-        out = StageOutcome(False, str(exc), logs=f"{exc}\n{exc.logs}")
+    except STAGE_ERRORS as exc:
+        out = failed_outcome(exc)
     if out.facts:
         engine.record("facts", node=node, stage="prestage", facts=out.facts)
     engine.record("prestage_done", node=node, ok=out.passed, reason=engine.redact(out.reason))

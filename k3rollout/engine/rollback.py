@@ -17,16 +17,15 @@ from dataclasses import replace
 from typing import Any
 
 from k3rollout import fastjson
-from k3rollout.checks.parsers import ParseError
+from k3rollout.engine.outcome import failed_outcome
 from k3rollout.engine.policy import BatchPolicy
 from k3rollout.engine.recorder import Recorder
 from k3rollout.engine.states import AFTER_CHANGE_STATES, Event, NodeState
 from k3rollout.engine.steps import StepRunner
 from k3rollout.evidence.store import EvidenceStore
-from k3rollout.model.assertions import AssertionSyntaxError
 from k3rollout.runlog.view import RunView
 from k3rollout.stages import rollback as rb
-from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
+from k3rollout.stages.base import NodeCtx, StepFailed
 from k3rollout.stages.registry import STAGES
 
 # steps of the driver stage that change the node's driver: the inline vendor steps, the
@@ -152,10 +151,8 @@ class RollbackExecutor:
         try:
             params = self.cordon_params(ctx.node)
             out = STAGES["cordon"](replace(ctx, params=params))
-        except ParseError as exc:
-            out = StageOutcome(False, f"unexpected output: {exc}")
-        except (AssertionSyntaxError, ValueError) as exc:
-            out = StageOutcome(False, f"cordon stage parameters: {exc}")
+        except ValueError as exc:        # its parameters, or output it did not parse (a StepFailed goes on)
+            out = failed_outcome(exc, parameters="cordon stage parameters")
         if not out.passed:
             return {"action": "cordon", "status": "failed", "detail": f"{out.reason}: node kept cordoned"}
         return {"action": "cordon", "status": "done", "detail": out.reason or "cordoned and drained"}

@@ -31,10 +31,10 @@ from typing import Any
 import structlog
 
 from k3rollout import fastjson
-from k3rollout.checks.parsers import ParseError
 from k3rollout.checks.triage import caused_by, classify
 from k3rollout.engine.clock import Clock
 from k3rollout.engine.gates import Gates
+from k3rollout.engine.outcome import STAGE_ERRORS, failed_outcome
 from k3rollout.engine.policy import BatchPolicy, Halt, NextBatch
 from k3rollout.engine.pool import run_each
 from k3rollout.engine.recorder import Recorder
@@ -256,8 +256,8 @@ class Engine:
             return StageOutcome(False, why, logs=why)
         try:
             params = self.render_params(stage, node)
-        except (AssertionSyntaxError, ValueError) as exc:
-            return StageOutcome(False, f"stage parameters: {exc}")
+        except ValueError as exc:            # an AssertionSyntaxError is one
+            return failed_outcome(exc)
         ctx = self.ctx(node, stage, self.folder(stage), params)
         rep = self.replica_of(node) if stage.stage in REPLICA_SCOPED_STAGES and self.playbook.profile is not None else None
         if rep is not None:
@@ -272,10 +272,8 @@ class Engine:
                 facts = {k: v for k, v in out.facts.items() if k != "per_node"}
                 out = replace(out, facts={**facts, **own.get(node, {}), "replica_role": "head"})
             return out
-        except StepFailed as exc:
-            return StageOutcome(False, str(exc), logs=f"{exc}\n{exc.logs}")
-        except ParseError as exc:
-            return StageOutcome(False, f"unexpected output: {exc}", logs=str(exc))
+        except STAGE_ERRORS as exc:
+            return failed_outcome(exc)
 
     def advance(self, node: str) -> None:
         """Walk one node forward until it is done, failed, or waiting at a batch barrier."""
@@ -389,10 +387,8 @@ class Engine:
                 run_batch = SPECS[kind].run_batch
                 assert run_batch is not None     # a batch-scoped spec declares it (stages/spec.py)
                 outcomes = run_batch(ctx, ready)
-            except StepFailed as exc:
-                outcomes = {n: StageOutcome(False, str(exc), logs=f"{exc}\n{exc.logs}") for n in ready}
-            except (AssertionSyntaxError, ValueError) as exc:
-                outcomes = {n: StageOutcome(False, f"stage parameters: {exc}") for n in ready}
+            except (StepFailed, ValueError) as exc:     # the parameters' and the stage's
+                outcomes = {n: failed_outcome(exc) for n in ready}
         for n in ready:
             self.finish_stage(n, stage, outcomes[n])
         for n in waiting:
@@ -507,12 +503,8 @@ class Engine:
             ctx.replica = {**rep, "baselines": {m: dict(self.view.node(m).baseline) for m in rep["nodes"]},
                            "ready_timeout": float(self.playbook.profile.engine_ready_timeout_s)}
             out = STAGES[stage.stage](ctx)
-        except StepFailed as exc:
-            out = StageOutcome(False, str(exc), logs=f"{exc}\n{exc.logs}")
-        except ParseError as exc:
-            out = StageOutcome(False, f"unexpected output: {exc}", logs=str(exc))
-        except (AssertionSyntaxError, ValueError) as exc:
-            out = StageOutcome(False, f"stage parameters: {exc}")
+        except (StepFailed, ValueError) as exc:         # the parameters' and the stage's
+            out = failed_outcome(exc)
         if out.inconclusive and not out.passed:
             out = self.human_verdict(head, stage, out)      # GateInterrupted: resume asks again
         shared = {k: v for k, v in out.facts.items() if k != "per_node"}
