@@ -142,7 +142,7 @@ def run_reference(view: RunView, nodes: list[str]) -> dict[str, Any]:
 
 class Observer:
     def __init__(self, run_dir: Path, clock: Clock | None = None, log: Any = None):
-        from k3rollout.engine.lock import _holder_text, live_holders
+        from k3rollout.engine.lock import holder_text, live_holders
         from k3rollout.engine.session import verification_error
         from k3rollout.model.inputs import reload_inputs
 
@@ -160,7 +160,7 @@ class Observer:
             raise verification_error(self.run_dir, problems)
         live = live_holders(self.run_dir)
         if live:
-            raise LockHeld(f"{self.run_dir}: this run is in progress ({_holder_text(live[0])}); observe it once it "
+            raise LockHeld(f"{self.run_dir}: this run is in progress ({holder_text(live[0])}); observe it once it "
                            "has ended")
         self.view = fold(records)
         if self.view.status == "running":
@@ -439,7 +439,7 @@ class Observer:
             return
         stage = next((s for s in self.playbook.stages if s.stage == "multinode"), None)
         params = stage.typed_params() if stage else MultinodeParams()
-        ok, logs, facts = multinode._test(replace(ctx, params=params), [ctx.node], "nccl")
+        ok, logs, facts = multinode.nccl_test(replace(ctx, params=params), [ctx.node], "nccl")
         # judged as the multinode stage judges: the largest size's bus bandwidth, no wrong rows
         passed = ok and facts.get("largest_busbw", 0) >= params.min_busbw_gbps and not facts.get("wrong_rows")
         out["nccl"] = {"ok": passed, **facts}

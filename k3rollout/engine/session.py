@@ -240,11 +240,11 @@ class Session:
         """A run killed between taking its lock and its first record changed nothing (every
         change is journaled first): release its stale lock, so neither `resume` nor `run`
         stays stuck on it, and say how to start again."""
-        from k3rollout.engine.lock import _holder_text, live_holders, release_stale
+        from k3rollout.engine.lock import holder_text, live_holders, release_stale
 
         live = live_holders(self.run_dir)
         if live:
-            raise LockHeld(f"{self.run_dir}: this run is starting right now ({_holder_text(live[0])}); its journal "
+            raise LockHeld(f"{self.run_dir}: this run is starting right now ({holder_text(live[0])}); its journal "
                            "has no record yet")
         released = release_stale(self.run_dir)
         if not records:
