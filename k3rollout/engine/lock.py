@@ -217,7 +217,7 @@ def release_stale(run_dir: str | Path, directory: Path | None = None) -> list[Pa
     lock files a live process holds are left alone."""
     run_dir = str(Path(run_dir).resolve())
     d = directory or lock_dir()
-    gone = []
+    gone: list[Path] = []
     try:
         files = sorted(d.glob("*.lock"))
     except OSError:

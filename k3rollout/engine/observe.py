@@ -74,7 +74,7 @@ class ReadOnlyRunner(StepRunner):
         super().__init__(record=self._append, view=RunView(), executor=executor, evidence=evidence, redact=redact,
                          inventory=inventory, log=log)
 
-    def _append(self, type_: str, *, durable: bool = False, **data: Any) -> dict:
+    def _append(self, type_: str, *, durable: bool = False, **data: Any) -> dict[str, Any]:
         return self.journal.append(type_, durable=durable, **data)
 
     def _stop_check(self) -> None:
@@ -194,7 +194,7 @@ class Observer:
     # ------------------------------------------------------------------ the loop
 
     def run(self, every_s: float, for_s: float, once: bool,
-            on_pass: Callable[[dict | None], None] | None = None) -> dict | None:
+            on_pass: Callable[[dict[str, Any] | None], None] | None = None) -> dict[str, Any] | None:
         """Passes until ``for_s`` has gone by (one with ``once``); the last observation record.
         Only one ``observe`` of a run directory at a time (a file lock in it)."""
         guard = os.open(self.run_dir / "observe.lock", os.O_RDWR | os.O_CREAT, 0o600)
@@ -218,7 +218,7 @@ class Observer:
             fcntl.flock(guard, fcntl.LOCK_UN)
             os.close(guard)
 
-    def one_pass(self) -> dict | None:
+    def one_pass(self) -> dict[str, Any] | None:
         from k3rollout.engine.lock import live_holders
         from k3rollout.report.render import write_reports
         from k3rollout.scheduler import with_scheduler_hosts
@@ -296,7 +296,7 @@ class Observer:
             out["failures"].append({"check": "parse", "detail": self.redact(str(exc))[:500]})
         return out
 
-    def _driver(self, ctx: NodeCtx, ref: dict, out: dict) -> None:
+    def _driver(self, ctx: NodeCtx, ref: dict[str, Any], out: dict[str, Any]) -> None:
         gpu = ctx.read_gpu()
         out["driver_version"] = gpu.get("driver_version")
         out["gpu_count"] = gpu.get("gpu_count")
@@ -321,7 +321,7 @@ class Observer:
                          "(NVSwitch systems need exactly the driver's version: CUDA error 802)")
         out["driver_drift"] = drift
 
-    def _cuda(self, ctx: NodeCtx, ref: dict, out: dict) -> None:
+    def _cuda(self, ctx: NodeCtx, ref: dict[str, Any], out: dict[str, Any]) -> None:
         image = ref.get("image")
         out["image_drift"] = []
         if not image:
@@ -359,7 +359,7 @@ class Observer:
                                     "detail": self.redact((init.stdout + init.stderr)[-400:]),
                                     "evidence": tri.evidence[:3]})
 
-    def _serving(self, ctx: NodeCtx, ref: dict, name: str, index: int) -> dict[str, Any]:
+    def _serving(self, ctx: NodeCtx, ref: dict[str, Any], name: str, index: int) -> dict[str, Any]:
         c: dict[str, Any] = {"name": name}
         seen = ctx.workload.serving_status(ctx, name)
         if seen["state"] == "missing":
@@ -429,7 +429,7 @@ class Observer:
             c["reason"] = "health check failed" if not c["health_ok"] else f"short request failed: {str(resp)[:200]}"
         return c
 
-    def _nccl(self, ctx: NodeCtx, out: dict) -> None:
+    def _nccl(self, ctx: NodeCtx, out: dict[str, Any]) -> None:
         """The NCCL gate on one node, only when the scheduler shows nothing runs there (Slurm
         IDLE, no Kubernetes pod holding its GPUs): a busy node is skipped, its reason kept."""
         idle, why = ctx.scheduler.idle(ctx)
@@ -450,7 +450,7 @@ class Observer:
                                     f"bus bandwidth {facts.get('largest_busbw')} < {params.min_busbw_gbps} GB/s"})
 
 
-def observe_context(nodes: dict[str, dict], reference: dict, index: int, view: RunView,
+def observe_context(nodes: dict[str, dict[str, Any]], reference: dict[str, Any], index: int, view: RunView,
                     now: float) -> tuple[dict[str, Any], dict[str, Any]]:
     """``obs`` for the decision rules, and the four pieces of evidence for the report.
 

@@ -63,7 +63,7 @@ from k3rollout.scheduler import scheduler_for
 from k3rollout.scheduler.k8s_api import KubernetesApi
 from k3rollout.stages import driver_node as dn
 from k3rollout.stages import driver_operator
-from k3rollout.transport.base import CommandResult
+from k3rollout.transport.base import CommandResult, Executor
 from k3rollout.workload import workload_for
 
 DEFAULT_IMAGE_GIB = 30          # a vLLM CUDA 13 image, unpacked
@@ -74,7 +74,7 @@ class _Unreachable(Exception):
     pass
 
 
-def _runner(executor: Any, host: str, log: list[dict[str, Any]]):
+def _runner(executor: Executor, host: str, log: list[dict[str, Any]]) -> Callable[[str, list[str]], CommandResult]:
     def run(name: str, argv: list[str]) -> CommandResult:
         from k3rollout.errors import K3RolloutError
 
