@@ -28,9 +28,9 @@ the same way:
    journal and the transports (runlog/journal.py defers a signal that comes while the main
    thread writes a record to that record's end). cli.py lets only the first signal raise,
    and the first ``KeyboardInterrupt`` never cuts this wait short (one that comes while the
-   pool stops for a unit's exception is taken in by the stop already under way); a second one,
-   where no handler holds signals back (``k3rollout preflight``), gets out at once, so a
-   person can still leave;
+   pool stops for a unit's exception is taken in by that stop, whose exception goes on); a
+   second one, where no handler holds signals back (``k3rollout preflight``), gets out at
+   once, so a person can still leave;
 4. the exception is raised again: ``KeyboardInterrupt`` unwinds to cli.py, which releases the
    lock, writes the reports and says ``resume`` continues (a cancelled unit starts then, as
    one that had not been reached); a unit's exception is the first, in the order the units were
