@@ -13,7 +13,9 @@ import time
 from typing import Any, TextIO
 
 
-def _emit(progress: Any, text: str) -> None:
+def emit(progress: Any, text: str) -> None:
+    """Write ``text`` to ``progress.stream``; a reader gone or a stream closed closes the
+    progress (``progress.closed``) instead of stopping the run."""
     if getattr(progress, "closed", False):
         return
     try:
@@ -31,7 +33,7 @@ class LineProgress:
         self.run_dir = run_dir
 
     def _w(self, text: str) -> None:
-        _emit(self, f"[{time.monotonic() - self.t0:7.2f}s] {text}\n")
+        emit(self, f"[{time.monotonic() - self.t0:7.2f}s] {text}\n")
 
     def __call__(self, r: dict[str, Any]) -> None:
         t = r["type"]

@@ -52,7 +52,7 @@ def test_a_daemon_that_cannot_bind_yet_is_started_again(tmp_path):
     root = tmp_path / "sim-hosts"
     root.mkdir()
     held = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    held.bind(netd._command_name(root))         # the old daemon's command socket, not yet closed
+    held.bind(netd.command_name(root))         # the old daemon's command socket, not yet closed
     held.listen(1)
 
     def release() -> None:

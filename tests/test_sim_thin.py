@@ -111,7 +111,7 @@ def test_without_a_daemon_the_whole_simulator_runs_the_command(host):
 def test_the_socket_names_are_the_daemons(tmp_path):
     root = tmp_path / "states"
     root.mkdir()
-    assert netd._command_name(root) == thin.command_name(str(root)) == thin.control_name(str(root)) + b"-run"
+    assert netd.command_name(root) == thin.command_name(str(root)) == thin.control_name(str(root)) + b"-run"
     link = tmp_path / "link"
     link.symlink_to(root)
     assert thin.command_name(str(link)) == thin.command_name(str(root))

@@ -51,7 +51,7 @@ class Gates:
     the redactor, the play's hooks and the run id. ``api`` gives the HTTP client webhooks
     are sent with (the step runner's pool)."""
 
-    def __init__(self, *, record: Callable[..., dict], view: RunView, evidence: EvidenceStore, clock: Any,
+    def __init__(self, *, record: Callable[..., dict[str, Any]], view: RunView, evidence: EvidenceStore, clock: Any,
                  stopping: threading.Event, redact: Callable[[str], str], hooks: Any, run_id: str, log: Any,
                  api: Callable[[], Any]):
         self.record = record
@@ -75,7 +75,7 @@ class Gates:
         """Wait at a gate; returns "approved", "timer", "rejected", "window" or "stopped"."""
         done = self.view.pauses.get(pause_id, {})
         if done.get("decision"):
-            return done["decision"]
+            return str(done["decision"])
         if not done.get("started"):
             until = self.clock.now() + duration if duration else None
             self.record("pause_started", pause=pause_id, reason=self.redact(reason), duration_s=duration,
@@ -92,7 +92,7 @@ class Gates:
                 self.record("pause_resolved", pause=pause_id, decision=a["decision"],
                             by=self.redact(str(a.get("by", ""))), note=self.redact(str(a.get("note", ""))),
                             evidence=ref.path, sha256=ref.sha256)
-                return a["decision"]
+                return str(a["decision"])
             now = self.clock.now()
             if until is not None and now >= until:
                 self.record("pause_resolved", pause=pause_id, decision="timer", by="timer", note="")
@@ -135,7 +135,7 @@ class Gates:
             ok_all &= ok
         return ok_all
 
-    def _hook_command(self, argv: list[str], event: dict, timeout: float, name: str) -> tuple[bool, str, str]:
+    def _hook_command(self, argv: list[str], event: dict[str, Any], timeout: float, name: str) -> tuple[bool, str, str]:
         body = json.dumps(event)
         env = {**os.environ, "K3ROLLOUT_EVENT": body, "K3ROLLOUT_HOOK": name, "K3ROLLOUT_RUN_DIR": str(self.run_dir)}
         try:
@@ -149,7 +149,7 @@ class Gates:
         return p.returncode == 0, f"exit {p.returncode}", p.stdout + ("\n--- stderr ---\n" + p.stderr if p.stderr
                                                                        else "")
 
-    def _hook_webhook(self, url: str, event: dict, timeout: float) -> tuple[bool, str, str]:
+    def _hook_webhook(self, url: str, event: dict[str, Any], timeout: float) -> tuple[bool, str, str]:
         res = self._api().request("POST", url, event, timeout)
         if res.error:
             return False, res.error, ""

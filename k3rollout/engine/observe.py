@@ -30,7 +30,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -41,6 +40,7 @@ import structlog
 from k3rollout.checks import parsers
 from k3rollout.checks.triage import classify
 from k3rollout.engine.clock import Clock
+from k3rollout.engine.pool import run_each
 from k3rollout.engine.runner import Redactor, secret_values
 from k3rollout.engine.steps import StepRunner
 from k3rollout.errors import InputError, LockHeld
@@ -73,7 +73,7 @@ class ReadOnlyRunner(StepRunner):
         super().__init__(record=self._append, view=RunView(), executor=executor, evidence=evidence, redact=redact,
                          inventory=inventory, log=log)
 
-    def _append(self, type_: str, *, durable: bool = False, **data: Any) -> dict:
+    def _append(self, type_: str, *, durable: bool = False, **data: Any) -> dict[str, Any]:
         return self.journal.append(type_, durable=durable, **data)
 
     def _stop_check(self) -> None:
@@ -141,7 +141,7 @@ def run_reference(view: RunView, nodes: list[str]) -> dict[str, Any]:
 
 class Observer:
     def __init__(self, run_dir: Path, clock: Clock | None = None, log: Any = None):
-        from k3rollout.runlog.lock import _holder_text
+        from k3rollout.runlog.lock import holder_text
 
         self.run_dir = Path(run_dir)
         self.rd = RunDir(self.run_dir)
@@ -151,7 +151,7 @@ class Observer:
         records = self.rd.open()        # read and verified; InputError unless the run started
         live = self.rd.live_holders()
         if live:
-            raise LockHeld(f"{self.run_dir}: this run is in progress ({_holder_text(live[0])}); observe it once it "
+            raise LockHeld(f"{self.run_dir}: this run is in progress ({holder_text(live[0])}); observe it once it "
                            "has ended")
         self.view = fold(records)
         if self.view.status == "running":
@@ -181,7 +181,7 @@ class Observer:
     # ------------------------------------------------------------------ the loop
 
     def run(self, every_s: float, for_s: float, once: bool,
-            on_pass: Callable[[dict | None], None] | None = None) -> dict | None:
+            on_pass: Callable[[dict[str, Any] | None], None] | None = None) -> dict[str, Any] | None:
         """Passes until ``for_s`` has gone by (one with ``once``); the last observation record.
         Only one ``observe`` of a run directory at a time (a file lock in it)."""
         guard = self.rd.lock_observe()
@@ -200,7 +200,7 @@ class Observer:
         finally:
             guard.release()
 
-    def one_pass(self) -> dict | None:
+    def one_pass(self) -> dict[str, Any] | None:
         from k3rollout.report.render import write_reports
         from k3rollout.scheduler import with_scheduler_hosts
         from k3rollout.transport.factory import make_executor
@@ -220,17 +220,14 @@ class Observer:
         try:
             journal.append("observation_started", index=index, nodes=list(self.nodes), pid=os.getpid(),
                            playbook_sha256=self.playbook.sha256)
-            forks = max(1, min(self.playbook.play.forks, len(self.nodes)))
-            pool = ThreadPoolExecutor(max_workers=forks)
             try:
-                futures = {n: pool.submit(self.observe_node, runner, n, index) for n in self.nodes}
-                nodes = {n: f.result() for n, f in futures.items()}
+                found = run_each(lambda n: self.observe_node(runner, n, index), self.nodes,
+                                 workers=self.playbook.play.forks, stopping=runner.stopping, name="k3observe")
             except BaseException as exc:
-                # SIGTERM or Ctrl-C (or an internal error): the checks in flight stop at their
-                # next command, the pass is recorded as stopped, and nothing is left half written
-                runner.stopping.set()
+                # SIGTERM or Ctrl-C (or an internal error): the worker pool (engine/pool.py) has
+                # stopped the checks in flight at their next command and waited for them; the
+                # pass is recorded as stopped, and nothing is left half written
                 self.stopping.set()
-                pool.shutdown(wait=True, cancel_futures=True)
                 why = ("interrupted (SIGTERM or Ctrl-C)" if isinstance(exc, KeyboardInterrupt)
                        else f"stopped by an internal error ({type(exc).__name__}: {self.redact(str(exc))[:300]})")
                 try:
@@ -239,7 +236,7 @@ class Observer:
                 except JournalWriteError:
                     pass            # another writer took the journal: this pass may add nothing more
                 raise
-            pool.shutdown(wait=True)
+            nodes = dict(zip(self.nodes, found, strict=True))
             obs, ev = observe_context(nodes, self.reference, index, self.view, self.clock.now())
             rules, decision = decide(self.settings, obs, self.play_vars)
             rec = journal.append("observation", index=index, nodes=nodes, evidence=ev, obs=obs, rules=rules,
@@ -280,7 +277,7 @@ class Observer:
             out["failures"].append({"check": "parse", "detail": self.redact(str(exc))[:500]})
         return out
 
-    def _driver(self, ctx: NodeCtx, ref: dict, out: dict) -> None:
+    def _driver(self, ctx: NodeCtx, ref: dict[str, Any], out: dict[str, Any]) -> None:
         gpu = ctx.read_gpu()
         out["driver_version"] = gpu.get("driver_version")
         out["gpu_count"] = gpu.get("gpu_count")
@@ -305,7 +302,7 @@ class Observer:
                          "(NVSwitch systems need exactly the driver's version: CUDA error 802)")
         out["driver_drift"] = drift
 
-    def _cuda(self, ctx: NodeCtx, ref: dict, out: dict) -> None:
+    def _cuda(self, ctx: NodeCtx, ref: dict[str, Any], out: dict[str, Any]) -> None:
         image = ref.get("image")
         out["image_drift"] = []
         if not image:
@@ -343,7 +340,7 @@ class Observer:
                                     "detail": self.redact((init.stdout + init.stderr)[-400:]),
                                     "evidence": tri.evidence[:3]})
 
-    def _serving(self, ctx: NodeCtx, ref: dict, name: str, index: int) -> dict[str, Any]:
+    def _serving(self, ctx: NodeCtx, ref: dict[str, Any], name: str, index: int) -> dict[str, Any]:
         c: dict[str, Any] = {"name": name}
         seen = ctx.workload.serving_status(ctx, name)
         if seen["state"] == "missing":
@@ -413,7 +410,7 @@ class Observer:
             c["reason"] = "health check failed" if not c["health_ok"] else f"short request failed: {str(resp)[:200]}"
         return c
 
-    def _nccl(self, ctx: NodeCtx, out: dict) -> None:
+    def _nccl(self, ctx: NodeCtx, out: dict[str, Any]) -> None:
         """The NCCL gate on one node, only when the scheduler shows nothing runs there (Slurm
         IDLE, no Kubernetes pod holding its GPUs): a busy node is skipped, its reason kept."""
         idle, why = ctx.scheduler.idle(ctx)
@@ -423,7 +420,7 @@ class Observer:
             return
         stage = next((s for s in self.playbook.stages if s.stage == "multinode"), None)
         params = stage.typed_params() if stage else MultinodeParams()
-        ok, logs, facts = multinode._test(replace(ctx, params=params), [ctx.node], "nccl")
+        ok, logs, facts = multinode.nccl_test(replace(ctx, params=params), [ctx.node], "nccl")
         # judged as the multinode stage judges: the largest size's bus bandwidth, no wrong rows
         passed = ok and facts.get("largest_busbw", 0) >= params.min_busbw_gbps and not facts.get("wrong_rows")
         out["nccl"] = {"ok": passed, **facts}
@@ -434,7 +431,7 @@ class Observer:
                                     f"bus bandwidth {facts.get('largest_busbw')} < {params.min_busbw_gbps} GB/s"})
 
 
-def observe_context(nodes: dict[str, dict], reference: dict, index: int, view: RunView,
+def observe_context(nodes: dict[str, dict[str, Any]], reference: dict[str, Any], index: int, view: RunView,
                     now: float) -> tuple[dict[str, Any], dict[str, Any]]:
     """``obs`` for the decision rules, and the four pieces of evidence for the report.
 

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from k3rollout.engine.recorder import run_plan
 from k3rollout.engine.states import NodeState
 from k3rollout.plan.serial import pct_to_int
 from k3rollout.runlog.view import RunView
@@ -84,8 +85,8 @@ class BatchPolicy:
     def next(self, view: RunView, position: int, now: Callable[[], float]) -> NextBatch | Halt | None:
         """The first batch of the plan at or after ``position``; ``now`` is read only when a
         batch about to start is checked against the window."""
-        policy = view.plan.get("policy") or {}
-        batches = view.plan["batches"]
+        policy = run_plan(view).get("policy") or {}
+        batches = run_plan(view)["batches"]
         for pos in range(position, len(batches)):
             batch = batches[pos]
             idx = batch["index"]
@@ -127,7 +128,7 @@ class BatchPolicy:
         status = "failed" if failed else "passed"
         halt = None
         rb_failed = [n for n, s in states.items() if s == NodeState.ROLLBACK_FAILED.value]
-        groups = view.plan.get("groups") or {}
+        groups = run_plan(view).get("groups") or {}
         if groups and batch.get("replicas"):
             # max_fail_percentage counts replicas: a replica with any failed node is a failed replica
             reps = batch["replicas"]
@@ -152,7 +153,7 @@ class BatchPolicy:
         budget = self.failure_budget
         if budget is None:
             return None
-        total = len(view.plan["hosts"])
+        total = len(run_plan(view)["hosts"])
         allowed = pct_to_int(budget, total, 0) if isinstance(budget, str) else int(budget)
         failed = self.failed_nodes(view)
         if len(failed) > allowed:
@@ -168,7 +169,7 @@ class BatchPolicy:
         if self.quarantine:
             # quarantined nodes stay cordoned: they serve nothing until someone releases them
             out |= {n for n, v in view.nodes.items() if v.state == NodeState.ROLLED_BACK.value}
-        hosts = view.plan["hosts"]
+        hosts = run_plan(view)["hosts"]
         out |= set(self.declared_out(hosts))
         # what the scheduler told the baseline: a node that was not serving before the run
         # (or whose state could not be read) serves nothing after it either (the run never
@@ -183,7 +184,7 @@ class BatchPolicy:
     def capacity_short(self, view: RunView, nodes: list[str], what_for: str,
                        extra_out: Iterable[str] = frozenset()) -> str | None:
         """Why taking ``nodes`` out of service now would cross the capacity floor, or None."""
-        plan = view.plan
+        plan = run_plan(view)
         out = self.out_of_service(view) | set(extra_out)
         if plan.get("groups"):
             # capacity in replicas: a replica serves only when every node of it does

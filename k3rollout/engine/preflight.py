@@ -51,20 +51,20 @@ from __future__ import annotations
 import fnmatch
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from k3rollout import fastjson
 from k3rollout.checks import driver_facts as df
 from k3rollout.checks import parsers
+from k3rollout.engine.pool import run_each
 from k3rollout.plan.target import changes_driver, no_change_reason, target_of
 from k3rollout.runlog.rundir import RunDir
 from k3rollout.scheduler import scheduler_for
 from k3rollout.scheduler.k8s_api import KubernetesApi
 from k3rollout.stages import driver_node as dn
 from k3rollout.stages import driver_operator
-from k3rollout.transport.base import CommandResult
+from k3rollout.transport.base import CommandResult, Executor
 from k3rollout.workload import workload_for
 
 DEFAULT_IMAGE_GIB = 30          # a vLLM CUDA 13 image, unpacked
@@ -75,7 +75,7 @@ class _Unreachable(Exception):
     pass
 
 
-def _runner(executor: Any, host: str, log: list[dict[str, Any]]):
+def _runner(executor: Executor, host: str, log: list[dict[str, Any]]) -> Callable[[str, list[str]], CommandResult]:
     def run(name: str, argv: list[str]) -> CommandResult:
         from k3rollout.errors import K3RolloutError
 
@@ -320,8 +320,8 @@ def preflight(playbook: Any, inventory: Any, hosts: list[str], executor: Any, *,
                              kube=kube if scheduler_for(hv).kind == "kubernetes" else None)
 
     try:
-        with ThreadPoolExecutor(max_workers=max(1, min(forks, len(hosts) or 1))) as pool:
-            nodes = dict(pool.map(one, hosts))
+        # the engine's worker pool (engine/pool.py): Ctrl-C starts no further node's checks
+        nodes = dict(run_each(one, hosts, workers=forks, name="k3preflight"))
     finally:
         for api in apis.values():
             api.close()

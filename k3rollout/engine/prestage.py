@@ -12,21 +12,25 @@ naming the nodes and why. ``resume`` does not pre-stage a node twice.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING
 
+from k3rollout.engine.outcome import STAGE_ERRORS, failed_outcome
+from k3rollout.engine.pool import run_each
 from k3rollout.stages import prestage as node_prestage
-from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
+from k3rollout.stages.base import NodeCtx, StageOutcome
+
+if TYPE_CHECKING:
+    from k3rollout.engine.runner import Engine
 
 FOLDER = "00-prestage"
 
 
-def pending(engine: Any, nodes: list[str]) -> list[str]:
+def pending(engine: Engine, nodes: list[str]) -> list[str]:
     done = {r["node"] for r in engine.journal.records if r.get("type") == "prestage_done" and r.get("ok")}
     return [n for n in nodes if n not in done]
 
 
-def one(engine: Any, node: str) -> tuple[str, StageOutcome]:
+def one(engine: Engine, node: str) -> tuple[str, StageOutcome]:
     n = engine.view.node(node)
     ctx = NodeCtx(node=node, run_id=engine.run_id, stage="prestage", folder=FOLDER, params=None,
                   vars=engine.tvars(node), facts=dict(n.facts), baseline=dict(n.baseline), runner=engine.steps)
@@ -34,8 +38,8 @@ def one(engine: Any, node: str) -> tuple[str, StageOutcome]:
     engine.record("prestage_started", node=node)
     try:
         out = node_prestage.run(ctx, cfg)
-    except StepFailed as exc:
-        out = StageOutcome(False, str(exc), logs=f"{exc}\n{exc.logs}")
+    except STAGE_ERRORS as exc:
+        out = failed_outcome(exc)
     if out.facts:
         engine.record("facts", node=node, stage="prestage", facts=out.facts)
     engine.record("prestage_done", node=node, ok=out.passed, reason=engine.redact(out.reason))
@@ -43,14 +47,16 @@ def one(engine: Any, node: str) -> tuple[str, StageOutcome]:
     return node, out
 
 
-def run(engine: Any, nodes: list[str]) -> str | None:
+def run(engine: Engine, nodes: list[str]) -> str | None:
     """Pre-stage ``nodes``; why the rollout must not start, or None."""
-    todo = pending(engine, nodes)
-    if not todo:
-        return None
     cfg = engine.playbook.play.prestage
-    with ThreadPoolExecutor(max_workers=max(1, min(cfg.parallel, len(todo))), thread_name_prefix="k3prestage") as ex:
-        results = list(ex.map(lambda n: one(engine, n), todo))
+    todo = pending(engine, nodes)
+    if cfg is None or not todo:
+        return None
+    # the engine's worker pool (engine/pool.py): on a stop, a node not started yet is not
+    # started (resume pre-stages it), and one in flight finishes and is journaled
+    results = run_each(lambda n: one(engine, n), todo, workers=cfg.parallel, stopping=engine.stopping,
+                       name="k3prestage")
     failed = [(n, o.reason) for n, o in results if not o.passed]
     if failed:
         return (f"pre-staging failed on {len(failed)} of {len(todo)} node(s), before any change: "

@@ -32,7 +32,7 @@ class Recorder:
     """The journal, the view folded from it, and the node state machine's table."""
 
     def __init__(self, journal: Journal, table: dict[tuple[NodeState, Event], NodeState],
-                 on_event: Callable[[dict], None] | None = None):
+                 on_event: Callable[[dict[str, Any]], None] | None = None):
         self.journal = journal
         self.table = table
         self.on_event = on_event
@@ -42,7 +42,7 @@ class Recorder:
         self.applied = len(journal.records)
         self._lock = threading.Lock()
 
-    def record(self, type_: str, *, durable: bool | None = None, **data: Any) -> dict:
+    def record(self, type_: str, *, durable: bool | None = None, **data: Any) -> dict[str, Any]:
         """Append to the journal. Records that only describe what was observed (facts,
         assertions, stage and state bookkeeping) are written at once but committed with
         the next durable record; a destructive step's start, rollbacks, and run and batch
@@ -70,3 +70,11 @@ class Recorder:
         self.record("node_state", node=node, batch=self.view.node(node).batch, **{"from": cur.value},
                     to=nxt.value, event=event.value, stage=stage or STATE_STAGE.get(nxt))
         return nxt
+
+
+def run_plan(view: RunView) -> dict[str, Any]:
+    """The plan of the run ``view`` folds (its ``run_started`` record's). The engine and its
+    parts only ever work on a run that has started."""
+    if view.plan is None:
+        raise RuntimeError("the journal has no run_started record: the run has no plan")
+    return view.plan

@@ -17,16 +17,15 @@ from dataclasses import replace
 from typing import Any
 
 from k3rollout import fastjson
-from k3rollout.checks.parsers import ParseError
+from k3rollout.engine.outcome import failed_outcome
 from k3rollout.engine.policy import BatchPolicy
-from k3rollout.engine.recorder import Recorder
+from k3rollout.engine.recorder import Recorder, run_plan
 from k3rollout.engine.states import AFTER_CHANGE_STATES, Event, NodeState
 from k3rollout.engine.steps import StepRunner
 from k3rollout.evidence.store import EvidenceStore
-from k3rollout.model.assertions import AssertionSyntaxError
 from k3rollout.runlog.view import RunView
 from k3rollout.stages import rollback as rb
-from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
+from k3rollout.stages.base import NodeCtx, StepFailed
 from k3rollout.stages.registry import STAGES
 
 # steps of the driver stage that change the node's driver: the inline vendor steps, the
@@ -140,7 +139,7 @@ class RollbackExecutor:
                        f"{node}-{attempt}")
         return ok
 
-    def take_out_of_service(self, ctx: NodeCtx) -> dict:
+    def take_out_of_service(self, ctx: NodeCtx) -> dict[str, Any]:
         """Cordon and drain a node before its rollback changes anything, through the cordon
         stage of the run (its drain step is a ``once`` step of the rollback's folder: never
         run twice, settled by its probe after a crash). A node the scheduler already holds
@@ -152,10 +151,8 @@ class RollbackExecutor:
         try:
             params = self.cordon_params(ctx.node)
             out = STAGES["cordon"](replace(ctx, params=params))
-        except ParseError as exc:
-            out = StageOutcome(False, f"unexpected output: {exc}")
-        except (AssertionSyntaxError, ValueError) as exc:
-            out = StageOutcome(False, f"cordon stage parameters: {exc}")
+        except ValueError as exc:        # its parameters, or output it did not parse (a StepFailed goes on)
+            out = failed_outcome(exc, parameters="cordon stage parameters")
         if not out.passed:
             return {"action": "cordon", "status": "failed", "detail": f"{out.reason}: node kept cordoned"}
         return {"action": "cordon", "status": "done", "detail": out.reason or "cordoned and drained"}
@@ -206,14 +203,14 @@ class RollbackExecutor:
             self.record("operator_rollback_resumed", batches=batches)
         else:
             out = self.policy.out_of_service(self.view)
-            plan = {"requested_at": self.clock.iso(), "min_serving": self.view.plan["min_serving"],
+            plan = {"requested_at": self.clock.iso(), "min_serving": run_plan(self.view)["min_serving"],
                     "order": "batch by batch as listed; within a batch, waves that keep min_serving; each node in "
                              "service is cordoned and drained first, then its recorded rollback plan runs",
                     "batches": [{"batch": i, "nodes": self._todo(i),
                                  "in_service": [n for n in self._todo(i) if n not in out
                                                 and self.view.node(n).state == NodeState.UPGRADE_DONE.value],
                                  "rollback_estimate_s": next((b["rollback_estimate_s"] for b in
-                                                              self.view.plan["batches"] if b["index"] == i), None)}
+                                                              run_plan(self.view)["batches"] if b["index"] == i), None)}
                                 for i in batches]}
             k = 1 + sum(1 for r in self.recorder.journal.records if r["type"] == "operator_rollback")
             ref = self.evidence.write("_run", "rollback", f"operator-rollback-{k}.json", fastjson.dumps_pretty(plan))
@@ -244,8 +241,10 @@ class RollbackExecutor:
                 for n in wave:
                     if NodeState(self.view.node(n).state) != NodeState.ROLLBACK_REQUIRED:
                         self.recorder.transition(n, Event.ROLLBACK_REQUESTED)
-                self.pool(lambda n, results=results: results.__setitem__(n, self.rollback(n, "operator requested rollback",
-                                                                           take_out=True)), wave)
+                def one(n: str, results: dict[str, bool] = results) -> None:
+                    results[n] = self.rollback(n, "operator requested rollback", take_out=True)
+
+                self.pool(one, wave)
                 done += wave
                 todo = [n for n in todo if n not in wave]
             if self.stopping.is_set():

@@ -23,8 +23,7 @@ capacity floor are checked against the batch's estimate plus its rollback estima
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -32,12 +31,13 @@ from typing import Any
 import structlog
 
 from k3rollout import fastjson
-from k3rollout.checks.parsers import ParseError
 from k3rollout.checks.triage import caused_by, classify
 from k3rollout.engine.clock import Clock
 from k3rollout.engine.gates import Gates
+from k3rollout.engine.outcome import STAGE_ERRORS, failed_outcome
 from k3rollout.engine.policy import BatchPolicy, Halt, NextBatch
-from k3rollout.engine.recorder import Recorder
+from k3rollout.engine.pool import run_each
+from k3rollout.engine.recorder import Recorder, run_plan
 from k3rollout.engine.rollback import RollbackExecutor
 from k3rollout.engine.states import STATE_STAGE, Event, NodeState, build_table
 from k3rollout.engine.steps import StepRunner
@@ -50,6 +50,7 @@ from k3rollout.model.playbook import (
     PARAMS_BY_KIND,
     REPLICA_SCOPED_STAGES,
     STAGE_TABLES,
+    Pause,
     Playbook,
     Stage,
     play_vars,
@@ -99,7 +100,7 @@ class Engine:
 
     def __init__(self, *, playbook: Playbook, inventory: Inventory, executor: Executor, journal: Journal,
                  evidence: EvidenceStore, clock: Clock, run_id: str, log: Any = None,
-                 on_event: Callable[[dict], None] | None = None):
+                 on_event: Callable[[dict[str, Any]], None] | None = None):
         self.playbook = playbook
         self.inventory = inventory
         self.executor = executor
@@ -148,9 +149,9 @@ class Engine:
                                           make_ctx=lambda node, folder: self.ctx(node, None, folder),
                                           cordon_params=self.cordon_params, evidence=evidence, clock=clock,
                                           stopping=self.stopping, redact=self.redact, log=self.log)
-        self._held: set[str] = set()          # stages the current batch waits before (pauses)
+        self._held: dict[str, Pause] = {}     # stages the current batch waits before, and their pauses
         self._replica_released: set[str] = set()   # nodes whose whole replica reached uncordon
-        self._param_templates: dict[int, tuple[dict, list[str]]] = {}   # stage parameters: dump, templated keys
+        self._param_templates: dict[int, tuple[dict[str, Any], list[str]]] = {}   # stage parameters: dump, templated keys
         self._rejected: tuple[str, str] | None = None   # (rejected|window, why) a gate stopped the rollout
         # called on a node's walk right before its cordon; False holds the node there (not out of
         # service, nothing changed). The sliding window waits in it for a slot and the floor.
@@ -237,9 +238,9 @@ class Engine:
         if not out.passed:
             f = self.view.node(node).facts
             image_cuda = f.get("image_cuda") if stage.stage in STAGE_TABLES.image_stages else None
-            groups = self.view.plan.get("groups") or {}
+            groups = run_plan(self.view).get("groups") or {}
             # failed because another node of its replica did: that node's triage, naming it
-            culprit = out.facts.get("replica_culprit")
+            culprit = str(out.facts.get("replica_culprit") or "")
             peer = self.view.nodes[culprit].triage if culprit != node and culprit in self.view.nodes else None
             tri = caused_by(peer, culprit, out.facts.get("replica")) if peer else \
                 classify(out.logs or out.reason, driver=f.get("driver_version") if image_cuda else None,
@@ -256,8 +257,8 @@ class Engine:
             return StageOutcome(False, why, logs=why)
         try:
             params = self.render_params(stage, node)
-        except (AssertionSyntaxError, ValueError) as exc:
-            return StageOutcome(False, f"stage parameters: {exc}")
+        except ValueError as exc:            # an AssertionSyntaxError is one
+            return failed_outcome(exc)
         ctx = self.ctx(node, stage, self.folder(stage), params)
         rep = self.replica_of(node) if stage.stage in REPLICA_SCOPED_STAGES and self.playbook.profile is not None else None
         if rep is not None:
@@ -272,10 +273,8 @@ class Engine:
                 facts = {k: v for k, v in out.facts.items() if k != "per_node"}
                 out = replace(out, facts={**facts, **own.get(node, {}), "replica_role": "head"})
             return out
-        except StepFailed as exc:
-            return StageOutcome(False, str(exc), logs=f"{exc}\n{exc.logs}")
-        except ParseError as exc:
-            return StageOutcome(False, f"unexpected output: {exc}", logs=str(exc))
+        except STAGE_ERRORS as exc:
+            return failed_outcome(exc)
 
     def advance(self, node: str) -> None:
         """Walk one node forward until it is done, failed, or waiting at a batch barrier."""
@@ -289,7 +288,7 @@ class Engine:
                 return
             if self.replica_scoped(node, kind):
                 return                      # served once for the whole replica (run_replica_stage)
-            if kind == "uncordon" and self.view.plan.get("replicas") and node not in self._replica_released:
+            if kind == "uncordon" and run_plan(self.view).get("replicas") and node not in self._replica_released:
                 return                      # a replica returns to service whole, or not at all
             if kind == "cordon" and self.before_cordon is not None and not self.before_cordon(node):
                 return                      # held before its cordon (engine/window.py)
@@ -389,10 +388,8 @@ class Engine:
                 run_batch = SPECS[kind].run_batch
                 assert run_batch is not None     # a batch-scoped spec declares it (stages/spec.py)
                 outcomes = run_batch(ctx, ready)
-            except StepFailed as exc:
-                outcomes = {n: StageOutcome(False, str(exc), logs=f"{exc}\n{exc.logs}") for n in ready}
-            except (AssertionSyntaxError, ValueError) as exc:
-                outcomes = {n: StageOutcome(False, f"stage parameters: {exc}") for n in ready}
+            except (StepFailed, ValueError) as exc:     # the parameters' and the stage's
+                outcomes = {n: failed_outcome(exc) for n in ready}
         for n in ready:
             self.finish_stage(n, stage, outcomes[n])
         for n in waiting:
@@ -402,38 +399,20 @@ class Engine:
         """Nodes still on the old driver and in service, in the order the rollout will take them."""
         out = self.policy.out_of_service(self.view) | set(batch_nodes)
         pending = NodeState.PENDING.value
-        return [n for b in self.view.plan["batches"] for n in b["nodes"]
+        return [n for b in run_plan(self.view)["batches"] for n in b["nodes"]
                 if n not in out and self.view.node(n).state == pending]
 
     # ------------------------------------------------------------------ batches
 
     def pool(self, fn: Callable[[str], Any], nodes: list[str]) -> None:
-        if not nodes:
-            return
-        if len(nodes) == 1 and threading.current_thread() is not threading.main_thread():
-            # a worker already (a window's slot): signals never reach it, so the node runs
-            # here, without a thread of its own for each of its stage rounds
-            fn(nodes[0])
-            return
-        workers = max(1, min(self.playbook.play.forks, len(nodes)))
-        # even one node runs in a worker thread: the main thread only waits, so a signal
-        # (which Python delivers to the main thread) never cuts a step short
-        ex = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="k3node")
-        try:
-            futures = [ex.submit(fn, n) for n in nodes]
-            for fut in futures:
-                fut.result()
-        except KeyboardInterrupt:
-            # stop at the next stage boundary: no new step starts, what is running now
-            # finishes (or times out) and is journaled, and only then does the caller close
-            # the journal and the transports (cli.py lets only the first signal interrupt)
-            self.stopping.set()
-            raise
-        finally:
-            ex.shutdown(wait=True, cancel_futures=self.stopping.is_set())
+        """``fn`` on every node, ``forks`` at once, in the engine's worker pool (engine/pool.py,
+        the one rule for Ctrl-C and SIGTERM): on a stop no new step starts, what is running now
+        finishes (or times out) and is journaled, and only then does the caller close the
+        journal and the transports."""
+        run_each(fn, nodes, workers=self.playbook.play.forks, stopping=self.stopping, name="k3node")
 
     def run_batch(self, nodes: list[str], idx: int | None = None) -> None:
-        self._held = {s.stage for s in self.stages if s.pause}
+        self._held = {s.stage: s.pause for s in self.stages if s.pause}
         while True:
             self.pool(self.advance, nodes)
             if self.stopping.is_set():
@@ -442,7 +421,7 @@ class Engine:
             gate = next((k for k in self.kinds if k in at and (k in self._held or k in BATCH_SCOPED_STAGES or (
                 k in REPLICA_SCOPED_STAGES and any(self.replica_scoped(n, k) for n in nodes
                                             if STATE_STAGE.get(NodeState(self.view.node(n).state)) == k)))), None)
-            if gate is None and "uncordon" in at and self.view.plan.get("replicas") and any(
+            if gate is None and "uncordon" in at and run_plan(self.view).get("replicas") and any(
                     n not in self._replica_released for n in nodes
                     if STATE_STAGE.get(NodeState(self.view.node(n).state)) == "uncordon"):
                 gate = "replica"
@@ -451,8 +430,7 @@ class Engine:
             if gate == "replica":
                 self.replica_gate(nodes)
             elif gate in self._held:
-                self._held.discard(gate)
-                self.stage_gate(nodes, idx, gate)
+                self.stage_gate(nodes, idx, gate, self._held.pop(gate))
             elif gate in BATCH_SCOPED_STAGES:
                 self.run_barrier(nodes, gate)
             else:
@@ -461,12 +439,12 @@ class Engine:
         self.pool(lambda n: self.rollbacks.rollback(n, self.view.node(n).reason or "stage failed"), need)
 
     def replica_of(self, node: str) -> dict[str, Any] | None:
-        return next((r for r in self.view.plan.get("replicas") or [] if node in r["nodes"]), None)
+        return next((r for r in run_plan(self.view).get("replicas") or [] if node in r["nodes"]), None)
 
     def replica_scoped(self, node: str, kind: str) -> bool:
         """With a model profile, the serving stages of a replica of more than one node run once
         for the replica; a one-node replica and a play without a profile run them per node."""
-        if kind not in REPLICA_SCOPED_STAGES or not self.view.plan.get("replicas"):
+        if kind not in REPLICA_SCOPED_STAGES or not run_plan(self.view).get("replicas"):
             return False
         rep = self.replica_of(node)
         return rep is not None and len(rep["nodes"]) > 1
@@ -484,6 +462,8 @@ class Engine:
             if n in done:
                 continue
             rep = self.replica_of(n)
+            if rep is None:             # (replica_scoped: every waiting node has its replica)
+                continue
             members = rep["nodes"]
             here = [m for m in members if m in waiting]
             done.update(here)
@@ -525,12 +505,8 @@ class Engine:
             ctx.replica = {**rep, "baselines": {m: dict(self.view.node(m).baseline) for m in rep["nodes"]},
                            "ready_timeout": float(self.playbook.profile.engine_ready_timeout_s)}
             out = STAGES[stage.stage](ctx)
-        except StepFailed as exc:
-            out = StageOutcome(False, str(exc), logs=f"{exc}\n{exc.logs}")
-        except ParseError as exc:
-            out = StageOutcome(False, f"unexpected output: {exc}", logs=str(exc))
-        except (AssertionSyntaxError, ValueError) as exc:
-            out = StageOutcome(False, f"stage parameters: {exc}")
+        except (StepFailed, ValueError) as exc:         # the parameters' and the stage's
+            out = failed_outcome(exc)
         if out.inconclusive and not out.passed:
             out = self.human_verdict(head, stage, out)      # GateInterrupted: resume asks again
         shared = {k: v for k, v in out.facts.items() if k != "per_node"}
@@ -543,7 +519,7 @@ class Engine:
         goes back into service only when every node of its replica passed all its stages; when
         one failed, the others are failed here (still cordoned) and rolled back by their
         recorded plans, and the reason names the node that caused it."""
-        groups = self.view.plan.get("groups") or {}
+        groups = run_plan(self.view).get("groups") or {}
         waiting = {n for n in nodes if STATE_STAGE.get(NodeState(self.view.node(n).state)) == "uncordon"}
         for rid, members in groups.items():
             here = [n for n in members if n in waiting and n not in self._replica_released]
@@ -566,12 +542,12 @@ class Engine:
                 self.log.warning("replica_failed", node=n, replica=rid, culprits=culprits)
                 self.transition(n, Event.ROLLBACK_REQUESTED)
 
-    def stage_gate(self, nodes: list[str], idx: int | None, kind: str) -> None:
+    def stage_gate(self, nodes: list[str], idx: int | None, kind: str, pause: Pause) -> None:
         """A stage's ``pause``: the batch waits before it; a rejection stops the batch."""
         stage = self.stages[self.kinds.index(kind)]
         waiting = [n for n in nodes if STATE_STAGE.get(NodeState(self.view.node(n).state)) == kind]
-        reason = stage.pause.reason or f"batch {idx}: approve before '{stage.name}' runs on {', '.join(waiting)}"
-        decision = self.gates.pause(f"batch{idx}-before-{kind}", reason, stage.pause.duration, batch=idx, at_stage=kind)
+        reason = pause.reason or f"batch {idx}: approve before '{stage.name}' runs on {', '.join(waiting)}"
+        decision = self.gates.pause(f"batch{idx}-before-{kind}", reason, pause.duration, batch=idx, at_stage=kind)
         if decision in ("approved", "timer", "stopped"):
             return
         who = "rejected by a person" if decision == "rejected" else "the window ended"
@@ -587,7 +563,7 @@ class Engine:
     def run(self) -> str:
         """The rollout: confirm it, pre-stage, then hand batch after batch, as the batch
         policy picks them, to the part that runs it; the run's end status."""
-        plan = self.view.plan
+        plan = run_plan(self.view)
         if not self.gates.run_hooks("confirm_rollout", {"plan": {k: plan.get(k) for k in (
                 "hosts", "min_serving", "max_fail_percentage", "fits_window", "playbook_sha256")},
                 "batches": [{"index": b["index"], "nodes": b["nodes"]} for b in plan["batches"]]}, "run"):
@@ -613,7 +589,7 @@ class Engine:
         """One batch as the policy decided it; None to go on, else the run's end."""
         batch, idx = nxt.batch, nxt.index
         if nxt.action == "window":
-            return self.run_window(batch, self.view.plan.get("policy") or {})
+            return self.run_window(batch, run_plan(self.view).get("policy") or {})
         if nxt.action == "replay":
             # what a stop right after the batch left undone: its post_batch hooks (a hook
             # that completed is not called again) and its gate
@@ -642,7 +618,7 @@ class Engine:
             return self.halt("failure_budget", over, idx)
         return self.after_batch_gate(idx)
 
-    def run_window(self, batch: dict, policy: dict) -> str | None:
+    def run_window(self, batch: dict[str, Any], policy: dict[str, Any]) -> str | None:
         """The sliding window after the canary batches (engine/window.py); the run's end or None."""
         from k3rollout.engine import window
 
@@ -664,7 +640,7 @@ class Engine:
     def after_batch_gate(self, idx: int) -> str | None:
         """The play's pause after batch ``idx``, if any: None to go on, else the run's end."""
         gate = next((p for p in self.playbook.play.pauses if p.after_batch == idx), None)
-        if gate is None or idx >= len(self.view.plan["batches"]):
+        if gate is None or idx >= len(run_plan(self.view)["batches"]):
             return None
         decision = self.gates.pause(f"after-batch{idx}", gate.reason or f"batch {idx} done: approve to start batch "
                               f"{idx + 1}", gate.duration, batch=idx)
@@ -690,6 +666,6 @@ class Engine:
         """Why the rollout-wide failure budget is spent, or None (``BatchPolicy.over_budget``)."""
         return self.policy.over_budget(self.view)
 
-    def capacity_short(self, nodes: list[str], what_for: str, extra_out: set[str] = frozenset()) -> str | None:
+    def capacity_short(self, nodes: list[str], what_for: str, extra_out: Iterable[str] = frozenset()) -> str | None:
         """Why taking ``nodes`` out of service now would cross the capacity floor, or None."""
         return self.policy.capacity_short(self.view, nodes, what_for, extra_out)

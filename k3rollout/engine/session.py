@@ -27,6 +27,7 @@ from k3rollout.model.playbook import Playbook
 from k3rollout.plan.planner import Plan
 from k3rollout.report.render import write_reports
 from k3rollout.runlog.journal import Journal
+from k3rollout.runlog.lock import RunLock
 from k3rollout.runlog.rundir import PREFLIGHT_JSON, RunDir
 from k3rollout.scheduler import with_scheduler_hosts
 from k3rollout.scheduler.cluster_lock import ClusterLocks, cluster_locks, lock_hosts
@@ -82,9 +83,9 @@ class Session:
         self._running: Engine | None = None      # the engine whose batches end with a report
         self._next_report = 0.0                   # process CPU time before which no interim report is written
 
-    def _reporting(self, on_event: Callable[[dict], None] | None) -> Callable[[dict], None]:
+    def _reporting(self, on_event: Callable[[dict[str, Any]], None] | None) -> Callable[[dict[str, Any]], None]:
         """``on_event`` that also writes the reports at each batch's end (``write_interim``)."""
-        def each(rec: dict) -> None:
+        def each(rec: dict[str, Any]) -> None:
             if on_event is not None:
                 on_event(rec)
             if rec["type"] in REPORT_AFTER and self._running is not None:
@@ -112,22 +113,23 @@ class Session:
         return self.rd.journal
 
     def start(self, playbook: Playbook, inventory: Inventory, plan: Plan, window_end: float | None,
-              on_event: Callable[[dict], None] | None = None, log: Any = None,
-              approved_plan: str | None = None, overrides: dict | None = None,
-              preflight: dict | None = None) -> str:
+              on_event: Callable[[dict[str, Any]], None] | None = None, log: Any = None,
+              approved_plan: str | None = None, overrides: dict[str, Any] | None = None,
+              preflight: dict[str, Any] | None = None) -> str:
         if self.journal_path.exists() and self.journal_path.stat().st_size > 0:
             raise InputError(f"run directory already holds a run; use `k3rollout resume {self.run_dir}` or pick "
                              "another --run-dir", path=str(self.run_dir))
         self.run_dir.mkdir(parents=True, exist_ok=True)
         run_id = new_run_id(self.clock)
         check_controller_tools(playbook, {h: inventory.hosts[h] for h in plan.hosts})
-        lock = self.rd.lock(inventory, self.clock.iso(), hosts=plan.hosts)
+        file_lock = self.rd.lock(inventory, self.clock.iso(), hosts=plan.hosts)
+        lock: RunLock | Locks = file_lock
         # the (empty) journal exists before the lock is taken: a run killed before its first
         # record leaves a run directory `resume` recognises, and releases (see resume)
         created = not self.journal_path.exists()
         self.journal_path.touch()
         try:
-            lock.acquire()
+            file_lock.acquire()
         except BaseException:
             if created and self.journal_path.stat().st_size == 0:
                 self.journal_path.unlink()
@@ -172,6 +174,10 @@ class Session:
                                           engine.redact(fastjson.dumps_pretty(preflight["report"])))
                     pre.update(evidence=pref.path, evidence_sha256=pref.sha256)
 
+            extra: dict[str, Any] = {"cluster_lock": leases.servers() + others.servers()} \
+                if leases.held or others.held else {}
+            if pre is not None:
+                extra["preflight"] = pre
             engine.record("run_started", run_id=run_id, plan=plan.to_dict(), plan_sha256=plan_digest(plan.to_dict()),
                           approved_plan=approved_plan, playbook=str(playbook.path),
                           playbook_sha256=playbook.sha256, inventory=inventory.path, inventory_sha256=inv_digest,
@@ -180,9 +186,7 @@ class Session:
                           transport=executor.kind, pid=os.getpid(), host=socket.gethostname(),
                           playbook_evidence=ref.path,
                           playbook_evidence_sha256=ref.sha256,
-                          **({"cluster_lock": leases.servers() + others.servers()}
-                             if leases.held or others.held else {}),
-                          **({"preflight": pre} if pre is not None else {}))
+                          **extra)
             try:
                 return engine.run()
             finally:
@@ -192,7 +196,7 @@ class Session:
         finally:
             lock.release()
 
-    def reopen(self) -> tuple[Playbook, Inventory, Journal, dict]:
+    def reopen(self) -> tuple[Playbook, Inventory, Journal, dict[str, Any]]:
         # read and verified (hash chain, record types, evidence) before anything is repaired or
         # appended; a run that never started is released (RunNeverStarted)
         self.rd.open(release_unstarted=True)
@@ -203,8 +207,8 @@ class Session:
             raise InputError("journal does not start with run_started", path=str(self.journal_path))
         return playbook, inventory, journal, inputs
 
-    def _engine(self, on_event: Callable[[dict], None] | None, log: Any,
-                accept_changed: bool = False) -> tuple[Engine, Journal, Any]:
+    def _engine(self, on_event: Callable[[dict[str, Any]], None] | None, log: Any,
+                accept_changed: bool = False) -> tuple[Engine, Journal, Locks]:
         playbook, inventory, journal, inputs = self.reopen()
         first = journal.records[0]
         plan_hosts = first["plan"]["hosts"]
@@ -231,9 +235,10 @@ class Session:
                              "--accept-changed-inputs (the change is recorded in the journal)",
                              path=inputs["playbook"] if "playbook_sha256" in changes else inventory.path)
         # --- end changed inputs ---
-        lock = self.rd.lock(inventory, self.clock.iso(), hosts=plan_hosts)
+        file_lock = self.rd.lock(inventory, self.clock.iso(), hosts=plan_hosts)
+        lock: RunLock | Locks = file_lock
         try:
-            lock.acquire(takeover_own_stale=True)
+            file_lock.acquire(takeover_own_stale=True)
         except Exception:
             journal.close()
             raise
@@ -253,12 +258,13 @@ class Session:
         self._running = engine
         if changes:
             # accepted by the operator: on record, and the digests later resumes compare against
+            now: dict[str, Any] = {k: b for k, (a, b) in changes.items()}
             engine.record("inputs_changed", accepted=True, playbook=playbook.path, inventory=inventory.path,
                           changes={k: {"was": a, "now": b} for k, (a, b) in changes.items()},
-                          **{k: b for k, (a, b) in changes.items()})
+                          **now)
         return engine, journal, lock
 
-    def resume(self, on_event: Callable[[dict], None] | None = None, log: Any = None,
+    def resume(self, on_event: Callable[[dict[str, Any]], None] | None = None, log: Any = None,
                accept_changed: bool = False) -> str:
         engine, journal, lock = self._engine(on_event, log, accept_changed)
         try:
@@ -277,7 +283,7 @@ class Session:
             lock.release()
             self.write_outputs(engine)
 
-    def rollback(self, batch: int | None, on_event: Callable[[dict], None] | None = None, log: Any = None,
+    def rollback(self, batch: int | None, on_event: Callable[[dict[str, Any]], None] | None = None, log: Any = None,
                  accept_changed: bool = False) -> bool:
         engine, journal, lock = self._engine(on_event, log, accept_changed)
         self.rollback_halt: str | None = None
@@ -300,7 +306,7 @@ class Session:
             lock.release()
             self.write_outputs(engine)
 
-    def write_outputs(self, engine: Engine | None = None) -> dict:
+    def write_outputs(self, engine: Engine | None = None) -> dict[str, Any]:
         """result.json and the reports. After a run, from the engine's view of the journal
         when it holds every record (it is the journal folded record by record as each was
         appended, so re-reading 190,000 records at 1,000 nodes would only rebuild it); from

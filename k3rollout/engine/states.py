@@ -11,7 +11,7 @@ prints it for runbooks/ and ``k3rollout states``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from enum import Enum
+from enum import Enum, EnumMeta
 from typing import Any
 
 from k3rollout.model.playbook import STAGE_KINDS, STAGE_TABLES
@@ -21,7 +21,10 @@ from k3rollout.model.stagekinds import StageKind, StageTables
 def node_states(kinds: Sequence[StageKind]) -> type[Enum]:
     """The node states: pending, one ``NAME_REQUIRED`` per stage kind (its declared state,
     in the declared order), then the end and rollback states."""
-    return Enum("NodeState", [  # type: ignore[misc]
+    # Enum's functional API, called through its metaclass: mypy takes a direct ``Enum(...)``
+    # call for a member lookup, and types this one as the class it makes
+    functional: EnumMeta = Enum
+    return functional("NodeState", [
         ("PENDING", "pending"),
         *((f"{k.name.upper()}_REQUIRED", k.state) for k in kinds),
         ("UPGRADE_DONE", "upgrade-done"),

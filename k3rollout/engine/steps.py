@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from k3rollout import fastjson
 from k3rollout.engine.clock import Clock
+from k3rollout.engine.pool import run_each
 from k3rollout.errors import CommandTimeout, ConnectionLost, HostUnreachable, TransportError
 from k3rollout.evidence.store import EvidenceStore
 from k3rollout.runlog.rundir import RunDir
@@ -30,7 +31,7 @@ from k3rollout.runlog.view import RunView
 from k3rollout.scheduler import Scheduler, k8s_calls, scheduler_for
 from k3rollout.stages.base import NodeCtx, StepFailed
 from k3rollout.transport import local
-from k3rollout.transport.base import CommandResult
+from k3rollout.transport.base import CommandResult, Executor
 
 if TYPE_CHECKING:
     from k3rollout.transport.http import ApiClient, HttpResult
@@ -104,7 +105,7 @@ class StepRunner:
     ``timeout`` for it (a read-only retry stays within it); ``scheduler`` gives a node's
     scheduler from its vars; ``stopping`` is the run's stop flag."""
 
-    def __init__(self, *, record: Callable[..., dict], view: RunView, executor: Any, evidence: EvidenceStore,
+    def __init__(self, *, record: Callable[..., dict[str, Any]], view: RunView, executor: Executor, evidence: EvidenceStore,
                  redact: Callable[[str], str], inventory: Any, log: Any, clock: Clock | None = None,
                  stopping: threading.Event | None = None, stage_timeouts: dict[str, float | None] | None = None,
                  scheduler: Callable[[dict[str, Any]], Scheduler] = scheduler_for):
@@ -137,14 +138,14 @@ class StepRunner:
         """The node's scheduler, from its vars (``scheduler: kubernetes|slurm|none``)."""
         return self._scheduler_for(ctx.vars)
 
-    def prior_meta(self, ctx: NodeCtx, name: str) -> dict | None:
+    def prior_meta(self, ctx: NodeCtx, name: str) -> dict[str, Any] | None:
         """The meta journaled with an earlier start of this step (before a crash), if any."""
         rec = self.view.steps_started.get((ctx.node, f"{ctx.folder}/{name}"))
         return rec.get("meta") if rec else None
 
     def step(self, ctx: NodeCtx, name: str, argv: list[str], *, once: bool = False,
-             probe: Callable[[NodeCtx, dict], bool] | None = None, stdin: bytes | None = None,
-             timeout: float = 600.0, evidence: bool = True, meta: dict | None = None,
+             probe: Callable[[NodeCtx, dict[str, Any]], bool] | None = None, stdin: bytes | None = None,
+             timeout: float = 600.0, evidence: bool = True, meta: dict[str, Any] | None = None,
              on: str | None = None, _retry: bool = True) -> CommandResult:
         """``on``: where it runs when not on the node itself, ``"controller"`` or an
         inventory host (the scheduler's operations); the journal records it as ``ran_on``."""
@@ -219,11 +220,12 @@ class StepRunner:
         retried here: it is settled by its probe."""
         budget = self.read_retry_budget(ctx, kw["timeout"])
         deadline = time.monotonic() + budget
-        delay, last = READ_RETRY_FIRST_S, first
+        delay = READ_RETRY_FIRST_S
+        last: TransportError | StepFailed = first
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or self.stopping.is_set():
-                tail = getattr(last, "output_tail", None) or getattr(last, "logs", "")
+                tail = last.output_tail if isinstance(last, TransportError) else last.logs
                 raise StepFailed(self.redact(f"{last} (a read-only command: retried for its {budget:.0f}s budget)"),
                                  self.redact(tail)) from None
             time.sleep(min(delay, left))
@@ -242,8 +244,8 @@ class StepRunner:
                 last = exc
 
     def call(self, ctx: NodeCtx, name: str, what: list[str], fn: Callable[[], Any], *, ran_on: str,
-             once: bool = False, probe: Callable[[NodeCtx, dict], bool] | None = None,
-             meta: dict | None = None) -> CallResult:
+             once: bool = False, probe: Callable[[NodeCtx, dict[str, Any]], bool] | None = None,
+             meta: dict[str, Any] | None = None) -> CallResult:
         """A call the controller makes itself (an API request, not a command on a host),
         journaled like a step: ``what`` is what the journal shows (e.g. ``["PATCH",
         "nodes/gpu-01", "spec.unschedulable=true"]``), ``ran_on`` where it went (the API
@@ -278,7 +280,7 @@ class StepRunner:
         return CallResult(rc, answer, error, took)
 
     def _replay_or_settle(self, ctx: NodeCtx, name: str, key: str, argv: list[str],
-                          probe: Callable[[NodeCtx, dict], bool] | None) -> CommandResult | None:
+                          probe: Callable[[NodeCtx, dict[str, Any]], bool] | None) -> CommandResult | None:
         """For a ``once`` step: its recorded result if it completed before, a settled result
         if it was interrupted but the probe shows it took effect, else None (run it)."""
         node = ctx.node
@@ -328,13 +330,17 @@ class StepRunner:
         return ansible_transport.available()
 
     def ansible_step(self, ctx: NodeCtx, name: str, tasks_file: Path, extravars: dict[str, Any], *,
-                     probe: Callable[[NodeCtx, dict], bool], timeout: float, _retry: bool = True) -> CommandResult:
+                     probe: Callable[[NodeCtx, dict[str, Any]], bool], timeout: float, _retry: bool = True) -> CommandResult:
         """Run a vendor task file via ansible-runner as one destructive (``once``) step."""
         from k3rollout.toolpaths import require_tool
         from k3rollout.transport import ansible as ansible_transport
+        from k3rollout.transport.ssh import SSHExecutor
 
         key = f"{ctx.folder}/{name}"
         node = ctx.node
+        executor = self.executor
+        if not isinstance(executor, SSHExecutor):       # can_run_ansible: over SSH only
+            raise StepFailed(f"{node}: vendor task files run through Ansible over SSH, not a {executor.kind} transport")
         # a missing controller tool stops the run (exit 2) before the step is journaled:
         # it is never the node's failure, so never a reason to roll the node back
         binary = require_tool("ansible-playbook", f"the driver stage runs {tasks_file.name} with ansible-runner")
@@ -347,14 +353,14 @@ class StepRunner:
         attempt = self.view.step_starts.get((node, key), 1)
         private = RunDir(self.evidence.root.parent).ansible / node / f"{ctx.folder}-{name}-{attempt}"
 
-        def on_event(ev: dict) -> None:
+        def on_event(ev: dict[str, Any]) -> None:
             self.record("ansible_event", node=node, stage=ctx.stage, step=name, key=key,
                         **{k: (self.redact(v) if isinstance(v, str) else v) for k, v in ev.items() if k != "host"})
             self.log.info("ansible_event", node=node, stage=ctx.stage, ansible_event=ev.get("event"),
                           task=ev.get("task"))
 
         started = time.monotonic()
-        res = ansible_transport.run_tasks(self.executor.targets[node], self.inventory.hosts[node].vars,
+        res = ansible_transport.run_tasks(executor.targets[node], self.inventory.hosts[node].vars,
                                           tasks_file, extravars, private, timeout=timeout, on_event=on_event,
                                           binary=binary)
         if res.unreachable and _retry:
@@ -447,8 +453,6 @@ class StepRunner:
     def http_many(self, ctx: NodeCtx, name: str, port: int, path: str, bodies: list[Any], *, stream: bool = True,
                   timeout: float = 300.0) -> list[HttpResult]:
         """``len(bodies)`` requests sent at once (one thread each): a concurrency step."""
-        from concurrent.futures import ThreadPoolExecutor
-
         base, client = self._target(ctx, port)
         url = base + path
         key = f"{ctx.folder}/{name}"
@@ -459,11 +463,10 @@ class StepRunner:
         if stream:
             # each stream on its own client: none waits on a shared pool lock (transport/http.py)
             results = client.stream_many(url, bodies, timeout)
-        elif len(bodies) <= 1:
-            results = [client.request("POST", url, b, timeout) for b in bodies]
         else:
-            with ThreadPoolExecutor(max_workers=len(bodies)) as pool:
-                results = list(pool.map(lambda b: client.request("POST", url, b, timeout), bodies))
+            # one worker each, in the engine's worker pool (engine/pool.py)
+            results = run_each(lambda b: client.request("POST", url, b, timeout), bodies, workers=len(bodies),
+                               name="k3http")
         lines = [f"> POST {url} x{len(bodies)} concurrent (stream={stream})", f"# host={ctx.node}"]
         for i, r in enumerate(results, 1):
             lines.append(f"{i}\tstatus={r.status}\telapsed_s={r.elapsed_s:.4f}\tttft_s="
@@ -484,7 +487,7 @@ class StepRunner:
                         key=f"{ctx.folder}/wait-for-host", error=type(exc).__name__, message=str(exc))
             raise StepFailed(str(exc)) from None
 
-    def record_evidence(self, ctx: NodeCtx, name: str, content: str) -> dict:
+    def record_evidence(self, ctx: NodeCtx, name: str, content: str) -> dict[str, Any]:
         ref = self.evidence.write(ctx.node, ctx.folder, name, self.redact(content))
         self.record("evidence", node=ctx.node, stage=ctx.stage, name=name, path=ref.path, sha256=ref.sha256)
         return ref.to_dict()

@@ -45,17 +45,20 @@ import math
 import threading
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from k3rollout.engine.pool import WorkerPool
 from k3rollout.engine.states import STAGE_STATE, NodeState
+
+if TYPE_CHECKING:
+    from k3rollout.engine.runner import Engine
 
 TERMINAL = {NodeState.UPGRADE_DONE.value, NodeState.SKIPPED.value, NodeState.ROLLED_BACK.value,
             NodeState.ROLLBACK_FAILED.value, NodeState.FAILED.value}
 FAILED = {NodeState.ROLLED_BACK.value, NodeState.ROLLBACK_FAILED.value, NodeState.FAILED.value}
 
 
-def _failing(engine: Any, started: list[str], last_n: int, pct: float) -> tuple[str, str] | None:
+def _failing(engine: Engine, started: list[str], last_n: int, pct: float) -> tuple[str, str] | None:
     """(halt kind, why) when no further node may start for the failures so far: a failed
     rollback anywhere (``rollback_failed``), or more than ``pct`` percent of the last
     ``last_n`` nodes started failed (``failure``)."""
@@ -74,7 +77,7 @@ def _failing(engine: Any, started: list[str], last_n: int, pct: float) -> tuple[
     return None
 
 
-def lookahead(engine: Any, k: int) -> int:
+def lookahead(engine: Engine, k: int) -> int:
     """How many nodes may walk their in-service stages ahead of a free slot (besides one
     per free slot): enough that one is ready each time a slot frees, and no more."""
     kinds = [s.stage for s in engine.stages]
@@ -86,7 +89,7 @@ def lookahead(engine: Any, k: int) -> int:
     return min(k, math.ceil(k * lead / out) + 1)
 
 
-def went_out(engine: Any, node: str) -> bool:
+def went_out(engine: Engine, node: str) -> bool:
     """Whether the node's cordon has started (in this run): from then on it is out of service,
     or may be, and holds a slot until it is done."""
     v = engine.view.node(node)
@@ -100,7 +103,7 @@ def went_out(engine: Any, node: str) -> bool:
 class _Window:
     """The window's shared state, under one condition variable."""
 
-    def __init__(self, engine: Any, idx: int, nodes: list[str], policy: dict[str, Any]):
+    def __init__(self, engine: Engine, idx: int, nodes: list[str], policy: dict[str, Any]):
         self.engine = engine
         self.idx = idx
         self.k = max(1, int(policy["max_unavailable"]))
@@ -223,7 +226,7 @@ class _Window:
             return False
 
 
-def run(engine: Any, batch: dict[str, Any], policy: dict[str, Any]) -> tuple[str, str] | None:
+def run(engine: Engine, batch: dict[str, Any], policy: dict[str, Any]) -> tuple[str, str] | None:
     """Run the window batch; (halt kind, why) when new starts stopped early, else None."""
     idx, nodes = batch["index"], batch["nodes"]
     if engine.view.batches[idx]["status"] == "not_started":
@@ -233,19 +236,14 @@ def run(engine: Any, batch: dict[str, Any], policy: dict[str, Any]) -> tuple[str
     todo = [n for n in nodes if engine.view.node(n).state not in TERMINAL]
     engine.before_cordon = w.before_cordon
     try:
-        # room for every slot and the most nodes ahead (threads start only as nodes need them)
-        with ThreadPoolExecutor(max_workers=2 * w.k + 1, thread_name_prefix="k3window") as ex:
-            futures = []
+        # room for every slot and the most nodes ahead (threads start only as nodes need them);
+        # a stop is the engine's worker pool's (engine/pool.py): no new node or step starts,
+        # what runs now finishes and is journaled
+        with WorkerPool(2 * w.k + 1, stopping=engine.stopping, name="k3window") as pool:
             for node in todo:
                 if not w.dispatch(node):
                     break
-                futures.append(ex.submit(w.one, node))
-            for f in futures:
-                f.result()
-    except KeyboardInterrupt:
-        # as Engine.pool: no new step starts; what runs now finishes and is journaled
-        engine.stopping.set()
-        raise
+                pool.submit(w.one, node)
     finally:
         engine.before_cordon = None
     if engine.stopping.is_set():

@@ -146,9 +146,9 @@ class _WatchLines(LineProgress):
         self.ts = ""
 
     def _w(self, text: str) -> None:
-        from k3rollout.progress import _emit
+        from k3rollout.progress import emit
 
-        _emit(self, f"[{self.ts[11:19] or '--:--:--'}Z] {text}\n")
+        emit(self, f"[{self.ts[11:19] or '--:--:--'}Z] {text}\n")
 
     def __call__(self, r: dict[str, Any]) -> None:
         self.ts = r.get("ts") or ""

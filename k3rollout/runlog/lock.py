@@ -101,7 +101,8 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _holder_text(h: dict[str, Any]) -> str:
+def holder_text(h: dict[str, Any]) -> str:
+    """A lock holder as a person reads it: its process, host, user, run directory and start."""
     return (f"pid {h.get('pid')} on {h.get('host')} (user {h.get('user')}), run {h.get('run_dir')}, "
             f"started {h.get('started')}")
 
@@ -165,13 +166,13 @@ class RunLock:
                     raise LockHeld(f"cluster lock {path} ({key}) exists but names no holder; if no k3rollout run "
                                    f"is active on these hosts, remove it: rm {path}") from None
                 if not _dead(holder):
-                    raise LockHeld(f"another k3rollout run holds {key}: {_holder_text(holder)}. Wait for it to "
+                    raise LockHeld(f"another k3rollout run holds {key}: {holder_text(holder)}. Wait for it to "
                                    f"finish; lock file {path}") from None
                 if takeover_own_stale and holder.get("run_dir") == self.run_dir:
                     path.unlink(missing_ok=True)
                     continue
                 raise LockHeld(
-                    f"stale cluster lock on {key}: its holder is dead ({_holder_text(holder)}). That run may have "
+                    f"stale cluster lock on {key}: its holder is dead ({holder_text(holder)}). That run may have "
                     f"left nodes cordoned or mid-change: continue it with `k3rollout resume {holder.get('run_dir')}`, "
                     f"or, once you have checked its nodes, remove the lock: rm {path}") from None
             # readable by every user (the run itself is private, umask 077): another user's run

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from k3rollout.errors import InputError, K3RolloutError, LockHeld
 from k3rollout.evidence.store import Problem, verify_evidence
 from k3rollout.runlog.journal import Journal, torn_path
-from k3rollout.runlog.lock import RunLock, _holder_text, live_holders, release_stale
+from k3rollout.runlog.lock import RunLock, holder_text, live_holders, release_stale
 
 if TYPE_CHECKING:
     from k3rollout.model.inventory import Inventory
@@ -222,7 +222,7 @@ class RunDir:
         stays stuck on it, and say how to start again."""
         live = self.live_holders()
         if live:
-            raise LockHeld(f"{self.path}: this run is starting right now ({_holder_text(live[0])}); its journal "
+            raise LockHeld(f"{self.path}: this run is starting right now ({holder_text(live[0])}); its journal "
                            "has no record yet")
         released = self.release_stale()
         if not records:

@@ -230,7 +230,8 @@ class KubernetesApi:
         return out
 
     @staticmethod
-    def _left_alone(pod: Any) -> bool:
+    def left_alone(pod: Any) -> bool:
+        """Whether a drain leaves the pod where it is: a DaemonSet's, or a static (mirror) pod."""
         owners = pod.metadata.owner_references or []
         if any(o.kind == "DaemonSet" for o in owners):
             return True
@@ -247,7 +248,7 @@ class KubernetesApi:
         pending: dict[str, Any] = {}
         for pod in self.pods_on(name):
             key = f"{pod.metadata.namespace}/{pod.metadata.name}"
-            if self._left_alone(pod):
+            if self.left_alone(pod):
                 res.skipped.append(key)
             elif pod.status and pod.status.phase in ("Succeeded", "Failed"):
                 continue        # finished pods hold nothing; kubectl deletes them, we leave them

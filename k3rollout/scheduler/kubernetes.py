@@ -83,7 +83,7 @@ class Kubernetes:
         try:
             if not api.node(ctx.node)["unschedulable"]:
                 return False
-            return not [p for p in api.pods_on(ctx.node) if not api._left_alone(p)
+            return not [p for p in api.pods_on(ctx.node) if not api.left_alone(p)
                         and not (p.status and p.status.phase in ("Succeeded", "Failed"))]
         except KubernetesError:
             return False

@@ -373,7 +373,7 @@ def _install(state: dict[str, Any], wanted: dict[str, str], tool: str, args: lis
 
 
 def _older(a: str, b: str) -> bool:
-    return repos._vt(df.upstream(a)) < repos._vt(df.upstream(b))
+    return repos.version_key(df.upstream(a)) < repos.version_key(df.upstream(b))
 
 
 def apt_get(state: dict[str, Any], args: list[str]) -> Out:

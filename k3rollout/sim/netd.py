@@ -37,7 +37,14 @@ from k3rollout.sim import thin
 if TYPE_CHECKING:
     from k3rollout.sim.netd_daemon import Daemon
 
-_RUNNING: Daemon | None = None        # in the daemon's own process (netd_daemon sets it)
+_RUNNING: Daemon | None = None        # in the daemon's own process (run_here)
+
+
+def run_here(daemon: Daemon) -> None:
+    """Called by the daemon in its own process: ``sync`` from there goes to it directly, not
+    through its control socket (which may not listen yet)."""
+    global _RUNNING
+    _RUNNING = daemon
 
 
 # ---------------------------------------------------------------- addresses
@@ -143,11 +150,12 @@ def allocate(root: Path) -> str:
 # ---------------------------------------------------------------- control (client side)
 
 
-def _control_name(root: Path) -> bytes:
+def control_name(root: Path) -> bytes:
+    """Where the daemon takes control requests (``sync``, ``ping``...)."""
     return thin.control_name(str(Path(root).absolute()))
 
 
-def _command_name(root: Path) -> bytes:
+def command_name(root: Path) -> bytes:
     """Where the daemon takes the hosts' commands (one JSON line each; see transport/sim.py)."""
     return thin.command_name(str(Path(root).absolute()))
 
@@ -155,7 +163,7 @@ def _command_name(root: Path) -> bytes:
 def _ask(root: Path, line: str, timeout: float = 30.0) -> str:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(timeout)
-        s.connect(_control_name(root))
+        s.connect(control_name(root))
         s.sendall(line.encode() + b"\n")
         data = b""
         while not data.endswith(b"\n"):

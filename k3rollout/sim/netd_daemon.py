@@ -317,11 +317,11 @@ class Daemon:
         self.loop = asyncio.get_running_loop()
         # the API server's first reconcile starts the seeded pods' servers: their syncs are
         # this daemon's own, not a request to a control socket that does not listen yet
-        netd._RUNNING = self
+        netd.run_here(self)
         self.start_kubeapi()
-        srv = await asyncio.start_unix_server(self.control, path=netd._control_name(self.root))
+        srv = await asyncio.start_unix_server(self.control, path=netd.control_name(self.root))
         cmd_srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        cmd_srv.bind(netd._command_name(self.root))
+        cmd_srv.bind(netd.command_name(self.root))
         cmd_srv.listen(256)
         threading.Thread(target=self.accept_commands, args=(cmd_srv,), name="k3sim-accept", daemon=True).start()
         (self.root / "netd.pid").write_text(str(os.getpid()))

@@ -60,13 +60,14 @@ def _drivers(state: dict[str, Any]) -> list[str]:
         newest: dict[str, str] = {}
         for v in vers:
             b = v.split(".")[0]
-            if b not in newest or _vt(v) > _vt(newest[b]):
+            if b not in newest or version_key(v) > version_key(newest[b]):
                 newest[b] = v
         vers = set(newest.values())
-    return sorted(vers, key=_vt, reverse=True)
+    return sorted(vers, key=version_key, reverse=True)
 
 
-def _vt(v: str) -> tuple[int, ...]:
+def version_key(v: str) -> tuple[int, ...]:
+    """A driver version's numeric parts, to order versions by."""
     return tuple(int(x) for x in v.split(".") if x.isdigit())
 
 

@@ -31,8 +31,11 @@ def _argv(nodes: list[str], gpus: int, base: list[str]) -> list[str]:
             ",".join(f"{n}:{gpus}" for n in nodes), "-x", "NCCL_DEBUG=INFO", *prog]
 
 
-def _test(ctx: NodeCtx, nodes: list[str], name: str, gpus: int | None = None,
-          argv: list[str] | None = None) -> tuple[bool, str, dict]:
+def nccl_test(ctx: NodeCtx, nodes: list[str], name: str, gpus: int | None = None,
+              argv: list[str] | None = None) -> tuple[bool, str, dict]:
+    """The NCCL test (``ctx.params.argv``, or ``argv``) across ``nodes``, ``gpus`` GPUs each,
+    as the step ``name``: (ran and parsed, its output when not, the bus bandwidth facts).
+    ``observe`` runs it too, on one idle node."""
     gpus = gpus or int(ctx.baseline.get("gpu_count") or 8)
     collective = getattr(ctx.workload, "collective", None)
     if collective is not None:
@@ -84,7 +87,7 @@ def mixed_check(ctx: NodeCtx, nodes: list[str], outcomes: dict[str, StageOutcome
     a = ok_nodes[0]
     tried: list[dict[str, Any]] = []
     for peer in peers[:2]:
-        good, logs, m = _test(ctx, [a, peer], f"all-reduce-mixed-{a}-{peer}", gpus=1, argv=p.mixed_argv)
+        good, logs, m = nccl_test(ctx, [a, peer], f"all-reduce-mixed-{a}-{peer}", gpus=1, argv=p.mixed_argv)
         floor_ok = good and (p.mixed_min_busbw_gbps is None or m["largest_busbw"] >= p.mixed_min_busbw_gbps)
         tried.append({"peer": peer, "ok": floor_ok, "busbw_gbps": m.get("largest_busbw"), "logs": logs[-2000:]})
         if floor_ok:
@@ -168,7 +171,7 @@ def run_group(ctx: NodeCtx, nodes: list[str]) -> dict[str, StageOutcome]:
 
 def _run_group(ctx: NodeCtx, nodes: list[str]) -> dict[str, StageOutcome]:
     floor = ctx.params.min_busbw_gbps
-    ok, logs, m = _test(ctx, nodes, "all-reduce-" + ("batch" if len(nodes) > 1 else "local"))
+    ok, logs, m = nccl_test(ctx, nodes, "all-reduce-" + ("batch" if len(nodes) > 1 else "local"))
     if ok:
         fast, fast_why, net = _fast_path(ctx, nodes, m.pop("stdout", ""))
         culprits = [n for n in net["nccl_no_rdma_hosts"] if n in nodes]
@@ -195,7 +198,7 @@ def _run_group(ctx: NodeCtx, nodes: list[str]) -> dict[str, StageOutcome]:
         for b in nodes[i + 1:]:
             if a in cleared and b in cleared:
                 continue
-            pair_ok, _, _ = _test(ctx, [a, b], f"all-reduce-pair-{a}-{b}")
+            pair_ok, _, _ = nccl_test(ctx, [a, b], f"all-reduce-pair-{a}-{b}")
             if pair_ok:
                 cleared.update((a, b))
     blamed = [n for n in nodes if n not in cleared]

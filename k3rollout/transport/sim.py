@@ -75,7 +75,7 @@ class SimExecutor:
         for attempt in (1, 2):
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                sock.connect(netd._command_name(self.root))
+                sock.connect(netd.command_name(self.root))
                 break
             except OSError:
                 sock.close()

@@ -558,5 +558,5 @@ def load_known_hosts(files: tuple[str, ...], into: paramiko.HostKeys) -> set[tup
         entries, rev = _read_known_hosts(f)
         revoked |= rev
         # as HostKeys.load() keeps them (add() would scan every entry for each one)
-        into._entries.extend(entries)
+        into._entries.extend(entries)  # noqa: SLF001 - paramiko.HostKeys offers no bulk add (see above)
     return revoked

@@ -41,7 +41,7 @@ def test_a_docker_host_passes_the_workload_check(fake_executor):
 
 
 def test_the_backend_var_picks_the_runtime_and_the_default_is_one_place():
-    # scheduler: kubernetes (also its default) -> Pods; none and slurm -> a Docker host
+    # scheduler: kubernetes (also its default) -> Pods; slurm -> jobs; none -> a Docker host
     from k3rollout import scheduler, workload
 
     assert workload.SCHEDULER_DEFAULT == scheduler.DEFAULT
@@ -49,5 +49,8 @@ def test_the_backend_var_picks_the_runtime_and_the_default_is_one_place():
     assert workload_for({"scheduler": "kubernetes"}).kind == default_backend({"scheduler": "kubernetes"}) == \
         "kubernetes"
     assert workload_for({"scheduler": "none"}).kind == default_backend({"scheduler": "none"}) == "docker"
-    assert workload_for({"scheduler": "slurm"}).kind == default_backend({"scheduler": "slurm"}) == "docker"
+    # slurm: jobs through pyxis unless the node's launcher is docker
+    assert workload_for({"scheduler": "slurm"}).kind == default_backend({"scheduler": "slurm"}) == "slurm"
+    slurm_docker = {"scheduler": "slurm", "k3_container_launcher": "docker"}
+    assert workload_for(slurm_docker).kind == default_backend(slurm_docker) == "docker"
     assert workload_for({"k3_workload_backend": "docker", "scheduler": "kubernetes"}) is BACKENDS["docker"]
