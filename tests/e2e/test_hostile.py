@@ -8,7 +8,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
-from support import cli, journal, write_inventory, write_playbook
+from support import DOCKER_HOST, cli, journal, write_inventory, write_playbook
 
 from k3rollout.evidence.redact import mask_credentials, masked
 from k3rollout.model import load_inventory
@@ -75,8 +75,9 @@ def test_secrets_in_urls_and_container_environments_are_masked_and_the_run_is_pr
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     _Hook.paths = []
     url = f"http://ops:{password}@127.0.0.1:{srv.server_port}/chatops?channel=gpu&token={token}"
+    # Docker hosts: the serving container's environment is what baseline captures
     inv = write_inventory(tmp_path / "inv", {"gpu-01": {"sim_serving_env": {"HF_TOKEN": hf, "HF_HOME": "/data"}},
-                                             "gpu-02": {}}, {"sim_reboot_s": 0.01})
+                                             "gpu-02": {}}, {"sim_reboot_s": 0.01, **DOCKER_HOST})
     pb = write_playbook(tmp_path / "pb.yml", serial=[1, 1], min_serving=0, hooks={"post_batch": [{"webhook": url}]})
     run = tmp_path / "run"
     try:

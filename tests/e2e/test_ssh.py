@@ -112,7 +112,8 @@ def test_changed_host_key_is_refused(sshd_cluster, tmp_path):
 
 
 def test_executor_basics_and_error_translation(sshd_cluster, tmp_path):
-    with sshd_cluster({"gpu-01": {"sim_reboot_s": 3}}) as c:
+    # a Docker host: its serving container answers on the node's port 8001
+    with sshd_cluster({"gpu-01": {"sim_reboot_s": 3, "sim_container_runtime": "docker"}}) as c:
         inv = load_inventory(c.inventory(tmp_path / "hosts.yml"))
         ex = SSHExecutor({n: h.vars for n, h in inv.hosts.items()})
         r = ex.run("gpu-01", ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
