@@ -19,7 +19,9 @@ from k3rollout.cli import main
 
 # fault -> (failed stage or None when the node still upgrades, final, triage)
 EXPECT = {
-    "driver_install_fails": ("driver_upgrade", "rolled_back", "other"),
+    # the NVIDIA module does not build (DKMS "Bad return status for module build"): the node has
+    # no working driver for CUDA to start with, tree step 2, as the labelled corpus has it
+    "driver_install_fails": ("driver_upgrade", "rolled_back", "container_runtime"),
     "no_boot_after_upgrade": ("driver_upgrade", "rollback_failed", "other"),
     "cuda_init_fails": ("cuda_check", "rolled_back", "container_runtime"),
     # without the NVIDIA runtime the serving container the baseline saw running cannot start
