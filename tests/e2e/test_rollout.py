@@ -99,7 +99,12 @@ def test_demo_rollout_upgrades_all_but_the_faulty_node_and_rolls_it_back(tmp_pat
             # back: every owner at its baseline readyReplicas on baseline's digest
             back = facts[(node, "uncordon")]["serving_owners"]
             want = 4 if node.startswith("gpu-a") else 8
-            assert [(o["ready"], o["baseline_ready"]) for o in back.values()] == [(want, want)]
+            (got,) = [(o["ready"], o["baseline_ready"]) for o in back.values()]
+            if got != (want, want):
+                # short only of pods waiting for GPUs on nodes out of service (gpu-a07/a08 while
+                # they are rolled back), this node running its own: said, not failed
+                (note,) = facts[(node, "uncordon")]["serving_short_elsewhere"]
+                assert got[1] == want and f"has {got[0]} ready replicas of {want}" in note, (node, got, note)
     md = (run_dir / "report.md").read_text()
     assert "## Serving Pods and their owners: before and after" in md
     assert "| LeaderWorkerSet inference/k3-h200 | 4 → 4 |" in md and "| Deployment inference/k3-b300 | 8 → 8 |" in md
