@@ -63,12 +63,15 @@ def test_docker_answers_only_on_a_slurm_node_whose_launcher_is_docker(tmp_path):
     pyxis = init_host(tmp_path / "a", "a", {"scheduler": "slurm", "k3_container_launcher": "pyxis"})
     plain = init_host(tmp_path / "b", "b", {"scheduler": "slurm", "k3_container_launcher": "docker"})
     k8s = init_host(tmp_path / "c", "c", {"scheduler": "kubernetes"})
+    k8s_docker = init_host(tmp_path / "d", "d", {"scheduler": "kubernetes", "sim_container_runtime": "docker"})
     miss = dispatch(pyxis, ["docker", "info", "--format", "{{.ServerVersion}}"])
     assert miss.rc == 127 and "docker: command not found" in miss.stderr
     assert dispatch(pyxis, ["enroot", "version"]).stdout == "3.5.0\n"
     assert dispatch(pyxis, ["apptainer", "--version"]).rc == 127
     assert dispatch(plain, ["docker", "info", "--format", "{{.ServerVersion}}"]).rc == 0
-    assert dispatch(k8s, ["docker", "info", "--format", "{{.ServerVersion}}"]).rc == 0
+    # a Kubernetes node runs containerd by default, without a docker CLI, unless it says Docker
+    assert dispatch(k8s, ["docker", "info", "--format", "{{.ServerVersion}}"]).rc == 127
+    assert dispatch(k8s_docker, ["docker", "info", "--format", "{{.ServerVersion}}"]).rc == 0
 
 
 def test_preflight_refuses_a_node_whose_launcher_is_not_installed(tmp_path, capsys):
