@@ -83,6 +83,16 @@ def _sha(digest: str | None) -> str | None:
     return kp.digest_of(digest) if digest and "@" in digest else digest
 
 
+def _reusable(got: dict[str, Any], body: dict[str, Any]) -> bool:
+    """A test server's pod made before a crash that a relaunch can use: still starting or
+    serving, and running the image and arguments the launch would give it."""
+    if kp.phase(got) not in ("Pending", "Running") or kp.terminated(got):
+        return False
+    have = ((got.get("spec") or {}).get("containers") or [{}])[0]
+    want = body["spec"]["containers"][0]
+    return bool(have.get("image") == want["image"] and have.get("args") == want["args"])
+
+
 def _unschedulable(pod: dict[str, Any]) -> str:
     """The scheduler's message for a Pending pod it cannot place ("" when it is placed or
     has not said): ``PodScheduled`` False with reason ``Unschedulable``."""
@@ -453,11 +463,17 @@ class Kubernetes:
         body = self._pod(ctx, pod, name, container, port=port, host_network=env is not None)
         made = self._create(ctx, f"{name}-run", body)
         if made.ok and made.replayed:
-            # created before a crash, and the relaunch's cleanup has removed it since: the
-            # create is settled, so this launch makes its pod with a plain call
-            there = self._call(ctx, f"{name}-run-present", ["GET", f"/api/v1/namespaces/{ns}/pods/{pod}"],
-                               lambda p: {"present": p.pod(ns, pod) is not None})
-            if there.ok and not there.answer["present"]:
+            # created before a crash (the create is settled): the relaunch's cleanup kept a pod
+            # still starting or serving, which this launch uses, found and not created twice;
+            # one that ended or runs other arguments is replaced with a plain call
+            def look(p: PodApi) -> dict[str, Any]:
+                got = p.pod(ns, pod)
+                return {"present": got is not None, "reusable": got is not None and _reusable(got, body)}
+
+            there = self._call(ctx, f"{name}-run-present", ["GET", f"/api/v1/namespaces/{ns}/pods/{pod}"], look)
+            if there.ok and there.answer["present"] and not there.answer["reusable"]:
+                self.remove_server(ctx, name, f"{name}-run-stale")
+            if there.ok and not there.answer["reusable"]:
                 made = self._call(ctx, f"{name}-run-again", ["POST", f"/api/v1/namespaces/{ns}/pods", pod],
                                   lambda p: {"created": (p.create_pod(ns, body).get("metadata") or {}).get("name")})
         with self._lock:
@@ -506,8 +522,16 @@ class Kubernetes:
         """Delete the pod and wait until it is gone (a Pod terminates for up to its grace
         period, and a relaunch under the same name would be refused until then)."""
         ns, pod = self._server_pod(ctx, name)
+        # the cleanup before a launch: a pod of this name is this run's (the name hashes the run
+        # id), left by a launch a crash or a signal interrupted; one still starting or serving
+        # is kept for start_server to use
+        keep_alive = step.endswith("-cleanup")
 
         def delete(p: PodApi) -> dict[str, Any]:
+            if keep_alive:
+                got = p.pod(ns, pod)
+                if got is not None and kp.phase(got) in ("Pending", "Running") and not kp.terminated(got):
+                    return {"kept": pod}
             deleted = p.delete_pod(ns, pod)
             gone, _ = kp.wait_watched(p, lambda: p.pod(ns, pod), p.pod_watch(ns, pod), lambda q: q is None,
                                       GONE_TIMEOUT_S, POLL_S) if deleted else (True, None)
@@ -515,9 +539,12 @@ class Kubernetes:
                 raise KubernetesError(f"pod {ns}/{pod} is still there {GONE_TIMEOUT_S:.0f}s after its deletion")
             return {"deleted": deleted}
 
-        res = self._call(ctx, step, ["DELETE", f"/api/v1/namespaces/{ns}/pods/{pod}",
+        keep = [f"GET /api/v1/namespaces/{ns}/pods/{pod}", "kept if still starting or serving"] if keep_alive else []
+        res = self._call(ctx, step, [*keep, "DELETE", f"/api/v1/namespaces/{ns}/pods/{pod}",
                                      f"WATCH /api/v1/namespaces/{ns}/pods?fieldSelector=metadata.name={pod}",
                                      "until gone"], delete)
+        if res.ok and (res.answer or {}).get("kept"):
+            return self._result(ctx, ["KEEP", f"{ns}/{pod}"], res.rc)
         with self._lock:
             for key, where in list(self._servers.items()):
                 if where == (ns, pod):

@@ -172,6 +172,8 @@ def test_reference_run_has_the_shape_the_matrix_needs(reference):
         assert any(c.startswith("POST") and "smoke" in c for c in pods) and not pod_problems(pods), pods
     creates = [label for _, _, label in points if label.endswith("-run") or "-pod" in label]
     assert any(":step_done:" in c for c in creates), creates
+    # among them, the create of a server that stays up (gpu-01's), which resume must find
+    assert any(re.search(r":step_done:gpu-01:[^/]+/k3rollout-smoke-run$", c) for c in creates), creates
     assert pod_problems(['POST namespaces/k3rollout/pods {"metadata": {"name": "a-<hash>"}}'] * 2) == \
         ["pod a-<hash> created twice", "pod a-<hash> left behind"]
 
@@ -206,6 +208,16 @@ def check_point(reference: dict, mode: str, seq: int, label: str, base: Path) ->
         failures += [f"{label}: {h} {p}" for p in pod_problems(pods)]
         if set(pods) != set(reference["test_pods"][h]):
             failures.append(f"{label}: {h} test pods {sorted(set(pods))} != {sorted(set(reference['test_pods'][h]))}")
+    # killed once a test server's pod was made (its create on record, or sent and not yet
+    # recorded): resume finds that pod and serves from it, never creates it a second time. A
+    # server that ended (gpu-02's runs out of memory at load) is started again by the relaunch.
+    made = re.fullmatch(r"\d+:step_(started|done):([^:]+):[^/]+/(k3rollout-[a-z]+)-run", label)
+    if made and reference["outcome"]["nodes"][made.group(2)][0] == "upgraded":
+        host, purpose = made.group(2), made.group(3)
+        post = f'POST namespaces/k3rollout/pods {{"metadata": {{"name": "{purpose}-{host}-<hash>"}}}}'
+        got, want = own_pods(run_dir, host).count(post), reference["test_pods"][host].count(post)
+        if got != want:
+            failures.append(f"{label}: {purpose} pod created {got} times, {want} in the uninterrupted run")
     # no node is left out of service without a record saying so
     for h, v in result(run_dir)["nodes"].items():
         sched = sim_state(run_dir, h)["scheduler"]["state"]
@@ -590,6 +602,16 @@ def check_operator_point(reference: dict, mode: str, seq: int, label: str, base:
         failures += [f"{label}: {h} {p}" for p in pod_problems(pods)]
         if set(pods) != set(reference["test_pods"][h]):
             failures.append(f"{label}: {h} test pods {sorted(set(pods))} != {sorted(set(reference['test_pods'][h]))}")
+    # killed once a test server's pod was made (its create on record, or sent and not yet
+    # recorded): resume finds that pod and serves from it, never creates it a second time. A
+    # server that ended (gpu-02's runs out of memory at load) is started again by the relaunch.
+    made = re.fullmatch(r"\d+:step_(started|done):([^:]+):[^/]+/(k3rollout-[a-z]+)-run", label)
+    if made and reference["outcome"]["nodes"][made.group(2)][0] == "upgraded":
+        host, purpose = made.group(2), made.group(3)
+        post = f'POST namespaces/k3rollout/pods {{"metadata": {{"name": "{purpose}-{host}-<hash>"}}}}'
+        got, want = own_pods(run_dir, host).count(post), reference["test_pods"][host].count(post)
+        if got != want:
+            failures.append(f"{label}: {purpose} pod created {got} times, {want} in the uninterrupted run")
         s = sim_state(run_dir, h)
         if s["scheduler"]["labels"][OPERATOR_POOL] != reference["pools"][h]:
             failures.append(f"{label}: {h} ends in pool {s['scheduler']['labels'][OPERATOR_POOL]}")
