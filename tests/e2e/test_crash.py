@@ -80,6 +80,26 @@ def pod_problems(changes: list[str]) -> list[str]:
     return problems + [f"pod {n} left behind" for n in sorted(live)]
 
 
+def pod_failures(reference: dict, run_dir: Path, host: str, label: str) -> list[str]:
+    """The tool's own test pods on ``host`` after a kill at ``label`` and a resume. A stage
+    interrupted after its pod was made runs again on resume: its pod is never created while one
+    of its name exists, none is left behind, the same pods are made as in the uninterrupted
+    run; and killed once a test server's pod was made (its create on record, or sent and not
+    yet recorded), resume finds that pod and serves from it, never creating it a second time.
+    A server that ended (gpu-02's runs out of memory at load) is started again by the relaunch."""
+    pods = own_pods(run_dir, host)
+    failures = [f"{label}: {host} {p}" for p in pod_problems(pods)]
+    if set(pods) != set(reference["test_pods"][host]):
+        failures.append(f"{label}: {host} test pods {sorted(set(pods))} != {sorted(set(reference['test_pods'][host]))}")
+    made = re.fullmatch(r"\d+:step_(started|done):([^:]+):[^/]+/(k3rollout-[a-z]+)-run", label)
+    if made and made.group(2) == host and reference["outcome"]["nodes"][host][0] == "upgraded":
+        post = f'POST namespaces/k3rollout/pods {{"metadata": {{"name": "{made.group(3)}-{host}-<hash>"}}}}'
+        got, want = pods.count(post), reference["test_pods"][host].count(post)
+        if got != want:
+            failures.append(f"{label}: {made.group(3)} pod created {got} times, {want} in the uninterrupted run")
+    return failures
+
+
 def shared(tmp_path_factory, name: str, make) -> dict:
     """``make(base)``'s result, made once per test session: under xdist the first worker to
     ask runs the uninterrupted reference run and the others read what it found (the run is
@@ -202,22 +222,7 @@ def check_point(reference: dict, mode: str, seq: int, label: str, base: Path) ->
         d = destructive(run_dir, h)
         if d != reference["destructive"][h]:
             failures.append(f"{label}: {h} destructive steps {d} != {reference['destructive'][h]}")
-        # a stage interrupted after its test pod was made is run again on resume, so its pod
-        # may be made again once the relaunch's cleanup deleted it; never while it exists
-        pods = own_pods(run_dir, h)
-        failures += [f"{label}: {h} {p}" for p in pod_problems(pods)]
-        if set(pods) != set(reference["test_pods"][h]):
-            failures.append(f"{label}: {h} test pods {sorted(set(pods))} != {sorted(set(reference['test_pods'][h]))}")
-    # killed once a test server's pod was made (its create on record, or sent and not yet
-    # recorded): resume finds that pod and serves from it, never creates it a second time. A
-    # server that ended (gpu-02's runs out of memory at load) is started again by the relaunch.
-    made = re.fullmatch(r"\d+:step_(started|done):([^:]+):[^/]+/(k3rollout-[a-z]+)-run", label)
-    if made and reference["outcome"]["nodes"][made.group(2)][0] == "upgraded":
-        host, purpose = made.group(2), made.group(3)
-        post = f'POST namespaces/k3rollout/pods {{"metadata": {{"name": "{purpose}-{host}-<hash>"}}}}'
-        got, want = own_pods(run_dir, host).count(post), reference["test_pods"][host].count(post)
-        if got != want:
-            failures.append(f"{label}: {purpose} pod created {got} times, {want} in the uninterrupted run")
+        failures += pod_failures(reference, run_dir, h, label)
     # no node is left out of service without a record saying so
     for h, v in result(run_dir)["nodes"].items():
         sched = sim_state(run_dir, h)["scheduler"]["state"]
@@ -598,20 +603,7 @@ def check_operator_point(reference: dict, mode: str, seq: int, label: str, base:
         # each label move (and cordon, eviction, uncordon) asked once: none repeated or lost
         if own_changes(run_dir, h) != reference["changes"][h]:
             failures.append(f"{label}: {h} changes {own_changes(run_dir, h)} != {reference['changes'][h]}")
-        pods = own_pods(run_dir, h)
-        failures += [f"{label}: {h} {p}" for p in pod_problems(pods)]
-        if set(pods) != set(reference["test_pods"][h]):
-            failures.append(f"{label}: {h} test pods {sorted(set(pods))} != {sorted(set(reference['test_pods'][h]))}")
-    # killed once a test server's pod was made (its create on record, or sent and not yet
-    # recorded): resume finds that pod and serves from it, never creates it a second time. A
-    # server that ended (gpu-02's runs out of memory at load) is started again by the relaunch.
-    made = re.fullmatch(r"\d+:step_(started|done):([^:]+):[^/]+/(k3rollout-[a-z]+)-run", label)
-    if made and reference["outcome"]["nodes"][made.group(2)][0] == "upgraded":
-        host, purpose = made.group(2), made.group(3)
-        post = f'POST namespaces/k3rollout/pods {{"metadata": {{"name": "{purpose}-{host}-<hash>"}}}}'
-        got, want = own_pods(run_dir, host).count(post), reference["test_pods"][host].count(post)
-        if got != want:
-            failures.append(f"{label}: {purpose} pod created {got} times, {want} in the uninterrupted run")
+        failures += pod_failures(reference, run_dir, h, label)
         s = sim_state(run_dir, h)
         if s["scheduler"]["labels"][OPERATOR_POOL] != reference["pools"][h]:
             failures.append(f"{label}: {h} ends in pool {s['scheduler']['labels'][OPERATOR_POOL]}")
