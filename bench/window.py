@@ -276,11 +276,11 @@ def rollout(base: Path, nodes: list[str], slow: set[str], k: int, scale: float, 
     if not rest_b or not rest_b[0]["started"]:
         raise SystemExit(f"{name}: no batch after the two canaries (give more nodes)")
     after = {n for b in rest_b for n in b["nodes"]}
-    began = timing._ts(rest_b[0]["started"])
+    began = timing.parse_ts(rest_b[0]["started"])
     rest = [{**u, "out_of_service_s": u["work_s"]} for u in tm["units"] if set(u["nodes"]) & after]
     lb_rest, _ = timing.lower_bound(rest, tm["max_out"])
-    end = timing._ts(res["finished"])
-    tm["after_canaries"] = {"span_s": end - began, "lower_bound_s": lb_rest, "canaries_s": began - timing._ts(res["started"])}
+    end = timing.parse_ts(res["finished"])
+    tm["after_canaries"] = {"span_s": end - began, "lower_bound_s": lb_rest, "canaries_s": began - timing.parse_ts(res["started"])}
     works = sorted(u["work_s"] for u in tm["units"])
     return {"name": name, "wall_s": wall, "upgraded": upgraded, "not_done": not_done, "timing": tm,
             "api": call_counts(calls, sent),

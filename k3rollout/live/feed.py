@@ -54,11 +54,13 @@ class Feed:
                 self._overflow = False
                 self._pending.clear()
                 self._catch_up()
-            while self._pending:
-                r = self._pending.popleft()
-                if r["seq"] > self.state.seq + 1:
+            state, pending = self.state, self._pending
+            apply, take = state.apply, pending.popleft
+            while pending:
+                r = take()
+                if r["seq"] > state.seq + 1:
                     self._catch_up()
-                self.state.apply(r)
+                apply(r)
             if self.state.seq == 0:
                 self._catch_up()
             yield self.state

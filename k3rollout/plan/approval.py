@@ -80,6 +80,13 @@ def plan_vs_actual(plan: dict[str, Any], view: Any) -> dict[str, Any]:
                         list(vb.get("nodes", [])) != list(b["nodes"])})
     started_order = [b["index"] for b in sorted(
         (b for b in view.batches.values() if b.get("started")), key=lambda b: b["started"])]
+    # each node's settled steps and gates, in their order (read once, not once per node)
+    settled: dict[str, list[str]] = {}
+    for node, key in view.steps_settled:
+        settled.setdefault(node, []).append(key)
+    gates: dict[Any, list[dict[str, Any]]] = {}
+    for p in view.pauses.values():
+        gates.setdefault(p.get("node"), []).append(p)
     nodes = []
     for name, n in view.nodes.items():
         entered = [s["stage"] for s in n.timeline if s["stage"] != "rollback"]
@@ -87,12 +94,11 @@ def plan_vs_actual(plan: dict[str, Any], view: Any) -> dict[str, Any]:
         added = []
         if n.rollback_attempts:
             added.append(f"rollback x{n.rollback_attempts}")
-        repeats = {k: entered.count(k) for k in set(entered) if entered.count(k) > 1}
-        added += [f"{k} ran {c} times (resumed)" for k, c in sorted(repeats.items())]
-        added += [f"settled after interruption: {key.split('/', 1)[1]}" for (node, key) in view.steps_settled
-                  if node == name]
-        added += [f"gate {p['id']}: {p.get('decision') or 'waiting'}" for p in view.pauses.values()
-                  if p.get("node") == name]
+        if len(set(entered)) < len(entered):
+            repeats = {k: entered.count(k) for k in set(entered) if entered.count(k) > 1}
+            added += [f"{k} ran {c} times (resumed)" for k, c in sorted(repeats.items())]
+        added += [f"settled after interruption: {key.split('/', 1)[1]}" for key in settled.get(name, ())]
+        added += [f"gate {p['id']}: {p.get('decision') or 'waiting'}" for p in gates.get(name, ())]
         started = bool(entered)
         if (started and skipped) or added:
             nodes.append({"node": name, "batch": n.batch, "skipped": skipped if started else [], "added": added})

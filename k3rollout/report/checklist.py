@@ -96,7 +96,7 @@ def evaluate(v: RunView, play_vars: dict[str, Any] | None = None) -> list[dict[s
         + (f"; after the window the playbook's observe rules (keep_when, rollback_when) decided "
            f"{v.observations[-1]['decision']} at observation pass {v.observations[-1]['index']}"
            if v.observations else ""),
-        _ev(v, lambda e: e["node"] == "_run"))
+        v.run_evidence[:4])            # _ev(v, lambda e: e["node"] == "_run"), without reading every step's
     owner = pv.get("rollback_owner")
     plans = [n for n in nodes if n.rollback_plan]
     ok10 = bool(owner) and bool(plans)

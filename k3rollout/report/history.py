@@ -3,6 +3,7 @@ timing (out of service, makespan, lower bound) for its report. See plan/timing.p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from k3rollout.errors import InputError
@@ -26,6 +27,6 @@ def load_history(run_dirs: list[str]) -> tm.History:
     return hist
 
 
-def run_timing(view: RunView) -> dict[str, Any] | None:
+def run_timing(view: RunView, ts: Callable[[str | None], float | None] = tm.parse_ts) -> dict[str, Any] | None:
     return tm.actual(view.plan or {}, {n: v.timeline for n, v in view.nodes.items()}, view.started,
-                     view.finished or view.last_ts)
+                     view.finished or view.last_ts, ts)

@@ -250,17 +250,19 @@ def model(run_dir: Path, view: RunView | None = None, records: int | None = None
     banner = verdict_banner(result, (v.preflight or {}).get("skipped_nodes") or [])
     batches = _batches(v, result)
     from k3rollout.plan.approval import plan_vs_actual
+    from k3rollout.plan.timing import parsed_once
     from k3rollout.report.history import run_timing
 
     diff = plan_vs_actual(v.plan or {}, v)
-    return {"timing": run_timing(v), "diff": diff, "result": result, "view": v, "checklist": items, "triage": triage, "counts": counts,
+    ts = parsed_once()                # the spans' times, read by the timing and the timeline
+    return {"timing": run_timing(v, ts), "diff": diff, "result": result, "view": v, "checklist": items, "triage": triage, "counts": counts,
             "verdict": banner["text"], "banner": banner,
             "unchanged": {n: r["no_change"] for n, r in result["nodes"].items() if r.get("no_change")},
             "plan": v.plan or {}, "nodes": v.nodes,
             "records": records, "batches": batches, "node_rows": _node_rows(v, result), "probe_rows": _probe_rows(v),
             "pod_rows": _pod_rows(v),
             "window": _window(v, result), "runbooks": runbook_links(),
-            "timeline_svg": render_svg(result["batches"], v.nodes, result["finished"]),
+            "timeline_svg": render_svg(result["batches"], v.nodes, result["finished"], ts),
             "verification": [str(p) for p in problems], "observation": observation_summary(v),
             "observe_runbook": (RUNBOOKS / OBSERVE_RUNBOOK).as_uri()}
 

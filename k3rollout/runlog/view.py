@@ -46,6 +46,9 @@ class RunView:
     steps_settled: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     step_starts: dict[tuple[str, str], int] = field(default_factory=dict)     # how often each step started
     evidence: list[dict[str, Any]] = field(default_factory=list)
+    # the entries of ``evidence`` about the run rather than a node (node ``_run``: preflight,
+    # playbook, approvals, hooks), in the same order: a handful among 100,000 at 1,000 nodes
+    run_evidence: list[dict[str, Any]] = field(default_factory=list)
     resumes: int = 0
     manual_rollbacks: list[dict[str, Any]] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)
@@ -90,8 +93,10 @@ def apply(v: RunView, r: dict[str, Any]) -> None:
         if r.get("once"):
             v.steps_done[(r["node"], r["key"])] = r
         if r.get("evidence"):
-            v.evidence.append({"node": r["node"], "stage": r["stage"], "path": r["evidence"],
-                               "sha256": r["sha256"], "step": r["step"]})
+            e = {"node": r["node"], "stage": r["stage"], "path": r["evidence"], "sha256": r["sha256"], "step": r["step"]}
+            v.evidence.append(e)          # as _evidence() does, on the commonest record
+            if e["node"] == "_run":
+                v.run_evidence.append(e)
         return
     n = v.node(r["node"]) if "node" in r and r["node"] else None
     if t == "run_started":
@@ -105,10 +110,10 @@ def apply(v: RunView, r: dict[str, Any]) -> None:
                 v.node(node).batch = b["index"]
         pre = v.preflight = r.get("preflight")
         if pre and pre.get("evidence"):
-            v.evidence.append({"node": "_run", "stage": "preflight", "path": pre["evidence"],
+            _evidence(v, {"node": "_run", "stage": "preflight", "path": pre["evidence"],
                                "sha256": pre.get("evidence_sha256"), "step": "preflight"})
         if r.get("playbook_evidence"):
-            v.evidence.append({"node": "_run", "stage": "inputs", "path": r["playbook_evidence"],
+            _evidence(v, {"node": "_run", "stage": "inputs", "path": r["playbook_evidence"],
                                "sha256": r.get("playbook_evidence_sha256"), "step": "playbook"})
     elif t == "run_resumed":
         v.resumes += 1
@@ -168,7 +173,7 @@ def apply(v: RunView, r: dict[str, Any]) -> None:
         if r["took_effect"]:
             v.steps_done[(r["node"], r["key"])] = {**r, "rc": 0}
     elif t == "evidence":
-        v.evidence.append({"node": r["node"], "stage": r["stage"], "path": r["path"], "sha256": r["sha256"],
+        _evidence(v, {"node": r["node"], "stage": r["stage"], "path": r["path"], "sha256": r["sha256"],
                            "step": r.get("name")})
     elif t == "batch_done":
         v.batches[r["batch"]].update(status=r["status"], finished=r["ts"], failed=r.get("failed", []))
@@ -190,7 +195,7 @@ def apply(v: RunView, r: dict[str, Any]) -> None:
         p.update(decision=r["decision"], by=r.get("by"), note=r.get("note"), resolved=r["ts"],
                  evidence=r.get("evidence"))
         if r.get("evidence"):
-            v.evidence.append({"node": "_run", "stage": "approvals", "path": r["evidence"], "sha256": r["sha256"],
+            _evidence(v, {"node": "_run", "stage": "approvals", "path": r["evidence"], "sha256": r["sha256"],
                                "step": f"approval {r['pause']}"})
     elif t == "observation":
         v.observations.append(r)
@@ -203,5 +208,11 @@ def apply(v: RunView, r: dict[str, Any]) -> None:
         v.hooks.setdefault(r["hook"], {"id": r["hook"], "name": r["name"]}).update(
             done=True, ok=r["ok"], detail=r.get("detail"), finished=r["ts"], evidence=r.get("evidence"))
         if r.get("evidence"):
-            v.evidence.append({"node": "_run", "stage": "hooks", "path": r["evidence"], "sha256": r["sha256"],
+            _evidence(v, {"node": "_run", "stage": "hooks", "path": r["evidence"], "sha256": r["sha256"],
                                "step": f"hook {r['hook']}"})
+
+
+def _evidence(v: RunView, entry: dict[str, Any]) -> None:
+    v.evidence.append(entry)
+    if entry["node"] == "_run":
+        v.run_evidence.append(entry)

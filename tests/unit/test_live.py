@@ -269,3 +269,102 @@ def test_the_runs_view_draws_within_its_share_of_the_runs_cpu():
             last_cpu, last_wall, c = spent + drawn, wall, cost
             drawn += cost
     assert drawn / (spent + drawn) <= 1 / (RUN_SHARE + 1) + 1e-9
+
+
+def replica_run() -> Records:
+    """Two replicas of two nodes. In batch 1, n1 fails its driver stage (triaged) and n2 its
+    uncordon (untriaged); both are rolled back and the run halts before batch 2."""
+    recs = Records()
+    plan = {"stages": [{"stage": s, "estimate_s": e} for s, e in STAGES], "forks": 4, "unit": "replica",
+            "groups": {"r1": ["n1", "n2"], "r2": ["n3", "n4"]},
+            "replicas": [{"id": "r1", "nodes": ["n1", "n2"]}, {"id": "r2", "nodes": ["n3", "n4"]}],
+            "total_estimate_s": 1440.0,
+            "batches": [{"index": i, "nodes": nodes, "estimate_s": 720.0, "rollback_estimate_s": 300.0}
+                        for i, nodes in ((1, ["n1", "n2"]), (2, ["n3", "n4"]))]}
+    recs.add(0, "run_started", run_id="r1", plan=plan, window_end=None, pid=1)
+    recs.add(0, "batch_started", batch=1, nodes=["n1", "n2"])
+    for node, bad in (("n1", "driver_upgrade"), ("n2", "uncordon")):
+        t = 0.0
+        for stage, took in (("baseline", 0.5), ("driver_upgrade", 900.0), ("uncordon", 60.0)):
+            recs.add(t, "node_state", node=node, batch=1, to=f"{stage}-required", stage=stage)
+            recs.add(t, "stage_started", node=node, stage=stage)
+            t += took
+            recs.add(t, "step_done", node=node, stage=stage, key=f"{stage}/x", step="x", rc=0)
+            if stage == bad:
+                recs.add(t, "stage_done", node=node, stage=stage, passed=False, reason=f"{stage} failed")
+                break
+            recs.add(t, "stage_done", node=node, stage=stage, passed=True)
+    recs.add(901, "triage", node="n1", stage="driver_upgrade", category="driver_incompatible", evidence=[])
+    for node in ("n1", "n2"):
+        recs.add(961, "node_state", node=node, batch=1, to="rollback-required")
+        recs.add(961, "rollback_started", node=node, attempt=1, reason="failed")
+        recs.add(990, "rollback_done", node=node, attempt=1, ok=True, results=[])
+        recs.add(990, "node_state", node=node, batch=1, to="rolled-back")
+    recs.add(991, "batch_done", batch=1, status="failed", failed=["n1", "n2"])
+    recs.add(991, "run_halted", reason="batch 1 failed", kind="failures")
+    recs.add(992, "run_finished", status="halted")
+    return recs
+
+
+def test_the_metrics_counts_are_result_jsons_at_every_record():
+    from k3rollout.report.result import build_result, tallies
+    from k3rollout.runlog.view import RunView, apply
+
+    v = RunView()
+    for r in replica_run().out:
+        apply(v, r)
+        res = build_result(v)
+        assert tallies(v) == {
+            "nodes": [n["final"] for n in res["nodes"].values()],
+            "replicas": [x["final"] for x in (res.get("replicas") or {}).values()],
+            "batches": [b["status"] for b in res["batches"]],
+            "failures": [n["triage"] for n in res["nodes"].values() if n["failed_stage"]],
+            "rollbacks": sum(n["rollback"]["attempts"] for n in res["nodes"].values() if n["rollback"])}
+    assert tallies(v)["failures"] == ["driver_incompatible", None] and tallies(v)["replicas"] == ["rolled_back", "serving"]
+
+
+def test_the_stage_histogram_counts_each_span_as_it_comes():
+    from k3rollout.live.state import BUCKETS
+
+    recs = started(batches=(["n1", "n2", "n3"],))
+    recs.add(0, "batch_started", batch=1, nodes=["n1", "n2", "n3"])
+    # on a bucket's bound, between two, and over the last
+    walk(recs, "n1", 0, {"baseline": 1.0, "driver_upgrade": 600.0, "uncordon": 0.25})
+    walk(recs, "n2", 0, {"baseline": 7.5, "driver_upgrade": 9000.0, "uncordon": 60.0})
+    walk(recs, "n3", 0, {"baseline": 1.5, "driver_upgrade": 7200.0, "uncordon": 59.5})
+    s = LiveRun()
+    for r in recs.out:
+        s.apply(r)
+        for stage, hw, counts, k, total in s.histogram():
+            xs = s.samples[(stage, hw)]
+            assert counts == [sum(1 for x in xs if x <= b) for b in BUCKETS]
+            assert k == len(xs) and abs(total - sum(xs)) < 1e-9
+    assert [(stage, k) for stage, _, _, k, _ in s.histogram()] == [("baseline", 3), ("driver_upgrade", 3),
+                                                                   ("uncordon", 3)]
+
+
+def test_a_scrape_shows_every_record_folded_before_it():
+    from k3rollout.live import metrics
+
+    clock = [T0]
+
+    def made_anew(state: LiveRun) -> str:
+        return metrics.text(metrics.registry(lambda: nullcontext(state), lambda: clock[0]))
+
+    s = LiveRun()
+    reg = metrics.registry(lambda: nullcontext(s), lambda: clock[0])      # the endpoint's, kept
+    for r in replica_run().out:
+        s.apply(r)
+        clock[0] += 1.0
+        # what it keeps from one scrape to the next shows what the families show made anew
+        assert metrics.text(reg) == made_anew(s)
+    # a record the view does not show changes the count of records and the times only
+    before = metrics.text(reg)
+    s.apply({"seq": s.seq + 1, "ts": iso(T0 + 999), "type": "step_started", "node": "n3", "key": "x", "step": "x"})
+    after = metrics.text(reg)
+    assert after == made_anew(s) and after != before
+    # a state folded anew (``watch`` after the journal was cut back) never gets the last one's
+    s = LiveRun()
+    for r in started().out:
+        s.apply(r)
+    assert metrics.text(reg) == made_anew(s) and 'k3rollout_nodes{state="failed"} 0.0' in made_anew(s)
