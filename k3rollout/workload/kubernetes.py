@@ -83,10 +83,15 @@ def _sha(digest: str | None) -> str | None:
     return kp.digest_of(digest) if digest and "@" in digest else digest
 
 
+def _alive(got: dict[str, Any]) -> bool:
+    """A pod still starting or serving: Pending or Running, its container not terminated."""
+    return kp.phase(got) in ("Pending", "Running") and not kp.terminated(got)
+
+
 def _reusable(got: dict[str, Any], body: dict[str, Any]) -> bool:
     """A test server's pod made before a crash that a relaunch can use: still starting or
     serving, and running the image and arguments the launch would give it."""
-    if kp.phase(got) not in ("Pending", "Running") or kp.terminated(got):
+    if not _alive(got):
         return False
     have = ((got.get("spec") or {}).get("containers") or [{}])[0]
     want = body["spec"]["containers"][0]
@@ -530,7 +535,7 @@ class Kubernetes:
         def delete(p: PodApi) -> dict[str, Any]:
             if keep_alive:
                 got = p.pod(ns, pod)
-                if got is not None and kp.phase(got) in ("Pending", "Running") and not kp.terminated(got):
+                if got is not None and _alive(got):
                     return {"kept": pod}
             deleted = p.delete_pod(ns, pod)
             gone, _ = kp.wait_watched(p, lambda: p.pod(ns, pod), p.pod_watch(ns, pod), lambda q: q is None,
@@ -668,11 +673,11 @@ class Kubernetes:
                 f"({unplaced[0]['unschedulable']}); this node runs its {here}")
 
     @classmethod
-    def _back(cls, o: dict[str, Any], now: dict[str, Any], node: str = "") -> str:
+    def _back(cls, o: dict[str, Any], now: dict[str, Any], node: str) -> str:
         """Why the owner is not back as baseline saw it ("" when it is)."""
         if not now["exists"]:
             return f"{o['kind']} {o['namespace']}/{o['name']} no longer exists"
-        if now["ready"] < int(o.get("ready_replicas") or 0) and not (node and cls._short_elsewhere(o, now, node)):
+        if now["ready"] < int(o.get("ready_replicas") or 0) and not cls._short_elsewhere(o, now, node):
             return f"{o['kind']} {o['namespace']}/{o['name']} has {now['ready']} ready replicas of {o['ready_replicas']}"
         strange = [d for d in now["digests"] if d not in o["digests"]] if o["digests"] else []
         if strange:
