@@ -99,7 +99,9 @@ def test_textfile_is_replaced_atomically(tmp_path):
     out.mkdir()
     prom = out / "k3rollout.prom"
     prom.write_text("# an earlier run's figures\n")
-    old_inode = prom.stat().st_ino
+    # held open, so its inode cannot be freed and handed to a later temporary file
+    held = open(prom, "rb")
+    old_inode = os.fstat(held.fileno()).st_ino
     from k3rollout import cli as k3cli
 
     done = threading.Event()
@@ -127,7 +129,10 @@ def test_textfile_is_replaced_atomically(tmp_path):
         assert {"k3rollout_nodes", "k3rollout_journal_records"} <= names and text.endswith("\n")
     t.join()
     assert not errors, errors
-    assert prom.stat().st_ino != old_inode        # renamed over, never written in place
+    # renamed over, never written in place: the file held open still has the old bytes and no name
+    assert prom.stat().st_ino != old_inode and os.fstat(held.fileno()).st_nlink == 0
+    assert held.read() == b"# an earlier run's figures\n"
+    held.close()
     assert os.listdir(out) == ["k3rollout.prom"]  # no temporary file left beside it
     figures = samples(prom.read_text())
     assert value(figures, "k3rollout_nodes", state="upgraded") == 2
