@@ -224,7 +224,8 @@ def sbatch(root: Path, args: list[str], node_cmd: NodeCmd) -> Out:
     with _table(root) as t:
         job, t["next"] = t["next"], t["next"] + 1
     if len(nodes) > 1:
-        tasks = _replica_tasks(root, job, {**opts, **inner_opts}, cmd, nodes)
+        head_script = _get(opts, "--wrap").split(" && srun ", 1)[0] if at else ""
+        tasks = _replica_tasks(root, job, {**opts, **inner_opts}, cmd, nodes, head_script)
     else:
         image, inner = _container({**opts, **inner_opts}, cmd)
         tasks = [{"node": node, "label": None, "container": f"slurm-job-{job}", "image": image, "cmd": inner,
@@ -244,18 +245,29 @@ def sbatch(root: Path, args: list[str], node_cmd: NodeCmd) -> Out:
     return 0, f"{job}\n" if "--parsable" in opts else f"Submitted batch job {job}\n", ""
 
 
-def _replica_tasks(root: Path, job: int, opts: dict[str, str], cmd: list[str], nodes: list[str]) -> list[dict]:
+def _replica_tasks(root: Path, job: int, opts: dict[str, str], cmd: list[str], nodes: list[str],
+                   head_script: str = "") -> list[dict]:
     """One task per node of a replica's job (``srun --ntasks-per-node=1 bash -c SCRIPT``): the
     script runs in a real bash, with the environment slurmstepd gives each task and the head
-    the batch script computed (the first host, as ``scontrol show hostnames`` lists them); its
-    ``exec`` hands back the command it would run, so the node's container runs exactly that."""
+    address the batch script's lines before ``srun`` export (run in bash too, with
+    ``scontrol show hostnames`` answering the job's hosts in Slurm's order); its ``exec`` hands
+    back the command it would run, so the node's container runs exactly that."""
     order = [n for n in _cluster_nodes(root) if n in nodes]     # Slurm's order: the cluster's, not the request's
     if cmd[:2] != ["bash", "-c"] or len(cmd) < 3:
         raise ValueError(f"sbatch: a job over several nodes runs bash -c SCRIPT here, not {cmd}")
+    batch_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SLURM_JOB_ID": str(job),
+                 "SLURM_JOB_NODELIST": hostlist.compress(order)}
+    head = order[0]
+    if head_script:
+        hosts = " ".join(shlex.quote(n) for n in order)
+        r = subprocess.run(["bash", "-c", f'scontrol() {{ printf "%s\\n" {hosts}; }}; {head_script} && '
+                            'printf %s "$K3_MASTER_ADDR"'], env=batch_env, capture_output=True, text=True, timeout=30)
+        if r.returncode != 0 or not r.stdout:
+            raise ValueError(f"sbatch: the batch script's head line failed: {head_script!r}: {r.stderr.strip()}")
+        head = r.stdout
     tasks = []
     for i, n in enumerate(order):
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SLURMD_NODENAME": n, "SLURM_NODEID": str(i),
-               "SLURM_JOB_ID": str(job), "SLURM_JOB_NODELIST": hostlist.compress(order), "K3_MASTER_ADDR": order[0]}
+        env = {**batch_env, "K3_MASTER_ADDR": head, "SLURMD_NODENAME": n, "SLURM_NODEID": str(i)}
         r = subprocess.run(["bash", "-c", 'exec() { printf "\\036"; printf "%s\\0" "$@"; }; ' + cmd[2]], env=env,
                            capture_output=True, text=True, timeout=30)
         whoami, _, argv = r.stdout.partition("\036")

@@ -43,6 +43,8 @@ START_TIMEOUT_VAR = "k3_slurm_start_timeout"    # seconds a job may wait for its
 OUTPUT_DIR_VAR = "k3_slurm_output_dir"
 PARTITION_VAR = "k3_slurm_partition"            # the partition the check jobs ask for (default: the cluster's)
 DURATION_VAR = "k3_slurm_reservation_minutes"
+# the address a multi-node replica's ranks meet at, when not the head's host name (plan/launch.py)
+MASTER_ADDR_VAR = "k3_master_addr"
 DEFAULT_START_TIMEOUT = 120.0
 DEFAULT_OUTPUT_DIR = "/tmp"
 DEFAULT_DURATION_MIN = 720
@@ -464,8 +466,8 @@ class SlurmJobs:
         """A multi-node replica as ONE job over its nodes (``members``: each node's context,
         its planned ``vllm serve`` arguments and environment, head first), in a reservation
         over all of them (a job takes one reservation). Each task takes its rank from
-        ``SLURM_NODEID`` and the head's address from the first host of ``SLURM_JOB_NODELIST``
-        (workload/slurm_launch.py). The gates go to the head's address, so the job's first
+        ``SLURM_NODEID`` and the head's address from the first host of ``SLURM_JOB_NODELIST``,
+        or the head's ``k3_master_addr`` where set (workload/slurm_launch.py). The gates go to the head's address, so the job's first
         host must be the replica's head. Slurm numbers a job's nodes in its host list's order,
         whatever order ``-w`` or slurm.conf gives (docs/domain.md "Workloads on Slurm GPU
         clusters"); a replica whose head is not first there is refused with both orders named."""
@@ -489,7 +491,7 @@ class SlurmJobs:
             "--ntasks-per-node=1", *([f"--partition={part}"] if part else []), f"--job-name={job_name(ctx.node, name)}",
             f"--output={self._output(ctx, name)}", "--open-mode=append", *gpu_request(ctx),
             *([f"--export=ALL,{','.join(f'{k}={v}' for k, v in env.items())}"] if env else []),
-            f"--wrap={slurm_launch.batch_wrap(opts, script)}"])
+            f"--wrap={slurm_launch.batch_wrap(opts, script, ctx.vars.get(MASTER_ADDR_VAR) or None)}"])
         started, job = self._wait_started(ctx, name, res)
         if not started.ok:
             return started

@@ -7,6 +7,9 @@ that depend on where each task landed, as Slurm sites write multi-node vLLM jobs
 - the head's address is the first host of ``SLURM_JOB_NODELIST``, expanded as
   ``scontrol show hostnames`` does, in the batch script (on the job's first node, outside any
   container: pyxis runs the task's command inside the image, where there is no ``scontrol``);
+  where the head's ``k3_master_addr`` names another address (the interface the ranks should
+  meet on, when the host name resolves to the management network), that address is used as
+  it is on every other scheduler;
 - the node's rank is ``SLURM_NODEID``; ranks above 0 add the worker-only flags
   (``--headless``, and ``--data-parallel-start-rank`` = rank x local DP size);
 - ``srun --label --kill-on-bad-exit=1``: every output line names its task, and a task that
@@ -83,9 +86,17 @@ def task_script(prefix: list[str], model: str, head_args: list[str], worker_args
             f"exec {argv} {rank_args(head_args, worker_args)} --port {int(port)}")
 
 
-def batch_wrap(srun_opts: list[str], script: str) -> str:
+def head_line(head_addr: str | None = None) -> str:
+    """How the batch script sets the head's address: the one given (the head's
+    ``k3_master_addr``), or the first host of the job's node list."""
+    if head_addr:
+        return f"{MASTER_VAR}={shlex.quote(head_addr)} && export {MASTER_VAR}"
+    return HEAD_LINE
+
+
+def batch_wrap(srun_opts: list[str], script: str, head_addr: str | None = None) -> str:
     """The batch script (``sbatch --wrap``, run by /bin/sh on the job's first node)."""
-    return f"{HEAD_LINE} && srun {shlex.join(['--label', '--kill-on-bad-exit=1', *srun_opts])} " \
+    return f"{head_line(head_addr)} && srun {shlex.join(['--label', '--kill-on-bad-exit=1', *srun_opts])} " \
            f"bash -c {shlex.quote(script)}"
 
 

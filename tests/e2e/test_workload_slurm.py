@@ -312,6 +312,25 @@ def test_a_multi_node_replica_is_one_job_whose_tasks_take_rank_and_head_from_slu
     assert serving(slurm, "gpu-01") and serving(slurm, "gpu-02")
 
 
+def test_a_replica_job_meets_at_the_heads_k3_master_addr_where_the_inventory_sets_one(tmp_path, monkeypatch,
+                                                                                      slurm_cluster):
+    # the head's host name resolves to the management network; the ranks are to meet on the
+    # address the inventory names, as they would on any other scheduler
+    slurm_cluster(["gpu-01", "gpu-02"])
+    head = {**H200, "sim_address": "127.0.10.1", "k3_master_addr": "127.0.10.1"}
+    inv, run_dir, log = setup(tmp_path, monkeypatch, {"gpu-01": head, "gpu-02": dict(H200)})
+    pb = playbook(tmp_path, (*CHECK_STAGES, "vllm_smoke"), profile="kimi-k3")
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
+    assert {n["final"] for n in result(run_dir)["nodes"].values()} == {"upgraded"}
+    servers = [r for r in launched(log) if r["cmd"][:2] == ["vllm", "serve"]]
+    assert len(servers) == 2
+    for r in servers:
+        assert r["cmd"][r["cmd"].index("--master-addr") + 1] == "127.0.10.1", r["cmd"]
+    run_id = journal(run_dir)[0]["run_id"]
+    out = (tmp_path / f"k3rollout-smoke.gpu-01.{run_id}.out").read_text()
+    assert "1: k3rollout: gpu-02 is node 1 of gpu-[01-02], head 127.0.10.1" in out
+
+
 def test_a_replica_job_whose_worker_dies_fails_the_replica_naming_that_node(tmp_path, monkeypatch, slurm_cluster):
     slurm = slurm_cluster(["gpu-01", "gpu-02"])
     k3 = {"k3_gpu_model": "NVIDIA H200", "k3_gpu_count": 8, "k3_gpu_mem_gib": 141}

@@ -254,6 +254,18 @@ def test_a_replica_job_whose_worker_task_dies_names_that_node_from_sruns_own_lin
     assert not [n for n in reservations(run_dir) if n.startswith("k3rollout-check.")]
 
 
+def test_a_replica_job_meets_at_the_heads_k3_master_addr_as_the_batch_script_exports_it(tmp_path):
+    # the batch script's head line runs as written: the inventory's address, not the host name
+    head = {**H200, "sim_address": "127.0.10.2", "k3_master_addr": "127.0.10.2"}
+    run_dir, recs = replica_run(tmp_path, {"gpu-01": head, "gpu-02": dict(H200)})
+    assert {n["final"] for n in result(run_dir)["nodes"].values()} == {"upgraded"}
+    wrap = next(a for r in recs if r["type"] == "step_started" and r["argv"][0] == "sbatch"
+                for a in r["argv"] if a.startswith("--wrap="))
+    assert wrap.startswith("--wrap=K3_MASTER_ADDR=127.0.10.2 && export K3_MASTER_ADDR && srun ")
+    worker = [c for c in commands(run_dir, "gpu-02") if c.startswith("k3sim-launch run -d") and "--headless" in c]
+    assert worker and all("--master-addr 127.0.10.2 " in c for c in worker), worker
+
+
 # (mode, record type, step): a kill just before an outcome is recorded (the command ran, the
 # journal does not know) or right after a start is recorded (not yet sent)
 REPLICA_KILLS = [

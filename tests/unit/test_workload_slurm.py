@@ -237,6 +237,14 @@ def slurm_launch_wrap() -> str:
     return slurm_launch.batch_wrap(["--container-image=img:1"], "true")
 
 
+def test_a_replica_job_takes_the_heads_k3_master_addr_quoted_where_given():
+    from k3rollout.workload import slurm_launch
+
+    wrap = slurm_launch.batch_wrap([], "true", "10.0.0.1; reboot")
+    assert wrap.startswith("K3_MASTER_ADDR='10.0.0.1; reboot' && export K3_MASTER_ADDR && srun --label ")
+    assert "scontrol" not in wrap and slurm_launch.batch_wrap([], "true", "").startswith(slurm_launch.HEAD_LINE)
+
+
 # the output of `srun --label --kill-on-bad-exit=1` over two slurmd (Debian's 22.05, loopback):
 # task 1 exits 3; srun terminates the step; task 0 traps SIGTERM and exits 143 (or is killed)
 REPLICA_OUTPUT = """0: k3rollout: gpu-01 is node 0 of gpu-[01-02], head gpu-01
