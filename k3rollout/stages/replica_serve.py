@@ -19,6 +19,7 @@ head, or the head itself.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -26,6 +27,7 @@ from k3rollout.checks import parsers
 from k3rollout.checks.all2all import ALL2ALL_MANAGERS, all2all_in_use
 from k3rollout.stages import vllm_server
 from k3rollout.stages.base import NodeCtx
+from k3rollout.transport.base import CommandResult
 
 CARRIED_FLAGS = ("--enable-prefix-caching",)
 REPLICA_POLL_S = 1.0
@@ -86,13 +88,19 @@ def launch(ctx: NodeCtx, name: str, image: str, model: str, stage_args: list[str
     if not ok:
         return False, why, logs, facts
     start_replica = getattr(ctx.workload, "start_replica", None)
-    start = None
+    start: Callable[[], CommandResult] | None = None
+    submitted: list[CommandResult] = []
     if start_replica is not None:
         # a runtime that starts the whole replica as one job (Slurm: one job over its nodes,
         # each task's rank and head taken from the job), still served and checked on the head
         members = [(member_ctx(ctx, n), facts["replica_args"][n], dict(plan[n]["env"])) for n in rep["nodes"]]
-        start = lambda: start_replica(ctx, name, image, model, port, members)  # noqa: E731
-    for node in rep["nodes"][1:] if start is None else []:
+
+        def start_job() -> CommandResult:
+            submitted.append(start_replica(ctx, name, image, model, port, members))
+            return submitted[-1]
+        start = start_job
+    workers: list[str] = rep["nodes"][1:] if start is None else []
+    for node in workers:
         mctx = member_ctx(ctx, node)
         mctx.workload.remove_server(mctx, name, f"{name}-cleanup")
         run = mctx.workload.start_server(mctx, name, image, model, facts["replica_args"][node], port,
@@ -107,6 +115,12 @@ def launch(ctx: NodeCtx, name: str, image: str, model: str, stage_args: list[str
     if ok:
         ok, why, logs = check_all2all(ctx, name, facts)
         return ok, why, logs, facts
+    if submitted and not submitted[-1].ok:
+        # the job never ran (refused, or left without its nodes): no task of it can be blamed,
+        # and the runtime's own words are the reason
+        said = submitted[-1].stderr.strip()
+        return False, f"replica {rep['id']} did not come up: {why}" + (f": {said}" if said and said not in why
+                                                                       else ""), logs, facts
     culprit, detail, more = blame(ctx, name, plan)
     facts["replica_culprit"] = culprit
     reason = f"replica {rep['id']} did not come up: {why}"

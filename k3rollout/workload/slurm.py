@@ -504,7 +504,7 @@ class SlurmJobs:
             return CommandResult(ctx.node, tuple(res.argv), 1, "", (
                 f"job {job}: Slurm numbers the replica's nodes {', '.join(order)} (SLURM_NODEID 0 is {order[0]}), "
                 f"but the plan's head is {ctx.node}: the head must be the node that comes first in the job's "
-                "host list\n"), res.duration_s)
+                f"host list (list {order[0]} first among the replica's hosts in the inventory)\n"), res.duration_s)
         return CommandResult(ctx.node, tuple(res.argv), 0, f"{started.stdout}nodes {', '.join(order)}\n", "",
                              res.duration_s)
 

@@ -331,6 +331,26 @@ def test_a_replica_job_meets_at_the_heads_k3_master_addr_where_the_inventory_set
     assert "1: k3rollout: gpu-02 is node 1 of gpu-[01-02], head 127.0.10.1" in out
 
 
+def test_a_replica_whose_planned_head_is_not_slurms_first_host_is_refused(tmp_path, monkeypatch, slurm_cluster):
+    # the inventory lists gpu-02 first (the plan's head); slurmctld numbers the job's nodes in
+    # its own node order, gpu-01 first, whatever order -w gives
+    slurm = slurm_cluster(["gpu-01", "gpu-02"])
+    inv, run_dir, log = setup(tmp_path, monkeypatch, {"gpu-02": dict(H200), "gpu-01": dict(H200)})
+    pb = playbook(tmp_path, (*CHECK_STAGES, "vllm_smoke"), profile="kimi-k3")
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
+    r = result(run_dir)
+    assert {(n["failed_stage"], n["final"]) for n in r["nodes"].values()} == {("vllm_smoke", "rolled_back")}
+    why = r["nodes"]["gpu-02"]["reason"]
+    assert "Slurm numbers the replica's nodes gpu-01, gpu-02 (SLURM_NODEID 0 is gpu-01), but the plan's head " \
+           "is gpu-02" in why and "caused by" not in why, why
+    # the job was cancelled as soon as its host list was read back
+    recs = journal(run_dir)
+    assert [r for r in recs if r["type"] == "step_started" and r.get("step") == "k3rollout-smoke-cancel"]
+    assert not slurm.run("squeue", "-h", "-o", "%i").stdout.strip()
+    assert not [n for n in reservations(slurm) if n.startswith("k3rollout-check.")]
+    assert serving(slurm, "gpu-01") and serving(slurm, "gpu-02")
+
+
 def test_a_replica_job_whose_worker_dies_fails_the_replica_naming_that_node(tmp_path, monkeypatch, slurm_cluster):
     slurm = slurm_cluster(["gpu-01", "gpu-02"])
     k3 = {"k3_gpu_model": "NVIDIA H200", "k3_gpu_count": 8, "k3_gpu_mem_gib": 141}

@@ -266,6 +266,26 @@ def test_a_replica_job_meets_at_the_heads_k3_master_addr_as_the_batch_script_exp
     assert worker and all("--master-addr 127.0.10.2 " in c for c in worker), worker
 
 
+def test_a_replica_whose_planned_head_is_not_slurms_first_host_is_refused_with_both_orders(tmp_path):
+    # the inventory lists gpu-02 first, so the plan makes it the head; Slurm numbers a job's
+    # nodes in its own order, gpu-01 first: the job is cancelled, no task is blamed
+    run_dir, recs = replica_run(tmp_path, {"gpu-02": dict(H200), "gpu-01": dict(H200)})
+    r = result(run_dir)
+    assert {(n["failed_stage"], n["final"]) for n in r["nodes"].values()} == {("vllm_smoke", "rolled_back")}
+    why = r["nodes"]["gpu-02"]["reason"]
+    assert "Slurm numbers the replica's nodes gpu-01, gpu-02 (SLURM_NODEID 0 is gpu-01), but the plan's head " \
+           "is gpu-02" in why and "list gpu-01 first among the replica's hosts in the inventory" in why, why
+    assert "caused by" not in why
+    facts = next(e for e in recs if e["type"] == "facts" and e["node"] == "gpu-02" and e["stage"] == "vllm_smoke")
+    assert "replica_culprit" not in facts["facts"]
+    # the refused job itself was cancelled at once
+    assert [r for r in recs if r["type"] == "step_started" and r.get("step") == "k3rollout-smoke-cancel"
+            and r["argv"][0] == "scancel"]
+    jobs = json.loads((run_dir / "sim-hosts" / "_slurmjobs.json").read_text())["jobs"]
+    assert not [j for j in jobs.values() if j["state"] in ("PENDING", "CONFIGURING", "RUNNING")]
+    assert not [n for n in reservations(run_dir) if n.startswith("k3rollout-check.")]
+
+
 # (mode, record type, step): a kill just before an outcome is recorded (the command ran, the
 # journal does not know) or right after a start is recorded (not yet sent)
 REPLICA_KILLS = [
