@@ -163,12 +163,40 @@ def _container(opts: dict[str, str], cmd: list[str]) -> tuple[str | None, list[s
     if image is not None:
         return image, cmd
     if cmd[:2] == ["enroot", "start"]:
-        rest = [a for a in cmd[2:] if a not in ("--rw", "--root")]
+        rest = _enroot_options(cmd[2:])[1]
         return rest[0], rest[1:]
     if cmd[:2] == ["apptainer", "exec"]:
         rest = [a for a in cmd[2:] if a != "--nv"]
         return rest[0].removeprefix("docker://"), rest[1:]
     return None, cmd
+
+
+def _enroot_options(words: list[str]) -> tuple[list[str], list[str]]:
+    """``enroot start``'s ``--env``/``-e`` names (``NAME`` or ``NAME=VALUE``), and the words
+    from the image on (enroot's doc/cmd/start.md)."""
+    env: list[str] = []
+    i = 0
+    while i < len(words) and words[i].startswith("-"):
+        if words[i] in ("--env", "-e") and i + 1 < len(words):
+            env.append(words[i + 1])
+            i += 2
+            continue
+        if words[i].startswith("--env="):
+            env.append(words[i].removeprefix("--env="))
+        i += 1
+    return env, words[i:]
+
+
+def container_env(cmd: list[str], job_env: list[str]) -> list[str]:
+    """The ``NAME=VALUE`` pairs a task's container gets of the job's environment: all of them
+    under pyxis and apptainer; under ``enroot start`` only what ``--env`` names, as its
+    runtime builds the container's environment from the image's and the hooks' (enroot
+    doc/cmd/start.md, conf/hooks)."""
+    if cmd[:2] != ["enroot", "start"]:
+        return job_env
+    named = _enroot_options(cmd[2:])[0]
+    values = dict(kv.split("=", 1) for kv in job_env)
+    return [n if "=" in n else f"{n}={values[n]}" for n in named if "=" in n or n in values]
 
 
 def _exists(node_cmd: NodeCmd, node: str, image: str) -> None:
@@ -225,11 +253,11 @@ def sbatch(root: Path, args: list[str], node_cmd: NodeCmd) -> Out:
         job, t["next"] = t["next"], t["next"] + 1
     if len(nodes) > 1:
         head_script = _get(opts, "--wrap").split(" && srun ", 1)[0] if at else ""
-        tasks = _replica_tasks(root, job, {**opts, **inner_opts}, cmd, nodes, head_script)
+        tasks = _replica_tasks(root, job, {**opts, **inner_opts}, cmd, nodes, head_script, env)
     else:
         image, inner = _container({**opts, **inner_opts}, cmd)
         tasks = [{"node": node, "label": None, "container": f"slurm-job-{job}", "image": image, "cmd": inner,
-                  "whoami": ""}]
+                  "whoami": "", "env": container_env(cmd, env)}]
     reservation = _get(opts, "--reservation")
     with _table(root) as t:
         rec = {"id": str(job), "name": _get(opts, "-J", "--job-name") or "wrap", "user": st_mod.session_user(),
@@ -246,7 +274,7 @@ def sbatch(root: Path, args: list[str], node_cmd: NodeCmd) -> Out:
 
 
 def _replica_tasks(root: Path, job: int, opts: dict[str, str], cmd: list[str], nodes: list[str],
-                   head_script: str = "") -> list[dict]:
+                   head_script: str = "", job_env: list[str] | None = None) -> list[dict]:
     """One task per node of a replica's job (``srun --ntasks-per-node=1 bash -c SCRIPT``): the
     script runs in a real bash, with the environment slurmstepd gives each task and the head
     address the batch script's lines before ``srun`` export (run in bash too, with
@@ -271,9 +299,10 @@ def _replica_tasks(root: Path, job: int, opts: dict[str, str], cmd: list[str], n
         r = subprocess.run(["bash", "-c", 'exec() { printf "\\036"; printf "%s\\0" "$@"; }; ' + cmd[2]], env=env,
                            capture_output=True, text=True, timeout=30)
         whoami, _, argv = r.stdout.partition("\036")
-        image, inner = _container(opts, [a for a in argv.split("\0") if a] if argv else [])
+        words = [a for a in argv.split("\0") if a] if argv else []
+        image, inner = _container(opts, words)
         tasks.append({"node": n, "label": str(i), "container": f"slurm-job-{job}", "image": image, "cmd": inner,
-                      "whoami": whoami})
+                      "whoami": whoami, "env": container_env(words, job_env or [])})
     return tasks
 
 
@@ -289,7 +318,7 @@ def _start(root: Path, rec: dict[str, Any], node_cmd: NodeCmd) -> None:
         if task["image"] and inner[:2] == ["vllm", "serve"]:
             _exists(node_cmd, node, task["image"])
             port = inner[inner.index("--port") + 1] if "--port" in inner else "8000"
-            env = [x for kv in rec.get("env", []) for x in ("-e", kv)]
+            env = [x for kv in task.get("env", rec.get("env", [])) for x in ("-e", kv)]
             rc, _, e = node_cmd(node, [LAUNCH, "run", "-d", "--name", task["container"], "--gpus", "all", *env,
                                        "-p", f"{port}:{port}", task["image"], *inner[2:]])
         else:

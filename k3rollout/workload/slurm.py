@@ -19,7 +19,9 @@ stage's outcome.
 The launcher (``k3_container_launcher``) is one template per value:
 
   pyxis      srun ... --container-image=IMAGE CMD ARGS        (default)
-  enroot     srun ... enroot start --rw IMAGE CMD ARGS          (IMAGE: a container ``enroot create`` made)
+  enroot     srun ... enroot start --rw [--env NAME...] IMAGE CMD ARGS
+             (IMAGE: a container ``enroot create`` made; ``enroot start`` gives the container
+             the image's environment, not the job's, so each variable of the launch is named)
   apptainer  srun ... apptainer exec --nv IMAGE CMD ARGS        (a registry image is ``docker://IMAGE``)
   docker     not this backend: the docker backend, over the node's transport, as before
 """
@@ -79,14 +81,18 @@ def replica_head(ctx: NodeCtx) -> str | None:
     return str(nodes[0]) if len(nodes) > 1 and ctx.node in nodes else None
 
 
-def container(host_vars: dict[str, Any], image: str, argv: list[str]) -> tuple[list[str], list[str]]:
+def container(host_vars: dict[str, Any], image: str, argv: list[str],
+              env: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
     """(srun options, the job's command) that run ``argv`` in ``image`` with the node's
-    launcher."""
+    launcher. ``env``: the names of the job's variables the program needs (set with
+    ``sbatch --export``). pyxis and apptainer hand the job's environment to the container;
+    ``enroot start`` starts from the image's and adds only what ``--env NAME`` names, taking
+    the value from the job's (docs/domain.md "Workloads on Slurm GPU clusters")."""
     kind = launcher(host_vars)
     if kind == "pyxis":
         return [f"--container-image={image}"], argv
     if kind == "enroot":
-        return [], ["enroot", "start", "--rw", image, *argv]
+        return [], ["enroot", "start", "--rw", *[w for name in env for w in ("--env", name)], image, *argv]
     if kind == "apptainer":
         ref = image if "://" in image or image.endswith(".sif") else f"docker://{image}"
         return [], ["apptainer", "exec", "--nv", ref, *argv]
@@ -452,7 +458,7 @@ class SlurmJobs:
         ok, why = self.open_node(ctx)
         if not ok:
             return CommandResult(ctx.node, ("sbatch",), 1, "", why + "\n", 0.0)
-        opts, cmd = container(ctx.vars, image, ["vllm", "serve", model, *args, "--port", str(port)])
+        opts, cmd = container(ctx.vars, image, ["vllm", "serve", model, *args, "--port", str(port)], tuple(env or ()))
         exports = [f"--export=ALL,{','.join(f'{k}={v}' for k, v in env.items())}"] if env else []
         srun = shlex.join(["srun", *opts, *cmd])
         res = self._on(ctx, f"{name}-run", [
@@ -479,12 +485,12 @@ class SlurmJobs:
         ok, group = self.open_group(ctx, nodes)
         if not ok:
             return CommandResult(ctx.node, ("sbatch",), 1, "", group + "\n", 0.0)
-        opts, prefix = container(ctx.vars, image, [])
+        env = members[0][2]
+        opts, prefix = container(ctx.vars, image, [], tuple(env))
         try:
             script = slurm_launch.task_script(prefix, model, members[0][1], members[1][1], port)
         except ValueError as exc:
             return CommandResult(ctx.node, ("sbatch",), 1, "", f"{exc}\n", 0.0)
-        env = members[0][2]
         part = ctx.vars.get(PARTITION_VAR)
         res = self._on(ctx, f"{name}-run", [
             "sbatch", "--parsable", f"--reservation={group}", "-w", ",".join(nodes), "-N", str(len(nodes)),

@@ -181,8 +181,8 @@ H200 = {"sim_gpu": "NVIDIA H200", "sim_gpu_count": 8, "sim_gpu_mem_gib": 141, "s
         "rack": "a"}
 
 
-def replica_run(tmp_path: Path, hosts: dict[str, dict], **pb) -> tuple[Path, list[dict]]:
-    inv = write_inventory(tmp_path / "inv", hosts, {"scheduler": "slurm", "k3_container_launcher": "pyxis",
+def replica_run(tmp_path: Path, hosts: dict[str, dict], launcher: str = "pyxis", **pb) -> tuple[Path, list[dict]]:
+    inv = write_inventory(tmp_path / "inv", hosts, {"scheduler": "slurm", "k3_container_launcher": launcher,
                                                      "sim_reboot_s": 0.01})
     book = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=1, max_fail_percentage=100, min_serving=0,
                           **pb)
@@ -284,6 +284,27 @@ def test_a_replica_whose_planned_head_is_not_slurms_first_host_is_refused_with_b
     jobs = json.loads((run_dir / "sim-hosts" / "_slurmjobs.json").read_text())["jobs"]
     assert not [j for j in jobs.values() if j["state"] in ("PENDING", "CONFIGURING", "RUNNING")]
     assert not [n for n in reservations(run_dir) if n.startswith("k3rollout-check.")]
+
+
+def test_an_enroot_replica_names_each_launch_variable_for_the_container(tmp_path):
+    # enroot start gives the container the image's environment, not the job's: the launch's
+    # variables reach vLLM only where --env names them
+    run_dir, recs = replica_run(tmp_path, {"gpu-01": dict(H200), "gpu-02": dict(H200)}, launcher="enroot")
+    assert {n["final"] for n in result(run_dir)["nodes"].values()} == {"upgraded"}
+    wrap = next(a for r in recs if r["type"] == "step_started" and r["argv"][0] == "sbatch"
+                for a in r["argv"] if a.startswith("--wrap="))
+    assert "enroot start --rw --env VLLM_ENGINE_READY_TIMEOUT_S " in wrap, wrap
+    worker = [c for c in commands(run_dir, "gpu-02") if c.startswith("k3sim-launch run -d") and "--headless" in c]
+    assert worker and all("-e VLLM_ENGINE_READY_TIMEOUT_S=3600 " in c for c in worker), worker
+
+
+def test_the_simulated_enroot_hands_the_container_only_the_variables_it_names():
+    from k3rollout.sim.slurmjobs import container_env
+
+    job = ["VLLM_ENGINE_READY_TIMEOUT_S=3600", "NCCL_DEBUG=INFO"]
+    assert container_env(["enroot", "start", "--rw", "img", "vllm"], job) == []
+    assert container_env(["enroot", "start", "--env", "NCCL_DEBUG", "-e", "X=1", "img"], job) == ["NCCL_DEBUG=INFO", "X=1"]
+    assert container_env(["apptainer", "exec", "--nv", "img"], job) == job
 
 
 # (mode, record type, step): a kill just before an outcome is recorded (the command ran, the
