@@ -353,6 +353,24 @@ TOOL_TEXTS = [
     ("Ray 1.x python/ray/_private/services.py", "communication",
      "RuntimeError: Unable to connect to Redis at 10.0.0.1:6379 after 16 retries. Check that 10.0.0.1:6379 is "
      "reachable from this machine."),
+    ("nvidia-docker 1.0 utils.go", "driver_incompatible",
+     "nvidia-docker | 2017/03/01 10:00:00 Error: unsupported CUDA version: driver 8.0 < image 9.0.176"),
+    ("crun src/libcrun/container.c", "container_runtime",
+     "Error: crun: executable file `nvidia-smi` not found in $PATH: No such file or directory: OCI runtime "
+     "attempted to invoke a command that was not found"),
+    ("cudarc src/lib.rs", "container_runtime",
+     'thread \'main\' panicked at cudarc-0.12.1/src/lib.rs:98:5: Unable to dynamically load the "cuda" shared '
+     'library - searched for library names: ["cuda", "nvcuda"].'),
+    ("podman pkg/specgen/generate/config_linux.go", "container_runtime",
+     "Error: stat nvidia.com/gpu=all: no such file or directory"),
+    ("void-packages xbps-triggers/files/dkms", "container_runtime",
+     "DKMS module 'nvidia-535.154.05' failed to build, please check /var/lib/dkms"),
+    ("void-packages xbps-triggers/files/dkms", "container_runtime",
+     "DKMS module 'zfs-2.0.1' failed to build, please check /var/lib/dkms"),
+    ("vllm model_executor/models/llama.py load_weights", "model_load_capacity",
+     "ERROR 01-21 02:26:24 engine.py:366] 'model.layers.3.self_attn.qkv_proj.weight_scale'"),
+    ("ray python/ray/_private/services.py", "communication",
+     "RuntimeError: No node info found matching attributes: '' when trying to resolve node to connect to."),
 ]
 
 
@@ -364,6 +382,25 @@ def test_toolkit_driver_build_and_rendezvous_texts_decide_their_step(where, cate
     assert t.evidence == [line]
     # the tool's own text decides, not a generic wrapper around it ("OCI runtime create failed": 1.5)
     assert t.scores[category] >= 2.5, (where, t.scores)
+
+
+def test_cuda_initialization_error_points_at_the_container_path_without_deciding_alone_loudly():
+    # libnvidia-container src/error.c error_set_cuda ("cuda error: %s") with CUDA_ERROR_NOT_INITIALIZED's
+    # text: a symptom of step 2 (2.0), enough to name it when nothing else speaks, and below a
+    # decisive signal of another step (a forked CUDA worker, "other" at 3.0) on the same log
+    t = classify("RuntimeError: CUDA error: initialization error\n")
+    assert t.category == "container_runtime" and t.scores["container_runtime"] < 2.5, t.scores
+    t = classify("RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, "
+                 "you must use the 'spawn' start method\nRuntimeError: CUDA error: initialization error\n")
+    assert t.category == "other", t.scores
+
+
+def test_a_quoted_name_that_is_not_a_parameter_is_not_a_weight_error():
+    # the bare KeyError signal needs the line's whole message to be a dotted parameter name
+    for line in ("ERROR 01-21 02:26:24 engine.py:366] 'model_type'",
+                 "ERROR 01-21 02:26:24 engine.py:366] 'layers.17.mlp.down_proj.weight' is not a valid choice",
+                 "KeyError raised while reading 'config.weight'. Retrying"):
+        assert classify(line + "\n").scores["model_load_capacity"] == 0, line
 
 
 def test_a_bare_socket_timeout_in_a_message_is_not_a_rendezvous():

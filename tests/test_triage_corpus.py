@@ -8,10 +8,11 @@ any category. The held-out folders are reported separately, each with a floor th
 regression: `heldout/` (no rule written against it), and `heldout2/` to `heldout6/`, each collected
 after the signals of its time and labelled before triage ran. A folder whose misses were known
 when later signals were chosen no longer measures unseen logs (`heldout2/` to `heldout4/`, and
-`heldout6/` since the toolkit, driver-build and rendezvous signals); `heldout7/` was collected and
-labelled after those signals. The 90% target of issue #35 is asserted on the folders never tuned
-on (`heldout/`, `heldout5/` and `heldout7/`) taken together, as a strict expected failure while it
-is not met.
+`heldout6/` since the toolkit, driver-build and rendezvous signals, `heldout7/` since the cudarc,
+crun, CDI-name, DKMS-trigger, bare-KeyError and Ray node-info signals); `heldout8/` was collected
+and labelled after those. The 90% target of issue #35 is asserted on the folders never tuned on
+(`heldout/`, `heldout5/` and `heldout8/`) taken together, as a strict expected failure while it is
+not met.
 """
 
 from __future__ import annotations
@@ -38,8 +39,11 @@ FIFTH = LOGS / "heldout5"
 # collected after the vLLM 0.33 raise-site and NVML-text signals, the same way
 SIXTH = LOGS / "heldout6"
 # collected after the toolkit, driver-build and rendezvous signals (chosen knowing heldout6's
-# misses), the same way, at most three logs a search
+# misses), the same way, at most three logs a search; its own misses were then tuned on
 SEVENTH = LOGS / "heldout7"
+# collected after the cudarc, crun, CDI-name, DKMS-trigger and Ray node-info signals (chosen knowing
+# heldout7's misses), the same way, at most three logs a search
+EIGHTH = LOGS / "heldout8"
 FOLDS = 5
 
 
@@ -262,30 +266,47 @@ def test_seventh_heldout_is_real_cited_and_new():
 
 
 def seventh_accuracy() -> float:
-    return folder_accuracy(SEVENTH, "seventh held-out folder (symptom-searched after the toolkit, driver-build "
-                                    "and rendezvous signals, labelled before triage ran)")
+    return folder_accuracy(SEVENTH, "seventh held-out folder (its misses known to the last signals)")
 
 
 def test_seventh_heldout_accuracy_is_reported_and_does_not_regress():
     # 34/42 = 81.0% when the folder was closed, run once on the signals it was collected after
-    # (33/42 with the signals before them). The floor (two logs below) catches a regression,
-    # it is not the target
-    assert seventh_accuracy() >= 0.76
+    # (33/42 with the signals before them). Its eight misses were then known when the cudarc,
+    # crun, CDI-name, DKMS-trigger, nvidia-docker 1.0, CUDA initialization-error, bare-KeyError and
+    # Ray node-info signals were chosen: 42/42 after them, no longer a figure for unseen logs.
+    # The floor (two logs below) catches a regression, it is not the target
+    assert seventh_accuracy() >= 0.95
+
+
+def test_eighth_heldout_is_real_cited_and_new():
+    check_new_heldout(EIGHTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH])
+
+
+def eighth_accuracy() -> float:
+    return folder_accuracy(EIGHTH, "eighth held-out folder (symptom-searched after the cudarc, crun, CDI-name, "
+                                   "DKMS-trigger and Ray node-info signals, labelled before triage ran)")
+
+
+def test_eighth_heldout_accuracy_is_reported_and_does_not_regress():
+    # 35/54 = 64.8% when the folder was closed, run once on the signals it was collected after.
+    # The floor (two logs below) catches a regression, it is not the target
+    assert eighth_accuracy() >= 0.61
 
 
 def never_tuned_on_accuracy() -> float:
-    """Accuracy on `heldout/`, `heldout5/` and `heldout7/` together: no signal was chosen knowing
+    """Accuracy on `heldout/`, `heldout5/` and `heldout8/` together: no signal was chosen knowing
     their misses (the vLLM 0.33 signals left heldout5's figure as it was, the toolkit, driver-build
-    and rendezvous signals too; heldout7 was collected after them)."""
-    pairs = [(cat, classify(text).category) for folder in (HELDOUT, FIFTH, SEVENTH)
+    and rendezvous signals too, and those chosen on heldout7's misses; heldout8 was collected after
+    them)."""
+    pairs = [(cat, classify(text).category) for folder in (HELDOUT, FIFTH, EIGHTH)
              for _, cat, text in corpus(folder)]
-    acc, _ = report(pairs, "held-out folders never tuned on (heldout + heldout5 + heldout7)")
+    acc, _ = report(pairs, "held-out folders never tuned on (heldout + heldout5 + heldout8)")
     return acc
 
 
 @pytest.mark.xfail(strict=True, reason="issue #35 asks for 90% on logs triage has never seen; on the folders "
-                   "never tuned on, heldout + heldout5 + heldout7, it is 95/113 = 84.1% (heldout7 alone 34/42 = "
-                   "81.0% when closed, tests/data/logs/heldout7/README.md). Strict: reaching it fails here until "
+                   "never tuned on, heldout + heldout5 + heldout8, it is 96/125 = 76.8% (heldout8 alone 35/54 = "
+                   "64.8% when closed, tests/data/logs/heldout8/README.md). Strict: reaching it fails here until "
                    "the mark goes")
 def test_unseen_heldout_reaches_the_90_percent_target():
     assert never_tuned_on_accuracy() >= 0.90

@@ -95,6 +95,12 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # (docs/domain.md, "CUDA toolkit and driver versions"), so it is a driver signal at full weight.
     ("cuda_requirement", "driver_incompatible", 4.0,
      r"unsatisfied condition: (cuda|driver)\s*>=?\s*[\d.]+", "image NVIDIA_REQUIRE_CUDA above the driver"),
+    # nvidia-docker 1.0's own check of the image's com.nvidia.cuda.version label against the
+    # driver's CUDA version before it starts the container (src/nvidia-docker/utils.go
+    # cudaSupported: "unsupported CUDA version: driver %s < image %s"): NVIDIA_REQUIRE_CUDA's
+    # ancestor, the same verdict.
+    ("cuda_requirement", "driver_incompatible", 4.0,
+     r"unsupported CUDA version: driver [\d.]+ < image [\d.]+", "nvidia-docker 1.0: image CUDA above the driver"),
     # 804: a compat libcuda used because the host driver is too old, on a GPU without forward compat.
     ("forward_compat", "driver_incompatible", 4.0,
      r"forward compatibility was attempted on non supported HW|COMPAT_NOT_SUPPORTED_ON_DEVICE"
@@ -197,6 +203,12 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"unresolvable CDI devices|failed to inject CDI devices|CDI device injection failed"
      r"|failed to (resolve|create) CDI|cdi\.k8s\.io.*(not found|unresolvable)|(error )?setting up CDI devices"
      r"|failed to stat CDI host device", "CDI device resolution failed"),
+    # A CDI device name (vendor/class=name, container-device-interface pkg/parser/parser.go) given to
+    # a runtime that takes every --device for a host path: podman before 4.1 stats it
+    # (pkg/specgen/generate/config_linux.go DevicesFromPath, Go's os error "stat %s: no such file or
+    # directory"). The runtime cannot resolve the CDI name, as "unresolvable CDI devices": 3.5.
+    ("cdi", "container_runtime", 3.5, r"stat [\w.-]+\.[a-z]+/[\w.-]+=[\w.,:-]+: no such file or directory",
+     "a CDI device name read as a host path (runtime without CDI)"),
     # The framework found no GPU at all. In a container that the driver could serve, this is
     # the runtime not passing GPUs; 3 because a host without a loaded driver prints it too.
     ("gpu_visibility", "container_runtime", 3.0,
@@ -211,6 +223,26 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # Error "exec: %q: ...").
     ("gpu_visibility", "container_runtime", 3.0, r'exec: "nvidia-smi": executable file not found',
      "nvidia-smi not in the container"),
+    # The same, in crun's words (containers/crun src/libcrun/container.c: "executable file `%s` not
+    # found in $PATH"), which podman prints when nothing injected the driver (`--gpus` without the
+    # toolkit's hook or a CDI device).
+    ("gpu_visibility", "container_runtime", 3.0, r"executable file `nvidia-smi` not found",
+     "nvidia-smi not in the container"),
+    # libcuda not found where a program looks for it: cudarc, the Rust CUDA bindings under candle and
+    # mistral.rs, panics with "Unable to dynamically load the \"cuda\" shared library - searched for
+    # library names: [...]" (src/lib.rs panic_no_lib_found) when no libcuda is on the library path,
+    # a container the runtime gave no driver libraries or a path that misses them. As "libcuda.so:
+    # cannot open shared object" above: 3.5. The same panic for nccl or cublas names other libraries.
+    ("nvml_in_container", "container_runtime", 3.5,
+     r'Unable to dynamically load the "?(cuda|nvcuda|nvidia-ml|nvml)"? shared library',
+     "cudarc: libcuda not on the library path"),
+    # CUDA's "initialization error" (cuGetErrorString of CUDA_ERROR_NOT_INITIALIZED) after "cuda
+    # error": nvidia-container-cli's own CUDA call in the prestart hook (libnvidia-container
+    # src/driver.c call_cuda -> src/error.c error_set_cuda: "cuda error: %s"; with the CLI's prefix
+    # the toolkit_hook signal above decides), or a framework's first CUDA call. CUDA did not start
+    # where the driver is loaded: step 2, a symptom, 2.
+    ("gpu_visibility", "container_runtime", 2.0, r"cuda error\W{1,3}initialization error",
+     "CUDA init failed (initialization error)"),
     # 802: NVSwitch systems without a matching fabric manager.
     ("fabric_manager", "container_runtime", 3.5,
      r"Error 802\b|system not yet initialized|cudaErrorSystemNotReady|CUDA_ERROR_SYSTEM_NOT_READY"
@@ -301,6 +333,14 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("driver_build", "container_runtime", 3.0,
      r"Bad return status for module build on kernel|GPL-incompatible module \S+\.ko uses GPL-only symbol",
      "kernel module build failed (DKMS / modpost)"),
+    # Distribution package hooks that run DKMS and report in their own words: Void Linux's
+    # xbps-triggers (srcpkgs/xbps-triggers/files/dkms: "DKMS module '<name>-<version>' failed to
+    # build, please check /var/lib/dkms", "... failed to install"). 3.5 where the module is
+    # NVIDIA's, 3 for any other, as dkms.in's text above.
+    ("driver_build", "container_runtime", 3.5, r"DKMS module '?nvidia[\w.-]*'? failed to (build|install)",
+     "NVIDIA kernel module does not build or load"),
+    ("driver_build", "container_runtime", 3.0, r"DKMS module '?\S+'? failed to (build|install)",
+     "kernel module build failed (DKMS)"),
 
     # --- model_load_capacity (tree step 3: CUDA up, the model does not load or fit) ---
     ("gpu_memory", "model_load_capacity", 4.0,
@@ -411,6 +451,15 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|unexpected key|Missing key\(s\) in state_dict|weight_loader|does not appear to have a file named"
      r"|No such file or directory: .*\.(safetensors|bin|pt)|incomplete metadata|HeaderTooLarge",
      "weights do not match the loader"),
+    # A checkpoint tensor the model has no parameter for: vLLM's load_weights looks each name up
+    # (model_executor/models/llama.py and the other models: "param = params_dict[name]"), and the
+    # engine logs the KeyError by its text alone, which Python makes the quoted key
+    # ("ERROR ... engine.py:366] 'layers.17.mlp.down_proj.weight.absmax'"). The line's whole
+    # message is a dotted parameter name (a quantized checkpoint's extra tensors: bitsandbytes'
+    # absmax and quant_map, a scale): 3, as the weights family's loader errors.
+    ("weights", "model_load_capacity", 3.0,
+     r"(^|\] )'[\w.]+\.(weight|bias|qweight|scales|qzeros|\w*_scale)(\.\w+)?'$",
+     "a checkpoint tensor the model has no parameter for (KeyError)"),
     # vLLM 0.33 model_executor/model_loader: default_loader.py "Cannot find any model weights with",
     # "Following weights were not initialized from checkpoint"; runai_streamer_loader.py "Cannot find
     # any safetensors model weights"; sharded_state_loader.py "Could not find checkpoint files",
@@ -582,6 +631,12 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("cluster_join", "communication", 3.0,
      r"Unable to connect to Redis (at \S+ after \d+ retries|\(after \d+ retries\))",
      "Ray: a worker cannot reach the head's Redis"),
+    # A Ray driver (vLLM's engine, ray.init(address=...)) that finds no raylet of the cluster on its
+    # own node or address (python/ray/_private/services.py get_node_to_connect_for_driver: "No node
+    # info found matching attributes: ... when trying to resolve node to connect to"): the process
+    # never joined the cluster, tree step 4's join, 3.
+    ("cluster_join", "communication", 3.0, r"No node info found matching attributes",
+     "Ray: the driver found no cluster node to attach to"),
     ("p2p_nvlink", "communication", 2.0,
      r"P2P (access|is) (not|disabled)|peer access is not supported|NVLink.*(error|down|inactive)"
      r"|custom allreduce.*(fail|disabled)"
