@@ -6,7 +6,7 @@ import pytest
 from support import DATA
 
 from k3rollout.checks.cuda_table import compat_verdict, driver_supports, image_cuda
-from k3rollout.checks.triage import CATEGORIES, classify
+from k3rollout.checks.triage import CATEGORIES, classify, scan
 from k3rollout.cli import main
 
 LOGS = DATA / "logs"
@@ -371,6 +371,30 @@ TOOL_TEXTS = [
      "ERROR 01-21 02:26:24 engine.py:366] 'model.layers.3.self_attn.qkv_proj.weight_scale'"),
     ("ray python/ray/_private/services.py", "communication",
      "RuntimeError: No node info found matching attributes: '' when trying to resolve node to connect to."),
+    ("k8s-device-plugin internal/plugin/factory.go", "container_runtime",
+     "E0101 00:00:00.000000       1 main.go:180] error starting plugins: error getting plugins: unable to create "
+     "plugins: failed to construct resource managers: error creating NVML resource managers"),
+    ("CUDA runtime error 46", "container_runtime",
+     "RuntimeError: CUDA error: all CUDA-capable devices are busy or unavailable"),
+    ("LXD lxd/device", "container_runtime",
+     'Error: Failed to start device "gpu0": Failed to create device "/var/lib/lxd/devices/c1/unix.gpu0.dev-nvidia1" '
+     'for "/dev/nvidia1": file exists'),
+    ("CUDA runtime error 209", "model_load_capacity",
+     "torch.AcceleratorError: CUDA error: no kernel image is available for execution on the device"),
+    ("ggml ggml-cuda.cu CUDA_CHECK", "model_load_capacity",
+     "CUDA error 2 at /src/llama.cpp/ggml-cuda.cu:6246: out of memory"),
+    ("ggml ggml-cuda.cu ggml_cuda_host_malloc", "model_load_capacity",
+     "ggml_cuda_host_malloc: failed to allocate 8192.00 MiB of pinned memory: out of memory"),
+    ("vllm model_executor/models/utils.py AutoWeightsLoader", "model_load_capacity",
+     "ValueError: There is no module or parameter named 'model.visual.blocks.0.norm1.bias' in Qwen2VLModel"),
+    ("cudarc src/driver/sys/mod.rs", "driver_incompatible",
+     "thread 'main' panicked at cudarc-0.17.1/src/driver/sys/mod.rs:12001:18: Expected symbol in library: "
+     "DlSym { desc: \"/usr/lib/x86_64-linux-gnu/libcuda.so: undefined symbol: cuCtxCreate_v4\" }"),
+    ("gloo/transport/tcp/pair.cc connect", "communication",
+     "RuntimeError: [gloo/transport/tcp/pair.cc:799] connect [10.0.0.2]:41512: No route to host"),
+    ("ray src/ray/raylet_client/raylet_client.cc", "communication",
+     "F0101 00:00:00.000000 12345 raylet_client.cc:83] Could not connect to socket "
+     "/tmp/ray/session_latest/sockets/raylet"),
 ]
 
 
@@ -407,3 +431,42 @@ def test_a_bare_socket_timeout_in_a_message_is_not_a_rendezvous():
     # c10d's "Socket Timeout" is the exception's whole text; a sentence that mentions one is not it
     assert classify("requests.exceptions.ConnectionError: RuntimeError: Socket Timeout while downloading "
                     "config.json\n").scores["communication"] == 0
+
+
+def test_quotes_escaped_by_nested_logs_still_match():
+    # dockerd logging containerd logging runc logging exec: each level escapes the quotes again
+    line = ('Jan  1 00:00:00 host dockerd[1]: time="2017-01-01T00:00:00Z" level=error msg="containerd: start '
+            'container" error="oci runtime error: container_linux.go:247: starting container process caused '
+            '\\"exec: \\\\\\"nvidia-smi\\\\\\": executable file not found in $PATH\\"\\n"')
+    assert '\\\\\\"nvidia-smi' in line
+    t = classify(line + "\n")
+    assert t.category == "container_runtime" and t.evidence == [line], t.scores
+
+
+def test_package_listings_and_echoed_arguments_are_not_evidence():
+    pkgs = "[pip3] nvidia-nccl-cu12==2.27.3\n[pip3] nvidia-nvshmem-cu12==3.3.20\n[conda] deep-ep 1.2.1 pypi_0 pypi\n"
+    assert scan(pkgs) == []
+    # argparse echoes the user's arguments: an all-to-all backend named there is no transport failure
+    line = "vllm: error: unrecognized arguments: --all2all-backend deepep_low_latency --nccl-debug"
+    t = classify(pkgs + line + "\n")
+    assert t.category == "other" and t.scores["communication"] == 0, t.scores
+    # the same words outside an echoed command line still count
+    assert classify("RuntimeError: DeepEP buffer failed: nvshmem init failed\n").category == "communication"
+
+
+def test_a_message_wrapped_over_two_lines_is_read_joined():
+    text = ("ValueError: Free memory on device cuda:0 (13.2/15.5 GiB\n"
+            ") on startup is less than desired GPU memory utilization (0.9, 13.9 GiB).\n")
+    t = classify(text)
+    assert t.category == "model_load_capacity", t.scores
+    # the evidence is the two lines as the log has them
+    assert t.evidence and all(e in text for e in t.evidence) and "\n" in t.evidence[0]
+    # no join across a new record, an NCCL INFO line or a traceback frame
+    for nxt in ("INFO 01-01 00:00:00 ) on startup is less than desired GPU memory utilization",
+                "host:1:2 [0] NCCL INFO ) on startup is less than desired GPU memory utilization",
+                '  File "x.py", line 1, ) on startup is less than desired GPU memory utilization'):
+        hits = scan("ValueError: Free memory on device cuda:0 (13.2/15.5 GiB\n" + nxt + "\n")
+        assert not any("wrapped" in h.why for h in hits), nxt
+    # a family either line matches alone is not counted a second time through the join
+    hits = scan("RuntimeError: CUDA out of memory while loading\nthe weights: CUDA out of memory\n")
+    assert [h.family for h in hits].count("gpu_memory") == 2

@@ -9,10 +9,11 @@ regression: `heldout/` (no rule written against it), and `heldout2/` to `heldout
 after the signals of its time and labelled before triage ran. A folder whose misses were known
 when later signals were chosen no longer measures unseen logs (`heldout2/` to `heldout4/`, and
 `heldout6/` since the toolkit, driver-build and rendezvous signals, `heldout7/` since the cudarc,
-crun, CDI-name, DKMS-trigger, bare-KeyError and Ray node-info signals); `heldout8/` was collected
-and labelled after those. The 90% target of issue #35 is asserted on the folders never tuned on
-(`heldout/`, `heldout5/` and `heldout8/`) taken together, as a strict expected failure while it is
-not met.
+crun, CDI-name, DKMS-trigger, bare-KeyError and Ray node-info signals, `heldout8/` since the
+device-plugin, CUDA 46/209, ggml, LXD, Gloo connect and raylet signals and the wrapped-line,
+nested-quote, package-list and echoed-argument reading); `heldout9/` was collected and labelled after
+those. The 90% target of issue #35 is asserted on the folders never tuned on (`heldout/`,
+`heldout5/` and `heldout9/`) taken together, as a strict expected failure while it is not met.
 """
 
 from __future__ import annotations
@@ -42,8 +43,12 @@ SIXTH = LOGS / "heldout6"
 # misses), the same way, at most three logs a search; its own misses were then tuned on
 SEVENTH = LOGS / "heldout7"
 # collected after the cudarc, crun, CDI-name, DKMS-trigger and Ray node-info signals (chosen knowing
-# heldout7's misses), the same way, at most three logs a search
+# heldout7's misses), the same way, at most three logs a search; its own misses were then tuned on
 EIGHTH = LOGS / "heldout8"
+# collected after the device-plugin, CUDA 46/209, ggml, LXD, Gloo connect and raylet signals and the
+# wrapped-line, nested-quote, package-list and echoed-argument reading (chosen knowing heldout8's
+# misses), the same way, at most three logs a search
+NINTH = LOGS / "heldout9"
 FOLDS = 5
 
 
@@ -283,30 +288,50 @@ def test_eighth_heldout_is_real_cited_and_new():
 
 
 def eighth_accuracy() -> float:
-    return folder_accuracy(EIGHTH, "eighth held-out folder (symptom-searched after the cudarc, crun, CDI-name, "
-                                   "DKMS-trigger and Ray node-info signals, labelled before triage ran)")
+    return folder_accuracy(EIGHTH, "eighth held-out folder (its misses known to the last signals)")
 
 
 def test_eighth_heldout_accuracy_is_reported_and_does_not_regress():
     # 35/54 = 64.8% when the folder was closed, run once on the signals it was collected after.
+    # Its nineteen misses were then known when the device-plugin resource-manager, CUDA error 46
+    # and 209, ggml OOM, vLLM no-parameter, cudarc symbol, LXD device, Gloo connect and raylet
+    # signals were chosen, with the reading of wrapped lines, nested quotes, package listings and
+    # echoed arguments: 51/54 after them, no longer a figure for unseen logs.
     # The floor (two logs below) catches a regression, it is not the target
-    assert eighth_accuracy() >= 0.61
+    assert eighth_accuracy() >= 0.90
+
+
+def test_ninth_heldout_is_real_cited_and_new():
+    check_new_heldout(NINTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH])
+
+
+def ninth_accuracy() -> float:
+    return folder_accuracy(NINTH, "ninth held-out folder (symptom-searched after the heldout8 signals, "
+                                  "labelled before triage ran)")
+
+
+def test_ninth_heldout_accuracy_is_reported_and_does_not_regress():
+    # 34/51 = 66.7% when the folder was closed, run once on the signals it was collected after
+    # (tests/data/logs/heldout9/README.md lists the seventeen misses).
+    # The floor (two logs below) catches a regression, it is not the target
+    assert ninth_accuracy() >= 0.62
 
 
 def never_tuned_on_accuracy() -> float:
-    """Accuracy on `heldout/`, `heldout5/` and `heldout8/` together: no signal was chosen knowing
+    """Accuracy on `heldout/`, `heldout5/` and `heldout9/` together: no signal was chosen knowing
     their misses (the vLLM 0.33 signals left heldout5's figure as it was, the toolkit, driver-build
-    and rendezvous signals too, and those chosen on heldout7's misses; heldout8 was collected after
-    them)."""
-    pairs = [(cat, classify(text).category) for folder in (HELDOUT, FIFTH, EIGHTH)
+    and rendezvous signals too, and those chosen on heldout7's and heldout8's misses; the
+    wrapped-line reading, written for heldout8's, also reads one of heldout5's; heldout9 was
+    collected after them)."""
+    pairs = [(cat, classify(text).category) for folder in (HELDOUT, FIFTH, NINTH)
              for _, cat, text in corpus(folder)]
-    acc, _ = report(pairs, "held-out folders never tuned on (heldout + heldout5 + heldout8)")
+    acc, _ = report(pairs, "held-out folders never tuned on (heldout + heldout5 + heldout9)")
     return acc
 
 
 @pytest.mark.xfail(strict=True, reason="issue #35 asks for 90% on logs triage has never seen; on the folders "
-                   "never tuned on, heldout + heldout5 + heldout8, it is 96/125 = 76.8% (heldout8 alone 35/54 = "
-                   "64.8% when closed, tests/data/logs/heldout8/README.md). Strict: reaching it fails here until "
+                   "never tuned on, heldout + heldout5 + heldout9, it is 96/122 = 78.7% (heldout9 alone 34/51 = "
+                   "66.7% when closed, tests/data/logs/heldout9/README.md). Strict: reaching it fails here until "
                    "the mark goes")
 def test_unseen_heldout_reaches_the_90_percent_target():
     assert never_tuned_on_accuracy() >= 0.90

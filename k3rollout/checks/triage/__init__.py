@@ -194,23 +194,76 @@ def _level(line: str) -> str:
     return "error"
 
 
+# Lines that list the environment rather than report a failure: vLLM's collect_env report
+# (vllm/collect_env.py) prints every installed package as "[pip3] name==version" or "[conda] name
+# version", so nvidia-nccl or nvidia-nvshmem appear in logs whatever failed. Like NCCL INFO, never
+# evidence.
+_PACKAGE_LIST = re.compile(r"^\s*\[(pip3?|conda)\]\s")
+# Quotes escaped once per level of nesting: dockerd logs containerd's error, which quotes the OCI
+# runtime's, which quotes exec's ('exec: \\\"nvidia-smi\\\": executable file not found'). The
+# signals are written with plain quotes, so every run of backslashes before a quote is dropped for
+# matching; the evidence keeps the line as it was.
+_ESCAPED_QUOTE = re.compile(r'\\+(["\'])')
+# argparse's refusal (CPython Lib/argparse.py parse_args: "%(prog)s: error: unrecognized arguments:
+# %s" with the arguments joined): what follows is the user's own command line echoed back, not a
+# message. An argument naming an all-to-all backend or NCCL is no evidence of a transport failure,
+# so only the words up to the refusal are matched on such a line.
+_ECHOED_ARGS = re.compile(r"(unrecognized arguments:).*$", re.I)
+# A message hard-wrapped over two lines (a terminal or an issue form at a fixed width, a Python
+# exception text with a newline in it): the first line stops mid-sentence (it ends in a letter, a
+# digit or a comma) and the next carries on: it starts in lower case, with a quote or with a
+# closing bracket, as no log record's header, traceback frame or exception line does. Each such
+# pair is also read joined, and a family counts there only where neither line matches it alone.
+_WRAP_END = re.compile(r"[\w,]$")
+_CONTINUES = re.compile(r"^[a-z'\"`)\]}]")
+
+
+def _match_text(line: str) -> str:
+    """The folded text the signals are matched against (see the comments above)."""
+    return fold(_ECHOED_ARGS.sub(r"\1", _ESCAPED_QUOTE.sub(r"\1", line)))
+
+
+def _best(low: str) -> dict[str, Signal]:
+    best: dict[str, Signal] = {}
+    for s in SIGNALS:
+        if (s.family not in best or s.weight > best[s.family].weight) and s.lower.search(low):
+            best[s.family] = s
+    return best
+
+
+def _wraps(line: str, nxt: str) -> bool:
+    return bool(_WRAP_END.search(line) and _CONTINUES.match(nxt)) and not (_NCCL_INFO.search(nxt)
+                                                                          or _PACKAGE_LIST.match(nxt))
+
+
 def scan(text: str) -> list[Hit]:
-    """Every (line, signal) match with its level-damped weight; NCCL INFO lines are skipped."""
+    """Every (line, signal) match with its level-damped weight; NCCL INFO lines and package
+    listings are skipped; a hard-wrapped message is also read joined with its continuation."""
     hits: list[Hit] = []
-    for i, raw in enumerate(text.splitlines(), 1):
-        if not raw.strip() or _NCCL_INFO.search(raw):
-            continue
+    raw_lines = text.splitlines()
+    found: list[dict[str, Signal]] = []
+    for raw in raw_lines:
+        skip = not raw.strip() or _NCCL_INFO.search(raw) or _PACKAGE_LIST.match(raw)
+        found.append({} if skip else _best(_match_text(raw.strip())))
+    for i, raw in enumerate(raw_lines):
         line = raw.strip()
-        low = fold(line)
-        best: dict[str, Signal] = {}
-        for s in SIGNALS:
-            if (s.family not in best or s.weight > best[s.family].weight) and s.lower.search(low):
-                best[s.family] = s
-        if not best:
-            continue
-        factor = LEVEL_FACTOR[_level(line)]
-        for s in best.values():
-            hits.append(Hit(s.category, s.family, s.weight * factor, s.why, line[:500], i))
+        best = found[i]
+        if best:
+            factor = LEVEL_FACTOR[_level(line)]
+            for s in best.values():
+                hits.append(Hit(s.category, s.family, s.weight * factor, s.why, line[:500], i + 1))
+        if i + 1 < len(raw_lines) and line and not _NCCL_INFO.search(raw) and not _PACKAGE_LIST.match(raw) \
+                and _wraps(line, raw_lines[i + 1]):
+            nxt = raw_lines[i + 1].strip()
+            joined = _best(_match_text(line + " " + nxt))
+            new = {f: s for f, s in joined.items() if f not in best and f not in found[i + 1]}
+            if new:
+                factor = LEVEL_FACTOR[_level(line)]
+                # the evidence is the two lines as the log has them, so it stays a substring of it
+                shown = raw.lstrip() + "\n" + raw_lines[i + 1].rstrip()
+                for s in new.values():
+                    hits.append(Hit(s.category, s.family, s.weight * factor, s.why + " (wrapped over two lines)",
+                                    shown[:500], i + 1))
     return hits
 
 

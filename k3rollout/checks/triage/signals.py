@@ -132,6 +132,12 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # A bare "error 35" with a CUDA context and no text: likely, not proven.
     ("cuda_driver_too_old", "driver_incompatible", 2.0,
      r"CUDA (error|Error)[ :]*35\b|\berror code 35\b|cuInit.*\b35\b", "CUDA error code 35"),
+    # cudarc's generated loader (src/driver/sys/mod.rs and the other sys modules: every entry point
+    # resolved with .expect("Expected symbol in library")): the CUDA library found is older than
+    # the API the bindings were generated for; for libcuda/nvcuda that is a driver older than the
+    # build's CUDA. 2.5: a toolkit library (cuBLAS) older than the bindings prints it too.
+    ("cuda_driver_too_old", "driver_incompatible", 2.5, r"Expected symbol in library",
+     "cudarc: a CUDA entry point missing from the installed library (driver older than the build)"),
 
     # --- container_runtime (tree step 2: driver fine, the container/GPU path is broken) ---
     # Docker/containerd has no NVIDIA runtime or device driver: nothing else prints these.
@@ -198,6 +204,12 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"No devices found\. Waiting indefinitely|nvidia-container-runtime.*not.*default runtime"
      r"|Insufficient nvidia\.com/gpu|failed to get device plugin|device plugin.*(failed|error)",
      "Kubernetes device plugin cannot see or advertise GPUs"),
+    # The device plugin gives up building its resource managers (k8s-device-plugin's plugin factory,
+    # internal/plugin/factory.go: "failed to construct resource managers: %w"; before 0.15 the
+    # main loop's "failed to construct NVML resource managers"): no strategy found GPUs on the node
+    # (NVML or the toolkit's libraries not in the plugin's container), as "Incompatible strategy".
+    ("device_plugin", "container_runtime", 3.5, r"failed to construct (NVML )?resource managers",
+     "Kubernetes device plugin cannot see or advertise GPUs"),
     # CDI: device names the runtime cannot resolve.
     ("cdi", "container_runtime", 4.0,
      r"unresolvable CDI devices|failed to inject CDI devices|CDI device injection failed"
@@ -217,6 +229,13 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|torch\.cuda\.is_available\(\)\s*(is|returned|=)\s*False|NVIDIA-SMI has failed because it couldn't communicate"
      r"|CUDA driver initialization failed|no NVIDIA GPU device is present|nvidia-smi: (command )?not found",
      "GPUs not visible to the process"),
+    # CUDA error 46 (cudaErrorDevicesUnavailable, CUDA_ERROR_DEVICES_UNAVAILABLE; cudaGetErrorString
+    # "all CUDA-capable devices are busy or unavailable"): the GPUs are there but this process may
+    # not use them (exclusive-process compute mode held by another job, a scheduler handing out a
+    # GPU that is taken). The GPU path, not the driver's version or the model: 3, as no device.
+    ("gpu_visibility", "container_runtime", 3.0,
+     r"all CUDA-capable devices are busy or unavailable|cudaErrorDevicesUnavailable|CUDA_ERROR_DEVICES_UNAVAILABLE",
+     "GPUs present but not available to this process"),
     # nvidia-smi absent from the container: the runtime injected no driver utilities (no GPU
     # runtime, or NVIDIA_DRIVER_CAPABILITIES without "utility"). The OCI runtime reports it in Go's
     # os/exec words (lp_unix.go ErrNotFound "executable file not found in $PATH", exec.go
@@ -266,6 +285,10 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r'error gathering device information while adding custom device "?/dev/nvidia'
      r"|(stat|lstat|open) /dev/nvidia[\w-]*: no such file or directory|failed to create device node nvidia",
      "an NVIDIA device node is missing on the host"),
+    # LXD creating an instance's device node from the host's (canonical/lxd, lxd/device unix device
+    # setup: "Failed to create device %q for %q: %w"): the GPU device cannot be passed in.
+    ("device_nodes", "container_runtime", 3.5, r'Failed to create device "[^"]*" for "/dev/nvidia',
+     "an NVIDIA device node cannot be created for the container"),
     # Device nodes or sockets not accessible: rootless, cgroups, SELinux.
     ("device_permissions", "container_runtime", 3.0,
      r"permission denied.*(/dev/nvidia|docker\.sock|nvidia-container)"
@@ -384,6 +407,15 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("gpu_memory", "model_load_capacity", 4.0,
      r"cudaMalloc failed: out of memory|unable to allocate CUDA\d* buffer",
      "ggml: the model's buffers do not fit in GPU memory"),
+    # ggml's CUDA_CHECK before its "current device" form (ggml-cuda.cu "CUDA error %d at %s:%d: %s",
+    # here cudaErrorMemoryAllocation 2, "out of memory"): CUDA OOM in other words, 4. And ggml's
+    # pinned host buffer (ggml-cuda.cu ggml_cuda_host_malloc "failed to allocate %.2f MiB of pinned
+    # memory: %s"): the model's host-side copy does not fit either; ggml goes on with pageable
+    # memory, so 2.5, a symptom of a model larger than the machine.
+    ("gpu_memory", "model_load_capacity", 4.0, r"CUDA error \d+ at \S+: out of memory",
+     "ggml: CUDA out of memory"),
+    ("host_memory", "model_load_capacity", 2.5, r"failed to allocate [\d.]+ \w+ of pinned memory",
+     "ggml: the model's pinned host buffer does not fit"),
     ("kv_cache", "model_load_capacity", 4.0,
      r"No available memory for the cache blocks|larger than the maximum number of tokens that can be stored in KV cache"
      r"|(is|are) (needed|required) to store .*KV cache|KV cache .*(is )?(needed|required).*(larger|exceeds|available)"
@@ -477,6 +509,11 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"Weight files referenced in index but missing|Attempted to load weight \(.*\) into parameter"
      r"|Empty or invalid weight map|Invalid checkpoint index entry|Incomplete checkpoint headers"
      r"|Load format `[^`]*` is not supported", "vLLM loader: checkpoint files or shapes do not match"),
+    # vLLM's weight loader meeting a checkpoint tensor the model has no place for
+    # (model_executor/models/utils.py AutoWeightsLoader: "There is no module or parameter named
+    # '{prefix}' in {module}"): checkpoint and model disagree, as a KeyError on a weight, 3.5.
+    ("weights", "model_load_capacity", 3.5, r"There is no module or parameter named",
+     "vLLM loader: a checkpoint tensor the model has no parameter for"),
     ("quantization", "model_load_capacity", 3.5,
      r"quantization .*(is )?not supported"
      r"|not supported (for|on) (the )?(current )?(GPU|device|hardware|compute capability)"
@@ -502,6 +539,13 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("quantization", "model_load_capacity", 3.5,
      r"FlashAttention only supports Ampere GPUs or newer|requires Flash Attention enabled models",
      "attention kernels need a newer GPU"),
+    # CUDA error 209 (cudaErrorNoKernelImageForDevice, CUDA_ERROR_NO_BINARY_FOR_GPU; cudaGetErrorString
+    # "no kernel image is available for execution on the device"): the build carries no kernels for
+    # this GPU's architecture (a wheel or llama.cpp build without its sm_XX). CUDA itself works; the
+    # model's kernels do not run on this GPU, like the flash-attention check above: 3.5.
+    ("quantization", "model_load_capacity", 3.5,
+     r"no kernel image is available for execution on the device|cudaErrorNoKernelImageForDevice"
+     r"|CUDA_ERROR_NO_BINARY_FOR_GPU", "the build has no kernels for this GPU's architecture"),
     ("host_memory", "model_load_capacity", 3.0,
      r"oom-kill|Out of memory: Killed process|OOMKilled|Cannot allocate memory|std::bad_alloc", "host memory OOM"),
     # vLLM 0.33 distributed/device_communicators/shm_broadcast.py: "Insufficient space in /dev/shm
@@ -562,6 +606,12 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("gloo_connect", "communication", 3.0,
      r"(Connection closed by peer|Socket unexpectedly closed|Read error|Read timeout|Write timeout"
      r"|Connect timeout) \[[\w.:%-]+\]:\d+|SO_ERROR: .*remote=\[", "Gloo: a peer connection failed"),
+    # Gloo's pair connecting to a peer's advertised address (gloo/transport/tcp/pair.cc: "connect "
+    # + the peer + ": " + strerror): the peer is not listening where it said, often a hostname
+    # that resolves to a loopback address, 3.
+    ("gloo_connect", "communication", 3.0,
+     r"\bconnect \[[\w.:%-]+\]:\d+: (Connection refused|Connection timed out|No route to host|Network is unreachable)",
+     "Gloo: a peer's advertised address does not answer"),
     # The same pair error quoted without its peer address (gloo/transport/tcp/pair.cc "Connection
     # closed by peer " + the peer), and a receive or send that waited past the group's timeout
     # (gloo/transport/tcp/unbound_buffer.cc "Timed out waiting %dms for recv operation to
@@ -637,6 +687,12 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # never joined the cluster, tree step 4's join, 3.
     ("cluster_join", "communication", 3.0, r"No node info found matching attributes",
      "Ray: the driver found no cluster node to attach to"),
+    # A worker or driver that cannot reach its node's raylet (src/ray/raylet_client/raylet_client.cc:
+    # "Retrying to connect to socket for pathname %s", then RAY_LOG(FATAL) "Could not connect to
+    # socket %s"): the node's raylet is gone (the node left the cluster), 3.
+    ("cluster_join", "communication", 3.0,
+     r"Could not connect to socket \S*raylet|Retrying to connect to socket for pathname \S*raylet",
+     "Ray: the node's raylet is gone"),
     ("p2p_nvlink", "communication", 2.0,
      r"P2P (access|is) (not|disabled)|peer access is not supported|NVLink.*(error|down|inactive)"
      r"|custom allreduce.*(fail|disabled)"
