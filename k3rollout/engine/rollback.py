@@ -22,10 +22,11 @@ from k3rollout.engine.policy import BatchPolicy
 from k3rollout.engine.recorder import Recorder, run_plan
 from k3rollout.engine.states import AFTER_CHANGE_STATES, Event, NodeState
 from k3rollout.engine.steps import StepRunner
+from k3rollout.errors import StepFailed
 from k3rollout.evidence.store import EvidenceStore
 from k3rollout.runlog.view import RunView
 from k3rollout.stages import rollback as rb
-from k3rollout.stages.base import NodeCtx, StepFailed
+from k3rollout.stages.base import NodeCtx
 from k3rollout.stages.registry import STAGES
 
 # steps of the driver stage that change the node's driver: the inline vendor steps, the

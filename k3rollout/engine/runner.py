@@ -32,6 +32,7 @@ import structlog
 
 from k3rollout import fastjson
 from k3rollout.checks.triage import caused_by, classify
+from k3rollout.engine import prestage, window
 from k3rollout.engine.clock import Clock
 from k3rollout.engine.gates import Gates
 from k3rollout.engine.outcome import STAGE_ERRORS, failed_outcome
@@ -41,6 +42,7 @@ from k3rollout.engine.recorder import Recorder, run_plan
 from k3rollout.engine.rollback import RollbackExecutor
 from k3rollout.engine.states import STATE_STAGE, Event, NodeState, build_table
 from k3rollout.engine.steps import StepRunner
+from k3rollout.errors import StepFailed
 from k3rollout.evidence.redact import mask_credentials
 from k3rollout.evidence.store import EvidenceStore
 from k3rollout.model.assertions import AssertionSyntaxError, evaluate_all, render, template_context, templated
@@ -60,7 +62,7 @@ from k3rollout.plan.target import no_change_reason
 from k3rollout.runlog.journal import Journal
 from k3rollout.runlog.view import RunView
 from k3rollout.stages import rollback as rb
-from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
+from k3rollout.stages.base import NodeCtx, StageOutcome
 from k3rollout.stages.registry import SPECS, STAGES
 from k3rollout.transport.base import Executor
 
@@ -569,8 +571,6 @@ class Engine:
                 "batches": [{"index": b["index"], "nodes": b["nodes"]} for b in plan["batches"]]}, "run"):
             return self.halt("hook", "the confirm_rollout hook did not confirm the rollout", None)
         if self.playbook.play.prestage is not None and self.in_place:
-            from k3rollout.engine import prestage
-
             why = prestage.run(self, [n for b in plan["batches"] if self.view.batches[b["index"]]["status"]
                                       == "not_started" for n in b["nodes"]])
             if why:
@@ -620,8 +620,6 @@ class Engine:
 
     def run_window(self, batch: dict[str, Any], policy: dict[str, Any]) -> str | None:
         """The sliding window after the canary batches (engine/window.py); the run's end or None."""
-        from k3rollout.engine import window
-
         idx = batch["index"]
         if self.view.batches[idx]["status"] == "not_started" and \
                 not self.gates.run_hooks("pre_batch", {"batch": idx, "nodes": batch["nodes"]}, f"batch{idx}"):

@@ -45,13 +45,52 @@ import math
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
+from k3rollout.engine.clock import Clock
 from k3rollout.engine.pool import WorkerPool
 from k3rollout.engine.states import STAGE_STATE, NodeState
+from k3rollout.model.playbook import Playbook, Stage
+from k3rollout.runlog.view import RunView
 
-if TYPE_CHECKING:
-    from k3rollout.engine.runner import Engine
+
+class Engine(Protocol):
+    """What the window uses of the engine (engine/runner.py's ``Engine`` is one), declared
+    here so this module does not import the runner that imports it."""
+    # the hook the engine calls right before a node's cordon, set for the window's run
+    before_cordon: Callable[[str], bool] | None
+
+    @property
+    def view(self) -> RunView: ...
+
+    @property
+    def playbook(self) -> Playbook: ...
+
+    @property
+    def stages(self) -> list[Stage]: ...
+
+    @property
+    def kinds(self) -> list[str]: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def stopping(self) -> threading.Event: ...
+
+    @property
+    def log(self) -> Any: ...
+
+    def record(self, type_: str, *, durable: bool | None = None, **data: Any) -> dict[str, Any]: ...
+
+    def run_batch(self, nodes: list[str], idx: int | None = None) -> None: ...
+
+    def capacity_short(self, nodes: list[str], what_for: str, extra_out: Iterable[str] = ...) -> str | None: ...
+
+    def over_budget(self) -> str | None: ...
+
+    def post_batch(self, idx: int, nodes: list[str], status: str, failed: list[str]) -> None: ...
 
 TERMINAL = {NodeState.UPGRADE_DONE.value, NodeState.SKIPPED.value, NodeState.ROLLED_BACK.value,
             NodeState.ROLLBACK_FAILED.value, NodeState.FAILED.value}

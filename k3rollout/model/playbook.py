@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -42,6 +43,7 @@ from pydantic import (
 from k3rollout.errors import InputError
 from k3rollout.model.assertions import AssertionSyntaxError, check_expression, check_template, render, templated
 from k3rollout.model.durations import parse_duration
+from k3rollout.model.profile import load_profile, resolve_profile_path
 from k3rollout.model.stagekinds import StageKind, derive
 from k3rollout.model.yamlsrc import LDict, LList, line_at, load_yaml, plain
 
@@ -558,8 +560,6 @@ class Play(_Strict):
     @field_validator("vars")
     @classmethod
     def _var_names(cls, v: dict[str, Any]) -> dict[str, Any]:
-        import re
-
         for k in v:
             if not isinstance(k, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
                 raise ValueError(f"invalid variable name {k!r}")
@@ -623,8 +623,6 @@ def load_playbook(path: str | Path) -> Playbook:
     digest = hashlib.sha256(p.read_bytes()).hexdigest()
     profile = None
     if play.profile is not None:
-        from k3rollout.model.profile import load_profile, resolve_profile_path
-
         where = resolve_profile_path(play.profile, sp)
         if where is None:
             raise InputError(f"profile: no model profile {play.profile!r} (looked for profiles/{play.profile}.yml "

@@ -23,6 +23,7 @@ from k3rollout.model.inventory import Inventory, declared_out_of_service
 from k3rollout.model.playbook import ROLLBACK_UNDOES, Playbook
 from k3rollout.plan import timing as tm
 from k3rollout.plan.approval import inventory_digest
+from k3rollout.plan.replicas import plan_replicas
 from k3rollout.plan.serial import pct_to_int, serial_batches
 from k3rollout.plan.target import unchanged_hosts
 
@@ -244,8 +245,6 @@ def _make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | No
     in_place = bool(play.vars.get("allow_in_place_change", True))
     not_serving = out_of_service_before(inventory, hosts)
     if playbook.profile is not None:
-        from k3rollout.plan.replicas import plan_replicas
-
         replicas, rnotes = plan_replicas(playbook.profile, hosts, inventory, play.group_by or "serving_group",
                                          facts=facts)
         groups = {r["id"]: r["nodes"] for r in replicas}
