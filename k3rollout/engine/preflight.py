@@ -62,6 +62,8 @@ from k3rollout.checks import parsers
 from k3rollout.engine.k8s_access import check_access
 from k3rollout.engine.pool import run_each
 from k3rollout.errors import InputError, K3RolloutError
+from k3rollout.model.playbook import STAGE_TABLES
+from k3rollout.model.stagekinds import RECORDS_BASELINE
 from k3rollout.plan.target import changes_driver, no_change_reason, target_of
 from k3rollout.runlog.rundir import RunDir
 from k3rollout.scheduler import scheduler_for
@@ -336,7 +338,7 @@ def probes_check(playbook: Any, nodes: dict[str, dict[str, Any]]) -> dict[str, A
     another cluster's), and the probe the operator declared would silently never run. Made
     only where every node listed its serving workloads (the kubernetes backend, through the
     API); a mismatch is the playbook's (bad input)."""
-    specs = [(s.name, i, p.match) for s in playbook.stages if s.stage == "baseline"
+    specs = [(s.name, i, p.match) for s in playbook.stages if STAGE_TABLES.plays(s.stage, RECORDS_BASELINE)
              for i, p in enumerate(s.typed_params().workload_probes)]
     seen = [n["info"].get("serving_workloads") for n in nodes.values()]
     if not specs or not nodes or any(s is None for s in seen):

@@ -51,7 +51,8 @@ from typing import Any, Protocol
 from k3rollout.engine.clock import Clock
 from k3rollout.engine.pool import WorkerPool
 from k3rollout.engine.states import STAGE_STATE, NodeState
-from k3rollout.model.playbook import Playbook, Stage
+from k3rollout.model.playbook import STAGE_TABLES, Playbook, Stage
+from k3rollout.model.stagekinds import TAKES_OUT_OF_SERVICE
 from k3rollout.runlog.view import RunView
 
 
@@ -119,10 +120,9 @@ def _failing(engine: Engine, started: list[str], last_n: int, pct: float) -> tup
 def lookahead(engine: Engine, k: int) -> int:
     """How many nodes may walk their in-service stages ahead of a free slot (besides one
     per free slot): enough that one is ready each time a slot frees, and no more."""
-    kinds = [s.stage for s in engine.stages]
-    if "cordon" not in kinds:
+    i = STAGE_TABLES.index([s.stage for s in engine.stages], TAKES_OUT_OF_SERVICE)
+    if i is None:
         return 1
-    i = kinds.index("cordon")
     lead = sum(float(s.estimate_s) for s in engine.stages[:i])
     out = sum(float(s.estimate_s) for s in engine.stages[i:]) or 1.0
     return min(k, math.ceil(k * lead / out) + 1)
@@ -135,8 +135,11 @@ def went_out(engine: Engine, node: str) -> bool:
     if v.state in TERMINAL or v.state == NodeState.PENDING.value:
         return False
     kinds = list(engine.kinds)
-    before = {STAGE_STATE[kd].value for kd in kinds[:kinds.index("cordon") + 1]} if "cordon" in kinds else set()
-    return v.state not in before or "cordon" in v.entered
+    i = STAGE_TABLES.index(kinds, TAKES_OUT_OF_SERVICE)
+    if i is None:
+        return True
+    before = {STAGE_STATE[kd].value for kd in kinds[:i + 1]}
+    return v.state not in before or kinds[i] in v.entered
 
 
 class _Window:
