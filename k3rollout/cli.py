@@ -9,12 +9,16 @@ library and lets ``main(argv) -> int`` own every exit code, including usage erro
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import getpass
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
 import traceback
+from contextlib import nullcontext
 from pathlib import Path
 
 from k3rollout import __version__
@@ -22,6 +26,10 @@ from k3rollout.engine.clock import Clock, parse_iso
 from k3rollout.errors import InputError, K3RolloutError
 from k3rollout.model.durations import format_duration, parse_duration
 from k3rollout.runlog.rundir import PREFLIGHT_JSON, PREFLIGHT_MD, RunDir
+
+# Every other k3rollout import sits in the verb that uses it: `--help`, `triage`, `watch`
+# and `report` start without loading the engine, the transports and every model, which
+# takes about a second more.
 
 EXIT_OK, EXIT_HALTED, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 70
 EXIT_SIGPIPE = 141
@@ -61,8 +69,6 @@ def _vault(args: argparse.Namespace):
 
     password = None
     if getattr(args, "ask_vault_pass", False):
-        import getpass
-
         password = getpass.getpass("Vault password: ")
     return VaultOptions(password_files=list(getattr(args, "vault_password_file", None) or []), password=password)
 
@@ -191,7 +197,7 @@ def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
     print("Stages per node: " + " -> ".join(s["stage"] for s in plan.stages))
     for note in plan.notes:
         print(f"note: {note}")
-    from k3rollout.scheduler.k8s_access import describe_where
+    from k3rollout.engine.k8s_access import describe_where
 
     places: dict[str, list[str]] = {}
     for h in plan.hosts:
@@ -224,7 +230,7 @@ def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
           + ("" if window_s is None else f" in a {format_duration(window_s)} window: "
              + ("fits" if plan.fits_window else "does NOT fit")))
     if getattr(args, "check_access", False):
-        from k3rollout.scheduler.k8s_access import check_access
+        from k3rollout.engine.k8s_access import check_access
 
         bad = False
         for c in check_access({h: inventory.hosts[h] for h in plan.hosts}, inventory.path):
@@ -255,9 +261,6 @@ def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
 def _slurm_access(inventory, hosts: list[str]) -> list[dict]:
     """The Slurm reservation right of ``plan --check-access`` (read-only), through the run's
     transport where scontrol runs on an inventory host (or on a simulated controller)."""
-    import shutil
-    import tempfile
-
     from k3rollout.engine.session import executor_hosts
     from k3rollout.scheduler.cluster_lock import slurm_controllers
     from k3rollout.scheduler.slurm_access import check_slurm_access
@@ -408,8 +411,6 @@ def _unchanged_note(pre: dict) -> str:
 
 def _skip_nodes(inventory, skip: list[str]):
     """The inventory without the nodes named by --skip-node (they are not touched)."""
-    import dataclasses
-
     groups = {n: dataclasses.replace(g, hosts=[h for h in g.hosts if h not in skip]) for n, g in inventory.groups.items()}
     return dataclasses.replace(inventory, hosts={h: v for h, v in inventory.hosts.items() if h not in skip},
                                groups=groups)
@@ -609,8 +610,6 @@ def cmd_watch(args: argparse.Namespace, clock: Clock) -> int:
 
 
 def cmd_metrics(args: argparse.Namespace, clock: Clock) -> int:
-    from contextlib import nullcontext
-
     from k3rollout.live import metrics
     from k3rollout.live.follow import JournalTail
     from k3rollout.live.state import LiveRun
@@ -631,8 +630,6 @@ def cmd_metrics(args: argparse.Namespace, clock: Clock) -> int:
 
 
 def cmd_approve(args: argparse.Namespace, clock: Clock) -> int:
-    import getpass
-
     from k3rollout.engine.gates import open_pauses
     from k3rollout.runlog.journal import Journal
 

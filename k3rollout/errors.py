@@ -47,6 +47,16 @@ class InputError(K3RolloutError):
         super().__init__(f"{where}{message}")
 
 
+class StepFailed(Exception):
+    """A stage's command could not be run (host unreachable, connection lost and not
+    settled): control flow inside the engine, which turns it into a failed stage; never
+    reaches ``cli.main``. ``logs``: the text the triage classifier reads."""
+
+    def __init__(self, message: str, logs: str = ""):
+        super().__init__(message)
+        self.logs = logs
+
+
 class LockHeld(K3RolloutError):
     exit_code = 1
 

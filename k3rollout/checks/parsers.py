@@ -15,6 +15,8 @@ import json
 import re
 from typing import Any
 
+from k3rollout.checks.cuda_table import image_cuda
+
 GPU_QUERY_FIELDS = ("index", "name", "driver_version", "memory.total", "memory.used", "pci.bus_id")
 GPU_QUERY_ARGV = ["nvidia-smi", f"--query-gpu={','.join(GPU_QUERY_FIELDS)}", "--format=csv,noheader,nounits"]
 
@@ -104,8 +106,6 @@ def docker_info_facts(info: dict[str, Any]) -> dict[str, Any]:
 
 
 def image_facts(inspect: list[dict[str, Any]]) -> dict[str, Any]:
-    from k3rollout.checks.cuda_table import image_cuda
-
     if not inspect:
         raise ParseError("docker image inspect returned no image")
     img = inspect[0]
@@ -218,7 +218,7 @@ def parse_vllm_metrics(text: str, only: tuple[str, ...] | None = None) -> dict[s
     """Sum each vLLM metric family over its labels, using prometheus_client's parser.
     ``only``: metric-name prefixes to keep; other families' lines are dropped before
     parsing (a server's histograms are most of the text and most of the parse time)."""
-    from prometheus_client.parser import text_string_to_metric_families
+    from prometheus_client.parser import text_string_to_metric_families  # lazy: only where metrics are read
 
     if only:
         text = "\n".join(_family_lines(tuple(only)).findall(text)) + "\n"
@@ -236,7 +236,7 @@ def parse_histogram(text: str, name: str) -> dict[str, Any] | None:
     """One Prometheus histogram family summed over its other labels: ``{"count", "sum",
     "buckets": [(le, cumulative count), ...]}`` in ``le`` order (``+Inf`` last); None when
     /metrics has no such family."""
-    from prometheus_client.parser import text_string_to_metric_families
+    from prometheus_client.parser import text_string_to_metric_families  # lazy: only where metrics are read
 
     lines = "\n".join(_family_lines((name,)).findall(text)) + "\n"
     count = total = 0.0
@@ -262,7 +262,7 @@ def parse_cache_config_info(text: str) -> dict[str, str] | None:
     """The labels of vLLM's ``vllm:cache_config_info`` (a gauge set to 1 whose labels are every
     CacheConfig field as a string: ``log_metrics_info`` in vllm/v1/metrics/loggers.py,
     ``metrics_info`` in vllm/config/cache.py); None when /metrics has none."""
-    from prometheus_client.parser import text_string_to_metric_families
+    from prometheus_client.parser import text_string_to_metric_families  # lazy: only where metrics are read
 
     lines = "\n".join(_family_lines(("vllm:cache_config_info",)).findall(text)) + "\n"
     try:

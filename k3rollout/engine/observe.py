@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -43,18 +44,22 @@ from k3rollout.engine.clock import Clock
 from k3rollout.engine.pool import run_each
 from k3rollout.engine.runner import Redactor, secret_values
 from k3rollout.engine.steps import StepRunner
-from k3rollout.errors import InputError, LockHeld
+from k3rollout.errors import InputError, LockHeld, StepFailed
 from k3rollout.evidence.store import EvidenceStore
 from k3rollout.model.assertions import evaluate_all
 from k3rollout.model.playbook import MultinodeParams, play_vars
+from k3rollout.report.render import write_reports
 from k3rollout.report.result import build_result
 from k3rollout.runlog.journal import Journal, JournalWriteError
+from k3rollout.runlog.lock import holder_text
 from k3rollout.runlog.rundir import RunDir
 from k3rollout.runlog.view import RunView, fold
+from k3rollout.scheduler import with_scheduler_hosts
 from k3rollout.stages import features, multinode, thinking, vllm_server
-from k3rollout.stages.base import NodeCtx, StepFailed
+from k3rollout.stages.base import NodeCtx
 from k3rollout.stages.cuda_check import TORCH_INIT
 from k3rollout.transport.base import CommandResult
+from k3rollout.transport.factory import make_executor
 
 STAGE = "observe"
 DECISIONS = ("keep", "stay_isolated", "rollback")
@@ -141,8 +146,6 @@ def run_reference(view: RunView, nodes: list[str]) -> dict[str, Any]:
 
 class Observer:
     def __init__(self, run_dir: Path, clock: Clock | None = None, log: Any = None):
-        from k3rollout.runlog.lock import holder_text
-
         self.run_dir = Path(run_dir)
         self.rd = RunDir(self.run_dir)
         self.clock = clock or Clock()
@@ -201,10 +204,6 @@ class Observer:
             guard.release()
 
     def one_pass(self) -> dict[str, Any] | None:
-        from k3rollout.report.render import write_reports
-        from k3rollout.scheduler import with_scheduler_hosts
-        from k3rollout.transport.factory import make_executor
-
         if self.rd.live_holders():
             raise LockHeld(f"{self.run_dir}: a resume or rollback of this run started; observation stops")
         self.index += 1
@@ -443,8 +442,6 @@ def observe_context(nodes: dict[str, dict[str, Any]], reference: dict[str, Any],
     {count, source}}: the run's recorded RestartCount, or for a run that recorded none the
     first observation pass's), driver_drift, image_drift, nccl_failures. Lists name nodes
     (``node`` or ``node/container``)."""
-    from datetime import datetime
-
     cats = set(reference["categories"])
     recurrence, cuda_failures, serving_failures, unreachable = [], [], [], []
     tool_failures, empty_calls, restarts, driver_drift, image_drift, nccl_failures = [], [], [], [], [], []

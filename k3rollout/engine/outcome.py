@@ -23,7 +23,8 @@ exit 70, and ``resume`` continues), is the caller's: ``STAGE_ERRORS`` around a s
 from __future__ import annotations
 
 from k3rollout.checks.parsers import ParseError
-from k3rollout.stages.base import StageOutcome, StepFailed
+from k3rollout.errors import StepFailed
+from k3rollout.stages.base import StageOutcome
 
 # what a stage's run raises for a failure of the node
 STAGE_ERRORS: tuple[type[StepFailed], type[ParseError]] = (StepFailed, ParseError)

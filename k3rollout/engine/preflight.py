@@ -49,6 +49,8 @@ failed node is named with ``--skip-node`` (then left out of the run, and the run
 from __future__ import annotations
 
 import fnmatch
+import shutil
+import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -57,14 +59,21 @@ from typing import Any
 from k3rollout import fastjson
 from k3rollout.checks import driver_facts as df
 from k3rollout.checks import parsers
+from k3rollout.engine.k8s_access import check_access
 from k3rollout.engine.pool import run_each
+from k3rollout.errors import InputError, K3RolloutError
+from k3rollout.model.playbook import STAGE_TABLES
+from k3rollout.model.stagekinds import RECORDS_BASELINE
 from k3rollout.plan.target import changes_driver, no_change_reason, target_of
 from k3rollout.runlog.rundir import RunDir
 from k3rollout.scheduler import scheduler_for
-from k3rollout.scheduler.k8s_api import KubernetesApi
+from k3rollout.scheduler.k8s_api import KubernetesApi, kubeconfig_for
+from k3rollout.scheduler.slurm_access import check_slurm_access
 from k3rollout.stages import driver_node as dn
 from k3rollout.stages import driver_operator
+from k3rollout.toolpaths import require_tool
 from k3rollout.transport.base import CommandResult, Executor
+from k3rollout.transport.factory import check_controller_tools
 from k3rollout.workload import workload_for
 
 DEFAULT_IMAGE_GIB = 30          # a vLLM CUDA 13 image, unpacked
@@ -77,8 +86,6 @@ class _Unreachable(Exception):
 
 def _runner(executor: Executor, host: str, log: list[dict[str, Any]]) -> Callable[[str, list[str]], CommandResult]:
     def run(name: str, argv: list[str]) -> CommandResult:
-        from k3rollout.errors import K3RolloutError
-
         try:
             res = executor.run(host, argv, timeout=120.0)
         except K3RolloutError as exc:
@@ -217,12 +224,7 @@ def _ansible_path(executor: Any, host: str, hvars: dict[str, Any], log: list[dic
     """A read-only Ansible task (ping: log in, become, run a Python module) with the inventory's
     own connection variables, as the driver stage's vendor task files will run: a node where
     it fails would fail its install at the first task, after its drain."""
-    import shutil
-    import tempfile
-
-    from k3rollout.errors import K3RolloutError
-    from k3rollout.toolpaths import require_tool
-    from k3rollout.transport import ansible as ansible_transport
+    from k3rollout.transport import ansible as ansible_transport  # lazy: paramiko, for SSH runs only
 
     if not ansible_transport.available():
         return False, "ansible-runner cannot be imported on the controller; install k3rollout with its dependencies"
@@ -295,8 +297,6 @@ def _disk(run: Any, hvars: dict[str, Any]) -> tuple[bool, str]:
 def preflight(playbook: Any, inventory: Any, hosts: list[str], executor: Any, *,
               controller: dict[str, Any], forks: int = 16) -> dict[str, Any]:
     """Every node in parallel (read-only); the report as a dict."""
-    from k3rollout.engine.steps import kubeconfig_for
-
     target, tvars = target_of(playbook)
     changes = changes_driver(playbook)
     tasks: dict[str, str] = {}
@@ -338,7 +338,7 @@ def probes_check(playbook: Any, nodes: dict[str, dict[str, Any]]) -> dict[str, A
     another cluster's), and the probe the operator declared would silently never run. Made
     only where every node listed its serving workloads (the kubernetes backend, through the
     API); a mismatch is the playbook's (bad input)."""
-    specs = [(s.name, i, p.match) for s in playbook.stages if s.stage == "baseline"
+    specs = [(s.name, i, p.match) for s in playbook.stages if STAGE_TABLES.plays(s.stage, RECORDS_BASELINE)
              for i, p in enumerate(s.typed_params().workload_probes)]
     seen = [n["info"].get("serving_workloads") for n in nodes.values()]
     if not specs or not nodes or any(s is None for s in seen):
@@ -361,11 +361,6 @@ def controller_check(playbook: Any, inventory: Any, hosts: list[str], executor: 
     nodes and pods, patch nodes, create evictions, hold the cluster's Lease), and, for Slurm
     nodes, the right to create the reservation that is the cluster lock
     (scheduler/slurm_access.py)."""
-    from k3rollout.errors import InputError
-    from k3rollout.scheduler.k8s_access import check_access
-    from k3rollout.scheduler.slurm_access import check_slurm_access
-    from k3rollout.transport.factory import check_controller_tools
-
     try:
         tools = check_controller_tools(playbook, {h: inventory.hosts[h] for h in hosts})
     except InputError as exc:

@@ -12,15 +12,50 @@ naming the nodes and why. ``resume`` does not pre-stage a node twice.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from k3rollout.engine.outcome import STAGE_ERRORS, failed_outcome
 from k3rollout.engine.pool import run_each
+from k3rollout.model.playbook import Playbook
+from k3rollout.runlog.journal import Journal
+from k3rollout.runlog.view import RunView
 from k3rollout.stages import prestage as node_prestage
-from k3rollout.stages.base import NodeCtx, StageOutcome
+from k3rollout.stages.base import NodeCtx, StageContext, StageOutcome
 
-if TYPE_CHECKING:
-    from k3rollout.engine.runner import Engine
+
+class Engine(Protocol):
+    """What the pre-staging uses of the engine (engine/runner.py's ``Engine`` is one),
+    declared here so this module does not import the runner that imports it."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def journal(self) -> Journal: ...
+
+    @property
+    def view(self) -> RunView: ...
+
+    @property
+    def playbook(self) -> Playbook: ...
+
+    @property
+    def steps(self) -> StageContext: ...
+
+    @property
+    def stopping(self) -> threading.Event: ...
+
+    @property
+    def log(self) -> Any: ...
+
+    @property
+    def redact(self) -> Callable[[str], str]: ...
+
+    def tvars(self, node: str) -> dict[str, Any]: ...
+
+    def record(self, type_: str, *, durable: bool | None = None, **data: Any) -> dict[str, Any]: ...
 
 FOLDER = "00-prestage"
 

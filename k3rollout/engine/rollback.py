@@ -20,12 +20,15 @@ from k3rollout import fastjson
 from k3rollout.engine.outcome import failed_outcome
 from k3rollout.engine.policy import BatchPolicy
 from k3rollout.engine.recorder import Recorder, run_plan
-from k3rollout.engine.states import AFTER_CHANGE_STATES, Event, NodeState
+from k3rollout.engine.states import AFTER_CHANGE_STATES, STAGE_STATE, Event, NodeState
 from k3rollout.engine.steps import StepRunner
+from k3rollout.errors import StepFailed
 from k3rollout.evidence.store import EvidenceStore
+from k3rollout.model.playbook import STAGE_TABLES
+from k3rollout.model.stagekinds import TAKES_OUT_OF_SERVICE
 from k3rollout.runlog.view import RunView
 from k3rollout.stages import rollback as rb
-from k3rollout.stages.base import NodeCtx, StepFailed
+from k3rollout.stages.base import NodeCtx
 from k3rollout.stages.registry import STAGES
 
 # steps of the driver stage that change the node's driver: the inline vendor steps, the
@@ -150,7 +153,7 @@ class RollbackExecutor:
                 return {"action": "cordon", "status": "not_needed", "detail": f"already out of service ({state})"}
         try:
             params = self.cordon_params(ctx.node)
-            out = STAGES["cordon"](replace(ctx, params=params))
+            out = STAGES[STAGE_TABLES.with_role(TAKES_OUT_OF_SERVICE)](replace(ctx, params=params))
         except ValueError as exc:        # its parameters, or output it did not parse (a StepFailed goes on)
             out = failed_outcome(exc, parameters="cordon stage parameters")
         if not out.passed:
@@ -184,7 +187,8 @@ class RollbackExecutor:
 
         def untouched(n: str) -> bool:
             v = self.view.node(n)
-            return v.state == NodeState.CORDON_REQUIRED.value and "cordon" not in v.entered
+            out = STAGE_TABLES.with_role(TAKES_OUT_OF_SERVICE)
+            return v.state == STAGE_STATE[out].value and out not in v.entered
 
         return [n for n in self.view.batches[idx]["nodes"]
                 if NodeState(self.view.node(n).state) not in skip and not untouched(n)]

@@ -32,6 +32,7 @@ import structlog
 
 from k3rollout import fastjson
 from k3rollout.checks.triage import caused_by, classify
+from k3rollout.engine import prestage, window
 from k3rollout.engine.clock import Clock
 from k3rollout.engine.gates import Gates
 from k3rollout.engine.outcome import STAGE_ERRORS, failed_outcome
@@ -41,6 +42,7 @@ from k3rollout.engine.recorder import Recorder, run_plan
 from k3rollout.engine.rollback import RollbackExecutor
 from k3rollout.engine.states import STATE_STAGE, Event, NodeState, build_table
 from k3rollout.engine.steps import StepRunner
+from k3rollout.errors import StepFailed
 from k3rollout.evidence.redact import mask_credentials
 from k3rollout.evidence.store import EvidenceStore
 from k3rollout.model.assertions import AssertionSyntaxError, evaluate_all, render, template_context, templated
@@ -55,12 +57,13 @@ from k3rollout.model.playbook import (
     Stage,
     play_vars,
 )
+from k3rollout.model.stagekinds import RECORDS_BASELINE, RETURNS_TO_SERVICE, TAKES_OUT_OF_SERVICE
 from k3rollout.plan.planner import out_of_service_before
 from k3rollout.plan.target import no_change_reason
 from k3rollout.runlog.journal import Journal
 from k3rollout.runlog.view import RunView
 from k3rollout.stages import rollback as rb
-from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
+from k3rollout.stages.base import NodeCtx, StageOutcome
 from k3rollout.stages.registry import SPECS, STAGES
 from k3rollout.transport.base import Executor
 
@@ -112,6 +115,8 @@ class Engine:
         self.run_id = run_id
         self.stages: list[Stage] = playbook.stages
         self.kinds = [s.stage for s in self.stages]
+        # where the play takes a node out of service (its stage kind that plays the role), if it does
+        self.out_at = STAGE_TABLES.index(self.kinds, TAKES_OUT_OF_SERVICE)
         self.table = build_table(self.kinds)
         # the journal and the view folded from it: every record goes through the recorder
         self.recorder = Recorder(journal, self.table, on_event)
@@ -137,7 +142,7 @@ class Engine:
         # which batch next, or a halt; verdicts, the failure budget, the capacity floor
         self.policy = BatchPolicy(max_fail_percentage=play.max_fail_percentage, failure_budget=play.failure_budget,
                                   quarantine=play.on_node_failure == "quarantine",
-                                  guard_capacity=self.in_place and "cordon" in self.kinds,
+                                  guard_capacity=self.in_place and self.out_at is not None,
                                   declared_out=lambda hosts: out_of_service_before(inventory, hosts))
         # pauses for a person, and hooks (webhooks go out through the step runner's HTTP client)
         self.gates = Gates(record=self.record, view=self.view, evidence=evidence, clock=clock, stopping=self.stopping,
@@ -171,9 +176,9 @@ class Engine:
     def cordon_params(self, node: str) -> Any:
         """The run's cordon stage parameters for ``node`` (the defaults when the play has
         no cordon stage): what an operator's rollback drains a node in service with."""
-        if "cordon" in self.kinds:
-            return self.render_params(self.stages[self.kinds.index("cordon")], node)
-        return PARAMS_BY_KIND["cordon"].model_validate({})
+        if self.out_at is not None:
+            return self.render_params(self.stages[self.out_at], node)
+        return PARAMS_BY_KIND[STAGE_TABLES.with_role(TAKES_OUT_OF_SERVICE)].model_validate({})
 
     # ------------------------------------------------------------------ contexts
 
@@ -288,9 +293,11 @@ class Engine:
                 return
             if self.replica_scoped(node, kind):
                 return                      # served once for the whole replica (run_replica_stage)
-            if kind == "uncordon" and run_plan(self.view).get("replicas") and node not in self._replica_released:
+            if STAGE_TABLES.plays(kind, RETURNS_TO_SERVICE) and run_plan(self.view).get("replicas") \
+                    and node not in self._replica_released:
                 return                      # a replica returns to service whole, or not at all
-            if kind == "cordon" and self.before_cordon is not None and not self.before_cordon(node):
+            if STAGE_TABLES.plays(kind, TAKES_OUT_OF_SERVICE) and self.before_cordon is not None \
+                    and not self.before_cordon(node):
                 return                      # held before its cordon (engine/window.py)
             stage = self.stages[self.kinds.index(kind)]
             out = self.run_stage(node, stage)
@@ -302,13 +309,14 @@ class Engine:
 
             self.finish_stage(node, stage, out)
             passed = self._last_stage_passed(node, kind)
-            if passed and kind == "baseline" and self.in_place and (why := self.unchanged(node)):
+            records_baseline = STAGE_TABLES.plays(kind, RECORDS_BASELINE)
+            if passed and records_baseline and self.in_place and (why := self.unchanged(node)):
                 # nothing to install, so nothing to roll back: the node stays in service as it was
-                self.record("facts", node=node, stage="baseline", facts={"no_change": why})
+                self.record("facts", node=node, stage=kind, facts={"no_change": why})
                 self.log.info("node_unchanged", node=node, reason=why)
                 self.transition(node, Event.HOLD)
                 return
-            if passed and kind == "baseline":
+            if passed and records_baseline:
                 self.record_rollback_plan(node)
                 if not self.in_place:
                     self.transition(node, Event.HOLD)
@@ -421,9 +429,10 @@ class Engine:
             gate = next((k for k in self.kinds if k in at and (k in self._held or k in BATCH_SCOPED_STAGES or (
                 k in REPLICA_SCOPED_STAGES and any(self.replica_scoped(n, k) for n in nodes
                                             if STATE_STAGE.get(NodeState(self.view.node(n).state)) == k)))), None)
-            if gate is None and "uncordon" in at and run_plan(self.view).get("replicas") and any(
+            back = STAGE_TABLES.with_role(RETURNS_TO_SERVICE)
+            if gate is None and back in at and run_plan(self.view).get("replicas") and any(
                     n not in self._replica_released for n in nodes
-                    if STATE_STAGE.get(NodeState(self.view.node(n).state)) == "uncordon"):
+                    if STATE_STAGE.get(NodeState(self.view.node(n).state)) == back):
                 gate = "replica"
             if gate is None:
                 break
@@ -520,7 +529,8 @@ class Engine:
         one failed, the others are failed here (still cordoned) and rolled back by their
         recorded plans, and the reason names the node that caused it."""
         groups = run_plan(self.view).get("groups") or {}
-        waiting = {n for n in nodes if STATE_STAGE.get(NodeState(self.view.node(n).state)) == "uncordon"}
+        back = STAGE_TABLES.with_role(RETURNS_TO_SERVICE)
+        waiting = {n for n in nodes if STATE_STAGE.get(NodeState(self.view.node(n).state)) == back}
         for rid, members in groups.items():
             here = [n for n in members if n in waiting and n not in self._replica_released]
             if not here:
@@ -534,11 +544,11 @@ class Engine:
             reason = f"replica {rid} is not serving: {why}; its nodes are rolled back together"
             cause = next((c for c in culprits if c in self.view.nodes and self.view.nodes[c].triage), None)
             for n in here:
-                self.record("stage_started", node=n, stage="uncordon", name="replica check")
+                self.record("stage_started", node=n, stage=back, name="replica check")
                 if cause:       # its triage is the failed node's, naming it
-                    self.record("triage", node=n, stage="uncordon",
+                    self.record("triage", node=n, stage=back,
                                 **caused_by(self.view.nodes[cause].triage or {}, cause, rid).to_dict())
-                self.record("stage_done", node=n, stage="uncordon", passed=False, reason=self.redact(reason))
+                self.record("stage_done", node=n, stage=back, passed=False, reason=self.redact(reason))
                 self.log.warning("replica_failed", node=n, replica=rid, culprits=culprits)
                 self.transition(n, Event.ROLLBACK_REQUESTED)
 
@@ -569,8 +579,6 @@ class Engine:
                 "batches": [{"index": b["index"], "nodes": b["nodes"]} for b in plan["batches"]]}, "run"):
             return self.halt("hook", "the confirm_rollout hook did not confirm the rollout", None)
         if self.playbook.play.prestage is not None and self.in_place:
-            from k3rollout.engine import prestage
-
             why = prestage.run(self, [n for b in plan["batches"] if self.view.batches[b["index"]]["status"]
                                       == "not_started" for n in b["nodes"]])
             if why:
@@ -620,8 +628,6 @@ class Engine:
 
     def run_window(self, batch: dict[str, Any], policy: dict[str, Any]) -> str | None:
         """The sliding window after the canary batches (engine/window.py); the run's end or None."""
-        from k3rollout.engine import window
-
         idx = batch["index"]
         if self.view.batches[idx]["status"] == "not_started" and \
                 not self.gates.run_hooks("pre_batch", {"batch": idx, "nodes": batch["nodes"]}, f"batch{idx}"):

@@ -24,6 +24,7 @@ from k3rollout.evidence.store import EvidenceStore
 from k3rollout.model.inputs import inventory_inputs, write_retry_file
 from k3rollout.model.inventory import Inventory
 from k3rollout.model.playbook import Playbook
+from k3rollout.plan.approval import input_changes, inventory_digest, plan_digest
 from k3rollout.plan.planner import Plan
 from k3rollout.report.render import write_reports
 from k3rollout.runlog.journal import Journal
@@ -162,7 +163,6 @@ class Session:
             # run_started is of the original file)
             ref = evidence.write("_run", "inputs", Path(playbook.path).name,
                                  engine.redact(Path(playbook.path).read_text(encoding="utf-8")))
-            from k3rollout.plan.approval import plan_digest
 
             pre = None
             if preflight is not None:
@@ -222,7 +222,6 @@ class Session:
             journal.close()
             raise
         # --- changed inputs: refused unless the operator accepts them (then journaled) ---
-        from k3rollout.plan.approval import input_changes, inventory_digest
 
         digest = inventory.sha256 or hashlib.sha256(Path(inventory.path).read_bytes()).hexdigest()
         changes = input_changes(journal.records, playbook_sha256=playbook.sha256, inventory_sha256=digest,

@@ -15,7 +15,7 @@ from enum import Enum, EnumMeta
 from typing import Any
 
 from k3rollout.model.playbook import STAGE_KINDS, STAGE_TABLES
-from k3rollout.model.stagekinds import StageKind, StageTables
+from k3rollout.model.stagekinds import TAKES_OUT_OF_SERVICE, StageKind, StageTables
 
 
 def node_states(kinds: Sequence[StageKind]) -> type[Enum]:
@@ -76,8 +76,8 @@ def build_table(stage_kinds: Iterable[str], *, tables: StageTables = STAGE_TABLE
         owed = any(k in tables.destructive for k in kinds[:i + 1])
         t[(s, Event.FAILED)] = ns.ROLLBACK_REQUIRED if owed else ns.FAILED
     t[(states[0], Event.HOLD)] = ns.SKIPPED
-    if len(kinds) > 1 and kinds[1] == "cordon":
-        # stopped at a gate before anything changed (a rejected pause before cordon)
+    if len(kinds) > 1 and tables.plays(kinds[1], TAKES_OUT_OF_SERVICE):
+        # stopped at a gate before anything changed (a rejected pause before the cordon)
         t[(states[1], Event.HOLD)] = ns.SKIPPED
     t[(ns.ROLLBACK_REQUIRED, Event.ROLLBACK_DONE)] = ns.ROLLED_BACK
     t[(ns.ROLLBACK_REQUIRED, Event.ROLLBACK_FAILED)] = ns.ROLLBACK_FAILED

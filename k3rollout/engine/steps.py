@@ -24,12 +24,14 @@ from typing import TYPE_CHECKING, Any
 from k3rollout import fastjson
 from k3rollout.engine.clock import Clock
 from k3rollout.engine.pool import run_each
-from k3rollout.errors import CommandTimeout, ConnectionLost, HostUnreachable, TransportError
+from k3rollout.errors import CommandTimeout, ConnectionLost, HostUnreachable, K3RolloutError, StepFailed, TransportError
 from k3rollout.evidence.store import EvidenceStore
 from k3rollout.runlog.rundir import RunDir
 from k3rollout.runlog.view import RunView
 from k3rollout.scheduler import Scheduler, k8s_calls, scheduler_for
-from k3rollout.stages.base import NodeCtx, StepFailed
+from k3rollout.scheduler.k8s_api import KubernetesApi, KubernetesError, kubeconfig_for
+from k3rollout.stages.base import NodeCtx
+from k3rollout.toolpaths import require_tool
 from k3rollout.transport import local
 from k3rollout.transport.base import CommandResult, Executor
 
@@ -82,18 +84,6 @@ def _http_evidence(node: str, res: HttpResult, body: Any) -> str:
     else:
         reply = res.text
     return f"{head}\n--- response ---\n{reply}"
-
-
-def kubeconfig_for(host_vars: dict[str, Any], inventory_path: str, executor: Any = None) -> tuple[str | None, str | None]:
-    """(kubeconfig path or None for the client's default, context or None) for a host."""
-    cfg = host_vars.get("k3_kubeconfig")
-    if cfg:
-        p = Path(str(cfg)).expanduser()
-        cfg = str(p if p.is_absolute() else Path(inventory_path).resolve().parent / p)
-    else:
-        cfg = getattr(executor, "kubeconfig", None)
-        cfg = str(cfg) if cfg else None
-    return cfg, host_vars.get("k3_kube_context") or None
 
 
 class StepRunner:
@@ -252,8 +242,6 @@ class StepRunner:
         server's URL). ``fn()`` returns the answer (JSON-able, kept as evidence) or raises
         ``K3RolloutError`` (the refusal becomes the result: rc 1 and its message). A ``once``
         call is replayed or settled by ``probe`` after a crash, as ``step`` does."""
-        from k3rollout.errors import K3RolloutError
-
         key = f"{ctx.folder}/{name}"
         node = ctx.node
         shown = [self.redact(str(a)) for a in what]
@@ -303,8 +291,6 @@ class StepRunner:
         the inventory names (``k3_kubeconfig``, relative to the inventory file, and
         ``k3_kube_context``), else the simulated cluster's, else the client's default
         (``$KUBECONFIG``, ``~/.kube/config``). One client per kubeconfig and context."""
-        from k3rollout.scheduler.k8s_api import KubernetesApi, KubernetesError
-
         cfg, context = kubeconfig_for(ctx.vars, self.inventory.path, self.executor)
         with self._lock:
             apis = self._kube_apis
@@ -325,14 +311,14 @@ class StepRunner:
     def can_run_ansible(self) -> bool:
         if getattr(self.executor, "kind", "") != "ssh":
             return False
-        from k3rollout.transport import ansible as ansible_transport
+        from k3rollout.transport import ansible as ansible_transport  # lazy: paramiko, for SSH runs only
 
         return ansible_transport.available()
 
     def ansible_step(self, ctx: NodeCtx, name: str, tasks_file: Path, extravars: dict[str, Any], *,
                      probe: Callable[[NodeCtx, dict[str, Any]], bool], timeout: float, _retry: bool = True) -> CommandResult:
         """Run a vendor task file via ansible-runner as one destructive (``once``) step."""
-        from k3rollout.toolpaths import require_tool
+        # lazy: transport/ssh.py imports paramiko, which only an SSH run needs
         from k3rollout.transport import ansible as ansible_transport
         from k3rollout.transport.ssh import SSHExecutor
 
@@ -405,7 +391,7 @@ class StepRunner:
     def api(self) -> ApiClient:
         with self._lock:
             if self._api is None:
-                from k3rollout.transport.http import ApiClient
+                from k3rollout.transport.http import ApiClient  # lazy: httpx, for a run that sends requests
 
                 self._api = ApiClient()
             return self._api
@@ -426,7 +412,7 @@ class StepRunner:
         with self._lock:
             client = self._proxy_clients.get(ep.auth)
             if client is None:
-                from k3rollout.transport.http import ApiClient
+                from k3rollout.transport.http import ApiClient  # lazy: httpx, as in ``api``
 
                 client = self._proxy_clients[ep.auth] = ApiClient(**kube.proxy_settings(),
                                                                   on_request=k8s_calls.record)

@@ -45,13 +45,53 @@ import math
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
+from k3rollout.engine.clock import Clock
 from k3rollout.engine.pool import WorkerPool
 from k3rollout.engine.states import STAGE_STATE, NodeState
+from k3rollout.model.playbook import STAGE_TABLES, Playbook, Stage
+from k3rollout.model.stagekinds import TAKES_OUT_OF_SERVICE
+from k3rollout.runlog.view import RunView
 
-if TYPE_CHECKING:
-    from k3rollout.engine.runner import Engine
+
+class Engine(Protocol):
+    """What the window uses of the engine (engine/runner.py's ``Engine`` is one), declared
+    here so this module does not import the runner that imports it."""
+    # the hook the engine calls right before a node's cordon, set for the window's run
+    before_cordon: Callable[[str], bool] | None
+
+    @property
+    def view(self) -> RunView: ...
+
+    @property
+    def playbook(self) -> Playbook: ...
+
+    @property
+    def stages(self) -> list[Stage]: ...
+
+    @property
+    def kinds(self) -> list[str]: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def stopping(self) -> threading.Event: ...
+
+    @property
+    def log(self) -> Any: ...
+
+    def record(self, type_: str, *, durable: bool | None = None, **data: Any) -> dict[str, Any]: ...
+
+    def run_batch(self, nodes: list[str], idx: int | None = None) -> None: ...
+
+    def capacity_short(self, nodes: list[str], what_for: str, extra_out: Iterable[str] = ...) -> str | None: ...
+
+    def over_budget(self) -> str | None: ...
+
+    def post_batch(self, idx: int, nodes: list[str], status: str, failed: list[str]) -> None: ...
 
 TERMINAL = {NodeState.UPGRADE_DONE.value, NodeState.SKIPPED.value, NodeState.ROLLED_BACK.value,
             NodeState.ROLLBACK_FAILED.value, NodeState.FAILED.value}
@@ -80,10 +120,9 @@ def _failing(engine: Engine, started: list[str], last_n: int, pct: float) -> tup
 def lookahead(engine: Engine, k: int) -> int:
     """How many nodes may walk their in-service stages ahead of a free slot (besides one
     per free slot): enough that one is ready each time a slot frees, and no more."""
-    kinds = [s.stage for s in engine.stages]
-    if "cordon" not in kinds:
+    i = STAGE_TABLES.index([s.stage for s in engine.stages], TAKES_OUT_OF_SERVICE)
+    if i is None:
         return 1
-    i = kinds.index("cordon")
     lead = sum(float(s.estimate_s) for s in engine.stages[:i])
     out = sum(float(s.estimate_s) for s in engine.stages[i:]) or 1.0
     return min(k, math.ceil(k * lead / out) + 1)
@@ -96,8 +135,11 @@ def went_out(engine: Engine, node: str) -> bool:
     if v.state in TERMINAL or v.state == NodeState.PENDING.value:
         return False
     kinds = list(engine.kinds)
-    before = {STAGE_STATE[kd].value for kd in kinds[:kinds.index("cordon") + 1]} if "cordon" in kinds else set()
-    return v.state not in before or "cordon" in v.entered
+    i = STAGE_TABLES.index(kinds, TAKES_OUT_OF_SERVICE)
+    if i is None:
+        return True
+    before = {STAGE_STATE[kd].value for kd in kinds[:i + 1]}
+    return v.state not in before or kinds[i] in v.entered
 
 
 class _Window:

@@ -32,7 +32,7 @@ from k3rollout.live.feed import Feed
 from k3rollout.live.follow import JournalTail
 from k3rollout.live.state import LiveRun
 from k3rollout.live.view import render
-from k3rollout.progress import LineProgress
+from k3rollout.progress import LineProgress, emit
 from k3rollout.runlog.rundir import RunDir
 
 REDRAW_S = 1.0
@@ -146,8 +146,6 @@ class _WatchLines(LineProgress):
         self.ts = ""
 
     def _w(self, text: str) -> None:
-        from k3rollout.progress import emit
-
         emit(self, f"[{self.ts[11:19] or '--:--:--'}Z] {text}\n")
 
     def __call__(self, r: dict[str, Any]) -> None:

@@ -35,7 +35,7 @@ class RunViews:
     def __enter__(self) -> RunViews:
         feed = Feed(RunDir(self.run_dir).journal) if self.live or self.metrics_port is not None else None
         if self.metrics_port is not None:
-            from k3rollout.live import metrics
+            from k3rollout.live import metrics  # lazy: prometheus_client, for --metrics-port only
 
             assert feed is not None
             try:
@@ -49,7 +49,7 @@ class RunViews:
             print(f"metrics: {self.metrics_url}", file=self.stream, flush=True)
         lines = None
         if self.live:
-            from k3rollout.live.screen import LiveScreen
+            from k3rollout.live.screen import LiveScreen  # lazy: rich, for a live screen only
 
             assert feed is not None
             self._screen = LiveScreen(feed, str(self.run_dir), self.stream)

@@ -153,6 +153,8 @@ class Decryptor:
 
     def _vaultlib(self, vault: VaultOptions) -> VaultLib:
         if self._lib is None:
+            # lazy: ansible-core takes most of a second to import, and only a vaulted
+            # inventory needs it here
             from ansible.parsing.dataloader import DataLoader
             from ansible.parsing.vault import VaultLib, VaultSecret, get_file_vault_secret
 

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from k3rollout.errors import InputError
+from k3rollout.model.ansible_inventory import VaultOptions
+from k3rollout.model.inventory import load_inventory
 from k3rollout.model.yamlsrc import load_yaml, load_yaml_text, plain
 
 if TYPE_CHECKING:
@@ -110,9 +112,6 @@ def inventory_inputs(inventory: Inventory, overrides: dict[str, Any] | None) -> 
 
 def reload_inputs(playbook: Playbook, inputs: dict[str, Any]) -> tuple[Playbook, Inventory]:
     """The inventory (and the playbook with its overrides) as the run was started with."""
-    from k3rollout.model.ansible_inventory import VaultOptions
-    from k3rollout.model.inventory import load_inventory
-
     sources = inputs.get("inventory_sources") or [inputs["inventory"]]
     vault = VaultOptions(password_files=list(inputs.get("vault_password_files") or []))
     env_pw = os.environ.get("ANSIBLE_VAULT_PASSWORD_FILE")

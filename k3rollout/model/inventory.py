@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from k3rollout.errors import InputError
+from k3rollout.model import ansible_inventory as ai
 from k3rollout.model.ansible_inventory import VaultOptions
+from k3rollout.model.patterns import select as select_hosts
 from k3rollout.model.yamlsrc import (
     InvalidYaml,
     LDict,
@@ -134,9 +136,7 @@ class Inventory:
     def select(self, pattern: str, limit: str | None = None) -> list[str]:
         """The hosts an Ansible host pattern selects, optionally narrowed by a ``--limit``
         (see k3rollout.model.patterns for the grammar)."""
-        from k3rollout.model.patterns import select
-
-        return select(self, pattern, limit)
+        return select_hosts(self, pattern, limit)
 
     def limited(self, limit: str | None) -> Inventory:
         """This inventory with only the hosts ``--limit`` selects (groups keep their order)."""
@@ -784,8 +784,6 @@ def load_inventory(source: str | Path | list[str] | tuple[str, ...], *, playbook
 
 def _from_ansible(sources: list[str], playbook_dir: str | None, vault: VaultOptions | None,
                   digest: str) -> Inventory:
-    from k3rollout.model import ansible_inventory as ai
-
     data = ai.resolve(sources, playbook_dir=playbook_dir, vault=vault)
     meta = data.get("_meta", {}) if isinstance(data.get("_meta"), dict) else {}
     hostvars = meta.get("hostvars", {}) or {}

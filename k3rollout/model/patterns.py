@@ -20,13 +20,24 @@ from __future__ import annotations
 import fnmatch
 import ipaddress
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from k3rollout.errors import InputError
 
-if TYPE_CHECKING:
-    from k3rollout.model.inventory import Inventory
+
+class Inventory(Protocol):
+    """What a pattern is matched against (model/inventory.py's ``Inventory`` is one),
+    declared here so this module does not import the inventory that imports it."""
+
+    @property
+    def hosts(self) -> Mapping[str, object]: ...
+
+    @property
+    def groups(self) -> Mapping[str, object]: ...
+
+    def group_hosts(self, name: str) -> list[str]: ...
 
 _COLON_SPLIT = re.compile(r"(?:[^\s:\[\]]|\[[^\]]*\])+")
 _SUBSCRIPT = re.compile(r"^(.+)\[(?:(-?[0-9]+)|([0-9]+)([:-])([0-9]+)?)\]$")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -42,7 +43,14 @@ from pydantic import (
 from k3rollout.errors import InputError
 from k3rollout.model.assertions import AssertionSyntaxError, check_expression, check_template, render, templated
 from k3rollout.model.durations import parse_duration
-from k3rollout.model.stagekinds import StageKind, derive
+from k3rollout.model.profile import load_profile, resolve_profile_path
+from k3rollout.model.stagekinds import (
+    RECORDS_BASELINE,
+    RETURNS_TO_SERVICE,
+    TAKES_OUT_OF_SERVICE,
+    StageKind,
+    derive,
+)
 from k3rollout.model.yamlsrc import LDict, LList, line_at, load_yaml, plain
 
 RollbackAction = Literal["restore_driver", "stop_test_server", "restore_serving_image",
@@ -250,9 +258,9 @@ class UncordonParams(_Strict):
 # derived from these declarations (model/stagekinds.py).
 STAGE_KINDS: tuple[StageKind, ...] = (
     StageKind("baseline", scope="node", params=BaselineParams, destructive=False, state="baseline-required",
-              runbook="01-baseline.md", estimate_s=120),
+              runbook="01-baseline.md", estimate_s=120, role=RECORDS_BASELINE),
     StageKind("cordon", scope="node", params=CordonParams, destructive=True, state="cordon-required",
-              runbook="02-cordon.md", estimate_s=300,
+              runbook="02-cordon.md", estimate_s=300, role=TAKES_OUT_OF_SERVICE,
               # on_node_failure: quarantine puts quarantine in place of uncordon_if_healthy
               undone_by=("uncordon_if_healthy", "quarantine")),
     StageKind("driver_upgrade", scope="node", params=DriverParams, destructive=True, state="upgrade-required",
@@ -267,7 +275,7 @@ STAGE_KINDS: tuple[StageKind, ...] = (
     StageKind("multinode", scope="batch", params=MultinodeParams, destructive=True, state="multinode-test-required",
               runbook="06-features-multinode.md", estimate_s=300),
     StageKind("uncordon", scope="node", params=UncordonParams, destructive=True, state="uncordon-required",
-              runbook="07-uncordon.md", estimate_s=60),
+              runbook="07-uncordon.md", estimate_s=60, role=RETURNS_TO_SERVICE),
 )
 STAGE_TABLES = derive(STAGE_KINDS)
 STAGE_ORDER = STAGE_TABLES.order
@@ -558,8 +566,6 @@ class Play(_Strict):
     @field_validator("vars")
     @classmethod
     def _var_names(cls, v: dict[str, Any]) -> dict[str, Any]:
-        import re
-
         for k in v:
             if not isinstance(k, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
                 raise ValueError(f"invalid variable name {k!r}")
@@ -623,8 +629,6 @@ def load_playbook(path: str | Path) -> Playbook:
     digest = hashlib.sha256(p.read_bytes()).hexdigest()
     profile = None
     if play.profile is not None:
-        from k3rollout.model.profile import load_profile, resolve_profile_path
-
         where = resolve_profile_path(play.profile, sp)
         if where is None:
             raise InputError(f"profile: no model profile {play.profile!r} (looked for profiles/{play.profile}.yml "
@@ -661,21 +665,22 @@ def _check_stages(play: Play, play_data: Any, path: str) -> None:
         if kinds.index(k) != i:
             raise InputError(f"stages.{i}: stage kind {k!r} appears twice; each stage runs once per node",
                              path=path, line=line(i))
-    if kinds[0] != "baseline":
-        raise InputError("stages.0: the first stage must be `baseline`: evidence is captured before anything "
-                         "changes", path=path, line=line(0))
+    if not STAGE_TABLES.plays(kinds[0], RECORDS_BASELINE):
+        raise InputError(f"stages.0: the first stage must be `{STAGE_TABLES.with_role(RECORDS_BASELINE)}`: evidence "
+                         "is captured before anything changes", path=path, line=line(0))
     for i in range(1, len(kinds)):
         if STAGE_ORDER.index(kinds[i]) < STAGE_ORDER.index(kinds[i - 1]):
             raise InputError(f"stages.{i}: `{kinds[i]}` cannot come after `{kinds[i - 1]}`; the order is "
                              + " -> ".join(STAGE_ORDER), path=path, line=line(i))
-    if "driver_upgrade" in kinds and "cordon" not in kinds:
+    out = STAGE_TABLES.index(kinds, TAKES_OUT_OF_SERVICE)
+    if "driver_upgrade" in kinds and out is None:
         i = kinds.index("driver_upgrade")
-        raise InputError(f"stages.{i}: `driver_upgrade` needs a `cordon` stage before it: never upgrade a node in "
-                         "service", path=path, line=line(i))
-    if "cordon" in kinds and "uncordon" not in kinds:
-        i = kinds.index("cordon")
-        raise InputError(f"stages.{i}: a play that cordons must end with `uncordon`, or nodes stay out of service",
-                         path=path, line=line(i))
+        raise InputError(f"stages.{i}: `driver_upgrade` needs a `{STAGE_TABLES.with_role(TAKES_OUT_OF_SERVICE)}` "
+                         "stage before it: never upgrade a node in service", path=path, line=line(i))
+    if out is not None and STAGE_TABLES.index(kinds, RETURNS_TO_SERVICE) is None:
+        raise InputError(f"stages.{out}: a play that cordons must end with "
+                         f"`{STAGE_TABLES.with_role(RETURNS_TO_SERVICE)}`, or nodes stay out of service",
+                         path=path, line=line(out))
     if play.window is not None:
         paused = [i for i, st in enumerate(play.stages) if st.pause is not None]
         if paused:

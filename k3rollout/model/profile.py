@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from k3rollout.errors import InputError
 from k3rollout.model.yamlsrc import line_at, load_yaml, plain
+from k3rollout.resources import shipped
 
 GB = 1e9
 GIB = float(1 << 30)
@@ -207,8 +208,6 @@ def _has(data: Any, loc: list[Any]) -> bool:
 def resolve_profile_path(name: str, playbook_path: str | Path) -> Path | None:
     """A path (relative to the playbook) or a name: ``profiles/NAME.yml`` next to the playbook,
     then the profiles k3rollout ships."""
-    from k3rollout.resources import shipped
-
     base = Path(playbook_path).parent
     if name.endswith((".yml", ".yaml")) or "/" in name:
         p = Path(name) if Path(name).is_absolute() else base / name

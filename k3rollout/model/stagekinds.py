@@ -7,7 +7,7 @@ this declaration. ``derive`` turns the declarations into the tables the rest of 
 reads: the order a play must follow, the default estimates, the destructive, batch- and
 replica-scoped sets, the stages that run the serving image and those that load the model
 (triage's step 3), the parameters model per kind, the node state per kind, the runbook per
-kind and which rollback action undoes which stage. The engine's state machine
+kind, which rollback action undoes which stage, and which kind plays each role. The engine's state machine
 (``engine/states.py``) and the stage registry (``stages/registry.py``) derive theirs from
 the same declarations.
 
@@ -25,6 +25,17 @@ from pydantic import BaseModel
 
 Scope = Literal["node", "replica", "batch"]
 SCOPES: tuple[Scope, ...] = ("node", "replica", "batch")
+
+# The part a stage kind plays in a node's change, that the engine, the window, the planner
+# and the run view ask for instead of a kind's name: the stage that takes the node out of
+# service (from its start the node counts against the capacity floor and the window's
+# slots), the one that returns it to service, and the one that records its baseline (the
+# prior state a rollback restores). At most one kind plays each role.
+Role = Literal["takes_out_of_service", "returns_to_service", "records_baseline"]
+TAKES_OUT_OF_SERVICE: Role = "takes_out_of_service"
+RETURNS_TO_SERVICE: Role = "returns_to_service"
+RECORDS_BASELINE: Role = "records_baseline"
+ROLES: tuple[Role, ...] = (TAKES_OUT_OF_SERVICE, RETURNS_TO_SERVICE, RECORDS_BASELINE)
 
 
 @dataclass(frozen=True)
@@ -54,6 +65,8 @@ class StageKind:
     # its run loads the model into a vLLM server (after CUDA init): a failure there is the
     # triage tree's step 3, model load / capacity, unless the log proves otherwise
     loads_model: bool = False
+    # the part it plays in the node's change (``Role`` above), or None
+    role: Role | None = None
 
 
 @dataclass(frozen=True)
@@ -75,9 +88,27 @@ class StageTables:
     # stages reached only after a destructive stage has run: a node waiting before one of
     # them (a halted or interrupted batch) is held out of service by the run
     after_change: frozenset[str]
+    # role -> the kind that plays it
+    roles: dict[Role, str]
 
     def kind(self, name: str) -> StageKind:
         return self.kinds[self.order.index(name)]
+
+    def with_role(self, role: Role) -> str:
+        """The kind that plays ``role``."""
+        return self.roles[role]
+
+    def plays(self, kind: str | None, role: Role) -> bool:
+        """Whether the stage kind ``kind`` plays ``role``."""
+        return kind is not None and self.roles.get(role) == kind
+
+    def index(self, kinds: Sequence[str], role: Role) -> int | None:
+        """Where in ``kinds`` (a play's stage kinds, in order) the kind playing ``role``
+        is, or None when the play has none."""
+        for i, k in enumerate(kinds):
+            if self.plays(k, role):
+                return i
+        return None
 
 
 def derive(kinds: Sequence[StageKind]) -> StageTables:
@@ -86,10 +117,14 @@ def derive(kinds: Sequence[StageKind]) -> StageTables:
     kinds = tuple(kinds)
     order = tuple(k.name for k in kinds)
     for what, values in (("name", order), ("state", tuple(k.state for k in kinds)),
-                         ("rollback action", tuple(a for k in kinds for a in k.undone_by))):
+                         ("rollback action", tuple(a for k in kinds for a in k.undone_by)),
+                         ("role", tuple(k.role for k in kinds if k.role is not None))):
         twice = sorted({v for v in values if values.count(v) > 1})
         if twice:
             raise ValueError(f"stage kinds: {what} declared twice: {', '.join(twice)}")
+    bad = [k.name for k in kinds if k.role is not None and k.role not in ROLES]
+    if bad:
+        raise ValueError(f"stage kinds: {', '.join(bad)}: role must be one of {', '.join(ROLES)}")
     bad = [k.name for k in kinds if k.scope not in SCOPES]
     if bad:
         raise ValueError(f"stage kinds: {', '.join(bad)}: scope must be one of {', '.join(SCOPES)}")
@@ -107,4 +142,5 @@ def derive(kinds: Sequence[StageKind]) -> StageTables:
         runbooks={k.name: k.runbook for k in kinds},
         rollback_undoes={a: k.name for k in kinds for a in k.undone_by},
         after_change=frozenset(k.name for i, k in enumerate(kinds) if any(p.destructive for p in kinds[:i])),
+        roles={k.role: k.name for k in kinds if k.role is not None},
     )

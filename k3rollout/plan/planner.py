@@ -20,9 +20,11 @@ from typing import Any
 
 from k3rollout.errors import InputError
 from k3rollout.model.inventory import Inventory, declared_out_of_service
-from k3rollout.model.playbook import ROLLBACK_UNDOES, Playbook
+from k3rollout.model.playbook import ROLLBACK_UNDOES, STAGE_TABLES, Playbook
+from k3rollout.model.stagekinds import RECORDS_BASELINE, TAKES_OUT_OF_SERVICE
 from k3rollout.plan import timing as tm
 from k3rollout.plan.approval import inventory_digest
+from k3rollout.plan.replicas import plan_replicas
 from k3rollout.plan.serial import pct_to_int, serial_batches
 from k3rollout.plan.target import unchanged_hosts
 
@@ -139,7 +141,7 @@ def rollback_estimate(playbook: Playbook) -> float:
 def _estimates(playbook: Playbook, in_place: bool) -> tuple[float, float]:
     """(one node's time through all stages, the rollback reserve); baseline only without change."""
     if not in_place:
-        return next(s.estimate_s for s in playbook.stages if s.stage == "baseline"), 0.0
+        return next(s.estimate_s for s in playbook.stages if STAGE_TABLES.plays(s.stage, RECORDS_BASELINE)), 0.0
     return sum(s.estimate_s for s in playbook.stages), rollback_estimate(playbook)
 
 
@@ -162,7 +164,7 @@ def _timing(playbook: Playbook, inventory: Inventory, hosts: list[str], units: d
     rows = tm.stage_table(stages, node_class.values(), history)
     dur = tm.duration_fn(rows, node_class)
     if not disruptive and not play.vars.get("allow_in_place_change", True):
-        kinds = [k for k in kinds if k == "baseline"]
+        kinds = [k for k in kinds if STAGE_TABLES.plays(k, RECORDS_BASELINE)]
     ut = tm.unit_times(units, kinds, dur, disruptive)
     # units out at once: the floor's allowance, and no more nodes than forks at a time
     k = max(1, min(max_out, play.forks // max(len(v) for v in units.values())))
@@ -244,8 +246,6 @@ def _make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | No
     in_place = bool(play.vars.get("allow_in_place_change", True))
     not_serving = out_of_service_before(inventory, hosts)
     if playbook.profile is not None:
-        from k3rollout.plan.replicas import plan_replicas
-
         replicas, rnotes = plan_replicas(playbook.profile, hosts, inventory, play.group_by or "serving_group",
                                          facts=facts)
         groups = {r["id"]: r["nodes"] for r in replicas}
@@ -265,7 +265,7 @@ def _make_plan(playbook: Playbook, inventory: Inventory, *, window_s: float | No
 
     raw = serial_batches(hosts, play.serial)
     max_out = serving - floor
-    cordons = any(s.stage == "cordon" for s in playbook.stages)
+    cordons = STAGE_TABLES.index([s.stage for s in playbook.stages], TAKES_OUT_OF_SERVICE) is not None
     batches_nodes: list[tuple[list[str], bool]] = []
     window_idx: int | None = None
     if cordons and in_place:
@@ -398,7 +398,7 @@ def _replica_plan(playbook: Playbook, inventory: Inventory, hosts: list[str], gr
     if floor > len(names):
         raise InputError(f"min_serving {play.min_serving!r} asks for {floor} serving replicas but the play has "
                          f"{len(names)}", path=playbook.path)
-    cordons = any(s.stage == "cordon" for s in playbook.stages)
+    cordons = STAGE_TABLES.index([s.stage for s in playbook.stages], TAKES_OUT_OF_SERVICE) is not None
     max_out = serving - floor
     if cordons and in_place and max_out < 1:
         raise InputError(f"min_serving {play.min_serving!r} keeps {floor} of {serving} serving replicas in service: "

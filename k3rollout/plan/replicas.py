@@ -26,6 +26,7 @@ from typing import Any
 from k3rollout.checks.all2all import builds_all2all
 from k3rollout.errors import InputError
 from k3rollout.model.profile import Layout, ModelProfile
+from k3rollout.plan.launch import replica_launch
 
 DOMAIN_VARS = ("nvlink_domain", "rack")
 
@@ -251,7 +252,6 @@ def plan_replicas(profile: ModelProfile, hosts: list[str], inventory: Any, group
         raise ReplicaError(f"{len(bad)} of {len(out)} replica(s) cannot serve {profile.model} (profile "
                            f"{profile.name}):\n" + "\n".join(f"  replica {r['id']} ({', '.join(r['nodes'])}): "
                                                               f"{r['problem']}" for r in bad), path=path, line=line)
-    from k3rollout.plan.launch import replica_launch
 
     for r in out:
         r["launch"] = replica_launch(profile, r, inventory)

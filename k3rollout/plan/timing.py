@@ -45,6 +45,8 @@ from datetime import datetime
 from typing import Any
 
 from k3rollout.model.inventory import connection_of
+from k3rollout.model.playbook import STAGE_TABLES
+from k3rollout.model.stagekinds import RETURNS_TO_SERVICE, TAKES_OUT_OF_SERVICE
 
 UNKNOWN = "unknown"
 
@@ -143,9 +145,9 @@ def duration_fn(rows: list[dict[str, Any]], node_class: dict[str, str], key: str
 
 def split_at_cordon(kinds: list[str], durs: list[float]) -> tuple[float, float]:
     """(seconds in service before the cordon, seconds out of service from it on)."""
-    if "cordon" not in kinds:
+    i = STAGE_TABLES.index(kinds, TAKES_OUT_OF_SERVICE)
+    if i is None:
         return sum(durs), 0.0
-    i = kinds.index("cordon")
     return sum(durs[:i]), sum(durs[i:])
 
 
@@ -253,9 +255,10 @@ def actual(plan: dict[str, Any], nodes: dict[str, list[dict[str, Any]]], started
                 ran = True
                 if sp["stage"] in kinds:
                     by_stage[sp["stage"]] = by_stage.get(sp["stage"], 0.0) + (b - a)
-                if sp["stage"] == "cordon":
+                if STAGE_TABLES.plays(sp["stage"], TAKES_OUT_OF_SERVICE):
                     out_from = a if out_from is None else min(out_from, a)
-                if out_from is not None and sp["stage"] in ("uncordon", "rollback"):
+                if out_from is not None and (STAGE_TABLES.plays(sp["stage"], RETURNS_TO_SERVICE)
+                                             or sp["stage"] == "rollback"):
                     out_to = b if out_to is None else max(out_to, b)
             a_, b_ = split_at_cordon(kinds, [by_stage.get(k, 0.0) for k in kinds])
             lead, work = max(lead, a_), max(work, b_)

@@ -22,8 +22,11 @@ from k3rollout import fastjson
 from k3rollout.checks.cuda_table import BRANCH_MAX_CUDA
 from k3rollout.evidence.store import Problem
 from k3rollout.model.durations import format_duration
-from k3rollout.model.playbook import STAGE_TABLES
+from k3rollout.model.playbook import STAGE_TABLES, load_playbook, play_vars
+from k3rollout.plan.approval import plan_digest, plan_vs_actual
+from k3rollout.plan.timing import parsed_once
 from k3rollout.report import checklist
+from k3rollout.report.history import run_timing
 from k3rollout.report.observation import summarise as observation_summary
 from k3rollout.report.result import build_result
 from k3rollout.report.timeline import render_svg
@@ -95,7 +98,6 @@ def _cuda(driver: str | None) -> str | None:
 def _play_vars(run_dir: Path) -> dict[str, Any]:
     try:
         inputs = json.loads(RunDir(run_dir).inputs.read_text())
-        from k3rollout.model.playbook import load_playbook, play_vars
 
         return play_vars(load_playbook(inputs["playbook"]).play)
     except Exception:  # noqa: BLE001 - the report must render even when the inputs moved
@@ -249,10 +251,6 @@ def model(run_dir: Path, view: RunView | None = None, records: int | None = None
         counts[n["final"]] = counts.get(n["final"], 0) + 1
     banner = verdict_banner(result, (v.preflight or {}).get("skipped_nodes") or [])
     batches = _batches(v, result)
-    from k3rollout.plan.approval import plan_vs_actual
-    from k3rollout.plan.timing import parsed_once
-    from k3rollout.report.history import run_timing
-
     diff = plan_vs_actual(v.plan or {}, v)
     ts = parsed_once()                # the spans' times, read by the timing and the timeline
     return {"timing": run_timing(v, ts), "diff": diff, "result": result, "view": v, "checklist": items, "triage": triage, "counts": counts,
@@ -356,8 +354,6 @@ def render(run_dir: Path, fmt: str) -> tuple[str, list[str]]:
 
 
 def render_plan(plan: dict[str, Any], fmt: str) -> str:
-    from k3rollout.plan.approval import plan_digest
-
     plan = {**plan, "plan_sha256": plan_digest(plan)}
     if fmt == "json":
         return json.dumps(plan, indent=2)

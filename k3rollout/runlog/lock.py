@@ -122,6 +122,7 @@ def _dead(holder: dict[str, Any]) -> bool:
 class RunLock:
     def __init__(self, inventory: Any, run_dir: Path, started: str, hosts: Iterable[str] | None = None):
         if isinstance(inventory, (str, Path)):
+            # lazy: the models (pydantic, YAML) only for a lock taken from a path
             from k3rollout.model.inventory import load_inventory
 
             inventory = load_inventory(str(inventory))

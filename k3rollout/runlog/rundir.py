@@ -247,6 +247,7 @@ class RunDir:
     def reload_inputs(self) -> tuple[Playbook, Inventory, dict[str, Any]]:
         """The run's playbook and inventory, loaded again from where inputs.json says they
         were (model/inputs.py ``reload_inputs``), and inputs.json itself."""
+        # lazy: the models (pydantic, YAML) are for resume and rollback, not `watch`
         from k3rollout.model.inputs import reload_inputs
         from k3rollout.model.playbook import load_playbook
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+BASELINE_STAGE = "baseline"       # the journal's name for the stage that records the baseline
+
 
 @dataclass
 class NodeView:
@@ -144,7 +146,10 @@ def apply(v: RunView, r: dict[str, Any]) -> None:
     elif t == "facts":
         assert n is not None             # records.check refuses a node record without a node
         n.facts.update(r["facts"])
-        if r["stage"] == "baseline":
+        # the facts of the stage kind that records the baseline (its role in model/playbook.py's
+        # STAGE_KINDS; tests/unit/test_stage_roles.py holds the two together): named here, as
+        # the journal names it, so that the fold, which `watch` runs, loads no models
+        if r["stage"] == BASELINE_STAGE:
             n.baseline.update(r["facts"])
     elif t == "triage":
         assert n is not None             # records.check refuses a node record without a node

@@ -19,12 +19,26 @@ States, as ``read_state`` returns them:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from k3rollout.stages.base import NodeCtx
+from k3rollout.transport.base import CommandResult
 
 OUT_OF_SERVICE = ("cordoned", "drained")       # nothing runs there and nothing new is placed
+
+
+class NodeCtx(Protocol):
+    """What a scheduler uses of a stage's node context (``stages.base.NodeCtx`` is one): the
+    node, its vars, baseline and stage parameters, its steps, and ``runner`` for the
+    controller's own calls (``runner.call``, ``runner.kube``, ``runner.prior_meta``).
+    Declared here, as workload/base.py declares its own, so the scheduler imports no stage."""
+    node: str
+    run_id: str
+    vars: dict[str, Any]
+    baseline: dict[str, Any]
+    params: Any
+    runner: Any
+
+    def step(self, name: str, argv: list[str], **kw: Any) -> CommandResult: ...
 
 
 class Scheduler(Protocol):

@@ -60,6 +60,9 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from k3rollout.errors import InputError, LockHeld, TransportError
+from k3rollout.runlog.lock import host_key
+from k3rollout.scheduler import scheduler_for
+from k3rollout.transport import local
 
 CONTROLLER = "controller"
 LOCK_PREFIX = "k3rollout-lock."
@@ -103,8 +106,6 @@ def run_at(executor: Any, where: str, argv: list[str], stdin: bytes | None = Non
     inventory host through the run's transport."""
     try:
         if where == CONTROLLER:
-            from k3rollout.transport import local
-
             fn = getattr(executor, "run_controller", None) or local.run
             return fn(argv, stdin=stdin, timeout=TIMEOUT_S)
         return executor.run(where, argv, stdin=stdin, timeout=TIMEOUT_S)
@@ -365,8 +366,6 @@ def _cluster_id(inventory: Any, names: list[str]) -> str | None:
 
 def lock_hosts(inventory: Any, hosts: list[str]) -> list[str]:
     """The inventory hosts the run's transport must reach for its locks."""
-    from k3rollout.scheduler import scheduler_for
-
     none = [h for h in hosts if scheduler_for(inventory.hosts[h].vars).kind == "none"]
     return [lock_host(inventory, none)] if none else []
 
@@ -374,8 +373,6 @@ def lock_hosts(inventory: Any, hosts: list[str]) -> list[str]:
 def slurm_controllers(inventory: Any, hosts: list[str]) -> dict[str, list[str]]:
     """Where ``scontrol`` runs for the run's Slurm nodes (``k3_scheduler_host``, else this
     controller), with the nodes each place serves: one lock per place."""
-    from k3rollout.scheduler import scheduler_for
-
     out: dict[str, list[str]] = {}
     for h in hosts:
         if scheduler_for(inventory.hosts[h].vars).kind == "slurm":
@@ -386,9 +383,6 @@ def slurm_controllers(inventory: Any, hosts: list[str]) -> dict[str, list[str]]:
 def cluster_locks(inventory: Any, hosts: list[str], executor: Any, run_dir: str, started: str,
                   run_id: str = "") -> ClusterLocks:
     """The in-cluster locks of a run on ``hosts`` (Kubernetes has its Lease, k8s_lock.py)."""
-    from k3rollout.runlog.lock import host_key
-    from k3rollout.scheduler import scheduler_for
-
     info = me(run_dir, started, run_id)
     out = ClusterLocks()
     none = [h for h in hosts if scheduler_for(inventory.hosts[h].vars).kind == "none"]

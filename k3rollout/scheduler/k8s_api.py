@@ -17,14 +17,19 @@ Nothing here ever runs on the node being changed.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 from k3rollout.errors import K3RolloutError
 from k3rollout.scheduler import k8s_calls
+
+# The official client is imported in the functions that call it ("lazy" below): it takes
+# most of a second to import, and a run without a Kubernetes node never needs it.
 
 UPGRADE_STATE_LABEL = "k3rollout.io/upgrade-state"
 GPU_OPERATOR_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
@@ -37,6 +42,18 @@ GPU_OPERATOR_UPGRADE_STATES = ("upgrade-required", "cordon-required", "wait-for-
 GPU_OPERATOR_DONE, GPU_OPERATOR_FAILED = "upgrade-done", "upgrade-failed"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 GPU_RESOURCE = "nvidia.com/gpu"       # the NVIDIA device plugin's extended resource
+
+
+def kubeconfig_for(host_vars: dict[str, Any], inventory_path: str, executor: Any = None) -> tuple[str | None, str | None]:
+    """(kubeconfig path or None for the client's default, context or None) for a host."""
+    cfg = host_vars.get("k3_kubeconfig")
+    if cfg:
+        p = Path(str(cfg)).expanduser()
+        cfg = str(p if p.is_absolute() else Path(inventory_path).resolve().parent / p)
+    else:
+        cfg = getattr(executor, "kubeconfig", None)
+        cfg = str(cfg) if cfg else None
+    return cfg, host_vars.get("k3_kube_context") or None
 
 
 class KubernetesError(K3RolloutError):
@@ -68,11 +85,9 @@ class LeaseHolder:
 
 
 def _err(exc: Any, what: str) -> KubernetesError:
-    from kubernetes.client.exceptions import ApiException
+    from kubernetes.client.exceptions import ApiException  # lazy
 
     if isinstance(exc, ApiException):
-        import json
-
         try:
             body = json.loads(exc.body or "{}")
         except ValueError:
@@ -108,7 +123,7 @@ class KubernetesApi:
 
     def __init__(self, kubeconfig: str | None = None, context: str | None = None, *,
                  sleep: Callable[[float], None] = time.sleep, now: Callable[[], float] = time.monotonic):
-        from kubernetes import client, config
+        from kubernetes import client, config  # lazy
 
         cfg = client.Configuration()
         try:
@@ -290,7 +305,7 @@ class KubernetesApi:
         return res
 
     def _evict(self, pod: Any) -> str:
-        from kubernetes.client.exceptions import ApiException
+        from kubernetes.client.exceptions import ApiException  # lazy
 
         body = self._client.V1Eviction(api_version="policy/v1", kind="Eviction",
                                        metadata=self._client.V1ObjectMeta(name=pod.metadata.name,
@@ -306,7 +321,7 @@ class KubernetesApi:
             raise _err(exc, f"evict {pod.metadata.namespace}/{pod.metadata.name}") from None
 
     def _still_there(self, pod: Any) -> bool:
-        from kubernetes.client.exceptions import ApiException
+        from kubernetes.client.exceptions import ApiException  # lazy
 
         try:
             now = self.core.read_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
@@ -428,7 +443,7 @@ class KubernetesApi:
     # ------------------------------------------------------------ the cluster-wide lock
 
     def lease(self, namespace: str, name: str) -> LeaseHolder | None:
-        from kubernetes.client.exceptions import ApiException
+        from kubernetes.client.exceptions import ApiException  # lazy
 
         try:
             x = self.coord.read_namespaced_lease(name, namespace)
@@ -448,7 +463,7 @@ class KubernetesApi:
         """Create the lease, or renew it if ``holder`` already holds it. A lease held by
         anyone else, expired or not, is never taken: the error names the holder and how to
         release it by hand after checking that run is really gone."""
-        from kubernetes.client.exceptions import ApiException
+        from kubernetes.client.exceptions import ApiException  # lazy
 
         c = self._client
         now = datetime.now(timezone.utc)
@@ -471,7 +486,7 @@ class KubernetesApi:
         self.renew_lease(namespace, name, holder)
 
     def renew_lease(self, namespace: str, name: str, holder: str) -> None:
-        from kubernetes.client.exceptions import ApiException
+        from kubernetes.client.exceptions import ApiException  # lazy
 
         cur = self.coord.read_namespaced_lease(name, namespace)
         if cur.spec.holder_identity != holder:
@@ -484,7 +499,7 @@ class KubernetesApi:
             raise _err(exc, f"renew lease {namespace}/{name}") from None
 
     def release_lease(self, namespace: str, name: str, holder: str) -> None:
-        from kubernetes.client.exceptions import ApiException
+        from kubernetes.client.exceptions import ApiException  # lazy
 
         try:
             cur = self.coord.read_namespaced_lease(name, namespace)

@@ -22,7 +22,8 @@ import threading
 from typing import Any
 
 from k3rollout.errors import LockHeld
-from k3rollout.scheduler.k8s_api import KubernetesApi, KubernetesError
+from k3rollout.scheduler import scheduler_for
+from k3rollout.scheduler.k8s_api import KubernetesApi, KubernetesError, kubeconfig_for
 
 DEFAULT_NAMESPACE = "kube-system"
 DEFAULT_NAME = "k3rollout"
@@ -38,9 +39,6 @@ def holder_identity(run_dir: str) -> str:
 
 def lease_targets(hosts: dict[str, Any], inventory_path: str, executor: Any = None) -> dict[tuple, list[str]]:
     """(kubeconfig, context, namespace, name) -> the Kubernetes hosts of that cluster."""
-    from k3rollout.engine.steps import kubeconfig_for
-    from k3rollout.scheduler import scheduler_for
-
     out: dict[tuple, list[str]] = {}
     for name, host in hosts.items():
         v = host.vars

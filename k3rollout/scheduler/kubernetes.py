@@ -20,12 +20,10 @@ Operator publishes ``nvidia.com/gpu-driver-upgrade-state``): ``cordon-required``
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from k3rollout.scheduler.base import NodeCtx
 from k3rollout.scheduler.k8s_api import UPGRADE_STATE_LABEL, KubernetesApi, KubernetesError
-
-if TYPE_CHECKING:
-    from k3rollout.stages.base import NodeCtx
 
 UPGRADE_STATES = ("cordon-required", "upgrade-required", "validation-required", "uncordon-required",
                   "upgrade-done", "upgrade-failed", "quarantined")

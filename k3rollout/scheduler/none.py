@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from k3rollout.stages.base import NodeCtx
+from k3rollout.scheduler.base import NodeCtx
 
 
 class NoScheduler:

@@ -17,12 +17,10 @@ the run (the uncordon stage checks the baseline). Quarantine is a DRAIN with its
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from k3rollout.checks import parsers
-
-if TYPE_CHECKING:
-    from k3rollout.stages.base import NodeCtx
+from k3rollout.errors import StepFailed
+from k3rollout.scheduler.base import NodeCtx
 
 CONTROLLER = "controller"
 FIRST_POLL_S = 0.25
@@ -35,8 +33,6 @@ class Slurm:
     def where(self, ctx: NodeCtx) -> str | None:
         host = ctx.vars.get("k3_scheduler_host") or CONTROLLER
         if host == ctx.node:
-            from k3rollout.stages.base import StepFailed
-
             raise StepFailed(f"{ctx.node}: k3_scheduler_host names the node itself; scheduler operations never run "
                              "on the node being changed")
         return str(host)

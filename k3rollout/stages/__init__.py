@@ -6,9 +6,8 @@ returns a ``StageOutcome``. Each module declares its ``SPEC`` (``stages/spec.py`
 stage kind it implements (declared as data in model/playbook.py's ``STAGE_KINDS``) and
 its run; ``registry`` derives the kind -> spec table from them. Rollback actions live
 in ``rollback``.
+
+The package itself imports nothing: ``stages.base``, the stage contract (``NodeCtx``,
+``StageContext``, ``StageOutcome``), is a leaf that loads no stage; ``stages.registry``
+holds the kind -> stage table.
 """
-
-from k3rollout.stages.base import NodeCtx, StageOutcome
-from k3rollout.stages.registry import STAGES
-
-__all__ = ["NodeCtx", "StageOutcome", "STAGES"]

@@ -12,6 +12,11 @@ where k3rollout runs) or an inventory host; the scheduler's operations use that
 (``ctx.scheduler``, k3rollout/scheduler). ``runner.call(...)`` journals a call the
 controller makes itself (a Kubernetes API request), with ``ran_on`` the server's URL.
 ``ctx.runner`` is a ``StageContext``: the engine's step runner, as far as a stage may use it.
+
+This module is the stage contract, a leaf: it imports no stage, no engine and no scheduler
+or workload implementation module beyond ``workload_for`` (an import-linter contract
+holds it). The scheduler and the workload runtimes declare what they use of a ``NodeCtx``
+as protocols of their own (scheduler/base.py, workload/base.py).
 """
 
 from __future__ import annotations
@@ -22,17 +27,9 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from k3rollout.checks import parsers
-from k3rollout.scheduler import Scheduler
+from k3rollout.scheduler.base import Scheduler
 from k3rollout.transport.base import CommandResult
 from k3rollout.workload import Workload, workload_for
-
-
-class StepFailed(Exception):
-    """A command could not be run (host unreachable, connection lost and not settled)."""
-
-    def __init__(self, message: str, logs: str = ""):
-        super().__init__(message)
-        self.logs = logs
 
 
 class StageClock(Protocol):

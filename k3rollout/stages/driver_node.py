@@ -177,8 +177,6 @@ def driver_rollback_facts(ctx: Any, f: dict[str, Any]) -> dict[str, Any]:
     came from, holds / version locks, the enabled DNF module stream, the module options in
     /etc/modprobe.d (and the files that set the nvidia module's, whole), Secure Boot, and
     whether this is an NVSwitch system."""
-    from k3rollout.checks import parsers as ps
-
     def run(name: str, argv: list[str]) -> CommandResult:
         return ctx.step(name, argv)
 
@@ -201,10 +199,10 @@ def driver_rollback_facts(ctx: Any, f: dict[str, Any]) -> dict[str, Any]:
     if mgr == "dnf":
         out["driver_module_stream"] = module_stream(run)
     conf = run("modprobe-d", ["grep", "-rH", ".", "/etc/modprobe.d"])
-    out["modprobe_d"] = ps.parse_modprobe_d(conf.stdout)
+    out["modprobe_d"] = parsers.parse_modprobe_d(conf.stdout)
     # the files that set the nvidia module's options, whole: the rollback writes back any
     # that the change dropped or altered (a reinstall can purge them)
-    out["nvidia_options_files"] = ps.nvidia_options_files(conf.stdout)
+    out["nvidia_options_files"] = parsers.nvidia_options_files(conf.stdout)
     out.update(secure_boot(run))
     out["nvswitch"] = nvswitch(run)
     return out

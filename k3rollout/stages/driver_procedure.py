@@ -20,8 +20,9 @@ from __future__ import annotations
 from typing import Any
 
 from k3rollout.checks import driver_facts as df
+from k3rollout.errors import StepFailed
 from k3rollout.stages import driver_node as dn
-from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
+from k3rollout.stages.base import NodeCtx, StageOutcome
 
 
 class Procedure:

@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from k3rollout.checks import parsers
+from k3rollout.errors import StepFailed
 from k3rollout.model.assertions import render_argv
 from k3rollout.model.assertions import template_context as shared_template_context
 from k3rollout.stages import driver_operator, prestage
 from k3rollout.stages import driver_procedure as procedure
-from k3rollout.stages.base import NodeCtx, StageOutcome, StepFailed
+from k3rollout.stages.base import NodeCtx, StageOutcome
 from k3rollout.stages.spec import StageSpec, kind
 
 # a step that names the resolved install (`{{ driver.install }}`)

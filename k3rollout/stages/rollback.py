@@ -14,13 +14,14 @@ import shlex
 from typing import Any
 
 from k3rollout.checks import driver_facts as df
+from k3rollout.errors import StepFailed
 from k3rollout.model.assertions import AssertionSyntaxError, render_argv, template_context
 from k3rollout.model.playbook import ROLLBACK_ORDER, ROLLBACK_UNDOES, Playbook
 from k3rollout.scheduler import scheduler_for
 from k3rollout.stages import driver_node as dn
 from k3rollout.stages import driver_operator
 from k3rollout.stages import uncordon as uncordon_stage
-from k3rollout.stages.base import NodeCtx, StepFailed
+from k3rollout.stages.base import NodeCtx
 from k3rollout.stages.driver_upgrade import packages_at, pinned, reboot_and_wait
 from k3rollout.workload import workload_for
 

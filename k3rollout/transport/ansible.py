@@ -64,7 +64,7 @@ def dump_unsafe(data: Any) -> str:
 
 def available() -> bool:
     try:
-        import ansible_runner  # noqa: F401 - only whether it imports
+        import ansible_runner  # noqa: F401 - only whether it imports (so not at the top)
     except ImportError:
         return False
     return True
@@ -125,7 +125,7 @@ def ping(target: SSHTarget, host_vars: dict[str, Any], private_dir: Path, *, tim
 def _run_play(target: SSHTarget, host_vars: dict[str, Any], name: str, tasks: list[dict[str, Any]],
               extravars: dict[str, Any], private_dir: Path, *, timeout: float,
               on_event: Callable[[dict], None], binary: str) -> AnsibleResult:
-    import ansible_runner
+    import ansible_runner  # lazy: only a play that runs (available() says whether it imports)
 
     private_dir.mkdir(parents=True, exist_ok=True)
     (private_dir / "project").mkdir(exist_ok=True)

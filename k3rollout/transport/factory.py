@@ -6,13 +6,15 @@ from pathlib import Path
 from typing import Any
 
 from k3rollout.errors import InputError
+from k3rollout.model.inventory import connection_of
+from k3rollout.runlog.rundir import RunDir
+from k3rollout.toolpaths import find_tool, require_tool
+from k3rollout.transport.local import resolve
 
 SSH_KINDS = ("ssh", "paramiko")
 
 
 def connection_kind(hosts: dict[str, Any]) -> str:
-    from k3rollout.model.inventory import connection_of
-
     kinds = {connection_of(h.vars) for h in hosts.values()}
     if len(kinds) > 1:
         raise InputError(f"the play mixes connections {sorted(kinds)}; one run uses one transport")
@@ -41,16 +43,13 @@ def check_controller_tools(playbook: Any, hosts: dict[str, Any]) -> dict[str, st
         return {}
     found = {}
     if vendor_task_files(playbook):
-        from k3rollout.toolpaths import require_tool
-
         why = f"the driver stage runs {', '.join(vendor_task_files(playbook))} with ansible-runner"
         try:
-            import ansible_runner  # noqa: F401 - only whether it imports
+            import ansible_runner  # noqa: F401 - only whether it imports (so not at the top)
         except ImportError:
             raise InputError(f"the Python package ansible-runner is needed on the controller ({why}) but cannot "
                              "be imported; install k3rollout with its dependencies. Nothing was changed.") from None
         found["ansible-playbook"] = require_tool("ansible-playbook", why)
-        from k3rollout.toolpaths import find_tool
 
         ssh = find_tool("ssh")
         if ssh is None:
@@ -60,8 +59,6 @@ def check_controller_tools(playbook: Any, hosts: dict[str, Any]) -> dict[str, st
     on_controller = sorted(h for h, v in hosts.items() if v.vars.get("scheduler") == "slurm"
                            and not v.vars.get("k3_scheduler_host"))
     if on_controller:
-        from k3rollout.transport.local import resolve
-
         scontrol = resolve("scontrol")
         if scontrol is None:
             raise InputError(f"`scontrol` is needed on the controller (Slurm operations for {', '.join(on_controller)} "
@@ -78,7 +75,7 @@ def check_ssh_settings(hosts: dict[str, Any]) -> None:
     without connecting: a setting that would lower host-key checking, a missing key or
     known_hosts file, or an unreadable config is refused here (exit 2), naming the host,
     before any node is touched."""
-    from k3rollout.transport.sshconf import Resolver
+    from k3rollout.transport.sshconf import Resolver  # lazy: paramiko, for SSH runs only
 
     resolver = Resolver()
     for name, h in hosts.items():
@@ -90,13 +87,13 @@ def make_executor(hosts: dict[str, Any], run_dir: Path, observation_pass: int | 
     which only a simulated cluster is told (its late faults may start at a pass)."""
     kind = connection_kind(hosts)
     if kind == "k3sim":
-        from k3rollout.runlog.rundir import RunDir
+        # lazy, as each transport below: a run loads the one it uses (the simulator, or
+        # paramiko for SSH), not the others
         from k3rollout.transport.sim import SimExecutor
 
         return SimExecutor(RunDir(run_dir).sim_hosts, {n: h.vars for n, h in hosts.items()},
                            observation_pass=observation_pass)
     if kind in SSH_KINDS:
-        from k3rollout.toolpaths import find_tool
         from k3rollout.transport.ssh import SSHExecutor
 
         # the Ansible path runs OpenSSH: where it can, it checks each host key too, first

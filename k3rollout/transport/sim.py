@@ -18,6 +18,7 @@ time raises ``CommandTimeout``, and waiting for a reboot polls until the host an
 from __future__ import annotations
 
 import base64
+import os
 import shlex
 import socket
 import struct
@@ -28,9 +29,10 @@ from typing import Any
 
 from k3rollout import fastjson
 from k3rollout.errors import CommandTimeout, ConnectionLost, HostUnreachable
-from k3rollout.sim import netd
+from k3rollout.sim import netd, sched, slurmjobs
 from k3rollout.sim import state as st
-from k3rollout.sim.dispatch import Result, init_cluster
+from k3rollout.sim.dispatch import Result, id_command, init_cluster
+from k3rollout.transport import local
 from k3rollout.transport.base import CommandResult
 
 
@@ -180,11 +182,6 @@ class SimExecutor:
         ``scontrol`` on): it answers for every simulated node, as slurmctld does, and
         touches no node's command log. Unknown programs are not found, as on a controller
         without them."""
-        import os
-
-        from k3rollout.sim import sched, slurmjobs
-        from k3rollout.transport import local
-
         if os.environ.get("SLURM_CONF"):
             # the controller names a real Slurm cluster: its slurmctld answers, not the sim's
             return local.run(argv, stdin=stdin, timeout=timeout)
@@ -200,8 +197,6 @@ class SimExecutor:
 
             rc, out, err = slurmjobs.COMMANDS[argv[0]](self.root, list(argv[1:]), on_node)
         elif argv[:1] == ["id"]:
-            from k3rollout.sim.dispatch import id_command
-
             rc, out, err = id_command(list(argv[1:]))      # the operator simulating the cluster
         else:
             rc, out, err = 127, "", f"{argv[0] if argv else ''}: command not found on the controller\n"

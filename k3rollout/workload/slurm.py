@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from k3rollout.checks.triage import classify
 from k3rollout.transport.base import CommandResult
 from k3rollout.workload import slurm_launch
 from k3rollout.workload.base import ApiPreflight, Endpoint, NodeCtx, Pulled, Restored, Run, ServerState, Verdict
@@ -353,8 +354,6 @@ class SlurmJobs:
                        failure_names: list[str]) -> list[dict[str, Any]]:
         """The failed K3 attempt's job output where the playbook names its path (a name
         with a ``/``) or its job id (digits: its ``StdOut=`` from ``scontrol show job``)."""
-        from k3rollout.checks.triage import classify
-
         failures = []
         for i, ref in enumerate(failure_names, start=1):
             path = ref

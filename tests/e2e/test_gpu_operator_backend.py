@@ -173,8 +173,8 @@ def test_operator_backend_needs_its_pool_vars(tmp_path, capsys):
 
 
 def test_credentials_check_asks_for_the_nvidiadriver_pools_only_where_the_operator_backend_is_used(tmp_path):
+    from k3rollout.engine.k8s_access import check_access
     from k3rollout.model.inventory import load_inventory
-    from k3rollout.scheduler.k8s_access import check_access
     from k3rollout.sim.dispatch import init_cluster
     from k3rollout.sim.kubeapi import KubeApiServer
 

@@ -7,8 +7,8 @@ import pytest
 
 from k3rollout.checks.parsers import ParseError
 from k3rollout.engine.outcome import STAGE_ERRORS, failed_outcome
+from k3rollout.errors import StepFailed
 from k3rollout.model.assertions import AssertionSyntaxError
-from k3rollout.stages.base import StepFailed
 
 
 def test_a_step_that_failed_fails_the_stage_with_its_error_and_the_commands_output_for_triage():

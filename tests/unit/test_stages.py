@@ -205,8 +205,7 @@ def test_a_completed_drain_is_replayed_from_the_journal_not_sent_again(stage_har
 
 
 def test_an_unreachable_host_fails_the_step_with_the_host_named(stage_harness, fake_executor, kube_api):
-    from k3rollout.errors import HostUnreachable
-    from k3rollout.stages.base import StepFailed
+    from k3rollout.errors import HostUnreachable, StepFailed
 
     h, _ = kube_harness(stage_harness, kube_api)
     fake_executor.expect(["docker", "start", "vllm-k2"], raises=HostUnreachable("host does not answer", host="gpu-01",

@@ -1,20 +1,22 @@
 """Where each node's scheduler operations run (for ``plan``), and a read-only check that the
-controller's Kubernetes credentials can do what a rollout does (for a preflight)."""
+controller's Kubernetes credentials can do what a rollout does (for a preflight). Here, not
+in scheduler/, because the check asks for the workload backends' rights too (workload/
+imports scheduler/k8s_api.py, so scheduler/ may not import workload/)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from k3rollout.errors import InputError
+from k3rollout.model.inventory import connection_of
+from k3rollout.scheduler import scheduler_for
+from k3rollout.scheduler.k8s_api import KubernetesApi, KubernetesError, kubeconfig_for
+from k3rollout.scheduler.k8s_lock import lease_targets
+from k3rollout.workload import backend_name, workload_namespace
 
 
 def describe_where(host_vars: dict[str, Any], inventory_path: str) -> str:
     """One line: where this host's scheduler operations will run. Never the node itself."""
-    from k3rollout.engine.steps import kubeconfig_for
-    from k3rollout.model.inventory import connection_of
-    from k3rollout.scheduler import scheduler_for
-    from k3rollout.scheduler.k8s_api import KubernetesApi, KubernetesError
-
     kind = scheduler_for(host_vars).kind
     if kind == "none":
         return "no scheduler: nothing to cordon"
@@ -40,10 +42,6 @@ def check_access(hosts: dict[str, Any], inventory_path: str, executor: Any = Non
     workloads run as Pods, run and delete pods there, read pods' logs, reach them through
     the pod proxy, read their owners)? Read-only
     (SelfSubjectAccessReviews). Raises InputError if the API cannot be asked."""
-    from k3rollout.scheduler.k8s_api import KubernetesApi, KubernetesError
-    from k3rollout.scheduler.k8s_lock import lease_targets
-    from k3rollout.workload import backend_name, workload_namespace
-
     out = []
     for (cfg, context, ns, _name), nodes in lease_targets(hosts, inventory_path, executor).items():
         try:
