@@ -9,7 +9,7 @@ import time
 import httpx
 import openai  # a declared test dependency: missing means a broken install, never a skip
 import pytest
-from support import DOCKER_HOST, journal, result, write_inventory, write_playbook
+from support import DEFAULT_GPU, DOCKER_HOST, journal, result, write_inventory, write_playbook
 
 from k3rollout.checks.parsers import parse_cache_config_info, parse_vllm_metrics
 from k3rollout.cli import main
@@ -23,7 +23,9 @@ REFERENCE = ["moonshotai/Kimi-K3", "--tensor-parallel-size", "8", "--trust-remot
 @pytest.fixture
 def node(tmp_path):
     # Docker hosts: these tests start the server with docker run and talk to it on the node's address
-    ex = SimExecutor(tmp_path / "sim", {"gpu-01": {**DOCKER_HOST, "sim_driver": "580.95.05", "sim_token_s": 0.0005,
+    # on GPUs that hold K3 on one node (support.DEFAULT_GPU)
+    ex = SimExecutor(tmp_path / "sim", {"gpu-01": {**DEFAULT_GPU, **DOCKER_HOST, "sim_driver": "580.95.05",
+                                                   "sim_token_s": 0.0005,
                                                    "sim_reboot_s": 0.5},
                                          "gpu-02": {**DOCKER_HOST, "sim_driver": "580.95.05", "sim_faults": ["vllm_oom"]}})
     yield ex
@@ -124,7 +126,8 @@ def test_official_openai_client_parses_every_kind_of_gate_reply(node, tmp_path):
         client.chat.completions.create(model=model, messages=[])
     assert bad.value.status_code == 400 and bad.value.body["type"] == "BadRequestError" and bad.value.body["code"] == 400
     # a stream that fails midway: HTTP 200, some deltas, then the error event; the client raises
-    faulty = SimExecutor(tmp_path / "faulty", {"gpu-03": {**DOCKER_HOST, "sim_driver": "580.95.05", "sim_token_s": 0.0005,
+    faulty = SimExecutor(tmp_path / "faulty", {"gpu-03": {**DEFAULT_GPU, **DOCKER_HOST, "sim_driver": "580.95.05",
+                                                          "sim_token_s": 0.0005,
                                                           "sim_faults": ["stream_fails_midway"]}})
     try:
         fclient = openai.OpenAI(base_url=start(faulty, "gpu-03", REFERENCE) + "/v1", api_key="none", max_retries=0)
@@ -277,6 +280,33 @@ def test_client_and_server_timings_agree_at_concurrency_64(tmp_path):
     for key in ("ttft", "e2e"):
         assert timing[key]["server_n"] == timing[key]["client_n"] == 64
         assert abs(timing[key]["gap_s"]) <= timing[key]["tolerance_s"]
+
+
+def test_client_and_server_timings_agree_at_concurrency_64_on_8_nodes_at_once(tmp_path):
+    # a window of 8: one batch of 8 nodes walks its stages together, and each node's features
+    # stage streams its concurrency-64 level while the others stream theirs, 512 streams read
+    # by the one controller process. Every node's level must agree with its server's histograms.
+    # The decode step and the token budget keep each stream's events slow enough for one
+    # Python process to read 512 of them at once on a loaded test machine (sim_token_s 0.05 x
+    # the batch's slowdown, 16 tokens: about 3 events a second a stream)
+    hosts = {f"gpu-{i:02d}": {**DOCKER_HOST, "sim_token_s": 0.05} for i in range(1, 9)}
+    inv = write_inventory(tmp_path / "inv", hosts, {"sim_reboot_s": 0.01})
+    pb = write_playbook(tmp_path / "pb.yml", serial=[8], min_serving=0, stage_with={
+        "features": {"context_tokens": 0, "concurrency": [64], "ladder_max_tokens": 16}})
+    run_dir = tmp_path / "run"
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
+    res = result(run_dir)
+    assert [b["nodes"] for b in res["batches"]] == [sorted(hosts)]
+    for node in hosts:
+        assert res["nodes"][node]["final"] == "upgraded", res["nodes"][node]
+        ladder = json.loads(next((run_dir / "evidence" / node).glob("*features/load-ladder*.json")).read_text())
+        row = ladder["steps"][0]
+        assert row["level"] == 64 and row["errors"] == 0 and row["passed"], (node, row)
+        timing = row["server_timing"]
+        assert timing["agree"] is True and "measurement_problem" not in row, (node, timing)
+        for key in ("ttft", "e2e"):
+            assert timing[key]["server_n"] == timing[key]["client_n"] == 64
+            assert abs(timing[key]["gap_s"]) <= timing[key]["tolerance_s"], (node, key, timing[key])
 
 
 def test_ladder_stops_at_the_first_step_over_its_threshold(tmp_path):
