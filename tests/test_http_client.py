@@ -191,9 +191,9 @@ def test_streamed_events_are_read_and_assembled(server):
 
 def test_a_streams_times_count_from_its_request_on_the_wire_not_from_the_clients_queue(server):
     # what the client spends before its request goes out (its own threads, a pool, a
-    # connect) is the client's, not the server's: ttft_s and elapsed_s start at the
-    # request's first byte sent (the server's histograms start at its arrival), the wait
-    # before it is kept apart
+    # connect) is the client's, not the server's: ttft_s and elapsed_s start once the whole
+    # request is sent (the server's histograms start at its arrival), the wait before it is
+    # kept apart
     class QueuedTransport(httpx.HTTPTransport):
         def handle_request(self, request: httpx.Request) -> httpx.Response:
             time.sleep(0.5)                 # the client's own queue, before anything is sent

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import DOCKER_HOST
+from support import DEFAULT_GPU, DOCKER_HOST
 
 from k3rollout.checks import parsers
 from k3rollout.sim.dispatch import dispatch, init_cluster
@@ -147,7 +147,7 @@ LONG = {"model": "moonshotai/Kimi-K3",
     (["prefix_cache_miss"], ["--enable-prefix-caching"], False),
 ])
 def test_prefix_cache_hits_only_when_enabled_and_healthy(cluster, faults, flags, expect_hits):
-    d = cluster(n1={"sim_faults": faults})["n1"]
+    d = cluster(n1={**DEFAULT_GPU, "sim_faults": faults})["n1"]   # GPUs that hold K3 on one node
     upgrade(d)
     start_server(d, *flags)
     chat(d, LONG)
@@ -159,7 +159,7 @@ def test_prefix_cache_hits_only_when_enabled_and_healthy(cluster, faults, flags,
 
 
 def test_tool_calls_need_the_auto_tool_choice_flags(cluster):
-    d = cluster(n1={})["n1"]
+    d = cluster(n1=dict(DEFAULT_GPU))["n1"]
     upgrade(d)
     start_server(d)
     tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object",
@@ -185,6 +185,38 @@ def test_vllm_oom_kills_the_server_with_a_real_oom_log(cluster):
     # vLLM 0.33's own words before PyTorch's (vllm/v1/worker/gpu_model_runner.py)
     assert "Failed to load model - not enough GPU memory. Try lowering --gpu-memory-utilization" in logs
     assert sh(d, "curl", "-sf", "http://127.0.0.1:8000/health").rc == 7
+
+
+def test_k3_weights_that_do_not_fit_one_node_stop_vllm_with_its_own_words(cluster):
+    """One fit rule for every launch (sim/vllm.py): K3's 1.5 TB over TP8 is 174.6 GiB a GPU.
+    An H200 (141 GiB) runs out of memory while the weights load; a B300 (268 GiB) holds
+    them, but at --gpu-memory-utilization 0.6 (160.8 GiB) leaves no room for the KV cache;
+    at vLLM's default 0.92 it serves. Triage reads both failures as capacity."""
+    from k3rollout.checks.triage import classify
+
+    h200 = {"sim_gpu": "NVIDIA H200", "sim_gpu_count": 8, "sim_gpu_mem_gib": 141}
+    hosts = cluster(h=h200, b=dict(DEFAULT_GPU), c=dict(DEFAULT_GPU))
+    for d in hosts.values():
+        upgrade(d)
+    start_server(hosts["h"])
+    start_server(hosts["b"], "--gpu-memory-utilization", "0.6")
+    start_server(hosts["c"])
+    for name, line in (("h", "Failed to load model - not enough GPU memory. Try lowering --gpu-memory-utilization "
+                              "to free memory for weights, increasing --tensor-parallel-size, or using "
+                              "--quantization."),
+                       ("b", "ValueError: No available memory for the cache blocks. Try increasing "
+                             "`gpu_memory_utilization` when initializing the engine")):
+        d = hosts[name]
+        st = sh(d, "docker", "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", "t")
+        assert st.stdout.strip() == "exited 1", name
+        logs = sh(d, "docker", "logs", "t").stderr
+        assert line in logs and "Application startup complete" not in logs
+        assert logs.rstrip().endswith("RuntimeError: Engine core initialization failed. See root cause above. "
+                                      "Failed core proc(s): {}")
+        assert classify(logs, stage="vllm_smoke", cuda_init_ok=True).category == "model_load_capacity"
+        assert sh(d, "curl", "-sf", "http://127.0.0.1:8000/health").rc == 7
+    assert "is allocated by PyTorch" in sh(hosts["h"], "docker", "logs", "t").stderr
+    assert sh(hosts["c"], "curl", "-sf", "http://127.0.0.1:8000/health").rc == 0
 
 
 def test_nccl_broken_fails_across_nodes_but_not_inside_one(cluster):

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import yaml
 from support import PLAYBOOK, journal, write_inventory, write_playbook
 
 from k3rollout.cli import main
@@ -10,13 +11,18 @@ from k3rollout.model import load_inventory, load_playbook
 from k3rollout.plan import make_plan
 from k3rollout.plan import timing as tm
 
-H200 = {}
+H200 = {"sim_gpu": "NVIDIA H200", "sim_gpu_count": 8, "sim_gpu_mem_gib": 141}
 B200 = {"sim_gpu": "NVIDIA B200", "sim_gpu_mem_gib": 180, "sim_reboot_s": 1.5}
 
 
 def _run(tmp_path, name, hosts, **over):
     inv = write_inventory(tmp_path / f"inv-{name}", hosts)
     pb = write_playbook(tmp_path / f"pb-{name}.yml", **over)
+    # the runs time the node stages of two GPU classes; neither holds Kimi K3 on one node (vLLM
+    # runs out of memory loading it), so the play leaves out the stages that serve it
+    data = yaml.safe_load(pb.read_text())
+    data[0]["stages"] = [s for s in data[0]["stages"] if s["stage"] not in ("vllm_smoke", "features")]
+    pb.write_text(yaml.safe_dump(data, sort_keys=False))
     run_dir = tmp_path / name
     code = main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)])
     return code, run_dir, pb

@@ -6,9 +6,10 @@ what its process does is decided here, once: the NVIDIA container stack's checks
 it applies them (GPU runtime, kernel driver loaded, the image's ``NVIDIA_REQUIRE_CUDA``), then
 the process itself: a one-shot probe (``nvidia-smi``, ``python3 -c`` with torch), or ``vllm
 serve`` (one node, or one rank of a multi-node replica: sim/vllm_multinode.py), with vLLM's and
-PyTorch's own lines. The front ends only word the refusals as their own CLI or API does. This
-module never formats a Docker or Kubernetes message and never touches another host's state
-except through sim/vllm_multinode.py.
+PyTorch's own lines; both load the weights under one fit rule (``vllm.load_failure_logs``).
+The front ends only word the refusals as their own CLI or API does. This module never formats
+a Docker or Kubernetes message and never touches another host's state except through
+sim/vllm_multinode.py.
 """
 
 from __future__ import annotations
@@ -117,6 +118,13 @@ def launch(state: dict[str, Any], key: str, c: dict[str, Any], img: dict[str, An
         return
     if "vllm_oom" in state["faults"] and "k3" in c["image"]:
         c["logs"], c["status"], c["exit_code"] = logs + vllm.oom_logs(state["gpu"]["mem_gib"]), "exited", 1
+        return
+    # the weights' share of each GPU under the launch's layout must fit it (the one fit rule
+    # of one-node and multi-node launches, sim/vllm.py): else vLLM's own words, and the API
+    # server exits 1
+    fail = vllm.load_failure_logs(opts, state["gpu"]["mem_gib"])
+    if fail:
+        c["logs"], c["status"], c["exit_code"] = logs + fail, "exited", 1
         return
     c["logs"] = logs + vllm.ready_logs(opts)
     state["servers"][server_port_key(c, opts["port"])] = {

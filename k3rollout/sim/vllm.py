@@ -132,6 +132,46 @@ def cuda_not_ready_logs() -> list[str]:
     ]
 
 
+# ---------------------------------------------------------------- loading the weights
+
+# checkpoint size in GB (1e9 bytes): Kimi K3 is about 1.42-1.5 TB (docs/domain.md "Kimi K3 deployment shape")
+MODEL_WEIGHTS_GB = {"moonshotai/Kimi-K3": 1500.0}
+# CacheConfig.gpu_memory_utilization's default in vLLM 0.33 (vllm/config/cache.py)
+GPU_MEMORY_UTILIZATION = 0.92
+
+
+def weights_per_gpu_gib(opts: dict[str, Any]) -> float:
+    """GiB of the model's weights on each GPU under the launch's layout: every tensor-parallel
+    rank of every pipeline stage holds its share; data-parallel ranks each hold a whole copy,
+    except the experts under ``--enable-expert-parallel``, which are spread over all of them
+    (K3's weights are nearly all routed experts). 0 for a model of unknown size."""
+    need_gb = MODEL_WEIGHTS_GB.get(str(opts.get("model")))
+    if not need_gb:
+        return 0.0
+    tp, pp = int(opts.get("tensor_parallel_size", 1)), int(opts.get("pipeline_parallel_size", 1))
+    dp = int(opts.get("data_parallel_size", 1)) if opts.get("enable_expert_parallel") else 1
+    return need_gb * 1e9 / 2**30 / (tp * pp * dp)
+
+
+def load_failure_logs(opts: dict[str, Any], gpu_mem_gib: float) -> list[str] | None:
+    """The one fit rule of the simulated server, for a one-node launch and for every rank of a
+    multi-node one: the weights' share of a GPU against that GPU. None when it fits. vLLM 0.33
+    fails in one of two places:
+
+    - the share is more than the GPU holds: PyTorch runs out of memory while the weights load,
+      and vLLM names the cause before re-raising (``oom_logs``);
+    - it loads, but leaves nothing of ``--gpu-memory-utilization`` x the GPU for the KV cache:
+      the cache check raises "No available memory for the cache blocks"
+      (vllm/v1/core/kv_cache_planning.py) and the engine core fails to start."""
+    per_gpu = weights_per_gpu_gib(opts)
+    util = float(opts.get("gpu_memory_utilization", GPU_MEMORY_UTILIZATION))
+    if per_gpu <= gpu_mem_gib * util:
+        return None
+    if per_gpu > gpu_mem_gib:
+        return oom_logs(gpu_mem_gib, allocated=per_gpu)
+    return no_kv_memory_logs()
+
+
 def oom_logs(gpu_mem_gib: float, allocated: float | None = None) -> list[str]:
     """PyTorch's CUDA OOM while loading weights; ``allocated``: GiB PyTorch had allocated
     (the weights' share of this GPU), capped at what the GPU holds."""
@@ -147,13 +187,33 @@ def oom_logs(gpu_mem_gib: float, allocated: float | None = None) -> list[str]:
         "NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB eth0:10.0.0.11<0>",
         "NCCL INFO Connected all rings",
         # vLLM 0.33 names the cause before re-raising PyTorch's error (load_model in
-        # vllm/v1/worker/gpu_model_runner.py)
-        f"ERROR {_ts()} [gpu_model_runner.py:5085] Failed to load model - not enough GPU memory. Try lowering "
+        # vllm/v1/worker/gpu_model_runner.py); the engine core logs the exception as it dies
+        # (run_engine_core, vllm/v1/engine/core.py) and the API server gives up on it
+        # (vllm/v1/engine/utils.py)
+        f"ERROR {_ts()} [gpu_model_runner.py:5086] Failed to load model - not enough GPU memory. Try lowering "
         "--gpu-memory-utilization to free memory for weights, increasing --tensor-parallel-size, or using "
         "--quantization. See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more tips. "
         f"(original error: {torch_oom})",
-        f"ERROR {_ts()} [core.py:708] EngineCore failed to start.",
-        f"ERROR [core.py:708] torch.OutOfMemoryError: {torch_oom}",
+        f"ERROR {_ts()} [core.py:1584] EngineCore failed to start.",
+        f"ERROR [core.py:1584] torch.OutOfMemoryError: {torch_oom}",
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+    ]
+
+
+def no_kv_memory_logs() -> list[str]:
+    """The weights loaded but ``--gpu-memory-utilization`` of the GPU leaves no room for a
+    single cache block (_check_enough_kv_cache_memory, vllm/v1/core/kv_cache_planning.py)."""
+    return [
+        f"INFO {_ts()} [default_loader.py:267] Loading weights took 412.31 seconds",
+        f"ERROR {_ts()} [core.py:1584] EngineCore failed to start.",
+        "ERROR [core.py:1584] Traceback (most recent call last):",
+        'ERROR [core.py:1584]   File "/usr/local/lib/python3.12/dist-packages/vllm/v1/core/kv_cache_planning.py", '
+        "line 57, in _check_enough_kv_cache_memory",
+        "ERROR [core.py:1584]     raise ValueError(",
+        "ERROR [core.py:1584] ValueError: No available memory for the cache blocks. Try increasing "
+        "`gpu_memory_utilization` when initializing the engine (this flag also controls CPU memory reservation on "
+        "the CPU backend, despite its name). See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ "
+        "for more details.",
         "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
     ]
 

@@ -20,7 +20,7 @@ boot, and no command may follow), so the order in which head and workers start d
 
 Once all ranks joined, the model is loaded: its weights, split over the replica's GPUs,
 must fit each GPU's usable memory (``--gpu-memory-utilization``), else the rank that does not
-fit dies with PyTorch's CUDA out-of-memory text. A worker with the ``worker_unreachable``
+fit dies with vLLM's own words (the one fit rule of every launch, ``vllm.load_failure_logs``). A worker with the ``worker_unreachable``
 fault cannot reach the head's rendezvous port (firewall, wrong interface): it logs torch's
 connect failures and never joins.
 
@@ -45,8 +45,6 @@ from k3rollout.checks.all2all import ALL2ALL_MANAGERS, REMOVED_ALL2ALL, builds_a
 from k3rollout.sim import state as st
 from k3rollout.sim import vllm
 
-# checkpoint size in GB (1e9 bytes): Kimi K3 is about 1.42-1.5 TB (docs/domain.md "Kimi K3 deployment shape")
-MODEL_WEIGHTS_GB = {"moonshotai/Kimi-K3": 1500.0}
 ENGINE_READY_TIMEOUT_S = 600.0        # vLLM's default VLLM_ENGINE_READY_TIMEOUT_S (vllm/envs.py)
 MASTER_PORT = 29501                   # vLLM's default --master-port
 
@@ -270,15 +268,13 @@ def settle(state: dict[str, Any], state_dir: Path, name: str, c: dict[str, Any])
                 "To increase the timeout, set the environment variable: VLLM_ENGINE_READY_TIMEOUT_S=<seconds>"]
             c["status"], c["exit_code"] = "exited", 1
         return
-    # every rank is there: load the weights, split over the replica's GPUs
-    util = float(opts.get("gpu_memory_utilization", 0.9))
-    need_gb = MODEL_WEIGHTS_GB.get(opts["model"])
-    per_gpu = need_gb * 1e9 / 2**30 / topo["world"] if need_gb else 0.0
+    # every rank is there: load the weights, split over the replica's GPUs (the one fit rule,
+    # sim/vllm.py)
     members = [(0, state["name"], name, state)] + [(r, h, cn, ps) for r, (h, cn, ps) in sorted(joined.items())]
-    short = [(r, h, cn, ps) for r, h, cn, ps in members if per_gpu > ps["gpu"]["mem_gib"] * util]
+    short = [(r, h, cn, ps) for r, h, cn, ps in members if vllm.load_failure_logs(opts, ps["gpu"]["mem_gib"])]
     if short:
         _exit_members(state, state_dir, c, topo, short,
-                      lambda ps: vllm.oom_logs(ps["gpu"]["mem_gib"], allocated=per_gpu))
+                      lambda ps: vllm.load_failure_logs(opts, ps["gpu"]["mem_gib"]) or [])
         return
     if uses_nvshmem(opts):
         broken = [m for m in members if "rdma_transport_init_fails" in m[3]["faults"]]

@@ -119,16 +119,17 @@ class ApiClient:
 
     def stream(self, url: str, body: dict[str, Any], timeout: float = 300.0) -> HttpResult:
         """POST with ``stream: true``; collect the SSE ``data:`` events. The time to the first
-        token and the elapsed time count from the moment the request's headers start going
-        on the wire (httpcore's ``send_request_headers`` trace), as the server's own
-        histograms count from the request's arrival: connecting, and waiting for this
-        process's other threads before that, is the client's time, kept in ``send_wait_s``."""
+        token and the elapsed time count from the moment the whole request is on the wire
+        (httpcore's ``send_request_body`` trace), as the server's own histograms count from
+        the request's arrival, once its body is read: connecting, and waiting for this
+        process's other threads before that (between the headers and the body too, when many
+        streams start at once), is the client's time, kept in ``send_wait_s``."""
         res = HttpResult("POST", url)
         called = time.perf_counter()
         sent: list[float] = []
 
         def trace(event: str, info: dict[str, Any]) -> None:
-            if not sent and event.endswith("send_request_headers.started"):
+            if not sent and event.endswith("send_request_body.complete"):
                 sent.append(time.perf_counter())
 
         def started() -> float:

@@ -57,7 +57,7 @@ def test_metrics_endpoint_during_the_run_and_figures_equal_result_json_at_the_en
     assert value(served, "k3rollout_pauses_waiting") == 1
     assert value(served, "k3rollout_run_status", status="running") == 1
     assert value(served, "k3rollout_stage_duration_seconds_count", stage="driver_upgrade",
-                 hardware_class="NVIDIA H200") == 1
+                 hardware_class="NVIDIA B300 SXM6 AC") == 1
 
     # scrapers that go away mid-request, and one that never reads its answer
     for _ in range(20):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from support import (
+    DEFAULT_GPU,
     DOCKER_HOST,
     ROOT,
     api_changes,
@@ -293,7 +294,7 @@ def test_under_slurm_the_nccl_gate_runs_on_an_idle_node_and_skips_one_running_jo
     # tests/e2e/test_workload_slurm_sim.py)
     inv = {"all": {"vars": {"ansible_connection": "k3sim", "scheduler": "slurm", "k3_container_launcher": "docker"},
                    "children": {"gpu_nodes": {"vars": {"k3_scheduler_host": "slurm-ctl",
-                                                       "sim_serving_args": SERVING},
+                                                       "sim_serving_args": SERVING, **DEFAULT_GPU},
                                               "hosts": {"gpu-01": None, "gpu-02": None}},
                                 "slurm_controller": {"hosts": {"slurm-ctl": None}}}}}
     (tmp_path / "inv").mkdir()

@@ -60,7 +60,7 @@ def test_smallest_layout_that_holds_k3(tmp_path, gpu, mem, layout, nnodes):
 
 
 def test_hardware_from_baseline_facts_when_inventory_is_silent(tmp_path):
-    i = inv(tmp_path, {"n1": {}})
+    i = load_inventory(write_inventory(tmp_path / "inv", {"n1": {}}, default_gpu=None))
     hw = node_hardware("n1", i, {"gpu_model": "NVIDIA H200", "gpu_count": 8, "gpu_mem_total_mib": 143771})
     assert (hw.gpu, hw.count, round(hw.mem_gib, 1), hw.source) == ("NVIDIA H200", 8, 140.4, "baseline facts")
     with pytest.raises(InputError, match="host n1: GPU model, count and memory unknown"):
@@ -185,6 +185,39 @@ def test_a_data_parallel_expert_layout_passes_its_all2all_backend(tmp_path):
 
 
 # ---- on the simulator ----
+
+def test_k3_on_one_h200_node_fails_smoke_with_vllms_oom_and_the_profiles_two_node_replica_serves(tmp_path):
+    """Without the profile each H200 node serves K3 alone (TP8): 174.6 GiB of weights a GPU
+    against 141 GiB, so vLLM runs out of memory loading them, and the smoke stage fails on
+    vLLM's own words, triaged as capacity. The profile serves the same two nodes as one
+    TP16/EP16 replica (87.3 GiB a GPU), which passes."""
+    from support import journal, result
+
+    hosts = {f"gpu-{i:02d}": {**H200, "rack": "a"} for i in range(1, 3)}
+    invp = write_inventory(tmp_path / "inv", hosts, DOCKER_HOST)
+    alone = tmp_path / "alone"
+    # every node is tried (max_fail_percentage 100): the run completes, with both rolled back
+    pb = write_playbook(tmp_path / "nodes.yml", serial=1, max_fail_percentage=100, min_serving=0)
+    assert main(["run", str(pb), "-i", str(invp), "--yes", "--run-dir", str(alone)]) == 0
+    r = result(alone)
+    assert [b["status"] for b in r["batches"]] == ["failed", "failed"]
+    assert {n: (v["final"], v["failed_stage"], v["triage"]) for n, v in r["nodes"].items()} == {
+        n: ("rolled_back", "vllm_smoke", "model_load_capacity") for n in hosts}
+    for n in hosts:
+        tri = next(e for e in journal(alone) if e["type"] == "triage" and e["node"] == n)
+        assert any("Failed to load model - not enough GPU memory. Try lowering --gpu-memory-utilization to free "
+                   "memory for weights, increasing --tensor-parallel-size, or using --quantization." in e
+                   for e in tri["evidence"]), tri["evidence"]
+    replica = tmp_path / "replica"
+    pb = write_playbook(tmp_path / "k3.yml", profile="kimi-k3", serial=1, max_fail_percentage=100, min_serving=0)
+    assert main(["run", str(pb), "-i", str(invp), "--yes", "--run-dir", str(replica)]) == 0
+    r = result(replica)
+    assert {n: (v["final"], v["replica"]) for n, v in r["nodes"].items()} == {n: ("upgraded", "rack-a/1") for n in hosts}
+    assert r["replicas"]["rack-a/1"]["layout"] == {"tp": 16, "pp": 1, "dp": 1, "ep": 16, "nnodes": 2}
+    smoke = next(e for e in journal(replica) if e["type"] == "stage_done" and e["node"] == "gpu-01"
+                 and e["stage"] == "vllm_smoke")
+    assert smoke["passed"] is True
+
 
 def test_rollout_in_replicas_counts_max_fail_percentage_in_replicas(tmp_path):
     from support import result

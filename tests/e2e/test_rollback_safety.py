@@ -13,6 +13,7 @@ from support import (
     journal,
     result,
     sim_state,
+    with_default_gpu,
     write_inventory,
     write_playbook,
 )
@@ -102,7 +103,7 @@ def test_run_counts_the_baseline_scheduler_state_before_every_batch(tmp_path):
     pb = write_playbook(tmp_path / "pb.yml", serial=2, min_serving=3)
     run_dir = tmp_path / "run"
     for h in ("gpu-01", "gpu-02"):
-        d = init_host(run_dir / "sim-hosts" / h, h, {"scheduler": "kubernetes"})
+        d = init_host(run_dir / "sim-hosts" / h, h, with_default_gpu({"scheduler": "kubernetes"}))
         assert dispatch(d, ["kubectl", "cordon", h]).rc == 0
     # without the preflight's read-only queries: the nodes of a batch that never started get
     # no command at all
@@ -182,7 +183,7 @@ def test_operator_rollback_drains_in_service_nodes_keeps_the_floor_and_resumes(t
     # four nodes, two per batch; gpu-03 was cordoned on the cluster before the run (its
     # baseline says so and the run leaves it cordoned), so three serve after the run and
     # min_serving 2 lets the rollback take one node at a time
-    d = init_host(tmp_path / "run" / "sim-hosts" / "gpu-03", "gpu-03", {"scheduler": "kubernetes"})
+    d = init_host(tmp_path / "run" / "sim-hosts" / "gpu-03", "gpu-03", with_default_gpu({"scheduler": "kubernetes"}))
     assert dispatch(d, ["kubectl", "cordon", "gpu-03"]).rc == 0
     hosts = {"gpu-01": {}, "gpu-02": {}, "gpu-03": {}, "gpu-04": {}}
     code, run_dir = _run(tmp_path, hosts, serial=2, min_serving=2)

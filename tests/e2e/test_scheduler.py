@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import PLAYBOOK, ROOT, commands, journal, result, write_playbook
+from support import PLAYBOOK, ROOT, commands, journal, result, with_default_gpu, write_playbook
 
 from k3rollout.checks import parsers
 from k3rollout.cli import main
@@ -28,7 +28,7 @@ def slurm_inventory(tmp_path: Path, gpu_hosts: dict[str, dict], extra: dict | No
     """GPU nodes under Slurm, and (``controller``) the cluster's slurmctld host ``slurm-ctl``
     in a group of its own, named by every GPU node's k3_scheduler_host."""
     inv = {"all": {"vars": {"ansible_connection": "k3sim", "scheduler": "slurm", **(extra or {})},
-                   "children": {"gpu_nodes": {"hosts": {h: (v or None) for h, v in gpu_hosts.items()}}}}}
+                   "children": {"gpu_nodes": {"hosts": {h: with_default_gpu(v, extra) for h, v in gpu_hosts.items()}}}}}
     if controller:
         inv["all"]["children"]["slurm_controller"] = {"hosts": {"slurm-ctl": None}}
         inv["all"]["children"]["gpu_nodes"]["vars"] = {"k3_scheduler_host": "slurm-ctl"}

@@ -82,7 +82,7 @@ def test_an_ssh_config_alias_through_a_bastion_on_both_transports(bastion_cluste
             assert (t.address, t.port, t.user) == ("127.0.0.1", c.hosts[h].port, "root")
             assert f"via root@127.0.0.1:{c.bastion.port}" in t.via
             r = ex.run(h, ["nvidia-smi", "-L"])
-            assert r.ok and r.stdout.count("NVIDIA H200") == 8
+            assert r.ok and r.stdout.count("NVIDIA B300 SXM6 AC") == 8      # support.DEFAULT_GPU
         assert ex.targets["gpu-02"].via.count(f"127.0.0.1:{c.bastion.port}") == 2
         ex.close()
         assert c.forwarded("gpu-01") == c.accepted("gpu-01") == 1

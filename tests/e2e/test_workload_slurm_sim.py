@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import commands, journal, result, sim_state, write_inventory, write_playbook
+from support import DEFAULT_GPU, commands, journal, result, sim_state, write_inventory, write_playbook
 
 from k3rollout.cli import main
 from k3rollout.sim.dispatch import dispatch
@@ -117,7 +117,8 @@ def test_jobs_are_sent_from_the_scheduler_host_the_inventory_names(tmp_path):
     inv.parent.mkdir()
     inv.write_text(yaml.safe_dump({"all": {
         "vars": {"ansible_connection": "k3sim", "scheduler": "slurm", "sim_reboot_s": 0.01},
-        "children": {"gpu_nodes": {"vars": {"k3_scheduler_host": "slurm-ctl", "k3_container_launcher": "pyxis"},
+        "children": {"gpu_nodes": {"vars": {"k3_scheduler_host": "slurm-ctl", "k3_container_launcher": "pyxis",
+                                            **DEFAULT_GPU},
                                    "hosts": {"gpu-01": None}},
                      "slurm_controller": {"hosts": {"slurm-ctl": None}}}}}))
     pb = write_playbook(tmp_path / "pb.yml", serial=1, min_serving=0, max_fail_percentage=100,
@@ -249,7 +250,7 @@ def test_a_replica_job_whose_worker_task_dies_names_that_node_from_sruns_own_lin
     assert facts["facts"]["replica_culprit"] == "gpu-02"
     # the job's output, read for gpu-02, is its evidence: its task's lines and srun's line about it
     logs = "".join(p.read_text() for p in (run_dir / "evidence" / "gpu-02").rglob("k3rollout-smoke-failure-logs*"))
-    assert "srun: error: gpu-02: task 1: Exited with exit code 1" in logs and "1: ERROR [core.py:708] torch.OutOfMemoryError" in logs
+    assert "srun: error: gpu-02: task 1: Exited with exit code 1" in logs and "1: ERROR [core.py:1584] torch.OutOfMemoryError" in logs
     assert "1: k3rollout: gpu-02 is node 1 of gpu-[01-02], head gpu-01" in logs
     assert not [n for n in reservations(run_dir) if n.startswith("k3rollout-check.")]
 

@@ -29,11 +29,30 @@ PLAYBOOK = ROOT / "playbooks" / "k3-driver-rollout.yml"
 SIM_INVENTORY = ROOT / "inventories" / "sim" / "hosts.yml"
 
 
-def write_inventory(path: Path, hosts: dict[str, dict], group_vars: dict | None = None) -> Path:
-    """An Ansible YAML inventory with every host in group gpu_nodes."""
+# A test node's GPUs unless the test names them: 8 x B300 (268 GiB each, as nvidia-smi shows
+# the B300 SXM6 AC, k3rollout/sim/gpu.py), which hold Kimi K3 on one node (the profile's tp8).
+# The simulator's own default, 8 x H200, cannot: vLLM runs out of memory loading K3 there, so a
+# test on H200 says so and serves K3 in the profile's two-node replicas.
+GPU_VARS = ("sim_gpu", "sim_gpu_count", "sim_gpu_mem_gib")
+DEFAULT_GPU = {"sim_gpu": "NVIDIA B300 SXM6 AC", "sim_gpu_count": 8, "sim_gpu_mem_gib": 268}
+
+
+def with_default_gpu(hv: dict | None, group_vars: dict | None = None, default_gpu: dict | None = DEFAULT_GPU) -> dict:
+    """A host's vars with ``default_gpu`` where neither they nor the group name any GPU var."""
+    hv = dict(hv or {})
+    if not default_gpu or any(k in hv or k in (group_vars or {}) for k in GPU_VARS):
+        return hv
+    return {**default_gpu, **hv}
+
+
+def write_inventory(path: Path, hosts: dict[str, dict], group_vars: dict | None = None,
+                    default_gpu: dict | None = DEFAULT_GPU) -> Path:
+    """An Ansible YAML inventory with every host in group gpu_nodes, on ``default_gpu`` unless
+    a host or the group names its GPUs (None: the inventory names no GPUs)."""
     path.mkdir(parents=True, exist_ok=True)
     inv = {"all": {"vars": {"ansible_connection": "k3sim", "scheduler": "kubernetes", **(group_vars or {})},
-                   "children": {"gpu_nodes": {"hosts": {h: (v or None) for h, v in hosts.items()}}}}}
+                   "children": {"gpu_nodes": {"hosts": {h: with_default_gpu(v, group_vars, default_gpu) or None
+                                                        for h, v in hosts.items()}}}}}
     f = path / "hosts.yml"
     f.write_text(yaml.safe_dump(inv, sort_keys=False))
     return f

@@ -26,6 +26,7 @@ from pathlib import Path
 from k3rollout.sim import netd, thin
 from k3rollout.sim.dispatch import HANDLERS
 from k3rollout.sim.state import init_host, locked
+from support import with_default_gpu
 
 ROOT = Path(__file__).resolve().parents[2]
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
@@ -175,7 +176,8 @@ class SSHDCluster:
             d = base / "hosts" / name
             d.mkdir(parents=True)
             # state dirs are siblings, as the simulator finds NCCL peers by name next to its own
-            state = init_host(base / "states" / name, name, hv)
+            # on the tests' default GPUs unless the host names its own (support.DEFAULT_GPU)
+            state = init_host(base / "states" / name, name, with_default_gpu(hv))
             host_pub = _keygen(d / "ssh_host_ed25519_key")
             port = _free_port()
             cfg = d / "sshd_config"

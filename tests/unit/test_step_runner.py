@@ -29,3 +29,30 @@ def test_a_once_step_whose_connection_dropped_and_did_not_take_effect_is_probed_
         [("hold", False, "probe after the connection dropped")]
     assert [r["type"] for r in h.journal() if r.get("step") == "hold"] == \
         ["step_started", "step_error", "step_settled", "step_started", "step_done"]
+
+
+def test_ladder_streams_wait_for_the_process_budget_and_a_level_above_it_runs_alone():
+    """Two levels of 64 fill a budget of 128; a third waits until one ends. A level larger
+    than the budget still runs, alone, once nothing else is open."""
+    import threading
+
+    from k3rollout.engine.steps import StreamBudget
+
+    budget = StreamBudget(128)
+    budget.acquire(64)
+    budget.acquire(64)
+    third = threading.Event()
+    waiter = threading.Thread(target=lambda: (budget.acquire(64), third.set()), daemon=True)
+    waiter.start()
+    assert not third.wait(0.2)            # full: the third level has not started
+    budget.release(64)
+    assert third.wait(60)                 # one ended: it starts
+    budget.release(64)
+    budget.release(64)
+    assert budget.acquire(512) >= 0.0     # nothing open: a level above the budget runs
+    big_done = threading.Event()
+    blocked = threading.Thread(target=lambda: (budget.acquire(1), big_done.set()), daemon=True)
+    blocked.start()
+    assert not big_done.wait(0.2)         # and nothing joins it until it ends
+    budget.release(512)
+    assert big_done.wait(60)
