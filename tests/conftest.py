@@ -41,12 +41,23 @@ def pytest_make_collect_report(collector):
         rep.longrepr = f"{CI_NO_SKIP}\n{rep.longrepr}"
 
 
+E2E_DIR = Path(__file__).resolve().parent / "e2e"
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``long`` (the crash matrix, whole rollouts over sshd, the wheel install)
+    """Every test under tests/e2e/ is marked ``e2e`` (before ``-m`` deselects: tryfirst), so
+    ``pytest -m "not e2e"`` is the unit and integration tiers; a test elsewhere that starts
+    a real sshd, slurmctld, chromium, ansible-playbook or kubectl carries the mark itself.
+
+    Tests marked ``long`` (the crash matrix, whole rollouts over sshd, the wheel install)
     start first; everything else keeps its collection order. scripts/test.sh hands tests to
     the workers one at a time (``--maxschedchunk 1``), so the long ones start at once on
     different workers, the short ones fill in around them, and no worker is left running a
     long test alone at the end."""
+    for item in items:
+        if E2E_DIR in Path(item.path).parents:
+            item.add_marker(pytest.mark.e2e)
     items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 

@@ -53,8 +53,16 @@ def test_inventory_loader_returns_a_model_or_one_clear_error(tree):
 
 @FUZZ
 @given(st.text(max_size=300))
-def test_arbitrary_text_never_crashes_either_loader(text):
+def test_arbitrary_text_never_crashes_the_playbook_loader(text):
     _check(load_playbook, text)
+
+
+# Text that is no YAML inventory is handed to the real ansible-inventory (its other plugins
+# may parse it), about a second a process: 150 examples are minutes, so this half is end to end.
+@pytest.mark.e2e
+@FUZZ
+@given(st.text(max_size=300))
+def test_arbitrary_text_never_crashes_the_inventory_loader(text):
     _check(load_inventory, text)
 
 
@@ -67,6 +75,7 @@ def test_hostile_host_names_are_rejected_with_their_line(tmp_path, name, capsys)
     assert f"{inv}:" in err and "invalid host name" in err
 
 
+@pytest.mark.e2e          # a whole rollout on the simulated cluster
 def test_hostile_vars_reach_commands_as_single_literal_arguments(tmp_path):
     evil = "x; touch /tmp/k3-pwned $(id) {{ 7*7 }}\nsecond-line"
     inv = write_inventory(tmp_path / "inv", {"gpu-01": {"evil": evil}})

@@ -205,6 +205,7 @@ def test_a_stale_none_lock_survives_a_reboot_is_reported_and_only_unlock_takes_i
     ex.close()
 
 
+@pytest.mark.e2e          # real sshd hosts and two whole runs
 def test_over_real_sshd_a_second_run_of_a_none_cluster_is_refused_naming_the_holder(sshd_cluster, tmp_path):
     """Two controllers (each its own lock files), two inventory files, real SSH: the lock
     directory on the cluster's first host lets one run through."""

@@ -9,6 +9,7 @@ import json
 import pytest
 from support import DATA, PLAYBOOK, ROOT, cli
 
+from k3rollout.cli import main
 from k3rollout.model import load_inventory, load_playbook
 from k3rollout.model.inputs import apply_overrides
 from k3rollout.plan import make_plan
@@ -24,10 +25,9 @@ def known_hosts(tmp_path):
     return str(f)
 
 
-def test_deepops_inventory_names_its_groups_when_the_play_matches_none(tmp_path):
-    p = cli("plan", str(PLAYBOOK), "-i", str(REAL / "deepops.ini"))
-    assert p.returncode == 2
-    err = p.stderr
+def test_deepops_inventory_names_its_groups_when_the_play_matches_none(capsys):
+    assert main(["plan", str(PLAYBOOK), "-i", str(REAL / "deepops.ini")]) == 2
+    err = capsys.readouterr().err
     assert "deepops.ini" in err and "hosts pattern 'gpu_nodes'" in err
     for group in ("kube-node", "slurm-node", "slurm-master", "kube-master", "etcd"):
         assert group in err
@@ -39,7 +39,7 @@ def test_deepops_inventory_names_its_groups_when_the_play_matches_none(tmp_path)
     ("kubespray.ini", "kube-node", "none", ["node2", "node3", "node4", "node5", "node6"], "nothing to cordon"),
 ])
 def test_a_real_inventory_plans_its_gpu_group_over_ssh_never_on_the_simulator(
-        tmp_path, known_hosts, inventory, group, scheduler, nodes, where):
+        capsys, known_hosts, inventory, group, scheduler, nodes, where):
     """The shipped playbook takes the GPU nodes' group from -e k3_hosts; hosts with no
     ansible_connection are SSH hosts, as Ansible dials them, never simulated ones."""
     # the shipped play plans Kimi K3 replicas; these inventories name no GPUs, so -e gives them
@@ -47,12 +47,14 @@ def test_a_real_inventory_plans_its_gpu_group_over_ssh_never_on_the_simulator(
     args = ("plan", str(PLAYBOOK), "-i", str(REAL / inventory), "-e", f"k3_hosts={group}",
             "-e", f"scheduler={scheduler}", "-e", f"k3_known_hosts_file={known_hosts}",
             "-e", '{"k3_gpu_model": "NVIDIA B300 SXM6 AC", "k3_gpu_count": 8, "k3_gpu_mem_gib": 268}')
-    p = cli(*args, "--json")
-    assert p.returncode == 0, p.stderr
-    plan = json.loads(p.stdout)
+    code = main([*args, "--json"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    plan = json.loads(out.out)
     assert plan["hosts"] == nodes
     assert [n for b in plan["batches"] for n in b["nodes"]] == nodes
-    text = cli(*args).stdout
+    assert main(list(args)) == 0
+    text = capsys.readouterr().out
     assert where in text and "simulated" not in text
     inv = load_inventory(REAL / inventory)
     playbook, inv = apply_overrides(load_playbook(PLAYBOOK), inv, {"extra_vars": {
@@ -61,6 +63,7 @@ def test_a_real_inventory_plans_its_gpu_group_over_ssh_never_on_the_simulator(
     assert connection_kind({h: inv.hosts[h] for h in picked}) == "ssh"
 
 
+@pytest.mark.e2e          # against the real ansible-inventory
 def test_the_inventory_verb_matches_ansible_inventory_on_real_inventories():
     import subprocess
 

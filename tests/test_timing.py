@@ -57,6 +57,7 @@ def test_plan_without_history_says_it_uses_the_playbook(tmp_path, capsys):
     assert t["lower_bound_s"] <= t["window_makespan_s"] <= t["serial_makespan_s"]
 
 
+@pytest.mark.e2e          # two whole rollouts on the simulated cluster
 def test_history_takes_p90_per_stage_and_hardware_class(tmp_path, capsys):
     code, run_dir, pb = _run(tmp_path, "r1", {"gpu-a01": H200, "gpu-a02": H200, "gpu-b01": B200, "gpu-b02": B200},
                              serial=2, min_serving=1)

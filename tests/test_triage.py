@@ -155,6 +155,7 @@ def test_live_facts_follow_the_tree():
     assert any(h.family == "nnodes" and h.weight < 0 for h in t.hits)
 
 
+@pytest.mark.e2e          # a whole rollout on the simulated cluster
 def test_report_shows_the_scoring_for_a_triaged_node(tmp_path):
     from support import journal, write_inventory, write_playbook
 

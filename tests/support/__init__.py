@@ -133,7 +133,8 @@ def cli(*args: str, env: dict | None = None, check: bool = False,
     e = {**os.environ, **(env or {})}
     head = [str(Path(__file__).resolve().parent / "faultinject.py"), fault[0], str(fault[1])] if fault else \
         ["-m", "k3rollout"]
-    if fork and _fork_server().usable(e):
+    # K3_TEST_NO_FORK=1 starts them plainly: how the server's saving was measured (bench/README.md)
+    if fork and os.environ.get("K3_TEST_NO_FORK") != "1" and _fork_server().usable(e):
         p = _fork_server().run([*head, *args], e, str(ROOT), timeout=300)
     else:
         p = subprocess.run([sys.executable, *head, *args], capture_output=True, text=True, env=e,
