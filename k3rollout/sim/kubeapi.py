@@ -536,7 +536,9 @@ class Cluster:
         if namespace and one:
             with self.lock:
                 p = self.data["pods"].get(f"{namespace}/{one['metadata.name']}")
-                if p is not None and self.work.sync(p["spec"].get("nodeName") or None):
+                if p is not None and p["spec"].get("nodeName"):
+                    self.work.sync_node(p["spec"]["nodeName"])
+                elif p is not None and self.work.sync():
                     self.save()
                 p = self.data["pods"].get(f"{namespace}/{one['metadata.name']}")
                 match = kubewatch.pod_matcher(namespace, field_selector, label_selector)
@@ -901,8 +903,12 @@ class Handler(BaseHTTPRequestHandler):
             return 200, c.namespace(p[4])
         if len(p) == 7 and p[:4] == ["", "api", "v1", "namespaces"] and p[5] == "pods" and method == "GET":
             with c.lock:
-                c.work.sync(c.pod(p[4], p[6])["spec"].get("nodeName") or None)
-                c.save()
+                node = c.pod(p[4], p[6])["spec"].get("nodeName")
+                if node:
+                    c.work.sync_node(node)
+                else:
+                    c.work.sync()
+                    c.save()
             return 200, c.pod(p[4], p[6])
         if len(p) == 7 and p[:4] == ["", "api", "v1", "namespaces"] and p[5] == "pods" and method == "DELETE":
             self._authorize("delete", "pods", "", p[4], p[6])

@@ -334,6 +334,14 @@ class Workloads:
             pod["status"]["podIPs"] = [{"ip": pod["status"]["podIP"]}]
         return True
 
+    def sync_node(self, node: str) -> None:
+        """``sync`` of one node's kubelet, saved only when it changed something (a read of a
+        pod, its log or its proxy: most find the cluster as it was)."""
+        rv = self.store.data["rv"]
+        self.sync(node)
+        if self.store.data["rv"] != rv:
+            self.store.save()
+
     def sync(self, only: str | None = None, kubelets: bool = True) -> bool:
         """Owners create the pods they lack, the scheduler places pending ones, and each node's
         kubelet runs what is bound to it (``only``: that node's kubelet alone; ``kubelets=False``:
@@ -463,8 +471,7 @@ class Workloads:
             d = self.store.host_dir(node)
             if key not in self.store.data["run"] or d is None:
                 return ""
-            self.sync(node)
-            self.store.save()
+            self.sync_node(node)
             lines = kubelet.log_lines(st.load(d), pod, cname, q.get("previous") == "true")
         if isinstance(lines, str):
             raise ApiError(400, "BadRequest", lines)
@@ -486,8 +493,7 @@ class Workloads:
             pod = self.store.pod(ns, name)
             node = pod["spec"].get("nodeName")
             if node:
-                self.sync(node)
-                self.store.save()
+                self.sync_node(node)
             if not port:
                 declared = [pt.get("containerPort") for c in pod["spec"]["containers"] for pt in c.get("ports") or []]
                 port = str(declared[0]) if declared else "80"
