@@ -16,7 +16,8 @@ The cluster's data (sim/kubeapi.py ``Cluster.data``) is a dict of collections: o
 (``pods``, ``workloads``, ``leases``, ``namespaces``) or in a list (``events``, keyed by uid),
 lists of keys (``run``, ``admitted``), a map (``born``), and small values (``rv``, ``settings``,
 ``blocked``, ...), each of which is one row written when its JSON changes. Rows keep their
-insertion order (SQLite's rowid survives an update), so lists and dicts come back in order.
+insertion order (SQLite's rowid survives an update), so lists and dicts come back in order; an
+empty collection has no rows and comes back absent (the caller gives its defaults).
 """
 
 from __future__ import annotations
