@@ -65,6 +65,62 @@ def test_drain_evicts_the_serving_pod_and_leaves_the_daemonset_pod(k8s):
     assert len(evictions) == 1
 
 
+def _terminating_until_watched(k8s, monkeypatch) -> None:
+    """Evictions accepted, their pods left Terminating (the simulated kubelet stops a pod's
+    processes at once; a real one gives them the grace period): each goes when the next watch
+    is asked for, so the drain must wait for it after its first read."""
+    evicted = []
+    monkeypatch.setattr(k8s.core, "create_namespaced_pod_eviction", lambda name, ns, body: evicted.append((ns, name)))
+    opened = k8s.watch
+
+    def watch(list_method, *args, **kw):
+        for ns, name in evicted:
+            k8s.core.delete_namespaced_pod(name, ns)
+        evicted.clear()
+        yield from opened(list_method, *args, **kw)
+
+    monkeypatch.setattr(k8s, "watch", watch)
+
+
+def _drain_counted(k8s, node: str):
+    from k3rollout.scheduler import k8s_calls
+
+    sent = k8s_calls.totals.copy()
+    res = k8s.drain(node, timeout_s=60, retry_s=5)
+    assert res.ok, res.message
+    return k8s_calls.totals - sent
+
+
+def test_the_drain_waits_for_an_evicted_pod_to_be_gone_with_a_watch_not_a_poll(k8s, monkeypatch):
+    # the serving pod seeded when the server came up is replaced by one made after it (the
+    # Docker host's serving container stands for it again), within the server's watch history
+    (seeded,) = [p for p in k8s.pods_on("gpu-01") if p.metadata.namespace == "inference"]
+    k8s.core.delete_namespaced_pod(seeded.metadata.name, "inference")
+    (fresh,) = [p for p in k8s.pods_on("gpu-01") if p.metadata.namespace == "inference"]
+    assert fresh.metadata.uid != seeded.metadata.uid
+    _terminating_until_watched(k8s, monkeypatch)
+    calls = _drain_counted(k8s, "gpu-01")
+    # one read of the evicted pod, then one watch from it until its DELETED event: no poll
+    assert calls["get pods"] == 1 and calls["watch pods"] == 1 and k8s.clock.sleeps == []
+    assert [p.metadata.namespace for p in k8s.pods_on("gpu-01")] == ["gpu-operator"]
+
+
+def test_a_drain_whose_watch_history_expired_reads_the_pod_again_without_polling(k8s, monkeypatch):
+    # the serving pod is older than this server's watch history: the watch from its version is
+    # an ERROR event 410 Expired, and the wait starts again with a read, which finds it gone
+    _terminating_until_watched(k8s, monkeypatch)
+    calls = _drain_counted(k8s, "gpu-01")
+    assert calls["get pods"] == 2 and calls["watch pods"] == 1 and k8s.clock.sleeps == []
+
+
+def test_without_the_watch_right_the_drain_polls_until_the_evicted_pod_is_gone(k8s, monkeypatch):
+    _terminating_until_watched(k8s, monkeypatch)
+    k8s.srv.cluster.set_denied(["watch pods"])
+    calls = _drain_counted(k8s, "gpu-01")
+    # the watch is refused (403): the pod is read again after a poll's sleep, and found gone
+    assert calls["watch pods"] == 1 and calls["get pods"] == 2 and k8s.clock.sleeps == [1.0]
+
+
 def test_a_disruption_budget_is_retried_until_the_drain_timeout_then_reported(k8s):
     res = k8s.drain("gpu-02", timeout_s=30, retry_s=5)
     assert not res.ok

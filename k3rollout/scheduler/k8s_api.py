@@ -11,13 +11,13 @@ stays the wire-compatibility check in the tests.
 What a drain does (as ``kubectl drain --ignore-daemonsets`` and ``kubernetes.core.k8s_drain``
 do): cordon (``spec.unschedulable``), then evict every pod on the node through
 ``policy/v1`` Evictions except DaemonSet-owned and mirror pods, retrying a 429
-(PodDisruptionBudget) until the drain timeout, then wait until the evicted pods are gone.
+(PodDisruptionBudget) until the drain timeout, then wait until the evicted pods are gone (each
+read, then watched: k8s_watch.py).
 Nothing here ever runs on the node being changed.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -25,8 +25,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from k3rollout.errors import K3RolloutError
-from k3rollout.scheduler import k8s_calls
+from k3rollout.scheduler import k8s_calls, k8s_watch
+from k3rollout.scheduler.k8s_errors import KubernetesError as KubernetesError  # the error of every request here
+from k3rollout.scheduler.k8s_errors import api_error as api_error
 
 # The official client is imported in the functions that call it ("lazy" below): it takes
 # most of a second to import, and a run without a Kubernetes node never needs it.
@@ -56,15 +57,6 @@ def kubeconfig_for(host_vars: dict[str, Any], inventory_path: str, executor: Any
     return cfg, host_vars.get("k3_kube_context") or None
 
 
-class KubernetesError(K3RolloutError):
-    """The API refused or could not be reached; carries the status code and reason."""
-
-    def __init__(self, message: str, *, status: int | None = None, reason: str = ""):
-        super().__init__(message)
-        self.status = status
-        self.reason = reason
-
-
 @dataclass
 class DrainResult:
     ok: bool
@@ -84,21 +76,7 @@ class LeaseHolder:
     expired: bool
 
 
-def _err(exc: Any, what: str) -> KubernetesError:
-    from kubernetes.client.exceptions import ApiException  # lazy
-
-    if isinstance(exc, ApiException):
-        try:
-            body = json.loads(exc.body or "{}")
-        except ValueError:
-            body = {}
-        msg = body.get("message") or exc.reason
-        return KubernetesError(f"{what}: HTTP {exc.status} {body.get('reason') or exc.reason}: {msg}",
-                               status=exc.status, reason=str(body.get("reason") or exc.reason))
-    return KubernetesError(f"{what}: {type(exc).__name__}: {exc}")
-
-
-api_error = _err      # the one translation of a client error, for the workload backend
+_err = api_error      # the one translation of a client error (k8s_errors.py)
 
 
 def _gpu_count(container: Any) -> int:
@@ -165,8 +143,11 @@ class KubernetesApi:
 
         w = watch.Watch()
         try:
-            for ev in w.stream(getattr(getattr(self, api), list_method), *args, deserialize=False, **kw):
-                yield str(ev["type"]), ev["object"]
+            # deserialized, and the object taken as the server wrote it (``raw_object``): with
+            # ``deserialize=False`` the client's stream (kubernetes 37.0) looks up ``raw_object``
+            # in an ERROR event that has none, so a 410 Expired came out as a KeyError
+            for ev in w.stream(getattr(getattr(self, api), list_method), *args, **kw):
+                yield str(ev["type"]), ev["raw_object"]
         finally:
             w.stop()
 
@@ -290,16 +271,15 @@ class KubernetesApi:
                                + "; ".join(f"{k}: {v}" for k, v in sorted(res.blocked.items())))
                 return res
             self.sleep(retry_s)
-        # evicted pods terminate (grace period); the node is drained when they are gone
-        while True:
-            alive = [k for k, p in pending.items() if self._still_there(p)]
-            if not alive:
-                break
-            if self.now() >= deadline:
-                res.waited_s = self.now() - start
-                res.message = f"drain of {name} timed out waiting for {', '.join(alive)} to terminate"
-                return res
-            self.sleep(min(1.0, retry_s))
+        # evicted pods terminate (grace period); the node is drained when they are gone: each
+        # pod is read, then watched from that read until its DELETED event (k8s_watch.py; a
+        # pod of the same name with another uid, a StatefulSet's next one, is not it)
+        alive = [k for k, p in pending.items()
+                 if not self._gone(p, max(0.0, deadline - self.now()), min(1.0, retry_s))]
+        if alive:
+            res.waited_s = self.now() - start
+            res.message = f"drain of {name} timed out waiting for {', '.join(alive)} to terminate"
+            return res
         res.ok = True
         res.waited_s = self.now() - start
         return res
@@ -320,16 +300,26 @@ class KubernetesApi:
                 return str(_err(exc, "eviction refused")).split(": ", 2)[-1]
             raise _err(exc, f"evict {pod.metadata.namespace}/{pod.metadata.name}") from None
 
-    def _still_there(self, pod: Any) -> bool:
+    def _gone(self, pod: Any, timeout_s: float, poll_s: float) -> bool:
+        """Whether the evicted pod is gone (deleted, or replaced by another of its name) within
+        ``timeout_s``: read, then watched (polled where the watch is refused)."""
         from kubernetes.client.exceptions import ApiException  # lazy
 
-        try:
-            now = self.core.read_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise _err(exc, f"read pod {pod.metadata.namespace}/{pod.metadata.name}") from None
-        return now.metadata.uid == pod.metadata.uid
+        ns, pname, uid = pod.metadata.namespace, pod.metadata.name, pod.metadata.uid
+
+        def read() -> dict[str, Any] | None:
+            try:
+                got: dict[str, Any] = self.serialize(self.core.read_namespaced_pod(pname, ns))
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                raise _err(exc, f"read pod {ns}/{pname}") from None
+            return got
+
+        gone, _ = k8s_watch.wait_watched(self, read, k8s_watch.pod_watcher(self, ns, pname),
+                                         lambda p: p is None or (p.get("metadata") or {}).get("uid") != uid,
+                                         timeout_s, poll_s)
+        return gone
 
     # ------------------------------------------------------------ GPU Operator
 

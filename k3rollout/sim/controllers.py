@@ -42,8 +42,23 @@ def owner_ref(api_version: str, kind: str, name: str, uid: str) -> dict[str, Any
             "blockOwnerDeletion": True}
 
 
+# (uid, resourceVersion) of a Deployment -> its ReplicaSet's name: an object changed through the
+# API has a new resourceVersion, and hashing every Deployment's template on every look at the
+# cluster made each request cost as much as the cluster's size
+_RS_NAMES: dict[tuple[Any, Any], str] = {}
+
+
 def replicaset_name(obj: dict[str, Any]) -> str:
-    return f"{obj['metadata']['name']}-{template_hash(obj['spec']['template'])}"
+    meta = obj["metadata"]
+    key = (meta.get("uid"), meta.get("resourceVersion"))
+    name = _RS_NAMES.get(key) if key[0] and key[1] else None
+    if name is None or not name.startswith(f"{meta['name']}-"):
+        name = f"{meta['name']}-{template_hash(obj['spec']['template'])}"
+        if key[0] and key[1]:
+            if len(_RS_NAMES) > 100_000:
+                _RS_NAMES.clear()
+            _RS_NAMES[key] = name
+    return name
 
 
 def _pod(template: dict[str, Any], name: str | None, ns: str, owner: dict[str, Any],
@@ -110,7 +125,17 @@ def wanted(obj: dict[str, Any]) -> list[tuple[str | None, int, dict[str, Any]]]:
 def rs_uid(obj: dict[str, Any]) -> str:
     import uuid
 
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{obj['metadata']['uid']}/{replicaset_name(obj)}"))
+    name = replicaset_name(obj)
+    key = (obj["metadata"]["uid"], name)
+    uid = _RS_UIDS.get(key)
+    if uid is None:
+        if len(_RS_UIDS) > 100_000:
+            _RS_UIDS.clear()
+        uid = _RS_UIDS[key] = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{key[0]}/{name}"))
+    return uid
+
+
+_RS_UIDS: dict[tuple[Any, str], str] = {}       # (Deployment uid, ReplicaSet name) -> the ReplicaSet's uid
 
 
 def owned_by(pod: dict[str, Any], uid: str) -> bool:

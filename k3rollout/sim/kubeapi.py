@@ -17,8 +17,8 @@ official Python client can drive it.
 
 A node is the sim host itself: ``spec.unschedulable`` is the host's scheduler state, labels
 and annotations live in the host's state, and ``Ready`` follows whether the host is up.
-Pods, owners, events, budgets and leases are cluster objects, kept in ``kubeapi.json`` under
-the sim root, with the cluster's settings (``lws_crd``: the LeaderWorkerSet CRD is installed;
+Pods, owners, events, budgets and leases are cluster objects, kept in ``kubeapi.db`` under
+the sim root (sim/kubestore.py), with the cluster's settings (``lws_crd``: the LeaderWorkerSet CRD is installed;
 ``deny``: rights refused to every user, from the hosts' ``sim_k8s_deny``). Namespaces: the
 cluster's own (``default``, ``kube-system``, ``kube-public``, ``kube-node-lease``), those of the
 GPU Operator, the serving owners and k3rollout's workload namespace (``k3rollout``), any
@@ -64,7 +64,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import orjson
 
 from k3rollout.sim import controllers as ctl
-from k3rollout.sim import kubediscovery, kubelet, kubeseed, kubetables, kubewatch, kubeworkloads
+from k3rollout.sim import kubediscovery, kubelet, kubeseed, kubestore, kubetables, kubewatch, kubeworkloads
 from k3rollout.sim import state as st
 from k3rollout.sim.kubebase import UNSCHEDULABLE_TAINT, ApiError, audit, not_found, now_iso
 from k3rollout.sim.kubebase import audited as audited  # tests read a node's audit log from here
@@ -91,16 +91,17 @@ TOKENS = {"sim-admin-token": ("kubernetes-admin", "cluster-admin"), "sim-viewer-
 
 
 class Cluster:
-    """The API server's objects: nodes from the sim hosts' state, the rest in kubeapi.json."""
+    """The API server's objects: nodes from the sim hosts' state, the rest in kubeapi.db."""
 
     def __init__(self, sim_root: Path, pdb_release_s: float | None = None, lws_crd: bool | None = None,
                  deny: list[str] | None = None):
         self.root = Path(sim_root)
         self.pdb_release_s = pdb_release_s
-        self.path = self.root / "kubeapi.json"
         self.lock = threading.RLock()
-        self.data = json.loads(self.path.read_text()) if self.path.exists() else {"rv": 1, "pods": {},
-                                                                                  "leases": {}, "blocked": {}}
+        self.store = kubestore.Store(self.root)
+        self.data = self.store.load() or {"rv": 1}
+        for empty in ("pods", "leases", "blocked"):      # (an empty collection has no rows)
+            self.data.setdefault(empty, {})
         # pods the kubelets run (created through the API or by a controller), owners, and the
         # cluster-level settings: whether the LeaderWorkerSet CRD is installed, rights refused
         self.data.setdefault("run", [])
@@ -117,6 +118,8 @@ class Cluster:
         # watch from a resourceVersion gets the DELETED events since it; a watch from before
         # ``history_from`` is answered 410 Expired, as an API server whose history was compacted
         self.tombstones: list[tuple[int, float, dict[str, Any]]] = []
+        # host -> its state file and pod count when a look found nothing for the controllers to do
+        self.settled: dict[str, tuple[int, int, int, int]] = {}
         self.history_from = int(self.data["rv"])
         self.work = kubeworkloads.Workloads(self)
         with self.lock:
@@ -128,6 +131,7 @@ class Cluster:
         own, stays in the watch history for HISTORY_S."""
         now = time.monotonic()
         self.data["born"].pop(pod["metadata"]["uid"], None)
+        self.settled.pop(pod["spec"].get("nodeName") or "", None)
         gone = orjson.loads(orjson.dumps(pod))
         gone["metadata"]["resourceVersion"] = self.rv()
         self.tombstones.append((int(gone["metadata"]["resourceVersion"]), now, gone))
@@ -195,11 +199,13 @@ class Cluster:
 
     def save(self) -> None:
         # every change is on disk before its reply (a server restarted after a controller's
-        # crash reads it back); orjson, because the standard library's encoder took a third
-        # of the sim daemon's CPU at 1,000 nodes (the whole object set, on every eviction)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_bytes(orjson.dumps(self.data, option=orjson.OPT_SORT_KEYS))
-        tmp.replace(self.path)
+        # crash reads it back): what changed since the last save (sim/kubestore.py)
+        with self.lock:
+            self.store.save(self.data)
+
+    def close(self) -> None:
+        with self.lock:
+            self.store.close()
 
     def rv(self) -> str:
         self.data["rv"] += 1
@@ -413,20 +419,33 @@ class Cluster:
 
     # ------------------------------------------------------------ pods
 
-    def _reconcile(self, only: str | None = None) -> None:
+    def _reconcile(self, only: str | None = None, kubelets: bool = True) -> None:
         """What the cluster's controllers do: every node runs its DaemonSet pods; on a Docker
         host (``container_runtime: docker``) that takes work and runs a serving container, its
         serving pod stands for that container (a ReplicaSet replaces an evicted one once the node
         is schedulable again). On a containerd node, workload pods are real: owners create them,
-        the scheduler places them and the node's kubelet runs them (``_sync_workloads``)."""
+        the scheduler places them and the node's kubelet runs them (``Workloads.sync``;
+        ``kubelets=False``: no kubelet posts its pods' status)."""
         pods = self.data["pods"]
         changed = False
+        rv = self.data["rv"]
         dirs = self.host_dirs() if only is None else {only: self.root / only}
+        by_node: dict[str, list[dict[str, Any]]] = {}
+        for p in pods.values():
+            by_node.setdefault(p["spec"].get("nodeName") or "", []).append(p)
         for name, d in dirs.items():
-            if not (d / "state.json").is_file():
+            try:
+                f = (d / "state.json").stat()
+            except OSError:
+                continue
+            # a host whose state and pods are as the last look left them needs nothing (a look
+            # at every host's state on every list made each request cost the cluster's size)
+            seen = (f.st_ino, f.st_mtime_ns, f.st_size, len(by_node.get(name, ())))
+            if self.settled.get(name) == seen:
                 continue
             s = st.load(d)
-            mine = [p for p in pods.values() if p["spec"].get("nodeName") == name]
+            mine = by_node.get(name, [])
+            before = len(pods)
             if not any(p["metadata"]["name"].startswith("nvidia-dcgm-exporter") for p in mine):
                 self._new_pod(name, "gpu-operator", "nvidia-dcgm-exporter", "DaemonSet", "nvidia-dcgm-exporter")
                 changed = True
@@ -451,11 +470,14 @@ class Cluster:
                 self._new_pod(name, "inference", "k2-serving-7d9f8b6c5", "ReplicaSet", "k2-serving-7d9f8b6c5",
                               gpus=s["gpu"]["count"])
                 changed = True
+            if len(pods) == before:
+                self.settled[name] = seen
         if only is None and not self.data.get("seeded"):
             self.data["seeded"] = True
             kubeseed.seed(self)
             changed = True
-        if self.work.sync(only) or changed:
+        self.work.sync(only, kubelets=kubelets)
+        if changed or self.data["rv"] != rv:
             self.save()
 
     def _new_pod(self, node: str, ns: str, prefix: str, owner_kind: str, owner: str, app: str | None = None,
@@ -487,10 +509,22 @@ class Cluster:
         # the pods of one node (a drain's list) need only that node's controllers to catch up
         one = [t.split("=")[-1] for t in field_selector.split(",") if t.startswith("spec.nodeName=")
                and "!" not in t and "/" not in t]
-        with self.lock:
-            self._reconcile(one[0] if len(one) == 1 and one[0] else None)
-            out = list(self.data["pods"].values())
         match = kubewatch.pod_matcher(namespace, field_selector, label_selector)
+        with self.lock:
+            if len(one) == 1 and one[0]:
+                self._reconcile(one[0])
+            else:
+                # the pods of an owner (a label selector): the kubelets of the nodes they are on
+                # post their status, not every node's
+                self._reconcile(None, kubelets=False)
+                by_labels = kubewatch.pod_matcher(namespace, "", label_selector)
+                rv = self.data["rv"]
+                for node in sorted({p["spec"].get("nodeName") or "" for p in self.data["pods"].values()
+                                    if by_labels(p)} - {""}):
+                    self.work.sync(node)
+                if self.data["rv"] != rv:
+                    self.save()
+            out = list(self.data["pods"].values())
         return sorted((p for p in out if match(p)), key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"]))
 
     def watched_pods(self, namespace: str | None, field_selector: str, label_selector: str) -> list[dict[str, Any]]:
@@ -502,7 +536,9 @@ class Cluster:
         if namespace and one:
             with self.lock:
                 p = self.data["pods"].get(f"{namespace}/{one['metadata.name']}")
-                if p is not None and self.work.sync(p["spec"].get("nodeName") or None):
+                if p is not None and p["spec"].get("nodeName"):
+                    self.work.sync_node(p["spec"]["nodeName"])
+                elif p is not None and self.work.sync():
                     self.save()
                 p = self.data["pods"].get(f"{namespace}/{one['metadata.name']}")
                 match = kubewatch.pod_matcher(namespace, field_selector, label_selector)
@@ -867,8 +903,12 @@ class Handler(BaseHTTPRequestHandler):
             return 200, c.namespace(p[4])
         if len(p) == 7 and p[:4] == ["", "api", "v1", "namespaces"] and p[5] == "pods" and method == "GET":
             with c.lock:
-                c.work.sync(c.pod(p[4], p[6])["spec"].get("nodeName") or None)
-                c.save()
+                node = c.pod(p[4], p[6])["spec"].get("nodeName")
+                if node:
+                    c.work.sync_node(node)
+                else:
+                    c.work.sync()
+                    c.save()
             return 200, c.pod(p[4], p[6])
         if len(p) == 7 and p[:4] == ["", "api", "v1", "namespaces"] and p[5] == "pods" and method == "DELETE":
             self._authorize("delete", "pods", "", p[4], p[6])
@@ -924,7 +964,7 @@ class Handler(BaseHTTPRequestHandler):
                 raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested "
                                                         "resource")
             self._authorize("get" if name else "list", "replicasets", "apps", ns, name)
-            items = c.work.replicasets(ns)
+            items = c.work.replicasets(ns, name)
             if name is None:
                 return 200, _list("ReplicaSetList", "apps/v1", items, c.data["rv"])
             found = [x for x in items if x["metadata"]["name"] == name]
@@ -1030,3 +1070,4 @@ class KubeApiServer:
     def __exit__(self, *exc: Any) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+        self.cluster.close()

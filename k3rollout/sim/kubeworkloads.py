@@ -108,6 +108,9 @@ class Workloads:
     def __init__(self, store: Store):
         self.store = store
         self._counted = (float("-inf"), 0)
+        self._events: tuple[list[dict[str, Any]], dict[tuple[str, str, str], dict[str, Any]]] = ([], {})
+        self._by_node: dict[str, list[dict[str, Any]]] | None = None     # during a sync: pods by node
+        self._looked: tuple[Any, ...] = ()       # the cluster's version when the controllers last looked
 
     def _live(self) -> list[dict[str, Any]]:
         return [self.store.data["pods"][k] for k in self.store.data["run"] if k in self.store.data["pods"]]
@@ -189,12 +192,16 @@ class Workloads:
         meta = pod["metadata"]
         now = now_iso()
         events = self.store.data.setdefault("events", [])
-        for ev in events:
-            if ev["involvedObject"]["uid"] == meta["uid"] and ev["reason"] == reason and ev["message"] == message:
-                ev["count"] += 1
-                ev["lastTimestamp"] = now
-                ev["metadata"]["resourceVersion"] = self.store.rv()
-                return
+        if self._events[0] is not events or len(self._events[1]) != len(events):
+            # (an index of the events kept, rebuilt when the list is another or was trimmed: a
+            # scan of 2,000 events per event made every pod's start cost the cluster's size)
+            self._events = (events, {(e["involvedObject"]["uid"], e["reason"], e["message"]): e for e in events})
+        ev = self._events[1].get((meta["uid"], reason, message))
+        if ev is not None:
+            ev["count"] += 1
+            ev["lastTimestamp"] = now
+            ev["metadata"]["resourceVersion"] = self.store.rv()
+            return
         events.append({"kind": "Event", "apiVersion": "v1",
                        "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}", "namespace": meta["namespace"],
                                     "uid": str(uuid.uuid4()), "resourceVersion": self.store.rv(), "creationTimestamp": now},
@@ -204,7 +211,12 @@ class Workloads:
                        "source": {"component": component, **({"host": host} if host else {})},
                        "firstTimestamp": now, "lastTimestamp": now, "count": 1, "eventTime": None,
                        "reportingComponent": component, "reportingInstance": host or ""})
-        del events[:-2000]
+        e = events[-1]
+        self._events[1][(e["involvedObject"]["uid"], e["reason"], e["message"])] = e
+        if len(events) > 2000:
+            for old in events[:-2000]:
+                self._events[1].pop((old["involvedObject"]["uid"], old["reason"], old["message"]), None)
+            del events[:-2000]
 
     def events(self, ns: str | None, field_selector: str) -> list[dict[str, Any]]:
         with self.store.lock:
@@ -216,7 +228,13 @@ class Workloads:
         return out
 
     def _free_gpus(self, node: str, s: dict[str, Any], but: str = "") -> int:
-        used = sum(kubelet.gpus_requested(c) for p in self.store.data["pods"].values()
+        if self._by_node is None:
+            # the pods by node, once per sync (bind keeps it): a scan of every pod for each pod
+            # placed or admitted made starting a thousand pods quadratic
+            self._by_node = {}
+            for p in self.store.data["pods"].values():
+                self._by_node.setdefault(p["spec"].get("nodeName") or "", []).append(p)
+        used = sum(kubelet.gpus_requested(c) for p in self._by_node.get(node, [])
                    if p["spec"].get("nodeName") == node and p["metadata"]["uid"] != but
                    and p["status"].get("phase") not in ("Succeeded", "Failed")
                    for c in p["spec"].get("containers") or [])
@@ -282,6 +300,8 @@ class Workloads:
         self._event(pod, "Normal", "Scheduled", f"Successfully assigned {pod['metadata']['namespace']}/"
                                                 f"{pod['metadata']['name']} to {node}", "default-scheduler")
         pod["spec"]["nodeName"] = node
+        if self._by_node is not None:
+            self._by_node.setdefault(node, []).append(pod)
         pod["metadata"]["resourceVersion"] = self.store.rv()
         pod["status"] = {"phase": "Pending", "qosClass": pod["status"].get("qosClass", "BestEffort"),
                          "conditions": [{"type": "PodScheduled", "status": "True"}]}
@@ -314,13 +334,33 @@ class Workloads:
             pod["status"]["podIPs"] = [{"ip": pod["status"]["podIP"]}]
         return True
 
+    def sync_node(self, node: str) -> None:
+        """``sync`` of one node's kubelet, saved only when it changed something (a read of a
+        pod, its log or its proxy: most find the cluster as it was)."""
+        rv = self.store.data["rv"]
+        self.sync(node)
+        if self.store.data["rv"] != rv:
+            self.store.save()
+
     def sync(self, only: str | None = None, kubelets: bool = True) -> bool:
         """Owners create the pods they lack, the scheduler places pending ones, and each node's
         kubelet runs what is bound to it (``only``: that node's kubelet alone; ``kubelets=False``:
         none). True when anything may have changed."""
         if not self.store.data["run"] and not self.store.data["workloads"]:
             return False
-        self._controllers()
+        # the owners' controllers act on a change of a pod or an owner, each of which is a new
+        # resourceVersion: with none since their last look they have nothing to do
+        looked = (self.store.data["rv"], self.store.lws_crd, len(self.store.data["run"]))
+        if looked != self._looked:
+            self._controllers()
+            self._looked = (self.store.data["rv"], self.store.lws_crd, len(self.store.data["run"]))
+        self._by_node = None
+        try:
+            return self._place_and_run(only, kubelets)
+        finally:
+            self._by_node = None
+
+    def _place_and_run(self, only: str | None, kubelets: bool) -> bool:
         for pod in self._live():
             if not pod["spec"].get("nodeName"):
                 self._schedule(pod)
@@ -368,11 +408,12 @@ class Workloads:
             uid = ctl.rs_uid(obj) if obj["kind"] == "Deployment" else obj["metadata"]["uid"]
             ns = obj["metadata"]["namespace"]
             mine = owned.get((ns, uid), [])
-            want = ctl.wanted(obj)
             if obj["kind"] == "Deployment":
-                for _, _, body in want[len(mine):]:
-                    self.create_owned(ns, body)
+                if len(mine) < int(obj["spec"].get("replicas", 1)):     # (its pods' bodies only when one lacks)
+                    for _, _, body in ctl.wanted(obj)[len(mine):]:
+                        self.create_owned(ns, body)
                 continue
+            want = ctl.wanted(obj)
             have = {p["metadata"]["name"] for p in mine}
             if obj["kind"] == "LeaderWorkerSet" and \
                     obj["spec"]["leaderWorkerTemplate"].get("restartPolicy") == ctl.RECREATE_GROUP:
@@ -430,8 +471,7 @@ class Workloads:
             d = self.store.host_dir(node)
             if key not in self.store.data["run"] or d is None:
                 return ""
-            self.sync(node)
-            self.store.save()
+            self.sync_node(node)
             lines = kubelet.log_lines(st.load(d), pod, cname, q.get("previous") == "true")
         if isinstance(lines, str):
             raise ApiError(400, "BadRequest", lines)
@@ -453,8 +493,7 @@ class Workloads:
             pod = self.store.pod(ns, name)
             node = pod["spec"].get("nodeName")
             if node:
-                self.sync(node)
-                self.store.save()
+                self.sync_node(node)
             if not port:
                 declared = [pt.get("containerPort") for c in pod["spec"]["containers"] for pt in c.get("ports") or []]
                 port = str(declared[0]) if declared else "80"
@@ -467,12 +506,35 @@ class Workloads:
 
     # ------------------------------------------------------------ owners
 
+    def _up_to_date(self, objs: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+        """Bring what the owners ``objs`` show up to date: every owner's controller and the
+        scheduler catch up, then only the kubelets of the nodes the owners' pods are bound to
+        (one owner's read does not post every node's status); saved when anything changed.
+        Returns the live pods by (namespace, owner uid), for their statuses."""
+        rv = self.store.data["rv"]
+        self.sync(kubelets=False)
+        uids = {_owner_uid(o) for o in objs}
+        nodes = {p["spec"].get("nodeName") for p in self._live()
+                 if any(r.get("uid") in uids for r in p["metadata"].get("ownerReferences") or [])}
+        for node in sorted(n for n in nodes if n):
+            self.sync(node)
+        if self.store.data["rv"] != rv:       # saved only when something changed
+            self.store.save()
+        owned: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for p in self._live():
+            for r in p["metadata"].get("ownerReferences") or []:
+                owned.setdefault((p["metadata"]["namespace"], str(r.get("uid"))), []).append(p)
+        return owned
+
+    def _owners(self, kind: str, ns: str | None, name: str | None = None) -> list[dict[str, Any]]:
+        return [o for o in self.store.data["workloads"].values() if o["kind"] == kind
+                and (ns is None or o["metadata"]["namespace"] == ns) and (name is None or o["metadata"]["name"] == name)]
+
     def workloads(self, kind: str, ns: str | None) -> list[dict[str, Any]]:
         with self.store.lock:
-            self.sync()
-            self.store.save()
-            out = [self._with_status(o) for o in self.store.data["workloads"].values()
-                   if o["kind"] == kind and (ns is None or o["metadata"]["namespace"] == ns)]
+            objs = self._owners(kind, ns)
+            owned = self._up_to_date(objs)
+            out = [self._with_status(o, owned) for o in objs]
         return sorted(out, key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"]))
 
     def watched_workloads(self, kind: str, ns: str | None, name: str | None) -> list[dict[str, Any]]:
@@ -480,39 +542,31 @@ class Workloads:
         scheduler catch up, then only the kubelets of the nodes their pods are bound to (a
         watch of one owner by name does not post every node's status)."""
         with self.store.lock:
-            rv = self.store.data["rv"]
-            self.sync(kubelets=False)
-            objs = [o for o in self.store.data["workloads"].values() if o["kind"] == kind
-                    and (ns is None or o["metadata"]["namespace"] == ns) and (name is None or
-                                                                             o["metadata"]["name"] == name)]
-            uids = {ctl.rs_uid(o) if o["kind"] == "Deployment" else o["metadata"]["uid"] for o in objs}
-            nodes = {p["spec"].get("nodeName") for p in self._live()
-                     if any(r.get("uid") in uids for r in p["metadata"].get("ownerReferences") or [])}
-            for node in sorted(n for n in nodes if n):
-                self.sync(node)
-            if self.store.data["rv"] != rv:       # saved only when something changed
-                self.store.save()
-            return [orjson.loads(orjson.dumps(self._with_status(o))) for o in objs]
+            objs = self._owners(kind, ns, name)
+            owned = self._up_to_date(objs)
+            return [orjson.loads(orjson.dumps(self._with_status(o, owned))) for o in objs]
 
     def workload(self, kind: str, ns: str, name: str) -> dict[str, Any]:
         with self.store.lock:
-            self.sync()
-            self.store.save()
             obj = self.store.data["workloads"].get(f"{kind}/{ns}/{name}")
             if obj is None:
                 raise not_found(ctl.KINDS[kind][1], name, ctl.KINDS[kind][0].rsplit("/", 1)[0]
                                 if "/" in ctl.KINDS[kind][0] else "")
-            return self._with_status(obj)
+            return self._with_status(obj, self._up_to_date([obj]))
 
-    def _with_status(self, obj: dict[str, Any]) -> dict[str, Any]:
-        uid = ctl.rs_uid(obj) if obj["kind"] == "Deployment" else obj["metadata"]["uid"]
-        pods = [p for p in self._live() if p["metadata"]["namespace"] == obj["metadata"]["namespace"]
-                and ctl.owned_by(p, uid)]
-        return {**obj, "status": ctl.status(obj, pods)}
+    def _with_status(self, obj: dict[str, Any], owned: dict[tuple[str, str], list[dict[str, Any]]]) -> dict[str, Any]:
+        return {**obj, "status": ctl.status(obj, owned.get((obj["metadata"]["namespace"], _owner_uid(obj)), []))}
 
-    def replicasets(self, ns: str | None) -> list[dict[str, Any]]:
+    def replicasets(self, ns: str | None, name: str | None = None) -> list[dict[str, Any]]:
+        """The Deployments' ReplicaSets (``name``: that one only, its Deployment alone brought
+        up to date)."""
+        with self.store.lock:
+            deps = [d for d in self._owners("Deployment", ns) if name is None or ctl.replicaset_name(d) == name]
+            owned = self._up_to_date(deps)
+            deps = sorted((self._with_status(d, owned) for d in deps),
+                          key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"]))
         out = []
-        for dep in self.workloads("Deployment", ns):
+        for dep in deps:
             rs = ctl.replicaset_name(dep)
             # the Deployment controller's ReplicaSet: the template's labels and the deployment's
             # selector, each with the pod-template-hash added (pkg/controller/deployment/sync.go
@@ -555,9 +609,9 @@ class Workloads:
             obj["metadata"] |= {"uid": str(uuid.uuid4()), "resourceVersion": self.store.rv(), "generation": 1,
                                 "creationTimestamp": now_iso()}
             self.store.data["workloads"][key] = obj
-            self.sync()
+            owned = self._up_to_date([obj])
             self.store.save()
-            return self._with_status(obj)
+            return self._with_status(obj, owned)
 
     def delete_workload(self, kind: str, ns: str, name: str) -> dict[str, Any]:
         """Deleting an owner deletes its pods (the garbage collector's background propagation)."""
@@ -572,3 +626,8 @@ class Workloads:
             self.store.save()
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                 "details": {"name": name, "group": group, "kind": plural, "uid": obj["metadata"]["uid"]}}
+
+
+def _owner_uid(obj: dict[str, Any]) -> str:
+    """The uid the owner's pods name in their ownerReferences (a Deployment's ReplicaSet's)."""
+    return ctl.rs_uid(obj) if obj["kind"] == "Deployment" else str(obj["metadata"]["uid"])

@@ -2,7 +2,7 @@
 
 One method per API request, through the official client held by ``KubernetesApi``
 (k3rollout/scheduler/k8s_api.py: its kubeconfig, and its one translation of client errors
-into ``KubernetesError``). Objects come back as the API server writes them (camelCase
+into ``KubernetesError``; its one wait, ``wait_watched``, in k8s_watch.py). Objects come back as the API server writes them (camelCase
 dicts, ``sanitize_for_serialization``), so the backend parses one shape and a test's fake
 client answers with plain dicts. Every path is in the method's docstring: the list the
 integrator checks against the simulated API server.
@@ -14,17 +14,15 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from k3rollout.scheduler import k8s_watch
 from k3rollout.scheduler.k8s_api import KubernetesError, api_error
+from k3rollout.scheduler.k8s_watch import MAX_WATCH_S, WATCH_REFUSED, Watcher, wait_watched
 
 GPU = "nvidia.com/gpu"
 LWS_GROUP, LWS_VERSION, LWS_PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets"
 OWNERS: dict[str, str | tuple[str, str, str]] = {  # kind -> (apps/v1 read method, or the custom resource's (group, version, plural))
     "ReplicaSet": "read_namespaced_replica_set", "Deployment": "read_namespaced_deployment",
     "StatefulSet": "read_namespaced_stateful_set", "LeaderWorkerSet": (LWS_GROUP, LWS_VERSION, LWS_PLURAL)}
-
-
-# a watch of one object: (resourceVersion to start from, seconds at most) -> its events
-Watcher = Callable[[str | None, float], Iterator[tuple[str, dict[str, Any]]]]
 
 
 class PodApi:
@@ -103,27 +101,13 @@ class PodApi:
               timeout_s: float, api: str = "core") -> Iterator[tuple[str, dict[str, Any]]]:
         """WATCH (GET ...?watch=true&fieldSelector=...&resourceVersion=...): the events from
         ``resource_version`` on (None: the current state first, as ADDED events), until the
-        server ends the stream after ``timeout_s``."""
-        kw: dict[str, Any] = {"field_selector": field_selector, "timeout_seconds": max(1, int(timeout_s))}
-        if resource_version:
-            kw["resource_version"] = resource_version
-        if api != "core":
-            kw["api"] = api
-        events = self.kube.watch(list_method, *args, **kw)
-        while True:
-            try:
-                ev = next(events)
-            except StopIteration:
-                return
-            except Exception as exc:  # noqa: BLE001 - translated once, by the scheduler's api_error
-                raise api_error(exc, what) from None
-            yield ev
+        server ends the stream after ``timeout_s`` (k3rollout/scheduler/k8s_watch.py ``events``)."""
+        return k8s_watch.events(self.kube, what, list_method, *args, field_selector=field_selector,
+                                resource_version=resource_version, timeout_s=timeout_s, api=api)
 
     def pod_watch(self, namespace: str, name: str) -> Watcher:
         """A Watcher of one pod (``metadata.name`` field selector), from a resourceVersion."""
-        return lambda rv, left: self.watch(f"watch pod {namespace}/{name}", "list_namespaced_pod", namespace,
-                                           field_selector=f"metadata.name={name}", resource_version=rv,
-                                           timeout_s=left)
+        return k8s_watch.pod_watcher(self.kube, namespace, name)
 
     def node_watch(self, name: str) -> Watcher:
         """A Watcher of one node, always from its current state (an ADDED event first): a
@@ -219,55 +203,6 @@ def terminated(pod: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-# where the API server refuses a watch, the wait polls: 403 (no ``watch`` right: RBAC grants
-# get, list and watch separately), 404 and 405 (no watch served there); docs/domain.md,
-# "Workloads on Kubernetes GPU nodes"
-WATCH_REFUSED = (403, 404, 405)
-MAX_WATCH_S = 1800.0      # one stream at most: kube-apiserver ends a watch within --min-request-timeout x 2
-
-
-def wait_watched(pods: PodApi, read: Callable[[], dict[str, Any] | None], watch: Watcher | None,
-                 done: Callable[[dict[str, Any] | None], bool], timeout_s: float,
-                 poll_s: float) -> tuple[bool, dict[str, Any] | None]:
-    """Until ``done(obj)`` holds or ``timeout_s`` passed: (held, the object last seen; None:
-    gone). ``read()`` is the object now (a GET; None on 404); ``watch(resourceVersion, seconds)``
-    its watch events. As client-go's reflector lists then watches, the object is read once and
-    watched from its resourceVersion, so no change between the two is lost: one request for
-    the whole wait instead of one per poll, and the change is seen when it happens. A stream
-    the server ended is watched again from the last resourceVersion seen; a history that
-    expired (410) starts again with a read; where the server refuses the watch (WATCH_REFUSED)
-    the wait polls ``read`` every ``poll_s``."""
-    start = pods.now()
-    obj = read()
-    while not done(obj):
-        left = timeout_s - (pods.now() - start)
-        if left <= 0:
-            return False, obj
-        if watch is None:
-            pods.sleep(min(poll_s, left))
-            obj = read()
-            continue
-        rv = ((obj or {}).get("metadata") or {}).get("resourceVersion")
-        opened, events = pods.now(), 0
-        try:
-            for kind, got in watch(str(rv) if rv else None, min(left, MAX_WATCH_S)):
-                events += 1
-                obj = None if kind == "DELETED" else got
-                if done(obj):
-                    return True, obj
-            if not events and pods.now() - opened < 1.0:
-                # a stream ended at once with nothing in it (a proxy on the way that does not
-                # stream): the next one waits a poll's time rather than spin
-                pods.sleep(min(poll_s, left))
-        except KubernetesError as err:
-            if err.status in WATCH_REFUSED:
-                watch = None
-            elif err.status == 410:
-                obj = read()
-            else:
-                raise
-    return True, obj
-
-
-__all__ = ["GPU", "KubernetesError", "PodApi", "allocatable_gpus", "digest_of", "gpu_request", "node_ready", "phase",
-           "ready_replicas", "restarts", "terminated", "wait_watched"]
+__all__ = ["GPU", "MAX_WATCH_S", "WATCH_REFUSED", "KubernetesError", "PodApi", "Watcher", "allocatable_gpus",
+           "digest_of", "gpu_request", "node_ready", "phase", "ready_replicas", "restarts", "terminated",
+           "wait_watched"]

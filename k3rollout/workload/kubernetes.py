@@ -108,17 +108,23 @@ def _unschedulable(pod: dict[str, Any]) -> str:
 
 
 def owner_of(pods: PodApi, pod: dict[str, Any]) -> dict[str, Any] | None:
-    """The controller that brings the pod back: a ReplicaSet resolved to its Deployment."""
+    """The controller that brings the pod back: a ReplicaSet resolved to its Deployment; a
+    ReplicaSet with no Deployment (none named, or the one named is gone) is that controller
+    itself: it recreates the pods it lacks (docs/domain.md, "Workloads on Kubernetes GPU
+    nodes")."""
     meta = pod.get("metadata") or {}
     ref = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
     if ref is None:
         return None
     ns, kind, name = str(meta.get("namespace")), str(ref.get("kind")), str(ref.get("name"))
+    obj: dict[str, Any] | None = None
     if kind == "ReplicaSet":
-        rs = pods.owner(ns, "ReplicaSet", name) or {}
-        up = next((o for o in (rs.get("metadata") or {}).get("ownerReferences") or [] if o.get("controller")), None)
+        obj = pods.owner(ns, "ReplicaSet", name) or {}
+        up = next((o for o in (obj.get("metadata") or {}).get("ownerReferences") or [] if o.get("controller")), None)
         if up and up.get("kind") == "Deployment":
-            kind, name = "Deployment", str(up.get("name"))
+            deployment = pods.owner(ns, "Deployment", str(up.get("name")))
+            if deployment is not None:
+                kind, name, obj = "Deployment", str(up.get("name")), deployment
     elif kind not in ("StatefulSet", "LeaderWorkerSet"):
         # a LeaderWorkerSet's pods are owned by its StatefulSets; the label names the set
         lws = (meta.get("labels") or {}).get(LWS_NAME_LABEL)
@@ -127,7 +133,8 @@ def owner_of(pods: PodApi, pod: dict[str, Any]) -> dict[str, Any] | None:
         kind, name = "LeaderWorkerSet", lws
     if kind == "StatefulSet" and (meta.get("labels") or {}).get(LWS_NAME_LABEL):
         kind, name = "LeaderWorkerSet", meta["labels"][LWS_NAME_LABEL]
-    obj = pods.owner(ns, kind, name) or {}
+    if obj is None:
+        obj = pods.owner(ns, kind, name) or {}
     return {"kind": kind, "name": name, "namespace": ns,
             "ready_replicas": int((obj.get("status") or {}).get("readyReplicas") or 0),
             "selector": dict(((obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {})}
@@ -314,7 +321,8 @@ class Kubernetes:
 
     def serving_workloads(self, ctx: NodeCtx, containers: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Running pods on the node that request GPUs and are not k3rollout's: owner (a
-        ReplicaSet resolved to its Deployment), image and imageID digest, restarts."""
+        ReplicaSet resolved to its Deployment, where it has one), image and imageID digest,
+        restarts."""
         def read(p: PodApi) -> list[dict[str, Any]]:
             out = []
             for q in p.pods_on(ctx.node):
@@ -588,7 +596,7 @@ class Kubernetes:
         workload is proven, not the node), else the very pod baseline saw."""
         ns, _, pod = workload["name"].partition("/")
         o = workload.get("owner")
-        if o and o.get("kind") in kp.OWNERS and o["kind"] != "ReplicaSet":
+        if o and o.get("kind") in kp.OWNERS:
             res = self._call(ctx, f"route-{pod}", ["GET", f"{o['kind']} {o['namespace']}/{o['name']}", "its pods"],
                              lambda p: self._owner_now(p, o)["pods"])
             # only a pod that serves the API: a LeaderWorkerSet's group comes back with its
@@ -622,7 +630,7 @@ class Kubernetes:
         bare = []
         for s in ctx.baseline.get("serving_containers", []):
             o = s.get("owner")
-            if not o or o.get("kind") not in kp.OWNERS or o["kind"] == "ReplicaSet":
+            if not o or o.get("kind") not in kp.OWNERS:
                 bare.append(s["name"])
                 continue
             key = f"{o['kind']}/{o['namespace']}/{o['name']}"

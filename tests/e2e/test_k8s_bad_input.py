@@ -16,7 +16,7 @@ import pytest
 from support import api_changes, commands, kubectl_exe, sim_state, write_inventory, write_playbook
 
 from k3rollout.cli import main
-from k3rollout.sim import netd
+from k3rollout.sim import kubestore, netd
 
 CONTAINERD = {"sim_container_runtime": "containerd", "k3_workload_backend": "kubernetes"}
 B300 = {"rack": "b", "sim_gpu": "NVIDIA B300 SXM6 AC", "sim_gpu_count": 8, "sim_gpu_mem_gib": 268,
@@ -159,11 +159,10 @@ def test_a_serving_pod_whose_owner_no_longer_exists_is_refused_with_exit_2(tmp_p
         time.sleep(0.1)
     assert not netd.running(root)
     # the Deployment is gone from the API server's store; its pods are left as they were
-    store = json.loads((root / "kubeapi.json").read_text())
-    pods = sorted(k for k in store["pods"] if k.startswith("inference/"))
-    assert len(pods) == 2 and "Deployment/inference/k3-b300" in store["workloads"]
-    del store["workloads"]["Deployment/inference/k3-b300"]
-    (root / "kubeapi.json").write_text(json.dumps(store))
+    with kubestore.edit(root) as store:
+        pods = sorted(k for k in store["pods"] if k.startswith("inference/"))
+        assert len(pods) == 2 and "Deployment/inference/k3-b300" in store["workloads"]
+        del store["workloads"]["Deployment/inference/k3-b300"]
     assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 2
     err = capsys.readouterr().err
     for node, pod in zip(HOSTS, pods, strict=True):

@@ -125,3 +125,75 @@ def test_a_node_that_is_down_is_not_ready(cluster):
     node = httpx.get(f"{cluster.url}/api/v1/nodes/gpu-01").json()
     ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "Unknown" and ready["reason"] == "NodeStatusUnknown"
+
+
+def _objects(api) -> dict:
+    """Every object the API server keeps, as (kind, namespace, name) -> uid (a lease: its holder)."""
+    out = {("Pod", p.metadata.namespace, p.metadata.name): p.metadata.uid
+           for p in api.core.list_pod_for_all_namespaces().items}
+    out |= {("Deployment", d.metadata.namespace, d.metadata.name): d.metadata.uid
+            for d in api.apps.list_deployment_for_all_namespaces().items}
+    out |= {("Namespace", "", n.metadata.name): n.metadata.uid for n in api.core.list_namespace().items}
+    out |= {("Event", e.metadata.namespace, e.metadata.name): e.metadata.uid
+            for e in api.core.list_event_for_all_namespaces().items}
+    out |= {("Lease", "kube-system", x.metadata.name): x.spec.holder_identity
+            for x in api.coord.list_namespaced_lease("kube-system").items}
+    return out
+
+
+def test_an_api_server_whose_daemon_was_killed_comes_back_with_every_object(tmp_path):
+    """The API server keeps its objects on disk before each reply (sim/kubestore.py): its
+    daemon killed (SIGKILL, no clean-up) and started again, every pod, owner, namespace, event
+    and lease is there, with the same uid, and the resourceVersion goes on from where it was."""
+    import signal
+
+    from kubernetes import client as k8s
+
+    from k3rollout.scheduler.k8s_api import KubernetesApi
+    from k3rollout.sim import netd
+
+    root = tmp_path / "sim"
+    for i, name in enumerate(("gpu-c01", "gpu-c02")):
+        st.init_host(root / name, name, {"sim_container_runtime": "containerd", "sim_address": f"127.0.10.{i + 1}",
+                                         "sim_k8s_serving": {"kind": "Deployment", "name": "k3-serving"}})
+    try:
+        netd.ensure(root)
+        api = KubernetesApi(str(netd.kubeconfig_path(root)))
+        # changes of every kind: a namespace, a pod, an owner, a lease, an eviction (its pod
+        # replaced by the owner, with the scheduler's and kubelet's events)
+        api.core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name="team-a")))
+        api.core.create_namespaced_pod("team-a", {"metadata": {"name": "probe"}, "spec": {
+            "nodeName": "gpu-c01", "restartPolicy": "Never",
+            "containers": [{"name": "c", "image": "nvcr.io/nvidia/cuda:12.9.0-base-ubuntu22.04",
+                            "command": ["sleep", "3600"]}]}})
+        api.apps.create_namespaced_deployment("team-a", {"metadata": {"name": "web"}, "spec": {
+            "replicas": 1, "selector": {"matchLabels": {"app": "web"}}, "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "c", "image": "nvcr.io/nvidia/cuda:12.9.0-base-ubuntu22.04",
+                                         "command": ["sleep", "3600"]}]}}}})
+        api.acquire_lease("kube-system", "k3rollout", "alice@ctl-1 run A", 60)
+        victim = next(p for p in api.core.list_namespaced_pod("inference").items if p.spec.node_name == "gpu-c02")
+        api.core.create_namespaced_pod_eviction(victim.metadata.name, "inference", k8s.V1Eviction(
+            metadata=k8s.V1ObjectMeta(name=victim.metadata.name, namespace="inference")))
+        before = _objects(api)
+        rv = int(api.core.list_namespaced_pod("team-a").metadata.resource_version)
+        assert ("Pod", "team-a", "probe") in before and ("Deployment", "team-a", "web") in before
+        assert ("Pod", "inference", victim.metadata.name) not in before
+        assert any(k[0] == "Event" for k in before) and before[("Lease", "kube-system", "k3rollout")]
+
+        pid = int((root / "netd.pid").read_text())
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while netd.running(root) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not netd.running(root)
+        netd.ensure(root)
+        api = KubernetesApi(str(netd.kubeconfig_path(root)))
+        after = _objects(api)
+        # events may be added since (a kubelet goes on posting); nothing else is, and nothing went
+        assert {k: after.get(k) for k in before} == before
+        assert {k: v for k, v in after.items() if k[0] != "Event"} == {k: v for k, v in before.items()
+                                                                       if k[0] != "Event"}
+        assert int(api.core.list_namespaced_pod("team-a").metadata.resource_version) >= rv
+    finally:
+        netd.shutdown(root)

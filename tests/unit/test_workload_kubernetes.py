@@ -526,8 +526,9 @@ def test_preflight_refuses_a_serving_pod_whose_owner_does_not_exist_as_bad_input
                                     "serving/k3-b300 (through ReplicaSet k3-b300-7d9f), which does not exist: after "
                                     "the drain nothing brings such a pod back")
     assert "Recreate the owner (or delete the stray pod), or leave the node out with --skip-node" in owners.detail
-    # k3rollout's own pod is not a serving workload; what the probes may match is listed
-    assert got.serving == ["k3-b300", "k3-b300-7d9f-x2m4q", "serving/k3-b300-7d9f-x2m4q"]
+    # k3rollout's own pod is not a serving workload; what the probes may match is listed (the
+    # pod's owner is its ReplicaSet: the Deployment it names is gone)
+    assert got.serving == ["k3-b300-7d9f", "k3-b300-7d9f-x2m4q", "serving/k3-b300-7d9f-x2m4q"]
 
 
 def test_preflight_passes_a_node_whose_serving_owners_exist_and_lists_them_for_the_probes():
@@ -654,3 +655,50 @@ def test_an_owner_short_while_this_node_runs_none_of_its_pods_still_fails(kube):
     fake.expect("core.list_namespaced_pod", "serving", label_selector="app=kimi", answer=pods)
     got = ctx.workload.prove_serving(ctx)
     assert got.failed == ["Deployment/serving/kimi-k2"] and "has 1 ready replicas of 2" in got.reason
+
+
+# ---------------------------------------------------------------- a ReplicaSet that no Deployment owns
+
+ORPHAN_RS = ("apps.read_namespaced_replica_set", "kimi-k2-7d9f", "serving")
+
+
+def orphan_rs(ready: int, deployment: str | None = None) -> dict:
+    meta: dict[str, Any] = {"name": "kimi-k2-7d9f", "namespace": "serving"}
+    if deployment:
+        meta["ownerReferences"] = [{"kind": "Deployment", "name": deployment, "controller": True}]
+    return {"metadata": meta, "spec": {"selector": {"matchLabels": {"app": "kimi", "pod-template-hash": "7d9f"}}},
+            "status": {"readyReplicas": ready}}
+
+
+@pytest.mark.parametrize("deployment", [None, "kimi-k2"], ids=["no-owner", "deployment-gone"])
+def test_a_pod_of_a_replicaset_without_a_deployment_is_owned_by_that_replicaset_and_waited_for(kube, deployment):
+    """A ReplicaSet left without its Deployment (``--cascade=orphan`` removes the owner
+    reference; a Deployment just deleted leaves it dangling until the garbage collector
+    comes) still recreates its pods: baseline records it as the owner, and after the
+    uncordon its readyReplicas is watched like any other owner's."""
+    h, fake = kube
+    ctx = h.ctx("baseline")
+    serving = pod("kimi-k2-7d9f-abcde", owner=("ReplicaSet", "kimi-k2-7d9f"),
+                  labels={"app": "kimi", "pod-template-hash": "7d9f"})
+    fake.expect("core.list_pod_for_all_namespaces", field_selector="spec.nodeName=gpu-01", answer={"items": [serving]})
+    fake.expect(*ORPHAN_RS, answer=orphan_rs(2, deployment))
+    if deployment:
+        fake.expect("apps.read_namespaced_deployment", deployment, "serving", raises=404)
+    (s,) = ctx.workload.serving_workloads(ctx, [])
+    assert s["owner"] == {"kind": "ReplicaSet", "name": "kimi-k2-7d9f", "namespace": "serving", "ready_replicas": 2,
+                          "selector": {"app": "kimi", "pod-template-hash": "7d9f"}}
+
+    ctx = h.ctx("uncordon", baseline={"serving_containers": [s]})
+    selector = "app=kimi,pod-template-hash=7d9f"
+    fake.expect(*ORPHAN_RS, answer=orphan_rs(1, deployment))
+    fake.expect("core.list_namespaced_pod", "serving", label_selector=selector, answer={"items": [pod("a")]})
+    # one replica short: the ReplicaSet is watched until its readyReplicas is back, not polled
+    fake.expect(*ORPHAN_RS, answer=orphan_rs(1, deployment))
+    fake.expect("watch.list_namespaced_replica_set", "serving", field_selector="metadata.name=kimi-k2-7d9f",
+                timeout_seconds=1800, api="apps", answer=[("MODIFIED", orphan_rs(2, deployment))])
+    fake.expect(*ORPHAN_RS, answer=orphan_rs(2, deployment))
+    fake.expect("core.list_namespaced_pod", "serving", label_selector=selector, answer={"items": [pod("a"), pod("b")]})
+    got = ctx.workload.prove_serving(ctx)
+    assert not got.failed and fake.t == 0.0, got.reason
+    assert got.back == ["serving/kimi-k2-7d9f-abcde"]
+    assert got.facts["serving_owners"]["ReplicaSet/serving/kimi-k2-7d9f"]["ready"] == 2
