@@ -147,9 +147,12 @@ def write_inventory(path: Path, nodes: list[str], slow: set[str], reboot_s: floa
     # every other sim latency zero: the stage's time is the scaled estimate, not the simulator
     path.write_text(yaml.safe_dump({"all": {"vars": {"ansible_connection": "k3sim", "sim_latency_s": 0,
                                                      "sim_token_s": 0, "sim_reboot_s": reboot_s,
-                                                     # what the model profile sizes replicas from
-                                                     "k3_gpu_model": "NVIDIA H200", "k3_gpu_count": 8,
-                                                     "k3_gpu_mem_gib": 141, **BACKENDS[backend]},
+                                                     # one node is one unit (no profile): GPUs that hold
+                                                     # K3 on one node, as the simulated vLLM checks
+                                                     "sim_gpu": "NVIDIA B300 SXM6 AC", "sim_gpu_count": 8,
+                                                     "sim_gpu_mem_gib": 268,
+                                                     "k3_gpu_model": "NVIDIA B300 SXM6 AC", "k3_gpu_count": 8,
+                                                     "k3_gpu_mem_gib": 268, **BACKENDS[backend]},
                                             "children": {"gpu_nodes": {"hosts": hosts}}}}))
     return path
 

@@ -9,7 +9,7 @@ from k3rollout.errors import InputError
 from k3rollout.model.inventory import connection_of
 from k3rollout.runlog.rundir import RunDir
 from k3rollout.toolpaths import find_tool, require_tool
-from k3rollout.transport.local import resolve
+from k3rollout.transport import local
 
 SSH_KINDS = ("ssh", "paramiko")
 
@@ -59,7 +59,7 @@ def check_controller_tools(playbook: Any, hosts: dict[str, Any]) -> dict[str, st
     on_controller = sorted(h for h, v in hosts.items() if v.vars.get("scheduler") == "slurm"
                            and not v.vars.get("k3_scheduler_host"))
     if on_controller:
-        scontrol = resolve("scontrol")
+        scontrol = local.resolve("scontrol")
         if scontrol is None:
             raise InputError(f"`scontrol` is needed on the controller (Slurm operations for {', '.join(on_controller)} "
                              "run there, never on the node being changed) but it is not installed; install "
