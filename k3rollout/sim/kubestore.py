@@ -66,6 +66,11 @@ class Store:
         self.db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
+        # the log is copied into the file once it holds 8 pages (SQLite's default is 1,000, 4 MB),
+        # then written again from its start: each file stays the size of the data and of a few
+        # changes, under a file-size limit the daemon inherits from the run that started it
+        # (``ulimit -f`` on the controller), as the JSON file it replaces did
+        self.db.execute("PRAGMA wal_autocheckpoint=8")
         self.db.execute("CREATE TABLE IF NOT EXISTS objects (kind TEXT NOT NULL, key TEXT NOT NULL, body BLOB, "
                         "PRIMARY KEY (kind, key))")
         self.saved: dict[str, dict[str, Any]] = {}    # kind -> key -> what the last save wrote (its version)

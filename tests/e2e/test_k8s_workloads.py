@@ -72,7 +72,13 @@ def test_a_whole_rollout_on_containerd_nodes_uses_pods_and_brings_the_owners_bac
         # every owner is back to its baseline readyReplicas on baseline's image digest
         back = facts[(node, "uncordon")]["serving_owners"]
         for o in back.values():
-            assert o["ready"] == o["baseline_ready"] >= 1
+            assert o["baseline_ready"] >= 1
+            if o["ready"] != o["baseline_ready"]:
+                # the replica's other node still cordoned when this one was returned: short only
+                # of the pods waiting for its GPUs, this node running its own: said, not failed
+                # (the pods are all Running at the end, below)
+                (note,) = facts[(node, "uncordon")]["serving_short_elsewhere"]
+                assert f"has {o['ready']} ready replicas of {o['baseline_ready']}" in note, (node, o, note)
         digest = base["serving_containers"][0]["digest"].rsplit("@", 1)[-1]
         assert [o["digests"] for o in back.values()] == [[digest]]
     # the 2-node replica served with the launch plan's multi-node arguments, the worker headless
