@@ -212,7 +212,7 @@ def test_k3_weights_that_do_not_fit_one_node_stop_vllm_with_its_own_words(cluste
         logs = sh(d, "docker", "logs", "t").stderr
         assert line in logs and "Application startup complete" not in logs
         assert logs.rstrip().endswith("RuntimeError: Engine core initialization failed. See root cause above. "
-                                      "Failed core proc(s): {}")
+                                      "Failed core proc(s): {'EngineCore': 1}")
         assert classify(logs, stage="vllm_smoke", cuda_init_ok=True).category == "model_load_capacity"
         assert sh(d, "curl", "-sf", "http://127.0.0.1:8000/health").rc == 7
     assert "is allocated by PyTorch" in sh(hosts["h"], "docker", "logs", "t").stderr

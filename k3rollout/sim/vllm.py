@@ -106,17 +106,26 @@ def ready_logs(opts: dict[str, Any]) -> list[str]:
     ]
 
 
+def core_failed(dp: int = 1, rank: int = 0) -> str:
+    """The API server's last line when its engine core process died at start-up: the dict is
+    ``CoreEngineProcManager.finished_procs()``, each process's name and exit code, named
+    ``EngineCore`` or, with data parallel above 1, ``EngineCore_DP<rank>``
+    (vllm/v1/engine/utils.py: wait_for_engine_startup, CoreEngineProcManager)."""
+    name = f"EngineCore_DP{rank}" if dp > 1 else "EngineCore"
+    return f"RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {{'{name}': 1}}"
+
+
 def cuda_insufficient_logs() -> list[str]:
     return [
-        f"ERROR {_ts()} [core.py:708] EngineCore failed to start.",
-        "ERROR [core.py:708] Traceback (most recent call last):",
-        'ERROR [core.py:708]   File "/usr/local/lib/python3.12/dist-packages/vllm/platforms/cuda.py", line 71, '
+        f"ERROR {_ts()} [core.py:1584] EngineCore failed to start.",
+        "ERROR [core.py:1584] Traceback (most recent call last):",
+        'ERROR [core.py:1584]   File "/usr/local/lib/python3.12/dist-packages/vllm/platforms/cuda.py", line 71, '
         "in device_count",
-        "ERROR [core.py:708]     return torch.cuda.device_count()",
-        "ERROR [core.py:708] RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda "
+        "ERROR [core.py:1584]     return torch.cuda.device_count()",
+        "ERROR [core.py:1584] RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda "
         "functions before calling NumCudaDevices() that might have already set an error? Error 35: CUDA driver "
         "version is insufficient for CUDA runtime version",
-        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+        core_failed(),
     ]
 
 
@@ -124,11 +133,11 @@ def cuda_not_ready_logs() -> list[str]:
     # Error 802 (cudaErrorSystemNotReady): on NVSwitch systems the fabric manager is not
     # running or does not match the driver, typical right after a driver upgrade.
     return [
-        f"ERROR {_ts()} [core.py:708] EngineCore failed to start.",
-        "ERROR [core.py:708] RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda "
+        f"ERROR {_ts()} [core.py:1584] EngineCore failed to start.",
+        "ERROR [core.py:1584] RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda "
         "functions before calling NumCudaDevices() that might have already set an error? Error 802: system not "
         "yet initialized",
-        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+        core_failed(),
     ]
 
 
@@ -196,7 +205,7 @@ def oom_logs(gpu_mem_gib: float, allocated: float | None = None) -> list[str]:
         f"(original error: {torch_oom})",
         f"ERROR {_ts()} [core.py:1584] EngineCore failed to start.",
         f"ERROR [core.py:1584] torch.OutOfMemoryError: {torch_oom}",
-        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+        core_failed(),
     ]
 
 
@@ -214,7 +223,7 @@ def no_kv_memory_logs() -> list[str]:
         "`gpu_memory_utilization` when initializing the engine (this flag also controls CPU memory reservation on "
         "the CPU backend, despite its name). See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ "
         "for more details.",
-        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+        core_failed(),
     ]
 
 

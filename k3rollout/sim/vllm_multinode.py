@@ -172,10 +172,9 @@ def start(state: dict[str, Any], name: str, c: dict[str, Any], opts: dict[str, A
         c["status"], c["exit_code"] = "exited", 1
         return
     if bad:
-        c["logs"] = logs + [f"ERROR {_ts()} [core.py:708] EngineCore failed to start.",
-                            "ERROR [core.py:708] Traceback (most recent call last):", f"ERROR [core.py:708] {bad}",
-                            "RuntimeError: Engine core initialization failed. See root cause above. "
-                            "Failed core proc(s): {}"]
+        c["logs"] = logs + [f"ERROR {_ts()} [core.py:1584] EngineCore failed to start.",
+                            "ERROR [core.py:1584] Traceback (most recent call last):", f"ERROR [core.py:1584] {bad}",
+                            vllm.core_failed(topo["dp"])]
         c["status"], c["exit_code"] = "exited", 1
         return
     c["status"], c["mn"] = "running", True
@@ -310,7 +309,7 @@ def _exit_members(state: dict[str, Any], state_dir: Path, c: dict[str, Any], top
     c["logs"] = c["logs"] + (logs_for(state) if mine else [
         f"ERROR {_ts()} [multiproc_executor.py:380] Worker proc VllmWorker-{bad[0][0] * (topo['local_gpus'] or 1)} "
         "died unexpectedly (exit code: 1), shutting down executor.",
-        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"])
+        vllm.core_failed(topo["dp"])])
     c["status"], c["exit_code"] = "exited", 1
 
 
