@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ class _JsonFile:
         if fd is not None:
             os.close(fd)
 
-    def __call__(self, logger: Any, name: str, event: dict[str, Any]) -> Any:
+    def __call__(self, logger: Any, name: str, event: MutableMapping[str, Any]) -> Any:
         fd = self.fd
         if fd is not None:
             os.write(fd, fastjson.dumps_line(event))

@@ -160,6 +160,19 @@ def test_the_lease_lock_is_exclusive_and_never_stolen(k8s):
     assert k8s.lease("kube-system", "k3rollout") is None
 
 
+def test_a_lease_that_names_no_holder_is_taken_and_then_exclusive(k8s):
+    # `spec` is optional in a Lease: one created bare is held by nobody
+    from kubernetes import client
+
+    k8s.coord.create_namespaced_lease("kube-system", client.V1Lease(metadata=client.V1ObjectMeta(name="k3rollout")))
+    k8s.acquire_lease("kube-system", "k3rollout", "alice@ctl-1 run A", 60)
+    held = k8s.lease("kube-system", "k3rollout")
+    assert held.holder == "alice@ctl-1 run A" and not held.expired
+    with pytest.raises(KubernetesError) as e:
+        k8s.acquire_lease("kube-system", "k3rollout", "bob@ctl-2 run B", 60)
+    assert "held by 'alice@ctl-1 run A'" in str(e.value)
+
+
 def test_an_unknown_node_is_a_clear_error(k8s):
     with pytest.raises(KubernetesError) as e:
         k8s.node("gpu-99")

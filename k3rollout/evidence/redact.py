@@ -69,17 +69,17 @@ def _query(q: str) -> str:
     return "?" + "&".join(parts)
 
 
-def _url(m: re.Match) -> str:
+def _url(m: re.Match[str]) -> str:
     scheme, info, rest, query = m.group(1), m.group(2), m.group(3), m.group(4)
-    return scheme + (_userinfo(info) if info else "") + rest + (_query(query) if query else "")
+    return str(scheme) + (_userinfo(info) if info else "") + rest + (_query(query) if query else "")
 
 
-def _env(m: re.Match) -> str:
+def _env(m: re.Match[str]) -> str:
     name, value = m.group(1), m.group(2)
     return f"{name}={masked(value)}" if _secret_name(name) and not _done(value) else m.group(0)
 
 
-def _flag(m: re.Match) -> str:
+def _flag(m: re.Match[str]) -> str:
     name, sep, value = m.group(1), m.group(2), m.group(3)
     return f"{name}{sep}{masked(value)}" if _secret_name(name) and not _done(value) else m.group(0)
 

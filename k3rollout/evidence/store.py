@@ -20,6 +20,7 @@ import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -43,7 +44,7 @@ class EvidenceRef:
     sha256: str
     size: int
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "sha256": self.sha256, "size": self.size}
 
 
@@ -212,7 +213,7 @@ def verify_manifest(root: Path) -> tuple[dict[str, str], list[Problem]]:
     return listed, problems
 
 
-def cited(records: list[dict]) -> list[tuple[int, str, str]]:
+def cited(records: list[dict[str, Any]]) -> list[tuple[int, str, str]]:
     """(journal line, evidence path, sha256) for every evidence file the journal cites."""
     out = []
     for i, r in enumerate(records, start=1):
@@ -226,7 +227,7 @@ def cited(records: list[dict]) -> list[tuple[int, str, str]]:
     return out
 
 
-def verify_evidence(root: Path, records: list[dict], journal: str) -> list[Problem]:
+def verify_evidence(root: Path, records: list[dict[str, Any]], journal: str) -> list[Problem]:
     """The manifest of a run's evidence folder ``root`` against the files, and every evidence
     file the journal cites against the manifest (a problem of a citation names ``journal``, the
     journal's file): empty when every claim of the run can be re-verified from its directory.

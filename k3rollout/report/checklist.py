@@ -8,12 +8,13 @@ configuration alone.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 from k3rollout.runlog.view import RunView
 
 
-def _ev(v: RunView, pred) -> list[dict]:
+def _ev(v: RunView, pred: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
     return list(itertools.islice((e for e in v.evidence if pred(e)), 4))
 
 
@@ -23,7 +24,7 @@ def evaluate(v: RunView, play_vars: dict[str, Any] | None = None) -> list[dict[s
     facts = [n.facts for n in nodes]
     items: list[dict[str, Any]] = []
 
-    def add(num: int, title: str, status: str, detail: str, evidence: list[dict]) -> None:
+    def add(num: int, title: str, status: str, detail: str, evidence: list[dict[str, Any]]) -> None:
         items.append({"item": num, "title": title, "status": status, "detail": detail,
                       "evidence": [{"path": e["path"], "sha256": e["sha256"]} for e in evidence]})
 

@@ -179,7 +179,7 @@ def _pod_rows(v: RunView) -> list[dict[str, Any]]:
                 "owner": f"{o['kind']} {o['namespace']}/{o['name']}" if o else "none: nothing brings it back",
                 "ready_before": o.get("ready_replicas") if o else None,
                 "ready_after": a.get("ready") if a else None,
-                "back": bool(a) and a.get("ready") is not None and a.get("baseline_ready") is not None
+                "back": a is not None and a.get("ready") is not None and a.get("baseline_ready") is not None
                 and a["ready"] >= a["baseline_ready"],
                 "digests_after": [_sha_short(d) for d in a.get("digests") or []] if a else [],
                 "pods_after": _pods_after(name, a.get("pods") or []) if a else [],
@@ -192,7 +192,7 @@ def _batches(v: RunView, result: dict[str, Any]) -> list[dict[str, Any]]:
     plan_batches = {b["index"]: b for b in (v.plan or {}).get("batches", [])}
     for b in result["batches"]:
         pb = plan_batches.get(b["index"], {})
-        groups: dict[tuple, list[str]] = {}
+        groups: dict[tuple[str, ...], list[str]] = {}
         for rp in b["rollback_plan"]:
             # the same steps for several nodes read once: the node name only appears in commands
             key = tuple(s.replace(rp["node"], "NODE") for s in rp["steps"])
@@ -201,7 +201,8 @@ def _batches(v: RunView, result: dict[str, Any]) -> list[dict[str, Any]]:
                  for steps, nodes in groups.items()]
         ran = [{"name": n, "final": result["nodes"][n]["final"], "results": result["nodes"][n]["rollback"]["results"]}
                for n in b["nodes"] if result["nodes"].get(n, {}).get("rollback")]
-        took = (_ts(b["finished"]) - _ts(b["started"])) if b["started"] and b["finished"] else None
+        began, ended = _ts(b["started"]), _ts(b["finished"])
+        took = ended - began if began is not None and ended is not None else None
         out.append({**b, "planned": pb.get("estimate_s"), "planned_start": pb.get("start_offset_s"), "took": took,
                     "serving_during": pb.get("serving_during"), "serving_floor": pb.get("serving_floor"),
                     "plans": plans, "ran": ran})
@@ -321,7 +322,8 @@ def outputs(m: dict[str, Any]) -> dict[str, str]:
 
 def write_reports(run_dir: Path, view: RunView | None = None, records: int | None = None,
                   in_progress: str | None = None) -> dict[str, Any]:
-    return write_model(run_dir, view, records, in_progress)["result"]
+    result: dict[str, Any] = write_model(run_dir, view, records, in_progress)["result"]
+    return result
 
 
 def write_model(run_dir: Path, view: RunView | None = None, records: int | None = None,

@@ -28,13 +28,14 @@ def render_svg(batches: list[dict[str, Any]], nodes: dict[str, Any], finished: s
     the same spans' times for other parts too)."""
     # each span's times read once (a 1,000-node run has 8,000 spans)
     spans = {name: [(s, ts(s["start"]), ts(s["end"])) for s in n.timeline] for name, n in nodes.items()}
-    starts = [a for ss in spans.values() for s, a, _ in ss if s["start"]]
+    starts = [a for ss in spans.values() for _, a, _ in ss if a is not None]
     if not starts:
         return '<svg xmlns="http://www.w3.org/2000/svg" width="400" height="30" role="img" aria-label="no timeline">' \
                '<text x="4" y="20" font-size="12">No stage ran.</text></svg>'
     t0 = min(starts)
-    ends = [b for ss in spans.values() for s, _, b in ss if s["end"]] + starts
-    t1 = max(ends + ([ts(finished)] if finished else []))
+    ends = [b for ss in spans.values() for _, _, b in ss if b is not None] + starts
+    end_of_run = ts(finished) if finished else None
+    t1 = max(ends + ([end_of_run] if end_of_run is not None else []))
     scale = WIDTH / max(t1 - t0, 1e-3)
     out: list[str] = []
     y = 20
@@ -49,6 +50,8 @@ def render_svg(batches: list[dict[str, Any]], nodes: dict[str, Any], finished: s
             shown = escape(name)
             out.append(f'<text x="8" y="{y + 11}" font-size="11">{shown}</text>')
             for s, a, e in spans[name]:
+                if a is None:
+                    continue    # a start that does not read as a time is drawn nowhere
                 e = e or t1
                 x = LEFT + (a - t0) * scale
                 w = max((e - a) * scale, 2.0)

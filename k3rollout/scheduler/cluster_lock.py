@@ -63,6 +63,7 @@ from k3rollout.errors import InputError, LockHeld, TransportError
 from k3rollout.runlog.lock import host_key
 from k3rollout.scheduler import scheduler_for
 from k3rollout.transport import local
+from k3rollout.transport.base import CommandResult
 
 CONTROLLER = "controller"
 LOCK_PREFIX = "k3rollout-lock."
@@ -85,7 +86,7 @@ def identity(h: dict[str, Any]) -> str:
 
 def holder_text(h: dict[str, Any]) -> str:
     return (f"pid {h.get('pid')} on {h.get('host')} (user {h.get('user')}), run "
-            f"{h.get('run_id') + ' in ' if h.get('run_id') else ''}{h.get('run_dir')}, started {h.get('started')}")
+            f"{str(h['run_id']) + ' in ' if h.get('run_id') else ''}{h.get('run_dir')}, started {h.get('started')}")
 
 
 def _alive_here(h: dict[str, Any]) -> bool | None:
@@ -101,14 +102,16 @@ def _alive_here(h: dict[str, Any]) -> bool | None:
     return True
 
 
-def run_at(executor: Any, where: str, argv: list[str], stdin: bytes | None = None):
+def run_at(executor: Any, where: str, argv: list[str], stdin: bytes | None = None) -> CommandResult:
     """A lock command on the controller (a simulated cluster answers for its own) or on an
     inventory host through the run's transport."""
     try:
         if where == CONTROLLER:
             fn = getattr(executor, "run_controller", None) or local.run
-            return fn(argv, stdin=stdin, timeout=TIMEOUT_S)
-        return executor.run(where, argv, stdin=stdin, timeout=TIMEOUT_S)
+            got: CommandResult = fn(argv, stdin=stdin, timeout=TIMEOUT_S)
+        else:
+            got = executor.run(where, argv, stdin=stdin, timeout=TIMEOUT_S)
+        return got
     except (TransportError, OSError) as exc:
         raise LockHeld(f"cannot reach {where} for the cluster lock ({' '.join(argv[:3])}): {exc}") from None
 
@@ -196,7 +199,7 @@ class SlurmLock(_Lock):
         self.where, self.node, self.declared = where, node, cluster_id
         self.key = self._cluster_name()
 
-    def _scontrol(self, *args: str):
+    def _scontrol(self, *args: str) -> CommandResult:
         return run_at(self.executor, self.where, ["scontrol", *args])
 
     def _cluster_name(self) -> str:
@@ -351,8 +354,8 @@ def lock_host(inventory: Any, names: list[str]) -> str:
             continue
         members = inventory.group_hosts(group)
         if members:
-            return members[0]
-    return next(iter(inventory.hosts))
+            return str(members[0])
+    return str(next(iter(inventory.hosts)))
 
 
 def _cluster_id(inventory: Any, names: list[str]) -> str | None:

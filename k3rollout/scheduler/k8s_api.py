@@ -96,6 +96,14 @@ def _micro(t: datetime) -> str:
     return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def _lease_spec(lease: Any) -> Any:
+    """A Lease's spec; an empty one where the object has none (``spec`` is optional in the API:
+    a Lease created bare, e.g. from a manifest with only its name, is held by nobody)."""
+    from kubernetes import client  # with the client: imported when a cluster is used
+
+    return lease.spec if lease.spec is not None else client.V1LeaseSpec()
+
+
 class KubernetesApi:
     """One API connection for a run: ``KubernetesApi(kubeconfig=..., context=...)``."""
 
@@ -117,13 +125,13 @@ class KubernetesApi:
             k8s_calls.record(method, url)
             return send(method, url, *args, **kw)
 
-        self._api.call_api = counted      # every request, watches included (k8s_calls.py)
+        self._api.call_api = counted  # type: ignore[method-assign]  # every request, watches included (k8s_calls.py)
         self.core = client.CoreV1Api(self._api)
         self.coord = client.CoordinationV1Api(self._api)
         self.custom = client.CustomObjectsApi(self._api)
         self.apps = client.AppsV1Api(self._api)
         # API objects as the API server writes them (camelCase dicts), for the workload backend
-        self.serialize = self._api.sanitize_for_serialization
+        self.serialize: Callable[[Any], Any] = self._api.sanitize_for_serialization
         self._cfg = cfg
         self._client = client
         self.sleep = sleep
@@ -172,10 +180,14 @@ class KubernetesApi:
             n = self.core.read_node(name)
         except Exception as exc:  # noqa: BLE001 - translated once, here
             raise _err(exc, f"read node {name}") from None
-        ready = next((c.status for c in (n.status.conditions or []) if c.type == "Ready"), "Unknown")
-        return {"name": name, "unschedulable": bool(n.spec.unschedulable), "ready": ready == "True",
-                "labels": dict(n.metadata.labels or {}), "annotations": dict(n.metadata.annotations or {}),
-                "kubelet": n.status.node_info.kubelet_version if n.status.node_info else None}
+        # a node object as the API may return it: spec, status and metadata each optional
+        status, spec, meta = n.status, n.spec, n.metadata
+        conditions = (status.conditions if status else None) or []
+        ready = next((c.status for c in conditions if c.type == "Ready"), "Unknown")
+        return {"name": name, "unschedulable": bool(spec.unschedulable) if spec else False, "ready": ready == "True",
+                "labels": dict((meta.labels if meta else None) or {}),
+                "annotations": dict((meta.annotations if meta else None) or {}),
+                "kubelet": status.node_info.kubelet_version if status and status.node_info else None}
 
     def _patch(self, name: str, body: dict[str, Any], what: str) -> Any:
         """The node as the server has it after the patch (the PATCH's own reply)."""
@@ -187,7 +199,7 @@ class KubernetesApi:
     def cordon(self, name: str) -> bool:
         """Mark the node unschedulable; returns whether it already was (so a node cordoned
         before the run is left cordoned after it)."""
-        before = self.node(name)["unschedulable"]
+        before = bool(self.node(name)["unschedulable"])
         if not before:
             self._patch(name, {"spec": {"unschedulable": True}}, "cordon")
         return before
@@ -339,7 +351,8 @@ class KubernetesApi:
         name, driver version and the ``nodeSelector`` that picks the nodes each one runs on
         (https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-driver-configuration.html)."""
         try:
-            got = self.custom.list_cluster_custom_object("nvidia.com", "v1alpha1", "nvidiadrivers")
+            got: dict[str, Any] = self.custom.list_cluster_custom_object(  # type: ignore[assignment]
+                "nvidia.com", "v1alpha1", "nvidiadrivers")   # the client types the list as `object`
         except Exception as exc:  # noqa: BLE001
             raise _err(exc, "list NVIDIADriver resources") from None
         return [{"name": (x.get("metadata") or {}).get("name"), "version": (x.get("spec") or {}).get("version"),
@@ -441,12 +454,13 @@ class KubernetesApi:
             if exc.status == 404:
                 return None
             raise _err(exc, f"read lease {namespace}/{name}") from None
-        renewed = x.spec.renew_time
-        duration = int(x.spec.lease_duration_seconds or 0)
+        spec = _lease_spec(x)
+        renewed = spec.renew_time
+        duration = int(spec.lease_duration_seconds or 0)
         if isinstance(renewed, str):
             renewed = datetime.fromisoformat(renewed.replace("Z", "+00:00"))
         expired = renewed is None or renewed + timedelta(seconds=duration) < datetime.now(timezone.utc)
-        return LeaseHolder(holder=x.spec.holder_identity or "", duration_s=duration, expired=expired,
+        return LeaseHolder(holder=spec.holder_identity or "", duration_s=duration, expired=expired,
                            renewed=_micro(renewed) if renewed else None)
 
     def acquire_lease(self, namespace: str, name: str, holder: str, duration_s: int) -> None:
@@ -466,11 +480,21 @@ class KubernetesApi:
             if exc.status != 409:
                 raise _err(exc, f"create lease {namespace}/{name}") from None
         cur = self.coord.read_namespaced_lease(name, namespace)
-        if cur.spec.holder_identity != holder:
+        if not _lease_spec(cur).holder_identity:
+            # a Lease that names no holder is held by nobody (client-go's leader election takes
+            # it too); the replace carries the resourceVersion read, so of two runs taking it
+            # at once one gets 409 Conflict
+            cur.spec = spec
+            try:
+                self.coord.replace_namespaced_lease(name, namespace, cur)
+                return
+            except ApiException as exc:
+                raise _err(exc, f"take the unheld lease {namespace}/{name}") from None
+        if _lease_spec(cur).holder_identity != holder:
             held = self.lease(namespace, name)
             state = "expired" if held and held.expired else "live"
             raise KubernetesError(
-                f"the cluster lock (Lease {namespace}/{name}) is held by {cur.spec.holder_identity!r} ({state}, "
+                f"the cluster lock (Lease {namespace}/{name}) is held by {_lease_spec(cur).holder_identity!r} ({state}, "
                 f"renewed {held.renewed if held else '?'}); if that run is gone, release it with "
                 f"`kubectl -n {namespace} delete lease {name}`", status=409, reason="Conflict")
         self.renew_lease(namespace, name, holder)
@@ -479,10 +503,11 @@ class KubernetesApi:
         from kubernetes.client.exceptions import ApiException  # lazy
 
         cur = self.coord.read_namespaced_lease(name, namespace)
-        if cur.spec.holder_identity != holder:
-            raise KubernetesError(f"lost the cluster lock {namespace}/{name} to {cur.spec.holder_identity!r}",
+        spec = _lease_spec(cur)
+        if spec.holder_identity != holder:
+            raise KubernetesError(f"lost the cluster lock {namespace}/{name} to {spec.holder_identity!r}",
                                   status=409, reason="Conflict")
-        cur.spec.renew_time = _micro(datetime.now(timezone.utc))
+        spec.renew_time = _micro(datetime.now(timezone.utc))
         try:
             self.coord.replace_namespaced_lease(name, namespace, cur)
         except ApiException as exc:
@@ -497,5 +522,5 @@ class KubernetesApi:
             if exc.status == 404:
                 return
             raise _err(exc, f"read lease {namespace}/{name}") from None
-        if cur.spec.holder_identity == holder:
+        if _lease_spec(cur).holder_identity == holder:
             self.coord.delete_namespaced_lease(name, namespace)

@@ -37,9 +37,13 @@ def holder_identity(run_dir: str) -> str:
     return f"k3rollout {getpass.getuser()}@{socket.gethostname()}:{run_dir}"
 
 
-def lease_targets(hosts: dict[str, Any], inventory_path: str, executor: Any = None) -> dict[tuple, list[str]]:
+# (kubeconfig, context, namespace, name): one cluster's lock Lease
+LeaseKey = tuple[str | None, str | None, str, str]
+
+
+def lease_targets(hosts: dict[str, Any], inventory_path: str, executor: Any = None) -> dict[LeaseKey, list[str]]:
     """(kubeconfig, context, namespace, name) -> the Kubernetes hosts of that cluster."""
-    out: dict[tuple, list[str]] = {}
+    out: dict[LeaseKey, list[str]] = {}
     for name, host in hosts.items():
         v = host.vars
         if scheduler_for(v).kind != "kubernetes":
@@ -54,7 +58,7 @@ def lease_targets(hosts: dict[str, Any], inventory_path: str, executor: Any = No
 class ClusterLeases:
     """``acquire()`` every Lease the run needs (or none: LockHeld), ``release()`` them."""
 
-    def __init__(self, targets: dict[tuple, list[str]], run_dir: str, duration_s: int = DURATION_S):
+    def __init__(self, targets: dict[LeaseKey, list[str]], run_dir: str, duration_s: int = DURATION_S):
         self.targets = targets
         self.holder = holder_identity(run_dir)
         self.duration_s = duration_s

@@ -33,9 +33,9 @@ class Kubernetes:
     kind = "kubernetes"
 
     def where(self, ctx: NodeCtx) -> str:
-        return ctx.runner.kube(ctx).server
+        return str(ctx.runner.kube(ctx).server)
 
-    def _call(self, ctx: NodeCtx, name: str, what: list[str], fn: Callable[[KubernetesApi], Any], **kw: Any):
+    def _call(self, ctx: NodeCtx, name: str, what: list[str], fn: Callable[[KubernetesApi], Any], **kw: Any) -> Any:
         api = ctx.runner.kube(ctx)
         return ctx.runner.call(ctx, name, what, lambda: fn(api), ran_on=api.server, **kw)
 
@@ -75,7 +75,7 @@ class Kubernetes:
             return False
 
     @staticmethod
-    def _drained(ctx: NodeCtx, meta: dict) -> bool:
+    def _drained(ctx: NodeCtx, meta: dict[str, Any]) -> bool:
         """Settles a drain interrupted by a crash: cordoned, and nothing left to evict."""
         api = ctx.runner.kube(ctx)
         try:
@@ -96,14 +96,14 @@ class Kubernetes:
         return ok
 
     def _set_labels(self, ctx: NodeCtx, name: str, labels: dict[str, str]) -> tuple[bool, str]:
-        def probe(c: NodeCtx, m: dict) -> bool:
+        def probe(c: NodeCtx, m: dict[str, Any]) -> bool:
             try:
                 have = c.runner.kube(c).node(c.node)["labels"]
             except KubernetesError:
                 return False
             return all(have.get(k) == v for k, v in labels.items())
 
-        def do(a: KubernetesApi) -> dict:
+        def do(a: KubernetesApi) -> dict[str, Any]:
             after = a.label(ctx.node, dict(labels))
             return {"labels": {k: v for k, v in after.items() if k in labels}}
 
@@ -116,7 +116,7 @@ class Kubernetes:
         retry = min(5.0, max(0.2, timeout / 10))
         self.progress(ctx, "cordon-required")
 
-        def drain(a: KubernetesApi) -> dict:
+        def drain(a: KubernetesApi) -> dict[str, Any]:
             r = a.drain(ctx.node, timeout, retry_s=retry)
             answer = {"ok": r.ok, "evicted": r.evicted, "left_alone": r.skipped, "blocked": r.blocked,
                       "attempts": r.attempts, "waited_s": round(r.waited_s, 3)}
@@ -135,8 +135,11 @@ class Kubernetes:
         return True, "", ""
 
     def uncordon(self, ctx: NodeCtx, name: str) -> tuple[bool, str]:
-        res = self._call(ctx, name, ["PATCH", f"nodes/{ctx.node}", "spec.unschedulable=null"],
-                         lambda a: (a.uncordon(ctx.node), {"unschedulable": a.node(ctx.node)["unschedulable"]})[1],
+        def do(a: KubernetesApi) -> dict[str, Any]:
+            a.uncordon(ctx.node)
+            return {"unschedulable": a.node(ctx.node)["unschedulable"]}
+
+        res = self._call(ctx, name, ["PATCH", f"nodes/{ctx.node}", "spec.unschedulable=null"], do,
                          once=True, probe=lambda c, m: not self._unschedulable(c))
         return res.ok, "" if res.ok else f"uncordon failed: {res.error}"
 

@@ -17,10 +17,12 @@ the run (the uncordon stage checks the baseline). Quarantine is a DRAIN with its
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from k3rollout.checks import parsers
 from k3rollout.errors import StepFailed
 from k3rollout.scheduler.base import NodeCtx
+from k3rollout.transport.base import CommandResult
 
 CONTROLLER = "controller"
 FIRST_POLL_S = 0.25
@@ -37,7 +39,7 @@ class Slurm:
                              "on the node being changed")
         return str(host)
 
-    def _step(self, ctx: NodeCtx, name: str, argv: list[str], **kw):
+    def _step(self, ctx: NodeCtx, name: str, argv: list[str], **kw: Any) -> CommandResult:
         return ctx.step(name, ["scontrol", *argv], on=self.where(ctx), **kw)
 
     def read_state(self, ctx: NodeCtx) -> str:
@@ -59,7 +61,7 @@ class Slurm:
             return False, f"scontrol show node: {exc}"
         return idle, f"Slurm shows it {state}" + ("" if idle else " (jobs run, complete or are planned there)")
 
-    def _drain_set(self, ctx: NodeCtx, meta: dict | None = None) -> bool:
+    def _drain_set(self, ctx: NodeCtx, meta: dict[str, Any] | None = None) -> bool:
         return self.read_state(ctx) in ("draining", "cordoned")
 
     def cordon(self, ctx: NodeCtx) -> tuple[bool, str, str]:
