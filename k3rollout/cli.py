@@ -20,12 +20,19 @@ import tempfile
 import traceback
 from contextlib import nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from k3rollout import __version__
 from k3rollout.engine.clock import Clock, parse_iso
 from k3rollout.errors import InputError, K3RolloutError
 from k3rollout.model.durations import format_duration, parse_duration
 from k3rollout.runlog.rundir import PREFLIGHT_JSON, PREFLIGHT_MD, RunDir
+
+if TYPE_CHECKING:
+    from k3rollout.model.ansible_inventory import VaultOptions
+    from k3rollout.model.inventory import Inventory
+    from k3rollout.model.playbook import Playbook
+    from k3rollout.plan.planner import Plan
 
 # Every other k3rollout import sits in the verb that uses it: `--help`, `triage`, `watch`
 # and `report` start without loading the engine, the transports and every model, which
@@ -64,7 +71,7 @@ def _window_seconds(args: argparse.Namespace, clock: Clock) -> tuple[float | Non
     return None, None
 
 
-def _vault(args: argparse.Namespace):
+def _vault(args: argparse.Namespace) -> VaultOptions:
     from k3rollout.model.ansible_inventory import VaultOptions
 
     password = None
@@ -73,13 +80,13 @@ def _vault(args: argparse.Namespace):
     return VaultOptions(password_files=list(getattr(args, "vault_password_file", None) or []), password=password)
 
 
-def _overrides(args: argparse.Namespace) -> dict:
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     from k3rollout.model.inputs import parse_extra_vars
 
     if getattr(args, "start_at_task", None):
         raise InputError("--start-at-task: k3rollout does not start a run part way; a halted or interrupted run "
                          "continues exactly where it stopped with `k3rollout resume RUN_DIR`")
-    out: dict = {}
+    out: dict[str, Any] = {}
     extra = parse_extra_vars(getattr(args, "extra_vars", None))
     if extra:
         out["extra_vars"] = extra
@@ -90,7 +97,8 @@ def _overrides(args: argparse.Namespace) -> dict:
     return out
 
 
-def _load_inputs(playbook_path: str, sources: list[str] | str, args: argparse.Namespace):
+def _load_inputs(playbook_path: str, sources: list[str] | str,
+                 args: argparse.Namespace) -> tuple[Playbook, Inventory, dict[str, Any]]:
     """(playbook, inventory, overrides) as ansible-playbook would see them: the inventory
     resolved like ``ansible-inventory`` (group_vars/ beside the playbook too), ``-e`` over
     every variable, ``-f`` as forks, ``--limit`` applied."""
@@ -118,18 +126,18 @@ def _load_inputs(playbook_path: str, sources: list[str] | str, args: argparse.Na
     return playbook, inventory, overrides
 
 
-def _load(args: argparse.Namespace):
+def _load(args: argparse.Namespace) -> tuple[Playbook, Inventory]:
     playbook, inventory, _ = _load_inputs(args.playbook, args.inventory, args)
     return playbook, inventory
 
 
-def _controller_tools(playbook, inventory, plan) -> dict[str, str]:
+def _controller_tools(playbook: Playbook, inventory: Inventory, plan: Plan) -> dict[str, str]:
     from k3rollout.transport.factory import check_controller_tools
 
     return check_controller_tools(playbook, {h: inventory.hosts[h] for h in plan.hosts})
 
 
-def _list_hosts(playbook, inventory) -> int:
+def _list_hosts(playbook: Playbook, inventory: Inventory) -> int:
     """ansible-playbook --list-hosts, in its format."""
     play = playbook.play
     pattern = play.host_pattern()
@@ -258,7 +266,7 @@ def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
     return EXIT_OK
 
 
-def _slurm_access(inventory, hosts: list[str]) -> list[dict]:
+def _slurm_access(inventory: Inventory, hosts: list[str]) -> list[dict[str, Any]]:
     """The Slurm reservation right of ``plan --check-access`` (read-only), through the run's
     transport where scontrol runs on an inventory host (or on a simulated controller)."""
     from k3rollout.engine.session import executor_hosts
@@ -300,7 +308,8 @@ def cmd_preflight(args: argparse.Namespace, clock: Clock) -> int:
     return EXIT_INPUT if bad_input(report) else EXIT_HALTED
 
 
-def _preflight(playbook, inventory, out_dir: Path, skip: list[str] | None = None) -> dict:
+def _preflight(playbook: Playbook, inventory: Inventory, out_dir: Path,
+               skip: list[str] | None = None) -> dict[str, Any]:
     from k3rollout.engine.preflight import controller_check, preflight, write_report
     from k3rollout.engine.session import executor_hosts
     from k3rollout.plan import make_plan
@@ -350,7 +359,7 @@ def cmd_unlock(args: argparse.Namespace, clock: Clock) -> int:
     return EXIT_OK
 
 
-def _skip_note(pre: dict | None, skip: list[str]) -> str:
+def _skip_note(pre: dict[str, Any] | None, skip: list[str]) -> str:
     why = []
     for h in skip:
         if pre is None:
@@ -361,12 +370,14 @@ def _skip_note(pre: dict | None, skip: list[str]) -> str:
     return "left out of this run with --skip-node: " + ", ".join(why)
 
 
-def _run_preflight(playbook, inventory, run_dir: Path, skip: list[str], given: str | None) -> dict | None:
+def _run_preflight(playbook: Playbook, inventory: Inventory, run_dir: Path, skip: list[str],
+                   given: str | None) -> dict[str, Any] | None:
     """The preflight of ``run``: performed now (read-only, on every node of the play; the
     default), ``--preflight REPORT`` from an earlier ``k3rollout preflight`` of the same
     play, or none (``given`` None: ``--no-preflight``)."""
-    from k3rollout.engine.preflight import target_of, write_report
+    from k3rollout.engine.preflight import write_report
     from k3rollout.plan import make_plan
+    from k3rollout.plan.target import target_of
 
     hosts = make_plan(playbook, inventory).hosts
     unknown = [h for h in skip if h not in hosts]
@@ -377,7 +388,7 @@ def _run_preflight(playbook, inventory, run_dir: Path, skip: list[str], given: s
     if given == "now":
         return _preflight(playbook, inventory, run_dir, skip)
     try:
-        report = json.loads(Path(given).read_text())
+        report: dict[str, Any] = json.loads(Path(given).read_text())
         nodes, target = report["nodes"], report["target_driver"]
         report["failed_nodes"], report["controller"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -394,7 +405,7 @@ def _run_preflight(playbook, inventory, run_dir: Path, skip: list[str], given: s
     return report
 
 
-def _preflight_notes(pre: dict) -> list[str]:
+def _preflight_notes(pre: dict[str, Any]) -> list[str]:
     from k3rollout.engine.preflight import summary_lines
 
     out = [_unchanged_note(pre)] if pre.get("no_change_nodes") else []
@@ -404,12 +415,12 @@ def _preflight_notes(pre: dict) -> list[str]:
             for line in summary_lines(pre)] + out
 
 
-def _unchanged_note(pre: dict) -> str:
+def _unchanged_note(pre: dict[str, Any]) -> str:
     return ("preflight: not changed by the play (no rollback checks; baseline only, they stay in service): "
             + "; ".join(f"{h}: {why}" for h, why in pre["no_change_nodes"].items()))
 
 
-def _skip_nodes(inventory, skip: list[str]):
+def _skip_nodes(inventory: Inventory, skip: list[str]) -> Inventory:
     """The inventory without the nodes named by --skip-node (they are not touched)."""
     groups = {n: dataclasses.replace(g, hosts=[h for h in g.hosts if h not in skip]) for n, g in inventory.groups.items()}
     return dataclasses.replace(inventory, hosts={h: v for h, v in inventory.hosts.items() if h not in skip},
@@ -501,13 +512,13 @@ def _start_run(playbook_path: str, inventory_path: str | list[str], run_dir: Pat
     return _report_and_code(run_dir, status)
 
 
-def _view_args(args: argparse.Namespace) -> dict:
+def _view_args(args: argparse.Namespace) -> dict[str, Any]:
     """The live view's and the metrics endpoint's flags (k3rollout/live/views.py)."""
     return {"plain": bool(getattr(args, "plain", False)), "metrics_port": getattr(args, "metrics_port", None),
             "metrics_address": getattr(args, "metrics_address", None) or "127.0.0.1"}
 
 
-def _preflight_record(pre: dict | None, given: str | None) -> dict:
+def _preflight_record(pre: dict[str, Any] | None, given: str | None) -> dict[str, Any]:
     """What run_started records of the preflight: its outcome and report (kept as evidence
     by the session), or that it was not run (--no-preflight)."""
     if pre is None:
@@ -694,7 +705,7 @@ def cmd_observe(args: argparse.Namespace, clock: Clock) -> int:
     logsetup.configure(RunDir(run_dir).events)
     observer = Observer(run_dir, clock)
 
-    def show(rec: dict | None) -> None:
+    def show(rec: dict[str, Any] | None) -> None:
         if rec is None:
             return
         obs = rec["obs"]
@@ -986,7 +997,8 @@ def _main(args: argparse.Namespace, clock: Clock) -> int:
         # `watch` shows it from anywhere, Ctrl-C or SIGTERM stop it
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
-        return args.fn(args, clock)
+        code: int = args.fn(args, clock)
+        return code
     except K3RolloutError as exc:
         from k3rollout.runlog.journal import JournalWriteError
 
@@ -1054,7 +1066,7 @@ def _internal_error(exc: Exception) -> int:
                          f"({st.f_bavail * st.f_frsize // (1 << 20)} MiB free now).")
             except OSError:
                 where = f" The run directory is {run_dir}."
-        if isinstance(cause, JournalWriteError):
+        if isinstance(cause, JournalWriteError) or full is None:
             print(f"k3rollout: error: {cause}{where}", file=sys.stderr)
         elif run_dir is not None and not RunDir(run_dir).journal.exists():
             # stopped before the run's first record (the preflight's report, say): there is
