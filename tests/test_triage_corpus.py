@@ -13,9 +13,10 @@ crun, CDI-name, DKMS-trigger, bare-KeyError and Ray node-info signals, `heldout8
 device-plugin, CUDA 46/209, ggml, LXD, Gloo connect and raylet signals and the wrapped-line,
 nested-quote, package-list and echoed-argument reading, `heldout9/` since the docker-compose GPU
 reservation, LXC mount-hook, cuInit CUDA_ERROR_UNKNOWN, slurmd MIG, TensorFlow libcuda, Ray
-driver-node, invalid-device-ordinal and etcd rendezvous-store signals). The 90% target of issue #35
-is asserted on the folders never tuned on (`heldout/` and `heldout5/`) taken together, as a strict
-expected failure while it is not met.
+driver-node, invalid-device-ordinal and etcd rendezvous-store signals); `heldout10/` was collected
+and labelled after those. The 90% target of issue #35 is asserted on the folders never tuned on
+(`heldout/`, `heldout5/` and `heldout10/`) taken together, as a strict expected failure while it is
+not met.
 """
 
 from __future__ import annotations
@@ -328,20 +329,34 @@ def test_tenth_heldout_is_real_cited_and_new():
     check_new_heldout(TENTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH])
 
 
+def tenth_accuracy() -> float:
+    return folder_accuracy(TENTH, "tenth held-out folder (symptom-searched after the heldout9 signals, "
+                                  "labelled before triage ran)")
+
+
+def test_tenth_heldout_accuracy_is_reported_and_does_not_regress():
+    # 28/44 = 63.6% when the folder was closed, run once on the signals it was collected after
+    # (tests/data/logs/heldout10/README.md lists the sixteen misses).
+    # The floor (two logs below) catches a regression, it is not the target
+    assert tenth_accuracy() >= 0.59
+
+
 def never_tuned_on_accuracy() -> float:
-    """Accuracy on `heldout/` and `heldout5/` together: no signal was chosen knowing their misses
-    (the vLLM 0.33 signals left heldout5's figure as it was, the toolkit, driver-build and
-    rendezvous signals too, and those chosen on heldout7's, heldout8's and heldout9's misses; the
-    wrapped-line reading, written for heldout8's, also reads one of heldout5's)."""
-    pairs = [(cat, classify(text).category) for folder in (HELDOUT, FIFTH)
+    """Accuracy on `heldout/`, `heldout5/` and `heldout10/` together: no signal was chosen knowing
+    their misses (the vLLM 0.33 signals left heldout5's figure as it was, the toolkit, driver-build
+    and rendezvous signals too, and those chosen on heldout7's, heldout8's and heldout9's misses;
+    the wrapped-line reading, written for heldout8's, also reads one of heldout5's; heldout10 was
+    collected after them)."""
+    pairs = [(cat, classify(text).category) for folder in (HELDOUT, FIFTH, TENTH)
              for _, cat, text in corpus(folder)]
-    acc, _ = report(pairs, "held-out folders never tuned on (heldout + heldout5)")
+    acc, _ = report(pairs, "held-out folders never tuned on (heldout + heldout5 + heldout10)")
     return acc
 
 
 @pytest.mark.xfail(strict=True, reason="issue #35 asks for 90% on logs triage has never seen; on the folders "
-                   "never tuned on, heldout + heldout5, it is 62/71 = 87.3% (heldout9, tuned on since, was 34/51 "
-                   "when closed). Strict: reaching it fails here until the mark goes")
+                   "never tuned on, heldout + heldout5 + heldout10, it is 90/115 = 78.3% (heldout10 alone 28/44 = "
+                   "63.6% when closed, tests/data/logs/heldout10/README.md). Strict: reaching it fails here until "
+                   "the mark goes")
 def test_unseen_heldout_reaches_the_90_percent_target():
     assert never_tuned_on_accuracy() >= 0.90
 
