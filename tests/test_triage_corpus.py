@@ -11,9 +11,12 @@ when later signals were chosen no longer measures unseen logs (`heldout2/` to `h
 `heldout6/` since the toolkit, driver-build and rendezvous signals, `heldout7/` since the cudarc,
 crun, CDI-name, DKMS-trigger, bare-KeyError and Ray node-info signals, `heldout8/` since the
 device-plugin, CUDA 46/209, ggml, LXD, Gloo connect and raylet signals and the wrapped-line,
-nested-quote, package-list and echoed-argument reading); `heldout9/` was collected and labelled after
-those. The 90% target of issue #35 is asserted on the folders never tuned on (`heldout/`,
-`heldout5/` and `heldout9/`) taken together, as a strict expected failure while it is not met.
+nested-quote, package-list and echoed-argument reading, `heldout9/` since the docker-compose GPU
+reservation, LXC mount-hook, cuInit CUDA_ERROR_UNKNOWN, slurmd MIG, TensorFlow libcuda, Ray
+driver-node, invalid-device-ordinal and etcd rendezvous-store signals); `heldout10/` was collected
+and labelled after those. The 90% target of issue #35 is asserted on the folders never tuned on
+(`heldout/`, `heldout5/` and `heldout10/`) taken together, as a strict expected failure while it is
+not met.
 """
 
 from __future__ import annotations
@@ -47,8 +50,11 @@ SEVENTH = LOGS / "heldout7"
 EIGHTH = LOGS / "heldout8"
 # collected after the device-plugin, CUDA 46/209, ggml, LXD, Gloo connect and raylet signals and the
 # wrapped-line, nested-quote, package-list and echoed-argument reading (chosen knowing heldout8's
-# misses), the same way, at most three logs a search
+# misses), the same way, at most three logs a search; its own misses were then tuned on
 NINTH = LOGS / "heldout9"
+# collected after the docker-compose, LXC, MIG, Ray driver-node and etcd signals (chosen knowing
+# heldout9's misses), the same way, at most three logs a search
+TENTH = LOGS / "heldout10"
 FOLDS = 5
 
 
@@ -306,32 +312,50 @@ def test_ninth_heldout_is_real_cited_and_new():
 
 
 def ninth_accuracy() -> float:
-    return folder_accuracy(NINTH, "ninth held-out folder (symptom-searched after the heldout8 signals, "
-                                  "labelled before triage ran)")
+    return folder_accuracy(NINTH, "ninth held-out folder (its misses known to the last signals)")
 
 
 def test_ninth_heldout_accuracy_is_reported_and_does_not_regress():
     # 34/51 = 66.7% when the folder was closed, run once on the signals it was collected after
-    # (tests/data/logs/heldout9/README.md lists the seventeen misses).
+    # (tests/data/logs/heldout9/README.md lists the seventeen misses). They were then known when
+    # the docker-compose GPU reservation, LXC mount-hook, cuInit CUDA_ERROR_UNKNOWN, slurmd MIG,
+    # TensorFlow libcuda, Ray driver-node, invalid-device-ordinal and etcd rendezvous-store signals
+    # were chosen: 45/51 after them, no longer a figure for unseen logs.
     # The floor (two logs below) catches a regression, it is not the target
-    assert ninth_accuracy() >= 0.62
+    assert ninth_accuracy() >= 0.84
+
+
+def test_tenth_heldout_is_real_cited_and_new():
+    check_new_heldout(TENTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH])
+
+
+def tenth_accuracy() -> float:
+    return folder_accuracy(TENTH, "tenth held-out folder (symptom-searched after the heldout9 signals, "
+                                  "labelled before triage ran)")
+
+
+def test_tenth_heldout_accuracy_is_reported_and_does_not_regress():
+    # 28/44 = 63.6% when the folder was closed, run once on the signals it was collected after
+    # (tests/data/logs/heldout10/README.md lists the sixteen misses).
+    # The floor (two logs below) catches a regression, it is not the target
+    assert tenth_accuracy() >= 0.59
 
 
 def never_tuned_on_accuracy() -> float:
-    """Accuracy on `heldout/`, `heldout5/` and `heldout9/` together: no signal was chosen knowing
+    """Accuracy on `heldout/`, `heldout5/` and `heldout10/` together: no signal was chosen knowing
     their misses (the vLLM 0.33 signals left heldout5's figure as it was, the toolkit, driver-build
-    and rendezvous signals too, and those chosen on heldout7's and heldout8's misses; the
-    wrapped-line reading, written for heldout8's, also reads one of heldout5's; heldout9 was
+    and rendezvous signals too, and those chosen on heldout7's, heldout8's and heldout9's misses;
+    the wrapped-line reading, written for heldout8's, also reads one of heldout5's; heldout10 was
     collected after them)."""
-    pairs = [(cat, classify(text).category) for folder in (HELDOUT, FIFTH, NINTH)
+    pairs = [(cat, classify(text).category) for folder in (HELDOUT, FIFTH, TENTH)
              for _, cat, text in corpus(folder)]
-    acc, _ = report(pairs, "held-out folders never tuned on (heldout + heldout5 + heldout9)")
+    acc, _ = report(pairs, "held-out folders never tuned on (heldout + heldout5 + heldout10)")
     return acc
 
 
 @pytest.mark.xfail(strict=True, reason="issue #35 asks for 90% on logs triage has never seen; on the folders "
-                   "never tuned on, heldout + heldout5 + heldout9, it is 96/122 = 78.7% (heldout9 alone 34/51 = "
-                   "66.7% when closed, tests/data/logs/heldout9/README.md). Strict: reaching it fails here until "
+                   "never tuned on, heldout + heldout5 + heldout10, it is 90/115 = 78.3% (heldout10 alone 28/44 = "
+                   "63.6% when closed, tests/data/logs/heldout10/README.md). Strict: reaching it fails here until "
                    "the mark goes")
 def test_unseen_heldout_reaches_the_90_percent_target():
     assert never_tuned_on_accuracy() >= 0.90

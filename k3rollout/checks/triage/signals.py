@@ -173,11 +173,25 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      "the NVIDIA container toolkit could not set the container up"),
     ("toolkit_hook", "container_runtime", 1.5, r"error executing hook `",
      "OCI hook failed (generic: the hook's own message decides)"),
+    # LXC running a container's mount hooks (lxc/lxc src/lxc/conf.c lxc_setup: "Failed to run mount
+    # hooks", after run_buffer's "Script exited with status N"). LXD's nvidia.runtime and LXC's own
+    # hooks/nvidia (which calls nvidia-container-cli) run there, so the GPU setup of the container
+    # failed; 2.5, lxcfs's mount hook runs there too.
+    ("toolkit_hook", "container_runtime", 2.5, r"Failed to run mount hooks",
+     "LXC mount hook failed (nvidia.runtime's hook runs there)"),
     # A Docker client older than 19.03 has no --gpus flag (docker/cli cli/command/container/
     # opts.go added it with API 1.40; the flag parser's own error is spf13/pflag errors.go
     # "unknown flag: --%s"): the GPU cannot reach the container, whatever the driver.
     ("runtime_missing", "container_runtime", 3.5, r"unknown flag: --gpus\b",
      "container CLI without GPU support (--gpus unknown)"),
+    # docker-compose 1.x checks the file against its bundled JSON schema before it calls the daemon
+    # (docker/compose compose/config/validation.py: a jsonschema Draft4Validator) and prints
+    # jsonschema's texts under the key's path and "value": "Additional properties are not allowed
+    # ('devices' was unexpected)" or, where the schema admits only extensions, "'devices' does not
+    # match any of the regexes: '^x-'". GPU reservations (deploy.resources.reservations.devices)
+    # are in the schema from 1.28: an older client cannot ask for a GPU, as "unknown flag: --gpus".
+    ("runtime_missing", "container_runtime", 3.5, r"resources\.reservations value .*'devices'",
+     "docker-compose without GPU reservations (devices unknown to its schema)"),
     # NVML unreachable inside a container/pod: libraries not injected or cgroup device access lost.
     ("nvml_in_container", "container_runtime", 3.5,
      r"Failed to initialize NVML: (Unknown Error|ERROR_LIBRARY_NOT_FOUND|could not load NVML library)"
@@ -338,6 +352,24 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("gpu_visibility", "container_runtime", 3.0,
      r"CUDA unknown error - this may be due to an incorrectly set up environment",
      "CUDA init failed with an unknown error (device nodes or cgroup)"),
+    # The same 999 from the driver API's first call, by its enum name (CUDA's cuda.h CUDA_ERROR_UNKNOWN,
+    # what cuGetErrorName returns), as FFmpeg prints it (libavutil/cuda_check.h ff_cuda_check: "%s
+    # failed" then " -> %s: %s" with the error's name and string): cuInit answered, then failed. 3.
+    ("gpu_visibility", "container_runtime", 3.0, r"cuInit\S* failed\W+CUDA_ERROR_UNKNOWN",
+     "cuInit failed with CUDA_ERROR_UNKNOWN (device nodes or cgroup)"),
+    # slurmd's NVML autodetection on a GPU whose MIG mode is on with no MIG instance created
+    # (SchedMD/slurm src/plugins/gpu/nvml/gpu_nvml.c: fatal "MIG mode is enabled, but no MIG devices
+    # were found. Please either create MIG instances, disable MIG mode, ..."): the node's GPUs
+    # cannot be handed out, tree step 2's GPU visibility, 3.5.
+    ("gpu_visibility", "container_runtime", 3.5, r"MIG mode is enabled, but no MIG devices were found",
+     "MIG mode on with no MIG instances"),
+    # TensorFlow's loader not finding the driver's libcuda (tensorflow/stream_executor/dso_loader.cc:
+    # LOG(INFO) "Couldn't open CUDA library " << path): the toolkit's libraries are in the image, the
+    # driver's are not (a GPU image run without the NVIDIA runtime). Logged at INFO; 3.5 before the
+    # level's damping, as "libcuda.so.1: cannot open shared object" above. A toolkit library
+    # (libcudnn, libcupti) is the image's own business and does not match.
+    ("nvml_in_container", "container_runtime", 3.5, r"Couldn't open CUDA library (libcuda\.so|nvcuda\.dll)",
+     "TensorFlow: the driver's libcuda not found"),
     # The NVIDIA kernel module does not build or load for the running kernel. The tree has no
     # install branch: the driver's version is not the fault, the node has no working driver, so
     # CUDA cannot start with a version that would do (step 2, as "couldn't communicate with the
@@ -452,6 +484,19 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|Not enough total available nodes|Not enough resources to allocate \d+ DP ranks"
      r"|must be a multiple of number of devices per node|decode-context-parallel-size\S* \(\d+\) exceeds the maximum",
      "vLLM: parallel layout needs more GPUs than there are"),
+    # vLLM on Ray before the v1 engine (vllm/executor/ray_gpu_executor.py, later ray_distributed_executor.py,
+    # _init_workers_ray: ValueError "Ray does not allocate any GPUs on the driver node. Consider
+    # adjusting the Ray placement group or running the driver on a GPU node."): the placement
+    # group left the driver's node without a GPU, the layout against the GPUs there are, 3.5.
+    ("parallel_layout", "model_load_capacity", 3.5, r"Ray does not allocate any GPUs on the driver node",
+     "vLLM on Ray: no GPU of the placement group on the driver's node"),
+    # CUDA error 101 (driver_types.h cudaErrorInvalidDevice, cudaGetErrorString "invalid device
+    # ordinal"; driver API CUDA_ERROR_INVALID_DEVICE): a rank asked for a GPU index the process does
+    # not have, mostly a parallel size larger than the GPUs there are. 2.5: a container given fewer
+    # GPUs than the launch expects prints it too.
+    ("parallel_layout", "model_load_capacity", 2.5,
+     r"invalid device ordinal|cudaErrorInvalidDevice\b|CUDA_ERROR_INVALID_DEVICE\b",
+     "a rank asked for a GPU index that is not there"),
     # vLLM 0.33's other layout checks:
     #   v1/executor/multiproc_executor.py, ray_executor_v2.py  "world_size (N) must be equal to the
     #       tensor_parallel_size (T) x pipeline_parallel_size (P) x prefill_context_parallel_size"
@@ -654,6 +699,12 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # connection to the C10d store has failed") and RendezvousTimeoutError.
     ("cluster_join", "communication", 3.0, r"Rendezvous(Connection|Timeout)Error",
      "torchrun: the nodes never met at the rendezvous"),
+    # torchrun's etcd rendezvous (torch/distributed/elastic/rendezvous/etcd_rendezvous_backend.py
+    # create_backend: EtcdStore(client, "/torch/elastic/store"), key prefix "/torch/elastic/rendezvous")
+    # failing in python-etcd's EtcdKeyNotFound ("Key not found : <key>") on one of those keys: the
+    # store the nodes meet through does not hold what the rendezvous wrote, 3.
+    ("cluster_join", "communication", 3.0, r"EtcdKeyNotFound: Key not found : /torch/elastic/",
+     "torchrun: the etcd rendezvous store lost its keys"),
     # Open MPI (Horovod, mpirun launches) finding no transport between two ranks: its help texts
     # ompi/mca/bml/r2/help-mca-bml-r2.txt "At least one pair of MPI processes are unable to reach
     # each other for MPI communications" and orte/mca/oob/tcp/help-oob-tcp.txt "A process or daemon
