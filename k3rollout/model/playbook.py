@@ -160,7 +160,7 @@ class DriverParams(_Strict):
     # the reboot never happened (sshd stops within seconds of a real reboot)
     reboot_grace: Duration = 10
     # k3_driver_backend gpu-operator: how long the GPU Operator may take to move the node
-    # through its upgrade states to upgrade-done (stages/driver_operator.py)
+    # through its upgrade states to upgrade-done (stages/driver/gpu_operator.py)
     operator_timeout: Duration = 3600
 
 

@@ -13,16 +13,12 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from k3rollout.checks import driver_facts as df
 from k3rollout.errors import StepFailed
-from k3rollout.model.assertions import AssertionSyntaxError, render_argv, template_context
 from k3rollout.model.playbook import ROLLBACK_ORDER, ROLLBACK_UNDOES, Playbook
 from k3rollout.scheduler import scheduler_for
-from k3rollout.stages import driver_node as dn
-from k3rollout.stages import driver_operator
 from k3rollout.stages import uncordon as uncordon_stage
 from k3rollout.stages.base import NodeCtx
-from k3rollout.stages.driver_upgrade import packages_at, pinned, reboot_and_wait
+from k3rollout.stages.driver import RestoreParams, driver_backend_for, driver_backend_named
 from k3rollout.workload import workload_for
 
 ORDER = ROLLBACK_ORDER
@@ -32,51 +28,22 @@ TEST_CONTAINERS = ("k3rollout-smoke", "k3rollout-features")
 
 def plan_rollback(playbook: Playbook, node: str, baseline: dict[str, Any], tvars: dict[str, Any]) -> list[dict]:
     declared = {rb.action: rb for rb in playbook.rollback_actions()}
-    reboot_timeout, reboot_grace, operator_timeout = 900.0, 10.0, 3600.0
-    restore = None
+    restore = RestoreParams()
     for stage in playbook.stages:
         if stage.stage == "driver_upgrade":
             params = stage.typed_params()
-            restore = params.restore
-            reboot_timeout = params.reboot_timeout
-            reboot_grace = params.reboot_grace
-            operator_timeout = params.operator_timeout
+            restore = RestoreParams(restore=params.restore, reboot_timeout=params.reboot_timeout,
+                                    reboot_grace=params.reboot_grace, operator_timeout=params.operator_timeout)
     steps: list[dict] = []
     for action in declared:
         step: dict[str, Any] = {"action": action, "undoes": ROLLBACK_UNDOES[action]}
         if action == "stop_test_server":
             step["commands"] = workload_for(tvars).removal_plan(TEST_CONTAINERS)
-        elif action == "restore_driver" and driver_operator.backend(tvars) == driver_operator.GPU_OPERATOR:
-            # the GPU Operator's driver: back into the NVIDIADriver pool baseline saw
-            step.update({"backend": driver_operator.GPU_OPERATOR, "to_version": baseline.get("driver_version"),
-                         "pool_label": baseline.get("gpu_operator_pool_label") or tvars.get(driver_operator.POOL_LABEL_VAR),
-                         "pool": baseline.get("gpu_operator_pool"), "timeout": operator_timeout})
-            if "gpu_operator_pool_label" not in baseline:
-                step["error"] = "baseline did not record the node's NVIDIADriver pool label"
         elif action == "restore_driver":
-            mgr = baseline.get("pkg_mgr", "apt")
-            tmpl = getattr(restore, mgr) if restore else []
-            # planned right after baseline: the node's facts are its baseline
-            ctx = template_context(tvars, node=node, facts=baseline, baseline=baseline)
-            try:
-                cmds = [render_argv(t, ctx) for t in tmpl]
-            except AssertionSyntaxError as exc:
-                cmds = []
-                step["error"] = str(exc)
-            step.update({"to_version": baseline.get("driver_version"), "commands": cmds,
-                         "reboot": declared[action].reboot, "reboot_timeout": reboot_timeout,
-                         "reboot_grace": reboot_grace,
-                         "packages": baseline.get("driver_packages", [])})
-            if baseline.get("held_packages"):
-                # held / version-locked before the change: held again once restored
-                step["holds"] = list(baseline["held_packages"])
-            if baseline.get("nvidia_options_files"):
-                # the files that set the nvidia module's options (a site's, e.g. DeepEP's): a
-                # reinstall can drop them, and the restored module must load with them again
-                step["module_options"] = [{"file": f["file"], "content": f["content"]}
-                                          for f in baseline["nvidia_options_files"]]
-            if not cmds:
-                step.setdefault("error", f"no `restore.{mgr}` steps in the driver_upgrade stage")
+            driver_backend_for(tvars).restore_plan(
+                step, node, baseline, tvars, RestoreParams(restore.restore, declared[action].reboot,
+                                                           restore.reboot_timeout, restore.reboot_grace,
+                                                           restore.operator_timeout))
         elif action == "restore_serving_image":
             step["containers"] = [{"name": c["name"], "image": c["image"], "digest": c.get("digest")}
                                   for c in baseline.get("serving_containers", [])]
@@ -100,21 +67,8 @@ def describe(step: dict) -> str:
     a = step["action"]
     if a == "stop_test_server":
         return "stop_test_server: " + "; ".join(shlex.join(c) for c in step["commands"])
-    if a == "restore_driver" and step.get("backend") == driver_operator.GPU_OPERATOR:
-        if step.get("error"):
-            return f"restore_driver to {step.get('to_version')}: NONE ({step['error']})"
-        return (f"restore_driver to {step.get('to_version')}: move the node back to the GPU Operator's NVIDIADriver "
-                f"pool {step['pool_label']}={step.get('pool')}; wait for nvidia.com/gpu-driver-upgrade-state="
-                f"upgrade-done; verify nvidia-smi and kernel module report {step.get('to_version')}")
     if a == "restore_driver":
-        cmds = "; ".join(shlex.join(c) for c in step.get("commands", [])) or f"NONE ({step.get('error')})"
-        if step.get("holds") and step.get("commands"):
-            cmds += f"; hold again {', '.join(step['holds'])}"
-        if step.get("module_options") and step.get("commands"):
-            cmds += f"; write back {', '.join(f['file'] for f in step['module_options'])} as the baseline saw it"
-        return (f"restore_driver to {step.get('to_version')}: {cmds}"
-                + ("; reboot; verify nvidia-smi and kernel module report " + str(step.get("to_version"))
-                   if step.get("reboot") else ""))
+        return driver_backend_named(step.get("backend")).describe_restore(step)
     if a == "restore_serving_image":
         items = ", ".join(f"{c['name']} on {c['image']}@{(c.get('digest') or '?').split('@')[-1][:19]}"
                           for c in step["containers"]) or "none were running"
@@ -157,8 +111,8 @@ def execute(ctx: NodeCtx, steps: list[dict], entered: set[str], *,
             results.append({"action": a, "status": "not_needed", "detail": f"{step['undoes']} never started"})
             continue
         try:
-            if a == "restore_driver" and untouched and step.get("backend") != driver_operator.GPU_OPERATOR:
-                ok, detail = _as_it_was(ctx, step, untouched)
+            if a == "restore_driver":
+                ok, detail = driver_backend_named(step.get("backend")).restore(ctx, step, untouched)
             else:
                 ok, detail = _ACTIONS[a](ctx, step)
         except StepFailed as exc:
@@ -226,163 +180,6 @@ def _stop_test(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
     return True, "test containers removed"
 
 
-def _restore_driver(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
-    if step.get("error"):
-        return False, step["error"]
-    if step.get("backend") == driver_operator.GPU_OPERATOR:
-        return driver_operator.restore(ctx, step)
-    want = step.get("to_version")
-    gpu = ctx.read_gpu()
-    mgr = ctx.baseline.get("pkg_mgr", "apt")
-    if gpu.get("driver_version") == want:
-        wanted = {p["name"]: p["version"] for p in step.get("packages", [])}
-        if not wanted or packages_at(ctx, wanted):
-            ok, why = _hold_again(ctx, step, mgr)
-            if not ok:
-                return ok, why
-            ok, why, restored = _restore_module_options(ctx, step)
-            if not ok:
-                return ok, why
-            if not restored:
-                # no reboot: what the driver stage stopped (and on failure only re-enabled,
-                # for a restore's reboot to start) is started here
-                ok, started = _start_stopped(ctx)
-                if not ok:
-                    return ok, started
-                return True, f"driver already at {want}: nothing to restore" + (f"; {started}" if started else "")
-            if step.get("reboot", True):
-                # the loaded module read its options before they were written back: it
-                # takes them at its next load
-                ok, why, _ = reboot_and_wait(ctx, "restore-reboot", float(step.get("reboot_timeout", 900)),
-                                             float(step.get("reboot_grace", 10)))
-                if not ok:
-                    return False, f"reboot after restoring {', '.join(restored)}: {why}"
-            return True, f"driver already at {want}; module options restored: {', '.join(restored)}"
-    # a hold or version lock on what is installed now (the new driver's, put there by the
-    # upgrade) would refuse the restore: released first, the baseline's put back after
-    held = dn.holds(lambda name, argv: ctx.step(name, argv), mgr, name="rollback-holds")
-    if held:
-        argv = ["apt-mark", "unhold", *held] if mgr == "apt" else ["dnf", "versionlock", "delete", *held]
-        res = ctx.step("rollback-release-holds", argv)
-        if not res.ok:
-            return False, f"could not release the holds on {', '.join(held)} (rc {res.rc}): {res.tail(300)}"
-    for i, argv in enumerate(step["commands"], start=1):
-        wanted = pinned(argv)
-        # an interrupted step is settled by what it changes: the packages it pins, or the
-        # DNF module stream it resets or enables
-        probe = (lambda c, m, w=wanted: packages_at(c, w)) if wanted else dn.module_step_probe(argv)
-        res = ctx.step(f"restore-step-{i}", argv, once=True, probe=probe, timeout=3600)
-        if not res.ok:
-            return False, f"restore step {i} failed (rc {res.rc}): {res.tail(300)}"
-    ok, why = _hold_again(ctx, step, mgr)
-    if not ok:
-        return False, why
-    # before the reboot: the restored module reads its options from /etc/modprobe.d as it loads
-    ok, why, restored = _restore_module_options(ctx, step)
-    if not ok:
-        return False, why
-    if step.get("reboot", True):
-        ok, why, _ = reboot_and_wait(ctx, "restore-reboot", float(step.get("reboot_timeout", 900)),
-                                     float(step.get("reboot_grace", 10)))
-        if not ok:
-            return False, f"reboot after restore: {why}"
-    gpu = ctx.read_gpu()
-    if gpu.get("driver_version") != want:
-        return False, f"after restore nvidia-smi reports {gpu.get('driver_version')} ({gpu.get('gpu_error', '')})"
-    also = f"; module options restored: {', '.join(restored)}" if restored else ""
-    return True, f"driver restored to {want}{also}"
-
-
-def _options_file_lines(text: str) -> list[str]:
-    # as the baseline's ``grep -rH .`` saw a file: its non-empty lines
-    return [line for line in text.splitlines() if line]
-
-
-def _read_options_file(ctx: NodeCtx, name: str, path: str) -> str | None:
-    res = ctx.step(name, ["cat", path])
-    return res.stdout if res.ok else None
-
-
-def _restore_module_options(ctx: NodeCtx, step: dict) -> tuple[bool, str, list[str]]:
-    """Write back each nvidia module options file the baseline recorded that is now missing
-    or different (a reinstall can purge it), and keep what was found and written as
-    evidence. Each write is a ``once`` step, settled after a crash by the file's content.
-    Returns (ok, why not, the files written back)."""
-    restored: list[str] = []
-    report: list[str] = []
-    for i, f in enumerate(step.get("module_options") or [], start=1):
-        path, content = f["file"], f["content"]
-        want = _options_file_lines(content)
-        name = f"module-options-restore-{i}"
-        found = _read_options_file(ctx, f"module-options-check-{i}", path)
-        intact = found is not None and _options_file_lines(found) == want
-        # started before a crash: replayed or settled by its probe below, never sent twice
-        earlier = ctx.runner.prior_meta(ctx, name) is not None
-        if intact and not earlier:
-            continue
-
-        def written(c: NodeCtx, meta: dict, p: str = path, n: int = i, w: list[str] = want) -> bool:
-            now = _read_options_file(c, f"module-options-probe-{n}", p)
-            return now is not None and _options_file_lines(now) == w
-
-        res = ctx.step(name, ["tee", path], stdin=content.encode(), once=True, probe=written, meta={"file": path})
-        if not res.ok:
-            return False, f"could not write back {path} (rc {res.rc}): {res.tail(300)}", restored
-        after = _read_options_file(ctx, f"module-options-verify-{i}", path)
-        if after is None or _options_file_lines(after) != want:
-            return False, f"wrote back {path}, but it does not read as the baseline recorded it", restored
-        restored.append(path)
-        was = "written back before an interruption" if intact else "missing" if found is None else "changed"
-        report.append(f"{path}: {was}; written back as the baseline recorded it\n"
-                      f"--- found ---\n{found or ''}--- written ---\n{content}")
-    if report:
-        ctx.evidence("module-options-restored", "\n".join(report))
-    return True, "", restored
-
-
-def _as_it_was(ctx: NodeCtx, step: dict, why: str) -> tuple[bool, str]:
-    """The driver stage changed nothing (``why``): no restore and no reboot. It stopped the
-    services that hold the GPU and released the holds before its install; on failure it only
-    re-enabled the services, for a restore's reboot to start, and there is none here."""
-    gpu = ctx.read_gpu()
-    if gpu.get("driver_version") != step.get("to_version"):
-        # the journal and the node disagree: restore as for any other failure
-        return _restore_driver(ctx, step)
-    mgr = ctx.baseline.get("pkg_mgr", "apt")
-    ok, msg = _hold_again(ctx, step, mgr)
-    if not ok:
-        return ok, msg
-    ok, started = _start_stopped(ctx)
-    if not ok:
-        return ok, started
-    return True, (f"nothing to restore: {why}; the driver is still {step.get('to_version')}"
-                  + (f"; {started}" if started else ""))
-
-
-def _start_stopped(ctx: NodeCtx) -> tuple[bool, str]:
-    """Start again the GPU services the driver stage stopped (its ``stopped_services``)."""
-    stopped = [u for u in df.RESTART_ORDER if u in (ctx.facts.get("stopped_services") or [])]
-    if not stopped:
-        return True, ""
-    res = ctx.step("rollback-start-gpu-services", ["systemctl", "enable", "--now", *stopped])
-    if not res.ok:
-        return False, f"could not start {', '.join(stopped)} again (rc {res.rc}): {res.tail(300)}"
-    return True, f"started again: {', '.join(stopped)}"
-
-
-def _hold_again(ctx: NodeCtx, step: dict, mgr: str) -> tuple[bool, str]:
-    """The baseline's holds / version locks, on the restored packages (idempotent: holding
-    a held package again changes nothing)."""
-    names = step.get("holds") or []
-    if not names:
-        return True, ""
-    argv = ["apt-mark", "hold", *names] if mgr == "apt" else ["dnf", "versionlock", "add", *names]
-    res = ctx.step("rollback-hold-again", argv)
-    if not res.ok:
-        return False, f"restored, but could not hold {', '.join(names)} again (rc {res.rc}): {res.tail(300)}"
-    return True, ""
-
-
 def _restore_serving(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
     return ctx.workload.restore_images(ctx, step["containers"])
 
@@ -432,5 +229,5 @@ def _quarantine(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
     return scheduler_for(step).quarantine(ctx, step["label"])
 
 
-_ACTIONS = {"stop_test_server": _stop_test, "restore_driver": _restore_driver,
+_ACTIONS = {"stop_test_server": _stop_test,
             "restore_serving_image": _restore_serving, "uncordon_if_healthy": _uncordon, "quarantine": _quarantine}
