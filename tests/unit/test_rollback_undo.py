@@ -6,6 +6,8 @@ recording ones and watch the loop ask them."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from support import PLAYBOOK
 
@@ -131,3 +133,25 @@ def test_a_failed_driver_restore_skips_the_rest_but_the_quarantine(monkeypatch):
     assert [r["action"] for r in rollback.unreachable(ctx, steps("restore_driver", "quarantine"))] == ["quarantine"]  # type: ignore[arg-type]
     assert rec.asked == [("execute", "quarantine")]
 
+
+def test_the_plan_shows_and_reserves_what_the_kinds_declare(monkeypatch):
+    from k3rollout.plan.planner import rollback_estimate, rollback_steps_preview
+
+    playbook = load_playbook(PLAYBOOK)
+    assert rollback_steps_preview(playbook, {"driver_version": "575.57.08"}) == [
+        "stop_test_server: stop and remove the k3rollout test vLLM container",
+        "restore_driver: reinstall driver packages recorded by baseline (expected 575.57.08), reboot, verify "
+        "nvidia-smi and the kernel module",
+        "restore_serving_image: restart the serving container on the image digest baseline records",
+        "uncordon_if_healthy: uncordon only if the node was schedulable before the run and passes GPU health "
+        "checks; otherwise keep it cordoned"]
+    assert rollback_steps_preview(playbook, {})[1].startswith(
+        "restore_driver: reinstall driver packages recorded by baseline (expected the version baseline records)")
+    driver_s = next(s.estimate_s for s in playbook.stages if s.stage == "driver_upgrade")
+    assert rollback_estimate(playbook) == 3 * 60.0 + driver_s
+    # the planner holds no text or estimate of its own: a kind's declaration is what it shows
+    undo = STAGE_TABLES.undos["stop_test_server"]
+    monkeypatch.setitem(STAGE_TABLES.undos, "stop_test_server",
+                        dataclasses.replace(undo, plan_text="remove the test servers", estimate_s=7.0))
+    assert rollback_steps_preview(playbook, {})[0] == "stop_test_server: remove the test servers"
+    assert rollback_estimate(playbook) == 7.0 + 2 * 60.0 + driver_s
