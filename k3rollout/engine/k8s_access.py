@@ -12,6 +12,7 @@ from k3rollout.model.inventory import connection_of
 from k3rollout.scheduler import scheduler_for
 from k3rollout.scheduler.k8s_api import KubernetesApi, KubernetesError, kubeconfig_for
 from k3rollout.scheduler.k8s_lock import lease_targets
+from k3rollout.stages.driver import driver_backend_for
 from k3rollout.workload import backend_name, workload_namespace
 
 
@@ -50,7 +51,7 @@ def check_access(hosts: dict[str, Any], inventory_path: str, executor: Any = Non
                 pods = sorted({workload_namespace(hosts[n].vars) for n in nodes
                                if n in hosts and backend_name(hosts[n].vars) == "kubernetes"})
                 answers = api.check_access(ns, gpu_operator=any(
-                    hosts[n].vars.get("k3_driver_backend") == "gpu-operator" for n in nodes if n in hosts),
+                    driver_backend_for(hosts[n].vars).uses_kubernetes_api for n in nodes if n in hosts),
                     workload_namespace=pods[0] if pods else None)
             finally:
                 api.close()

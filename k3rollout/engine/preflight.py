@@ -70,7 +70,7 @@ from k3rollout.scheduler import scheduler_for
 from k3rollout.scheduler.k8s_api import KubernetesApi, kubeconfig_for
 from k3rollout.scheduler.slurm_access import check_slurm_access
 from k3rollout.stages import driver_node as dn
-from k3rollout.stages import driver_operator
+from k3rollout.stages.driver import driver_backend_for
 from k3rollout.toolpaths import require_tool
 from k3rollout.transport.base import CommandResult, Executor
 from k3rollout.transport.factory import check_controller_tools
@@ -154,8 +154,8 @@ def check_node(executor: Any, host: str, hvars: dict[str, Any], target: str, *,
             add("gpu_count", False, f"nvidia-smi fails (rc {smi.rc}): {smi.tail(200)}")
 
         op = run("gpu-operator", df.GPU_OPERATOR_PROBE)
-        operator_backend = hvars.get("k3_driver_backend") == "gpu-operator"
-        add("gpu_operator", op.ok if operator_backend else not op.ok, _operator_detail(op.ok, operator_backend, hvars))
+        driver = driver_backend_for(hvars)
+        add("gpu_operator", *driver.preflight_owner(op.ok, hvars))
         # the run's rule (plan/target.py): a node already on the target, or past it, is left
         # alone after its baseline, so nothing about its change or rollback is checked
         unchanged = no_change_reason(info.get("driver_version"), target) if changes_driver else None
@@ -163,55 +163,13 @@ def check_node(executor: Any, host: str, hvars: dict[str, Any], target: str, *,
             info["no_change"] = unchanged
             add("no_change", True, f"{unchanged}; no change or rollback checks, the node stays in service")
             return {"ok": all(c["ok"] for c in checks), "checks": checks, "info": info, "commands": log}
-        if operator_backend:
-            # the driver is the operator's container, changed by a pool label: no host
-            # package is installed or restored, so none is queried
-            add("disk", *_disk(run, hvars))
-            return {"ok": all(c["ok"] for c in checks), "checks": checks, "info": info, "commands": log}
+        # what the node's driver backend needs of it, to change it and to put it back
+        ansible = None
         if (ansible_tasks or {}).get(mgr) and getattr(executor, "kind", "") == "ssh":
-            add("ansible", *_ansible_path(executor, host, hvars, log))
-
-        fabric = dn.nvswitch(run)
-        info["nvswitch"] = fabric
-        want = dn.resolve_target(run, source, target, os_["kernel"], fabric, all_streams=True)
-        info["target_install"] = want["install"]
-        add("target_packages", not want["missing"],
-            f"not offered for {target}: {', '.join(want['missing'])}" if want["missing"]
-            else f"{len(want['pins'])} packages offered for {target}")
-
-        argv = parsers.RPM_ARGV if mgr == "dnf" else parsers.DPKG_ARGV
-        pk = run("installed-packages", argv)
-        installed = [p for p in parsers.parse_packages(pk.stdout) if p["status"].startswith("ii")]
-        if mgr == "apt":
-            # Canonical's precompiled module packages: the rollback restores them too
-            mods = run("precompiled-modules", parsers.DPKG_MODULES_ARGV)
-            installed += [p for p in parsers.parse_packages(mods.stdout) if p["status"].startswith("ii")]
-        info["installed_driver_packages"] = installed
-        gone, origins = dn.baseline_downloadable(run, source, installed)
-        info["origins"] = origins
-        add("rollback_packages", not gone,
-            ("no longer downloadable, so this node's rollback is impossible: " + ", ".join(gone)) if gone
-            else f"all {len(installed)} installed NVIDIA packages are still downloadable")
-
-        if fabric:
-            branch = (info.get("driver_version") or "").split(".")[0]
-            fm_names = [p["name"] for p in installed if "fabric" in p["name"]]
-            add("fabric_manager", bool(fm_names),
-                f"installed: {', '.join(fm_names)}" if fm_names else
-                f"NVSwitch system without a fabric manager package ({df.fabricmanager(source, branch or 580)}): "
-                "CUDA fails with error 802")
-
-        sb = dn.secure_boot(run)
-        info.update(sb)
-        unsigned = bool(sb.get("secure_boot")) and df.uses_dkms(source) and not sb.get("mok_enrolled")
-        add("secure_boot", not unsigned,
-            "Secure Boot is on and the DKMS module would be signed with a MOK key that is not enrolled: it would "
-            "not load. Enroll the key or use nvidia_driver_source: ubuntu-archive-precompiled" if unsigned else
-            ("Secure Boot on, module signing in place" if sb.get("secure_boot") else "Secure Boot off"))
-
-        info["held_packages"] = dn.holds(run, mgr)
-        if mgr == "dnf":
-            info["driver_module_stream"] = dn.module_stream(run)
+            def ansible() -> tuple[bool, str]:
+                return _ansible_path(executor, host, hvars, log)
+        for check in driver.preflight(run, hvars, target, source, os_, info, ansible):
+            add(*check)
         add("disk", *_disk(run, hvars))
     except _Unreachable as exc:
         add("connect", False, f"cannot reach the node: {exc}")
@@ -261,16 +219,6 @@ def _ansible_hint(said: str, hvars: dict[str, Any], unreachable: bool) -> str:
         return ("check ansible_host, ansible_port, ansible_user and ansible_ssh_private_key_file (and ssh_config, "
                 "ansible.cfg) for the connection the vendor tasks use")
     return "check the inventory's ansible_* connection variables for this node"
-
-
-def _operator_detail(owned: bool, operator_backend: bool, hvars: dict[str, Any]) -> str:
-    if operator_backend:
-        return ("the GPU Operator's driver container owns this node's driver: upgraded through its NVIDIADriver "
-                f"pool {hvars.get('k3_gpu_operator_pool_label')}={hvars.get('k3_gpu_operator_pool')}" if owned else
-                "k3_driver_backend is gpu-operator, but no GPU Operator driver container runs here "
-                "(/run/nvidia/driver)")
-    return ("the GPU Operator's driver container owns this node's driver (/run/nvidia/driver): a host package "
-            f"upgrade would fight it; {driver_operator.how_to_use()}" if owned else "host-installed driver")
 
 
 def _disk(run: Any, hvars: dict[str, Any]) -> tuple[bool, str]:

@@ -49,6 +49,7 @@ from k3rollout.model.stagekinds import (
     RETURNS_TO_SERVICE,
     TAKES_OUT_OF_SERVICE,
     StageKind,
+    Undo,
     derive,
 )
 from k3rollout.model.yamlsrc import LDict, LList, line_at, load_yaml, plain
@@ -160,7 +161,7 @@ class DriverParams(_Strict):
     # the reboot never happened (sshd stops within seconds of a real reboot)
     reboot_grace: Duration = 10
     # k3_driver_backend gpu-operator: how long the GPU Operator may take to move the node
-    # through its upgrade states to upgrade-done (stages/driver_operator.py)
+    # through its upgrade states to upgrade-done (stages/driver/gpu_operator.py)
     operator_timeout: Duration = 3600
 
 
@@ -261,15 +262,29 @@ STAGE_KINDS: tuple[StageKind, ...] = (
               runbook="01-baseline.md", estimate_s=120, role=RECORDS_BASELINE),
     StageKind("cordon", scope="node", params=CordonParams, destructive=True, state="cordon-required",
               runbook="02-cordon.md", estimate_s=300, role=TAKES_OUT_OF_SERVICE,
-              # on_node_failure: quarantine puts quarantine in place of uncordon_if_healthy
-              undone_by=("uncordon_if_healthy", "quarantine")),
+              undone_by=(Undo("uncordon_if_healthy", then_publish_failed=True,
+                              plan_text="uncordon only if the node was schedulable before the run and passes GPU "
+                                        "health checks; otherwise keep it cordoned"),
+                         # on_node_failure: quarantine puts quarantine in place of uncordon_if_healthy
+                         Undo("quarantine", scheduler_only=True))),
     StageKind("driver_upgrade", scope="node", params=DriverParams, destructive=True, state="upgrade-required",
-              runbook="03-driver-upgrade.md", estimate_s=1200, undone_by=("restore_driver",)),
+              runbook="03-driver-upgrade.md", estimate_s=1200,
+              # its reserve is the driver stage's own estimate; without a sound driver the
+              # node must stay out of service
+              undone_by=(Undo("restore_driver", estimate_s=None,
+                              plan_text="reinstall driver packages recorded by baseline (expected {expected})",
+                              plan_text_reboot=", reboot, verify nvidia-smi and the kernel module",
+                              failure_stops_rest="driver restore failed; node kept cordoned"),)),
     StageKind("cuda_check", scope="node", params=CudaParams, destructive=True, state="validation-required",
               runbook="04-cuda-check.md", estimate_s=180, runs_image=True),
     StageKind("vllm_smoke", scope="replica", params=SmokeParams, destructive=True, state="smoke-test-required",
               runbook="05-vllm-smoke.md", estimate_s=900, runs_image=True, loads_model=True,
-              undone_by=("stop_test_server", "restore_serving_image")),
+              undone_by=(Undo("stop_test_server", plan_text="stop and remove the k3rollout test vLLM container"),
+                         # also owed after any driver change: the reboots stop the serving
+                         # containers, and a failure before the smoke test (which stops them
+                         # itself) must not leave them down
+                         Undo("restore_serving_image", also_after=("driver_upgrade",),
+                              plan_text="restart the serving container on the image digest baseline records"))),
     StageKind("features", scope="replica", params=FeatureParams, destructive=True, state="feature-test-required",
               runbook="06-features-multinode.md", estimate_s=600, runs_image=True, loads_model=True),
     StageKind("multinode", scope="batch", params=MultinodeParams, destructive=True, state="multinode-test-required",

@@ -12,7 +12,8 @@ kind, which rollback action undoes which stage, and which kind plays each role. 
 the same declarations.
 
 This module is pure data (model imports no other layer: ``.importlinter``), so model can
-validate a playbook against the stage kinds without importing a stage's code.
+validate a playbook against the stage kinds without importing a stage's code, and the
+planner can read what each kind's rollback action is (its ``Undo``) without importing one.
 """
 
 from __future__ import annotations
@@ -39,6 +40,39 @@ ROLES: tuple[Role, ...] = (TAKES_OUT_OF_SERVICE, RETURNS_TO_SERVICE, RECORDS_BAS
 
 
 @dataclass(frozen=True)
+class Undo:
+    """A rollback action a stage kind declares (``StageKind.undone_by``): what undoes its
+    run on a node, as data. How it is planned from the baseline, shown and run is the
+    stage module's (its ``StageSpec.undo``, stages/spec.py); where several run, they run
+    in ``ROLLBACK_ORDER`` (model/playbook.py)."""
+
+    action: str
+    # the line ``plan`` shows a change board for a node, before baseline has read it;
+    # ``{expected}`` is the driver the inventory says the node runs (or "the version
+    # baseline records")
+    plan_text: str = ""
+    plan_text_reboot: str = ""      # added when the playbook's declaration of it reboots
+    # the rollback reserve a node needs for it (the plan's rollback estimate); None: the
+    # estimate of the stage it undoes
+    estimate_s: float | None = 60.0
+    # also owed when one of these stages started, though the stage it undoes did not
+    also_after: tuple[str, ...] = ()
+    # when it fails, the rest of the node's rollback is skipped for this reason (the node
+    # stays out of service), except what needs only the scheduler
+    failure_stops_rest: str = ""
+    # needs only the node's scheduler: run for a node the rollback cannot reach, and after
+    # a failure that stopped the rest
+    scheduler_only: bool = False
+    # after it, whatever its result, the node's upgrade progress is published as failed
+    then_publish_failed: bool = False
+
+    def plan_line(self, reboot: bool, expected: str) -> str:
+        """The plan's line for it (``plan_text``)."""
+        return (f"{self.action}: {self.plan_text.format(expected=expected)}"
+                + (self.plan_text_reboot if reboot else ""))
+
+
+@dataclass(frozen=True)
 class StageKind:
     """One stage kind: everything about it that is data."""
 
@@ -58,7 +92,7 @@ class StageKind:
     estimate_s: float           # its default estimate, when the playbook gives none
     # the rollback actions that undo what its run changed (a node is rolled back only for
     # what actually ran on it)
-    undone_by: tuple[str, ...] = ()
+    undone_by: tuple[Undo, ...] = ()
     # its run starts the serving image on the node's GPUs (triage reads the image's CUDA
     # version against the driver when it fails)
     runs_image: bool = False
@@ -85,6 +119,8 @@ class StageTables:
     states: dict[str, str]
     runbooks: dict[str, str]
     rollback_undoes: dict[str, str]
+    # rollback action -> its declaration
+    undos: dict[str, Undo]
     # stages reached only after a destructive stage has run: a node waiting before one of
     # them (a halted or interrupted batch) is held out of service by the run
     after_change: frozenset[str]
@@ -117,7 +153,7 @@ def derive(kinds: Sequence[StageKind]) -> StageTables:
     kinds = tuple(kinds)
     order = tuple(k.name for k in kinds)
     for what, values in (("name", order), ("state", tuple(k.state for k in kinds)),
-                         ("rollback action", tuple(a for k in kinds for a in k.undone_by)),
+                         ("rollback action", tuple(u.action for k in kinds for u in k.undone_by)),
                          ("role", tuple(k.role for k in kinds if k.role is not None))):
         twice = sorted({v for v in values if values.count(v) > 1})
         if twice:
@@ -140,7 +176,8 @@ def derive(kinds: Sequence[StageKind]) -> StageTables:
         params={k.name: k.params for k in kinds},
         states={k.name: k.state for k in kinds},
         runbooks={k.name: k.runbook for k in kinds},
-        rollback_undoes={a: k.name for k in kinds for a in k.undone_by},
+        rollback_undoes={u.action: k.name for k in kinds for u in k.undone_by},
+        undos={u.action: u for k in kinds for u in k.undone_by},
         after_change=frozenset(k.name for i, k in enumerate(kinds) if any(p.destructive for p in kinds[:i])),
         roles={k.role: k.name for k in kinds if k.role is not None},
     )

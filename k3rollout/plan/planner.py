@@ -111,31 +111,21 @@ def out_of_service_before(inventory: Inventory, hosts: list[str]) -> list[str]:
 
 def rollback_steps_preview(playbook: Playbook, host_vars: dict[str, Any]) -> list[str]:
     """What the plan will record for a node, before baseline has read the real versions:
-    each action once, in the order the rollback runs them (``Playbook.rollback_actions``)."""
+    each action once, in the order the rollback runs them (``Playbook.rollback_actions``),
+    in the words of the stage kind that declares it (its ``Undo``, model/playbook.py)."""
     before = host_vars.get("driver_version") or host_vars.get("sim_driver")
-    steps: list[str] = []
-    for rb in playbook.rollback_actions():
-        if rb.action == "restore_driver":
-            what = f"{before}" if before else "the version baseline records"
-            steps.append(f"restore_driver: reinstall driver packages recorded by baseline (expected {what})"
-                         + (", reboot, verify nvidia-smi and the kernel module" if rb.reboot else ""))
-        elif rb.action == "stop_test_server":
-            steps.append("stop_test_server: stop and remove the k3rollout test vLLM container")
-        elif rb.action == "restore_serving_image":
-            steps.append("restore_serving_image: restart the serving container on the image digest baseline records")
-        elif rb.action == "uncordon_if_healthy":
-            steps.append("uncordon_if_healthy: uncordon only if the node was schedulable before the run "
-                         "and passes GPU health checks; otherwise keep it cordoned")
-    return steps
+    expected = f"{before}" if before else "the version baseline records"
+    return [STAGE_TABLES.undos[rb.action].plan_line(rb.reboot, expected) for rb in playbook.rollback_actions()]
 
 
 def rollback_estimate(playbook: Playbook) -> float:
     if playbook.play.rollback_estimate is not None:
         return playbook.play.rollback_estimate
     by_kind: dict[str, float] = {s.stage: s.estimate_s for s in playbook.stages}
-    # each action runs once per node however many stages declare it
-    actions = [rb.action for rb in playbook.rollback_actions()]
-    return sum(by_kind.get(ROLLBACK_UNDOES[a], 0.0) if a == "restore_driver" else 60.0 for a in actions)
+    # each action runs once per node however many stages declare it, for as long as its
+    # kind declares (None: as long as the stage it undoes)
+    undos = [(STAGE_TABLES.undos[rb.action], ROLLBACK_UNDOES[rb.action]) for rb in playbook.rollback_actions()]
+    return sum(by_kind.get(stage, 0.0) if u.estimate_s is None else u.estimate_s for u, stage in undos)
 
 
 def _estimates(playbook: Playbook, in_place: bool) -> tuple[float, float]:

@@ -3,10 +3,10 @@
 Read-only. Captures date, nvidia-smi (table, CSV, topology), the kernel module version,
 driver packages, kernel, container runtime, images (tag, digest, CUDA), containers and
 the logs of the failed K3 attempt, scheduler state and fabric manager state, and what a
-driver rollback needs (for ``k3_driver_backend: gpu-operator``, the NVIDIADriver pool label
-the node is in, instead of packages) (every nvidia-*/libnvidia-* package with version and origin
-repository, holds, the DNF module stream, /etc/modprobe.d, Secure Boot). Every output
-goes to evidence; the parsed facts become the node's baseline, which the rollback plan
+driver rollback needs, as the node's driver backend says (stages/driver: for host
+packages every nvidia-*/libnvidia-* package with version and origin repository, holds,
+the DNF module stream, /etc/modprobe.d, Secure Boot; for the GPU Operator the
+NVIDIADriver pool label the node is in). Every output goes to evidence; the parsed facts become the node's baseline, which the rollback plan
 restores to.
 """
 
@@ -15,9 +15,9 @@ from __future__ import annotations
 from k3rollout.checks import parsers
 from k3rollout.checks.cuda_table import compat_verdict
 from k3rollout.errors import K3RolloutError
-from k3rollout.stages import driver_operator, workload_probes
+from k3rollout.stages import workload_probes
 from k3rollout.stages.base import NodeCtx, StageOutcome
-from k3rollout.stages.driver_node import driver_rollback_facts
+from k3rollout.stages.driver import driver_backend_for
 from k3rollout.stages.spec import StageSpec, kind
 
 
@@ -42,14 +42,8 @@ def run(ctx: NodeCtx) -> StageOutcome:
     f["kernel"] = ctx.step("kernel", ["uname", "-r"]).stdout.strip()
     f["boot_id"] = ctx.read_boot_id()
     ctx.facts.update(f)
-    operator_backend = driver_operator.backend(ctx.vars) == driver_operator.GPU_OPERATOR
-    if operator_backend:
-        # the driver is the GPU Operator's container, not host packages: none is queried
-        f["driver_backend"] = driver_operator.GPU_OPERATOR
-        f["driver_packages"] = []
-    else:
-        f["driver_packages"] = [pk for pk in ctx.read_packages() if pk["status"].startswith("ii")]
-        f.update(driver_rollback_facts(ctx, f))
+    driver = driver_backend_for(ctx.vars)
+    driver.baseline_facts(ctx, f)
     ctx.step("nvidia-topology", ["nvidia-smi", "topo", "-m"])
     fm = ctx.step("fabricmanager", ["systemctl", "is-active", "nvidia-fabricmanager"])
     f["fabricmanager"] = fm.stdout.strip() or "unknown"
@@ -86,24 +80,9 @@ def run(ctx: NodeCtx) -> StageOutcome:
             f["driver_owner"] = owner(ctx)
         except K3RolloutError as exc:
             return StageOutcome(False, str(exc), f)
-        if operator_backend:
-            if f["driver_owner"] != "gpu-operator":
-                return StageOutcome(False, f"{driver_operator.BACKEND_VAR} is gpu-operator, but the NVIDIA GPU Operator "
-                                           "does not run this node's driver (no driver DaemonSet pod here). Nothing "
-                                           "was changed.", f)
-            # the pool the node is in now: the rollback moves it back there
-            label = str(ctx.vars[driver_operator.POOL_LABEL_VAR])
-            res = ctx.runner.call(ctx, "gpu-operator-pool", ["GET", f"nodes/{ctx.node}", f"label {label}"],
-                                  lambda: {"labels": {label: ctx.runner.kube(ctx).node(ctx.node)["labels"].get(label)}},
-                                  ran_on=ctx.runner.kube(ctx).server)
-            if not res.ok:
-                return StageOutcome(False, f"cannot read {ctx.node}'s driver pool label {label}: {res.error}", f)
-            f["gpu_operator_pool_label"] = label
-            f["gpu_operator_pool"] = res.answer["labels"][label]
-        elif f["driver_owner"] == "gpu-operator":
-            return StageOutcome(False, "the NVIDIA GPU Operator manages this node's driver (its driver DaemonSet runs "
-                                       "here): a host-level package upgrade is refused; "
-                                       f"{driver_operator.how_to_use()}. Nothing was changed.", f)
+        why = driver.owner_facts(ctx, f)
+        if why is not None:
+            return StageOutcome(False, why, f)
     return StageOutcome(True, "", f)
 
 

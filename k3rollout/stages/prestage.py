@@ -2,46 +2,31 @@
 
 Nothing here installs, stops, cordons or restarts anything:
 - disk space: ``df`` on the package cache and Docker's data root, against ``min_free_gib``;
-- driver packages: the exact install the driver stage will run (``driver_node.resolve_target``:
-  versions the node's own repositories offer), fetched with ``apt-get install --download-only``
-  into ``/var/cache/apt/archives`` and listed (name and size of each staged .deb);
-  on RHEL the target's DNF module stream is enabled only in the window (it changes what
-  dnf resolves), so the packages are fetched there, and pre-staging says so;
+- the driver, as the node's driver backend stages it (stages/driver): for host packages the
+  exact install the driver stage will run (``driver_node.resolve_target``: versions the
+  node's own repositories offer), fetched with ``apt-get install --download-only`` into
+  ``/var/cache/apt/archives`` and listed (name and size of each staged .deb); on RHEL the
+  target's DNF module stream is enabled only in the window (it changes what dnf
+  resolves), so the packages are fetched there, and pre-staging says so; the GPU
+  Operator's driver comes in its container image, and nothing is fetched;
 - the image, pulled by digest (``prestage.image_digest`` or the var ``vllm_image_digest``;
   by tag otherwise, recording the digest it resolved);
 - the model weights where ``prestage.weights_manifest`` says they live (local cache or shared
   storage): ``sha256sum --check`` of that manifest, a check in place, not a download.
 
 The facts recorded (``facts.prestage``) let the driver stage check, in the window, that the
-staged packages are still there as staged (``staged_intact``).
+staged packages are still there as staged (``staged_intact``, stages/driver/host.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from k3rollout.checks import driver_facts as df
 from k3rollout.stages import driver_node as dn
 from k3rollout.stages.base import NodeCtx, StageOutcome
-from k3rollout.stages.driver_operator import GPU_OPERATOR, backend
+from k3rollout.stages.driver import driver_backend_for
+from k3rollout.stages.driver.host import ARCHIVES
 from k3rollout.workload import workload_for
-
-ARCHIVES = "/var/cache/apt/archives"
-LIST_ARGV = ["find", ARCHIVES, "-maxdepth", "1", "-name", "*.deb", "-printf", "%s %f\\n"]
-
-
-def deb_file(name: str, version: str) -> str:
-    """apt's file name in its cache for a package version (``:`` as ``%3a``), arch-less prefix."""
-    return f"{name}_{version.replace(':', '%3a')}_"
-
-
-def parse_listing(text: str) -> dict[str, int]:
-    out = {}
-    for line in text.splitlines():
-        size, _, name = line.strip().partition(" ")
-        if name and size.isdigit():
-            out[name] = int(size)
-    return out
 
 
 def parse_df(text: str) -> dict[str, int]:
@@ -75,35 +60,10 @@ def run(ctx: NodeCtx, cfg: Any) -> StageOutcome:
             f"{m} has {b / 1024 ** 3:.0f} GiB free, {cfg.min_free_gib:g} GiB needed" for m, b in short.items()),
             {"prestage": facts})
 
-    target = str(ctx.vars.get("target_driver") or "")
-    if backend(ctx.vars) == GPU_OPERATOR:
-        # the GPU Operator's driver container brings the driver: nothing to fetch on the host
-        facts["packages_note"] = ("GPU Operator: the driver comes in the NVIDIADriver pool's container image, "
-                                  "pulled by the operator; no host packages are staged")
-    elif mgr == "apt" and target:
-        try:
-            source = df.source_of(ctx.vars, osf["os_family"])
-        except ValueError as exc:
-            return StageOutcome(False, str(exc), {"prestage": facts})
-        upd = step("apt-update", ["apt-get", "update"])
-        if not upd.ok:
-            return StageOutcome(False, f"apt-get update failed (rc {upd.rc}): {upd.tail(300)}",
-                                {"prestage": facts}, logs=upd.stderr)
-        resolved = dn.resolve_target(step, source, target, osf["kernel"], dn.nvswitch(step), name="prestage-offers")
-        if resolved["missing"]:
-            return StageOutcome(False, f"the node's repositories do not offer {target} for: "
-                                + ", ".join(resolved["missing"]), {"prestage": facts})
-        res = step("download-driver", ["apt-get", "install", "--download-only", "-y", *resolved["install"]])
-        if not res.ok:
-            return StageOutcome(False, f"download of the driver packages failed (rc {res.rc}): {res.tail(300)}",
-                                {"prestage": facts}, logs=res.stdout + res.stderr)
-        listing = parse_listing(step("staged-packages", LIST_ARGV).stdout)
-        prefixes = [deb_file(n, v) for n, v in resolved["pins"].items()]
-        staged = {f: s for f, s in listing.items() if any(f.startswith(p) for p in prefixes)}
-        facts.update(packages=resolved["install"], staged=staged, cache=ARCHIVES)
-    elif mgr != "apt":
-        facts["packages_note"] = ("RHEL: the target's DNF module stream is enabled only in the window, so the "
-                                  "driver packages are fetched there")
+    # the driver's part is its backend's: host packages downloaded, or nothing to fetch
+    staged = driver_backend_for(ctx.vars).prestage(step, ctx, osf, facts)
+    if staged is not None:
+        return staged
 
     image = str(ctx.vars.get("vllm_image") or "")
     digest = cfg.image_digest or ctx.vars.get("vllm_image_digest")
@@ -127,16 +87,3 @@ def run(ctx: NodeCtx, cfg: Any) -> StageOutcome:
                                 logs=res.stdout + res.stderr)
         facts["weights_verified"] = True
     return StageOutcome(True, "", {"prestage": facts})
-
-
-def check_staged(ctx: NodeCtx) -> dict[str, Any] | None:
-    """In the window (driver stage, before the install): are the staged packages still in the
-    cache with the sizes they had? None when nothing was staged."""
-    pre = ctx.facts.get("prestage") or {}
-    staged = pre.get("staged")
-    if not staged:
-        return None
-    now = parse_listing(ctx.step("staged-packages-now", LIST_ARGV).stdout)
-    gone = sorted(f for f in staged if f not in now)
-    changed = sorted(f for f in staged if f in now and now[f] != staged[f])
-    return {"staged_intact": not gone and not changed, "staged_missing": gone, "staged_changed": changed}

@@ -6,15 +6,25 @@ walks the ladder's first two steps over HTTP from the controller: the model is l
 (/health, and /v1/models lists it), one short request generates text, and a bad request
 is answered with an OpenAI-format error (error reporting works). "The server answers" is
 proven here; "the cache hits" is the feature stage's job.
+
+Its undo: ``stop_test_server`` (first in a node's rollback: the test servers hold the
+GPUs) and ``restore_serving_image`` (the serving containers baseline saw, back on their
+image digest, after the driver is restored).
 """
 
 from __future__ import annotations
 
+import shlex
+from typing import Any
+
 from k3rollout.stages import replica_serve, thinking, vllm_server
 from k3rollout.stages.base import NodeCtx, StageOutcome
-from k3rollout.stages.spec import StageSpec, kind
+from k3rollout.stages.spec import Planning, StageSpec, UndoAction, kind
+from k3rollout.workload import workload_for
 
 NAME = "k3rollout-smoke"
+# what stop_test_server removes: this stage's server and the feature stage's
+TEST_CONTAINERS = (NAME, "k3rollout-features")
 
 
 def run(ctx: NodeCtx) -> StageOutcome:
@@ -70,4 +80,39 @@ def _requests(ctx: NodeCtx, p, f: dict, stop) -> StageOutcome:
     return StageOutcome(True, "", f)
 
 
-SPEC = StageSpec(kind("vllm_smoke"), run=run)
+def plan_stop_test(step: dict[str, Any], p: Planning) -> dict[str, Any]:
+    step["commands"] = workload_for(p.tvars).removal_plan(TEST_CONTAINERS)
+    return step
+
+
+def describe_stop_test(step: dict[str, Any]) -> str:
+    return "stop_test_server: " + "; ".join(shlex.join(c) for c in step["commands"])
+
+
+def stop_test_servers(ctx: NodeCtx, step: dict, untouched: str | None = None) -> tuple[bool, str]:
+    # the plan's commands are what the node's runtime runs for these names (its removal_plan)
+    for i, name in enumerate(TEST_CONTAINERS, start=1):
+        ctx.workload.remove_server(ctx, name, f"stop-test-{i}")
+    return True, "test containers removed"
+
+
+def plan_restore_serving(step: dict[str, Any], p: Planning) -> dict[str, Any]:
+    step["containers"] = [{"name": c["name"], "image": c["image"], "digest": c.get("digest")}
+                          for c in p.baseline.get("serving_containers", [])]
+    return step
+
+
+def describe_restore_serving(step: dict[str, Any]) -> str:
+    items = ", ".join(f"{c['name']} on {c['image']}@{(c.get('digest') or '?').split('@')[-1][:19]}"
+                      for c in step["containers"]) or "none were running"
+    return f"restore_serving_image: restart {items}"
+
+
+def restore_serving(ctx: NodeCtx, step: dict, untouched: str | None = None) -> tuple[bool, str]:
+    return ctx.workload.restore_images(ctx, step["containers"])
+
+
+SPEC = StageSpec(kind("vllm_smoke"), run=run, undo={
+    "stop_test_server": UndoAction(plan_stop_test, describe_stop_test, stop_test_servers),
+    "restore_serving_image": UndoAction(plan_restore_serving, describe_restore_serving, restore_serving),
+})

@@ -151,7 +151,7 @@ def test_plan_puts_prestage_ahead_of_the_batches(tmp_path):
 
 
 def test_driver_stage_sees_a_cache_emptied_since_prestaging(tmp_path):
-    from k3rollout.stages.prestage import check_staged
+    from k3rollout.stages.driver.host import check_staged
     from k3rollout.transport.base import CommandResult
 
     d = st.init_host(tmp_path / "h", "h", {})

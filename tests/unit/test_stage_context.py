@@ -67,13 +67,14 @@ def test_the_observation_runner_is_a_stage_context(tmp_path, fake_executor):
 
 
 def test_one_template_context_for_assertions_vendor_steps_and_rollback(stage_harness):
-    from k3rollout.stages import driver_upgrade, rollback
+    from k3rollout.stages import rollback
+    from k3rollout.stages.driver import host
 
     h = stage_harness(hosts={"gpu-01": {"rack": "r7"}})
     base = {"driver_version": "575.57.08", "pkg_mgr": "apt", "os_family": "Debian",
             "driver_packages": [{"name": "nvidia-driver-575", "version": "575.57.08-0ubuntu1"}]}
     ctx = h.ctx("driver_upgrade", baseline=base, facts=base)
-    seen = driver_upgrade.template_context(ctx)
+    seen = host.template_context(ctx)
     h.engine.record("facts", node="gpu-01", stage="baseline", facts=base)
     assert seen == h.engine.assertion_context("gpu-01")
     assert seen["vars"]["rack"] == "r7" and seen["rack"] == "r7"

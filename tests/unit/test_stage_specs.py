@@ -17,12 +17,12 @@ from k3rollout.checks import triage
 from k3rollout.engine import states
 from k3rollout.engine.states import AFTER_CHANGE_STATES, STAGE_STATE, STATE_STAGE, Event, NodeState, build_table
 from k3rollout.model import playbook
-from k3rollout.model.stagekinds import StageKind, derive
+from k3rollout.model.stagekinds import StageKind, Undo, derive
 from k3rollout.report.render import RUNBOOK_FILES
 from k3rollout.stages import baseline, cordon, cuda_check, driver_upgrade, features, multinode, uncordon, vllm_smoke
 from k3rollout.stages.base import StageOutcome
 from k3rollout.stages.registry import SPECS, STAGES, registry
-from k3rollout.stages.spec import StageSpec
+from k3rollout.stages.spec import StageSpec, UndoAction
 
 
 def test_the_derived_tables_are_the_tables_they_replaced():
@@ -92,8 +92,12 @@ class DummyParams(playbook.CordonParams):
 
 
 DUMMY = StageKind("dummy_check", scope="batch", params=DummyParams, destructive=True, state="dummy-check-required",
-                  runbook="09-dummy.md", estimate_s=42, undone_by=("undo_dummy",), runs_image=True,
+                  runbook="09-dummy.md", estimate_s=42, undone_by=(Undo("undo_dummy"),), runs_image=True,
                   loads_model=True)
+
+
+DUMMY_UNDO = UndoAction(plan=lambda step, p: step, describe=lambda step: "undo_dummy",
+                        execute=lambda ctx, step, untouched: (True, "undone"))
 
 
 def real_load_stages() -> frozenset[str]:
@@ -141,7 +145,8 @@ def test_a_new_declaration_and_spec_is_all_a_new_stage_takes(monkeypatch):
 
     # the registry finds its spec in the module of the same name
     module = types.ModuleType("k3rollout.stages.dummy_check")
-    module.SPEC = StageSpec(DUMMY, run=lambda ctx: StageOutcome(True), run_batch=_dummy_group)
+    module.SPEC = StageSpec(DUMMY, run=lambda ctx: StageOutcome(True), run_batch=_dummy_group,
+                            undo={"undo_dummy": DUMMY_UNDO})
     monkeypatch.setitem(sys.modules, "k3rollout.stages.dummy_check", module)
     specs = registry(t)
     assert list(specs) == list(t.order)
@@ -178,6 +183,6 @@ def test_a_spec_publishes_its_state_only_on_pass():
 
     for passed in (False, True):
         spec = StageSpec(playbook.STAGE_KINDS[2], run=lambda ctx, p=passed: StageOutcome(p),
-                         publishes_on_pass="validation-required")
+                         publishes_on_pass="validation-required", undo=SPECS["driver_upgrade"].undo)
         assert spec(Ctx()).passed is passed
     assert published == ["validation-required"]

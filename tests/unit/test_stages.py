@@ -493,7 +493,7 @@ OLD_BOOT, NEW_BOOT = "5e5d0e6e-4c1b-4b6e-9f5e-0c0a4b8d2a11\n", "0b3a7c52-9d64-4f
 
 
 def test_reboot_journals_the_boot_id_and_waits_for_a_new_one(stage_harness, fake_executor):
-    from k3rollout.stages.driver_upgrade import reboot_and_wait
+    from k3rollout.stages.driver.host import reboot_and_wait
 
     h = stage_harness(group_vars=DOCKER)
     fake_executor.expect(BOOT_ID, stdout=OLD_BOOT)
@@ -514,7 +514,7 @@ def test_a_host_refusing_at_once_while_it_boots_is_polled_not_spun_on(stage_harn
     is retried at a pause, not in a tight loop: over 1 s, a handful of waits, then the
     timeout with the last error."""
     from k3rollout.errors import HostUnreachable
-    from k3rollout.stages.driver_upgrade import wait_for_new_boot
+    from k3rollout.stages.driver.host import wait_for_new_boot
 
     h = stage_harness(group_vars=DOCKER)
     for _ in range(50):
@@ -529,7 +529,7 @@ def test_a_reboot_that_dropped_the_connection_is_settled_not_repeated(stage_harn
     """`reboot` over SSH usually loses its session: the probe sees the new boot id and
     the reboot is not sent a second time."""
     from k3rollout.errors import ConnectionLost
-    from k3rollout.stages.driver_upgrade import reboot_and_wait
+    from k3rollout.stages.driver.host import reboot_and_wait
 
     h = stage_harness(group_vars=DOCKER)
     fake_executor.expect(BOOT_ID, stdout=OLD_BOOT)
@@ -560,7 +560,7 @@ def _verify_script(fake, module="580.95.05"):
 
 
 def test_verify_driver_after_the_reboot(stage_harness, fake_executor):
-    from k3rollout.stages.driver_upgrade import verify_driver
+    from k3rollout.stages.driver.host import verify_driver
 
     h = stage_harness(group_vars=DOCKER)
     _verify_script(fake_executor)
@@ -574,7 +574,7 @@ def test_verify_driver_after_the_reboot(stage_harness, fake_executor):
 
 def test_verify_driver_catches_a_stale_kernel_module(stage_harness, fake_executor):
     """nvidia-smi (user space) at the target while the old module is still loaded."""
-    from k3rollout.stages.driver_upgrade import verify_driver
+    from k3rollout.stages.driver.host import verify_driver
 
     h = stage_harness(group_vars=DOCKER)
     _verify_script(fake_executor, module="575.57.08")
@@ -583,7 +583,7 @@ def test_verify_driver_catches_a_stale_kernel_module(stage_harness, fake_executo
 
 
 def test_verify_driver_when_nvidia_smi_cannot_talk_to_the_driver(stage_harness, fake_executor):
-    from k3rollout.stages.driver_upgrade import verify_driver
+    from k3rollout.stages.driver.host import verify_driver
 
     h = stage_harness(group_vars=DOCKER)
     fake_executor.expect(parsers.GPU_QUERY_ARGV, rc=9, stdout=SMI_FAILED)

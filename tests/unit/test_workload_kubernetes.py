@@ -589,14 +589,14 @@ def test_preflight_refuses_the_docker_backend_where_the_kubelet_runs_containerd_
 def test_a_rollbacks_uncordon_is_healthy_only_once_the_owners_are_back(kube, monkeypatch):
     """The rollback's health gate after its uncordon is the success path's: each owner
     baseline saw back to its readyReplicas on its digest. An owner still short fails it."""
-    from k3rollout.stages import rollback
+    from k3rollout.stages import cordon
 
     h, fake = kube
     ctx = h.ctx("uncordon", baseline={"serving_containers": [SERVING], "scheduler_state": "schedulable"})
     ctx.params = ctx.params.model_copy(update={"serving_ready_timeout": 5.0})
-    monkeypatch.setattr(rollback, "health_problems", lambda c, s: [])
+    monkeypatch.setattr(cordon, "health_problems", lambda c, s: [])
     uncordoned = []
-    monkeypatch.setattr(rollback.uncordon_stage, "uncordon", lambda c, name: (uncordoned.append(name) or True, ""))
+    monkeypatch.setattr(cordon.uncordon_stage, "uncordon", lambda c, name: (uncordoned.append(name) or True, ""))
     fake.expect(*DEPLOYMENT, answer={"status": {"readyReplicas": 1}})
     fake.expect("core.list_namespaced_pod", "serving", label_selector="app=kimi", answer={"items": [pod("a")]})
     fake.expect(*DEPLOYMENT, answer={"status": {"readyReplicas": 1}})
@@ -604,7 +604,7 @@ def test_a_rollbacks_uncordon_is_healthy_only_once_the_owners_are_back(kube, mon
                 timeout_seconds=5, api="apps", answer=[("ADDED", {"status": {"readyReplicas": 1}})])
     fake.expect(*DEPLOYMENT, answer={"status": {"readyReplicas": 1}})          # the last look, at 5 s
     fake.expect("core.list_namespaced_pod", "serving", label_selector="app=kimi", answer={"items": [pod("a")]})
-    ok, why = rollback._uncordon(ctx, {})
+    ok, why = cordon.uncordon_if_healthy(ctx, {})
     assert uncordoned == ["rollback-uncordon"]
     assert not ok and why.startswith("uncordoned, but") and "has 1 ready replicas of 2" in why, why
 

@@ -22,10 +22,13 @@ label (polled), whose evidence holds each state seen and when. No host package c
 reboot is sent to the node; afterwards nvidia-smi and /proc/driver/nvidia/version on the
 node (reads) must report the target. The rollback (stages/rollback.py) moves the node
 back to the pool label value recorded at baseline and waits the same way.
+
+``GpuOperator`` is this backend behind the ``DriverBackend`` protocol (stages/driver/base.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from k3rollout.checks import parsers
@@ -37,8 +40,8 @@ from k3rollout.scheduler.k8s_api import (
     KubernetesError,
 )
 from k3rollout.stages.base import NodeCtx, StageOutcome
+from k3rollout.stages.driver.base import BACKEND_VAR, Check, RestoreParams, Run
 
-BACKEND_VAR = "k3_driver_backend"
 POOL_LABEL_VAR = "k3_gpu_operator_pool_label"
 POOL_VAR = "k3_gpu_operator_pool"
 GPU_OPERATOR = "gpu-operator"
@@ -52,11 +55,6 @@ def how_to_use() -> str:
             f"NVIDIADriver resources matches, e.g. driver.config) and {POOL_VAR} (that label's value for the pool "
             "whose NVIDIADriver runs the target driver); it then moves the node into that pool and watches "
             "nvidia.com/gpu-driver-upgrade-state to upgrade-done")
-
-
-def backend(host_vars: dict[str, Any]) -> str:
-    """``host`` (packages on the node, the default) or ``gpu-operator``."""
-    return str(host_vars.get(BACKEND_VAR) or "host")
 
 
 def poll_interval(timeout: float) -> float:
@@ -207,3 +205,74 @@ def restore(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
         return False, (f"after moving back to {label}={pool} the node reports {now.get('driver_version')} "
                        f"(module {now.get('module_version')}; {now.get('gpu_error', '')}), expected {want}")
     return True, f"driver restored to {want} by the GPU Operator ({label}={pool})"
+
+
+class GpuOperator:
+    """The driver as the GPU Operator's container, changed by the node's pool label."""
+
+    kind = GPU_OPERATOR
+    uses_kubernetes_api = True
+
+    def baseline_facts(self, ctx: NodeCtx, f: dict[str, Any]) -> None:
+        # the driver is the GPU Operator's container, not host packages: none is queried
+        f["driver_backend"] = GPU_OPERATOR
+        f["driver_packages"] = []
+
+    def owner_facts(self, ctx: NodeCtx, f: dict[str, Any]) -> str | None:
+        if f["driver_owner"] != "gpu-operator":
+            return (f"{BACKEND_VAR} is gpu-operator, but the NVIDIA GPU Operator does not run this node's driver "
+                    "(no driver DaemonSet pod here). Nothing was changed.")
+        # the pool the node is in now: the rollback moves it back there
+        label = str(ctx.vars[POOL_LABEL_VAR])
+        res = ctx.runner.call(ctx, "gpu-operator-pool", ["GET", f"nodes/{ctx.node}", f"label {label}"],
+                              lambda: {"labels": {label: ctx.runner.kube(ctx).node(ctx.node)["labels"].get(label)}},
+                              ran_on=ctx.runner.kube(ctx).server)
+        if not res.ok:
+            return f"cannot read {ctx.node}'s driver pool label {label}: {res.error}"
+        f["gpu_operator_pool_label"] = label
+        f["gpu_operator_pool"] = res.answer["labels"][label]
+        return None
+
+    def upgrade(self, ctx: NodeCtx) -> StageOutcome:
+        return run(ctx)
+
+    def restore_plan(self, step: dict[str, Any], node: str, baseline: dict[str, Any], tvars: dict[str, Any],
+                     params: RestoreParams) -> None:
+        # back into the NVIDIADriver pool baseline saw
+        step.update({"backend": GPU_OPERATOR, "to_version": baseline.get("driver_version"),
+                     "pool_label": baseline.get("gpu_operator_pool_label") or tvars.get(POOL_LABEL_VAR),
+                     "pool": baseline.get("gpu_operator_pool"), "timeout": params.operator_timeout})
+        if "gpu_operator_pool_label" not in baseline:
+            step["error"] = "baseline did not record the node's NVIDIADriver pool label"
+
+    def describe_restore(self, step: dict[str, Any]) -> str:
+        if step.get("error"):
+            return f"restore_driver to {step.get('to_version')}: NONE ({step['error']})"
+        return (f"restore_driver to {step.get('to_version')}: move the node back to the GPU Operator's NVIDIADriver "
+                f"pool {step['pool_label']}={step.get('pool')}; wait for nvidia.com/gpu-driver-upgrade-state="
+                f"upgrade-done; verify nvidia-smi and kernel module report {step.get('to_version')}")
+
+    def restore(self, ctx: NodeCtx, step: dict[str, Any], untouched: str | None) -> tuple[bool, str]:
+        # whether or not the stage changed the node, it is put in the pool baseline saw
+        if step.get("error"):
+            return False, step["error"]
+        return restore(ctx, step)
+
+    def preflight_owner(self, owned_by_operator: bool, hvars: dict[str, Any]) -> tuple[bool, str]:
+        return owned_by_operator, (
+            "the GPU Operator's driver container owns this node's driver: upgraded through its NVIDIADriver "
+            f"pool {hvars.get(POOL_LABEL_VAR)}={hvars.get(POOL_VAR)}" if owned_by_operator else
+            f"{BACKEND_VAR} is gpu-operator, but no GPU Operator driver container runs here (/run/nvidia/driver)")
+
+    def preflight(self, run: Run, hvars: dict[str, Any], target: str, source: str, os_facts: dict[str, Any],
+                  info: dict[str, Any], ansible: Callable[[], tuple[bool, str]] | None) -> Iterator[Check]:
+        # the driver is the operator's container, changed by a pool label: no host
+        # package is installed or restored, so none is queried
+        return iter(())
+
+    def prestage(self, step: Run, ctx: NodeCtx, os_facts: dict[str, Any], facts: dict[str, Any]
+                 ) -> StageOutcome | None:
+        # the GPU Operator's driver container brings the driver: nothing to fetch on the host
+        facts["packages_note"] = ("GPU Operator: the driver comes in the NVIDIADriver pool's container image, "
+                                  "pulled by the operator; no host packages are staged")
+        return None
