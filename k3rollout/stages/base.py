@@ -51,14 +51,14 @@ class StageContext(Protocol):
 
     # ---- run a step (on the node, ``on=`` the controller or an inventory host)
     def step(self, ctx: NodeCtx, name: str, argv: list[str], *, once: bool = False,
-             probe: Callable[[NodeCtx, dict], bool] | None = None, stdin: bytes | None = None,
-             timeout: float = 600.0, evidence: bool = True, meta: dict | None = None,
+             probe: Callable[[NodeCtx, dict[str, Any]], bool] | None = None, stdin: bytes | None = None,
+             timeout: float = 600.0, evidence: bool = True, meta: dict[str, Any] | None = None,
              on: str | None = None) -> CommandResult: ...
 
     # a call the controller makes itself (a Kubernetes API request), journaled as a step
     def call(self, ctx: NodeCtx, name: str, what: list[str], fn: Callable[[], Any], *, ran_on: str,
-             once: bool = False, probe: Callable[[NodeCtx, dict], bool] | None = None,
-             meta: dict | None = None) -> Any: ...
+             once: bool = False, probe: Callable[[NodeCtx, dict[str, Any]], bool] | None = None,
+             meta: dict[str, Any] | None = None) -> Any: ...
 
     # vendor task files through ansible-runner (only where the transport is SSH and
     # ansible-playbook is installed), as one ``once`` step
@@ -66,11 +66,11 @@ class StageContext(Protocol):
     def can_run_ansible(self) -> bool: ...
 
     def ansible_step(self, ctx: NodeCtx, name: str, tasks_file: Path, extravars: dict[str, Any], *,
-                     probe: Callable[[NodeCtx, dict], bool], timeout: float) -> CommandResult: ...
+                     probe: Callable[[NodeCtx, dict[str, Any]], bool], timeout: float) -> CommandResult: ...
 
     # ---- the prior step's metadata: what a ``once`` step journaled when it started
     # before a crash (e.g. the boot id before a reboot), or None
-    def prior_meta(self, ctx: NodeCtx, name: str) -> dict | None: ...
+    def prior_meta(self, ctx: NodeCtx, name: str) -> dict[str, Any] | None: ...
 
     # ---- the HTTP client, from the controller to the node's server
     def http(self, ctx: NodeCtx, name: str, method: str, port: int, path: str, body: Any = None, *,
@@ -83,7 +83,7 @@ class StageContext(Protocol):
     def kube(self, ctx: NodeCtx) -> Any: ...
 
     # ---- evidence: a file under the stage's folder, journaled with its sha256
-    def record_evidence(self, ctx: NodeCtx, name: str, content: str) -> dict: ...
+    def record_evidence(self, ctx: NodeCtx, name: str, content: str) -> dict[str, Any]: ...
 
     # ---- waiting: until the node answers again (after a reboot), the seconds waited
     def wait_for_host(self, ctx: NodeCtx, timeout: float) -> float: ...
@@ -126,7 +126,7 @@ class NodeCtx:
     def step(self, name: str, argv: list[str], **kw: Any) -> CommandResult:
         return self.runner.step(self, name, argv, **kw)
 
-    def evidence(self, name: str, content: str) -> dict:
+    def evidence(self, name: str, content: str) -> dict[str, Any]:
         return self.runner.record_evidence(self, name, content)
 
     # ---- shared fact readers (command + parser pairs) ----

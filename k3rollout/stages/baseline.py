@@ -12,6 +12,8 @@ restores to.
 
 from __future__ import annotations
 
+from typing import Any
+
 from k3rollout.checks import parsers
 from k3rollout.checks.cuda_table import compat_verdict
 from k3rollout.errors import K3RolloutError
@@ -23,7 +25,7 @@ from k3rollout.stages.spec import StageSpec, kind
 
 def run(ctx: NodeCtx) -> StageOutcome:
     p = ctx.params
-    f: dict = {}
+    f: dict[str, Any] = {}
     ctx.step("date", ["date", "-u", "+%Y-%m-%dT%H:%M:%SZ"])
     osr = ctx.step("os-release", ["cat", "/etc/os-release"])
     f["os_family"] = "RedHat" if any(x in osr.stdout for x in ('ID="rocky"', 'ID="rhel"', "ID=rhel", 'ID="almalinux"')) \

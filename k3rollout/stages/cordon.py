@@ -52,7 +52,7 @@ def describe_uncordon(step: dict[str, Any]) -> str:
             f"{step.get('expect_driver')}{also}; otherwise keep cordoned")
 
 
-def health_problems(ctx: NodeCtx, step: dict) -> list[str]:
+def health_problems(ctx: NodeCtx, step: dict[str, Any]) -> list[str]:
     """What keeps a rolled-back node out of service: the bar of the success path (the
     driver and GPUs the baseline saw, every serving container it saw running is running,
     as stages/uncordon.py requires before it uncordons) plus the fabric manager, when the
@@ -76,7 +76,7 @@ def health_problems(ctx: NodeCtx, step: dict) -> list[str]:
     return problems
 
 
-def uncordon_if_healthy(ctx: NodeCtx, step: dict, untouched: str | None = None) -> tuple[bool, str]:
+def uncordon_if_healthy(ctx: NodeCtx, step: dict[str, Any], untouched: str | None = None) -> tuple[bool, str]:
     problems = health_problems(ctx, step)
     if problems:
         return False, f"node unhealthy after rollback ({'; '.join(problems)}): kept cordoned"
@@ -103,7 +103,7 @@ def describe_quarantine(step: dict[str, Any]) -> str:
     return f"quarantine: keep cordoned and mark it ({how}); counted against the failure budget"
 
 
-def quarantine(ctx: NodeCtx, step: dict, untouched: str | None = None) -> tuple[bool, str]:
+def quarantine(ctx: NodeCtx, step: dict[str, Any], untouched: str | None = None) -> tuple[bool, str]:
     # the scheduler recorded in the plan, the one the node had when the plan was made
     return scheduler_for(step).quarantine(ctx, step["label"])
 

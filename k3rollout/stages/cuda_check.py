@@ -7,6 +7,7 @@ below r580 is refused with the reason (``driver_incompatible``), not attempted.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from k3rollout.checks.cuda_table import compat_verdict
 from k3rollout.stages.base import NodeCtx, StageOutcome
@@ -17,7 +18,7 @@ TORCH_INIT = ("import torch; torch.cuda.init(); "
               "print(f'cuda_available={torch.cuda.is_available()} device_count={torch.cuda.device_count()}')")
 
 
-def ensure_image(ctx: NodeCtx, image: str) -> tuple[dict | None, str]:
+def ensure_image(ctx: NodeCtx, image: str) -> tuple[dict[str, Any] | None, str]:
     facts = ctx.image_facts(image)
     if facts is None:
         pull = ctx.workload.pull(ctx, image)

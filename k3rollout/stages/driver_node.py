@@ -105,7 +105,7 @@ def module_stream(run: Run) -> str | None:
     return parsers.enabled_stream(parsers.parse_dnf_module_list(res.stdout)) if res.ok else None
 
 
-def module_step_probe(argv: list[str]) -> Callable[[Any, dict], bool] | None:
+def module_step_probe(argv: list[str]) -> Callable[[Any, dict[str, Any]], bool] | None:
     """For ``dnf module reset|enable|switch-to nvidia-driver[:STREAM]``: a probe that tells,
     from the stream enabled now, whether the command took effect (reset: none enabled;
     enable / switch-to: that stream), so an interrupted one is settled on resume, never
@@ -123,7 +123,7 @@ def module_step_probe(argv: list[str]) -> Callable[[Any, dict], bool] | None:
     else:
         return None
 
-    def probe(ctx: Any, meta: dict) -> bool:
+    def probe(ctx: Any, meta: dict[str, Any]) -> bool:
         return module_stream(lambda name, a: ctx.step(name, a)) == want
     return probe
 
@@ -178,7 +178,8 @@ def driver_rollback_facts(ctx: Any, f: dict[str, Any]) -> dict[str, Any]:
     /etc/modprobe.d (and the files that set the nvidia module's, whole), Secure Boot, and
     whether this is an NVSwitch system."""
     def run(name: str, argv: list[str]) -> CommandResult:
-        return ctx.step(name, argv)
+        got: CommandResult = ctx.step(name, argv)
+        return got
 
     out: dict[str, Any] = {}
     mgr = f.get("pkg_mgr", "apt")

@@ -23,6 +23,7 @@ from k3rollout.checks import driver_facts as df
 from k3rollout.errors import StepFailed
 from k3rollout.stages import driver_node as dn
 from k3rollout.stages.base import NodeCtx, StageOutcome
+from k3rollout.transport.base import CommandResult
 
 
 class Procedure:
@@ -33,8 +34,9 @@ class Procedure:
         self.held: list[str] = []
         self.resolved: dict[str, Any] | None = None
 
-    def run(self, name: str, argv: list[str]):
-        return self.ctx.step(name, argv)
+    def run(self, name: str, argv: list[str]) -> CommandResult:
+        got: CommandResult = self.ctx.step(name, argv)
+        return got
 
     # ---- before the install
 

@@ -44,7 +44,7 @@ def describe_restore(step: dict[str, Any]) -> str:
     return driver_backend_named(step.get("backend")).describe_restore(step)
 
 
-def restore(ctx: NodeCtx, step: dict, untouched: str | None = None) -> tuple[bool, str]:
+def restore(ctx: NodeCtx, step: dict[str, Any], untouched: str | None = None) -> tuple[bool, str]:
     return driver_backend_named(step.get("backend")).restore(ctx, step, untouched)
 
 

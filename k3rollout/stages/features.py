@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jsonschema
@@ -146,7 +147,7 @@ def prefix_sized(ctx: NodeCtx, port: int, model: str, words: int, need: int, see
 
 
 def prefix_cache_proof(ctx: NodeCtx, port: int, model: str, repeats: int, words: int,
-                       block_tokens: int | None = None, seed: str = "p") -> dict:
+                       block_tokens: int | None = None, seed: str = "p") -> dict[str, Any]:
     """``seed`` makes the prefix new to the server (``observe`` passes each send their own,
     so a prefix cached by an earlier pass does not hit on the first request). ``block_tokens``
     (the profile's) is used only when the server does not publish its own block in
@@ -194,7 +195,7 @@ def prefix_cache_proof(ctx: NodeCtx, port: int, model: str, repeats: int, words:
     return {"ok": ok, "reason": reason, "readings": readings, **sized}
 
 
-def repeat_hit_rate(proof: dict) -> float | None:
+def repeat_hit_rate(proof: dict[str, Any]) -> float | None:
     """Cached tokens over queried tokens on the repeated requests of a prefix-cache proof
     (not the first, which fills the cache, nor the changed tail); None without readings."""
     rows = [r for r in proof.get("readings") or [] if r.get("request", 0) > 1 and not r.get("tail_changed")]
@@ -334,7 +335,7 @@ def _r(x: float | None) -> float | None:
     return None if x is None else round(x, 4)
 
 
-def _valid_call(calls: list[dict]) -> bool:
+def _valid_call(calls: list[dict[str, Any]]) -> bool:
     for c in calls:
         try:
             if c["function"]["name"] == "get_weather" and isinstance(json.loads(c["function"]["arguments"]), dict):
@@ -377,7 +378,7 @@ def tools_step(ctx: NodeCtx, p: Any) -> dict[str, Any]:
     return row
 
 
-def check_call(call: dict[str, Any], tools: dict[str, dict]) -> str | None:
+def check_call(call: dict[str, Any], tools: dict[str, dict[str, Any]]) -> str | None:
     """Why a tool call is not valid for the tools offered (None: valid): a known tool, JSON
     arguments, and those arguments valid against the tool's JSON schema."""
     fn = call.get("function") or {}
@@ -406,7 +407,7 @@ def agent_loop(ctx: NodeCtx, p: Any, stream: bool) -> dict[str, Any]:
     invalid: list[str] = []
     final, error = None, None
     for turn in range(1, p.agent_turns + 2):
-        calls: list[dict] = []
+        calls: list[dict[str, Any]] = []
         for attempt in range(p.agent_retries + 1):
             # thinking on, as agents run K3: the budget holds the thinking and the call
             body = thinking.on({"model": p.model, "tools": tools, "tool_choice": "auto", "messages": messages},
@@ -511,9 +512,9 @@ def run(ctx: NodeCtx) -> StageOutcome:
         # a multi-node replica: one launch across its nodes (the profile's command), checked on the head
         ok, why, logs, rf = replica_serve.launch(ctx, NAME, p.image, p.model, list(p.args), p.port)
         args = rf["replica_args"][ctx.node]
-        f: dict = replica_serve.per_node({"prefix_caching_flag": "--enable-prefix-caching" in args, **rf},
+        f: dict[str, Any] = replica_serve.per_node({"prefix_caching_flag": "--enable-prefix-caching" in args, **rf},
                                          feature_args=rf["replica_args"])
-        stop = lambda: replica_serve.stop(ctx, NAME)  # noqa: E731
+        stop: Callable[[], None] = lambda: replica_serve.stop(ctx, NAME)  # noqa: E731
         # the target context is what the launch serves at most (Hopper's recipe: 32k); the
         # context step reads the server's own limit from /tokenize and keeps under it
         if "--max-model-len" in args and p.context_tokens:
@@ -535,11 +536,11 @@ def run(ctx: NodeCtx) -> StageOutcome:
     f["ladder"] = ladder
     _, restarts0 = _container(ctx, "ladder-container-start")
 
-    def steps():
+    def steps() -> Iterator[Callable[[], dict[str, Any]]]:
         if p.context_tokens:
             yield lambda: context_step(ctx, p)
         for level in p.concurrency:
-            yield lambda level=level: concurrency_step(ctx, p, level, restarts0)
+            yield functools.partial(concurrency_step, ctx, p, level, restarts0)
         yield lambda: {"step": "prefix_cache", **prefix_cache_proof(ctx, p.port, p.model, p.prefix_repeats,
                                                                     p.prefix_words, p.prefix_block_tokens)}
         if p.tool_call:

@@ -32,7 +32,7 @@ def _argv(nodes: list[str], gpus: int, base: list[str]) -> list[str]:
 
 
 def nccl_test(ctx: NodeCtx, nodes: list[str], name: str, gpus: int | None = None,
-              argv: list[str] | None = None) -> tuple[bool, str, dict]:
+              argv: list[str] | None = None) -> tuple[bool, str, dict[str, Any]]:
     """The NCCL test (``ctx.params.argv``, or ``argv``) across ``nodes``, ``gpus`` GPUs each,
     as the step ``name``: (ran and parsed, its output when not, the bus bandwidth facts).
     ``observe`` runs it too, on one idle node."""
@@ -78,7 +78,7 @@ def mixed_check(ctx: NodeCtx, nodes: list[str], outcomes: dict[str, StageOutcome
                                            outcomes[n].facts, "")
             return
         peers = [p.mixed_version_peer] + [x for x in peers if x != p.mixed_version_peer]
-    facts: dict = {"nccl_mixed_peer": None, "nccl_mixed_ok": None}
+    facts: dict[str, Any] = {"nccl_mixed_peer": None, "nccl_mixed_ok": None}
     if not peers:
         facts["nccl_mixed_note"] = "no node left on the old driver: the cluster is no longer mixed"
         for n in ok_nodes:

@@ -26,6 +26,7 @@ from k3rollout.stages import driver_node as dn
 from k3rollout.stages.base import NodeCtx, StageOutcome
 from k3rollout.stages.driver import driver_backend_for
 from k3rollout.stages.driver.host import ARCHIVES
+from k3rollout.transport.base import CommandResult
 from k3rollout.workload import workload_for
 
 
@@ -40,7 +41,7 @@ def parse_df(text: str) -> dict[str, int]:
 
 
 def run(ctx: NodeCtx, cfg: Any) -> StageOutcome:
-    def step(name: str, argv: list[str]):
+    def step(name: str, argv: list[str]) -> CommandResult:
         return ctx.step(name, argv)
 
     facts: dict[str, Any] = {}

@@ -187,7 +187,7 @@ def check_all2all(ctx: NodeCtx, name: str, facts: dict[str, Any]) -> tuple[bool,
     return False, why + ("; its log:\n" + "\n".join(said) if said else ""), text
 
 
-def blame(ctx: NodeCtx, name: str, plan: dict[str, dict]) -> tuple[str | None, str, str]:
+def blame(ctx: NodeCtx, name: str, plan: dict[str, dict[str, Any]]) -> tuple[str | None, str, str]:
     """(culprit, what it shows, the workers' logs) from each worker's container and log; the
     head when only its own log shows the cause."""
     rep = ctx.replica or {}

@@ -34,7 +34,7 @@ def _declared(name: str) -> Undo:
     return STAGE_TABLES.undos[name]
 
 
-def plan_rollback(playbook: Playbook, node: str, baseline: dict[str, Any], tvars: dict[str, Any]) -> list[dict]:
+def plan_rollback(playbook: Playbook, node: str, baseline: dict[str, Any], tvars: dict[str, Any]) -> list[dict[str, Any]]:
     """Each action the playbook's stages declare, once, in ``ROLLBACK_ORDER``, as its kind
     plans it from the baseline."""
     return [action(rb.action).plan({"action": rb.action, "undoes": ROLLBACK_UNDOES[rb.action]},
@@ -42,12 +42,12 @@ def plan_rollback(playbook: Playbook, node: str, baseline: dict[str, Any], tvars
             for rb in playbook.rollback_actions()]
 
 
-def describe(step: dict) -> str:
+def describe(step: dict[str, Any]) -> str:
     a = step["action"]
     return action(a).describe(step) if a in ROLLBACK_UNDOES else a
 
 
-def _run(ctx: NodeCtx, step: dict, untouched: str | None = None) -> dict:
+def _run(ctx: NodeCtx, step: dict[str, Any], untouched: str | None = None) -> dict[str, Any]:
     try:
         ok, detail = action(step["action"]).execute(ctx, step, untouched)
     except StepFailed as exc:
@@ -55,8 +55,8 @@ def _run(ctx: NodeCtx, step: dict, untouched: str | None = None) -> dict:
     return {"action": step["action"], "status": "done" if ok else "failed", "detail": detail}
 
 
-def execute(ctx: NodeCtx, steps: list[dict], entered: set[str], *,
-            untouched: str | None = None) -> tuple[bool, list[dict]]:
+def execute(ctx: NodeCtx, steps: list[dict[str, Any]], entered: set[str], *,
+            untouched: str | None = None) -> tuple[bool, list[dict[str, Any]]]:
     """Run the recorded plan; returns (all ok, per-action results). ``untouched``: why the
     journal proves the driver stage changed nothing (engine/rollback.py): the driver is not
     restored, what the stage stopped is started again, and the node goes back as it was."""
@@ -100,7 +100,7 @@ def execute(ctx: NodeCtx, steps: list[dict], entered: set[str], *,
     return ok_all, results
 
 
-def _needed(step: dict, entered: set[str]) -> bool:
+def _needed(step: dict[str, Any], entered: set[str]) -> bool:
     """An action runs when the stage it undoes started on the node, or one its declaration
     names in ``also_after`` (the serving containers after any driver change: the reboots
     stop them, and a failure before the smoke test must not leave them down)."""
@@ -109,7 +109,7 @@ def _needed(step: dict, entered: set[str]) -> bool:
     return any(s in entered for s in _declared(step["action"]).also_after)
 
 
-def unreachable(ctx: NodeCtx, steps: list[dict]) -> list[dict]:
+def unreachable(ctx: NodeCtx, steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """For a node the rollback cannot reach: the plan's actions that need only its scheduler
     (quarantine: cordon and mark it through the API), and its progress published as failed."""
     _publish_failed(ctx)

@@ -51,7 +51,7 @@ def stop(ctx: NodeCtx, name: str) -> None:
     ctx.workload.remove_server(ctx, name, f"{name}-remove")
 
 
-def chat(ctx: NodeCtx, step: str, port: int, body: dict, timeout: float = 300.0) -> tuple[bool, Any]:
+def chat(ctx: NodeCtx, step: str, port: int, body: dict[str, Any], timeout: float = 300.0) -> tuple[bool, Any]:
     """POST /v1/chat/completions; (True, reply) or (False, what went wrong)."""
     res = ctx.api(step, "POST", port, "/v1/chat/completions", body, timeout=timeout)
     resp = res.json()
@@ -60,5 +60,5 @@ def chat(ctx: NodeCtx, step: str, port: int, body: dict, timeout: float = 300.0)
     return True, resp
 
 
-def message(resp: dict) -> dict:
+def message(resp: dict[str, Any]) -> dict[str, Any]:
     return (resp.get("choices") or [{}])[0].get("message") or {}

@@ -15,6 +15,7 @@ image digest, after the driver is restored).
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from typing import Any
 
 from k3rollout.stages import replica_serve, thinking, vllm_server
@@ -49,7 +50,7 @@ def run(ctx: NodeCtx) -> StageOutcome:
     return _requests(ctx, p, f, lambda: vllm_server.stop(ctx, NAME))
 
 
-def _requests(ctx: NodeCtx, p, f: dict, stop) -> StageOutcome:
+def _requests(ctx: NodeCtx, p: Any, f: dict[str, Any], stop: Callable[[], None]) -> StageOutcome:
     """The ladder's first two steps against the healthy server, then the server is stopped."""
     # instruct mode: a 16-token budget checks the answer, not the thinking (stages/thinking.py)
     good, resp = vllm_server.chat(ctx, "short-request", p.port, thinking.off({
@@ -89,7 +90,7 @@ def describe_stop_test(step: dict[str, Any]) -> str:
     return "stop_test_server: " + "; ".join(shlex.join(c) for c in step["commands"])
 
 
-def stop_test_servers(ctx: NodeCtx, step: dict, untouched: str | None = None) -> tuple[bool, str]:
+def stop_test_servers(ctx: NodeCtx, step: dict[str, Any], untouched: str | None = None) -> tuple[bool, str]:
     # the plan's commands are what the node's runtime runs for these names (its removal_plan)
     for i, name in enumerate(TEST_CONTAINERS, start=1):
         ctx.workload.remove_server(ctx, name, f"stop-test-{i}")
@@ -108,7 +109,7 @@ def describe_restore_serving(step: dict[str, Any]) -> str:
     return f"restore_serving_image: restart {items}"
 
 
-def restore_serving(ctx: NodeCtx, step: dict, untouched: str | None = None) -> tuple[bool, str]:
+def restore_serving(ctx: NodeCtx, step: dict[str, Any], untouched: str | None = None) -> tuple[bool, str]:
     return ctx.workload.restore_images(ctx, step["containers"])
 
 

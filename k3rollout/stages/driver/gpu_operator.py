@@ -62,13 +62,13 @@ def poll_interval(timeout: float) -> float:
 
 
 def _server(ctx: NodeCtx) -> str:
-    return ctx.runner.kube(ctx).server
+    return str(ctx.runner.kube(ctx).server)
 
 
 def pool_driver(ctx: NodeCtx, label: str, pool: str | None) -> tuple[str | None, str]:
     """The driver version of the NVIDIADriver whose nodeSelector a node with
     ``label=pool`` (and its other labels) matches: (version or None, why not)."""
-    def ask(a: KubernetesApi) -> dict:
+    def ask(a: KubernetesApi) -> dict[str, Any]:
         labels = {k: v for k, v in a.node(ctx.node)["labels"].items() if k != label}
         if pool is not None:
             labels[label] = pool
@@ -89,7 +89,7 @@ def pool_driver(ctx: NodeCtx, label: str, pool: str | None) -> tuple[str | None,
 
 
 def move_and_wait(ctx: NodeCtx, name: str, label: str, pool: str | None, timeout: float,
-                  expect_change: bool = True) -> tuple[bool, str, dict]:
+                  expect_change: bool = True) -> tuple[bool, str, dict[str, Any]]:
     """Set (or, with None, remove) the node's pool label and watch the operator's state
     label until upgrade-done. (ok, why not, what was seen). With ``expect_change`` an
     upgrade-done or upgrade-failed left from an earlier upgrade does not count until the
@@ -100,13 +100,13 @@ def move_and_wait(ctx: NodeCtx, name: str, label: str, pool: str | None, timeout
     except KubernetesError as exc:
         return False, f"cannot read {ctx.node}: {exc}", {}
 
-    def placed(c: NodeCtx, meta: dict) -> bool:
+    def placed(c: NodeCtx, meta: dict[str, Any]) -> bool:
         try:
-            return c.runner.kube(c).node(c.node)["labels"].get(label) == pool
+            return bool(c.runner.kube(c).node(c.node)["labels"].get(label) == pool)
         except KubernetesError:
             return False
 
-    def patch() -> dict:
+    def patch() -> dict[str, Any]:
         api.label(ctx.node, {label: pool})
         return {"labels": {label: api.node(ctx.node)["labels"].get(label)}}
 
@@ -117,7 +117,7 @@ def move_and_wait(ctx: NodeCtx, name: str, label: str, pool: str | None, timeout
     prior = ctx.runner.prior_meta(ctx, f"{name}-pool") or {}
     stale = prior.get("state_before", before)
 
-    def watch() -> dict:
+    def watch() -> dict[str, Any]:
         final, seen = api.wait_for_label(ctx.node, GPU_OPERATOR_STATE_LABEL, (GPU_OPERATOR_DONE, GPU_OPERATOR_FAILED),
                                          timeout, poll_s=poll_interval(timeout),
                                          since=stale if expect_change and stale in (GPU_OPERATOR_DONE,
@@ -183,7 +183,7 @@ def run(ctx: NodeCtx) -> StageOutcome:
     return StageOutcome(True, "", facts)
 
 
-def restore(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
+def restore(ctx: NodeCtx, step: dict[str, Any]) -> tuple[bool, str]:
     """Rollback: the node back into the pool it was in at baseline, then wait as the
     upgrade did and check the node reports the baseline's driver."""
     want, label, pool = step.get("to_version"), step["pool_label"], step.get("pool")

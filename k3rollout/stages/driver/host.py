@@ -135,7 +135,7 @@ def reboot_and_wait(ctx: NodeCtx, name: str, timeout: float, grace: float = 10.0
     prior = ctx.runner.prior_meta(ctx, name)
     before = prior["boot_id_before"] if prior and "boot_id_before" in prior else ctx.read_boot_id()
 
-    def rebooted(c: NodeCtx, meta: dict) -> bool:
+    def rebooted(c: NodeCtx, meta: dict[str, Any]) -> bool:
         return wait_for_new_boot(c, meta.get("boot_id_before", before), timeout,
                                  same_id_grace=min(timeout, grace))[0]
 
@@ -233,7 +233,7 @@ def run_ansible(ctx: NodeCtx, tasks_file: Path, proc: procedure.Procedure) -> St
     p = ctx.params
     target = p.target_driver
 
-    def upgraded(c: NodeCtx, meta: dict) -> bool:
+    def upgraded(c: NodeCtx, meta: dict[str, Any]) -> bool:
         try:
             c.runner.wait_for_host(c, p.reboot_timeout)
         except StepFailed:
@@ -260,7 +260,7 @@ def run_ansible(ctx: NodeCtx, tasks_file: Path, proc: procedure.Procedure) -> St
     return StageOutcome(ok, why, facts, "" if ok else res.stdout[-4000:] + "\n" + why)
 
 
-def _restore_packages(ctx: NodeCtx, step: dict) -> tuple[bool, str]:
+def _restore_packages(ctx: NodeCtx, step: dict[str, Any]) -> tuple[bool, str]:
     if step.get("error"):
         return False, step["error"]
     want = step.get("to_version")
@@ -335,7 +335,7 @@ def _read_options_file(ctx: NodeCtx, name: str, path: str) -> str | None:
     return res.stdout if res.ok else None
 
 
-def _restore_module_options(ctx: NodeCtx, step: dict) -> tuple[bool, str, list[str]]:
+def _restore_module_options(ctx: NodeCtx, step: dict[str, Any]) -> tuple[bool, str, list[str]]:
     """Write back each nvidia module options file the baseline recorded that is now missing
     or different (a reinstall can purge it), and keep what was found and written as
     evidence. Each write is a ``once`` step, settled after a crash by the file's content.
@@ -353,7 +353,7 @@ def _restore_module_options(ctx: NodeCtx, step: dict) -> tuple[bool, str, list[s
         if intact and not earlier:
             continue
 
-        def written(c: NodeCtx, meta: dict, p: str = path, n: int = i, w: list[str] = want) -> bool:
+        def written(c: NodeCtx, meta: dict[str, Any], p: str = path, n: int = i, w: list[str] = want) -> bool:
             now = _read_options_file(c, f"module-options-probe-{n}", p)
             return now is not None and _options_file_lines(now) == w
 
@@ -372,7 +372,7 @@ def _restore_module_options(ctx: NodeCtx, step: dict) -> tuple[bool, str, list[s
     return True, "", restored
 
 
-def _as_it_was(ctx: NodeCtx, step: dict, why: str) -> tuple[bool, str]:
+def _as_it_was(ctx: NodeCtx, step: dict[str, Any], why: str) -> tuple[bool, str]:
     """The driver stage changed nothing (``why``): no restore and no reboot. It stopped the
     services that hold the GPU and released the holds before its install; on failure it only
     re-enabled the services, for a restore's reboot to start, and there is none here."""
@@ -402,7 +402,7 @@ def _start_stopped(ctx: NodeCtx) -> tuple[bool, str]:
     return True, f"started again: {', '.join(stopped)}"
 
 
-def _hold_again(ctx: NodeCtx, step: dict, mgr: str) -> tuple[bool, str]:
+def _hold_again(ctx: NodeCtx, step: dict[str, Any], mgr: str) -> tuple[bool, str]:
     """The baseline's holds / version locks, on the restored packages (idempotent: holding
     a held package again changes nothing)."""
     names = step.get("holds") or []
