@@ -24,7 +24,7 @@ from support import (
 )
 
 from k3rollout.cli import main
-from k3rollout.sim import netd
+from k3sim import netd
 
 CONTAINERD = {"sim_container_runtime": "containerd", "k3_workload_backend": "kubernetes"}
 H200 = {"rack": "a", "sim_gpu": "NVIDIA H200", "sim_gpu_count": 8, "sim_gpu_mem_gib": 141,

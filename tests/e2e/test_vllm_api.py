@@ -14,7 +14,7 @@ from support import DEFAULT_GPU, DOCKER_HOST, journal, result, write_inventory, 
 from k3rollout.checks.parsers import parse_cache_config_info, parse_vllm_metrics
 from k3rollout.cli import main
 from k3rollout.stages.features import WEATHER_TOOL, prefix_counters
-from k3rollout.transport.sim import SimExecutor
+from k3sim.transport import SimExecutor
 
 REFERENCE = ["moonshotai/Kimi-K3", "--tensor-parallel-size", "8", "--trust-remote-code", "--enable-prefix-caching",
              "--enable-auto-tool-choice", "--tool-call-parser", "kimi_k3", "--reasoning-parser", "kimi_k3"]
@@ -344,8 +344,8 @@ def test_host_commands_run_in_the_cluster_daemon_and_survive_its_restart(node):
     import os
     import signal
 
-    from k3rollout.sim import netd
-    from k3rollout.sim.state import executed
+    from k3sim import netd
+    from k3sim.state import executed
 
     assert node.run("gpu-01", ["hostname"]).stdout == "gpu-01\n"
     pid = int((node.root / "netd.pid").read_text())

@@ -21,7 +21,7 @@ from typing import Any
 
 from k3rollout import fastjson
 from k3rollout.checks import driver_facts
-from k3rollout.sim.repos import REPO_DRIVERS, initial_packages  # noqa: F401  (REPO_DRIVERS: the repositories' releases)
+from k3sim.repos import REPO_DRIVERS, initial_packages  # noqa: F401  (REPO_DRIVERS: the repositories' releases)
 
 # Images the simulated registry can pull. CUDA_VERSION / NVIDIA_REQUIRE_CUDA follow the
 # nvidia/cuda base images that vLLM's images build on.
@@ -181,7 +181,7 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
                     ["--model", "moonshotai/Kimi-K2-Thinking", "--tensor-parallel-size", "8", "--trust-remote-code",
                      "--port", "8001"]]
     from k3rollout.model.inventory import initial_sim_scheduler_state
-    from k3rollout.sim.vllm import parse_serve_args
+    from k3sim.vllm import parse_serve_args
 
     serving_opts, bad = parse_serve_args(serving_args)
     if bad or serving_opts is None:
@@ -323,10 +323,10 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
         state["cri"]["images"] = {f"docker.io/{ref}": img for ref, img in images.items()}
     state["packages"] = initial_packages(state, driver)
     if os_family == "RedHat":
-        from k3rollout.sim.repos import lock_spec
+        from k3sim.repos import lock_spec
 
         state["version_locks"] = [x for x in (lock_spec(state, n) for n in hv.get("sim_held_packages", [])) if x]
-    from k3rollout.sim.repos import on_boot
+    from k3sim.repos import on_boot
 
     on_boot(state)                         # services as they came up at the last boot
     return state
@@ -339,7 +339,7 @@ def init_host(state_dir: Path, name: str, host_vars: dict[str, Any]) -> Path:
     path = state_dir / "state.json"
     with locked(state_dir):
         if not path.exists():
-            from k3rollout.sim.netd import allocate
+            from k3sim.netd import allocate
 
             address = str(host_vars.get("sim_address") or allocate(state_dir.parent))
             _write(state_dir, default_state(name, host_vars, address))

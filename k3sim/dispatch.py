@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from k3rollout.errors import InputError
-from k3rollout.sim import cache, crictl, gpu, kubelet, nccl, netd, repos, sched, slurmjobs
-from k3rollout.sim import docker as dk
-from k3rollout.sim import state as st
+from k3sim import cache, crictl, gpu, kubelet, nccl, netd, repos, sched, slurmjobs
+from k3sim import docker as dk
+from k3sim import state as st
 
 # the simulated host's own files (what a file command may name): shared with the small
 # command process behind sshd (sim/thin.py), which needs the standard library only
-from k3rollout.sim.thin import FS_ROOTS, MODPROBE_D
+from k3sim.thin import FS_ROOTS, MODPROBE_D
 
 
 @dataclass(frozen=True)

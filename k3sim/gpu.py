@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from k3rollout.checks import driver_facts as df
-from k3rollout.sim import cache, repos
+from k3sim import cache, repos
 
 # Driver branch -> CUDA version its nvidia-smi reports (NVIDIA CUDA Toolkit release notes,
 # Table 3: 570 -> 12.8, 575 -> 12.9, 580 -> 13.0, 590 -> 13.1).
@@ -524,7 +524,7 @@ def reboot(state: dict[str, Any]) -> Out:
         # The host hangs in early boot with the new module (the classic "black screen
         # after driver upgrade"): it never answers SSH again without hands on the BMC.
         state["dead"] = True
-    from k3rollout.sim.docker import on_boot
+    from k3sim.docker import on_boot
 
     on_boot(state)
     return 0, "", ""

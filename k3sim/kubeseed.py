@@ -24,12 +24,12 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from k3rollout.sim import controllers as ctl
-from k3rollout.sim import kubelet, vllm
-from k3rollout.sim import state as st
+from k3sim import controllers as ctl
+from k3sim import kubelet, vllm
+from k3sim import state as st
 
 if TYPE_CHECKING:
-    from k3rollout.sim.kubeapi import Cluster
+    from k3sim.kubeapi import Cluster
 
 
 def _multinode_args(args: list[str], size: int, worker: bool) -> list[str]:

@@ -32,10 +32,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from k3rollout.sim import thin
+from k3sim import thin
 
 if TYPE_CHECKING:
-    from k3rollout.sim.netd_daemon import Daemon
+    from k3sim.netd_daemon import Daemon
 
 _RUNNING: Daemon | None = None        # in the daemon's own process (run_here)
 
@@ -156,7 +156,7 @@ def control_name(root: Path) -> bytes:
 
 
 def command_name(root: Path) -> bytes:
-    """Where the daemon takes the hosts' commands (one JSON line each; see transport/sim.py)."""
+    """Where the daemon takes the hosts' commands (one JSON line each; see transport.py)."""
     return thin.command_name(str(Path(root).absolute()))
 
 
@@ -205,7 +205,7 @@ def ensure(root: Path) -> None:
                     time.sleep(0.1)
                 with open(root / "netd.log", "ab") as log:
                     proc = subprocess.Popen([sys.executable, "-c",
-                                             "import sys; from k3rollout.sim.netd_daemon import main; sys.exit(main())",
+                                             "import sys; from k3sim.netd_daemon import main; sys.exit(main())",
                                              str(root)], stdin=subprocess.DEVNULL, stdout=log,
                                             stderr=subprocess.STDOUT, start_new_session=True, close_fds=True, env=env)
             time.sleep(0.02)

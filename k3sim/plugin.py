@@ -1,0 +1,23 @@
+"""The simulator as a registered k3rollout transport (``k3rollout.plugins.TransportPlugin``).
+
+pyproject.toml registers ``PLUGIN`` as the ``k3rollout.transports`` entry point ``k3sim``:
+k3rollout loads it when a run's hosts have ``ansible_connection: k3sim``. This module stays
+light; the executor and the cluster's daemon load only when a run builds them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+class SimTransport:
+    state_dir = "sim-hosts"     # <run dir>/sim-hosts/<node>/: each simulated host's state
+
+    def executor(self, root: Path, hosts: dict[str, dict[str, Any]], observation_pass: int | None = None) -> Any:
+        from k3sim.transport import SimExecutor  # lazy: the daemon link, for a simulated run only
+
+        return SimExecutor(root, hosts, observation_pass=observation_pass)
+
+
+PLUGIN = SimTransport()
