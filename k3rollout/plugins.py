@@ -11,6 +11,7 @@ names that connection, and loaded once.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Protocol
@@ -30,10 +31,23 @@ class TransportPlugin(Protocol):
         ``k3rollout observe`` pass it serves, if any."""
         ...
 
+    def check_host_vars(self, host_vars: Mapping[str, Any]) -> tuple[str, str] | None:
+        """The first of the transport's own host variables (its namespace, e.g. ``sim_*``)
+        that is invalid, as (variable, why it is refused); None when all are valid. Inventory
+        loading asks every registered transport about every host (a simulated node may sit
+        behind a real sshd) and reports a refusal with the file and line that set it."""
+        ...
+
 
 def registered() -> list[str]:
     """The connection names registered transports serve, sorted."""
     return sorted({ep.name for ep in entry_points(group=GROUP)})
+
+
+@functools.cache
+def transport_plugins() -> tuple[TransportPlugin, ...]:
+    """Every registered transport, in connection name order (loaded once)."""
+    return tuple(p for p in (transport_plugin(name) for name in registered()) if p is not None)
 
 
 @functools.cache

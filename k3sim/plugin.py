@@ -1,14 +1,18 @@
 """The simulator as a registered k3rollout transport (``k3rollout.plugins.TransportPlugin``).
 
 pyproject.toml registers ``PLUGIN`` as the ``k3rollout.transports`` entry point ``k3sim``:
-k3rollout loads it when a run's hosts have ``ansible_connection: k3sim``. This module stays
-light; the executor and the cluster's daemon load only when a run builds them.
+k3rollout loads it when an inventory is read (to check the ``sim_*`` host variables, which it
+does not know itself) and when a run's hosts have ``ansible_connection: k3sim``. This module
+stays light; the executor and the cluster's daemon load only when a run builds them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from k3sim import hostvars
 
 
 class SimTransport:
@@ -18,6 +22,9 @@ class SimTransport:
         from k3sim.transport import SimExecutor  # lazy: the daemon link, for a simulated run only
 
         return SimExecutor(root, hosts, observation_pass=observation_pass)
+
+    def check_host_vars(self, host_vars: Mapping[str, Any]) -> tuple[str, str] | None:
+        return hostvars.check_host_vars(host_vars)
 
 
 PLUGIN = SimTransport()

@@ -21,6 +21,7 @@ from typing import Any
 
 from k3rollout import fastjson
 from k3rollout.checks import driver_facts
+from k3sim.hostvars import SIM_FAULTS
 from k3sim.repos import REPO_DRIVERS, initial_packages  # noqa: F401  (REPO_DRIVERS: the repositories' releases)
 
 # Images the simulated registry can pull. CUDA_VERSION / NVIDIA_REQUIRE_CUDA follow the
@@ -116,8 +117,6 @@ def late_faults(hv: dict[str, Any], created: float) -> list[dict[str, Any]]:
     simulated cluster is told which pass is looking, see ``begin_observation``)."""
     out = []
     for item in hv.get("sim_late_faults") or []:
-        from k3rollout.model.inventory import SIM_FAULTS
-
         when = [k for k in ("after", "at", "pass") if isinstance(item, dict) and k in item]
         if not isinstance(item, dict) or "fault" not in item or len(when) != 1:
             raise ValueError(f"sim_late_faults: each item is {{fault: NAME, after: DURATION}}, {{fault: NAME, at: "
