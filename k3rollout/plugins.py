@@ -32,10 +32,20 @@ class TransportPlugin(Protocol):
         ...
 
     def check_host_vars(self, host_vars: Mapping[str, Any]) -> tuple[str, str] | None:
-        """The first of the transport's own host variables (its namespace, e.g. ``sim_*``)
+        """The first of the transport's own host variables (its own namespace of names)
         that is invalid, as (variable, why it is refused); None when all are valid. Inventory
         loading asks every registered transport about every host (a simulated node may sit
         behind a real sshd) and reports a refusal with the file and line that set it."""
+        ...
+
+    def out_of_service(self, host_vars: Mapping[str, Any]) -> bool:
+        """Whether the host, as the transport builds it from its vars, serves nothing before
+        the run: what a preflight would read from its scheduler (the plan counts it out)."""
+        ...
+
+    def hardware_class(self, host_vars: Mapping[str, Any]) -> str:
+        """The host's hardware class (its GPU model) as the transport builds it, for a host
+        whose inventory names none (``hardware_class``, ``gpu_model``)."""
         ...
 
 

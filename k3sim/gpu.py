@@ -41,7 +41,7 @@ GPU_MODELS: dict[str, tuple[int, str, int]] = {
 
 
 def _model_facts(state: dict[str, Any]) -> tuple[int, str, int] | None:
-    """The table's row when the node's model is in it and its GiB (sim_gpu_mem_gib, whole GiB)
+    """The table's row when the node's model is in it and its GiB (k3_gpu_mem_gib, whole GiB)
     is that model's memory."""
     row = GPU_MODELS.get(state["gpu"]["model"])
     return row if row and row[0] // 1024 == state["gpu"]["mem_gib"] else None

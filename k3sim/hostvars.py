@@ -1,4 +1,5 @@
-"""The simulator's own host variables (``sim_*``), checked when an inventory loads.
+"""The simulator's own host variables (``sim_*``), checked when an inventory loads, and the
+hardware a simulated node has.
 
 k3rollout knows none of them: it asks every registered transport (k3rollout/plugins.py) to
 check its own variables on every host, and reports the first refusal with the file and line
@@ -38,21 +39,60 @@ SIM_FAULTS = (
     "driver_params_lost",
 )
 
+# A simulated node's hardware is described with the product's own variables, the ones the
+# planner reads for any node (plan/target.py, plan/replicas.py): driver_version, k3_gpu_model,
+# k3_gpu_count, k3_gpu_mem_gib. The simulator's own names for them (sim_driver, sim_gpu, ...),
+# which k3rollout never reads, win where set: a node whose real hardware differs from what the
+# inventory declares (the plan fits 141 GiB GPUs, the node has 80 GiB ones).
+HARDWARE_VARS = {
+    "driver": ("sim_driver", "driver_version"),
+    "gpu_model": ("sim_gpu", "k3_gpu_model"),
+    "gpu_count": ("sim_gpu_count", "k3_gpu_count"),
+    "gpu_mem_gib": ("sim_gpu_mem_gib", "k3_gpu_mem_gib"),
+}
+# an HGX H200 on driver 575.57.08 when the inventory says nothing
+HARDWARE_DEFAULTS: dict[str, Any] = {"driver": "575.57.08", "gpu_model": "NVIDIA H200", "gpu_count": 8,
+                                     "gpu_mem_gib": 141}
+DRIVER_RE = re.compile(r"^\d{3}\.\d{1,3}(\.\d{1,3})?$")
+
 DURATION_VARS = ("sim_token_s", "sim_latency_s", "sim_reboot_s", "sim_slow_reboot_s", "sim_slurm_job_s",
                  "sim_slurm_job_after_drain_s", "sim_gpu_operator_state_s")
 
 
+def hardware(hv: Mapping[str, Any], what: str) -> Any:
+    """One fact of a simulated node's hardware (``driver``, ``gpu_model``, ``gpu_count``,
+    ``gpu_mem_gib``) from its host vars, else the simulator's default."""
+    for var in HARDWARE_VARS[what]:
+        if var in hv:
+            return hv[var]
+    return HARDWARE_DEFAULTS[what]
+
+
+def initial_scheduler_state(hv: Mapping[str, Any]) -> str:
+    """What a new simulated node's scheduler reports, from its host vars (``sim_cordoned``)."""
+    return "cordoned" if hv.get("sim_cordoned") else "schedulable"
+
+
 def check_host_vars(v: Mapping[str, Any]) -> tuple[str, str] | None:
-    """The first invalid ``sim_*`` variable of a host, as (variable, why); None when all are
-    valid."""
-    for var in ("sim_driver",):
-        if var in v and not (isinstance(v[var], str) and re.match(r"^\d{3}\.\d{1,3}(\.\d{1,3})?$", v[var])):
+    """The first invalid ``sim_*`` variable of a host, or hardware variable of a simulated
+    host (``ansible_connection: k3sim``; what the simulator builds the node from), as
+    (variable, why); None when all are valid."""
+    simulated = v.get("ansible_connection") == "k3sim"
+    drivers = ("sim_driver", "driver_version") if simulated else ("sim_driver",)
+    counts = ("sim_gpu_count", "k3_gpu_count") if simulated else ("sim_gpu_count",)
+    for var in drivers:
+        if var in v and not (isinstance(v[var], str) and DRIVER_RE.match(v[var])):
             return var, f"must be a full driver version string like \"575.57.08\", got {v[var]!r}"
-    for var in ("sim_gpu_count", "sim_gpu_mem_gib", "sim_slurm_job_cpus"):
+    for var in (*counts, "sim_gpu_mem_gib", "sim_slurm_job_cpus"):
         if var in v and (not isinstance(v[var], int) or isinstance(v[var], bool) or v[var] < 0):
             return var, f"must be a non-negative integer, got {v[var]!r}"
-    if "sim_gpu_count" in v and not 1 <= v["sim_gpu_count"] <= 64:
-        return "sim_gpu_count", "must be between 1 and 64"
+    for var in counts:
+        if var in v and not 1 <= v[var] <= 64:
+            return var, "must be between 1 and 64"
+    if simulated and "k3_gpu_mem_gib" in v:
+        mem = v["k3_gpu_mem_gib"]
+        if isinstance(mem, bool) or not isinstance(mem, (int, float)) or mem < 0:
+            return "k3_gpu_mem_gib", f"must be a non-negative number of GiB, got {mem!r}"
     if "sim_faults" in v:
         faults = v["sim_faults"]
         if not isinstance(faults, list) or not all(isinstance(f, str) for f in faults):

@@ -26,5 +26,13 @@ class SimTransport:
     def check_host_vars(self, host_vars: Mapping[str, Any]) -> tuple[str, str] | None:
         return hostvars.check_host_vars(host_vars)
 
+    def out_of_service(self, host_vars: Mapping[str, Any]) -> bool:
+        # built cordoned (or drained) before the run: sim_cordoned
+        return hostvars.initial_scheduler_state(host_vars) != "schedulable"
+
+    def hardware_class(self, host_vars: Mapping[str, Any]) -> str:
+        # the GPU model the simulator builds the node with (its default when none is named)
+        return str(hostvars.hardware(host_vars, "gpu_model"))
+
 
 PLUGIN = SimTransport()

@@ -21,7 +21,7 @@ from typing import Any
 
 from k3rollout import fastjson
 from k3rollout.checks import driver_facts
-from k3sim.hostvars import SIM_FAULTS
+from k3sim.hostvars import SIM_FAULTS, hardware, initial_scheduler_state
 from k3sim.repos import REPO_DRIVERS, initial_packages  # noqa: F401  (REPO_DRIVERS: the repositories' releases)
 
 # Images the simulated registry can pull. CUDA_VERSION / NVIDIA_REQUIRE_CUDA follow the
@@ -171,7 +171,7 @@ def activate_late_faults(state: dict[str, Any], now: float) -> list[str]:
 
 
 def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> dict[str, Any]:
-    driver = str(hv.get("sim_driver", "575.57.08"))
+    driver = str(hardware(hv, "driver"))
     os_family = str(hv.get("ansible_os_family", "Debian"))
     serving_image = str(hv.get("sim_serving_image", "vllm/vllm-openai:v0.11.0"))
     faults = list(hv.get("sim_faults", []))
@@ -179,7 +179,6 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
     serving_args = [str(a) for a in hv.get("sim_serving_args") or
                     ["--model", "moonshotai/Kimi-K2-Thinking", "--tensor-parallel-size", "8", "--trust-remote-code",
                      "--port", "8001"]]
-    from k3rollout.model.inventory import initial_sim_scheduler_state
     from k3sim.vllm import parse_serve_args
 
     serving_opts, bad = parse_serve_args(serving_args)
@@ -211,7 +210,7 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
             "env": {"NVIDIA_DISABLE_REQUIRE": "true"}, "started": now - 3600 * 5,
             "logs": None, "port": 8000,
         }
-    nvswitch = bool(hv.get("sim_nvswitch", int(hv.get("sim_gpu_count", 8)) >= 8))
+    nvswitch = bool(hv.get("sim_nvswitch", int(hardware(hv, "gpu_count")) >= 8))
     state = {
         "name": name,
         "os_family": os_family,
@@ -244,8 +243,8 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
                      for u in (["nvidia-fabricmanager"] if nvswitch else []) + ["nvidia-persistenced", "nvidia-dcgm"]
                      + (["nvidia-device-plugin"] if hv.get("sim_device_plugin") else [])},
         "kernel": str(hv.get("sim_kernel", "6.8.0-45-generic" if os_family == "Debian" else "5.14.0-503.el9.x86_64")),
-        "gpu": {"model": str(hv.get("sim_gpu", "NVIDIA H200")), "count": int(hv.get("sim_gpu_count", 8)),
-                "mem_gib": int(hv.get("sim_gpu_mem_gib", 141))},
+        "gpu": {"model": str(hardware(hv, "gpu_model")), "count": int(hardware(hv, "gpu_count")),
+                "mem_gib": int(hardware(hv, "gpu_mem_gib"))},
         "faults": faults,
         # faults that appear after the run (sim_late_faults): each joins ``faults`` once the
         # host's clock passes its time
@@ -269,7 +268,7 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
                                   ("pyxis" if hv.get("scheduler") == "slurm" else "docker")),
         "launcher_missing": bool(hv.get("sim_launcher_missing", False)),     # not installed on the node
         "scheduler": {"kind": str(hv.get("scheduler", "kubernetes")),
-                      "state": initial_sim_scheduler_state(hv),
+                      "state": initial_scheduler_state(hv),
                       # a GPU Operator node is in the NVIDIADriver pool its label names
                       **({"labels": {GPU_OPERATOR_POOL_LABEL: str(hv.get("sim_gpu_operator_pool", "r575"))}}
                          if hv.get("sim_gpu_operator") else {}),

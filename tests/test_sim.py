@@ -194,7 +194,7 @@ def test_k3_weights_that_do_not_fit_one_node_stop_vllm_with_its_own_words(cluste
     at vLLM's default 0.92 it serves. Triage reads both failures as capacity."""
     from k3rollout.checks.triage import classify
 
-    h200 = {"sim_gpu": "NVIDIA H200", "sim_gpu_count": 8, "sim_gpu_mem_gib": 141}
+    h200 = {"k3_gpu_model": "NVIDIA H200", "k3_gpu_count": 8, "k3_gpu_mem_gib": 141}
     hosts = cluster(h=h200, b=dict(DEFAULT_GPU), c=dict(DEFAULT_GPU))
     for d in hosts.values():
         upgrade(d)

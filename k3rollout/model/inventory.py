@@ -32,7 +32,7 @@ from k3rollout.model.yamlsrc import (
     load_yaml_text,
     plain,
 )
-from k3rollout.plugins import transport_plugins
+from k3rollout.plugins import transport_plugin, transport_plugins
 
 _VALID_GROUP_KEYS = ("vars", "children", "hosts")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+$")
@@ -497,7 +497,7 @@ def _check_known_vars(host: Host) -> None:
         return InputError(f"host {host.name}: {var} {why}", path=o.path, line=o.line)
 
     v = host.vars
-    # a registered transport's own variables (the simulator's sim_*), which k3rollout does not know
+    # each registered transport's own variables, which k3rollout does not know
     for plugin in transport_plugins():
         refused = plugin.check_host_vars(v)
         if refused is not None:
@@ -796,11 +796,6 @@ def _from_ansible(sources: list[str], playbook_dir: str | None, vault: VaultOpti
                      sha256=digest, ansible_json=data, vault_values=tuple(sorted(dec.opened)))
 
 
-def initial_sim_scheduler_state(hv: dict[str, Any]) -> str:
-    """What a new simulated node's scheduler reports, from its host vars (``sim_cordoned``)."""
-    return "cordoned" if hv.get("sim_cordoned") else "schedulable"
-
-
 # Ansible's own default connection: a host the inventory gives no ``ansible_connection`` is
 # dialled over SSH. Only ``ansible_connection: k3sim`` (the shipped sim inventory sets it)
 # makes a host simulated, so a real inventory can never run against the simulator unawares.
@@ -814,8 +809,10 @@ def connection_of(host_vars: dict[str, Any]) -> str:
 
 def declared_out_of_service(hv: dict[str, Any]) -> bool:
     """A host the inventory itself says serves nothing before the run: ``serving: false``
-    (the operator's word), or a simulated host (``ansible_connection: k3sim``) built cordoned
-    (``sim_cordoned``), which is what a preflight would read from it."""
+    (the operator's word), or a host of a registered transport (the simulator's,
+    ``ansible_connection: k3sim``) that the transport builds out of service from its vars,
+    which is what a preflight would read from it (k3rollout/plugins.py)."""
     if hv.get("serving") is False:
         return True
-    return connection_of(hv) == "k3sim" and initial_sim_scheduler_state(hv) != "schedulable"
+    plugin = transport_plugin(connection_of(hv))
+    return plugin is not None and plugin.out_of_service(hv)

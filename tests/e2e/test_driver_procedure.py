@@ -218,7 +218,7 @@ def test_fabric_manager_must_match_the_driver(node):
            "nvidia-kernel-common-580=580.95.05-0ubuntu1", "nvidia-fabricmanager=580.82.07-1")
     assert r.rc == 100 and "nvidia-fabricmanager : Depends: nvidia-kernel-common-580 (= 580.82.07-1)" in r.stderr
     # one installed from elsewhere at another version: it does not start, CUDA says 802
-    m = node(sim_fabricmanager_version="575.51.03", sim_driver="575.57.08")
+    m = node(sim_fabricmanager_version="575.51.03", driver_version="575.57.08")
     assert sh(m, "systemctl", "is-active", "nvidia-fabricmanager").stdout == "failed\n"
     log = sh(m, "journalctl", "-u", "nvidia-fabricmanager").stdout
     assert ("fabric manager NVIDIA GPU driver interface version 575.51.03 don't match with driver version "

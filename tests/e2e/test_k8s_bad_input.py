@@ -19,7 +19,7 @@ from k3rollout.cli import main
 from k3sim import kubestore, netd
 
 CONTAINERD = {"sim_container_runtime": "containerd", "k3_workload_backend": "kubernetes"}
-B300 = {"rack": "b", "sim_gpu": "NVIDIA B300 SXM6 AC", "sim_gpu_count": 8, "sim_gpu_mem_gib": 268,
+B300 = {"rack": "b", "k3_gpu_model": "NVIDIA B300 SXM6 AC", "k3_gpu_count": 8, "k3_gpu_mem_gib": 268,
         "sim_k8s_serving": {"kind": "Deployment", "name": "k3-b300"}}
 HOSTS = {"gpu-b01": B300, "gpu-b02": B300}
 CHANGES = ("apt-get", "apt install", "apt-mark hold", "dnf install", "dnf module", "dpkg -i", "reboot", "systemctl stop",

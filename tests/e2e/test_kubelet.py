@@ -22,7 +22,7 @@ from k3sim.kubeapi import KubeApiServer
 
 NS = "inference"
 CONTAINERD = {"sim_container_runtime": "containerd", "sim_crash_backoff_s": 0.05}
-B300 = {"sim_gpu": "NVIDIA B300 SXM6 AC", "sim_gpu_mem_gib": 268}
+B300 = {"k3_gpu_model": "NVIDIA B300 SXM6 AC", "k3_gpu_mem_gib": 268}
 
 
 def make_cluster(root: Path, spare: int = 1) -> None:

@@ -15,8 +15,8 @@ from k3rollout.resources import shipped
 
 K3 = shipped("playbooks", "profiles", "kimi-k3.yml")
 # sim_peer_mapping_override: the node's modprobe.d sets the module options DeepEP needs
-H200 = {"sim_gpu": "NVIDIA H200", "sim_gpu_count": 8, "sim_gpu_mem_gib": 141, "sim_peer_mapping_override": True}
-B300 = {"sim_gpu": "NVIDIA B300", "sim_gpu_count": 8, "sim_gpu_mem_gib": 268}
+H200 = {"k3_gpu_model": "NVIDIA H200", "k3_gpu_count": 8, "k3_gpu_mem_gib": 141, "sim_peer_mapping_override": True}
+B300 = {"k3_gpu_model": "NVIDIA B300", "k3_gpu_count": 8, "k3_gpu_mem_gib": 268}
 # vLLM's data-parallel expert-parallel form on two H200 nodes: with data parallel above 1 vLLM
 # builds an all-to-all manager (ParallelConfig.use_all2all), so DeepEP runs; the profile's own
 # H200 layout (TP16/EP16, data parallel 1) builds none
@@ -565,7 +565,7 @@ K3_IMAGE = "vllm/vllm-openai:kimi-k3"
 
 # the K3 image needs CUDA 13: the upgraded driver; these tests launch vLLM with docker run, so
 # the nodes are Docker hosts
-NEW = {**DOCKER_HOST, "sim_driver": "580.95.05"}
+NEW = {**DOCKER_HOST, "driver_version": "580.95.05"}
 
 
 def _serve(dirs, host, *args, env=None, name="k3"):
@@ -674,7 +674,7 @@ def test_sim_model_that_does_not_fit_the_replica_runs_out_of_memory(tmp_path):
     from k3sim.dispatch import init_cluster
 
     # 16 x 80 GiB x 0.95 = 1,216 GiB < the 1,397 GiB of K3's weights: 87.3 GiB per GPU
-    h100 = {"sim_gpu": "NVIDIA H100 80GB HBM3", "sim_gpu_count": 8, "sim_gpu_mem_gib": 80, **NEW}
+    h100 = {"k3_gpu_model": "NVIDIA H100 80GB HBM3", "k3_gpu_count": 8, "k3_gpu_mem_gib": 80, **NEW}
     dirs = init_cluster(tmp_path / "hosts", {"a": {**H200, **NEW}, "b": h100})
     _serve(dirs, "a", "--nnodes", "2", "--node-rank", "0", "--master-addr", "a")
     _serve(dirs, "b", "--nnodes", "2", "--node-rank", "1", "--master-addr", "a", "--headless")

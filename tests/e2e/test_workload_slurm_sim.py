@@ -178,7 +178,7 @@ def test_observes_nccl_gate_is_an_srun_mpi_job_without_a_reservation_and_never_b
 
 # ---------------------------------------------------------------- a multi-node replica: one job
 
-H200 = {"sim_gpu": "NVIDIA H200", "sim_gpu_count": 8, "sim_gpu_mem_gib": 141, "sim_peer_mapping_override": True,
+H200 = {"k3_gpu_model": "NVIDIA H200", "k3_gpu_count": 8, "k3_gpu_mem_gib": 141, "sim_peer_mapping_override": True,
         "rack": "a"}
 
 

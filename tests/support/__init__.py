@@ -33,8 +33,8 @@ SIM_INVENTORY = ROOT / "inventories" / "sim" / "hosts.yml"
 # the B300 SXM6 AC, k3sim/gpu.py), which hold Kimi K3 on one node (the profile's tp8).
 # The simulator's own default, 8 x H200, cannot: vLLM runs out of memory loading K3 there, so a
 # test on H200 says so and serves K3 in the profile's two-node replicas.
-GPU_VARS = ("sim_gpu", "sim_gpu_count", "sim_gpu_mem_gib")
-DEFAULT_GPU = {"sim_gpu": "NVIDIA B300 SXM6 AC", "sim_gpu_count": 8, "sim_gpu_mem_gib": 268}
+GPU_VARS = ("k3_gpu_model", "k3_gpu_count", "k3_gpu_mem_gib")
+DEFAULT_GPU = {"k3_gpu_model": "NVIDIA B300 SXM6 AC", "k3_gpu_count": 8, "k3_gpu_mem_gib": 268}
 
 
 def with_default_gpu(hv: dict | None, group_vars: dict | None = None, default_gpu: dict | None = DEFAULT_GPU) -> dict:
