@@ -30,17 +30,16 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from k3sim import thin
 
-if TYPE_CHECKING:
-    from k3sim.netd_daemon import Daemon
+# in the daemon's own process (run_here): its netd_daemon.Daemon (not imported here: the
+# daemon's module imports this one)
+_RUNNING: Any = None
 
-_RUNNING: Daemon | None = None        # in the daemon's own process (run_here)
 
-
-def run_here(daemon: Daemon) -> None:
+def run_here(daemon: Any) -> None:
     """Called by the daemon in its own process: ``sync`` from there goes to it directly, not
     through its control socket (which may not listen yet)."""
     global _RUNNING
