@@ -24,10 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def one(reboot_s: float) -> str:
     from k3rollout.scheduler import k8s_calls
     from k3rollout.scheduler.k8s_api import KubernetesApi
-    from k3rollout.sim import netd
-    from k3rollout.sim import state as st
-    from k3rollout.sim.kubeapi import KubeApiServer
     from k3rollout.workload import k8s_pods as kp
+    from k3sim import netd
+    from k3sim import state as st
+    from k3sim.kubeapi import KubeApiServer
 
     with tempfile.TemporaryDirectory() as d:
         root = Path(d) / "sim"

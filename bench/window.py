@@ -149,8 +149,6 @@ def write_inventory(path: Path, nodes: list[str], slow: set[str], reboot_s: floa
                                                      "sim_token_s": 0, "sim_reboot_s": reboot_s,
                                                      # one node is one unit (no profile): GPUs that hold
                                                      # K3 on one node, as the simulated vLLM checks
-                                                     "sim_gpu": "NVIDIA B300 SXM6 AC", "sim_gpu_count": 8,
-                                                     "sim_gpu_mem_gib": 268,
                                                      "k3_gpu_model": "NVIDIA B300 SXM6 AC", "k3_gpu_count": 8,
                                                      "k3_gpu_mem_gib": 268, **BACKENDS[backend]},
                                             "children": {"gpu_nodes": {"hosts": hosts}}}}))

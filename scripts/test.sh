@@ -32,7 +32,7 @@ fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
 # static checks first (configured in pyproject.toml and .importlinter): lint, layering, types
-.venv/bin/ruff check k3rollout tests bench scripts setup.py
+.venv/bin/ruff check k3rollout k3sim tests bench scripts setup.py
 .venv/bin/lint-imports --no-cache
 .venv/bin/mypy
 # four workers on two cores: most of a test's time is spent waiting on the processes it drives (sim daemons,

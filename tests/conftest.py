@@ -66,7 +66,7 @@ def _stop_sim_networks(tmp_path_factory):
     """Simulated-network daemons outlive a killed engine by design (as containers outlive a
     crashed controller); the session stops any a test left behind."""
     yield
-    from k3rollout.sim.netd import kill_all_under
+    from k3sim.netd import kill_all_under
 
     kill_all_under(tmp_path_factory.getbasetemp())
 

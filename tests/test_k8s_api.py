@@ -9,8 +9,8 @@ import pytest
 from support import DOCKER_HOST
 
 from k3rollout.scheduler.k8s_api import KubernetesApi, KubernetesError
-from k3rollout.sim import state as st
-from k3rollout.sim.kubeapi import KubeApiServer
+from k3sim import state as st
+from k3sim.kubeapi import KubeApiServer
 
 
 class FakeTime:

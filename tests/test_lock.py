@@ -132,8 +132,8 @@ def test_two_inventories_of_one_none_cluster_from_two_controllers_exactly_one_pr
     """Two inventory files (other nodes, other order) and two controllers (each its own
     executor and lock files) racing for one ``scheduler: none`` cluster: its lock directory,
     made with mkdir on the first host of the first group, admits exactly one."""
-    from k3rollout.sim.state import executed
-    from k3rollout.transport.sim import SimExecutor
+    from k3sim.state import executed
+    from k3sim.transport import SimExecutor
 
     cluster = tmp_path / "cluster"
     a = write_inventory(tmp_path / "a", {"gpu-01": {}, "gpu-02": {}}, {"scheduler": "none"})
@@ -165,7 +165,7 @@ def test_a_stale_none_lock_survives_a_reboot_is_reported_and_only_unlock_takes_i
 
     from k3rollout.errors import HostUnreachable
     from k3rollout.scheduler.cluster_lock import HostLock, me
-    from k3rollout.transport.sim import SimExecutor
+    from k3sim.transport import SimExecutor
 
     ex = SimExecutor(tmp_path / "cluster", {"gpu-01": {"sim_reboot_s": 0.01}, "gpu-02": {}})
     inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {}},

@@ -18,7 +18,7 @@ def test_sim_inventory_has_an_h200_rack_and_a_b300_rack_with_one_fault():
     for h in hosts:
         v = inv.hosts[h].vars
         gpu = ("NVIDIA H200", 8, 141) if h.startswith("gpu-a") else ("NVIDIA B300 SXM6 AC", 8, 268)
-        assert (v["sim_gpu"], v["sim_gpu_count"], v["sim_gpu_mem_gib"], v["sim_driver"]) == (*gpu, "575.57.08")
+        assert (v["k3_gpu_model"], v["k3_gpu_count"], v["k3_gpu_mem_gib"], v["driver_version"]) == (*gpu, "575.57.08")
         # the H200 rack runs DeepEP across nodes: its modprobe.d sets the module options it needs
         assert ("PeerMappingOverride=1" in v.get("sim_nvidia_module_options", "")) == h.startswith("gpu-a")
     faulty = [h for h in hosts if inv.hosts[h].vars["sim_faults"]]

@@ -132,7 +132,7 @@ def test_plan_marks_nodes_the_play_will_not_change_with_no_rollback(tmp_path):
     # issue #33 item 1: one rule (plan/target.py) for plan, preflight and run
     from k3rollout.plan.target import no_change_reason
 
-    hosts = {"gpu-01": {}, "gpu-02": {"sim_driver": "590.44.01"}, "gpu-03": {"driver_version": "580.95.05"}}
+    hosts = {"gpu-01": {}, "gpu-02": {"driver_version": "590.44.01"}, "gpu-03": {"driver_version": "580.95.05"}}
     inv = load_inventory(write_inventory(tmp_path / "inv", hosts))
     plan = make_plan(load_playbook(write_playbook(tmp_path / "pb.yml", min_serving=0)), inv, window_s=None)
     assert set(plan.no_change) == {"gpu-02", "gpu-03"}
@@ -146,8 +146,8 @@ def test_plan_marks_nodes_the_play_will_not_change_with_no_rollback(tmp_path):
 
 
 def test_plan_warns_of_a_replica_that_mixes_changed_and_unchanged_nodes(tmp_path):
-    h200 = {"sim_gpu": "NVIDIA H200", "sim_gpu_count": 8, "sim_gpu_mem_gib": 141, "rack": "a"}
-    hosts = {"gpu-01": dict(h200), "gpu-02": {**h200, "sim_driver": "590.44.01"}}
+    h200 = {"k3_gpu_model": "NVIDIA H200", "k3_gpu_count": 8, "k3_gpu_mem_gib": 141, "rack": "a"}
+    hosts = {"gpu-01": dict(h200), "gpu-02": {**h200, "driver_version": "590.44.01"}}
     inv = load_inventory(write_inventory(tmp_path / "inv", hosts))
     plan = make_plan(load_playbook(write_playbook(tmp_path / "pb.yml", profile="kimi-k3", min_serving=0)), inv)
     assert list(plan.no_change) == ["gpu-02"]

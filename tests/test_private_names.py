@@ -1,4 +1,4 @@
-"""No module of k3rollout touches another's private names.
+"""No module of k3rollout (nor of its simulator, k3sim) touches another's private names.
 
 A name with a leading underscore is its module's own: another module neither imports it
 (``from k3rollout.engine.lock import _holder_text``) nor reaches it through the module
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from support import ROOT
 
-PACKAGE = ROOT / "k3rollout"
+PACKAGES = ("k3rollout", "k3sim")
 
 
 def module_name(path: Path) -> str:
@@ -28,7 +28,7 @@ def private(name: str) -> bool:
 
 def reaches(source: str, module: str, is_package: bool = False) -> list[str]:
     """Where ``source`` (the text of module ``module``) touches another k3rollout module's
-    private names: ``line: what``."""
+    private names (or a k3sim module's): ``line: what``."""
     tree = ast.parse(source)
     package = module if is_package else module.rpartition(".")[0]
     modules: dict[str, str] = {}        # a local name bound to a k3rollout module -> that module
@@ -36,14 +36,15 @@ def reaches(source: str, module: str, is_package: bool = False) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
-                if a.name.split(".")[0] == "k3rollout":
-                    modules[a.asname or "k3rollout"] = a.name if a.asname else "k3rollout"
+                top = a.name.split(".")[0]
+                if top in PACKAGES:
+                    modules[a.asname or top] = a.name if a.asname else top
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 up = package.split(".")[:len(package.split(".")) - node.level + 1]
                 base = ".".join(up + ([base] if base else []))
-            if base.split(".")[0] != "k3rollout":
+            if base.split(".")[0] not in PACKAGES:
                 continue
             for a in node.names:
                 if private(a.name) and base != module:
@@ -60,7 +61,7 @@ def reaches(source: str, module: str, is_package: bool = False) -> list[str]:
 
 def test_no_module_imports_or_reaches_another_modules_private_names():
     problems = []
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted(p for package in PACKAGES for p in (ROOT / package).rglob("*.py")):
         name = module_name(path)
         problems += [f"{path.relative_to(ROOT)}:{p}"
                      for p in reaches(path.read_text(), name, is_package=path.name == "__init__.py")]
@@ -72,7 +73,7 @@ def test_the_check_finds_each_kind_of_reach():
         "from k3rollout.engine.lock import _holder_text, live_holders",
         "from k3rollout.stages import multinode",
         "from . import netd",
-        "import k3rollout.sim.repos as repos",
+        "import k3sim.repos as repos",
         "from k3rollout import __version__",
         "from k3rollout.engine.observe import _private_here_is_fine",
         "multinode._test(ctx, [], 'nccl')",
@@ -81,13 +82,13 @@ def test_the_check_finds_each_kind_of_reach():
         "multinode.run(ctx)",
         "self._own(x)",
     ])
-    found = reaches(source, "k3rollout.sim.gpu")
+    found = reaches(source, "k3sim.gpu")
     assert found == [
         "1: from k3rollout.engine.lock import _holder_text",
         "6: from k3rollout.engine.observe import _private_here_is_fine",
         "7: multinode._test (k3rollout.stages.multinode)",
-        "8: netd._RUNNING (k3rollout.sim.netd)",
-        "9: repos._vt (k3rollout.sim.repos)",
+        "8: netd._RUNNING (k3sim.netd)",
+        "9: repos._vt (k3sim.repos)",
     ]
     # a module's own private names are its own
     assert "6: from k3rollout.engine.observe import _private_here_is_fine" not in reaches(

@@ -1,7 +1,8 @@
 """The run directory has one owner: ``RunDir`` (runlog/rundir.py) spells its file names, opens
 and verifies an existing run, holds its approvals and finds the lock files that name it.
-No other module of k3rollout spells a name of the layout (the simulator aside: it is handed
-the folder it keeps its hosts in), and the names are the ones docs/guide.md publishes."""
+No other module of k3rollout spells a name of the layout (a registered transport, such as the
+simulator in k3sim/, names the folder it keeps its hosts in), and the names are the ones
+docs/guide.md publishes."""
 
 from __future__ import annotations
 
@@ -23,7 +24,6 @@ from k3rollout.runlog.rundir import RunDir, RunNeverStarted
 
 PACKAGE = ROOT / "k3rollout"
 OWNER = PACKAGE / "runlog" / "rundir.py"
-SKIPPED = PACKAGE / "sim"
 
 # the layout's names: rundir's constants, and the journal's torn tail (named by the journal
 # from its own file, runlog/journal.py ``torn_path``)
@@ -79,7 +79,7 @@ def spelled(source: str) -> list[tuple[int, str]]:
 def test_no_module_but_rundir_spells_a_name_of_the_run_directory():
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        if path == OWNER or SKIPPED in path.parents:
+        if path == OWNER:
             continue
         found += [f"{path.relative_to(ROOT)}:{line}: {text!r}" for line, text in spelled(path.read_text())]
     assert not found, "spell these through RunDir (k3rollout/runlog/rundir.py):\n" + "\n".join(found)
@@ -91,7 +91,7 @@ def test_the_check_finds_each_way_of_spelling_a_name():
                  'EvidenceStore(self.run_dir / "evidence")', 'x = root.parent / "ansible" / node',
                  'raise InputError("--history: no journal.jsonl here")', 'd = Path(run_dir, "approvals")',
                  'keep = path.with_name(f"journal.torn.{n}")', 'name = Path(pb).stem + ".retry"',
-                 'root = f"{run_dir}/sim-hosts"', 'p = "evidence/node"', 'p = f"{run_dir}/approvals/{x}"',
+                 'root = f"{run_dir}/observe.lock"', 'p = "evidence/node"', 'p = f"{run_dir}/approvals/{x}"',
                  'help="the report (result.json) of a run"', 'APPROVALS = "approvals"'):
         assert spelled(code), code
     for code in ('"""Writes journal.jsonl and report.html."""', 'r = {"evidence": []}',
@@ -108,11 +108,17 @@ def test_the_paths_are_the_published_names(tmp_path):
     rd = RunDir(tmp_path)
     assert {k: getattr(rd, k).relative_to(tmp_path).as_posix() for k in (
         "journal", "evidence", "events", "inputs", "result", "report_json", "report_md", "report_html", "approvals",
-        "observe_lock", "preflight_json", "preflight_md", "ansible", "sim_hosts", "debug_log")} == {
+        "observe_lock", "preflight_json", "preflight_md", "ansible", "debug_log")} == {
         "journal": "journal.jsonl", "evidence": "evidence", "events": "events.jsonl", "inputs": "inputs.json",
         "result": "result.json", "report_json": "report.json", "report_md": "report.md", "report_html": "report.html",
         "approvals": "approvals", "observe_lock": "observe.lock", "preflight_json": "preflight.json",
-        "preflight_md": "preflight.md", "ansible": "ansible", "sim_hosts": "sim-hosts", "debug_log": "debug.log"}
+        "preflight_md": "preflight.md", "ansible": "ansible", "debug_log": "debug.log"}
+    # a registered transport's own folder (the simulator's sim-hosts/), one plain name that is
+    # none of the layout's
+    assert rd.transport_state("sim-hosts") == tmp_path / "sim-hosts"
+    for bad in ("evidence", "journal.jsonl", "../x", "a/b", "", ".hidden"):
+        with pytest.raises(ValueError, match="not a transport state folder name"):
+            rd.transport_state(bad)
     assert rd.torn(4096) == tmp_path / "journal.torn.4096"
     assert rd.retry("/etc/k3/k3-driver-rollout.yml") == tmp_path / "k3-driver-rollout.retry"
     assert rd.approval("after-batch1") == tmp_path / "approvals" / "after-batch1.json"

@@ -13,7 +13,7 @@ import pytest
 from support import DEFAULT_GPU, DOCKER_HOST
 
 from k3rollout.checks import parsers
-from k3rollout.sim.dispatch import dispatch, init_cluster
+from k3sim.dispatch import dispatch, init_cluster
 
 # Ubuntu 22.04 archive versions (jammy-updates): -0ubuntu0.22.04.N, never -0ubuntu1
 PKGS_580 = ["nvidia-driver-580-server-open=580.95.05-0ubuntu0.22.04.1",
@@ -194,7 +194,7 @@ def test_k3_weights_that_do_not_fit_one_node_stop_vllm_with_its_own_words(cluste
     at vLLM's default 0.92 it serves. Triage reads both failures as capacity."""
     from k3rollout.checks.triage import classify
 
-    h200 = {"sim_gpu": "NVIDIA H200", "sim_gpu_count": 8, "sim_gpu_mem_gib": 141}
+    h200 = {"k3_gpu_model": "NVIDIA H200", "k3_gpu_count": 8, "k3_gpu_mem_gib": 141}
     hosts = cluster(h=h200, b=dict(DEFAULT_GPU), c=dict(DEFAULT_GPU))
     for d in hosts.values():
         upgrade(d)
@@ -252,16 +252,16 @@ def test_sim_commands_run_as_plain_executables(cluster, tmp_path):
     d = cluster(n1={})["n1"]
     root = str(Path(__file__).resolve().parent.parent)
     env = {**os.environ, "K3SIM_STATE": str(d), "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    p = subprocess.run([sys.executable, "-m", "k3rollout.sim", "nvidia-smi", "--query-gpu=driver_version",
+    p = subprocess.run([sys.executable, "-m", "k3sim", "nvidia-smi", "--query-gpu=driver_version",
                         "--format=csv,noheader"], capture_output=True, text=True, env=env)
     assert p.returncode == 0 and p.stdout.splitlines() == ["575.57.08"] * 8
     link = tmp_path / "bin" / "nvidia-smi"
     link.parent.mkdir()
-    link.write_text(f"#!{sys.executable}\nimport sys\nfrom k3rollout.sim.__main__ import main\nsys.exit(main())\n")
+    link.write_text(f"#!{sys.executable}\nimport sys\nfrom k3sim.__main__ import main\nsys.exit(main())\n")
     link.chmod(0o755)
     p = subprocess.run([str(link), "-L"], capture_output=True, text=True, env=env)
     assert p.returncode == 0 and p.stdout.startswith("GPU 0: NVIDIA H200")
-    missing = subprocess.run([sys.executable, "-m", "k3rollout.sim", "nvidia-smi"], capture_output=True, text=True,
+    missing = subprocess.run([sys.executable, "-m", "k3sim", "nvidia-smi"], capture_output=True, text=True,
                              env={k: v for k, v in env.items() if k != "K3SIM_STATE"})
     assert missing.returncode == 2 and "K3SIM_STATE" in missing.stderr
 
@@ -272,7 +272,7 @@ def test_state_changes_are_atomic_and_free_no_inode(cluster, monkeypatch, exchan
     as the next write's scratch file, so a host's state changes free no inode (on ext4
     without a journal, each freed inode made every later file creation dearer); without
     it, the new file replaces the old one."""
-    from k3rollout.sim import state as st
+    from k3sim import state as st
 
     if not exchange:
         monkeypatch.setattr(st, "_RENAMEAT2", None)

@@ -1,9 +1,9 @@
-"""The simulated API server's store (k3rollout/sim/kubestore.py): a save writes the rows that
+"""The simulated API server's store (k3sim/kubestore.py): a save writes the rows that
 changed, and a new store reads back the same data, in the same order."""
 
 from __future__ import annotations
 
-from k3rollout.sim import kubestore
+from k3sim import kubestore
 
 
 def obj(name: str, rv: int) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 
-from k3rollout.sim import netd
+from k3sim import netd
 
 
 def test_roots_get_disjoint_blocks_even_when_their_hashes_meet(tmp_path, monkeypatch):
@@ -124,8 +124,8 @@ def test_servers_the_docker_daemon_restarts_at_boot_listen_again_with_no_command
     import time
     import urllib.request
 
-    from k3rollout.sim import state as st
-    from k3rollout.transport.sim import SimExecutor
+    from k3sim import state as st
+    from k3sim.transport import SimExecutor
 
     hv = {"scheduler": "none", "sim_reboot_s": 0.5}
     ex = SimExecutor(tmp_path / "sim-hosts", {"n1": dict(hv), "n2": dict(hv)})

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from k3rollout.sim import netd, thin
-from k3rollout.sim.state import executed, init_host, load, transaction
+from k3sim import netd, thin
+from k3sim.state import executed, init_host, load, transaction
 
-WHOLE = [sys.executable, "-c", "import sys; from k3rollout.sim.__main__ import main; sys.exit(main(sys.argv[1:]))"]
+WHOLE = [sys.executable, "-c", "import sys; from k3sim.__main__ import main; sys.exit(main(sys.argv[1:]))"]
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from k3rollout.model import load_inventory, load_playbook
 from k3rollout.plan import make_plan
 from k3rollout.plan import timing as tm
 
-H200 = {"sim_gpu": "NVIDIA H200", "sim_gpu_count": 8, "sim_gpu_mem_gib": 141}
-B200 = {"sim_gpu": "NVIDIA B200", "sim_gpu_mem_gib": 180, "sim_reboot_s": 1.5}
+H200 = {"k3_gpu_model": "NVIDIA H200", "k3_gpu_count": 8, "k3_gpu_mem_gib": 141}
+B200 = {"k3_gpu_model": "NVIDIA B200", "k3_gpu_mem_gib": 180, "sim_reboot_s": 1.5}
 
 
 def _run(tmp_path, name, hosts, **over):
@@ -77,8 +77,8 @@ def test_history_takes_p90_per_stage_and_hardware_class(tmp_path, capsys):
     assert code == 0
     capsys.readouterr()
 
-    inv = write_inventory(tmp_path / "inv-next", {"gpu-x01": H200, "gpu-x02": {"sim_gpu": "NVIDIA B200"},
-                                                  "gpu-x03": {"sim_gpu": "NVIDIA GB300"}})
+    inv = write_inventory(tmp_path / "inv-next", {"gpu-x01": H200, "gpu-x02": {"k3_gpu_model": "NVIDIA B200"},
+                                                  "gpu-x03": {"k3_gpu_model": "NVIDIA GB300"}})
     assert main(["plan", str(pb), "-i", str(inv), "--json", "--history", str(run_dir), str(run_dir2)]) == 0
     data = json.loads(capsys.readouterr().out)
     rows = {(r["stage"], r["class"]): r for r in data["timing"]["stages"]}

@@ -185,7 +185,7 @@ def test_replica_failure_lines_of_the_simulator_triage_to_their_step():
     gate) land where docs/domain.md's tree puts them: a worker that never joined, a socket fallback
     and an expert-parallel transport in communication; a layout or memory that does not hold
     the model in model_load_capacity."""
-    from k3rollout.sim import vllm
+    from k3sim import vllm
 
     worker = ("[W1203 16:20:00.000000000 socket.cpp:755] [c10d] The client socket has failed to connect to "
               "[gpu-a01]:29501 (errno: 110 - Connection timed out).")

@@ -32,29 +32,7 @@ from k3rollout.model.yamlsrc import (
     load_yaml_text,
     plain,
 )
-
-SIM_FAULTS = (
-    "driver_install_fails",
-    "no_boot_after_upgrade",
-    "cuda_init_fails",
-    "container_runtime_missing",
-    "vllm_oom",
-    "nccl_broken",
-    "ssh_drops",
-    "ssh_drops_read",
-    "prefix_cache_miss",
-    "slow_reboot",
-    "rollback_packages_gone",
-    "pdb_blocks_eviction",
-    "gpu_operator_driver",
-    "gpu_operator_upgrade_fails",
-    "rdma_missing",
-    "rdma_transport_init_fails",
-    "worker_unreachable",
-    "empty_streamed_tool_calls",
-    "stream_fails_midway",
-    "driver_params_lost",
-)
+from k3rollout.plugins import transport_plugin, transport_plugins
 
 _VALID_GROUP_KEYS = ("vars", "children", "hosts")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+$")
@@ -511,37 +489,27 @@ def _check_scheduler_hosts(hosts: dict[str, Host]) -> None:
 
 
 def _check_known_vars(host: Host) -> None:
-    """Type-check the variables k3rollout itself reads, naming where each was set."""
+    """Type-check the variables k3rollout itself reads, and ask each registered transport to
+    check its own (k3rollout/plugins.py), naming where each was set."""
 
     def bad(var: str, why: str) -> InputError:
         o = host.var_origins.get(var, host.origin)
         return InputError(f"host {host.name}: {var} {why}", path=o.path, line=o.line)
 
     v = host.vars
-    for var in ("sim_driver",):
-        if var in v and not (isinstance(v[var], str) and re.match(r"^\d{3}\.\d{1,3}(\.\d{1,3})?$", v[var])):
-            raise bad(var, f"must be a full driver version string like \"575.57.08\", got {v[var]!r}")
-    for var in ("sim_gpu_count", "sim_gpu_mem_gib", "ansible_port", "sim_slurm_job_cpus"):
-        if var in v and (not isinstance(v[var], int) or isinstance(v[var], bool) or v[var] < 0):
-            raise bad(var, f"must be a non-negative integer, got {v[var]!r}")
-    if "sim_gpu_count" in v and not 1 <= v["sim_gpu_count"] <= 64:
-        raise bad("sim_gpu_count", "must be between 1 and 64")
-    if "sim_faults" in v:
-        faults = v["sim_faults"]
-        if not isinstance(faults, list) or not all(isinstance(f, str) for f in faults):
-            raise bad("sim_faults", f"must be a list of fault names, got {faults!r}")
-        unknown = [f for f in faults if f not in SIM_FAULTS]
-        if unknown:
-            raise bad("sim_faults", f"has unknown fault(s) {unknown}; known: {', '.join(SIM_FAULTS)}")
-    for var in ("api_host", "sim_address"):
-        # becomes the host part of a URL: a hostname, IPv4 or IPv6 address, nothing else
-        if var in v and not (isinstance(v[var], str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.\-]{0,252}|[0-9A-Fa-f:]+",
-                                                                     v[var])):
-            raise bad(var, f"must be a host name or IP address, got {v[var]!r}")
-    for var in ("sim_token_s", "sim_latency_s", "sim_reboot_s", "sim_slow_reboot_s", "sim_slurm_job_s",
-                "sim_slurm_job_after_drain_s", "sim_gpu_operator_state_s"):
-        if var in v and (isinstance(v[var], bool) or not isinstance(v[var], (int, float)) or v[var] < 0):
-            raise bad(var, f"must be a non-negative number of seconds, got {v[var]!r}")
+    # each registered transport's own variables, which k3rollout does not know
+    for plugin in transport_plugins():
+        refused = plugin.check_host_vars(v)
+        if refused is not None:
+            raise bad(*refused)
+    port = v.get("ansible_port")
+    if "ansible_port" in v and (not isinstance(port, int) or isinstance(port, bool) or port < 0):
+        raise bad("ansible_port", f"must be a non-negative integer, got {port!r}")
+    # api_host becomes the host part of a URL: a hostname, IPv4 or IPv6 address, nothing else
+    api = v.get("api_host")
+    if "api_host" in v and not (isinstance(api, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.\-]{0,252}|[0-9A-Fa-f:]+",
+                                                                      api)):
+        raise bad("api_host", f"must be a host name or IP address, got {api!r}")
     if "scheduler" in v and v["scheduler"] not in ("kubernetes", "slurm", "none"):
         raise bad("scheduler", f"must be kubernetes, slurm or none, got {v['scheduler']!r}")
     if "k3_driver_backend" in v and v["k3_driver_backend"] not in ("host", "gpu-operator"):
@@ -828,11 +796,6 @@ def _from_ansible(sources: list[str], playbook_dir: str | None, vault: VaultOpti
                      sha256=digest, ansible_json=data, vault_values=tuple(sorted(dec.opened)))
 
 
-def initial_sim_scheduler_state(hv: dict[str, Any]) -> str:
-    """What a new simulated node's scheduler reports, from its host vars (``sim_cordoned``)."""
-    return "cordoned" if hv.get("sim_cordoned") else "schedulable"
-
-
 # Ansible's own default connection: a host the inventory gives no ``ansible_connection`` is
 # dialled over SSH. Only ``ansible_connection: k3sim`` (the shipped sim inventory sets it)
 # makes a host simulated, so a real inventory can never run against the simulator unawares.
@@ -846,8 +809,10 @@ def connection_of(host_vars: dict[str, Any]) -> str:
 
 def declared_out_of_service(hv: dict[str, Any]) -> bool:
     """A host the inventory itself says serves nothing before the run: ``serving: false``
-    (the operator's word), or a simulated host (``ansible_connection: k3sim``) built cordoned
-    (``sim_cordoned``), which is what a preflight would read from it."""
+    (the operator's word), or a host of a registered transport (the simulator's,
+    ``ansible_connection: k3sim``) that the transport builds out of service from its vars,
+    which is what a preflight would read from it (k3rollout/plugins.py)."""
     if hv.get("serving") is False:
         return True
-    return connection_of(hv) == "k3sim" and initial_sim_scheduler_state(hv) != "schedulable"
+    plugin = transport_plugin(connection_of(hv))
+    return plugin is not None and plugin.out_of_service(hv)

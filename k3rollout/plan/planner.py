@@ -26,7 +26,7 @@ from k3rollout.plan import timing as tm
 from k3rollout.plan.approval import inventory_digest
 from k3rollout.plan.replicas import plan_replicas
 from k3rollout.plan.serial import pct_to_int, serial_batches
-from k3rollout.plan.target import unchanged_hosts
+from k3rollout.plan.target import declared_driver, unchanged_hosts
 
 
 @dataclass
@@ -101,8 +101,9 @@ def out_of_service_before(inventory: Inventory, hosts: list[str]) -> list[str]:
 
     - ``serving: false`` on a host: the operator's word that it is out of service (cordoned,
       drained, down for repair);
-    - a simulated host (``ansible_connection: k3sim``): its scheduler state as the simulator
-      builds it from its host vars (``sim_cordoned``), i.e. what a preflight would read.
+    - a host of a registered transport (the simulator's, ``ansible_connection: k3sim``): its
+      scheduler state as the transport builds it from its host vars, i.e. what a preflight
+      would read (``TransportPlugin.out_of_service``, k3rollout/plugins.py).
 
     At run time each node's baseline records its scheduler state, and the engine counts
     that too before every batch (``BatchPolicy.out_of_service``, engine/policy.py)."""
@@ -113,7 +114,7 @@ def rollback_steps_preview(playbook: Playbook, host_vars: dict[str, Any]) -> lis
     """What the plan will record for a node, before baseline has read the real versions:
     each action once, in the order the rollback runs them (``Playbook.rollback_actions``),
     in the words of the stage kind that declares it (its ``Undo``, model/playbook.py)."""
-    before = host_vars.get("driver_version") or host_vars.get("sim_driver")
+    before = declared_driver(host_vars)
     expected = f"{before}" if before else "the version baseline records"
     return [STAGE_TABLES.undos[rb.action].plan_line(rb.reboot, expected) for rb in playbook.rollback_actions()]
 

@@ -2,9 +2,8 @@
 
 Pure arithmetic over a model profile (``model/profile.py``) and each node's GPUs; no host
 is contacted. A node's GPUs come from its inventory vars (``k3_gpu_model``/``k3_gpu_count``/
-``k3_gpu_mem_gib``, else the simulator's ``sim_gpu``/``sim_gpu_count``/``sim_gpu_mem_gib``),
-then from baseline facts when the caller has them (``gpu_model``, ``gpu_count``,
-``gpu_mem_total_mib``).
+``k3_gpu_mem_gib``; a simulated node is described with the same), then from baseline facts
+when the caller has them (``gpu_model``, ``gpu_count``, ``gpu_mem_total_mib``).
 
 A layout holds the model when its GPUs' usable memory covers the profile's need::
 
@@ -56,8 +55,7 @@ def _origin(inventory: Any, host: str, var: str | None = None) -> tuple[str | No
 def node_hardware(host: str, inventory: Any, facts: dict[str, Any] | None = None) -> Hardware:
     """The node's GPU model, count and per-GPU memory in GiB (inventory vars, then facts)."""
     v = inventory.hosts[host].vars
-    for prefix, names in (("k3_gpu", ("k3_gpu_model", "k3_gpu_count", "k3_gpu_mem_gib")),
-                          ("sim_gpu", ("sim_gpu", "sim_gpu_count", "sim_gpu_mem_gib"))):
+    for prefix, names in (("k3_gpu", ("k3_gpu_model", "k3_gpu_count", "k3_gpu_mem_gib")),):
         if any(n in v for n in names):
             missing = [n for n in names if v.get(n) in (None, "")]
             if missing:

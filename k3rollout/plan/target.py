@@ -5,7 +5,7 @@ shipped play: ``facts.driver_branch < target_branch or facts.driver_version ==
 target_driver``). A node whose driver is already the target, or past it (590.44.01 against
 580.95.05), is left as it is: nothing is installed, so there is nothing to roll back, and
 its packages need not be downloadable. Each caller feeds the driver version it knows: the
-plan the inventory's (``driver_version``, or the simulator's ``sim_driver``), the preflight
+plan the inventory's (``driver_version``), the preflight
 nvidia-smi's, the run its baseline's: what the play will not change is
 planned as such and never blocks the fleet (docs/guide.md, "The driver procedure and preflight").
 """
@@ -51,7 +51,7 @@ def no_change_reason(installed: Any, target: str | None) -> str | None:
 
 def declared_driver(host_vars: dict[str, Any]) -> Any:
     """The driver an inventory says a node runs (what the plan knows without contacting it)."""
-    return host_vars.get("driver_version") or host_vars.get("sim_driver")
+    return host_vars.get("driver_version")
 
 
 def unchanged_hosts(playbook: Playbook, hosts: list[str], host_vars: dict[str, dict[str, Any]]) -> dict[str, str]:

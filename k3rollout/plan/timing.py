@@ -47,19 +47,20 @@ from typing import Any
 from k3rollout.model.inventory import connection_of
 from k3rollout.model.playbook import STAGE_TABLES
 from k3rollout.model.stagekinds import RETURNS_TO_SERVICE, TAKES_OUT_OF_SERVICE
+from k3rollout.plugins import transport_plugin
 
 UNKNOWN = "unknown"
 
 
 def hardware_class(host_vars: dict[str, Any]) -> str:
     """A node's hardware class as the inventory tells it before the run: ``hardware_class``,
-    else ``gpu_model``, else a simulated host's ``sim_gpu`` (its default for a k3sim host)."""
+    else ``gpu_model``, else what a registered transport builds the host with (a simulated
+    host's GPU model, k3rollout/plugins.py)."""
     for key in ("hardware_class", "gpu_model"):
         if host_vars.get(key):
             return str(host_vars[key])
-    if connection_of(host_vars) == "k3sim":
-        return str(host_vars.get("sim_gpu") or "NVIDIA H200")
-    return UNKNOWN
+    plugin = transport_plugin(connection_of(host_vars))
+    return plugin.hardware_class(host_vars) if plugin is not None else UNKNOWN
 
 
 def parse_ts(text: str | None) -> float | None:

@@ -14,7 +14,8 @@
       preflight.json preflight.md   the preflight's report (``run`` performs it first)
       <playbook>.retry        the failed hosts, in Ansible's retry file format
       ansible/<node>/         ansible-playbook's private files, one folder per step
-      sim-hosts/              state of simulated hosts (k3sim transport only)
+      <transport state>/      a registered transport's hosts (k3rollout/plugins.py; the simulator's
+                              sim-hosts/)
       debug.log               traceback of an internal error, if any
 
 The names are a public interface (docs/guide.md "The run directory", the tests, whoever
@@ -56,8 +57,9 @@ PREFLIGHT_JSON = "preflight.json"
 PREFLIGHT_MD = "preflight.md"
 RETRY = ".retry"
 ANSIBLE = "ansible"
-SIM_HOSTS = "sim-hosts"
 DEBUG_LOG = "debug.log"
+_LAYOUT_NAMES = (JOURNAL, EVIDENCE, EVENTS, INPUTS, RESULT, REPORT_JSON, REPORT_MD, REPORT_HTML, APPROVALS,
+                 OBSERVE_LOCK, PREFLIGHT_JSON, PREFLIGHT_MD, ANSIBLE, DEBUG_LOG)
 
 _PAUSE_ID = re.compile(r"^[A-Za-z0-9._-]+$")
 
@@ -160,9 +162,12 @@ class RunDir:
     def ansible(self) -> Path:
         return self.path / ANSIBLE
 
-    @property
-    def sim_hosts(self) -> Path:
-        return self.path / SIM_HOSTS
+    def transport_state(self, name: str) -> Path:
+        """The folder a registered transport keeps its hosts' state in, named by the transport
+        (``TransportPlugin.state_dir``): one plain folder name, none of the layout's own."""
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) or name in _LAYOUT_NAMES:
+            raise ValueError(f"not a transport state folder name: {name!r}")
+        return self.path / name
 
     @property
     def debug_log(self) -> Path:

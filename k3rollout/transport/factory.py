@@ -7,6 +7,7 @@ from typing import Any
 
 from k3rollout.errors import InputError
 from k3rollout.model.inventory import connection_of
+from k3rollout.plugins import registered, transport_plugin
 from k3rollout.runlog.rundir import RunDir
 from k3rollout.toolpaths import find_tool, require_tool
 from k3rollout.transport import local
@@ -86,16 +87,17 @@ def make_executor(hosts: dict[str, Any], run_dir: Path, observation_pass: int | 
     """The run's transport. ``observation_pass``: the ``k3rollout observe`` pass it serves,
     which only a simulated cluster is told (its late faults may start at a pass)."""
     kind = connection_kind(hosts)
-    if kind == "k3sim":
-        # lazy, as each transport below: a run loads the one it uses (the simulator, or
-        # paramiko for SSH), not the others
-        from k3rollout.transport.sim import SimExecutor
-
-        return SimExecutor(RunDir(run_dir).sim_hosts, {n: h.vars for n, h in hosts.items()},
-                           observation_pass=observation_pass)
     if kind in SSH_KINDS:
-        from k3rollout.transport.ssh import SSHExecutor
+        from k3rollout.transport.ssh import SSHExecutor  # lazy: paramiko, for SSH runs only
 
         # the Ansible path runs OpenSSH: where it can, it checks each host key too, first
         return SSHExecutor({n: h.vars for n, h in hosts.items()}, openssh=find_tool("ssh"))
-    raise InputError(f"ansible_connection {kind!r} is not supported (use ssh, paramiko or k3sim)")
+    # any other connection is a registered transport's (k3rollout/plugins.py), loaded only
+    # when a run uses it: the simulated cluster's is ``k3sim``
+    plugin = transport_plugin(kind)
+    if plugin is None:
+        others = ", ".join(registered()) or "none installed"
+        raise InputError(f"ansible_connection {kind!r} is not supported: use ssh or paramiko, or a registered "
+                         f"transport ({others})")
+    return plugin.executor(RunDir(run_dir).transport_state(plugin.state_dir), {n: h.vars for n, h in hosts.items()},
+                           observation_pass=observation_pass)

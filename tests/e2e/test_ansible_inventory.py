@@ -197,15 +197,15 @@ def test_group_vars_beside_the_playbook_apply(tmp_path, capsys):
     pbdir = tmp_path / "play"
     (pbdir / "group_vars").mkdir(parents=True)
     shutil.copy(PLAYBOOK, pbdir / "pb.yml")
-    (pbdir / "group_vars" / "rack_b.yml").write_text("sim_gpu_count: 4\n")
+    (pbdir / "group_vars" / "rack_b.yml").write_text("k3_gpu_count: 4\n")
     inv = load_inventory(SIM_INVENTORY, playbook_dir=pbdir)
     assert inv.resolver == "ansible"
-    assert inv.hosts["gpu-b02"].vars["sim_gpu_count"] == 4
-    assert inv.hosts["gpu-a02"].vars.get("sim_gpu_count") != 4
+    assert inv.hosts["gpu-b02"].vars["k3_gpu_count"] == 4
+    assert inv.hosts["gpu-a02"].vars.get("k3_gpu_count") != 4
     assert inv.to_ansible_json() == reference(SIM_INVENTORY, extra=["--playbook-dir", str(pbdir)])
     # and the CLI looks beside the playbook it is given
     assert main(["inventory", "-i", str(SIM_INVENTORY), "--playbook-dir", str(pbdir), "--host", "gpu-b02"]) == 0
-    assert json.loads(capsys.readouterr().out)["sim_gpu_count"] == 4
+    assert json.loads(capsys.readouterr().out)["k3_gpu_count"] == 4
 
 
 def _vaulted(tmp_path: Path) -> tuple[Path, Path]:

@@ -10,7 +10,7 @@ import pytest
 from support import DOCKER_HOST, result, write_playbook
 
 from k3rollout.cli import main
-from k3rollout.sim.state import executed
+from k3sim.state import executed
 
 BROKEN = {"ansible_python_interpreter": "/nonexistent/bin/python3"}
 

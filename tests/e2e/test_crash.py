@@ -780,7 +780,7 @@ def test_a_pod_created_before_a_kill_is_found_on_resume_not_created_twice(tmp_pa
     on record, resume finds the Pod by its deterministic name: one create in the API server's
     audit log, the same outcome as the uninterrupted run."""
     b300 = {"sim_container_runtime": "containerd", "k3_workload_backend": "kubernetes",
-            "sim_gpu": "NVIDIA B300 SXM6 AC", "sim_gpu_count": 8, "sim_gpu_mem_gib": 268,
+            "k3_gpu_model": "NVIDIA B300 SXM6 AC", "k3_gpu_count": 8, "k3_gpu_mem_gib": 268,
             "sim_k8s_serving": {"kind": "Deployment", "name": "k3-b300"}}
 
     def go(base: Path, fault: tuple[str, int] | None) -> Path:

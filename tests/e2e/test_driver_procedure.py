@@ -14,8 +14,8 @@ from support import DATA, PLAYBOOK, commands, journal, result, sim_state, write_
 from k3rollout.checks import driver_facts as df
 from k3rollout.checks import parsers
 from k3rollout.cli import main
-from k3rollout.sim.dispatch import dispatch, init_cluster
-from k3rollout.sim.state import default_state
+from k3sim.dispatch import dispatch, init_cluster
+from k3sim.state import default_state
 
 P = DATA / "parsers"
 SHORT = ("baseline", "cordon", "driver_upgrade", "cuda_check", "uncordon")
@@ -218,7 +218,7 @@ def test_fabric_manager_must_match_the_driver(node):
            "nvidia-kernel-common-580=580.95.05-0ubuntu1", "nvidia-fabricmanager=580.82.07-1")
     assert r.rc == 100 and "nvidia-fabricmanager : Depends: nvidia-kernel-common-580 (= 580.82.07-1)" in r.stderr
     # one installed from elsewhere at another version: it does not start, CUDA says 802
-    m = node(sim_fabricmanager_version="575.51.03", sim_driver="575.57.08")
+    m = node(sim_fabricmanager_version="575.51.03", driver_version="575.57.08")
     assert sh(m, "systemctl", "is-active", "nvidia-fabricmanager").stdout == "failed\n"
     log = sh(m, "journalctl", "-u", "nvidia-fabricmanager").stdout
     assert ("fabric manager NVIDIA GPU driver interface version 575.51.03 don't match with driver version "
@@ -430,7 +430,7 @@ def test_behind_sshd_tee_writes_the_simulated_hosts_modprobe_d_not_this_machines
 
     d = node()
     real = Path("/etc/modprobe.d/nvidia-k3-sim-test.conf")
-    p = subprocess.run([sys.executable, "-m", "k3rollout.sim", "tee", str(real)], input=b"options nvidia X=1\n",
+    p = subprocess.run([sys.executable, "-m", "k3sim", "tee", str(real)], input=b"options nvidia X=1\n",
                        capture_output=True, env={**os.environ, "K3SIM_STATE": str(d)}, timeout=60)
     assert (p.returncode, p.stdout) == (0, b"options nvidia X=1\n"), p.stderr
     assert json.loads((d / "state.json").read_text())["modprobe_d"][str(real)] == "options nvidia X=1\n"
@@ -456,7 +456,7 @@ def test_vendor_task_files_over_real_sshd_through_ansible_runner(sshd_cluster, t
     Ubuntu (with a held package) and RHEL 9 module streams; versions resolved on the node."""
     import json
 
-    from k3rollout.sim.state import executed
+    from k3sim.state import executed
 
     sim = {"deb": {"nvidia_driver_source": "cuda-repo", "sim_held_packages": ["nvidia-driver-575-open"],
                    "sim_device_plugin": True},

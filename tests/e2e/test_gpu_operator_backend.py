@@ -175,8 +175,8 @@ def test_operator_backend_needs_its_pool_vars(tmp_path, capsys):
 def test_credentials_check_asks_for_the_nvidiadriver_pools_only_where_the_operator_backend_is_used(tmp_path):
     from k3rollout.engine.k8s_access import check_access
     from k3rollout.model.inventory import load_inventory
-    from k3rollout.sim.dispatch import init_cluster
-    from k3rollout.sim.kubeapi import KubeApiServer
+    from k3sim.dispatch import init_cluster
+    from k3sim.kubeapi import KubeApiServer
 
     root = tmp_path / "cluster"
     init_cluster(root, {"gpu-01": {}})
@@ -196,7 +196,7 @@ def test_credentials_check_asks_for_the_nvidiadriver_pools_only_where_the_operat
 def test_prestage_on_an_operator_node_stages_the_image_but_no_host_package(tmp_path):
     """The operator's driver container brings the driver: pre-staging checks disk space and
     pulls the image, and says why it fetched no driver package."""
-    from k3rollout.sim import state as st
+    from k3sim import state as st
 
     inv = write_inventory(tmp_path / "inv", {"gpu-01": dict(OPERATOR)})
     digest = st.REGISTRY["vllm/vllm-openai:kimi-k3"]["digest"]

@@ -16,10 +16,10 @@ import pytest
 from support import api_changes, commands, kubectl_exe, sim_state, write_inventory, write_playbook
 
 from k3rollout.cli import main
-from k3rollout.sim import kubestore, netd
+from k3sim import kubestore, netd
 
 CONTAINERD = {"sim_container_runtime": "containerd", "k3_workload_backend": "kubernetes"}
-B300 = {"rack": "b", "sim_gpu": "NVIDIA B300 SXM6 AC", "sim_gpu_count": 8, "sim_gpu_mem_gib": 268,
+B300 = {"rack": "b", "k3_gpu_model": "NVIDIA B300 SXM6 AC", "k3_gpu_count": 8, "k3_gpu_mem_gib": 268,
         "sim_k8s_serving": {"kind": "Deployment", "name": "k3-b300"}}
 HOSTS = {"gpu-b01": B300, "gpu-b02": B300}
 CHANGES = ("apt-get", "apt install", "apt-mark hold", "dnf install", "dnf module", "dpkg -i", "reboot", "systemctl stop",
@@ -144,7 +144,7 @@ def test_a_serving_pod_whose_owner_no_longer_exists_is_refused_with_exit_2(tmp_p
     that has not caught up): after the drain nothing would bring them back, and the uncordon
     stage would wait in vain, after the node was changed. The preflight refuses it first."""
     from k3rollout.model.inventory import load_inventory
-    from k3rollout.sim.dispatch import init_cluster
+    from k3sim.dispatch import init_cluster
 
     inv = write_inventory(tmp_path / "inv", HOSTS, CONTAINERD)
     pb = write_playbook(tmp_path / "pb.yml", min_serving=0)

@@ -34,8 +34,8 @@ from k3rollout.cli import main
 from k3rollout.errors import LockHeld
 from k3rollout.scheduler.k8s_api import KubernetesApi
 from k3rollout.scheduler.k8s_lock import ClusterLeases
-from k3rollout.sim.dispatch import init_cluster
-from k3rollout.sim.kubeapi import KubeApiServer
+from k3sim.dispatch import init_cluster
+from k3sim.kubeapi import KubeApiServer
 
 STATE = "k3rollout.io/upgrade-state"
 

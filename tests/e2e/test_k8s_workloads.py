@@ -24,14 +24,14 @@ from support import (
 )
 
 from k3rollout.cli import main
-from k3rollout.sim import netd
+from k3sim import netd
 
 CONTAINERD = {"sim_container_runtime": "containerd", "k3_workload_backend": "kubernetes"}
-H200 = {"rack": "a", "sim_gpu": "NVIDIA H200", "sim_gpu_count": 8, "sim_gpu_mem_gib": 141,
+H200 = {"rack": "a", "k3_gpu_model": "NVIDIA H200", "k3_gpu_count": 8, "k3_gpu_mem_gib": 141,
         "sim_nvidia_module_options": 'NVreg_EnableStreamMemOPs=1 NVreg_RegistryDwords="PeerMappingOverride=1;"',
         "nccl_ib_hca": "mlx5_0,mlx5_3,mlx5_4,mlx5_5",
         "sim_k8s_serving": {"kind": "LeaderWorkerSet", "name": "k3-h200", "size": 2}}
-B300 = {"rack": "b", "sim_gpu": "NVIDIA B300 SXM6 AC", "sim_gpu_count": 8, "sim_gpu_mem_gib": 268,
+B300 = {"rack": "b", "k3_gpu_model": "NVIDIA B300 SXM6 AC", "k3_gpu_count": 8, "k3_gpu_mem_gib": 268,
         "sim_k8s_serving": {"kind": "Deployment", "name": "k3-b300"}}
 HOSTS = {"gpu-a01": H200, "gpu-a02": H200, "gpu-b01": B300, "gpu-b02": B300}
 

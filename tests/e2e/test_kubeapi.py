@@ -12,8 +12,8 @@ import httpx
 import pytest
 from support import kubectl_exe
 
-from k3rollout.sim import state as st
-from k3rollout.sim.kubeapi import KubeApiServer
+from k3sim import state as st
+from k3sim.kubeapi import KubeApiServer
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +150,7 @@ def test_an_api_server_whose_daemon_was_killed_comes_back_with_every_object(tmp_
     from kubernetes import client as k8s
 
     from k3rollout.scheduler.k8s_api import KubernetesApi
-    from k3rollout.sim import netd
+    from k3sim import netd
 
     root = tmp_path / "sim"
     for i, name in enumerate(("gpu-c01", "gpu-c02")):

@@ -15,14 +15,14 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 
-from k3rollout.sim import netd
-from k3rollout.sim import state as st
-from k3rollout.sim.dispatch import dispatch
-from k3rollout.sim.kubeapi import KubeApiServer
+from k3sim import netd
+from k3sim import state as st
+from k3sim.dispatch import dispatch
+from k3sim.kubeapi import KubeApiServer
 
 NS = "inference"
 CONTAINERD = {"sim_container_runtime": "containerd", "sim_crash_backoff_s": 0.05}
-B300 = {"sim_gpu": "NVIDIA B300 SXM6 AC", "sim_gpu_mem_gib": 268}
+B300 = {"k3_gpu_model": "NVIDIA B300 SXM6 AC", "k3_gpu_mem_gib": 268}
 
 
 def make_cluster(root: Path, spare: int = 1) -> None:
@@ -519,7 +519,7 @@ def test_the_scheduler_honours_node_affinity_and_a_pinned_pod_runs_on_a_cordoned
 
 def test_an_unknown_container_runtime_is_bad_input_naming_the_host(tmp_path):
     from k3rollout.errors import InputError
-    from k3rollout.sim.dispatch import init_cluster
+    from k3sim.dispatch import init_cluster
 
     with pytest.raises(InputError, match="host gpu-01: sim_container_runtime: docker or containerd, got 'cri-o'"):
         init_cluster(tmp_path / "sim", {"gpu-01": {"sim_container_runtime": "cri-o"}})

@@ -244,14 +244,14 @@ def test_observe_refuses_a_run_that_upgraded_nothing(tmp_path, capsys):
                                  [{"fault": "cuda_init_fails", "pass": 0}], [{"fault": "cuda_init_fails", "pass": "2"}],
                                  [{"fault": "no_such_fault", "pass": 1}]])
 def test_sim_late_faults_must_say_when(tmp_path, bad):
-    from k3rollout.sim.state import late_faults
+    from k3sim.state import late_faults
 
     with pytest.raises(ValueError, match="sim_late_faults"):
         late_faults({"sim_late_faults": bad}, 0.0)
 
 
 def test_nccl_gate_runs_only_where_no_pod_holds_the_gpus_and_a_busy_node_is_left_alone(tmp_path):
-    from k3rollout.sim import state as st
+    from k3sim import state as st
 
     # gpu-01 was cordoned before the run and stays cordoned (no pod runs there); gpu-02 serves,
     # its serving pod holding the node's GPUs (nvidia.com/gpu)
@@ -287,7 +287,7 @@ def test_nccl_gate_runs_only_where_no_pod_holds_the_gpus_and_a_busy_node_is_left
 def test_under_slurm_the_nccl_gate_runs_on_an_idle_node_and_skips_one_running_jobs(tmp_path):
     import yaml
 
-    from k3rollout.sim import state as st
+    from k3sim import state as st
 
     # scontrol runs on the cluster's slurmctld host, slurm-ctl, never on a GPU node
     # the docker path, NCCL over the node's own transport (the slurm workload's srun is

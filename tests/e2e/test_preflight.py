@@ -63,7 +63,7 @@ def test_each_refusal_names_its_node_and_check_and_changes_nothing(tmp_path):
              "sb": {"sim_secure_boot": True},
              "sb-ok": {"sim_secure_boot": True, "nvidia_driver_source": "ubuntu-archive-precompiled"},
              "nofm": {"sim_fabricmanager": False},
-             "seven": {"sim_gpu_count": 7},
+             "seven": {"k3_gpu_count": 7},
              "disk": {"sim_disk_free_gib": 100}}
     code, rep, out = preflight(tmp_path, hosts)
     assert code == 1 and rep["ok"] is False
@@ -212,7 +212,7 @@ def test_nodes_the_play_does_not_change_never_block_the_run(tmp_path, capsys):
     """issue #33 item 1: a node past the target (590.44.01, whose packages the repository no
     longer offers) and one already on it are left alone by plan, preflight and run alike: no
     rollback checks, no --skip-node, baseline only, and the plan and report say why."""
-    hosts = {"a": {}, "newer": {"sim_driver": "590.44.01"}, "at": {"sim_driver": "580.95.05"}}
+    hosts = {"a": {}, "newer": {"driver_version": "590.44.01"}, "at": {"driver_version": "580.95.05"}}
     inv = write_inventory(tmp_path / "inv", hosts)
     pb = short_playbook(tmp_path / "pb.yml")
     code, rep, _ = preflight(tmp_path, hosts, pb)
@@ -232,7 +232,7 @@ def test_nodes_the_play_does_not_change_never_block_the_run(tmp_path, capsys):
     for h in ("newer", "at"):
         n = r["nodes"][h]
         assert n["final"] == "skipped" and n["no_change"] and n["reason"] == n["no_change"]
-        assert n["driver_after"] == hosts[h]["sim_driver"]
+        assert n["driver_after"] == hosts[h]["driver_version"]
         # read by baseline, never drained or changed
         assert api_changes(run_dir, h) == [] and sim_state(run_dir, h)["scheduler"]["state"] == "schedulable"
         assert not [c for c in ran(run_dir / "sim-hosts" / h)

@@ -5,8 +5,8 @@ import json
 from support import commands, host_timeline, journal, result, sim_state, write_inventory, write_playbook
 
 from k3rollout.cli import main
-from k3rollout.sim import state as st
-from k3rollout.sim.dispatch import dispatch as run_cmd
+from k3sim import state as st
+from k3sim.dispatch import dispatch as run_cmd
 
 
 def _digest():
@@ -125,7 +125,7 @@ def test_sim_apt_download_only_fills_the_cache_within_free_space(tmp_path):
 
 
 def _target_pins(d):
-    from k3rollout.sim import repos
+    from k3sim import repos
 
     s = json.loads((d / "state.json").read_text())
     offers = repos.offers(s)

@@ -15,8 +15,8 @@ from k3rollout.resources import shipped
 
 K3 = shipped("playbooks", "profiles", "kimi-k3.yml")
 # sim_peer_mapping_override: the node's modprobe.d sets the module options DeepEP needs
-H200 = {"sim_gpu": "NVIDIA H200", "sim_gpu_count": 8, "sim_gpu_mem_gib": 141, "sim_peer_mapping_override": True}
-B300 = {"sim_gpu": "NVIDIA B300", "sim_gpu_count": 8, "sim_gpu_mem_gib": 268}
+H200 = {"k3_gpu_model": "NVIDIA H200", "k3_gpu_count": 8, "k3_gpu_mem_gib": 141, "sim_peer_mapping_override": True}
+B300 = {"k3_gpu_model": "NVIDIA B300", "k3_gpu_count": 8, "k3_gpu_mem_gib": 268}
 # vLLM's data-parallel expert-parallel form on two H200 nodes: with data parallel above 1 vLLM
 # builds an all-to-all manager (ParallelConfig.use_all2all), so DeepEP runs; the profile's own
 # H200 layout (TP16/EP16, data parallel 1) builds none
@@ -426,7 +426,7 @@ def test_deepep_v2_without_nccl_gin_on_a_worker_takes_the_replica_back_and_names
 
 
 def test_sim_nvshmem_fault_touches_only_deepep_backends(tmp_path):
-    from k3rollout.sim.dispatch import init_cluster
+    from k3sim.dispatch import init_cluster
 
     def replica(backend, dp=True):
         dirs = init_cluster(tmp_path / f"{backend}-{dp}", {
@@ -507,7 +507,7 @@ def test_driver_module_parameters_deepep_needs_are_checked_after_the_upgrade(tmp
     assert not any(c.startswith("docker run") and "k3rollout-smoke" in c for c in commands(run_dir, "gpu-01"))
     # the rollback wrote gpu-02's options back before its reboot: the restored driver loaded with them
     from k3rollout.checks.parsers import parse_nvidia_params
-    from k3rollout.sim.dispatch import dispatch
+    from k3sim.dispatch import dispatch
 
     params = parse_nvidia_params(dispatch(run_dir / "sim-hosts" / "gpu-02", ["cat", "/proc/driver/nvidia/params"]).stdout)
     assert (params["EnableStreamMemOPs"], params["RegistryDwords"]) == ("1", "PeerMappingOverride=1;")
@@ -517,8 +517,8 @@ def test_driver_module_parameters_deepep_needs_are_checked_after_the_upgrade(tmp
 
 def test_sim_rdma_missing_falls_back_to_sockets_with_nccls_lines(tmp_path):
     from k3rollout.checks.parsers import parse_nccl_tests
-    from k3rollout.sim.dispatch import dispatch, init_cluster
     from k3rollout.stages.multinode import nccl_transport
+    from k3sim.dispatch import dispatch, init_cluster
 
     dirs = init_cluster(tmp_path / "hosts", {"a": {}, "b": {"sim_faults": ["rdma_missing"]}, "c": {}})
     argv = ["mpirun", "-np", "16", "-H", "{}", "-x", "NCCL_DEBUG=INFO", "all_reduce_perf", "-b", "8", "-e", "1G",
@@ -565,11 +565,11 @@ K3_IMAGE = "vllm/vllm-openai:kimi-k3"
 
 # the K3 image needs CUDA 13: the upgraded driver; these tests launch vLLM with docker run, so
 # the nodes are Docker hosts
-NEW = {**DOCKER_HOST, "sim_driver": "580.95.05"}
+NEW = {**DOCKER_HOST, "driver_version": "580.95.05"}
 
 
 def _serve(dirs, host, *args, env=None, name="k3"):
-    from k3rollout.sim.dispatch import dispatch
+    from k3sim.dispatch import dispatch
 
     envs = [x for k, v in (env or {}).items() for x in ("-e", f"{k}={v}")]
     return dispatch(dirs[host], ["docker", "run", "-d", "--name", name, "--gpus", "all", "--network", "host", *envs,
@@ -578,7 +578,7 @@ def _serve(dirs, host, *args, env=None, name="k3"):
 
 
 def _container(dirs, host, name="k3"):
-    from k3rollout.sim.dispatch import dispatch
+    from k3sim.dispatch import dispatch
 
     st = dispatch(dirs[host], ["docker", "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", name], None)
     logs = dispatch(dirs[host], ["docker", "logs", name], None)
@@ -586,7 +586,7 @@ def _container(dirs, host, name="k3"):
 
 
 def test_sim_head_waits_for_its_worker_then_serves(tmp_path):
-    from k3rollout.sim.dispatch import init_cluster
+    from k3sim.dispatch import init_cluster
 
     dirs = init_cluster(tmp_path / "hosts", {"a": {**H200, **NEW}, "b": {**H200, **NEW}})
     assert _serve(dirs, "a", "--nnodes", "2", "--node-rank", "0", "--master-addr", "a").rc == 0
@@ -603,8 +603,8 @@ def test_sim_head_waits_for_its_worker_then_serves(tmp_path):
 
 
 def test_sim_missing_worker_makes_the_head_time_out(tmp_path):
-    from k3rollout.sim.dispatch import init_cluster
-    from k3rollout.sim.state import transaction
+    from k3sim.dispatch import init_cluster
+    from k3sim.state import transaction
 
     dirs = init_cluster(tmp_path / "hosts", {"a": {**H200, **NEW}, "b": {**H200, **NEW, "sim_faults": ["worker_unreachable"]}})
     env = {"VLLM_ENGINE_READY_TIMEOUT_S": "60"}
@@ -634,7 +634,7 @@ def test_sim_missing_worker_makes_the_head_time_out(tmp_path):
 
 
 def test_sim_data_parallel_form_waits_for_its_remote_engines(tmp_path):
-    from k3rollout.sim.dispatch import dispatch, init_cluster
+    from k3sim.dispatch import dispatch, init_cluster
 
     dirs = init_cluster(tmp_path / "hosts", {"a": {**H200, **NEW}, "b": {**H200, **NEW}})
 
@@ -662,7 +662,7 @@ def test_sim_data_parallel_form_waits_for_its_remote_engines(tmp_path):
                                             "evenly divide the total world size (16)."),
 ])
 def test_sim_wrong_rank_or_node_count_fails_that_node(tmp_path, args, error):
-    from k3rollout.sim.dispatch import init_cluster
+    from k3sim.dispatch import init_cluster
 
     dirs = init_cluster(tmp_path / "hosts", {"a": {**H200, **NEW}, "b": {**H200, **NEW}})
     _serve(dirs, "b", *args, "--master-addr", "a", "--headless")
@@ -671,10 +671,10 @@ def test_sim_wrong_rank_or_node_count_fails_that_node(tmp_path, args, error):
 
 
 def test_sim_model_that_does_not_fit_the_replica_runs_out_of_memory(tmp_path):
-    from k3rollout.sim.dispatch import init_cluster
+    from k3sim.dispatch import init_cluster
 
     # 16 x 80 GiB x 0.95 = 1,216 GiB < the 1,397 GiB of K3's weights: 87.3 GiB per GPU
-    h100 = {"sim_gpu": "NVIDIA H100 80GB HBM3", "sim_gpu_count": 8, "sim_gpu_mem_gib": 80, **NEW}
+    h100 = {"k3_gpu_model": "NVIDIA H100 80GB HBM3", "k3_gpu_count": 8, "k3_gpu_mem_gib": 80, **NEW}
     dirs = init_cluster(tmp_path / "hosts", {"a": {**H200, **NEW}, "b": h100})
     _serve(dirs, "a", "--nnodes", "2", "--node-rank", "0", "--master-addr", "a")
     _serve(dirs, "b", "--nnodes", "2", "--node-rank", "1", "--master-addr", "a", "--headless")

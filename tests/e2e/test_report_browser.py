@@ -107,7 +107,7 @@ def test_report_renders_in_chromium(chromium, runs, tmp_path, kind, verdict):
 def test_plan_report_renders_in_chromium(chromium, tmp_path):
     out = tmp_path / "plan.html"
     # the shipped play plans Kimi K3 replicas: 8 H200 nodes of one rack make 4 two-node replicas
-    h200 = {"sim_gpu": "NVIDIA H200", "sim_gpu_count": 8, "sim_gpu_mem_gib": 141, "rack": "a"}
+    h200 = {"k3_gpu_model": "NVIDIA H200", "k3_gpu_count": 8, "k3_gpu_mem_gib": 141, "rack": "a"}
     inv = write_inventory(tmp_path / "inv", {f"gpu-{i:02d}": dict(h200) for i in range(1, 9)})
     assert main(["plan", str(PLAYBOOK), "-i", str(inv), "--window", "4h", "--format", "html", "--output",
                  str(out)]) == 0

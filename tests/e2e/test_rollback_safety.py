@@ -94,8 +94,8 @@ def test_plan_counts_nodes_out_of_service_before_the_run(tmp_path):
 
 
 def test_run_counts_the_baseline_scheduler_state_before_every_batch(tmp_path):
-    from k3rollout.sim.dispatch import dispatch
-    from k3rollout.sim.state import init_host
+    from k3sim.dispatch import dispatch
+    from k3sim.state import init_host
 
     # the inventory says nothing: the first batch's two nodes were cordoned on the cluster
     # before the run; the plan (6 serving, floor 3) lets batches of two go
@@ -177,8 +177,8 @@ def _seq_of(records: list[dict], pred) -> int:
 
 
 def test_operator_rollback_drains_in_service_nodes_keeps_the_floor_and_resumes(tmp_path):
-    from k3rollout.sim.dispatch import dispatch
-    from k3rollout.sim.state import init_host
+    from k3sim.dispatch import dispatch
+    from k3sim.state import init_host
 
     # four nodes, two per batch; gpu-03 was cordoned on the cluster before the run (its
     # baseline says so and the run leaves it cordoned), so three serve after the run and

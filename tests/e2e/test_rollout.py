@@ -154,7 +154,7 @@ def test_every_destructive_command_runs_only_after_all_before_it_is_durable(tmp_
     step's outcome) are durable. Read-only records and a destructive step's outcome, which
     its probe settles after a power cut, are committed with the next commit, not their own."""
     from k3rollout.runlog import journal as journal_mod
-    from k3rollout.transport.sim import SimExecutor
+    from k3sim.transport import SimExecutor
 
     def last_record(path: Path) -> dict:
         import json

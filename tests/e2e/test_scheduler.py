@@ -15,8 +15,8 @@ from support import PLAYBOOK, ROOT, commands, journal, result, with_default_gpu,
 from k3rollout.checks import parsers
 from k3rollout.cli import main
 from k3rollout.scheduler import SCHEDULERS, scheduler_for
-from k3rollout.sim.dispatch import dispatch, init_cluster
-from k3rollout.sim.state import transaction
+from k3sim.dispatch import dispatch, init_cluster
+from k3sim.state import transaction
 
 
 def sh(d: Path, *argv: str):

@@ -13,8 +13,8 @@ from support import journal, result, write_playbook
 from k3rollout.cli import main
 from k3rollout.errors import ConnectionLost, HostUnreachable
 from k3rollout.model import load_inventory
-from k3rollout.sim.state import executed
 from k3rollout.transport.ssh import HostKeyError, SSHExecutor
+from k3sim.state import executed
 
 
 def state(c, host: str) -> dict:

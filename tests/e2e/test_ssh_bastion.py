@@ -19,8 +19,8 @@ import yaml
 from support import write_playbook
 
 from k3rollout.cli import main
-from k3rollout.sim.state import executed
 from k3rollout.transport.ssh import HostKeyError, SSHExecutor
+from k3sim.state import executed
 
 
 @pytest.fixture

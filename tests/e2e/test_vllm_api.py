@@ -14,7 +14,7 @@ from support import DEFAULT_GPU, DOCKER_HOST, journal, result, write_inventory, 
 from k3rollout.checks.parsers import parse_cache_config_info, parse_vllm_metrics
 from k3rollout.cli import main
 from k3rollout.stages.features import WEATHER_TOOL, prefix_counters
-from k3rollout.transport.sim import SimExecutor
+from k3sim.transport import SimExecutor
 
 REFERENCE = ["moonshotai/Kimi-K3", "--tensor-parallel-size", "8", "--trust-remote-code", "--enable-prefix-caching",
              "--enable-auto-tool-choice", "--tool-call-parser", "kimi_k3", "--reasoning-parser", "kimi_k3"]
@@ -24,10 +24,10 @@ REFERENCE = ["moonshotai/Kimi-K3", "--tensor-parallel-size", "8", "--trust-remot
 def node(tmp_path):
     # Docker hosts: these tests start the server with docker run and talk to it on the node's address
     # on GPUs that hold K3 on one node (support.DEFAULT_GPU)
-    ex = SimExecutor(tmp_path / "sim", {"gpu-01": {**DEFAULT_GPU, **DOCKER_HOST, "sim_driver": "580.95.05",
+    ex = SimExecutor(tmp_path / "sim", {"gpu-01": {**DEFAULT_GPU, **DOCKER_HOST, "driver_version": "580.95.05",
                                                    "sim_token_s": 0.0005,
                                                    "sim_reboot_s": 0.5},
-                                         "gpu-02": {**DOCKER_HOST, "sim_driver": "580.95.05", "sim_faults": ["vllm_oom"]}})
+                                         "gpu-02": {**DOCKER_HOST, "driver_version": "580.95.05", "sim_faults": ["vllm_oom"]}})
     yield ex
     ex.close()
 
@@ -126,7 +126,7 @@ def test_official_openai_client_parses_every_kind_of_gate_reply(node, tmp_path):
         client.chat.completions.create(model=model, messages=[])
     assert bad.value.status_code == 400 and bad.value.body["type"] == "BadRequestError" and bad.value.body["code"] == 400
     # a stream that fails midway: HTTP 200, some deltas, then the error event; the client raises
-    faulty = SimExecutor(tmp_path / "faulty", {"gpu-03": {**DEFAULT_GPU, **DOCKER_HOST, "sim_driver": "580.95.05",
+    faulty = SimExecutor(tmp_path / "faulty", {"gpu-03": {**DEFAULT_GPU, **DOCKER_HOST, "driver_version": "580.95.05",
                                                           "sim_token_s": 0.0005,
                                                           "sim_faults": ["stream_fails_midway"]}})
     try:
@@ -344,8 +344,8 @@ def test_host_commands_run_in_the_cluster_daemon_and_survive_its_restart(node):
     import os
     import signal
 
-    from k3rollout.sim import netd
-    from k3rollout.sim.state import executed
+    from k3sim import netd
+    from k3sim.state import executed
 
     assert node.run("gpu-01", ["hostname"]).stdout == "gpu-01\n"
     pid = int((node.root / "netd.pid").read_text())

@@ -269,7 +269,7 @@ def test_a_node_drained_before_the_run_is_drained_again_with_its_reason_after_it
 
 # ---------------------------------------------------------------- a multi-node replica: one job over its nodes
 
-H200 = {"sim_gpu": "NVIDIA H200", "sim_gpu_count": 8, "sim_gpu_mem_gib": 141, "sim_peer_mapping_override": True,
+H200 = {"k3_gpu_model": "NVIDIA H200", "k3_gpu_count": 8, "k3_gpu_mem_gib": 141, "sim_peer_mapping_override": True,
         "rack": "a"}
 
 
@@ -395,7 +395,7 @@ def test_nccl_over_the_batch_is_one_srun_mpi_pmix_job_whose_tasks_pmix_really_wi
         pytest.skip(why)
     slurm = slurm_cluster(["gpu-01", "gpu-02"])
     # one GPU a node: one MPI task a node fits the loopback slurmd's one CPU
-    one_gpu = {"sim_gpu_count": 1}
+    one_gpu = {"k3_gpu_count": 1}
     inv, run_dir, log = setup(tmp_path, monkeypatch, {"gpu-01": dict(one_gpu), "gpu-02": dict(one_gpu)})
     pb = write_playbook(tmp_path / "pb.yml", serial=2, min_serving=0, max_fail_percentage=100)
     data = yaml.safe_load(pb.read_text())

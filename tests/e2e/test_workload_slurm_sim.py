@@ -1,6 +1,6 @@
 """The slurm workload backend on the simulated cluster alone (no slurmctld): the simulated
 controller answers srun, sbatch, squeue, scancel, sinfo and the reservation commands as
-Debian's 22.05 does (k3rollout/sim/slurmjobs.py), and a node whose launcher is pyxis,
+Debian's 22.05 does (k3sim/slurmjobs.py), and a node whose launcher is pyxis,
 enroot or apptainer runs no Docker daemon. The same flow against a real controller is
 tests/e2e/test_workload_slurm.py."""
 
@@ -14,7 +14,7 @@ import yaml
 from support import DEFAULT_GPU, commands, journal, result, sim_state, write_inventory, write_playbook
 
 from k3rollout.cli import main
-from k3rollout.sim.dispatch import dispatch
+from k3sim.dispatch import dispatch
 
 
 @pytest.fixture(autouse=True)
@@ -58,7 +58,7 @@ def test_a_pyxis_cluster_validates_every_node_through_jobs_and_runs_no_docker(tm
 
 
 def test_docker_answers_only_on_a_slurm_node_whose_launcher_is_docker(tmp_path):
-    from k3rollout.sim.state import init_host
+    from k3sim.state import init_host
 
     pyxis = init_host(tmp_path / "a", "a", {"scheduler": "slurm", "k3_container_launcher": "pyxis"})
     plain = init_host(tmp_path / "b", "b", {"scheduler": "slurm", "k3_container_launcher": "docker"})
@@ -137,7 +137,7 @@ def observed_beside_a_gpu_job(tmp_path: Path, group: dict, **pb) -> tuple[Path, 
     then one observe pass: (run dir, journal records before it, its observation's nodes)."""
     import time
 
-    from k3rollout.sim import state as st
+    from k3sim import state as st
 
     inv = write_inventory(tmp_path / "inv", {"gpu-01": {}, "gpu-02": {}},
                           {"scheduler": "slurm", "sim_reboot_s": 0.01, **group})
@@ -178,7 +178,7 @@ def test_observes_nccl_gate_is_an_srun_mpi_job_without_a_reservation_and_never_b
 
 # ---------------------------------------------------------------- a multi-node replica: one job
 
-H200 = {"sim_gpu": "NVIDIA H200", "sim_gpu_count": 8, "sim_gpu_mem_gib": 141, "sim_peer_mapping_override": True,
+H200 = {"k3_gpu_model": "NVIDIA H200", "k3_gpu_count": 8, "k3_gpu_mem_gib": 141, "sim_peer_mapping_override": True,
         "rack": "a"}
 
 
@@ -300,7 +300,7 @@ def test_an_enroot_replica_names_each_launch_variable_for_the_container(tmp_path
 
 
 def test_the_simulated_enroot_hands_the_container_only_the_variables_it_names():
-    from k3rollout.sim.slurmjobs import container_env
+    from k3sim.slurmjobs import container_env
 
     job = ["VLLM_ENGINE_READY_TIMEOUT_S=3600", "NCCL_DEBUG=INFO"]
     assert container_env(["enroot", "start", "--rw", "img", "vllm"], job) == []

@@ -30,11 +30,11 @@ SIM_INVENTORY = ROOT / "inventories" / "sim" / "hosts.yml"
 
 
 # A test node's GPUs unless the test names them: 8 x B300 (268 GiB each, as nvidia-smi shows
-# the B300 SXM6 AC, k3rollout/sim/gpu.py), which hold Kimi K3 on one node (the profile's tp8).
+# the B300 SXM6 AC, k3sim/gpu.py), which hold Kimi K3 on one node (the profile's tp8).
 # The simulator's own default, 8 x H200, cannot: vLLM runs out of memory loading K3 there, so a
 # test on H200 says so and serves K3 in the profile's two-node replicas.
-GPU_VARS = ("sim_gpu", "sim_gpu_count", "sim_gpu_mem_gib")
-DEFAULT_GPU = {"sim_gpu": "NVIDIA B300 SXM6 AC", "sim_gpu_count": 8, "sim_gpu_mem_gib": 268}
+GPU_VARS = ("k3_gpu_model", "k3_gpu_count", "k3_gpu_mem_gib")
+DEFAULT_GPU = {"k3_gpu_model": "NVIDIA B300 SXM6 AC", "k3_gpu_count": 8, "k3_gpu_mem_gib": 268}
 
 
 def with_default_gpu(hv: dict | None, group_vars: dict | None = None, default_gpu: dict | None = DEFAULT_GPU) -> dict:
@@ -192,7 +192,7 @@ def ansible_tool(name: str) -> str:
 
 
 def commands(run_dir: Path, host: str) -> list[str]:
-    from k3rollout.sim.state import executed
+    from k3sim.state import executed
 
     return executed(run_dir / "sim-hosts" / host)
 
@@ -212,7 +212,7 @@ def no_docker(run_dir: Path, hosts) -> None:
 def api_changes(run_dir: Path, host: str) -> list[str]:
     """The changes the simulated Kubernetes API server was asked for on ``host`` (its node
     and the pods on it), in order: ``PATCH nodes/gpu-01 {...}``, ``POST .../eviction``."""
-    from k3rollout.sim.kubeapi import audited
+    from k3sim.kubeapi import audited
 
     return audited(run_dir / "sim-hosts" / host)
 

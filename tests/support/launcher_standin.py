@@ -37,7 +37,7 @@ env = {**os.environ, "K3SIM_STATE": state}
 
 
 def sim(*argv):
-    return subprocess.run([sys.executable, "-m", "k3rollout.sim", *argv], env=env, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "k3sim", *argv], env=env, capture_output=True, text=True)
 
 
 if sim("k3sim-launch", "image", "inspect", image).returncode != 0:
@@ -117,7 +117,7 @@ hosts = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_N
                        text=True, check=True).stdout.split()
 per = int(os.environ.get("SLURM_NTASKS_PER_NODE") or 1)
 env = {**os.environ, "K3SIM_STATE": os.path.join(os.environ["K3SIM_ROOT"], node)}
-r = subprocess.run([sys.executable, "-m", "k3rollout.sim", "mpirun", "-np", str(per * len(hosts)), "-H",
+r = subprocess.run([sys.executable, "-m", "k3sim", "mpirun", "-np", str(per * len(hosts)), "-H",
                     ",".join(f"{h}:{per}" for h in hosts), "-x", "NCCL_DEBUG=" + os.environ.get("NCCL_DEBUG", ""),
                     "all_reduce_perf", *sys.argv[1:]], env=env, capture_output=True, text=True)
 sys.stdout.write(r.stdout)

@@ -24,9 +24,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from k3rollout.sim import netd, thin
-from k3rollout.sim.dispatch import HANDLERS
-from k3rollout.sim.state import init_host, locked
+from k3sim import netd, thin
+from k3sim.dispatch import HANDLERS
+from k3sim.state import init_host, locked
 from support import with_default_gpu
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -260,8 +260,8 @@ def stage_harness(tmp_path, fake_executor):
 def _kube_api(tmp_path, host_vars: dict):
     from support import DOCKER_HOST
 
-    from k3rollout.sim.dispatch import init_cluster
-    from k3rollout.sim.kubeapi import KubeApiServer
+    from k3sim.dispatch import init_cluster
+    from k3sim.kubeapi import KubeApiServer
 
     root = tmp_path / "cluster"
     # a Docker host (cri-dockerd) whose serving pod no owner recreates, as the stage tests

@@ -116,7 +116,7 @@ def kube_harness(stage_harness, kube_api):
 
 
 def test_cordon_drains_through_the_api_then_reads_the_state(stage_harness, fake_executor, kube_api):
-    from k3rollout.sim.kubeapi import audited
+    from k3sim.kubeapi import audited
 
     h, srv = kube_harness(stage_harness, kube_api)
     out = cordon.run(h.ctx("cordon"))
@@ -192,7 +192,7 @@ def test_slurm_cordon_with_an_unparseable_answer_drains_and_never_passes_unknown
 
 
 def test_a_completed_drain_is_replayed_from_the_journal_not_sent_again(stage_harness, fake_executor, kube_api):
-    from k3rollout.sim.kubeapi import audited
+    from k3sim.kubeapi import audited
 
     h, srv = kube_harness(stage_harness, kube_api)
     assert cordon.run(h.ctx("cordon")).passed
@@ -239,7 +239,7 @@ def test_uncordon_restarts_serving_and_uncordons_a_node_that_was_schedulable(sta
 
 def test_uncordon_leaves_a_node_that_was_cordoned_before_the_run(stage_harness, fake_executor, kube_api):
     from k3rollout.scheduler.k8s_api import KubernetesApi
-    from k3rollout.sim.kubeapi import audited
+    from k3sim.kubeapi import audited
 
     h, srv = kube_harness(stage_harness, kube_api)
     KubernetesApi(str(kube_api[1])).cordon("gpu-01")

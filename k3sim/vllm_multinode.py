@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from k3rollout.checks.all2all import ALL2ALL_MANAGERS, REMOVED_ALL2ALL, builds_all2all
-from k3rollout.sim import state as st
-from k3rollout.sim import vllm
+from k3sim import state as st
+from k3sim import vllm
 
 ENGINE_READY_TIMEOUT_S = 600.0        # vLLM's default VLLM_ENGINE_READY_TIMEOUT_S (vllm/envs.py)
 MASTER_PORT = 29501                   # vLLM's default --master-port

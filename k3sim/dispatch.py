@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from k3rollout.errors import InputError
-from k3rollout.sim import cache, crictl, gpu, kubelet, nccl, netd, repos, sched, slurmjobs
-from k3rollout.sim import docker as dk
-from k3rollout.sim import state as st
+from k3sim import cache, crictl, gpu, kubelet, nccl, netd, repos, sched, slurmjobs
+from k3sim import docker as dk
+from k3sim import state as st
 
 # the simulated host's own files (what a file command may name): shared with the small
 # command process behind sshd (sim/thin.py), which needs the standard library only
-from k3rollout.sim.thin import FS_ROOTS, MODPROBE_D
+from k3sim.thin import FS_ROOTS, MODPROBE_D
 
 
 @dataclass(frozen=True)
@@ -225,7 +225,7 @@ def _not_found(name: str) -> tuple[int, str, str]:
 def _reboot(state_dir: Path, state: dict, args: list[str], stdin: bytes | None) -> tuple[int, str, str]:
     if args and "-r" not in args and args != ["now"]:
         return 1, "", "shutdown: only reboots are simulated\n"
-    return gpu.reboot(state)
+    return gpu.reboot(state, dk.on_boot)
 
 
 # command name -> handler(state_dir, state, args, stdin)
@@ -244,7 +244,7 @@ HANDLERS = {
     "dkms": lambda d, s, a, i: gpu.dkms(s, a),
     "reboot": _reboot,
     "shutdown": _reboot,
-    "systemctl": lambda d, s, a, i: gpu.systemctl(s, a),
+    "systemctl": lambda d, s, a, i: gpu.systemctl(s, a, dk.on_boot),
     # a containerd node has no docker CLI and a Docker host no crictl: the shell's answer; a
     # Slurm node runs no Docker daemon unless its launcher is docker
     "docker": lambda d, s, a, i: dk.docker(s, a, d) if kubelet.runtime(s) == "docker" and not slurmjobs.docker_missing(s)

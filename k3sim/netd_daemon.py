@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from k3rollout import fastjson
-from k3rollout.sim import netd, vllm, vllm_multinode
-from k3rollout.sim import state as st
+from k3sim import netd, vllm, vllm_multinode
+from k3sim import state as st
 
 IDLE_EXIT_S = float(os.environ.get("K3SIM_NETD_IDLE_S", "900"))
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error"}
@@ -166,7 +166,7 @@ class Daemon:
 
     def run_command(self, payload: bytes) -> dict[str, Any]:
         """One command on one simulated host."""
-        from k3rollout.sim.dispatch import dispatch
+        from k3sim.dispatch import dispatch
 
         try:
             req = fastjson.loads(payload)
@@ -304,10 +304,10 @@ class Daemon:
             await self.send(writer, 200, payload)
 
     def start_kubeapi(self) -> None:
-        """The cluster's Kubernetes API server (k3rollout/sim/kubeapi.py), one per sim root,
+        """The cluster's Kubernetes API server (k3sim/kubeapi.py), one per sim root,
         at an address fixed by the root (so a restarted daemon answers where the kubeconfig
         says), with the controller's kubeconfig written next to the hosts."""
-        from k3rollout.sim.kubeapi import KubeApiServer
+        from k3sim.kubeapi import KubeApiServer
 
         self.kubeapi = KubeApiServer(self.root, address=(netd.kube_address(self.root), netd.KUBE_PORT))
         self.kubeapi.__enter__()
@@ -356,7 +356,7 @@ class Daemon:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or not Path(args[0]).is_dir():
-        sys.stderr.write("usage: python -m k3rollout.sim.netd_daemon SIM_ROOT\n")
+        sys.stderr.write("usage: python -m k3sim.netd_daemon SIM_ROOT\n")
         return 2
     try:
         asyncio.run(Daemon(Path(args[0])).main())

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from k3rollout.checks import hostlist
-from k3rollout.sim import state as st_mod
-from k3rollout.sim.state import SLURM_CPUS
+from k3sim import state as st_mod
+from k3sim.state import SLURM_CPUS
 
 Out = tuple[int, str, str]
 

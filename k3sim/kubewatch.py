@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from k3rollout.sim import controllers as ctl
-from k3rollout.sim.kubebase import ApiError
+from k3sim import controllers as ctl
+from k3sim.kubebase import ApiError
 
 TICK_S = 0.2
 Event = tuple[str, dict[str, Any]]

@@ -63,11 +63,11 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import orjson
 
-from k3rollout.sim import controllers as ctl
-from k3rollout.sim import kubediscovery, kubelet, kubeseed, kubestore, kubetables, kubewatch, kubeworkloads
-from k3rollout.sim import state as st
-from k3rollout.sim.kubebase import UNSCHEDULABLE_TAINT, ApiError, audit, not_found, now_iso
-from k3rollout.sim.kubebase import audited as audited  # tests read a node's audit log from here
+from k3sim import controllers as ctl
+from k3sim import kubediscovery, kubelet, kubeseed, kubestore, kubetables, kubewatch, kubeworkloads
+from k3sim import state as st
+from k3sim.kubebase import UNSCHEDULABLE_TAINT, ApiError, audit, not_found, now_iso
+from k3sim.kubebase import audited as audited  # tests read a node's audit log from here
 
 GPU_OPERATOR_STATE = "nvidia.com/gpu-driver-upgrade-state"
 GPU_OPERATOR_INITIAL_UNSCHEDULABLE = "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"

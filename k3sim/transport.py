@@ -1,6 +1,9 @@
 """The transport to simulated hosts: argv to the simulated cluster's daemon, one line each way.
 
-The simulated hosts' commands run in the sim root's daemon (``k3rollout.sim.netd``, which
+k3rollout builds it through the simulator's registered transport (``k3sim.plugin``), for
+hosts with ``ansible_connection: k3sim``.
+
+The simulated hosts' commands run in the sim root's daemon (``k3sim.netd``, which
 also serves their vLLM ports), not in the engine: a real host runs a command on its own
 CPU while the controller waits, and at a thousand nodes playing the hosts in the
 engine's interpreter took a quarter of its one CPU. A command takes an idle connection
@@ -29,11 +32,11 @@ from typing import Any
 
 from k3rollout import fastjson
 from k3rollout.errors import CommandTimeout, ConnectionLost, HostUnreachable
-from k3rollout.sim import netd, sched, slurmjobs
-from k3rollout.sim import state as st
-from k3rollout.sim.dispatch import Result, id_command, init_cluster
 from k3rollout.transport import local
 from k3rollout.transport.base import CommandResult
+from k3sim import netd, sched, slurmjobs
+from k3sim import state as st
+from k3sim.dispatch import Result, id_command, init_cluster
 
 
 class SimExecutor:

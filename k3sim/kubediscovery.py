@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from k3rollout.sim import controllers as ctl
+from k3sim import controllers as ctl
 
 K8S_VERSION = {"major": "1", "minor": "31", "gitVersion": "v1.31.4", "gitCommit": "a78aa47129b8539636eb86a9d00e31b2720fe06b",
                "gitTreeState": "clean", "buildDate": "2024-12-10T18:19:33Z", "goVersion": "go1.22.9",

@@ -22,14 +22,11 @@ from __future__ import annotations
 import hashlib
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from k3rollout.sim import controllers as ctl
-from k3rollout.sim import kubelet, vllm
-from k3rollout.sim import state as st
-
-if TYPE_CHECKING:
-    from k3rollout.sim.kubeapi import Cluster
+from k3sim import controllers as ctl
+from k3sim import kubelet, vllm
+from k3sim import state as st
 
 
 def _multinode_args(args: list[str], size: int, worker: bool) -> list[str]:
@@ -65,7 +62,9 @@ def _template(c: dict[str, Any], gpus: int, app: str, args: list[str], product: 
                                      "resources": {"limits": limits, "requests": limits}}]}}
 
 
-def seed(cluster: Cluster) -> None:
+def seed(cluster: Any) -> None:
+    """``cluster``: the API server's kubeapi.Cluster (not imported here: kubeapi imports this
+    module)."""
     groups: dict[tuple[str, str, str], list[tuple[str, dict[str, Any]]]] = {}
     deny = set(cluster.data["settings"].get("deny") or [])
     for name, d in cluster.host_dirs().items():

@@ -19,11 +19,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from k3rollout.sim import vllm
-from k3rollout.sim import vllm_multinode as mn
-from k3rollout.sim.gpu import driver_cuda
-from k3rollout.sim.repos import fm_down
-from k3rollout.sim.state import fabric_manager_fails
+from k3sim import vllm
+from k3sim import vllm_multinode as mn
+from k3sim.gpu import driver_cuda
+from k3sim.repos import fm_down
+from k3sim.state import fabric_manager_fails
 
 Out = tuple[int, str, str]
 NO_GPU_RUNTIME = "no-gpu-runtime"
@@ -136,7 +136,7 @@ def oneshot(state: dict[str, Any], img: dict[str, Any], entry: str, args: list[s
     """A probe's process in the image: ``nvidia-smi ...`` or ``python3 -c CODE`` (torch's CUDA
     init). An entry point the image lacks answers 127 with the OCI runtime's ``exec`` text."""
     if entry == "nvidia-smi":
-        from k3rollout.sim.gpu import nvidia_smi
+        from k3sim.gpu import nvidia_smi
 
         return nvidia_smi(state, args)
     if entry in ("python3", "python") and len(args) >= 2 and args[0] == "-c":

@@ -21,10 +21,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from k3rollout.sim import containers as ctr
-from k3rollout.sim import state as st
-from k3rollout.sim import vllm_multinode as mn
-from k3rollout.sim.state import REGISTRY
+from k3sim import containers as ctr
+from k3sim import state as st
+from k3sim import vllm_multinode as mn
+from k3sim.state import REGISTRY
 
 GPU = "nvidia.com/gpu"
 MAX_BACKOFF_S = 300.0     # kubelet's MaxContainerBackOff (pkg/kubelet/kubelet.go)
@@ -372,7 +372,7 @@ def _container_status(state: dict[str, Any], pod: dict[str, Any], spec: dict[str
 
 
 def _opts(c: dict[str, Any]) -> dict[str, Any]:
-    from k3rollout.sim.vllm import parse_serve_args
+    from k3sim.vllm import parse_serve_args
 
     opts, _ = parse_serve_args(c["args"])
     return opts or {}

@@ -10,11 +10,12 @@ from __future__ import annotations
 import re
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
 from k3rollout.checks import driver_facts as df
-from k3rollout.sim import cache, repos
+from k3sim import cache, repos
 
 # Driver branch -> CUDA version its nvidia-smi reports (NVIDIA CUDA Toolkit release notes,
 # Table 3: 570 -> 12.8, 575 -> 12.9, 580 -> 13.0, 590 -> 13.1).
@@ -41,7 +42,7 @@ GPU_MODELS: dict[str, tuple[int, str, int]] = {
 
 
 def _model_facts(state: dict[str, Any]) -> tuple[int, str, int] | None:
-    """The table's row when the node's model is in it and its GiB (sim_gpu_mem_gib, whole GiB)
+    """The table's row when the node's model is in it and its GiB (k3_gpu_mem_gib, whole GiB)
     is that model's memory."""
     row = GPU_MODELS.get(state["gpu"]["model"])
     return row if row and row[0] // 1024 == state["gpu"]["mem_gib"] else None
@@ -506,7 +507,10 @@ def dkms(state: dict[str, Any], args: list[str]) -> Out:
     return 0, "".join(f"nvidia/{v}: added\n" for v in sorted(vers)), ""
 
 
-def reboot(state: dict[str, Any]) -> Out:
+def reboot(state: dict[str, Any], on_boot: Callable[[dict[str, Any]], None] | None = None) -> Out:
+    """The node reboots; ``on_boot``: what the node's services do as it comes up again (the
+    Docker daemon's restarts, docker.on_boot: handed in by dispatch, which knows both, so this
+    module does not import the container runtime that imports it)."""
     now = time.time()
     slow = "slow_reboot" in state["faults"]
     state["down_until"] = now + (state["slow_reboot_s"] if slow else state["reboot_s"])
@@ -524,15 +528,14 @@ def reboot(state: dict[str, Any]) -> Out:
         # The host hangs in early boot with the new module (the classic "black screen
         # after driver upgrade"): it never answers SSH again without hands on the BMC.
         state["dead"] = True
-    from k3rollout.sim.docker import on_boot
-
-    on_boot(state)
+    if on_boot is not None:
+        on_boot(state)
     return 0, "", ""
 
 
-def systemctl(state: dict[str, Any], args: list[str]) -> Out:
+def systemctl(state: dict[str, Any], args: list[str], on_boot: Callable[[dict[str, Any]], None] | None = None) -> Out:
     if args[:1] == ["reboot"]:
-        return reboot(state)
+        return reboot(state, on_boot)
     handled = repos.systemctl(state, args)
     if handled is not None:
         return handled

@@ -30,17 +30,16 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
-from k3rollout.sim import thin
+from k3sim import thin
 
-if TYPE_CHECKING:
-    from k3rollout.sim.netd_daemon import Daemon
+# in the daemon's own process (run_here): its netd_daemon.Daemon (not imported here: the
+# daemon's module imports this one)
+_RUNNING: Any = None
 
-_RUNNING: Daemon | None = None        # in the daemon's own process (run_here)
 
-
-def run_here(daemon: Daemon) -> None:
+def run_here(daemon: Any) -> None:
     """Called by the daemon in its own process: ``sync`` from there goes to it directly, not
     through its control socket (which may not listen yet)."""
     global _RUNNING
@@ -156,7 +155,7 @@ def control_name(root: Path) -> bytes:
 
 
 def command_name(root: Path) -> bytes:
-    """Where the daemon takes the hosts' commands (one JSON line each; see transport/sim.py)."""
+    """Where the daemon takes the hosts' commands (one JSON line each; see transport.py)."""
     return thin.command_name(str(Path(root).absolute()))
 
 
@@ -205,7 +204,7 @@ def ensure(root: Path) -> None:
                     time.sleep(0.1)
                 with open(root / "netd.log", "ab") as log:
                     proc = subprocess.Popen([sys.executable, "-c",
-                                             "import sys; from k3rollout.sim.netd_daemon import main; sys.exit(main())",
+                                             "import sys; from k3sim.netd_daemon import main; sys.exit(main())",
                                              str(root)], stdin=subprocess.DEVNULL, stdout=log,
                                             stderr=subprocess.STDOUT, start_new_session=True, close_fds=True, env=env)
             time.sleep(0.02)

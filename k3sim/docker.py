@@ -17,11 +17,11 @@ from typing import Any
 from urllib.parse import urlparse
 
 from k3rollout import fastjson
-from k3rollout.sim import containers as ctr
-from k3rollout.sim import netd, vllm
-from k3rollout.sim import vllm_multinode as mn
-from k3rollout.sim.containers import image_env
-from k3rollout.sim.state import REGISTRY
+from k3sim import containers as ctr
+from k3sim import netd, vllm
+from k3sim import vllm_multinode as mn
+from k3sim.containers import image_env
+from k3sim.state import REGISTRY
 
 Out = tuple[int, str, str]
 

@@ -18,7 +18,7 @@ import zlib
 from typing import Any
 
 from k3rollout.checks import driver_facts as df
-from k3rollout.sim import repos
+from k3sim import repos
 
 Out = tuple[int, str, str]
 ARCHIVES = "/var/cache/apt/archives"

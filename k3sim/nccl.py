@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from k3rollout.sim import state as st
+from k3sim import state as st
 
 Out = tuple[int, str, str]
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from k3rollout.checks import hostlist
-from k3rollout.sim import state as st_mod
+from k3sim import state as st_mod
 
 Out = tuple[int, str, str]
 # a command on a simulated node: (host, argv) -> (rc, stdout, stderr)

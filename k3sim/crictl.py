@@ -11,8 +11,8 @@ import json
 import time
 from typing import Any
 
-from k3rollout.sim import containers as ctr
-from k3rollout.sim.kubelet import CONTAINERD_VERSION, cri, image_id, iso, local_image, local_name, normalize, pull
+from k3sim import containers as ctr
+from k3sim.kubelet import CONTAINERD_VERSION, cri, image_id, iso, local_image, local_name, normalize, pull
 
 
 def _ago(t: float, now: float) -> str:

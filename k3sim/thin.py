@@ -6,7 +6,7 @@ status come back. A process that imported the simulator itself spent 0.13 s befo
 line of work, and an SSH rollout runs about a hundred such commands a node; this one needs
 the standard library only, so it runs under ``python -I -S`` (tests/support/sshd_hosts.py
 writes each command's program). Where no daemon answers, the whole simulator runs the command
-in this process instead (``k3rollout.sim.__main__``), as before.
+in this process instead (``k3sim.__main__``), as before.
 
 What the two share with the rest of the simulator is here, standard library only: the
 daemon's socket names, which file commands name the simulated host's own files, and how a
@@ -55,7 +55,7 @@ def control_name(root: str) -> bytes:
 
 
 def command_name(root: str) -> bytes:
-    """Where the daemon takes the hosts' commands (one JSON line each; see transport/sim.py)."""
+    """Where the daemon takes the hosts' commands (one JSON line each; see transport.py)."""
     return control_name(root) + b"-run"
 
 
@@ -88,7 +88,7 @@ def finish(stdout: str, stderr: str, rc: int, lost: bool) -> int:
 
 
 def _whole_simulator(python: str, argv: list[str]) -> NoReturn:
-    os.execv(python, [python, "-c", "import sys; from k3rollout.sim.__main__ import main; sys.exit(main(sys.argv[1:]))",
+    os.execv(python, [python, "-c", "import sys; from k3sim.__main__ import main; sys.exit(main(sys.argv[1:]))",
                       *argv])
 
 

@@ -12,8 +12,8 @@ import os
 import sys
 from pathlib import Path
 
-from k3rollout.sim.dispatch import dispatch
-from k3rollout.sim.thin import FS_COMMANDS, finish, in_sim_fs, run_machine_program
+from k3sim.dispatch import dispatch
+from k3sim.thin import FS_COMMANDS, finish, in_sim_fs, run_machine_program
 
 
 def main(argv: list[str] | None = None) -> int:

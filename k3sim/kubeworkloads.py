@@ -19,10 +19,10 @@ from typing import Any, Protocol
 
 import orjson
 
-from k3rollout.sim import controllers as ctl
-from k3rollout.sim import kubelet, netd
-from k3rollout.sim import state as st
-from k3rollout.sim.kubebase import UNSCHEDULABLE_TAINT, ApiError, audit, not_found, now_iso
+from k3sim import controllers as ctl
+from k3sim import kubelet, netd
+from k3sim import state as st
+from k3sim.kubebase import UNSCHEDULABLE_TAINT, ApiError, audit, not_found, now_iso
 
 
 class Store(Protocol):

@@ -21,7 +21,8 @@ from typing import Any
 
 from k3rollout import fastjson
 from k3rollout.checks import driver_facts
-from k3rollout.sim.repos import REPO_DRIVERS, initial_packages  # noqa: F401  (REPO_DRIVERS: the repositories' releases)
+from k3sim.hostvars import SIM_FAULTS, hardware, initial_scheduler_state
+from k3sim.repos import REPO_DRIVERS, initial_packages  # noqa: F401  (REPO_DRIVERS: the repositories' releases)
 
 # Images the simulated registry can pull. CUDA_VERSION / NVIDIA_REQUIRE_CUDA follow the
 # nvidia/cuda base images that vLLM's images build on.
@@ -116,8 +117,6 @@ def late_faults(hv: dict[str, Any], created: float) -> list[dict[str, Any]]:
     simulated cluster is told which pass is looking, see ``begin_observation``)."""
     out = []
     for item in hv.get("sim_late_faults") or []:
-        from k3rollout.model.inventory import SIM_FAULTS
-
         when = [k for k in ("after", "at", "pass") if isinstance(item, dict) and k in item]
         if not isinstance(item, dict) or "fault" not in item or len(when) != 1:
             raise ValueError(f"sim_late_faults: each item is {{fault: NAME, after: DURATION}}, {{fault: NAME, at: "
@@ -172,7 +171,7 @@ def activate_late_faults(state: dict[str, Any], now: float) -> list[str]:
 
 
 def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> dict[str, Any]:
-    driver = str(hv.get("sim_driver", "575.57.08"))
+    driver = str(hardware(hv, "driver"))
     os_family = str(hv.get("ansible_os_family", "Debian"))
     serving_image = str(hv.get("sim_serving_image", "vllm/vllm-openai:v0.11.0"))
     faults = list(hv.get("sim_faults", []))
@@ -180,8 +179,7 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
     serving_args = [str(a) for a in hv.get("sim_serving_args") or
                     ["--model", "moonshotai/Kimi-K2-Thinking", "--tensor-parallel-size", "8", "--trust-remote-code",
                      "--port", "8001"]]
-    from k3rollout.model.inventory import initial_sim_scheduler_state
-    from k3rollout.sim.vllm import parse_serve_args
+    from k3sim.vllm import parse_serve_args
 
     serving_opts, bad = parse_serve_args(serving_args)
     if bad or serving_opts is None:
@@ -212,7 +210,7 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
             "env": {"NVIDIA_DISABLE_REQUIRE": "true"}, "started": now - 3600 * 5,
             "logs": None, "port": 8000,
         }
-    nvswitch = bool(hv.get("sim_nvswitch", int(hv.get("sim_gpu_count", 8)) >= 8))
+    nvswitch = bool(hv.get("sim_nvswitch", int(hardware(hv, "gpu_count")) >= 8))
     state = {
         "name": name,
         "os_family": os_family,
@@ -245,8 +243,8 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
                      for u in (["nvidia-fabricmanager"] if nvswitch else []) + ["nvidia-persistenced", "nvidia-dcgm"]
                      + (["nvidia-device-plugin"] if hv.get("sim_device_plugin") else [])},
         "kernel": str(hv.get("sim_kernel", "6.8.0-45-generic" if os_family == "Debian" else "5.14.0-503.el9.x86_64")),
-        "gpu": {"model": str(hv.get("sim_gpu", "NVIDIA H200")), "count": int(hv.get("sim_gpu_count", 8)),
-                "mem_gib": int(hv.get("sim_gpu_mem_gib", 141))},
+        "gpu": {"model": str(hardware(hv, "gpu_model")), "count": int(hardware(hv, "gpu_count")),
+                "mem_gib": int(hardware(hv, "gpu_mem_gib"))},
         "faults": faults,
         # faults that appear after the run (sim_late_faults): each joins ``faults`` once the
         # host's clock passes its time
@@ -270,7 +268,7 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
                                   ("pyxis" if hv.get("scheduler") == "slurm" else "docker")),
         "launcher_missing": bool(hv.get("sim_launcher_missing", False)),     # not installed on the node
         "scheduler": {"kind": str(hv.get("scheduler", "kubernetes")),
-                      "state": initial_sim_scheduler_state(hv),
+                      "state": initial_scheduler_state(hv),
                       # a GPU Operator node is in the NVIDIADriver pool its label names
                       **({"labels": {GPU_OPERATOR_POOL_LABEL: str(hv.get("sim_gpu_operator_pool", "r575"))}}
                          if hv.get("sim_gpu_operator") else {}),
@@ -323,10 +321,10 @@ def default_state(name: str, hv: dict[str, Any], address: str | None = None) -> 
         state["cri"]["images"] = {f"docker.io/{ref}": img for ref, img in images.items()}
     state["packages"] = initial_packages(state, driver)
     if os_family == "RedHat":
-        from k3rollout.sim.repos import lock_spec
+        from k3sim.repos import lock_spec
 
         state["version_locks"] = [x for x in (lock_spec(state, n) for n in hv.get("sim_held_packages", [])) if x]
-    from k3rollout.sim.repos import on_boot
+    from k3sim.repos import on_boot
 
     on_boot(state)                         # services as they came up at the last boot
     return state
@@ -339,7 +337,7 @@ def init_host(state_dir: Path, name: str, host_vars: dict[str, Any]) -> Path:
     path = state_dir / "state.json"
     with locked(state_dir):
         if not path.exists():
-            from k3rollout.sim.netd import allocate
+            from k3sim.netd import allocate
 
             address = str(host_vars.get("sim_address") or allocate(state_dir.parent))
             _write(state_dir, default_state(name, host_vars, address))
