@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from k3rollout.engine.states import STATE_STAGE, Event, NodeState
 from k3rollout.engine.states import step as fsm_step
 from k3rollout.runlog.journal import Journal
 from k3rollout.runlog.view import RunView, apply, fold
+
+T = TypeVar("T")
 
 # journal record types that carry no decision a resume could repeat wrongly if the
 # last few were lost in a power cut: resume re-derives them (read-only stages run again;
@@ -63,6 +65,13 @@ class Recorder:
         with self._lock:
             apply(self.view, rec)
             self.applied += 1
+
+    def read(self, fn: Callable[[RunView], T]) -> T:
+        """``fn(view)`` with no record folded meanwhile: what iterates the view's growing
+        tables (steps started and done) from a worker thread reads them here, or another
+        thread's record changes a dict under the iteration."""
+        with self._lock:
+            return fn(self.view)
 
     def transition(self, node: str, event: Event, stage: str | None = None) -> NodeState:
         cur = NodeState(self.view.node(node).state)

@@ -119,7 +119,7 @@ class RollbackExecutor:
                                                     "the node could not be drained: nothing was restored"}]
                 else:
                     ok, results = rb.execute(ctx, n.rollback_plan, set(n.entered),
-                                             untouched=driver_untouched(self.view, node))
+                                             untouched=self.recorder.read(lambda v: driver_untouched(v, node)))
                     results = ([drained] if drained else []) + results
             except StepFailed as exc:
                 ok, results = False, [{"action": "reach_host", "status": "failed", "detail": str(exc)}]

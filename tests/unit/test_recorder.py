@@ -54,3 +54,38 @@ def test_the_recorder_commits_decisions_at_once_and_observations_with_the_next_c
     rec.record("facts", node="gpu-01", stage="baseline", facts={}, durable=True)
     assert journal.commits == commits + 2                 # unless the caller asks
     assert rec.view.node("gpu-01").baseline == {"driver_version": "575.57.08"}
+
+
+def test_a_read_of_the_view_holds_off_another_threads_record(journal):
+    # the rollback reads the view's step tables from a worker thread while other nodes'
+    # workers append: a record folded under the iteration raised "dictionary changed size"
+    import threading
+
+    rec = Recorder(journal, build_table(["baseline"]))
+    rec.record("run_started", run_id="r1", plan={"hosts": ["gpu-01"], "min_serving": 0,
+                                                 "batches": [{"index": 1, "nodes": ["gpu-01"]}]})
+    reading, release, recorded = threading.Event(), threading.Event(), threading.Event()
+
+    def read(view):
+        reading.set()
+        assert release.wait(30)
+        return len(view.step_starts)
+
+    def writer():
+        assert reading.wait(30)
+        rec.record("step_started", node="gpu-01", stage="baseline", step="x", key="01-baseline/x", argv=["true"],
+                   once=False)
+        recorded.set()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    got: list[int] = []
+    reader = threading.Thread(target=lambda: got.append(rec.read(read)))
+    reader.start()
+    assert reading.wait(30)
+    # the writer is held while the read runs: the fold waits for the read's lock
+    assert not recorded.wait(0.3)
+    release.set()
+    reader.join(30)
+    t.join(30)
+    assert got == [0] and recorded.is_set() and len(rec.view.step_starts) == 1
