@@ -192,3 +192,14 @@ def test_the_paramiko_connections_own_names_for_host_key_checking(home):
     with pytest.raises(InputError, match="ansible_paramiko_host_key_checking"):
         Resolver().resolve("n1", {"ansible_connection": "paramiko", "ansible_paramiko_host_key_checking": False})
     Resolver().resolve("n1", {"ansible_connection": "paramiko", "ansible_paramiko_host_key_checking": True})
+
+
+def test_a_client_whose_connection_is_gone_raises_what_the_transport_reports_as_lost():
+    # paramiko answers get_transport() with None once a client's connection is gone; opening a
+    # session on it raised AttributeError, which no caller read as a lost connection
+    import paramiko
+
+    from k3rollout.transport.ssh import live_transport
+
+    with pytest.raises(paramiko.SSHException, match="the SSH connection is closed"):
+        live_transport(paramiko.SSHClient())

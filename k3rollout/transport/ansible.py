@@ -94,7 +94,7 @@ def _event_summary(ev: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_tasks(target: SSHTarget, host_vars: dict[str, Any], tasks_file: Path, extravars: dict[str, Any],
-              private_dir: Path, *, timeout: float, on_event: Callable[[dict], None],
+              private_dir: Path, *, timeout: float, on_event: Callable[[dict[str, Any]], None],
               binary: str) -> AnsibleResult:
     """``binary`` is the absolute path of ``ansible-playbook`` (``toolpaths.require_tool``).
     ansible-runner spawns ``ansible-playbook`` by name, looked up on the PATH of the
@@ -124,7 +124,7 @@ def ping(target: SSHTarget, host_vars: dict[str, Any], private_dir: Path, *, tim
 
 def _run_play(target: SSHTarget, host_vars: dict[str, Any], name: str, tasks: list[dict[str, Any]],
               extravars: dict[str, Any], private_dir: Path, *, timeout: float,
-              on_event: Callable[[dict], None], binary: str) -> AnsibleResult:
+              on_event: Callable[[dict[str, Any]], None], binary: str) -> AnsibleResult:
     import ansible_runner  # lazy: only a play that runs (available() says whether it imports)
 
     private_dir.mkdir(parents=True, exist_ok=True)

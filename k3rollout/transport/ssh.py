@@ -31,6 +31,14 @@ from k3rollout.transport.base import CommandResult
 from k3rollout.transport.sshconf import Hop, Resolved, Resolver, hops_of, load_known_hosts, render_openssh_config
 
 
+def live_transport(client: paramiko.SSHClient) -> paramiko.Transport:
+    """The client's transport; an SSHException (as for a dropped link) when it has none: a
+    client whose connection is gone answers ``get_transport()`` with None."""
+    transport = client.get_transport()
+    if transport is None or not transport.is_active():
+        raise paramiko.SSHException("the SSH connection is closed")
+    return transport
+
 class HostKeyError(TransportError):
     """Unknown or changed host key: the host is not who the inventory says it is."""
 
@@ -128,7 +136,7 @@ class SSHExecutor:
         where = f"{h.address}:{h.port}{role}"
         try:
             with self._sem(h):
-                client.connect(h.address, port=h.port, username=h.user, key_filename=list(h.key_files) or None,
+                client.connect(h.address, port=h.port, username=h.user, key_filename=list(h.key_files) or None,  # type: ignore[arg-type]  # paramiko takes a list too
                                password=t.resolved.password if h is t.hop else None, sock=sock,
                                timeout=t.connect_timeout, banner_timeout=t.connect_timeout,
                                auth_timeout=t.connect_timeout, allow_agent=h.allow_agent,
@@ -190,7 +198,7 @@ class SSHExecutor:
                 if not last:
                     nxt = chain[i + 1]
                     try:
-                        sock = client.get_transport().open_channel("direct-tcpip", (nxt.address, nxt.port),
+                        sock = live_transport(client).open_channel("direct-tcpip", (nxt.address, nxt.port),
                                                                    ("127.0.0.1", 0), timeout=t.connect_timeout)
                     except (paramiko.SSHException, EOFError, OSError) as exc:
                         raise HostUnreachable(f"jump host {h.endpoint} cannot reach {nxt.address}:{nxt.port} "
@@ -285,7 +293,7 @@ class SSHExecutor:
         with self._locks[host]:
             client = self._client(host)
             try:
-                chan = client.get_transport().open_session(timeout=t.connect_timeout)
+                chan = live_transport(client).open_session(timeout=t.connect_timeout)
                 chan.settimeout(1.0)
                 chan.exec_command(command)
                 if payload:
@@ -370,7 +378,7 @@ class SSHExecutor:
     @staticmethod
     def _answers(client: paramiko.SSHClient) -> bool:
         try:
-            chan = client.get_transport().open_session(timeout=5)
+            chan = live_transport(client).open_session(timeout=5)
             chan.settimeout(10)
             chan.exec_command("true")
             return chan.recv_exit_status() == 0

@@ -332,15 +332,17 @@ class Resolver:
         if hostname and "%h" in address:
             address = address.replace("%h", alias)
         port_v = _first(opts, "port")
-        try:
-            port = int(port_v[0]) if port_v else 22
-        except ValueError:
-            raise InputError(f"host {host}: port {port_v[0]!r} ({port_v[1]}) is not a number") from None
+        port = 22
+        if port_v is not None:
+            try:
+                port = int(port_v[0])
+            except ValueError:
+                raise InputError(f"host {host}: port {port_v[0]!r} ({port_v[1]}) is not a number") from None
         user_v = _first(opts, "user")
         user = str(user_v[0]) if user_v else getpass.getuser()
         keys = [os.path.expanduser(k) for k in _all(opts, "identityfile")]
         only = _first(opts, "identitiesonly")
-        identities_only = bool(only) and str(only[0]).lower() in ("yes", "true")
+        identities_only = only is not None and str(only[0]).lower() in ("yes", "true")
         proxy_command = None
         jumps: tuple[Hop, ...] = ()
         pj, pc = _first(opts, "proxyjump"), _first(opts, "proxycommand")
@@ -558,5 +560,5 @@ def load_known_hosts(files: tuple[str, ...], into: paramiko.HostKeys) -> set[tup
         entries, rev = _read_known_hosts(f)
         revoked |= rev
         # as HostKeys.load() keeps them (add() would scan every entry for each one)
-        into._entries.extend(entries)  # noqa: SLF001 - paramiko.HostKeys offers no bulk add (see above)
+        into._entries.extend(entries)  # type: ignore[attr-defined]  # noqa: SLF001 - paramiko.HostKeys offers no bulk add (see above)
     return revoked
