@@ -23,9 +23,13 @@ Control flow inside one layer uses exceptions that never reach ``cli.main``: ``S
 ``GateInterrupted`` (a run told to stop while a node waited for a person), ``IllegalTransition``
 (a bug: a node state change the table forbids), and the parsers' ``ParseError``,
 ``AssertionSyntaxError`` and ``AliasBomb``, which the model turns into ``InputError``.
+
+``HardStop`` is outside the tree: the process is to be taken as killed where it is raised.
 """
 
 from __future__ import annotations
+
+import sys
 
 
 class K3RolloutError(Exception):
@@ -84,3 +88,20 @@ class ConnectionLost(TransportError):
 
 class CommandTimeout(TransportError):
     pass
+
+
+class HardStop(BaseException):
+    """The process is to be taken as killed here, as by SIGKILL. Nothing in k3rollout raises
+    it: the crash tests' journal hook does (tests/support/crash.py), to stop a run in the test
+    process at a chosen record instead of killing a process there. A ``BaseException``, so
+    no ``except Exception`` takes it; and the cleanup a killed process never runs is skipped
+    while it unwinds (``hard_stopping``): Session's closing of the transports and the
+    simulated network, its release of the lock files and the Leases, result.json and the
+    reports. The worker pool still waits for the units in flight (engine/pool.py), which in
+    one process is how their threads end; they can take no further journal record, and so
+    start no further step."""
+
+
+def hard_stopping() -> bool:
+    """Whether the exception unwinding now (read in a ``finally``) is a ``HardStop``."""
+    return isinstance(sys.exc_info()[1], HardStop)

@@ -1,4 +1,4 @@
-"""The crash matrix's fork server (tests/support/forkcli.py) gives what ``subprocess.run`` gives:
+"""The kill-and-resume tests' fork server (tests/support/forkcli.py) gives what ``subprocess.run`` gives:
 the same exit status (a signal as its negative number), output, environment and cwd."""
 
 from __future__ import annotations

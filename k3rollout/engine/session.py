@@ -19,7 +19,7 @@ from typing import Any
 from k3rollout import fastjson
 from k3rollout.engine.clock import Clock
 from k3rollout.engine.runner import Engine
-from k3rollout.errors import InputError
+from k3rollout.errors import InputError, hard_stopping
 from k3rollout.evidence.store import EvidenceStore
 from k3rollout.model.inputs import inventory_inputs, write_retry_file
 from k3rollout.model.inventory import Inventory
@@ -190,11 +190,13 @@ class Session:
             try:
                 return engine.run()
             finally:
-                journal.close()
-                engine.close()
-                self.write_outputs(engine)
+                if not hard_stopping():         # a killed process leaves all of this undone
+                    journal.close()
+                    engine.close()
+                    self.write_outputs(engine)
         finally:
-            lock.release()
+            if not hard_stopping():
+                lock.release()
 
     def reopen(self) -> tuple[Playbook, Inventory, Journal, dict[str, Any]]:
         # read and verified (hash chain, record types, evidence) before anything is repaired or
@@ -277,10 +279,11 @@ class Session:
             engine.record("run_resumed", pid=os.getpid(), host=socket.gethostname())
             return engine.run()
         finally:
-            journal.close()
-            engine.close()
-            lock.release()
-            self.write_outputs(engine)
+            if not hard_stopping():
+                journal.close()
+                engine.close()
+                lock.release()
+                self.write_outputs(engine)
 
     def rollback(self, batch: int | None, on_event: Callable[[dict[str, Any]], None] | None = None, log: Any = None,
                  accept_changed: bool = False) -> bool:
@@ -300,10 +303,11 @@ class Session:
             self.rollback_halt = engine.rollbacks.halt_reason
             return ok
         finally:
-            journal.close()
-            engine.close()
-            lock.release()
-            self.write_outputs(engine)
+            if not hard_stopping():
+                journal.close()
+                engine.close()
+                lock.release()
+                self.write_outputs(engine)
 
     def write_outputs(self, engine: Engine | None = None) -> dict[str, Any]:
         """result.json and the reports. After a run, from the engine's view of the journal

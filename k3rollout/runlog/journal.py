@@ -30,7 +30,8 @@ error: a journal with a hole in the middle cannot be trusted to resume from.
 Test seams are parameters, not code in the write path: ``write`` (default ``os.write``)
 is how bytes reach the file, and ``after_append`` is called with each record once it is
 written (and durable, when asked); the crash tests pass callables that tear a record or
-kill the process there (tests/support/faultinject.py).
+kill the process there (tests/support/faultinject.py), or stop the run in the test's own
+process with ``HardStop`` (tests/support/crash.py, errors.py).
 """
 
 from __future__ import annotations

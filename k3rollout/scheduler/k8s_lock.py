@@ -100,6 +100,14 @@ class ClusterLeases:
     def servers(self) -> list[str]:
         return [f"{api.server} Lease {ns}/{name}" for api, ns, name in self.held]
 
+    def abandon(self) -> None:
+        """Stop renewing and release nothing: the Leases as a killed controller leaves them
+        (they run out, or this run's resume takes them over as the same holder). The crash
+        tests call it where they stop a run in their own process (tests/support/crash.py)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
     def release(self) -> None:
         self._stop.set()
         if self._thread is not None:

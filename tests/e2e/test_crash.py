@@ -1,11 +1,20 @@
-"""Kill the real CLI with SIGKILL at chosen journal records, resume, and compare with an
-uninterrupted run: same outcome, no destructive step run twice, nothing forgotten."""
+"""Stop the CLI at chosen journal records as a crash would, resume, and compare with an
+uninterrupted run: same outcome, no destructive step run twice, nothing forgotten.
+
+Most points stop the CLI in the test's own process (tests/support/crash.py: a journal hook
+raises ``HardStop`` there, and the run leaves what a killed process leaves); a handful kill
+a real CLI process with SIGKILL (tests/support/faultinject.py), chosen to cover the kinds:
+before a record, a torn record, inside a reboot step, inside a rollback
+(``REAL_KILLS``, and the kills before the first record). One test holds the stop in
+process to what a SIGKILL at the same record leaves behind."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shutil
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +30,30 @@ from support import (
     write_playbook,
 )
 from support import forked_cli as cli
+from support.crash import KILLED, run_cli
+
+
+@contextlib.contextmanager
+def environ(env: dict | None) -> Iterator[None]:
+    """``env`` set in this process's environment for the block, as ``cli(env=...)`` sets it
+    for the process it starts."""
+    old = {k: os.environ.get(k) for k in env or {}}
+    os.environ.update(env or {})
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def here(*args: str, env: dict | None = None, fault: tuple[str, int] | None = None):
+    """The CLI in this process, answering as ``cli`` does; with ``fault`` it stops at that
+    journal record as a killed process would (support/crash.py), and answers -9."""
+    with environ(env):
+        return run_cli(args, fault)
 
 ONCE = re.compile(r"^(apt-get install|reboot)\b")
 
@@ -198,21 +231,23 @@ def test_reference_run_has_the_shape_the_matrix_needs(reference):
         ["pod a-<hash> created twice", "pod a-<hash> left behind"]
 
 
-def check_point(reference: dict, mode: str, seq: int, label: str, base: Path) -> list[str]:
-    """Kill a fresh run at one journal record, resume it, compare with the reference."""
+def check_point(reference: dict, mode: str, seq: int, label: str, base: Path, run: Callable = here) -> list[str]:
+    """Crash a fresh run at one journal record, resume it, compare with the reference.
+    ``run`` starts the CLI: ``here`` (in this process) or ``cli`` (a process, SIGKILLed)."""
     failures: list[str] = []
     inv, pb = scenario(base)
     run_dir = base / "run"
     locks = {"K3ROLLOUT_LOCK_DIR": str(base / "locks")}
-    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), env=locks, fault=(mode, seq))
-    if p.returncode != -9:
+    p = run("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), env=locks, fault=(mode, seq))
+    if p.returncode != KILLED:
         return [f"{label}: expected SIGKILL, got {p.returncode}"]
-    if seq % 5 == 0:
+    if seq % 5 == 0 or run is cli:
         # while the crashed run holds the lock, a new run on the cluster is refused
-        other = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(base / "other"), env=locks)
+        other = run("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(base / "other"), "--no-preflight",
+                    env=locks)
         if other.returncode != 1 or "stale" not in other.stderr:
             failures.append(f"{label}: second run not refused as stale: {other.stderr[-300:]}")
-    r = cli("resume", str(run_dir), env=locks)
+    r = run("resume", str(run_dir), env=locks)
     if r.returncode != 0:
         return failures + [f"{label}: resume -> {r.returncode}: {r.stderr[-500:]}"]
     got = outcome(run_dir)
@@ -253,20 +288,96 @@ def check_point(reference: dict, mode: str, seq: int, label: str, base: Path) ->
     return failures
 
 
-SHARDS = 8
+def real_kills(records: list[dict]) -> list[tuple[str, int, str]]:
+    """The matrix's points where a real process is killed with SIGKILL, one of each kind:
+    the reboot run and its completion not on record (BEFORE its done record), a package
+    install's done record torn mid-write, and the rollback's reboot announced and not run
+    (the kills before the first record are test_a_run_killed_before_its_first_record_...)."""
+    def seq(node: str, step: str, rtype: str) -> int:
+        return next(r["seq"] for r in records if r["type"] == rtype and r.get("node") == node
+                    and r.get("key", "").endswith("/" + step))
+
+    install = next(r["key"].rpartition("/")[2] for r in records if r["type"] == "step_started"
+                   and r.get("node") == "gpu-01" and " ".join(r.get("argv", [])).startswith("apt-get install"))
+    points = [("BEFORE", "gpu-01", "reboot", "step_done"), ("TEAR", "gpu-01", install, "step_done"),
+              ("KILL", "gpu-02", "restore-reboot", "step_started")]
+    return [(mode, seq(node, step, rtype), f"{mode}:{node}:{step}:{rtype}") for mode, node, step, rtype in points]
+
+
+SHARDS = 4
 
 
 @pytest.mark.long
+@pytest.mark.preflight          # the crashed runs as the reference ran: with the preflight
 @pytest.mark.parametrize("shard", range(SHARDS))
 def test_every_kill_point_resumes_to_the_same_result(reference, tmp_path, shard):
-    # every kill point, split in shards so the test workers share them (shard k takes every
-    # SHARDS-th point from k: together they cover each point once)
+    # every kill point, stopped in this process, split in shards so the test workers share
+    # them (shard k takes every SHARDS-th point from k: together they cover each point once)
     points = kill_points(reference["records"])[shard::SHARDS]
-    # independent runs in separate directories and lock dirs: two at a time
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = pool.map(lambda pt: check_point(reference, *pt, tmp_path / f"{pt[0]}-{pt[1]}"), points)
-        failures = [f for r in results for f in r]
+    failures = [f for pt in points for f in check_point(reference, *pt, tmp_path / f"{pt[0]}-{pt[1]}")]
     assert not failures, "\n".join(failures)
+
+
+def test_the_real_kills_cover_a_reboot_a_torn_record_and_a_rollback(reference):
+    points = real_kills(reference["records"])
+    recs = {r["seq"]: r for r in reference["records"]}
+    assert [(m, recs[s]["type"], recs[s]["once"]) for m, s, _ in points] == [
+        ("BEFORE", "step_done", True), ("TEAR", "step_done", True), ("KILL", "step_started", True)]
+    assert recs[points[0][1] - 1]["argv"][0] == "reboot" and recs[points[0][1] - 1]["node"] == "gpu-01"
+    assert recs[points[1][1] - 1]["argv"][:2] == ["apt-get", "install"]
+    assert recs[points[2][1]]["argv"][0] == "reboot"
+    assert any(r["type"] == "rollback_started" and r["seq"] < points[2][1] for r in reference["records"])
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_a_real_sigkill_at_a_point_of_each_kind_resumes_to_the_same_result(reference, tmp_path, index):
+    pt = real_kills(reference["records"])[index]
+    failures = check_point(reference, *pt, tmp_path, run=cli)
+    assert not failures, "\n".join(failures)
+
+
+def _left_behind(run_dir: Path, locks: Path) -> dict:
+    """What a crashed run left: its journal (torn tail and all), the files of its run
+    directory (the simulated hosts aside), and its lock files with whether their holder lives."""
+    import json
+
+    from k3rollout.runlog.lock import live_holders
+
+    files = sorted(str(f.relative_to(run_dir)) for f in run_dir.rglob("*")
+                   if f.is_file() and "sim-hosts" not in f.parts)
+    raw = (run_dir / "journal.jsonl").read_bytes()
+    whole = raw[:raw.rfind(b"\n") + 1]
+    holders = [json.loads(f.read_text()) for f in sorted(locks.glob("*.lock"))]
+    return {"records": [(r["seq"], r["type"], r.get("key")) for r in map(json.loads, whole.splitlines())],
+            "torn": whole != raw, "files": files,
+            "locks": [(h["key"], h["run_dir"] == str(run_dir.resolve())) for h in holders],
+            "live_holders": live_holders(run_dir, locks)}
+
+
+@pytest.mark.preflight
+@pytest.mark.parametrize("mode,which", [("TEAR", "step_done"), ("KILL", "rollback_started")])
+def test_a_stop_in_process_leaves_what_a_sigkill_leaves(reference, tmp_path, mode, which):
+    """The same point stopped in process and killed for real: the same records and torn
+    tail, the same files in the run directory (result.json and the reports only as a batch's
+    end wrote them, none written at the stop), the same lock files, each held by a dead
+    process."""
+    seq = next(r["seq"] for r in reference["records"] if r["type"] == which
+               and (which != "step_done" or r.get("key", "").endswith("/reboot")))
+    left = {}
+    for name, run in (("process", cli), ("here", here)):
+        inv, pb = scenario(tmp_path / name)
+        run_dir, locks = tmp_path / name / "run", tmp_path / name / "locks"
+        p = run("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir),
+                env={"K3ROLLOUT_LOCK_DIR": str(locks)}, fault=(mode, seq))
+        assert p.returncode == KILLED, p.stderr[-800:]
+        left[name] = _left_behind(run_dir, locks)
+    assert left["here"] == left["process"]
+    got = left["here"]
+    assert got["records"][-1][0] == (seq - 1 if mode == "TEAR" else seq) and got["torn"] == (mode == "TEAR")
+    batch_ended = any(r["type"] == "batch_done" and r["seq"] < seq for r in reference["records"])
+    assert ("result.json" in got["files"]) == batch_ended and ("report.html" in got["files"]) == batch_ended
+    assert got["locks"] and all(mine for _, mine in got["locks"])
+    assert got["live_holders"] == []           # every lock file names a process that is gone
 
 
 def test_damaged_journal_middle_is_refused_with_its_line(reference, tmp_path):
@@ -590,10 +701,10 @@ def check_operator_point(reference: dict, mode: str, seq: int, label: str, base:
     inv, pb = operator_scenario(base)
     run_dir = base / "run"
     locks = {"K3ROLLOUT_LOCK_DIR": str(base / "locks")}
-    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), env=locks, fault=(mode, seq))
-    if p.returncode != -9:
+    p = here("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), env=locks, fault=(mode, seq))
+    if p.returncode != KILLED:
         return [f"{label}: expected SIGKILL, got {p.returncode}"]
-    r = cli("resume", str(run_dir), env=locks)
+    r = here("resume", str(run_dir), env=locks)
     if r.returncode != 0:
         return [f"{label}: resume -> {r.returncode}: {r.stderr[-500:]}"]
     failures = []
@@ -616,6 +727,7 @@ def check_operator_point(reference: dict, mode: str, seq: int, label: str, base:
     return failures
 
 
+@pytest.mark.preflight
 @pytest.mark.parametrize("shard", range(2))
 def test_a_crash_around_the_gpu_operator_label_moves_and_watches_resumes_to_the_same_result(operator_reference,
                                                                                               tmp_path, shard):
@@ -624,10 +736,7 @@ def test_a_crash_around_the_gpu_operator_label_moves_and_watches_resumes_to_the_
         f'PATCH nodes/gpu-02 {{"metadata": {{"labels": {{"{OPERATOR_POOL}": "r580"}}}}}}',
         f'PATCH nodes/gpu-02 {{"metadata": {{"labels": {{"{OPERATOR_POOL}": "r575"}}}}}}']
     points = operator_kill_points(operator_reference["records"])[shard::2]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = pool.map(lambda pt: check_operator_point(operator_reference, *pt,
-                                                           tmp_path / f"{pt[0]}-{pt[1]}"), points)
-        failures = [f for r in results for f in r]
+    failures = [f for pt in points for f in check_operator_point(operator_reference, *pt, tmp_path / f"{pt[0]}-{pt[1]}")]
     assert not failures, "\n".join(failures)
 
 
@@ -696,15 +805,16 @@ def test_the_module_switch_has_kill_points_in_upgrade_and_rollback(rhel_referenc
     assert "dnf -y module enable nvidia-driver:575-open" in ref
 
 
+@pytest.mark.preflight
 @pytest.mark.parametrize("index", range(6))
 def test_a_crash_in_a_rhel_module_switch_resumes_to_the_same_result(rhel_reference, tmp_path, index):
     mode, seq, label = _module_points(rhel_reference["records"])[index]
     inv, pb = rhel_scenario(tmp_path)
     run_dir = tmp_path / "run"
     locks = {"K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")}
-    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), env=locks, fault=(mode, seq))
-    assert p.returncode == -9, (label, p.stderr[-500:])
-    r = cli("resume", str(run_dir), env=locks)
+    p = here("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), env=locks, fault=(mode, seq))
+    assert p.returncode == KILLED, (label, p.stderr[-500:])
+    r = here("resume", str(run_dir), env=locks)
     assert r.returncode == 0, (label, r.stderr[-800:])
     assert outcome(run_dir) == rhel_reference["outcome"], label
     st = sim_state(run_dir, "rh-01")
@@ -752,6 +862,7 @@ def options_reference(tmp_path_factory):
             "modprobe_d": sim_state(run_dir, "op-01")["modprobe_d"]}
 
 
+@pytest.mark.preflight
 @pytest.mark.parametrize("mode,which", [("KILL", "step_started"), ("TEAR", "step_done")])
 def test_a_crash_while_the_rollback_writes_back_module_options_resumes_to_the_same_result(options_reference,
                                                                                          tmp_path, mode, which):
@@ -759,9 +870,9 @@ def test_a_crash_while_the_rollback_writes_back_module_options_resumes_to_the_sa
     inv, pb = options_scenario(tmp_path)
     run_dir = tmp_path / "run"
     locks = {"K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")}
-    p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), env=locks, fault=(mode, seq))
-    assert p.returncode == -9, p.stderr[-500:]
-    r = cli("resume", str(run_dir), env=locks)
+    p = here("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), env=locks, fault=(mode, seq))
+    assert p.returncode == KILLED, p.stderr[-500:]
+    r = here("resume", str(run_dir), env=locks)
     assert r.returncode == 0, r.stderr[-800:]
     assert outcome(run_dir) == options_reference["outcome"]
     assert sim_state(run_dir, "op-01")["modprobe_d"] == options_reference["modprobe_d"]
@@ -774,6 +885,7 @@ def test_a_crash_while_the_rollback_writes_back_module_options_resumes_to_the_sa
     assert_reports_match_journal(run_dir)
 
 
+@pytest.mark.preflight
 def test_a_pod_created_before_a_kill_is_found_on_resume_not_created_twice(tmp_path):
     """On a containerd node (k3_workload_backend: kubernetes) cuda_check's CUDA-init Pod is
     created by a ``once`` step with a probe. Killed after the POST and before its completion is
@@ -788,12 +900,12 @@ def test_a_pod_created_before_a_kill_is_found_on_resume_not_created_twice(tmp_pa
         pb = write_playbook(base / "pb.yml", serial=1, min_serving=0, reboot_grace=1)
         run_dir = base / "run"
         env = {"K3ROLLOUT_LOCK_DIR": str(base / "locks")}
-        p = cli("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), env=env, fault=fault)
+        p = here("run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), env=env, fault=fault)
         if fault is None:
             assert p.returncode == 0, p.stderr
         else:
-            assert p.returncode == -9, p.stderr
-            r = cli("resume", str(run_dir), env=env)
+            assert p.returncode == KILLED, p.stderr
+            r = here("resume", str(run_dir), env=env)
             assert r.returncode == 0, r.stderr
         return run_dir
 

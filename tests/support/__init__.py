@@ -112,7 +112,7 @@ _FORK_SERVER_LOCK = threading.Lock()
 def _fork_server():
     """This worker's CLI fork server (support/forkcli.py), started on first use."""
     global _FORK_SERVER
-    with _FORK_SERVER_LOCK:        # the crash matrix's points start two at a time
+    with _FORK_SERVER_LOCK:        # a test may start the CLI from several threads at once
         if _FORK_SERVER is None:
             import atexit
 

@@ -3,7 +3,7 @@
 A CLI process spends most of its CPU before its first line of work importing the
 Kubernetes client (its CoreV1Api module alone is tens of thousands of lines), pydantic,
 httpx, jinja2, structlog and jsonschema: about a second on this machine's shared cores. The
-crash matrix starts three processes per kill point. So each test worker keeps one server
+kill-and-resume tests start two or three processes each. So each test worker keeps one server
 process that has imported those third-party libraries (never k3rollout itself, whose
 modules read some settings from the environment when imported) and forks a child per CLI
 run, as ``multiprocessing``'s forkserver does. The child is an ordinary process of its own:
