@@ -50,7 +50,8 @@ def pytest_collection_modifyitems(config, items):
     ``pytest -m "not e2e"`` is the unit and integration tiers; a test elsewhere that starts
     a real sshd, slurmctld, chromium, ansible-playbook or kubectl carries the mark itself.
 
-    Tests marked ``long`` (the crash matrix, whole rollouts over sshd, the wheel install)
+    Tests marked ``long`` (the crash matrix, whole rollouts over sshd, the demo in a process
+    of its own, the inventory fuzzing through ansible-inventory, the wheel install)
     start first; everything else keeps its collection order. scripts/test.sh hands tests to
     the workers one at a time (``--maxschedchunk 1``), so the long ones start at once on
     different workers, the short ones fill in around them, and no worker is left running a

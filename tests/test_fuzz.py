@@ -60,6 +60,7 @@ def test_arbitrary_text_never_crashes_the_playbook_loader(text):
 # Text that is no YAML inventory is handed to the real ansible-inventory (its other plugins
 # may parse it), about a second a process: 150 examples are minutes, so this half is end to end.
 @pytest.mark.e2e
+@pytest.mark.long
 @FUZZ
 @given(st.text(max_size=300))
 def test_arbitrary_text_never_crashes_the_inventory_loader(text):
