@@ -279,11 +279,7 @@ class Session:
             engine.record("run_resumed", pid=os.getpid(), host=socket.gethostname())
             return engine.run()
         finally:
-            if not hard_stopping():
-                journal.close()
-                engine.close()
-                lock.release()
-                self.write_outputs(engine)
+            self._end(engine, journal, lock)
 
     def rollback(self, batch: int | None, on_event: Callable[[dict[str, Any]], None] | None = None, log: Any = None,
                  accept_changed: bool = False) -> bool:
@@ -303,11 +299,18 @@ class Session:
             self.rollback_halt = engine.rollbacks.halt_reason
             return ok
         finally:
-            if not hard_stopping():
-                journal.close()
-                engine.close()
-                lock.release()
-                self.write_outputs(engine)
+            self._end(engine, journal, lock)
+
+    def _end(self, engine: Engine, journal: Journal, lock: Locks) -> None:
+        """The end of a resume or a rollback: the journal closed, the transports and the
+        lock released, the reports written; a killed process (a HardStop unwinding) leaves
+        all of it undone."""
+        if hard_stopping():
+            return
+        journal.close()
+        engine.close()
+        lock.release()
+        self.write_outputs(engine)
 
     def write_outputs(self, engine: Engine | None = None) -> dict[str, Any]:
         """result.json and the reports. After a run, from the engine's view of the journal
