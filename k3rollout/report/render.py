@@ -280,6 +280,13 @@ def _count(n: int, unit: str) -> str:
     return f"{n} {unit}{'' if n == 1 else 's'}"
 
 
+def _returned(node: dict[str, Any]) -> bool:
+    """A node whose rollback failed after it gave the node back to its scheduler (uncordoned,
+    its workloads not proven back: the rollback's result says ``in_service``)."""
+    results = (node.get("rollback") or {}).get("results") or []
+    return node["final"] == "rollback_failed" and any(r.get("in_service") for r in results)
+
+
 def verdict_banner(result: dict[str, Any], skipped: list[str]) -> dict[str, str]:
     """The report's headline: the run's status and, for a completed run that rolled a unit back
     or kept one out (failed, quarantined, or left out with --skip-node), how many, with a class
@@ -289,12 +296,19 @@ def verdict_banner(result: dict[str, Any], skipped: list[str]) -> dict[str, str]
     if status != "completed":
         return {"text": text, "class": status, "detail": "", "mark": _MARKS.get(status, _MARKS["no_change"])}
     replicas = result.get("replicas") or {}
-    finals = [r["final"] for r in replicas.values()] if replicas else [n["final"] for n in result["nodes"].values()]
+    nodes = result["nodes"]
+    # each unit: its final, and the nodes of it that failed (a replica's, or the node itself)
+    units = ([(r["final"], [nodes[n] for n in r.get("nodes") or [] if n in nodes and nodes[n]["final"] in _KEPT_OUT])
+              for r in replicas.values()] if replicas else
+             [(n["final"], [n] if n["final"] in _KEPT_OUT else []) for n in nodes.values()])
     unit = "replica" if replicas else "node"
-    rolled = sum(f == "rolled_back" for f in finals)
-    kept = sum(f in _KEPT_OUT for f in finals)
-    parts = ([f"{_count(rolled, unit)} of {len(finals)} rolled back"] if rolled else []) + \
+    rolled = sum(f == "rolled_back" for f, _ in units)
+    failed = [bad for f, bad in units if f in _KEPT_OUT]
+    back = sum(1 for bad in failed if bad and all(_returned(n) for n in bad))
+    kept = len(failed) - back
+    parts = ([f"{_count(rolled, unit)} of {len(units)} rolled back"] if rolled else []) + \
             ([f"{_count(kept, unit)} failed and kept out of service"] if kept else []) + \
+            ([f"{_count(back, unit)} failed and returned to service, its workloads not proven back"] if back else []) + \
             ([f"{_count(len(skipped), 'node')} left out with --skip-node"] if skipped else [])
     if not parts:
         return {"text": text, "class": status, "detail": "", "mark": _MARKS["completed"]}

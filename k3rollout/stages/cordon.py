@@ -76,7 +76,8 @@ def health_problems(ctx: NodeCtx, step: dict[str, Any]) -> list[str]:
     return problems
 
 
-def uncordon_if_healthy(ctx: NodeCtx, step: dict[str, Any], untouched: str | None = None) -> tuple[bool, str]:
+def uncordon_if_healthy(ctx: NodeCtx, step: dict[str, Any],
+                        untouched: str | None = None) -> tuple[bool, str] | tuple[bool, str, dict[str, Any]]:
     problems = health_problems(ctx, step)
     if problems:
         return False, f"node unhealthy after rollback ({'; '.join(problems)}): kept cordoned"
@@ -87,9 +88,11 @@ def uncordon_if_healthy(ctx: NodeCtx, step: dict[str, Any], untouched: str | Non
     # back (Kubernetes), each owner baseline saw is back to its readyReplicas on the same
     # image digest, waited for up to serving_ready_timeout
     proven = ctx.workload.prove_serving(ctx)
+    # uncordoned either way: the report says so of a node whose workloads were not proven back
     if proven.failed:
-        return False, f"uncordoned, but {proven.reason or 'existing workloads are not back: ' + ', '.join(proven.failed)}"
-    return ok, why or "uncordoned"
+        return (False, f"uncordoned, but {proven.reason or 'existing workloads are not back: ' + ', '.join(proven.failed)}",
+                {"in_service": True})
+    return ok, why or "uncordoned", {"in_service": True}
 
 
 def plan_quarantine(step: dict[str, Any], p: Planning) -> dict[str, Any]:

@@ -48,11 +48,15 @@ def describe(step: dict[str, Any]) -> str:
 
 
 def _run(ctx: NodeCtx, step: dict[str, Any], untouched: str | None = None) -> dict[str, Any]:
+    extra: dict[str, Any] = {}
     try:
-        ok, detail = action(step["action"]).execute(ctx, step, untouched)
+        got = action(step["action"]).execute(ctx, step, untouched)
+        ok, detail = got[0], got[1]
+        if len(got) > 2:
+            extra = got[2]      # the three-item form (stages/spec.py)
     except StepFailed as exc:
         ok, detail = False, str(exc)
-    return {"action": step["action"], "status": "done" if ok else "failed", "detail": detail}
+    return {"action": step["action"], "status": "done" if ok else "failed", "detail": detail, **extra}
 
 
 def execute(ctx: NodeCtx, steps: list[dict[str, Any]], entered: set[str], *,

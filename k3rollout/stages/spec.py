@@ -48,9 +48,11 @@ class UndoAction:
     plan: Callable[[dict[str, Any], Planning], dict[str, Any]]
     # the recorded step as the plan shows it to a change board
     describe: Callable[[dict[str, Any]], str]
-    # run the recorded step: (proven, what was done or why not); the third argument is why
-    # the journal proves the driver stage changed nothing, when it does (engine/rollback.py)
-    execute: Callable[[NodeCtx, dict[str, Any], str | None], tuple[bool, str]]
+    # run the recorded step: (proven, what was done or why not), or with a third item, what
+    # the result records besides (``{"in_service": True}``: the action returned the node to
+    # its scheduler, proven or not); the third argument is why the journal proves the driver
+    # stage changed nothing, when it does (engine/rollback.py)
+    execute: Callable[[NodeCtx, dict[str, Any], str | None], tuple[bool, str] | tuple[bool, str, dict[str, Any]]]
 
 
 def kind(name: str) -> StageKind:

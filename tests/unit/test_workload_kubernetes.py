@@ -604,9 +604,11 @@ def test_a_rollbacks_uncordon_is_healthy_only_once_the_owners_are_back(kube, mon
                 timeout_seconds=5, api="apps", answer=[("ADDED", {"status": {"readyReplicas": 1}})])
     fake.expect(*DEPLOYMENT, answer={"status": {"readyReplicas": 1}})          # the last look, at 5 s
     fake.expect("core.list_namespaced_pod", "serving", label_selector="app=kimi", answer={"items": [pod("a")]})
-    ok, why = cordon.uncordon_if_healthy(ctx, {})
+    ok, why, extra = cordon.uncordon_if_healthy(ctx, {})
     assert uncordoned == ["rollback-uncordon"]
     assert not ok and why.startswith("uncordoned, but") and "has 1 ready replicas of 2" in why, why
+    # the node is schedulable again: the result says so, for the report's headline
+    assert extra == {"in_service": True}
 
 
 def _elsewhere(p: dict, node: str | None = "gpu-01", unschedulable: str = "") -> dict:
