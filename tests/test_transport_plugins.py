@@ -68,3 +68,23 @@ def test_the_simulator_checks_its_own_variables_and_a_simulated_nodes_hardware()
     assert not plugin.out_of_service(sim)
     assert plugin.hardware_class({**sim, "k3_gpu_model": "NVIDIA B300 SXM6 AC"}) == "NVIDIA B300 SXM6 AC"
     assert plugin.hardware_class(sim) == "NVIDIA H200"
+
+
+def test_inventory_loading_takes_its_connections_from_the_registered_transports(tmp_path):
+    # the inventory knows the connections from the registry, not from a list of names: an
+    # unregistered one is refused with its file and line, naming what is registered
+    from k3rollout.model import load_inventory
+
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all:\n  hosts:\n    gpu-01:\n      ansible_connection: telnet\n")
+    with pytest.raises(InputError, match=r"'telnet' is not a connection k3rollout drives \(k3sim, paramiko, ssh\)") \
+            as err:
+        load_inventory(inv)
+    assert f"{inv}:" in str(err.value)
+    # a host of a registered transport is not dialled by its name, so any inventory name goes;
+    # over SSH the same name is refused without an ansible_host
+    inv.write_text("all:\n  hosts:\n    gpu_01:\n      ansible_connection: k3sim\n      k3_gpu_model: B300\n")
+    assert list(load_inventory(inv).hosts) == ["gpu_01"]
+    inv.write_text("all:\n  hosts:\n    gpu_01:\n      ansible_connection: ssh\n")
+    with pytest.raises(InputError, match="dialled by its name"):
+        load_inventory(inv)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from k3rollout.errors import InputError
-from k3rollout.model.inventory import connection_of
+from k3rollout.model.inventory import of_registered_transport
 from k3rollout.scheduler import scheduler_for
 from k3rollout.scheduler.k8s_api import KubernetesApi, KubernetesError, kubeconfig_for
 from k3rollout.scheduler.k8s_lock import lease_targets
@@ -25,8 +25,9 @@ def describe_where(host_vars: dict[str, Any], inventory_path: str) -> str:
         where = host_vars.get("k3_scheduler_host") or "controller"
         return f"scontrol on {'the controller' if where == 'controller' else where}"
     cfg, context = kubeconfig_for(host_vars, inventory_path)
-    if cfg is None and connection_of(host_vars) == "k3sim":
-        return "Kubernetes API of the simulated cluster (kubeconfig under the run directory), from the controller"
+    if cfg is None and of_registered_transport(host_vars):
+        # the transport's cluster serves its own API (the simulator's: a kubeconfig under the run directory)
+        return "Kubernetes API of the transport's own cluster (kubeconfig under the run directory), from the controller"
     try:
         api = KubernetesApi(cfg, context)
     except KubernetesError as exc:

@@ -32,7 +32,7 @@ from k3rollout.model.yamlsrc import (
     load_yaml_text,
     plain,
 )
-from k3rollout.plugins import transport_plugin, transport_plugins
+from k3rollout.plugins import registered, transport_plugin, transport_plugins
 
 _VALID_GROUP_KEYS = ("vars", "children", "hosts")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+$")
@@ -542,9 +542,9 @@ def _check_known_vars(host: Host) -> None:
         if v["k3_scheduler_host"] == host.name:
             raise bad("k3_scheduler_host", "names the host itself: scheduler operations never run on the node "
                                            "being changed")
-    if "ansible_connection" in v and v["ansible_connection"] not in ("k3sim", "ssh", "paramiko", "local"):
+    if "ansible_connection" in v and v["ansible_connection"] not in (*BUILT_IN_CONNECTIONS, *registered()):
         raise bad("ansible_connection", f"{v['ansible_connection']!r} is not a connection k3rollout drives "
-                                        "(k3sim, ssh, paramiko)")
+                                        f"({', '.join(sorted({*BUILT_IN_CONNECTIONS, *registered()} - {'local'}))})")
 
 
 # --- host names and addresses ---------------------------------------------------------------
@@ -588,7 +588,7 @@ def _check_identity(host: Host) -> None:
                 raise InputError(f"host {host.name}: {var} {v!r} is not a host name (RFC 1123) or IP address",
                                  path=o.path, line=o.line)
     if "ansible_host" not in host.vars and "ansible_ssh_host" not in host.vars and not valid_address(host.name) \
-            and connection_of(host.vars) not in ("k3sim", "local"):
+            and dialled_by_name(host.vars):
         raise InputError(f"host {host.name!r} is dialled by its name, which is not a host name (RFC 1123) or IP "
                          "address: give it an ansible_host", path=host.origin.path, line=host.origin.line)
 
@@ -802,9 +802,24 @@ def _from_ansible(sources: list[str], playbook_dir: str | None, vault: VaultOpti
 DEFAULT_CONNECTION = "ssh"
 
 
+# the connections k3rollout drives itself (transport/factory.py); a registered transport adds its own
+BUILT_IN_CONNECTIONS = ("ssh", "paramiko", "local")
+
+
 def connection_of(host_vars: dict[str, Any]) -> str:
     """The host's connection as Ansible resolves it (``ssh`` when the inventory is silent)."""
     return str(host_vars.get("ansible_connection") or DEFAULT_CONNECTION)
+
+
+def of_registered_transport(host_vars: dict[str, Any]) -> bool:
+    """Whether a registered transport (k3rollout/plugins.py), not SSH, reaches the host."""
+    return transport_plugin(connection_of(host_vars)) is not None
+
+
+def dialled_by_name(host_vars: dict[str, Any]) -> bool:
+    """Whether a host without ``ansible_host`` is reached at its inventory name: over SSH it
+    is; ``local`` and a registered transport reach it their own way."""
+    return connection_of(host_vars) != "local" and not of_registered_transport(host_vars)
 
 
 def declared_out_of_service(hv: dict[str, Any]) -> bool:
