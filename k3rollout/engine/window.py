@@ -20,8 +20,8 @@ as soon as another finishes, while
 A node counts against ``max_unavailable`` and the floor from its cordon on, not before:
 its stages before the cordon (baseline ...) change nothing and run while it still serves,
 so a node walks them ahead of a free slot and waits right before its cordon
-(``Engine.before_cordon``) until a slot is free and taking it out keeps the floor, checked
-there against every node already out of service. The cut-off, ``max_fail_percentage`` and
+(the ``before_cordon`` its walk is given) until a slot is free and taking it out keeps the
+floor, checked there against every node already out of service. The cut-off, ``max_fail_percentage`` and
 ``failure_budget`` are checked again at that point; a node held there when new starts stop
 stays in service, nothing changed (``cordon-required``). Besides one per free slot, at most
 :func:`lookahead` nodes walk ahead at once, so one is ready when a slot frees and none waits
@@ -30,7 +30,7 @@ window have been through both, from the mean of what the last twenty took in ser
 out of it, when that asks for more. ``max_fail_percentage`` counts a node from its cordon on (or
 from its end, if it failed before it).
 
-Each node runs through ``Engine.run_batch([node], idx)``: its stages, the batch-scoped
+Each node runs through ``Engine.run_batch([node], idx, before_cordon)``: its stages, the batch-scoped
 multinode stage on its own, and its rollback if it fails, all journaled as for a batch.
 The window is one batch in the plan and the journal (``batch_started``/``batch_done``), so
 ``resume`` continues it: nodes already done are left alone; a node whose cordon had
@@ -59,9 +59,6 @@ from k3rollout.runlog.view import RunView
 class Engine(Protocol):
     """What the window uses of the engine (engine/runner.py's ``Engine`` is one), declared
     here so this module does not import the runner that imports it."""
-    # the hook the engine calls right before a node's cordon, set for the window's run
-    before_cordon: Callable[[str], bool] | None
-
     @property
     def view(self) -> RunView: ...
 
@@ -85,7 +82,8 @@ class Engine(Protocol):
 
     def record(self, type_: str, *, durable: bool | None = None, **data: Any) -> dict[str, Any]: ...
 
-    def run_batch(self, nodes: list[str], idx: int | None = None) -> None: ...
+    def run_batch(self, nodes: list[str], idx: int | None = None,
+                  before_cordon: Callable[[str], bool] | None = None) -> None: ...
 
     def capacity_short(self, nodes: list[str], what_for: str, extra_out: Iterable[str] = ...) -> str | None: ...
 
@@ -201,8 +199,8 @@ class _Window:
         return None
 
     def before_cordon(self, node: str) -> bool:
-        """Engine.before_cordon: wait for a slot and the capacity floor, right before the
-        node's cordon. False: the window stopped, the node stays where it is (serving)."""
+        """The walk's ``before_cordon`` (engine/walkers/node.py): wait for a slot and the
+        capacity floor, right before the node's cordon. False: the window stopped, the node stays where it is (serving)."""
         with self.cond:
             if node in self.out:
                 return True                 # its cordon had started before a crash: it holds its slot
@@ -232,7 +230,7 @@ class _Window:
 
     def one(self, node: str) -> None:
         try:
-            self.engine.run_batch([node], self.idx)
+            self.engine.run_batch([node], self.idx, self.before_cordon)
         finally:
             with self.cond:
                 if node in self.went:
@@ -276,18 +274,14 @@ def run(engine: Engine, batch: dict[str, Any], policy: dict[str, Any]) -> tuple[
         engine.log.info("batch_started", batch=idx, nodes=nodes, policy="window")
     w = _Window(engine, idx, nodes, policy)
     todo = [n for n in nodes if engine.view.node(n).state not in TERMINAL]
-    engine.before_cordon = w.before_cordon
-    try:
-        # room for every slot and the most nodes ahead (threads start only as nodes need them);
-        # a stop is the engine's worker pool's (engine/pool.py): no new node or step starts,
-        # what runs now finishes and is journaled
-        with WorkerPool(2 * w.k + 1, stopping=engine.stopping, name="k3window") as pool:
-            for node in todo:
-                if not w.dispatch(node):
-                    break
-                pool.submit(w.one, node)
-    finally:
-        engine.before_cordon = None
+    # room for every slot and the most nodes ahead (threads start only as nodes need them);
+    # a stop is the engine's worker pool's (engine/pool.py): no new node or step starts,
+    # what runs now finishes and is journaled
+    with WorkerPool(2 * w.k + 1, stopping=engine.stopping, name="k3window") as pool:
+        for node in todo:
+            if not w.dispatch(node):
+                break
+            pool.submit(w.one, node)
     if engine.stopping.is_set():
         raise KeyboardInterrupt
     stop = w.stop
