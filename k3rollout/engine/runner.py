@@ -25,13 +25,13 @@ capacity floor are checked against the batch's estimate plus its rollback estima
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from k3rollout.engine import prestage, window
+from k3rollout.engine import prestage
 from k3rollout.engine.clock import Clock
 from k3rollout.engine.gates import Gates
 from k3rollout.engine.policy import BatchPolicy, Halt, NextBatch
@@ -45,6 +45,7 @@ from k3rollout.engine.walkers.node import BeforeCordon, NodeWalker
 from k3rollout.engine.walkers.replica import ReplicaWalker
 from k3rollout.engine.walkers.scopes import GroupWalker, Scopes, waiting_at
 from k3rollout.engine.walkers.verdicts import StageVerdicts
+from k3rollout.engine.window import SlidingWindow
 from k3rollout.evidence.redact import mask_credentials
 from k3rollout.evidence.store import EvidenceStore
 from k3rollout.model.assertions import render, template_context, templated
@@ -171,6 +172,11 @@ class Engine:
                                 rollback_owner=self.play_vars.get("rollback_owner"), evidence=evidence, clock=clock,
                                 stopping=self.stopping, redact=self.redact, log=self.log)
         self.groups: dict[Scope, GroupWalker] = {"replica": self.replica_walker, "batch": self.batch_walker}
+        # the sliding window after the canary batches: each of its nodes a batch of one
+        self.window = SlidingWindow(recorder=self.recorder, stages=self.stages,
+                                    max_fail_percentage=play.max_fail_percentage, policy=self.policy,
+                                    run_batch=self.run_batch, post_batch=self.post_batch, clock=clock,
+                                    stopping=self.stopping, log=self.log)
 
     @property
     def applied(self) -> int:
@@ -333,7 +339,7 @@ class Engine:
             return self.halt(*self._rejected, idx)
         if halt:
             return self.halt(halt[0], halt[1], idx)
-        over = self.over_budget()
+        over = self.policy.over_budget(self.view)
         if over:
             return self.halt("failure_budget", over, idx)
         return self.after_batch_gate(idx)
@@ -344,10 +350,10 @@ class Engine:
         if self.view.batches[idx]["status"] == "not_started" and \
                 not self.gates.run_hooks("pre_batch", {"batch": idx, "nodes": batch["nodes"]}, f"batch{idx}"):
             return self.halt("hook", f"a pre_batch hook refused batch {idx}", idx)
-        stop = window.run(self, batch, policy)
+        stop = self.window.run(batch, policy)
         if stop:
             return self.halt(stop[0], stop[1], idx)
-        over = self.over_budget()
+        over = self.policy.over_budget(self.view)
         if over:
             return self.halt("failure_budget", over, idx)
         return None
@@ -377,13 +383,3 @@ class Engine:
     def finish(self, status: str) -> str:
         self.record("run_finished", status=status)
         return status
-
-    # ------------------------------------------------------------------ the policy, as window.py asks it
-
-    def over_budget(self) -> str | None:
-        """Why the rollout-wide failure budget is spent, or None (``BatchPolicy.over_budget``)."""
-        return self.policy.over_budget(self.view)
-
-    def capacity_short(self, nodes: list[str], what_for: str, extra_out: Iterable[str] = frozenset()) -> str | None:
-        """Why taking ``nodes`` out of service now would cross the capacity floor, or None."""
-        return self.policy.capacity_short(self.view, nodes, what_for, extra_out)
