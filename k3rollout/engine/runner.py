@@ -7,18 +7,19 @@
 - ``StepRunner`` (engine/steps.py): what a stage gets as ``ctx.runner``.
 - ``Gates`` (engine/gates.py): pauses for a person, and hooks.
 - ``BatchPolicy`` (engine/policy.py): the next batch or a halt, a batch's verdict, the
-  failure budget and the capacity floor, decided from the view alone; the sliding window
-  after the canary batches is engine/window.py.
+  failure budget and the capacity floor, decided from the view alone.
 - ``RollbackExecutor`` (engine/rollback.py): a node's recorded rollback plan, and an
   operator's rollback of whole batches.
+- ``PreStaging`` (engine/prestage.py) before the first batch, and ``SlidingWindow``
+  (engine/window.py) after the canary batches.
 - the walkers (engine/walkers): one per stage scope (node, replica, batch).
 
 Per batch: every node walks its stages in parallel (``forks``) up to a stage its replica
 or its batch runs (the multinode stage runs once for the batch), which the walker of that
 stage kind's scope runs; then the nodes go on; then nodes that failed are rolled back by
-their recorded plan. The batch verdict is checked against
-``max_fail_percentage`` (Ansible's rule: halt when failed/batch > the percentage), and a
-rollback that itself failed always halts. Before a batch starts, the window and the
+their recorded plan. The batch verdict is checked against ``max_fail_percentage``
+(Ansible's rule: halt when failed/batch > the percentage), and a rollback that itself
+failed always halts. Before a batch starts, the window and the
 capacity floor are checked against the batch's estimate plus its rollback estimate.
 """
 
@@ -31,11 +32,11 @@ from typing import Any
 
 import structlog
 
-from k3rollout.engine import prestage
 from k3rollout.engine.clock import Clock
 from k3rollout.engine.gates import Gates
 from k3rollout.engine.policy import BatchPolicy, Halt, NextBatch
 from k3rollout.engine.pool import run_each
+from k3rollout.engine.prestage import PreStaging
 from k3rollout.engine.recorder import Recorder, run_plan
 from k3rollout.engine.rollback import RollbackExecutor
 from k3rollout.engine.states import STATE_STAGE, Event, NodeState, build_table
@@ -172,6 +173,9 @@ class Engine:
                                 rollback_owner=self.play_vars.get("rollback_owner"), evidence=evidence, clock=clock,
                                 stopping=self.stopping, redact=self.redact, log=self.log)
         self.groups: dict[Scope, GroupWalker] = {"replica": self.replica_walker, "batch": self.batch_walker}
+        # pre-staging ahead of the batches, while every node still serves
+        self.prestaging = PreStaging(recorder=self.recorder, config=play.prestage, run_id=run_id, tvars=self.tvars,
+                                     steps=self.steps, stopping=self.stopping, redact=self.redact, log=self.log)
         # the sliding window after the canary batches: each of its nodes a batch of one
         self.window = SlidingWindow(recorder=self.recorder, stages=self.stages,
                                     max_fail_percentage=play.max_fail_percentage, policy=self.policy,
@@ -297,8 +301,8 @@ class Engine:
                 "batches": [{"index": b["index"], "nodes": b["nodes"]} for b in plan["batches"]]}, "run"):
             return self.halt("hook", "the confirm_rollout hook did not confirm the rollout", None)
         if self.playbook.play.prestage is not None and self.in_place:
-            why = prestage.run(self, [n for b in plan["batches"] if self.view.batches[b["index"]]["status"]
-                                      == "not_started" for n in b["nodes"]])
+            why = self.prestaging.run([n for b in plan["batches"] if self.view.batches[b["index"]]["status"]
+                                       == "not_started" for n in b["nodes"]])
             if why:
                 return self.halt("prestage", why, None)
         position = 0
