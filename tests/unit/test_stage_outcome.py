@@ -46,7 +46,7 @@ def test_the_errors_a_stage_run_turns_into_an_outcome_are_the_nodes_failures_onl
     (ParseError("no boot id"), "unexpected output: no boot id"),
 ])
 def test_the_engine_runs_a_stage_through_the_mapping(stage_harness, monkeypatch, raised, reason):
-    """Engine.run_stage: a stage that raises a node's failure ends failed, by the mapping."""
+    """NodeWalker.run_stage: a stage that raises a node's failure ends failed, by the mapping."""
     from k3rollout.stages import registry
 
     h = stage_harness()
