@@ -93,8 +93,8 @@ class Redactor:
 
 class Engine:
     """A rollout: the recorder (journal and view), the step runner (``ctx.runner`` for every
-    stage), the gates and hooks, the batch policy, the rollback executor and the walkers,
-    held and handed each its part of the work. What stays here is the loop over batches and,
+    stage), the gates and hooks, the batch policy, the rollback executor, the walkers, the
+    pre-staging and the sliding window, held and handed each its part of the work. What stays here is the loop over batches and,
     within a batch, over the stages its nodes wait before: which walker runs one, and the
     pauses a batch waits at."""
 
@@ -163,15 +163,16 @@ class Engine:
             return self.ctx(node, stage, self.folder(stage), params)
 
         self.replica_walker = ReplicaWalker(recorder=self.recorder, verdicts=self.verdicts, scopes=self.scopes,
-                                      playbook=playbook, make_ctx=make_ctx, render_params=self.render_params,
-                                      redact=self.redact, log=self.log)
+                                            playbook=playbook, make_ctx=make_ctx, render_params=self.render_params,
+                                            redact=self.redact, log=self.log)
         self.batch_walker = BatchWalker(recorder=self.recorder, verdicts=self.verdicts, stages=self.stages,
-                                   make_ctx=make_ctx, render_params=self.render_params, policy=self.policy)
-        self.node_walker = NodeWalker(recorder=self.recorder, verdicts=self.verdicts, scopes=self.scopes, playbook=playbook,
-                                make_ctx=make_ctx, render_params=self.render_params, tvars=self.tvars,
-                                folder=self.folder, replica_holds=self.replica_walker.holds, in_place=self.in_place,
-                                rollback_owner=self.play_vars.get("rollback_owner"), evidence=evidence, clock=clock,
-                                stopping=self.stopping, redact=self.redact, log=self.log)
+                                        make_ctx=make_ctx, render_params=self.render_params, policy=self.policy)
+        self.node_walker = NodeWalker(recorder=self.recorder, verdicts=self.verdicts, scopes=self.scopes,
+                                      playbook=playbook, make_ctx=make_ctx, render_params=self.render_params,
+                                      tvars=self.tvars, folder=self.folder, replica_holds=self.replica_walker.holds,
+                                      in_place=self.in_place, rollback_owner=self.play_vars.get("rollback_owner"),
+                                      evidence=evidence, clock=clock, stopping=self.stopping, redact=self.redact,
+                                      log=self.log)
         self.groups: dict[Scope, GroupWalker] = {"replica": self.replica_walker, "batch": self.batch_walker}
         # pre-staging ahead of the batches, while every node still serves
         self.prestaging = PreStaging(recorder=self.recorder, config=play.prestage, run_id=run_id, tvars=self.tvars,
