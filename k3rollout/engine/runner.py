@@ -7,64 +7,64 @@
 - ``StepRunner`` (engine/steps.py): what a stage gets as ``ctx.runner``.
 - ``Gates`` (engine/gates.py): pauses for a person, and hooks.
 - ``BatchPolicy`` (engine/policy.py): the next batch or a halt, a batch's verdict, the
-  failure budget and the capacity floor, decided from the view alone; the sliding window
-  after the canary batches is engine/window.py.
+  failure budget and the capacity floor, decided from the view alone.
 - ``RollbackExecutor`` (engine/rollback.py): a node's recorded rollback plan, and an
   operator's rollback of whole batches.
+- ``PreStaging`` (engine/prestage.py) before the first batch, and ``SlidingWindow``
+  (engine/window.py) after the canary batches.
+- the walkers (engine/walkers): one per stage scope (node, replica, batch).
 
-Per batch: every node walks its stages in parallel (``forks``) up to the batch-scoped
-multinode stage, which runs once for the batch; then the nodes finish; then nodes that
-failed are rolled back by their recorded plan. The batch verdict is checked against
-``max_fail_percentage`` (Ansible's rule: halt when failed/batch > the percentage), and a
-rollback that itself failed always halts. Before a batch starts, the window and the
+Per batch: every node walks its stages in parallel (``forks``) up to a stage its replica
+or its batch runs (the multinode stage runs once for the batch), which the walker of that
+stage kind's scope runs; then the nodes go on; then nodes that failed are rolled back by
+their recorded plan. The batch verdict is checked against ``max_fail_percentage``
+(Ansible's rule: halt when failed/batch > the percentage), and a rollback that itself
+failed always halts. Before a batch starts, the window and the
 capacity floor are checked against the batch's estimate plus its rollback estimate.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
-from dataclasses import replace
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from k3rollout import fastjson
-from k3rollout.checks.triage import caused_by, classify
-from k3rollout.engine import prestage, window
 from k3rollout.engine.clock import Clock
 from k3rollout.engine.gates import Gates
-from k3rollout.engine.outcome import STAGE_ERRORS, failed_outcome
 from k3rollout.engine.policy import BatchPolicy, Halt, NextBatch
 from k3rollout.engine.pool import run_each
+from k3rollout.engine.prestage import PreStaging
 from k3rollout.engine.recorder import Recorder, run_plan
 from k3rollout.engine.rollback import RollbackExecutor
 from k3rollout.engine.states import STATE_STAGE, Event, NodeState, build_table
 from k3rollout.engine.steps import StepRunner
-from k3rollout.errors import StepFailed
+from k3rollout.engine.walkers.batch import BatchWalker
+from k3rollout.engine.walkers.node import BeforeCordon, NodeWalker
+from k3rollout.engine.walkers.replica import ReplicaWalker
+from k3rollout.engine.walkers.scopes import GroupWalker, Scopes, waiting_at
+from k3rollout.engine.walkers.verdicts import StageVerdicts
+from k3rollout.engine.window import SlidingWindow
 from k3rollout.evidence.redact import mask_credentials
 from k3rollout.evidence.store import EvidenceStore
-from k3rollout.model.assertions import AssertionSyntaxError, evaluate_all, render, template_context, templated
+from k3rollout.model.assertions import render, template_context, templated
 from k3rollout.model.inventory import Inventory
 from k3rollout.model.playbook import (
-    BATCH_SCOPED_STAGES,
     PARAMS_BY_KIND,
-    REPLICA_SCOPED_STAGES,
     STAGE_TABLES,
     Pause,
     Playbook,
     Stage,
     play_vars,
 )
-from k3rollout.model.stagekinds import RECORDS_BASELINE, RETURNS_TO_SERVICE, TAKES_OUT_OF_SERVICE
+from k3rollout.model.stagekinds import RETURNS_TO_SERVICE, TAKES_OUT_OF_SERVICE, Scope
 from k3rollout.plan.planner import out_of_service_before
-from k3rollout.plan.target import no_change_reason
 from k3rollout.runlog.journal import Journal
 from k3rollout.runlog.view import RunView
-from k3rollout.stages import rollback as rb
-from k3rollout.stages.base import NodeCtx, StageOutcome
-from k3rollout.stages.registry import SPECS, STAGES
+from k3rollout.stages.base import NodeCtx
+from k3rollout.stages.registry import SPECS
 from k3rollout.transport.base import Executor
 
 SECRET_HINTS = ("pass", "secret", "token", "key_data", "api_key", "credential")
@@ -91,15 +91,12 @@ class Redactor:
         return mask_credentials(text)       # URL credentials, secret-named env values and flags
 
 
-class GateInterrupted(Exception):
-    """The run was told to stop while a node waited for a person."""
-
-
 class Engine:
     """A rollout: the recorder (journal and view), the step runner (``ctx.runner`` for every
-    stage), the gates and hooks, the batch policy and the rollback executor, held and
-    handed each its part of the work. What stays here is the walk of a batch's nodes
-    through their stages (per node, per replica, once per batch)."""
+    stage), the gates and hooks, the batch policy, the rollback executor, the walkers, the
+    pre-staging and the sliding window, held and handed each its part of the work. What stays here is the loop over batches and,
+    within a batch, over the stages its nodes wait before: which walker runs one, and the
+    pauses a batch waits at."""
 
     def __init__(self, *, playbook: Playbook, inventory: Inventory, executor: Executor, journal: Journal,
                  evidence: EvidenceStore, clock: Clock, run_id: str, log: Any = None,
@@ -154,13 +151,37 @@ class Engine:
                                           make_ctx=lambda node, folder: self.ctx(node, None, folder),
                                           cordon_params=self.cordon_params, evidence=evidence, clock=clock,
                                           stopping=self.stopping, redact=self.redact, log=self.log)
-        self._held: dict[str, Pause] = {}     # stages the current batch waits before, and their pauses
-        self._replica_released: set[str] = set()   # nodes whose whole replica reached uncordon
         self._param_templates: dict[int, tuple[dict[str, Any], list[str]]] = {}   # stage parameters: dump, templated keys
         self._rejected: tuple[str, str] | None = None   # (rejected|window, why) a gate stopped the rollout
-        # called on a node's walk right before its cordon; False holds the node there (not out of
-        # service, nothing changed). The sliding window waits in it for a slot and the floor.
-        self.before_cordon: Callable[[str], bool] | None = None
+        # the walk of a batch's nodes through their stages, one walker per stage scope
+        # (engine/walkers): which one runs a node's stage is its kind's scope's (``Scopes``)
+        self.scopes = Scopes(self.view)
+        self.verdicts = StageVerdicts(recorder=self.recorder, gates=self.gates,
+                                      assertion_context=self.assertion_context, redact=self.redact, log=self.log)
+
+        def make_ctx(node: str, stage: Stage, params: Any) -> NodeCtx:
+            return self.ctx(node, stage, self.folder(stage), params)
+
+        self.replica_walker = ReplicaWalker(recorder=self.recorder, verdicts=self.verdicts, scopes=self.scopes,
+                                            playbook=playbook, make_ctx=make_ctx, render_params=self.render_params,
+                                            redact=self.redact, log=self.log)
+        self.batch_walker = BatchWalker(recorder=self.recorder, verdicts=self.verdicts, stages=self.stages,
+                                        make_ctx=make_ctx, render_params=self.render_params, policy=self.policy)
+        self.node_walker = NodeWalker(recorder=self.recorder, verdicts=self.verdicts, scopes=self.scopes,
+                                      playbook=playbook, make_ctx=make_ctx, render_params=self.render_params,
+                                      tvars=self.tvars, folder=self.folder, replica_holds=self.replica_walker.holds,
+                                      in_place=self.in_place, rollback_owner=self.play_vars.get("rollback_owner"),
+                                      evidence=evidence, clock=clock, stopping=self.stopping, redact=self.redact,
+                                      log=self.log)
+        self.groups: dict[Scope, GroupWalker] = {"replica": self.replica_walker, "batch": self.batch_walker}
+        # pre-staging ahead of the batches, while every node still serves
+        self.prestaging = PreStaging(recorder=self.recorder, config=play.prestage, run_id=run_id, tvars=self.tvars,
+                                     steps=self.steps, stopping=self.stopping, redact=self.redact, log=self.log)
+        # the sliding window after the canary batches: each of its nodes a batch of one
+        self.window = SlidingWindow(recorder=self.recorder, stages=self.stages,
+                                    max_fail_percentage=play.max_fail_percentage, policy=self.policy,
+                                    run_batch=self.run_batch, post_batch=self.post_batch, clock=clock,
+                                    stopping=self.stopping, log=self.log)
 
     @property
     def applied(self) -> int:
@@ -214,202 +235,6 @@ class Engine:
         ctx = self.assertion_context(node)
         return type(typed).model_validate({**data, **{k: render(data[k], ctx) for k in keys}})
 
-    # ------------------------------------------------------------------ stages
-
-    def check(self, node: str, stage: Stage, phase: str) -> tuple[bool, str]:
-        block = stage.pre if phase == "pre" else stage.post
-        if block is None:
-            return True, ""
-        ctx = self.assertion_context(node)
-        results = evaluate_all(block.that, ctx)
-        passed = all(r.passed for r in results)
-        self.record("assertions", node=node, stage=stage.stage, phase=phase, passed=passed,
-                    results=[r.to_dict() for r in results])
-        if passed:
-            return True, ""
-        failed = next(r for r in results if not r.passed)
-        msg = f"{phase}-assertion failed: {failed.expr}" + (f" ({failed.error})" if failed.error else "")
-        if block.fail_msg:
-            msg += f" - {block.fail_msg}"
-        return False, msg
-
-    def finish_stage(self, node: str, stage: Stage, out: StageOutcome) -> None:
-        if out.facts:
-            self.record("facts", node=node, stage=stage.stage, facts=out.facts)
-        if out.passed:
-            ok, why = self.check(node, stage, "post")
-            if not ok:
-                out = StageOutcome(False, why, {}, out.logs + "\n" + why)
-        if not out.passed:
-            f = self.view.node(node).facts
-            image_cuda = f.get("image_cuda") if stage.stage in STAGE_TABLES.image_stages else None
-            groups = run_plan(self.view).get("groups") or {}
-            # failed because another node of its replica did: that node's triage, naming it
-            culprit = str(out.facts.get("replica_culprit") or "")
-            peer = self.view.nodes[culprit].triage if culprit != node and culprit in self.view.nodes else None
-            tri = caused_by(peer, culprit, out.facts.get("replica")) if peer else \
-                classify(out.logs or out.reason, driver=f.get("driver_version") if image_cuda else None,
-                         image_cuda=image_cuda, stage=stage.stage, cuda_init_ok=f.get("cuda_init_ok"),
-                         nnodes=next((len(ns) for ns in groups.values() if node in ns), None))
-            self.record("triage", node=node, stage=stage.stage, **tri.to_dict())
-        self.record("stage_done", node=node, stage=stage.stage, passed=out.passed, reason=self.redact(out.reason))
-        self.log.info("stage_done", node=node, stage=stage.stage, passed=out.passed, reason=out.reason)
-
-    def run_stage(self, node: str, stage: Stage) -> StageOutcome:
-        self.record("stage_started", node=node, stage=stage.stage, name=stage.name)
-        ok, why = self.check(node, stage, "pre")
-        if not ok:
-            return StageOutcome(False, why, logs=why)
-        try:
-            params = self.render_params(stage, node)
-        except ValueError as exc:            # an AssertionSyntaxError is one
-            return failed_outcome(exc)
-        ctx = self.ctx(node, stage, self.folder(stage), params)
-        rep = self.replica_of(node) if stage.stage in REPLICA_SCOPED_STAGES and self.playbook.profile is not None else None
-        if rep is not None:
-            # a one-node replica (8 x B300 for K3) runs on its own node, with the profile's launch
-            # for its hardware and ready timeout, as a multi-node one does across its nodes
-            ctx.replica = {**rep, "baselines": {node: dict(self.view.node(node).baseline)},
-                           "ready_timeout": float(self.playbook.profile.engine_ready_timeout_s)}
-        try:
-            out = STAGES[stage.stage](ctx)
-            if rep is not None:
-                own = out.facts.get("per_node") or {}
-                facts = {k: v for k, v in out.facts.items() if k != "per_node"}
-                out = replace(out, facts={**facts, **own.get(node, {}), "replica_role": "head"})
-            return out
-        except STAGE_ERRORS as exc:
-            return failed_outcome(exc)
-
-    def advance(self, node: str) -> None:
-        """Walk one node forward until it is done, failed, or waiting at a batch barrier."""
-        while not self.stopping.is_set():
-            state = NodeState(self.view.node(node).state)
-            if state == NodeState.PENDING:
-                self.transition(node, Event.START)
-                continue
-            kind = STATE_STAGE.get(state)
-            if kind is None or kind in BATCH_SCOPED_STAGES or kind in self._held:
-                return
-            if self.replica_scoped(node, kind):
-                return                      # served once for the whole replica (run_replica_stage)
-            if STAGE_TABLES.plays(kind, RETURNS_TO_SERVICE) and run_plan(self.view).get("replicas") \
-                    and node not in self._replica_released:
-                return                      # a replica returns to service whole, or not at all
-            if STAGE_TABLES.plays(kind, TAKES_OUT_OF_SERVICE) and self.before_cordon is not None \
-                    and not self.before_cordon(node):
-                return                      # held before its cordon (engine/window.py)
-            stage = self.stages[self.kinds.index(kind)]
-            out = self.run_stage(node, stage)
-            if out.inconclusive and not out.passed:
-                try:
-                    out = self.human_verdict(node, stage, out)
-                except GateInterrupted:
-                    return                  # stopped while waiting: resume asks again
-
-            self.finish_stage(node, stage, out)
-            passed = self._last_stage_passed(node, kind)
-            records_baseline = STAGE_TABLES.plays(kind, RECORDS_BASELINE)
-            if passed and records_baseline and self.in_place and (why := self.unchanged(node)):
-                # nothing to install, so nothing to roll back: the node stays in service as it was
-                self.record("facts", node=node, stage=kind, facts={"no_change": why})
-                self.log.info("node_unchanged", node=node, reason=why)
-                self.transition(node, Event.HOLD)
-                return
-            if passed and records_baseline:
-                self.record_rollback_plan(node)
-                if not self.in_place:
-                    self.transition(node, Event.HOLD)
-                    return
-            self.transition(node, Event.PASSED if passed else Event.FAILED)
-
-    def human_verdict(self, node: str, stage: Stage, out: StageOutcome) -> StageOutcome:
-        """An inconclusive gate waits for a person instead of passing or failing on its own."""
-        n = self.view.node(node)
-        asked = sum(1 for p in self.view.pauses.values()
-                    if p.get("node") == node and p.get("stage") == stage.stage and p.get("decision"))
-        pid = f"{node}-{stage.stage}-inconclusive-{asked + 1}"
-        decision = self.gates.pause(pid, f"{node}: {stage.stage} is inconclusive: {out.reason}; approve to accept the "
-                                   "node, reject to fail it", None, batch=n.batch, at_stage=stage.stage, for_node=node)
-        if decision == "stopped":
-            raise GateInterrupted(pid)
-        if decision == "approved":
-            by = self.view.pauses[pid].get("by")
-            return StageOutcome(True, "", {**out.facts, "accepted_by": by, "accepted_inconclusive": out.reason})
-        why = {"rejected": "rejected by a person at the inconclusive gate", "window": "window ended at the gate",
-               "stopped": "stopped while waiting at the gate"}.get(decision, decision)
-        return StageOutcome(False, f"{out.reason} ({why})", out.facts, out.logs)
-
-    def _last_stage_passed(self, node: str, kind: str) -> bool:
-        for span in reversed(self.view.node(node).timeline):
-            if span["stage"] == kind:
-                return bool(span["passed"])
-        return False
-
-    def unchanged(self, node: str) -> str | None:
-        """Why the play leaves ``node`` alone after its baseline (plan/target.py, the rule the
-        plan and the preflight apply too), or None."""
-        if "driver_upgrade" not in self.kinds:
-            return None
-        try:
-            # the driver stage's own target for this node, as it would install it
-            target = str(self.render_params(self.stages[self.kinds.index("driver_upgrade")], node).target_driver)
-        except (AssertionSyntaxError, ValueError):
-            return None             # the driver stage reports its parameters itself
-        return no_change_reason(self.view.node(node).baseline.get("driver_version"), target)
-
-    def record_rollback_plan(self, node: str) -> None:
-        n = self.view.node(node)
-        if n.rollback_plan is not None:
-            return
-        steps = rb.plan_rollback(self.playbook, node, n.baseline, self.tvars(node))
-        described = [self.redact(rb.describe(s)) for s in steps]
-        # the plan is evidence too: what would be restored, written before anything changed
-        ref = self.evidence.write(node, self.folder(self.stages[0]), "rollback-plan.json", self.redact(fastjson.dumps_pretty(
-            {"node": node, "recorded_at": self.clock.iso(), "owner": self.play_vars.get("rollback_owner"),
-             "steps": described, "detail": steps})))
-        self.record("evidence", node=node, stage="baseline", name="rollback-plan", path=ref.path, sha256=ref.sha256)
-        # durable with the first destructive step's start, which commits all before it
-        self.record("rollback_plan", node=node, batch=n.batch, steps=steps, described=described, durable=False)
-
-    def run_barrier(self, nodes: list[str], kind: str) -> None:
-        waiting = [n for n in nodes if STATE_STAGE.get(NodeState(self.view.node(n).state)) == kind]
-        if not waiting:
-            return
-        stage = self.stages[self.kinds.index(kind)]
-        lead = waiting[0]
-        for n in waiting:
-            self.record("stage_started", node=n, stage=kind, name=stage.name)
-        ready = []
-        for n in waiting:
-            ok, why = self.check(n, stage, "pre")
-            if ok:
-                ready.append(n)
-            else:
-                self.finish_stage(n, stage, StageOutcome(False, why, logs=why))
-        outcomes: dict[str, StageOutcome] = {}
-        if ready:
-            try:
-                params = self.render_params(stage, lead)
-                ctx = self.ctx(ready[0], stage, self.folder(stage), params)
-                ctx.peers = self.old_driver_peers(nodes)
-                run_batch = SPECS[kind].run_batch
-                assert run_batch is not None     # a batch-scoped spec declares it (stages/spec.py)
-                outcomes = run_batch(ctx, ready)
-            except (StepFailed, ValueError) as exc:     # the parameters' and the stage's
-                outcomes = {n: failed_outcome(exc) for n in ready}
-        for n in ready:
-            self.finish_stage(n, stage, outcomes[n])
-        for n in waiting:
-            self.transition(n, Event.PASSED if self._last_stage_passed(n, kind) else Event.FAILED)
-
-    def old_driver_peers(self, batch_nodes: list[str]) -> list[str]:
-        """Nodes still on the old driver and in service, in the order the rollout will take them."""
-        out = self.policy.out_of_service(self.view) | set(batch_nodes)
-        pending = NodeState.PENDING.value
-        return [n for b in run_plan(self.view)["batches"] for n in b["nodes"]
-                if n not in out and self.view.node(n).state == pending]
-
     # ------------------------------------------------------------------ batches
 
     def pool(self, fn: Callable[[str], Any], nodes: list[str]) -> None:
@@ -419,138 +244,36 @@ class Engine:
         journal and the transports."""
         run_each(fn, nodes, workers=self.playbook.play.forks, stopping=self.stopping, name="k3node")
 
-    def run_batch(self, nodes: list[str], idx: int | None = None) -> None:
-        self._held = {s.stage: s.pause for s in self.stages if s.pause}
+    def walker(self, kind: str) -> GroupWalker:
+        """The walker that runs stage ``kind`` for a group of nodes: its kind's scope's."""
+        return self.groups[SPECS[kind].kind.scope]
+
+    def run_batch(self, nodes: list[str], idx: int | None = None, before_cordon: BeforeCordon | None = None) -> None:
+        """The nodes through their stages: each walks its node-scoped ones (``forks`` at once) up
+        to a stage its replica or its batch runs (the walker of that stage's scope runs it), a
+        pause, or its replica's return to service; then they roll back by their plans if they
+        failed. ``before_cordon`` may hold a node before its cordon (engine/window.py)."""
+        held = {s.stage: s.pause for s in self.stages if s.pause}
         while True:
-            self.pool(self.advance, nodes)
+            self.pool(lambda n: self.node_walker.advance(n, held, before_cordon), nodes)
             if self.stopping.is_set():
                 break
             at = {STATE_STAGE.get(NodeState(self.view.node(n).state)) for n in nodes}
-            gate = next((k for k in self.kinds if k in at and (k in self._held or k in BATCH_SCOPED_STAGES or (
-                k in REPLICA_SCOPED_STAGES and any(self.replica_scoped(n, k) for n in nodes
-                                            if STATE_STAGE.get(NodeState(self.view.node(n).state)) == k)))), None)
+            gate = next((k for k in self.kinds if k in at and (k in held or any(
+                self.scopes.of(n, k) != "node" for n in waiting_at(self.view, nodes, k)))), None)
             back = STAGE_TABLES.with_role(RETURNS_TO_SERVICE)
-            if gate is None and back in at and run_plan(self.view).get("replicas") and any(
-                    n not in self._replica_released for n in nodes
-                    if STATE_STAGE.get(NodeState(self.view.node(n).state)) == back):
+            if gate is None and back in at and any(self.replica_walker.holds(n) for n in waiting_at(self.view, nodes, back)):
                 gate = "replica"
             if gate is None:
                 break
             if gate == "replica":
-                self.replica_gate(nodes)
-            elif gate in self._held:
-                self.stage_gate(nodes, idx, gate, self._held.pop(gate))
-            elif gate in BATCH_SCOPED_STAGES:
-                self.run_barrier(nodes, gate)
+                self.replica_walker.release(nodes)
+            elif gate in held:
+                self.stage_gate(nodes, idx, gate, held.pop(gate))
             else:
-                self.run_replica_stage(nodes, gate)
+                self.walker(gate).run(nodes, gate)
         need = [n for n in nodes if self.view.node(n).state == NodeState.ROLLBACK_REQUIRED.value]
         self.pool(lambda n: self.rollbacks.rollback(n, self.view.node(n).reason or "stage failed"), need)
-
-    def replica_of(self, node: str) -> dict[str, Any] | None:
-        return next((r for r in run_plan(self.view).get("replicas") or [] if node in r["nodes"]), None)
-
-    def replica_scoped(self, node: str, kind: str) -> bool:
-        """With a model profile, the serving stages of a replica of more than one node run once
-        for the replica; a one-node replica and a play without a profile run them per node."""
-        if kind not in REPLICA_SCOPED_STAGES or not run_plan(self.view).get("replicas"):
-            return False
-        rep = self.replica_of(node)
-        return rep is not None and len(rep["nodes"]) > 1
-
-    def run_replica_stage(self, nodes: list[str], kind: str) -> None:
-        """A serving stage once per multi-node replica whose nodes all wait before it: the launch
-        across its nodes, health and the ladder on its head (stages/replica_serve.py). The
-        outcome is every member's; a replica with a member that failed before does not launch,
-        and its waiting nodes fail naming that member (then all roll back by their plans)."""
-        stage = self.stages[self.kinds.index(kind)]
-        waiting = [n for n in nodes if STATE_STAGE.get(NodeState(self.view.node(n).state)) == kind
-                   and self.replica_scoped(n, kind)]
-        done: set[str] = set()
-        for n in waiting:
-            if n in done:
-                continue
-            rep = self.replica_of(n)
-            if rep is None:             # (replica_scoped: every waiting node has its replica)
-                continue
-            members = rep["nodes"]
-            here = [m for m in members if m in waiting]
-            done.update(here)
-            for m in here:
-                self.record("stage_started", node=m, stage=kind, name=stage.name)
-            absent = [m for m in members if m not in here]
-            outcomes: dict[str, StageOutcome] = {}
-            if absent:
-                why = "; ".join(f"{c} is not changed by the play ({v.facts['no_change']}), so the replica would run "
-                                "two drivers" if (v := self.view.node(c)).facts.get("no_change") else
-                                f"{c} failed" + (f" at {v.failed_stage}" if v.failed_stage
-                                                 else f" ({v.state})") + (f" ({v.reason[:200]})" if v.reason else "")
-                                for c in absent)
-                reason = f"replica {rep['id']} is not serving: {why}; its nodes are rolled back together"
-                outcomes = {m: StageOutcome(False, reason, {"replica": rep["id"], "replica_culprit": absent[0]}, reason)
-                            for m in here}
-            else:
-                pre = {m: self.check(m, stage, "pre") for m in here}
-                bad = [m for m in here if not pre[m][0]]
-                if bad:
-                    reason = f"replica {rep['id']}: {bad[0]}: {pre[bad[0]][1]}"
-                    outcomes = {m: StageOutcome(False, pre[m][1] if m in bad else reason, logs=reason) for m in here}
-                else:
-                    try:
-                        outcomes = self._serve_replica(rep, stage)
-                    except GateInterrupted:
-                        return              # stopped while a person was asked: resume runs it again
-            # the node that caused a failure first: its triage is the others'
-            for m in sorted(here, key=lambda m: outcomes[m].facts.get("replica_culprit") != m):
-                self.finish_stage(m, stage, outcomes[m])
-            for m in here:
-                self.transition(m, Event.PASSED if self._last_stage_passed(m, kind) else Event.FAILED)
-
-    def _serve_replica(self, rep: dict[str, Any], stage: Stage) -> dict[str, StageOutcome]:
-        head = rep["nodes"][0]
-        try:
-            params = self.render_params(stage, head)
-            ctx = self.ctx(head, stage, self.folder(stage), params)
-            ctx.replica = {**rep, "baselines": {m: dict(self.view.node(m).baseline) for m in rep["nodes"]},
-                           "ready_timeout": float(self.playbook.profile.engine_ready_timeout_s)}
-            out = STAGES[stage.stage](ctx)
-        except (StepFailed, ValueError) as exc:         # the parameters' and the stage's
-            out = failed_outcome(exc)
-        if out.inconclusive and not out.passed:
-            out = self.human_verdict(head, stage, out)      # GateInterrupted: resume asks again
-        shared = {k: v for k, v in out.facts.items() if k != "per_node"}
-        own = out.facts.get("per_node") or {}
-        return {m: replace(out, facts={**shared, **own.get(m, {}), "replica_role": "head" if m == head else "worker"})
-                for m in rep["nodes"]}
-
-    def replica_gate(self, nodes: list[str]) -> None:
-        """Before uncordon, with a model profile: a replica serves whole or not at all. A node
-        goes back into service only when every node of its replica passed all its stages; when
-        one failed, the others are failed here (still cordoned) and rolled back by their
-        recorded plans, and the reason names the node that caused it."""
-        groups = run_plan(self.view).get("groups") or {}
-        back = STAGE_TABLES.with_role(RETURNS_TO_SERVICE)
-        waiting = {n for n in nodes if STATE_STAGE.get(NodeState(self.view.node(n).state)) == back}
-        for rid, members in groups.items():
-            here = [n for n in members if n in waiting and n not in self._replica_released]
-            if not here:
-                continue
-            culprits = [n for n in members if n not in waiting]
-            if not culprits:
-                self._replica_released.update(here)
-                continue
-            why = "; ".join(f"{c} failed" + (f" at {v.failed_stage}" if (v := self.view.node(c)).failed_stage else "")
-                            + (f" ({v.reason[:200]})" if v.reason else "") for c in culprits)
-            reason = f"replica {rid} is not serving: {why}; its nodes are rolled back together"
-            cause = next((c for c in culprits if c in self.view.nodes and self.view.nodes[c].triage), None)
-            for n in here:
-                self.record("stage_started", node=n, stage=back, name="replica check")
-                if cause:       # its triage is the failed node's, naming it
-                    self.record("triage", node=n, stage=back,
-                                **caused_by(self.view.nodes[cause].triage or {}, cause, rid).to_dict())
-                self.record("stage_done", node=n, stage=back, passed=False, reason=self.redact(reason))
-                self.log.warning("replica_failed", node=n, replica=rid, culprits=culprits)
-                self.transition(n, Event.ROLLBACK_REQUESTED)
 
     def stage_gate(self, nodes: list[str], idx: int | None, kind: str, pause: Pause) -> None:
         """A stage's ``pause``: the batch waits before it; a rejection stops the batch."""
@@ -579,8 +302,8 @@ class Engine:
                 "batches": [{"index": b["index"], "nodes": b["nodes"]} for b in plan["batches"]]}, "run"):
             return self.halt("hook", "the confirm_rollout hook did not confirm the rollout", None)
         if self.playbook.play.prestage is not None and self.in_place:
-            why = prestage.run(self, [n for b in plan["batches"] if self.view.batches[b["index"]]["status"]
-                                      == "not_started" for n in b["nodes"]])
+            why = self.prestaging.run([n for b in plan["batches"] if self.view.batches[b["index"]]["status"]
+                                       == "not_started" for n in b["nodes"]])
             if why:
                 return self.halt("prestage", why, None)
         position = 0
@@ -621,7 +344,7 @@ class Engine:
             return self.halt(*self._rejected, idx)
         if halt:
             return self.halt(halt[0], halt[1], idx)
-        over = self.over_budget()
+        over = self.policy.over_budget(self.view)
         if over:
             return self.halt("failure_budget", over, idx)
         return self.after_batch_gate(idx)
@@ -632,10 +355,10 @@ class Engine:
         if self.view.batches[idx]["status"] == "not_started" and \
                 not self.gates.run_hooks("pre_batch", {"batch": idx, "nodes": batch["nodes"]}, f"batch{idx}"):
             return self.halt("hook", f"a pre_batch hook refused batch {idx}", idx)
-        stop = window.run(self, batch, policy)
+        stop = self.window.run(batch, policy)
         if stop:
             return self.halt(stop[0], stop[1], idx)
-        over = self.over_budget()
+        over = self.policy.over_budget(self.view)
         if over:
             return self.halt("failure_budget", over, idx)
         return None
@@ -665,13 +388,3 @@ class Engine:
     def finish(self, status: str) -> str:
         self.record("run_finished", status=status)
         return status
-
-    # ------------------------------------------------------------------ the policy, as window.py asks it
-
-    def over_budget(self) -> str | None:
-        """Why the rollout-wide failure budget is spent, or None (``BatchPolicy.over_budget``)."""
-        return self.policy.over_budget(self.view)
-
-    def capacity_short(self, nodes: list[str], what_for: str, extra_out: Iterable[str] = frozenset()) -> str | None:
-        """Why taking ``nodes`` out of service now would cross the capacity floor, or None."""
-        return self.policy.capacity_short(self.view, nodes, what_for, extra_out)

@@ -19,23 +19,24 @@ as soon as another finishes, while
 
 A node counts against ``max_unavailable`` and the floor from its cordon on, not before:
 its stages before the cordon (baseline ...) change nothing and run while it still serves,
-so a node walks them ahead of a free slot and waits right before its cordon
-(``Engine.before_cordon``) until a slot is free and taking it out keeps the floor, checked
-there against every node already out of service. The cut-off, ``max_fail_percentage`` and
-``failure_budget`` are checked again at that point; a node held there when new starts stop
-stays in service, nothing changed (``cordon-required``). Besides one per free slot, at most
-:func:`lookahead` nodes walk ahead at once, so one is ready when a slot frees and none waits
-long on a baseline that ages: from the stages' estimates, or, once three nodes of the
-window have been through both, from the mean of what the last twenty took in service and
-out of it, when that asks for more. ``max_fail_percentage`` counts a node from its cordon on (or
-from its end, if it failed before it).
+so a node walks them ahead of a free slot and waits right before its cordon (in the
+``before_cordon`` the window hands its walk) until a slot is free and taking it out keeps
+the floor, checked there against every node already out of service. The cut-off,
+``max_fail_percentage`` and ``failure_budget`` are checked again at that point; a node held
+there when new starts stop stays in service, nothing changed (``cordon-required``). Besides
+one per free slot, at most :func:`lookahead` nodes walk ahead at once, so one is ready when
+a slot frees and none waits long on a baseline that ages: from the stages' estimates, or,
+once three nodes of the window have been through both, from the mean of what the last
+twenty took in service and out of it, when that asks for more. ``max_fail_percentage``
+counts a node from its cordon on (or from its end, if it failed before it).
 
-Each node runs through ``Engine.run_batch([node], idx)``: its stages, the batch-scoped
-multinode stage on its own, and its rollback if it fails, all journaled as for a batch.
-The window is one batch in the plan and the journal (``batch_started``/``batch_done``), so
-``resume`` continues it: nodes already done are left alone; a node whose cordon had
-started takes its slot again at once (it is out of service already); the others start
-again under the same rules, and wait before their cordon as above. Stage ``pause`` gates
+``SlidingWindow`` is built once by the engine. Each node runs through the engine's
+``run_batch([node], idx, before_cordon)``: its stages, the batch-scoped multinode stage on
+its own, and its rollback if it fails, all journaled as for a batch. The window is one
+batch in the plan and the journal (``batch_started``/``batch_done``), so ``resume``
+continues it: nodes already done are left alone; a node whose cordon had started takes its
+slot again at once (it is out of service already); the others start again under the same
+rules, and wait before their cordon as above. Stage ``pause`` gates
 need a batch to wait in; a play with a window refuses them (model/playbook.py).
 """
 
@@ -45,64 +46,35 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 from k3rollout.engine.clock import Clock
+from k3rollout.engine.policy import BatchPolicy
 from k3rollout.engine.pool import WorkerPool
+from k3rollout.engine.recorder import Recorder
 from k3rollout.engine.states import STAGE_STATE, NodeState
-from k3rollout.model.playbook import STAGE_TABLES, Playbook, Stage
+from k3rollout.engine.walkers.node import BeforeCordon
+from k3rollout.model.playbook import STAGE_TABLES, Stage
 from k3rollout.model.stagekinds import TAKES_OUT_OF_SERVICE
 from k3rollout.runlog.view import RunView
 
-
-class Engine(Protocol):
-    """What the window uses of the engine (engine/runner.py's ``Engine`` is one), declared
-    here so this module does not import the runner that imports it."""
-    # the hook the engine calls right before a node's cordon, set for the window's run
-    before_cordon: Callable[[str], bool] | None
-
-    @property
-    def view(self) -> RunView: ...
-
-    @property
-    def playbook(self) -> Playbook: ...
-
-    @property
-    def stages(self) -> list[Stage]: ...
-
-    @property
-    def kinds(self) -> list[str]: ...
-
-    @property
-    def clock(self) -> Clock: ...
-
-    @property
-    def stopping(self) -> threading.Event: ...
-
-    @property
-    def log(self) -> Any: ...
-
-    def record(self, type_: str, *, durable: bool | None = None, **data: Any) -> dict[str, Any]: ...
-
-    def run_batch(self, nodes: list[str], idx: int | None = None) -> None: ...
-
-    def capacity_short(self, nodes: list[str], what_for: str, extra_out: Iterable[str] = ...) -> str | None: ...
-
-    def over_budget(self) -> str | None: ...
-
-    def post_batch(self, idx: int, nodes: list[str], status: str, failed: list[str]) -> None: ...
+# ``Engine.run_batch(nodes, idx, before_cordon)``: a batch's nodes through their stages and
+# rollbacks, each node held by ``before_cordon`` right before its cordon
+RunBatch = Callable[[list[str], int, BeforeCordon], None]
+# ``Engine.post_batch(idx, nodes, status, failed)``: the batch's post_batch hooks
+PostBatch = Callable[[int, list[str], str, list[str]], None]
 
 TERMINAL = {NodeState.UPGRADE_DONE.value, NodeState.SKIPPED.value, NodeState.ROLLED_BACK.value,
             NodeState.ROLLBACK_FAILED.value, NodeState.FAILED.value}
 FAILED = {NodeState.ROLLED_BACK.value, NodeState.ROLLBACK_FAILED.value, NodeState.FAILED.value}
 
 
-def _failing(engine: Engine, started: list[str], last_n: int, pct: float) -> tuple[str, str] | None:
+def _failing(view: RunView, started: list[str], last_n: int, pct: float) -> tuple[str, str] | None:
     """(halt kind, why) when no further node may start for the failures so far: a failed
     rollback anywhere (``rollback_failed``), or more than ``pct`` percent of the last
     ``last_n`` nodes started failed (``failure``)."""
-    states = {n: engine.view.node(n).state for n in started}
+    states = {n: view.node(n).state for n in started}
     bad_rb = [n for n, s in states.items() if s == NodeState.ROLLBACK_FAILED.value]
     if bad_rb:
         return ("rollback_failed", f"ROLLBACK FAILED on {', '.join(bad_rb)}: node(s) kept cordoned and need "
@@ -117,24 +89,23 @@ def _failing(engine: Engine, started: list[str], last_n: int, pct: float) -> tup
     return None
 
 
-def lookahead(engine: Engine, k: int) -> int:
+def lookahead(stages: list[Stage], k: int) -> int:
     """How many nodes may walk their in-service stages ahead of a free slot (besides one
     per free slot): enough that one is ready each time a slot frees, and no more."""
-    i = STAGE_TABLES.index([s.stage for s in engine.stages], TAKES_OUT_OF_SERVICE)
+    i = STAGE_TABLES.index([s.stage for s in stages], TAKES_OUT_OF_SERVICE)
     if i is None:
         return 1
-    lead = sum(float(s.estimate_s) for s in engine.stages[:i])
-    out = sum(float(s.estimate_s) for s in engine.stages[i:]) or 1.0
+    lead = sum(float(s.estimate_s) for s in stages[:i])
+    out = sum(float(s.estimate_s) for s in stages[i:]) or 1.0
     return min(k, math.ceil(k * lead / out) + 1)
 
 
-def went_out(engine: Engine, node: str) -> bool:
+def went_out(view: RunView, kinds: list[str], node: str) -> bool:
     """Whether the node's cordon has started (in this run): from then on it is out of service,
     or may be, and holds a slot until it is done."""
-    v = engine.view.node(node)
+    v = view.node(node)
     if v.state in TERMINAL or v.state == NodeState.PENDING.value:
         return False
-    kinds = list(engine.kinds)
     i = STAGE_TABLES.index(kinds, TAKES_OUT_OF_SERVICE)
     if i is None:
         return True
@@ -145,11 +116,11 @@ def went_out(engine: Engine, node: str) -> bool:
 class _Window:
     """The window's shared state, under one condition variable."""
 
-    def __init__(self, engine: Engine, idx: int, nodes: list[str], policy: dict[str, Any]):
-        self.engine = engine
+    def __init__(self, part: SlidingWindow, idx: int, nodes: list[str], policy: dict[str, Any]):
+        self.part = part
         self.idx = idx
         self.k = max(1, int(policy["max_unavailable"]))
-        self.ahead_est = lookahead(engine, self.k)
+        self.ahead_est = lookahead(part.stages, self.k)
         # what the nodes of this window actually took (monotonic seconds): from a start to its
         # arrival before the cordon (the in-service lead), and from its cordon to its end
         self.began: dict[str, float] = {}
@@ -159,14 +130,14 @@ class _Window:
         self.need = (float(policy["unit_estimate_s"]) + float(policy["rollback_estimate_s"])
                      + float(policy.get("cutoff_s") or 0))
         self.last_n = int(policy.get("fail_window") or 10)
-        self.pct = engine.playbook.play.max_fail_percentage
+        self.pct = part.max_fail_percentage
         self.cond = threading.Condition()
         self.out: set[str] = set()        # from their cordon on: what max_unavailable and the floor count
         self.waiting: set[str] = set()    # walking their in-service stages (baseline ...), still serving
         self.stop: tuple[str, str] | None = None
         # the units started, in order (what max_fail_percentage looks at): a node counts from its
         # cordon on, or once it ended before it (failed its baseline); earlier runs' first (resume)
-        self.started = [n for n in nodes if went_out(engine, n) or engine.view.node(n).state in TERMINAL]
+        self.started = [n for n in nodes if went_out(part.view, part.kinds, n) or part.view.node(n).state in TERMINAL]
 
     @property
     def ahead(self) -> int:
@@ -182,18 +153,18 @@ class _Window:
         return max(self.ahead_est, seen)
 
     def stopped(self) -> bool:
-        return self.stop is not None or self.engine.stopping.is_set()
+        return self.stop is not None or self.part.stopping.is_set()
 
     def why_stop(self, node: str, cutoff: bool) -> tuple[str, str] | None:
-        e = self.engine
-        failing = _failing(e, self.started, self.last_n, self.pct)
+        p = self.part
+        failing = _failing(p.view, self.started, self.last_n, self.pct)
         if failing:
             return failing
-        over = e.over_budget()
+        over = p.policy.over_budget(p.view)
         if over:
             return ("failure_budget", over)
-        if cutoff and e.view.window_end is not None:
-            left = e.view.window_end - e.clock.now()
+        if cutoff and p.view.window_end is not None:
+            left = p.view.window_end - p.clock.now()
             if self.need > left:
                 return ("window", f"sliding window: {node} needs {self.need / 60:.0f} min (with its rollback "
                                   f"and the cut-off margin) but the window has {max(0, left) / 60:.0f} "
@@ -201,8 +172,8 @@ class _Window:
         return None
 
     def before_cordon(self, node: str) -> bool:
-        """Engine.before_cordon: wait for a slot and the capacity floor, right before the
-        node's cordon. False: the window stopped, the node stays where it is (serving)."""
+        """The walk's ``before_cordon`` (engine/walkers/node.py): wait for a slot and the
+        capacity floor, right before the node's cordon. False: the window stopped, the node stays where it is (serving)."""
         with self.cond:
             if node in self.out:
                 return True                 # its cordon had started before a crash: it holds its slot
@@ -215,7 +186,8 @@ class _Window:
                     self.cond.notify_all()
                     break
                 if len(self.out) < self.k:
-                    short = self.engine.capacity_short([node], f"cordoning {node}", extra_out=set(self.out))
+                    short = self.part.policy.capacity_short(self.part.view, [node], f"cordoning {node}",
+                                                            extra_out=set(self.out))
                     if short is None:
                         self.waiting.discard(node)
                         self.out.add(node)
@@ -232,24 +204,24 @@ class _Window:
 
     def one(self, node: str) -> None:
         try:
-            self.engine.run_batch([node], self.idx)
+            self.part.run_batch([node], self.idx, self.before_cordon)
         finally:
             with self.cond:
                 if node in self.went:
                     self.outs.append(time.monotonic() - self.went.pop(node))
                 self.out.discard(node)
                 self.waiting.discard(node)
-                if node not in self.started and self.engine.view.node(node).state in TERMINAL:
+                if node not in self.started and self.part.view.node(node).state in TERMINAL:
                     self.started.append(node)
                 self.cond.notify_all()
 
     def dispatch(self, node: str) -> bool:
         """Wait until ``node`` may start; False when the window stopped."""
-        e = self.engine
+        view = self.part.view
         with self.cond:
-            resumed_out = went_out(e, node)
+            resumed_out = went_out(view, self.part.kinds, node)
             while not self.stopped():
-                why = self.why_stop(node, cutoff=e.view.node(node).state == NodeState.PENDING.value)
+                why = self.why_stop(node, cutoff=view.node(node).state == NodeState.PENDING.value)
                 if why:
                     self.stop = why
                     self.cond.notify_all()
@@ -268,34 +240,49 @@ class _Window:
             return False
 
 
-def run(engine: Engine, batch: dict[str, Any], policy: dict[str, Any]) -> tuple[str, str] | None:
-    """Run the window batch; (halt kind, why) when new starts stopped early, else None."""
-    idx, nodes = batch["index"], batch["nodes"]
-    if engine.view.batches[idx]["status"] == "not_started":
-        engine.record("batch_started", batch=idx, nodes=nodes)
-        engine.log.info("batch_started", batch=idx, nodes=nodes, policy="window")
-    w = _Window(engine, idx, nodes, policy)
-    todo = [n for n in nodes if engine.view.node(n).state not in TERMINAL]
-    engine.before_cordon = w.before_cordon
-    try:
+class SlidingWindow:
+    """Built from the recorder, the play's stages and ``max_fail_percentage``, the batch
+    policy (the failure budget and the capacity floor), ``run_batch`` and ``post_batch``
+    (the engine's), the clock, the stop flag and the log."""
+
+    def __init__(self, *, recorder: Recorder, stages: list[Stage], max_fail_percentage: float, policy: BatchPolicy,
+                 run_batch: RunBatch, post_batch: PostBatch, clock: Clock, stopping: threading.Event, log: Any):
+        self.record = recorder.record
+        self.view = recorder.view
+        self.stages = stages
+        self.kinds = [s.stage for s in stages]
+        self.max_fail_percentage = max_fail_percentage
+        self.policy = policy
+        self.run_batch = run_batch
+        self.post_batch = post_batch
+        self.clock = clock
+        self.stopping = stopping
+        self.log = log
+
+    def run(self, batch: dict[str, Any], policy: dict[str, Any]) -> tuple[str, str] | None:
+        """Run the window batch; (halt kind, why) when new starts stopped early, else None."""
+        idx, nodes = batch["index"], batch["nodes"]
+        if self.view.batches[idx]["status"] == "not_started":
+            self.record("batch_started", batch=idx, nodes=nodes)
+            self.log.info("batch_started", batch=idx, nodes=nodes, policy="window")
+        w = _Window(self, idx, nodes, policy)
+        todo = [n for n in nodes if self.view.node(n).state not in TERMINAL]
         # room for every slot and the most nodes ahead (threads start only as nodes need them);
         # a stop is the engine's worker pool's (engine/pool.py): no new node or step starts,
         # what runs now finishes and is journaled
-        with WorkerPool(2 * w.k + 1, stopping=engine.stopping, name="k3window") as pool:
+        with WorkerPool(2 * w.k + 1, stopping=self.stopping, name="k3window") as pool:
             for node in todo:
                 if not w.dispatch(node):
                     break
                 pool.submit(w.one, node)
-    finally:
-        engine.before_cordon = None
-    if engine.stopping.is_set():
-        raise KeyboardInterrupt
-    stop = w.stop
-    if stop is None:
-        stop = _failing(engine, w.started, w.last_n, w.pct)
-    failed = sorted(n for n in nodes if engine.view.node(n).state in FAILED)
-    status = "failed" if failed else "passed"
-    engine.record("batch_done", batch=idx, status=status, failed=failed)
-    engine.log.info("batch_done", batch=idx, status=status, failed=failed, policy="window")
-    engine.post_batch(idx, nodes, status, failed)
-    return stop
+        if self.stopping.is_set():
+            raise KeyboardInterrupt
+        stop = w.stop
+        if stop is None:
+            stop = _failing(self.view, w.started, w.last_n, w.pct)
+        failed = sorted(n for n in nodes if self.view.node(n).state in FAILED)
+        status = "failed" if failed else "passed"
+        self.record("batch_done", batch=idx, status=status, failed=failed)
+        self.log.info("batch_done", batch=idx, status=status, failed=failed, policy="window")
+        self.post_batch(idx, nodes, status, failed)
+        return stop

@@ -201,10 +201,10 @@ class Harness:
         return c
 
     def run_stage(self, kind: str, node: str = "gpu-01"):
-        """The stage as the engine runs it (``Engine.run_stage``): its ``pre`` assertions,
+        """The stage as the engine runs it (``NodeWalker.run_stage``): its ``pre`` assertions,
         its parameters rendered, and a ``StepFailed`` or ``ParseError`` turned into a failed
         outcome. Facts come from the journal only, so this suits the first stage."""
-        return self.engine.run_stage(node, self.engine.stages[self.engine.kinds.index(kind)])
+        return self.engine.node_walker.run_stage(node, self.engine.stages[self.engine.kinds.index(kind)])
 
     def journal(self) -> list[dict]:
         from k3rollout.runlog.journal import Journal

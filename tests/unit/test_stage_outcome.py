@@ -46,7 +46,7 @@ def test_the_errors_a_stage_run_turns_into_an_outcome_are_the_nodes_failures_onl
     (ParseError("no boot id"), "unexpected output: no boot id"),
 ])
 def test_the_engine_runs_a_stage_through_the_mapping(stage_harness, monkeypatch, raised, reason):
-    """Engine.run_stage: a stage that raises a node's failure ends failed, by the mapping."""
+    """NodeWalker.run_stage: a stage that raises a node's failure ends failed, by the mapping."""
     from k3rollout.stages import registry
 
     h = stage_harness()
@@ -76,7 +76,6 @@ def test_a_stage_that_raises_anything_else_is_not_taken_for_the_nodes_failure(st
 
 def test_prestaging_turns_a_nodes_failure_into_its_outcome(stage_harness, monkeypatch):
     """engine/prestage.py: the same mapping, the node's prestage_done record says why."""
-    from k3rollout.engine import prestage
     from k3rollout.stages import prestage as node_prestage
 
     h = stage_harness()
@@ -85,7 +84,7 @@ def test_prestaging_turns_a_nodes_failure_into_its_outcome(stage_harness, monkey
         raise ParseError("df: no avail column")
 
     monkeypatch.setattr(node_prestage, "run", run)
-    node, out = prestage.one(h.engine, "gpu-01")
+    node, out = h.engine.prestaging.one("gpu-01")
     assert node == "gpu-01" and out == failed_outcome(ParseError("df: no avail column"))
     done = [r for r in h.journal() if r["type"] == "prestage_done"]
     assert [(r["ok"], r["reason"]) for r in done] == [(False, "unexpected output: df: no avail column")]

@@ -11,8 +11,8 @@ from k3rollout.engine.window import _Window
 def _window(k: int) -> _Window:
     stages = [SimpleNamespace(stage=s, estimate_s=m * 60) for s, m in
               (("baseline", 3), ("cordon", 5), ("driver_upgrade", 25), ("uncordon", 50))]
-    engine = SimpleNamespace(stages=stages, playbook=SimpleNamespace(play=SimpleNamespace(max_fail_percentage=25)))
-    return _Window(engine, 2, [], {"max_unavailable": k, "unit_estimate_s": 0, "rollback_estimate_s": 0})
+    part = SimpleNamespace(stages=stages, max_fail_percentage=25)      # the SlidingWindow's
+    return _Window(part, 2, [], {"max_unavailable": k, "unit_estimate_s": 0, "rollback_estimate_s": 0})
 
 
 def _measured(k: int, leads: list[float], outs: list[float]) -> _Window:
