@@ -154,7 +154,8 @@ class NodeWalker:
         ref = self.evidence.write(node, self.folder(self.stages[0]), "rollback-plan.json", self.redact(fastjson.dumps_pretty(
             {"node": node, "recorded_at": self.clock.iso(), "owner": self.rollback_owner,
              "steps": described, "detail": steps})))
-        self.record("evidence", node=node, stage="baseline", name="rollback-plan", path=ref.path, sha256=ref.sha256)
+        self.record("evidence", node=node, stage=STAGE_TABLES.with_role(RECORDS_BASELINE), name="rollback-plan",
+                    path=ref.path, sha256=ref.sha256)
         # durable with the first destructive step's start, which commits all before it
         self.record("rollback_plan", node=node, batch=n.batch, steps=steps, described=described, durable=False)
 
