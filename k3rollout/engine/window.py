@@ -134,6 +134,10 @@ class _Window:
         self.cond = threading.Condition()
         self.out: set[str] = set()        # from their cordon on: what max_unavailable and the floor count
         self.waiting: set[str] = set()    # walking their in-service stages (baseline ...), still serving
+        # at their cordon, waiting for a slot: a freed slot goes to the first of them in the
+        # plan's order that the floor lets out, not to whichever thread wakes first
+        self.order = {n: i for i, n in enumerate(nodes)}
+        self.queued: set[str] = set()
         self.stop: tuple[str, str] | None = None
         # the units started, in order (what max_fail_percentage looks at): a node counts from its
         # cordon on, or once it ended before it (failed its baseline); earlier runs' first (resume)
@@ -179,28 +183,45 @@ class _Window:
                 return True                 # its cordon had started before a crash: it holds its slot
             if node in self.began:
                 self.leads.append(time.monotonic() - self.began.pop(node))
-            while not self.stopped():
-                why = self.why_stop(node, cutoff=True)
-                if why:
-                    self.stop = why
+            self.queued.add(node)
+            try:
+                return self._take_slot(node)
+            finally:
+                self.queued.discard(node)
+                self.cond.notify_all()
+
+    def _first_in_line(self, node: str) -> bool:
+        """Whether ``node`` is the first in the plan's order of the nodes waiting at their
+        cordon, or the first one is held back by the floor (it does not hold the others)."""
+        first = min(self.queued, key=lambda m: self.order.get(m, len(self.order)))
+        return first == node or self.part.policy.capacity_short(
+            self.part.view, [first], f"cordoning {first}", extra_out=set(self.out)) is not None
+
+    def _take_slot(self, node: str) -> bool:
+        """Under ``cond``: wait for a slot, the node's turn and the floor; True once ``node``
+        holds a slot, False when the window stopped."""
+        while not self.stopped():
+            why = self.why_stop(node, cutoff=True)
+            if why:
+                self.stop = why
+                self.cond.notify_all()
+                return False
+            if len(self.out) < self.k and self._first_in_line(node):
+                short = self.part.policy.capacity_short(self.part.view, [node], f"cordoning {node}",
+                                                        extra_out=set(self.out))
+                if short is None:
+                    self.waiting.discard(node)
+                    self.out.add(node)
+                    self.started.append(node)
+                    self.went[node] = time.monotonic()
+                    return True
+                if not self.out:
+                    # nothing of the window's is out to come back: the floor cannot be met
+                    self.stop = ("capacity", short)
                     self.cond.notify_all()
-                    break
-                if len(self.out) < self.k:
-                    short = self.part.policy.capacity_short(self.part.view, [node], f"cordoning {node}",
-                                                            extra_out=set(self.out))
-                    if short is None:
-                        self.waiting.discard(node)
-                        self.out.add(node)
-                        self.started.append(node)
-                        self.went[node] = time.monotonic()
-                        return True
-                    if not self.out:
-                        # nothing of the window's is out to come back: the floor cannot be met
-                        self.stop = ("capacity", short)
-                        self.cond.notify_all()
-                        break
-                self.cond.wait(0.5)
-            return False
+                    return False
+            self.cond.wait(0.5)
+        return False
 
     def one(self, node: str) -> None:
         try:
