@@ -284,8 +284,51 @@ def rollout(base: Path, nodes: list[str], slow: set[str], k: int, scale: float, 
     tm["after_canaries"] = {"span_s": end - began, "lower_bound_s": lb_rest, "canaries_s": began - timing.parse_ts(res["started"])}
     works = sorted(u["work_s"] for u in tm["units"])
     return {"name": name, "wall_s": wall, "upgraded": upgraded, "not_done": not_done, "timing": tm,
-            "api": call_counts(calls, sent),
+            "api": call_counts(calls, sent), "gates": gate_requests(run_dir / "journal.jsonl", seconds, minutes),
             "work_mean_s": sum(works) / len(works), "work_p95_s": works[max(0, -(-95 * len(works) // 100) - 1)]}
+
+
+# the serving stages whose time the gates' own requests add to
+VALIDATION_STAGES = ("vllm_smoke", "features")
+
+
+def gate_requests(journal: Path, held: dict[str, float], minutes: dict[str, float]) -> dict[str, Any]:
+    """What the gates' requests that are not load (``POST /tokenize`` to size prompts,
+    ``/metrics`` before and after a level or a prefix proof) took, per unit that ran the
+    serving stages, against that unit's validation time (its vllm_smoke and features spans,
+    held estimate included): the share, mean and max, from the journal's step and stage
+    records. The held estimate is scaled (``--scale``) while the requests take real time,
+    so the share is also given against the stages as a replica would spend them: each
+    stage's span with its held part replaced by the playbook's estimate in real minutes."""
+    from k3rollout import fastjson
+    from k3rollout.plan import timing
+
+    added: dict[str, float] = {}
+    began: dict[tuple[str, str], float] = {}
+    spent: dict[str, float] = {}
+    with journal.open("rb") as f:
+        for line in f:
+            if b'"step_done"' in line and (b"tokenize" in line or b"metrics" in line):
+                r = fastjson.loads(line)
+                if r.get("kind") == "http" and r.get("stage") in VALIDATION_STAGES:
+                    added[r["node"]] = added.get(r["node"], 0.0) + float(r.get("duration_s") or 0.0)
+            elif b'"stage_' in line and any(k.encode() in line for k in VALIDATION_STAGES):
+                r = fastjson.loads(line)
+                if r.get("stage") not in VALIDATION_STAGES:
+                    continue
+                key = (r["node"], r["stage"])
+                if r["type"] == "stage_started":
+                    began[key] = timing.parse_ts(r["ts"])
+                elif r["type"] == "stage_done" and key in began:
+                    spent[r["node"]] = spent.get(r["node"], 0.0) + timing.parse_ts(r["ts"]) - began.pop(key)
+    shares = [added[n] / spent[n] for n in added if spent.get(n)]
+    if not shares:
+        return {}
+    real = sum(60 * minutes.get(k, 0.0) - held.get(k, 0.0) for k in VALIDATION_STAGES)
+    at_real = [added[n] / (spent[n] + real) for n in added if spent.get(n)]
+    return {"units": len(shares), "added_s": sum(added.values()), "validation_s": sum(spent[n] for n in added),
+            "share_mean": sum(shares) / len(shares), "share_max": max(shares),
+            "real_share_mean": sum(at_real) / len(at_real), "real_share_max": max(at_real)}
 
 
 def report(r: dict[str, Any], scale: float) -> list[str]:
@@ -308,7 +351,17 @@ def report(r: dict[str, Any], scale: float) -> list[str]:
             f"  of which the two canary batches (barriers in both policies) {mins(a['canaries_s'])}; after them "
             f"{mins(a['span_s'])} against that part's own lower bound {mins(a['lower_bound_s'])}: ratio "
             f"{a['span_s'] / a['lower_bound_s']:.3f}",
-            *api_lines(r["api"])]
+            *api_lines(r["api"]), *gate_lines(r.get("gates") or {})]
+
+
+def gate_lines(g: dict[str, Any]) -> list[str]:
+    if not g:
+        return []
+    return [f"  the gates' tokenize and metrics requests: {g['added_s']:.1f} s over {g['units']} node(s), against "
+            f"their validation stages' {g['validation_s']:.1f} s: share mean {100 * g['share_mean']:.3f}%, "
+            f"max {100 * g['share_max']:.3f}% (their held estimates scaled); against the stages at their "
+            f"estimates in real minutes: mean {100 * g['real_share_mean']:.4f}%, max {100 * g['real_share_max']:.4f}% "
+            "(issue 35: at most 2%)"]
 
 
 def api_lines(api: dict[str, Any]) -> list[str]:
