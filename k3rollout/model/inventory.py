@@ -22,6 +22,7 @@ from typing import Any
 from k3rollout.errors import InputError
 from k3rollout.model import ansible_inventory as ai
 from k3rollout.model.ansible_inventory import VaultOptions
+from k3rollout.model.backends import DRIVER_BACKENDS, WORKLOAD_BACKENDS
 from k3rollout.model.patterns import select as select_hosts
 from k3rollout.model.yamlsrc import (
     InvalidYaml,
@@ -512,11 +513,12 @@ def _check_known_vars(host: Host) -> None:
         raise bad("api_host", f"must be a host name or IP address, got {api!r}")
     if "scheduler" in v and v["scheduler"] not in ("kubernetes", "slurm", "none"):
         raise bad("scheduler", f"must be kubernetes, slurm or none, got {v['scheduler']!r}")
-    if "k3_driver_backend" in v and v["k3_driver_backend"] not in ("host", "gpu-operator"):
-        raise bad("k3_driver_backend", f"must be host or gpu-operator, got {v['k3_driver_backend']!r}")
+    if "k3_driver_backend" in v and v["k3_driver_backend"] not in DRIVER_BACKENDS:
+        raise bad("k3_driver_backend", f"must be {' or '.join(DRIVER_BACKENDS)}, got {v['k3_driver_backend']!r}")
     if "k3_workload_backend" in v:
-        if v["k3_workload_backend"] not in ("docker", "kubernetes", "slurm"):
-            raise bad("k3_workload_backend", f"must be docker, kubernetes or slurm, got {v['k3_workload_backend']!r}")
+        if v["k3_workload_backend"] not in WORKLOAD_BACKENDS:
+            raise bad("k3_workload_backend", f"must be {', '.join(WORKLOAD_BACKENDS[:-1])} or {WORKLOAD_BACKENDS[-1]}, "
+                                             f"got {v['k3_workload_backend']!r}")
         if v["k3_workload_backend"] == "slurm" and v.get("scheduler") != "slurm":
             raise bad("k3_workload_backend", "slurm needs scheduler: slurm (checks are jobs in a maintenance "
                                              f"reservation), got scheduler {v.get('scheduler')!r}")

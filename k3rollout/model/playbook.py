@@ -266,7 +266,9 @@ STAGE_KINDS: tuple[StageKind, ...] = (
                               plan_text="uncordon only if the node was schedulable before the run and passes GPU "
                                         "health checks; otherwise keep it cordoned"),
                          # on_node_failure: quarantine puts quarantine in place of uncordon_if_healthy
-                         Undo("quarantine", scheduler_only=True))),
+                         Undo("quarantine", scheduler_only=True, instead_of_under_quarantine="uncordon_if_healthy",
+                              plan_text="keep the node cordoned and mark it quarantined for a person (never "
+                                        "uncordoned by the run); counted against the failure budget"))),
     StageKind("driver_upgrade", scope="node", params=DriverParams, destructive=True, state="upgrade-required",
               runbook="03-driver-upgrade.md", estimate_s=1200,
               # its reserve is the driver stage's own estimate; without a sound driver the
@@ -274,17 +276,32 @@ STAGE_KINDS: tuple[StageKind, ...] = (
               undone_by=(Undo("restore_driver", estimate_s=None,
                               plan_text="reinstall driver packages recorded by baseline (expected {expected})",
                               plan_text_reboot=", reboot, verify nvidia-smi and the kernel module",
+                              # the GPU Operator's driver container: its pool label, never host packages
+                              plan_text_for=(("driver:gpu-operator",
+                                              "move the node back to the GPU Operator's NVIDIADriver pool baseline "
+                                              "records (its pool label), wait for nvidia.com/gpu-driver-upgrade-state="
+                                              "upgrade-done, verify nvidia-smi and the kernel module report "
+                                              "{expected}"),),
                               failure_stops_rest="driver restore failed; node kept cordoned"),)),
     StageKind("cuda_check", scope="node", params=CudaParams, destructive=True, state="validation-required",
               runbook="04-cuda-check.md", estimate_s=180, runs_image=True),
     StageKind("vllm_smoke", scope="replica", params=SmokeParams, destructive=True, state="smoke-test-required",
               runbook="05-vllm-smoke.md", estimate_s=900, runs_image=True, loads_model=True,
-              undone_by=(Undo("stop_test_server", plan_text="stop and remove the k3rollout test vLLM container"),
+              undone_by=(Undo("stop_test_server", plan_text="stop and remove the k3rollout test vLLM container",
+                              plan_text_for=(("workload:kubernetes", "delete the k3rollout test server Pods on the "
+                                                                     "node through the API server"),
+                                             ("workload:slurm", "scancel the k3rollout test server jobs on the node"))),
                          # also owed after any driver change: the reboots stop the serving
                          # containers, and a failure before the smoke test (which stops them
                          # itself) must not leave them down
                          Undo("restore_serving_image", also_after=("driver_upgrade",),
-                              plan_text="restart the serving container on the image digest baseline records"))),
+                              plan_text="restart the serving container on the image digest baseline records",
+                              plan_text_for=(("workload:kubernetes",
+                                              "check that the owners of the node's serving Pods still run the image "
+                                              "digests baseline records (they bring their Pods back after the "
+                                              "uncordon; nothing is started by hand)"),
+                                             ("workload:slurm", "nothing to restart: a Slurm node runs no serving "
+                                                                "containers; its users resubmit their jobs"))))),
     StageKind("features", scope="replica", params=FeatureParams, destructive=True, state="feature-test-required",
               runbook="06-features-multinode.md", estimate_s=600, runs_image=True, loads_model=True),
     StageKind("multinode", scope="batch", params=MultinodeParams, destructive=True, state="multinode-test-required",

@@ -52,6 +52,11 @@ class Undo:
     # baseline records")
     plan_text: str = ""
     plan_text_reboot: str = ""      # added when the playbook's declaration of it reboots
+    # the line instead, for a node whose backend (model/backends.py ``backend_keys``:
+    # "driver:gpu-operator", "workload:kubernetes" ...) does it another way; the first match wins
+    plan_text_for: tuple[tuple[str, str], ...] = ()
+    # the action the play's ``on_node_failure: quarantine`` puts this one in place of
+    instead_of_under_quarantine: str = ""
     # the rollback reserve a node needs for it (the plan's rollback estimate); None: the
     # estimate of the stage it undoes
     estimate_s: float | None = 60.0
@@ -66,8 +71,12 @@ class Undo:
     # after it, whatever its result, the node's upgrade progress is published as failed
     then_publish_failed: bool = False
 
-    def plan_line(self, reboot: bool, expected: str) -> str:
-        """The plan's line for it (``plan_text``)."""
+    def plan_line(self, reboot: bool, expected: str, backends: frozenset[str] = frozenset()) -> str:
+        """The plan's line for it on a node of these ``backends`` (``plan_text``, or the
+        backend's own from ``plan_text_for``)."""
+        own = next((text for key, text in self.plan_text_for if key in backends), None)
+        if own is not None:
+            return f"{self.action}: {own.format(expected=expected)}"
         return (f"{self.action}: {self.plan_text.format(expected=expected)}"
                 + (self.plan_text_reboot if reboot else ""))
 

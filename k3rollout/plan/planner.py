@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from k3rollout.errors import InputError
+from k3rollout.model.backends import backend_keys
 from k3rollout.model.inventory import Inventory, declared_out_of_service
 from k3rollout.model.playbook import ROLLBACK_UNDOES, STAGE_TABLES, Playbook
 from k3rollout.model.stagekinds import RECORDS_BASELINE, TAKES_OUT_OF_SERVICE
@@ -116,7 +117,13 @@ def rollback_steps_preview(playbook: Playbook, host_vars: dict[str, Any]) -> lis
     in the words of the stage kind that declares it (its ``Undo``, model/playbook.py)."""
     before = declared_driver(host_vars)
     expected = f"{before}" if before else "the version baseline records"
-    return [STAGE_TABLES.undos[rb.action].plan_line(rb.reboot, expected) for rb in playbook.rollback_actions()]
+    backends = backend_keys(host_vars)
+    # under on_node_failure: quarantine, an action is replaced by the one the stage kind
+    # declares for it (a failed node kept cordoned and marked, not uncordoned)
+    instead = {u.instead_of_under_quarantine: u for u in STAGE_TABLES.undos.values() if u.instead_of_under_quarantine} \
+        if playbook.play.on_node_failure == "quarantine" else {}
+    return [instead.get(rb.action, STAGE_TABLES.undos[rb.action]).plan_line(rb.reboot, expected, backends)
+            for rb in playbook.rollback_actions()]
 
 
 def rollback_estimate(playbook: Playbook) -> float:

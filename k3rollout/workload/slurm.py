@@ -34,12 +34,11 @@ from collections.abc import Callable
 from typing import Any
 
 from k3rollout.checks.triage import classify
+from k3rollout.model.backends import LAUNCHER_VAR, launcher
 from k3rollout.transport.base import CommandResult
 from k3rollout.workload import slurm_launch
 from k3rollout.workload.base import ApiPreflight, Endpoint, NodeCtx, Pulled, Restored, Run, ServerState, Verdict
 
-LAUNCHER_VAR = "k3_container_launcher"
-DEFAULT_LAUNCHER = "pyxis"
 LAUNCHERS = ("pyxis", "enroot", "apptainer")
 GPU_REQUEST_VAR = "k3_slurm_gpu_request"        # gres (default), gpus-per-node, or none (no GPU GRES configured)
 START_TIMEOUT_VAR = "k3_slurm_start_timeout"    # seconds a job may wait for its node before the stage fails
@@ -58,10 +57,6 @@ LAUNCHER_PROBE = {"pyxis": ["enroot", "version"], "enroot": ["enroot", "version"
 # a stage's checks run in the reservation; observe's (after the window) never open one
 OBSERVE = "observe"
 GROUP_PREFIX = "k3rollout-check.group-"
-
-
-def launcher(host_vars: dict[str, Any]) -> str:
-    return str(host_vars.get(LAUNCHER_VAR) or DEFAULT_LAUNCHER)
 
 
 def reservation_name(ctx: NodeCtx) -> str:

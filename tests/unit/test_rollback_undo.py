@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from support import PLAYBOOK
+from support import PLAYBOOK, write_playbook
 
 from k3rollout.model import load_playbook
 from k3rollout.model.playbook import ROLLBACK_ORDER, ROLLBACK_UNDOES, STAGE_KINDS, STAGE_TABLES
@@ -134,24 +134,43 @@ def test_a_failed_driver_restore_skips_the_rest_but_the_quarantine(monkeypatch):
     assert rec.asked == [("execute", "quarantine")]
 
 
-def test_the_plan_shows_and_reserves_what_the_kinds_declare(monkeypatch):
+def test_the_plan_shows_and_reserves_what_the_kinds_declare(monkeypatch, tmp_path):
     from k3rollout.plan.planner import rollback_estimate, rollback_steps_preview
 
     playbook = load_playbook(PLAYBOOK)
-    assert rollback_steps_preview(playbook, {"driver_version": "575.57.08"}) == [
+    docker = {"k3_workload_backend": "docker"}
+    assert rollback_steps_preview(playbook, {"driver_version": "575.57.08", **docker}) == [
         "stop_test_server: stop and remove the k3rollout test vLLM container",
         "restore_driver: reinstall driver packages recorded by baseline (expected 575.57.08), reboot, verify "
         "nvidia-smi and the kernel module",
         "restore_serving_image: restart the serving container on the image digest baseline records",
         "uncordon_if_healthy: uncordon only if the node was schedulable before the run and passes GPU health "
         "checks; otherwise keep it cordoned"]
-    assert rollback_steps_preview(playbook, {})[1].startswith(
+    assert rollback_steps_preview(playbook, docker)[1].startswith(
         "restore_driver: reinstall driver packages recorded by baseline (expected the version baseline records)")
+    # each node in the words of its own backends: a Kubernetes node (the default scheduler's
+    # default) runs Pods its owners bring back, a Slurm node jobs, a GPU Operator node's driver
+    # is the operator's container, moved by its pool label
+    k8s = rollback_steps_preview(playbook, {"driver_version": "575.57.08"})
+    assert k8s[0] == "stop_test_server: delete the k3rollout test server Pods on the node through the API server"
+    assert k8s[2].startswith("restore_serving_image: check that the owners of the node's serving Pods still run")
+    assert k8s[1] == rollback_steps_preview(playbook, {"driver_version": "575.57.08", **docker})[1]
+    slurm = rollback_steps_preview(playbook, {"scheduler": "slurm"})
+    assert slurm[0] == "stop_test_server: scancel the k3rollout test server jobs on the node"
+    assert slurm[2].startswith("restore_serving_image: nothing to restart: a Slurm node runs no serving containers")
+    operator = rollback_steps_preview(playbook, {"driver_version": "575.57.08", "k3_driver_backend": "gpu-operator"})
+    assert operator[1].startswith("restore_driver: move the node back to the GPU Operator's NVIDIADriver pool")
+    assert operator[1].endswith("report 575.57.08") and "reinstall" not in operator[1] and "reboot" not in operator[1]
+    # on_node_failure: quarantine keeps a failed node cordoned and marked in place of the uncordon
+    quarantined = load_playbook(write_playbook(tmp_path / "pb.yml", on_node_failure="quarantine"))
+    q = rollback_steps_preview(quarantined, docker)
+    assert q[:3] == rollback_steps_preview(playbook, docker)[:3] and len(q) == 4
+    assert q[3].startswith("quarantine: keep the node cordoned and mark it quarantined")
     driver_s = next(s.estimate_s for s in playbook.stages if s.stage == "driver_upgrade")
     assert rollback_estimate(playbook) == 3 * 60.0 + driver_s
     # the planner holds no text or estimate of its own: a kind's declaration is what it shows
     undo = STAGE_TABLES.undos["stop_test_server"]
     monkeypatch.setitem(STAGE_TABLES.undos, "stop_test_server",
                         dataclasses.replace(undo, plan_text="remove the test servers", estimate_s=7.0))
-    assert rollback_steps_preview(playbook, {})[0] == "stop_test_server: remove the test servers"
+    assert rollback_steps_preview(playbook, docker)[0] == "stop_test_server: remove the test servers"
     assert rollback_estimate(playbook) == 7.0 + 2 * 60.0 + driver_s

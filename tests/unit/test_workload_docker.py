@@ -42,9 +42,14 @@ def test_a_docker_host_passes_the_workload_check(fake_executor):
 
 def test_the_backend_var_picks_the_runtime_and_the_default_is_one_place():
     # scheduler: kubernetes (also its default) -> Pods; slurm -> jobs; none -> a Docker host
-    from k3rollout import scheduler, workload
+    from k3rollout import scheduler
+    from k3rollout.model import backends
+    from k3rollout.stages import driver
 
-    assert workload.SCHEDULER_DEFAULT == scheduler.DEFAULT
+    # the rule is data in model/backends.py (the inventory's checks and the plan read it too):
+    # its names are the implementations' own
+    assert backends.SCHEDULER_DEFAULT == scheduler.DEFAULT
+    assert set(backends.WORKLOAD_BACKENDS) == set(BACKENDS) and set(backends.DRIVER_BACKENDS) == set(driver.BACKENDS)
     assert workload_for({}).kind == default_backend({}) == "kubernetes"
     assert workload_for({"scheduler": "kubernetes"}).kind == default_backend({"scheduler": "kubernetes"}) == \
         "kubernetes"

@@ -27,11 +27,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from k3rollout.model.backends import DRIVER_HOST, DRIVER_VAR
 from k3rollout.stages.base import NodeCtx, StageOutcome
 from k3rollout.transport.base import CommandResult
 
-BACKEND_VAR = "k3_driver_backend"
-DEFAULT = "host"
+BACKEND_VAR = DRIVER_VAR
+DEFAULT = DRIVER_HOST
 
 # a read-only command on the node, as the preflight and pre-staging run them: (name, argv)
 Run = Callable[[str, list[str]], CommandResult]
