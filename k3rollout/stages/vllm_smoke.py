@@ -18,6 +18,7 @@ import shlex
 from collections.abc import Callable
 from typing import Any
 
+from k3rollout.model.backends import WORKLOAD_KUBERNETES, WORKLOAD_SLURM, workload_backend_name
 from k3rollout.stages import replica_serve, thinking, vllm_server
 from k3rollout.stages.base import NodeCtx, StageOutcome
 from k3rollout.stages.spec import Planning, StageSpec, UndoAction, kind
@@ -100,13 +101,21 @@ def stop_test_servers(ctx: NodeCtx, step: dict[str, Any], untouched: str | None 
 def plan_restore_serving(step: dict[str, Any], p: Planning) -> dict[str, Any]:
     step["containers"] = [{"name": c["name"], "image": c["image"], "digest": c.get("digest")}
                           for c in p.baseline.get("serving_containers", [])]
+    # what the restore does depends on the node's workloads (workload/*.restore_images)
+    step["workload"] = workload_backend_name(p.tvars)
     return step
 
 
 def describe_restore_serving(step: dict[str, Any]) -> str:
     items = ", ".join(f"{c['name']} on {c['image']}@{(c.get('digest') or '?').split('@')[-1][:19]}"
-                      for c in step["containers"]) or "none were running"
-    return f"restore_serving_image: restart {items}"
+                      for c in step["containers"])
+    if step.get("workload") == WORKLOAD_KUBERNETES:
+        return ("restore_serving_image: check that the owners of " + (items or "the node's serving Pods")
+                + " still run these image digests (they bring their Pods back after the uncordon; nothing is "
+                  "started by hand)")
+    if step.get("workload") == WORKLOAD_SLURM:
+        return "restore_serving_image: nothing to restart (a Slurm node runs no serving containers)"
+    return f"restore_serving_image: restart {items or 'none were running'}"
 
 
 def restore_serving(ctx: NodeCtx, step: dict[str, Any], untouched: str | None = None) -> tuple[bool, str]:

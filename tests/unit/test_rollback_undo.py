@@ -174,3 +174,20 @@ def test_the_plan_shows_and_reserves_what_the_kinds_declare(monkeypatch, tmp_pat
                         dataclasses.replace(undo, plan_text="remove the test servers", estimate_s=7.0))
     assert rollback_steps_preview(playbook, docker)[0] == "stop_test_server: remove the test servers"
     assert rollback_estimate(playbook) == 7.0 + 2 * 60.0 + driver_s
+
+
+def test_the_recorded_serving_restore_is_told_as_the_nodes_workloads_do_it():
+    # on Kubernetes the rollback checks the owners' images (it starts nothing by hand); on a
+    # Docker host it restarts the containers; a Slurm node has none. A step recorded before the
+    # plan named its workload reads as before
+    from k3rollout.stages.vllm_smoke import describe_restore_serving
+
+    pod = {"name": "inference/k3-0", "image": "vllm/vllm-openai:v0.11.0", "digest": "sha256:1d2c3b4a59681234abcd"}
+    k8s = describe_restore_serving({"containers": [pod], "workload": "kubernetes"})
+    assert k8s.startswith("restore_serving_image: check that the owners of inference/k3-0 on vllm/vllm-openai:")
+    assert "restart" not in k8s
+    docker = describe_restore_serving({"containers": [pod], "workload": "docker"})
+    assert docker.startswith("restore_serving_image: restart inference/k3-0 on vllm/vllm-openai:v0.11.0@")
+    assert describe_restore_serving({"containers": [pod]}) == docker
+    assert describe_restore_serving({"containers": [], "workload": "slurm"}).startswith(
+        "restore_serving_image: nothing to restart")
