@@ -9,6 +9,7 @@ from k3rollout.engine.outcome import failed_outcome
 from k3rollout.engine.policy import BatchPolicy
 from k3rollout.engine.recorder import Recorder, run_plan
 from k3rollout.engine.states import Event, NodeState
+from k3rollout.engine.walkers.base import Walker
 from k3rollout.engine.walkers.scopes import waiting_at
 from k3rollout.engine.walkers.verdicts import StageVerdicts
 from k3rollout.errors import StepFailed
@@ -17,7 +18,7 @@ from k3rollout.stages.base import NodeCtx, StageOutcome
 from k3rollout.stages.registry import SPECS
 
 
-class BatchWalker:
+class BatchWalker(Walker):
     """Built from the recorder, the stage verdicts, the play's stages, ``make_ctx(node,
     stage, params)``, ``render_params(stage, node)`` and the batch policy (which nodes are
     out of service)."""
@@ -25,14 +26,8 @@ class BatchWalker:
     def __init__(self, *, recorder: Recorder, verdicts: StageVerdicts, stages: list[Stage],
                  make_ctx: Callable[[str, Stage, Any], NodeCtx], render_params: Callable[[Stage, str], Any],
                  policy: BatchPolicy):
-        self.record = recorder.record
-        self.transition = recorder.transition
-        self.view = recorder.view
-        self.verdicts = verdicts
-        self.stages = stages
-        self.kinds = [s.stage for s in stages]
-        self.make_ctx = make_ctx
-        self.render_params = render_params
+        super().__init__(recorder=recorder, verdicts=verdicts, stages=stages, make_ctx=make_ctx,
+                         render_params=render_params)
         self.policy = policy
 
     def run(self, nodes: list[str], kind: str) -> None:

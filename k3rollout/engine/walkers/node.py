@@ -12,6 +12,7 @@ from k3rollout.engine.clock import Clock
 from k3rollout.engine.outcome import STAGE_ERRORS, failed_outcome
 from k3rollout.engine.recorder import Recorder
 from k3rollout.engine.states import STATE_STAGE, Event, NodeState
+from k3rollout.engine.walkers.base import Walker
 from k3rollout.engine.walkers.scopes import Scopes
 from k3rollout.engine.walkers.verdicts import GateInterrupted, StageVerdicts
 from k3rollout.evidence.store import EvidenceStore
@@ -28,7 +29,7 @@ from k3rollout.stages.registry import STAGES
 BeforeCordon = Callable[[str], bool]
 
 
-class NodeWalker:
+class NodeWalker(Walker):
     """Built from the recorder, the stage verdicts, the scopes, the playbook, a
     ``make_ctx(node, stage, params)`` and ``render_params(stage, node)`` (the engine's
     contexts), ``tvars(node)``, ``folder(stage)``, ``replica_holds(node)`` (its replica has
@@ -42,16 +43,10 @@ class NodeWalker:
                  replica_holds: Callable[[str], bool], in_place: bool, rollback_owner: Any,
                  evidence: EvidenceStore, clock: Clock, stopping: threading.Event, redact: Callable[[str], str],
                  log: Any):
-        self.record = recorder.record
-        self.transition = recorder.transition
-        self.view = recorder.view
-        self.verdicts = verdicts
+        super().__init__(recorder=recorder, verdicts=verdicts, stages=playbook.stages, make_ctx=make_ctx,
+                         render_params=render_params)
         self.scopes = scopes
         self.playbook = playbook
-        self.stages = playbook.stages
-        self.kinds = [s.stage for s in self.stages]
-        self.make_ctx = make_ctx
-        self.render_params = render_params
         self.tvars = tvars
         self.folder = folder
         self.replica_holds = replica_holds

@@ -10,6 +10,7 @@ from k3rollout.checks.triage import caused_by
 from k3rollout.engine.outcome import failed_outcome
 from k3rollout.engine.recorder import Recorder, run_plan
 from k3rollout.engine.states import Event
+from k3rollout.engine.walkers.base import Walker
 from k3rollout.engine.walkers.scopes import Scopes, waiting_at
 from k3rollout.engine.walkers.verdicts import GateInterrupted, StageVerdicts
 from k3rollout.errors import StepFailed
@@ -19,7 +20,7 @@ from k3rollout.stages.base import NodeCtx, StageOutcome
 from k3rollout.stages.registry import STAGES
 
 
-class ReplicaWalker:
+class ReplicaWalker(Walker):
     """Built from the recorder, the stage verdicts, the scopes, the playbook (its stages and
     model profile), ``make_ctx(node, stage, params)``, ``render_params(stage, node)``, the
     redactor and the log. It keeps which nodes' replicas returned to service whole."""
@@ -27,16 +28,10 @@ class ReplicaWalker:
     def __init__(self, *, recorder: Recorder, verdicts: StageVerdicts, scopes: Scopes, playbook: Playbook,
                  make_ctx: Callable[[str, Stage, Any], NodeCtx], render_params: Callable[[Stage, str], Any],
                  redact: Callable[[str], str], log: Any):
-        self.record = recorder.record
-        self.transition = recorder.transition
-        self.view = recorder.view
-        self.verdicts = verdicts
+        super().__init__(recorder=recorder, verdicts=verdicts, stages=playbook.stages, make_ctx=make_ctx,
+                         render_params=render_params)
         self.scopes = scopes
         self.playbook = playbook
-        self.stages = playbook.stages
-        self.kinds = [s.stage for s in self.stages]
-        self.make_ctx = make_ctx
-        self.render_params = render_params
         self.redact = redact
         self.log = log
         self.released: set[str] = set()     # nodes whose whole replica reached uncordon
