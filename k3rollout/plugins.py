@@ -51,7 +51,15 @@ class TransportPlugin(Protocol):
 
 def registered() -> list[str]:
     """The connection names registered transports serve, sorted."""
-    return sorted({ep.name for ep in entry_points(group=GROUP)})
+    return list(_registered())
+
+
+@functools.cache
+def _registered() -> tuple[str, ...]:
+    # read once, as each transport is loaded once (transport_plugin): inventory loading asks
+    # for every host's connection, and each reading of the entry points scans every installed
+    # package's metadata
+    return tuple(sorted({ep.name for ep in entry_points(group=GROUP)}))
 
 
 @functools.cache

@@ -11,9 +11,11 @@ process to what a SIGKILL at the same record leaves behind."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -58,12 +60,25 @@ def here(*args: str, env: dict | None = None, fault: tuple[str, int] | None = No
 ONCE = re.compile(r"^(apt-get install|reboot)\b")
 
 
+@functools.cache
+def _scenario_texts() -> tuple[str, str]:
+    """The scenario's inventory and playbook, as written once: each point's run gets the same
+    bytes, written without parsing and dumping the shipped playbook again."""
+    with tempfile.TemporaryDirectory() as d:
+        # gpu-02 fails its smoke test (OOM) and is rolled back: the run exercises every
+        # destructive step and the rollback, one node at a time so journal order is fixed
+        inv = write_inventory(Path(d) / "inv", {"gpu-01": {}, "gpu-02": {"sim_faults": ["vllm_oom"]}})
+        # the simulator reboots at once: a host still on its old boot id after 1 s did not reboot
+        pb = write_playbook(Path(d) / "pb.yml", serial=1, min_serving=0, max_fail_percentage=100, reboot_grace=1)
+        return inv.read_text(), pb.read_text()
+
+
 def scenario(base: Path) -> tuple[Path, Path]:
-    # gpu-02 fails its smoke test (OOM) and is rolled back: the run exercises every
-    # destructive step and the rollback, one node at a time so journal order is fixed
-    inv = write_inventory(base / "inv", {"gpu-01": {}, "gpu-02": {"sim_faults": ["vllm_oom"]}})
-    # the simulator reboots at once: a host still on its old boot id after 1 s did not reboot
-    pb = write_playbook(base / "pb.yml", serial=1, min_serving=0, max_fail_percentage=100, reboot_grace=1)
+    inv_text, pb_text = _scenario_texts()
+    inv, pb = base / "inv" / "hosts.yml", base / "pb.yml"
+    inv.parent.mkdir(parents=True, exist_ok=True)
+    inv.write_text(inv_text)
+    pb.write_text(pb_text)
     return inv, pb
 
 

@@ -154,6 +154,11 @@ def _until(args: list[str], mode: str, n: int) -> int:
         leases.append(self)
         real_acquire(self)
 
+    # what this process held before the run is not the run's: set apart from the collector
+    # (gc.freeze) for the run's length, so the collection at the stop, which closes what the
+    # stopped run left unreachable (its sockets to the simulated hosts), walks the run's own
+    # objects only and not the whole test process's heap (about 0.1 s of CPU a stop)
+    gc.freeze()
     try:
         # a subclass, not a partial: the session also calls Journal.read (as faultinject.py)
         with _patched(session, "Journal", DyingJournal), _patched(lock_mod.RunLock, "__init__", lock_init), \
@@ -173,3 +178,4 @@ def _until(args: list[str], mode: str, n: int) -> int:
             for j in journals:
                 j.close()
             gc.collect()
+        gc.unfreeze()
