@@ -21,7 +21,8 @@ A node counts against ``max_unavailable`` and the floor from its cordon on, not 
 its stages before the cordon (baseline ...) change nothing and run while it still serves,
 so a node walks them ahead of a free slot and waits right before its cordon (in the
 ``before_cordon`` the window hands its walk) until a slot is free and taking it out keeps
-the floor, checked there against every node already out of service. The cut-off,
+the floor, checked there against every node already out of service; a freed slot goes to
+the first waiting node in the plan's order that the floor lets out. The cut-off,
 ``max_fail_percentage`` and ``failure_budget`` are checked again at that point; a node held
 there when new starts stop stays in service, nothing changed (``cordon-required``). Besides
 one per free slot, at most :func:`lookahead` nodes walk ahead at once, so one is ready when

@@ -285,8 +285,7 @@ def _restore_packages(ctx: NodeCtx, step: dict[str, Any]) -> tuple[bool, str]:
             if step.get("reboot", True):
                 # the loaded module read its options before they were written back: it
                 # takes them at its next load
-                ok, why, _ = reboot_and_wait(ctx, "restore-reboot", float(step.get("reboot_timeout", 900)),
-                                             float(step.get("reboot_grace", 10)))
+                ok, why = _restore_reboot(ctx, step)
                 if not ok:
                     return False, f"reboot after restoring {', '.join(restored)}: {why}"
             return True, f"driver already at {want}; module options restored: {', '.join(restored)}"
@@ -314,8 +313,7 @@ def _restore_packages(ctx: NodeCtx, step: dict[str, Any]) -> tuple[bool, str]:
     if not ok:
         return False, why
     if step.get("reboot", True):
-        ok, why, _ = reboot_and_wait(ctx, "restore-reboot", float(step.get("reboot_timeout", 900)),
-                                     float(step.get("reboot_grace", 10)))
+        ok, why = _restore_reboot(ctx, step)
         if not ok:
             return False, f"reboot after restore: {why}"
     gpu = ctx.read_gpu()
@@ -323,6 +321,13 @@ def _restore_packages(ctx: NodeCtx, step: dict[str, Any]) -> tuple[bool, str]:
         return False, f"after restore nvidia-smi reports {gpu.get('driver_version')} ({gpu.get('gpu_error', '')})"
     also = f"; module options restored: {', '.join(restored)}" if restored else ""
     return True, f"driver restored to {want}{also}"
+
+
+def _restore_reboot(ctx: NodeCtx, step: dict[str, Any]) -> tuple[bool, str]:
+    """The restore's reboot, with the recorded step's timeout and grace: (back, why not)."""
+    ok, why, _ = reboot_and_wait(ctx, "restore-reboot", float(step.get("reboot_timeout", 900)),
+                                 float(step.get("reboot_grace", 10)))
+    return ok, why
 
 
 def _options_file_lines(text: str) -> list[str]:
