@@ -139,6 +139,27 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("cuda_driver_too_old", "driver_incompatible", 2.5, r"Expected symbol in library",
      "cudarc: a CUDA entry point missing from the installed library (driver older than the build)"),
 
+    # CUDA error 36 (driver_types.h cudaErrorCallRequiresNewerDriver, cuda.h
+    # CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER; cudaGetErrorString "API call is not supported in the
+    # installed CUDA driver"): the runtime calls an entry point the driver is too old to have, 3.5
+    # (a compat libcuda in the image can also lack it).
+    ("cuda_driver_too_old", "driver_incompatible", 3.5,
+     r"API call is not supported in the installed CUDA driver|cudaErrorCallRequiresNewerDriver"
+     r"|CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER", "error 36: the driver is older than the API the runtime calls"),
+    # TensorFlow's and XLA's CUDA diagnostics comparing the loaded kernel module with libcuda
+    # (tensorflow/stream_executor/cuda/cuda_diagnostics.cc, now xla/stream_executor/cuda/
+    # cuda_diagnostics.cc: LOG(ERROR) "kernel version X does not match DSO version Y -- cannot find
+    # working devices in this configuration"): NVML's "Driver/library version mismatch" in
+    # TensorFlow's words, 3.5.
+    ("driver_mismatch", "driver_incompatible", 3.5, r"kernel version \S+ does not match DSO version",
+     "TensorFlow/XLA: the kernel module and libcuda differ"),
+    # XLA's PTX compiler checking the driver against its ptxas (xla/service/gpu/nvptx_compiler.cc,
+    # a warning: "The NVIDIA driver's CUDA version is X which is older than the ptxas CUDA version
+    # (Y)"). XLA goes on, so it is the driver's age as context, 2 (damped as a warning).
+    ("cuda_driver_too_old", "driver_incompatible", 2.0,
+     r"The NVIDIA driver's CUDA version is \S+ which is older than the (ptxas|PTX compiler) CUDA version",
+     "XLA: the driver is older than the CUDA of its PTX compiler"),
+
     # --- container_runtime (tree step 2: driver fine, the container/GPU path is broken) ---
     # Docker/containerd has no NVIDIA runtime or device driver: nothing else prints these.
     ("runtime_missing", "container_runtime", 4.0,
@@ -397,6 +418,67 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("driver_build", "container_runtime", 3.0, r"DKMS module '?\S+'? failed to (build|install)",
      "kernel module build failed (DKMS)"),
 
+    # CUDA error 34 (cudaErrorStubLibrary, CUDA_ERROR_STUB_LIBRARY; cudaGetErrorString "CUDA driver
+    # is a stub library"): the toolkit's link-time stub libcuda (lib64/stubs) was loaded instead of
+    # the driver's, because the runtime did not inject the driver's libraries or a path puts the stub
+    # first. The driver's libraries are not reachable in the container, as "libcuda.so: cannot open
+    # shared object": 3.5.
+    ("nvml_in_container", "container_runtime", 3.5,
+     r"CUDA driver is a stub library|cudaErrorStubLibrary|CUDA_ERROR_STUB_LIBRARY",
+     "error 34: the CUDA stub library was loaded instead of the driver's libcuda"),
+    # CUDA errors 805-810 (driver_types.h cudaErrorMpsConnectionFailed ... cudaErrorMpsClientTerminated,
+    # cuda.h CUDA_ERROR_MPS_*; cudaGetErrorString 805 "MPS client failed to connect to the MPS control
+    # daemon or the MPS server"): CUDA_MPS_PIPE_DIRECTORY points at an MPS daemon that is not
+    # running or not reachable from the container. The GPU path, not the driver's version: 3.
+    ("cuda_mps", "container_runtime", 3.0,
+     r"MPS client failed to connect to the MPS control daemon|cudaErrorMps\w+|CUDA_ERROR_MPS_\w+",
+     "CUDA MPS: the MPS control daemon or server cannot be reached"),
+    # Frameworks finding no GPU in their own words, as "No CUDA GPUs are available" above:
+    #   PyTorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp TORCH_CHECK "ProcessGroupNCCL is
+    #     only supported with GPUs, no GPUs found!" (3.5: the NCCL backend asked, no GPU there)
+    #   PyTorch Lightning lightning/fabric/connector.py and pytorch/trainer/connectors/
+    #     accelerator_connector.py "`CUDAAccelerator` can not run on your system since the
+    #     accelerator is not available" (GPUAccelerator in older releases)
+    #   TensorFlow tsl/cuda/cudart_stub.cc "Could not find cuda drivers on your machine, GPU will not
+    #     be used." (logged at INFO)
+    #   JAX jax/_src/xla_bridge.py "Unable to initialize backend 'cuda': FAILED_PRECONDITION: No
+    #     visible GPU devices."
+    #   Ollama discover/gpu.go slog.Info "no compatible GPUs were discovered" (INFO: context, 2)
+    ("gpu_visibility", "container_runtime", 3.5, r"ProcessGroupNCCL is only supported with GPUs, no GPUs found",
+     "PyTorch: the NCCL process group found no GPU"),
+    ("gpu_visibility", "container_runtime", 3.0,
+     r"`?(CUDA|GPU)Accelerator`? can not run on your system since the accelerator is not available"
+     r"|Could not find cuda drivers on your machine|FAILED_PRECONDITION: No visible GPU devices",
+     "framework: no GPU visible (Lightning, TensorFlow, JAX)"),
+    ("gpu_visibility", "container_runtime", 2.0, r"no compatible GPUs were discovered",
+     "Ollama: no usable GPU found (runs on the CPU)"),
+    # Apptainer/SingularityCE `--nv` binding the host's driver libraries and tools listed in
+    # etc/nvliblist.conf into the container ("Could not find any nv files on this host!", "Could
+    # not find any nv libraries on this host!"): no driver files where the container runs, so the GPU
+    # cannot reach it. 3, and a warning where it is printed as one.
+    ("nvml_in_container", "container_runtime", 3.0, r"Could not find any nv (files|libraries) on this host",
+     "Apptainer --nv: no NVIDIA driver files on the host to bind"),
+    # slurmctld refusing a node whose slurmd found fewer GPUs than slurm.conf declares
+    # (SchedMD/slurm src/common/gres.c: "%s count reported lower than configured (%"PRIu64" < %"PRIu64")"
+    # with gres/gpu, the node drained INVALID_REG): slurmd sees no GPU or fewer (NVML absent, devices
+    # gone), tree step 2's GPU visibility, 3.
+    ("gpu_visibility", "container_runtime", 3.0, r"gres/gpu count reported lower than configured",
+     "Slurm: the node reports fewer GPUs than configured"),
+    # The kubelet's device manager admitting a pod to a GPU the device plugin does not offer
+    # (kubernetes pkg/kubelet/cm/devicemanager/manager.go: "requested number of devices unavailable
+    # for %s. Requested: %d, Available: %d", "no healthy devices present; cannot allocate unhealthy
+    # devices %s", wrapped by pkg/kubelet/lifecycle "Allocate failed due to %v, which is
+    # unexpected"): the plugin's GPUs are unhealthy or gone, 3.
+    ("device_plugin", "container_runtime", 3.0,
+     r"requested number of devices unavailable for nvidia\.com/|no healthy devices present; cannot allocate unhealthy"
+     r" devices nvidia\.com/", "kubelet: the device plugin has no healthy GPU to allocate"),
+    # NVIDIA's driver container and k8s-driver-manager (NVIDIA/gpu-driver-container nvidia-driver
+    # _unload_driver, NVIDIA/k8s-driver-manager): "Could not unload NVIDIA driver kernel modules,
+    # driver is in use". The node's old module stays loaded and the new driver cannot replace it;
+    # the manager retries after draining, so 2.5.
+    ("driver_build", "container_runtime", 2.5, r"Could not unload NVIDIA driver kernel modules",
+     "GPU Operator: the old NVIDIA module is still in use"),
+
     # --- model_load_capacity (tree step 3: CUDA up, the model does not load or fit) ---
     ("gpu_memory", "model_load_capacity", 4.0,
      r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation"
@@ -601,6 +683,71 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"max_model_len.*(greater|larger|exceeds)|(greater|larger) than the (derived|maximum) max_model_len"
      r"|User-specified max_model_len", "context length above what fits"),
 
+    # Out of memory in other frameworks' words:
+    #   TensorFlow tensorflow/core/framework/op_kernel.cc / common_runtime: ResourceExhaustedError
+    #     "OOM when allocating tensor with shape[...]" (4, as CUDA OOM)
+    #   cuBLAS/cuDNN/cuSOLVER status names (cublas_api.h CUBLAS_STATUS_ALLOC_FAILED, cudnn.h
+    #     CUDNN_STATUS_ALLOC_FAILED, cusolver_common.h CUSOLVER_STATUS_ALLOC_FAILED), which PyTorch
+    #     prints as "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"
+    #     (aten/src/ATen/cuda/CublasHandlePool.cpp): the library could not get its workspace, 3.5
+    #   SGLang python/sglang/srt/model_executor/model_runner.py: "Not enough memory. Please try to
+    #     increase --mem-fraction-static." (the KV pool got no tokens, 4) and "The memory capacity
+    #     is unbalanced. Some GPUs may be occupied by other processes." (3, as vLLM's free memory check)
+    ("gpu_memory", "model_load_capacity", 4.0, r"OOM when allocating tensor", "TensorFlow: out of GPU memory"),
+    ("gpu_memory", "model_load_capacity", 3.5, r"(CUBLAS|CUDNN|CUSOLVER)_STATUS_ALLOC_FAILED",
+     "cuBLAS/cuDNN: no GPU memory for the library's workspace"),
+    ("kv_cache", "model_load_capacity", 4.0, r"Not enough memory\. Please try to increase --mem-fraction-static",
+     "SGLang: no memory left for the KV cache pool"),
+    ("gpu_memory", "model_load_capacity", 3.0,
+     r"The memory capacity is unbalanced\. Some GPUs may be occupied by other processes",
+     "SGLang: another process holds memory on some GPUs"),
+    # Host memory in the schedulers' and servers' words:
+    #   Ollama llm/server.go: "model requires more system memory (X) than is available (Y)" (4)
+    #   Ray python/ray/exceptions.py OutOfMemoryError (memory monitor): "Task was killed due to the
+    #     node running low on memory" (2.55+: "N worker(s) were killed due to ...")
+    #   Slurm task/cgroup plugin: "Detected N oom_kill event(s) in StepId=... Some of the step tasks
+    #     have been OOM Killed." (older: "oom-kill event(s) ... killed by the cgroup out-of-memory
+    #     handler")
+    #   kubelet pkg/kubelet/eviction/helpers.go: "The node was low on resource: memory."
+    ("host_memory", "model_load_capacity", 4.0, r"model requires more system memory \(.*\) than is available",
+     "Ollama: the model does not fit in host memory"),
+    ("host_memory", "model_load_capacity", 3.0,
+     r"killed due to the node running low on memory|Detected \d+ oom[_-]kill events?"
+     r"|Some of the step tasks have been OOM Killed|killed by the cgroup out-of-memory handler"
+     r"|The node was low on resource: memory", "host memory exhausted (Ray, Slurm, kubelet)"),
+    # Checkpoints that do not load, in the loaders' own words:
+    #   PyTorch torch/nn/modules/module.py load_state_dict "Error(s) in loading state_dict for <Module>"
+    #   PyTorch caffe2/serialize/inline_container.cc "PytorchStreamReader failed reading zip archive:
+    #     failed finding central directory" (a truncated or corrupt .pt/.bin file)
+    #   PyTorch torch/serialization.py "Weights only load failed" (2.6's weights_only default meets
+    #     a checkpoint that pickles objects: 3)
+    #   llama.cpp src/llama-model-loader.cpp "tensor '%s' data is not within the file bounds, model is
+    #     corrupted or incomplete", "wrong number of tensors; expected %d, got %d"; ggml/src/gguf.cpp
+    #     "invalid magic characters" (not a GGUF file)
+    ("weights", "model_load_capacity", 3.5,
+     r"Error\(s\) in loading state_dict for|PytorchStreamReader failed reading (zip archive|file)"
+     r"|data is not within the file bounds, model is corrupted or incomplete|wrong number of tensors; expected \d+"
+     r"|gguf_init_from_file\w*: invalid magic characters", "the checkpoint file does not load"),
+    ("weights", "model_load_capacity", 3.0, r"Weights only load failed",
+     "PyTorch: the checkpoint needs a full unpickle (weights_only)"),
+    # Kernels that do not exist for this GPU's architecture (as error 209 above):
+    #   PyTorch torch/cuda/__init__.py _check_capability: "<GPU> with CUDA capability sm_XX is not
+    #     compatible with the current PyTorch installation", "PyTorch no longer supports this GPU
+    #     because it is too old"
+    #   ptxas (Triton's bundled one, XLA's, nvcc's) older than the GPU: "ptxas fatal   : Value 'sm_XX'
+    #     is not defined for option 'gpu-name'" (xla/stream_executor/cuda/ptx_compiler_impl.cc
+    #     names the case)
+    #   Ollama discover/gpu.go: "CUDA GPU is too old. Compute Capability detected: X.Y" (INFO)
+    #   CUDA error 98 (cudaErrorInvalidDeviceFunction, "invalid device function"): a kernel with no
+    #     image for this GPU, mostly a build without its architecture; 2.5, a launch bug prints it too
+    ("quantization", "model_load_capacity", 3.0,
+     r"with CUDA capability sm_\d+ is not compatible with the current PyTorch installation"
+     r"|PyTorch no longer supports this GPU because it is too old"
+     r"|ptxas fatal\s*: Value 'sm_\w+' is not defined for option 'gpu-name'"
+     r"|CUDA GPU is too old\. Compute Capability detected", "the build has no kernels for this GPU's architecture"),
+    ("quantization", "model_load_capacity", 2.5, r"invalid device function|cudaErrorInvalidDeviceFunction",
+     "CUDA error 98: a kernel without an image for this GPU"),
+
     # --- communication (tree step 4: one node works, several fail) ---
     ("nccl_error", "communication", 3.0,
      r"ncclSystemError|ncclRemoteError|ncclInternalError|ncclInvalidUsage|NCCL error|NCCL failure|Test NCCL failure"
@@ -749,6 +896,50 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|custom allreduce.*(fail|disabled)"
      r"|cudaErrorPeerAccess", "peer-to-peer / NVLink path"),
 
+    # NCCL's socket layer losing its peer (src/misc/socket.cc: WARN "socketProgress: Connection closed
+    # by remote peer %s", ncclRemoteError; older releases "Net : Connection closed by remote peer"):
+    # the peer rank went away, 3 (a peer that died of something else closes its socket too).
+    ("nccl_peer", "communication", 3.0, r"Connection closed by remote peer", "NCCL: a peer closed its socket"),
+    # NCCL's bootstrap receiving a message of another size than it expects (src/bootstrap.cc WARN
+    # "Message truncated : received %d bytes instead of %d"), the ranks run different NCCL versions;
+    # and its proxy failing to reach a local rank's proxy thread (src/proxy.cc WARN "Proxy Call to
+    # rank %d failed (%s)"). Both the communicator's own setup, 3.
+    ("nccl_error", "communication", 3.0,
+     r"Message truncated : received \d+ bytes instead of \d+|Proxy Call to rank \d+ failed",
+     "NCCL bootstrap or proxy failed between ranks"),
+    # The c10d TCPStore server waiting for the ranks (torch/csrc/distributed/c10d/TCPStore.cpp and
+    # TCPStoreLibUvBackend.cpp: DistStoreError "Timed out after N seconds waiting for clients. M/W
+    # clients joined."): some nodes never reached MASTER_ADDR, 3.5. And the store client whose server
+    # went away (c10d/Utils.hpp recvBytes "Failed to recv, got 0 bytes. Connection was likely
+    # closed."): 2.5, a head that died of something else closes the store too.
+    ("cluster_join", "communication", 3.5,
+     r"waiting for clients\. \d+/\d+ clients joined", "torch.distributed: not every rank reached the store"),
+    ("cluster_join", "communication", 2.5, r"Failed to recv, got 0 bytes",
+     "torch.distributed: the store connection closed"),
+    # Horovod's stall inspector (horovod/common/stall_inspector.cc: "One or more tensors were
+    # submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for
+    # remainder of ranks"), a collective some ranks never joined, 3; and its shutdown status
+    # (horovod/common/operations.cc SHUT_DOWN_ERROR "Horovod has been shut down. This was caused by
+    # an exception on one of the ranks"), another rank failed, 2.
+    ("collective_timeout", "communication", 3.0,
+     r"One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks",
+     "Horovod: a collective waits for ranks that never joined"),
+    ("nccl_peer", "communication", 2.0, r"Horovod has been shut down\. This was caused by an exception on one of the",
+     "Horovod: another rank failed"),
+    # Open MPI's and PRRTE's runtime losing or never starting the daemons of the other nodes
+    # (orte/mca/errmgr and prrte src/mca/errmgr help texts: "ORTE has lost communication with a
+    # remote daemon", "PRTE has lost communication with a remote daemon"; orte/mca/plm help-plm-base
+    # "ORTE was unable to reliably start one or more daemons", which a missing orted on a node also
+    # prints: 2.5).
+    ("cluster_join", "communication", 3.0, r"(ORTE|PRTE) has lost communication with a remote daemon",
+     "MPI: a remote node's daemon stopped answering"),
+    ("cluster_join", "communication", 2.5, r"(ORTE|PRTE) was unable to reliably start one or more daemons",
+     "MPI: the daemons on the other nodes did not start"),
+    # InfiniBand's "transport retry count exceeded" completion in UCX's words (openucx/ucx
+    # src/uct/ib/mlx5/ib_mlx5_log.c: "Transport retry count exceeded", UCS_ERR_ENDPOINT_TIMEOUT):
+    # the remote port stopped acknowledging, as NCCL's "transport retry counter exceeded" above, 3.5.
+    ("rdma", "communication", 3.5, r"Transport retry count exceeded", "UCX/IB: the remote port stopped answering"),
+
     # --- other (no GPU cause: these make a GPU-looking noise line lose) ---
     ("hub_access", "other", 3.0,
      r"couldn't connect to 'https://huggingface\.co'|LocalEntryNotFoundError|GatedRepoError|401 Client Error"
@@ -772,6 +963,21 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|tokenizer.*(not found|error)",
      "launch arguments or model config"),
     ("port", "other", 3.0, r"Address already in use|port .* (is )?already in use|EADDRINUSE", "port already in use"),
+    # The hub not serving the model, in transformers' and huggingface_hub's words
+    # (transformers src/transformers/utils/hub.py: "X is not a local folder and is not a valid model
+    # identifier listed on 'https://huggingface.co/models'"; huggingface_hub file_download.py and
+    # _snapshot_download.py: "Cannot find an appropriate cached snapshot folder for the specified
+    # revision on the local disk and outgoing traffic has been disabled").
+    ("hub_access", "other", 3.0,
+     r"is not a local folder and is not a valid model identifier|Cannot find an appropriate cached snapshot folder",
+     "model hub: the model id cannot be resolved"),
+    # The Python environment not installable or not matching (pip's resolver: "Could not find a
+    # version that satisfies the requirement", "No matching distribution found for"; PyTorch
+    # torch/_ops.py "operator torchvision::nms does not exist" when torchvision was built for another
+    # torch).
+    ("python_env", "other", 2.5,
+     r"Could not find a version that satisfies the requirement|No matching distribution found for"
+     r"|operator torchvision::\w+ does not exist", "Python/library environment broken"),
 ]
 
 SIGNALS: tuple[Signal, ...] = tuple(

@@ -1,0 +1,151 @@
+"""Triage signals harvested from the tools' own sources (not from a missed log): each text is
+rendered from the format string or error table of the file named beside it, as the tool prints
+it, and decides its tree step alone. Beside them, texts that look alike but are not the failure
+(a harmless warning, another resource, another vendor's accelerator) must not be taken."""
+
+from __future__ import annotations
+
+import pytest
+
+from k3rollout.checks.triage import classify
+
+UPSTREAM = [
+    # driver_incompatible
+    ("CUDA driver_types.h cudaErrorCallRequiresNewerDriver (36)", "driver_incompatible",
+     "RuntimeError: CUDA error: API call is not supported in the installed CUDA driver"),
+    ("xla/stream_executor/cuda/cuda_diagnostics.cc", "driver_incompatible",
+     "2023-11-14 22:30:50.201665: E external/local_xla/xla/stream_executor/cuda/cuda_diagnostics.cc:312] kernel "
+     "version 470.182.3 does not match DSO version 470.223.2 -- cannot find working devices in this configuration"),
+    # container_runtime
+    ("CUDA driver_types.h cudaErrorStubLibrary (34)", "container_runtime",
+     "ggml_cuda_init: failed to initialize CUDA: CUDA driver is a stub library"),
+    ("CUDA driver_types.h cudaErrorMpsConnectionFailed (805)", "container_runtime",
+     "RuntimeError: CUDA error: MPS client failed to connect to the MPS control daemon or the MPS server"),
+    ("torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp", "container_runtime",
+     "ValueError: ProcessGroupNCCL is only supported with GPUs, no GPUs found!"),
+    ("lightning/pytorch/trainer/connectors/accelerator_connector.py", "container_runtime",
+     "lightning_fabric.utilities.exceptions.MisconfigurationException: `CUDAAccelerator` can not run on your "
+     "system since the accelerator is not available. The following accelerator(s) is available and can be passed "
+     "into `accelerator` argument of `Trainer`: ['cpu']."),
+    ("jax/_src/xla_bridge.py", "container_runtime",
+     "RuntimeError: Unable to initialize backend 'cuda': FAILED_PRECONDITION: No visible GPU devices. (you may "
+     "need to uninstall the failing plugin package, or set JAX_PLATFORMS=cpu to skip this backend.)"),
+    ("apptainer --nv (etc/nvliblist.conf)", "container_runtime", "WARNING: Could not find any nv libraries on this host!"),
+    ("slurm src/common/gres.c", "container_runtime",
+     "NodeName=gpu01 State=IDLE+DRAIN+INVALID_REG Reason=gres/gpu count reported lower than configured (0 < 8)"),
+    ("kubernetes pkg/kubelet/cm/devicemanager/manager.go", "container_runtime",
+     "Warning  UnexpectedAdmissionError  pod/vllm-0  Allocate failed due to requested number of devices "
+     "unavailable for nvidia.com/gpu. Requested: 4, Available: 0, which is unexpected"),
+    ("kubernetes pkg/kubelet/cm/devicemanager/manager.go", "container_runtime",
+     "Pod was rejected: Allocate failed due to no healthy devices present; cannot allocate unhealthy devices "
+     "nvidia.com/gpu, which is unexpected"),
+    ("NVIDIA gpu-driver-container nvidia-driver", "container_runtime",
+     "Could not unload NVIDIA driver kernel modules, driver is in use"),
+    # model_load_capacity
+    ("tensorflow/core/framework/op_kernel.cc", "model_load_capacity",
+     "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with "
+     "shape[192,576,16,16] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc"),
+    ("aten/src/ATen/cuda/CublasHandlePool.cpp", "model_load_capacity",
+     "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
+    ("sglang srt/model_executor/model_runner.py", "model_load_capacity",
+     "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."),
+    ("sglang srt/model_executor/model_runner.py", "model_load_capacity",
+     "RuntimeError: The memory capacity is unbalanced. Some GPUs may be occupied by other processes. "
+     "min_per_gpu_memory=16.28, local_gpu_memory=46.81, local_gpu_memory * 0.9=42.13"),
+    ("ollama llm/server.go", "model_load_capacity",
+     "Error: model requires more system memory (44.0 GiB) than is available (7.6 GiB)"),
+    ("ray python/ray/exceptions.py OutOfMemoryError", "model_load_capacity",
+     "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory."),
+    ("slurm task/cgroup", "model_load_capacity",
+     "slurmstepd: error: Detected 1 oom_kill event in StepId=18835145.batch. Some of the step tasks have been OOM "
+     "Killed."),
+    ("kubernetes pkg/kubelet/eviction/helpers.go", "model_load_capacity",
+     "Warning  Evicted  pod/vllm-0  The node was low on resource: memory. Container vllm was using 120Gi, which "
+     "exceeds its request of 64Gi."),
+    ("torch/nn/modules/module.py load_state_dict", "model_load_capacity",
+     "RuntimeError: Error(s) in loading state_dict for GPT2LMHeadModel:"),
+    ("caffe2/serialize/inline_container.cc", "model_load_capacity",
+     "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory"),
+    ("torch/serialization.py", "model_load_capacity",
+     "_pickle.UnpicklingError: Weights only load failed. Re-running `torch.load` with `weights_only` set to "
+     "`False` will likely succeed, but it can result in arbitrary code execution."),
+    ("llama.cpp src/llama-model-loader.cpp", "model_load_capacity",
+     "llama_model_load: error loading model: tensor 'blk.23.ffn_down.weight' data is not within the file bounds, "
+     "model is corrupted or incomplete"),
+    ("torch/cuda/__init__.py _check_capability", "model_load_capacity",
+     "NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current PyTorch installation."),
+    ("ptxas (Triton)", "model_load_capacity",
+     "(EngineCore_DP0 pid=1477831) ptxas fatal   : Value 'sm_121a' is not defined for option 'gpu-name'"),
+    # communication
+    ("NCCL src/misc/socket.cc", "communication",
+     "node1:2200689:2200706 [3] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer "
+     "node2<55693>"),
+    ("NCCL src/bootstrap.cc", "communication",
+     "node1:1234:1300 [0] bootstrap.cc:85 NCCL WARN Message truncated : received 1024 bytes instead of 4"),
+    ("NCCL src/proxy.cc", "communication", "worker-0:195626:198757 [0] proxy.cc:808 NCCL WARN Proxy Call to rank 1 "
+     "failed (Connect)"),
+    ("torch/csrc/distributed/c10d/TCPStore.cpp", "communication",
+     "torch.distributed.DistStoreError: Timed out after 601 seconds waiting for clients. 1/2 clients joined."),
+    ("torch/csrc/distributed/c10d/Utils.hpp recvBytes", "communication",
+     "torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed. Did the "
+     "remote server shutdown or crash?"),
+    ("horovod/common/stall_inspector.cc", "communication",
+     "[2021-02-02 21:19:07.345988: W horovod/common/stall_inspector.cc:105] One or more tensors were submitted to "
+     "be reduced, gathered or broadcasted by subset of ranks and are waiting for remainder of ranks for more than "
+     "60 seconds."),
+    ("horovod/common/operations.cc", "communication",
+     "tensorflow.python.framework.errors_impl.UnknownError: Horovod has been shut down. This was caused by an "
+     "exception on one of the ranks or an attempt to allreduce, allgather or broadcast a tensor after one of the "
+     "ranks finished execution."),
+    ("Open MPI / PRRTE errmgr help text", "communication", "PRTE has lost communication with a remote daemon."),
+    ("Open MPI orte/mca/plm help text", "communication", "ORTE was unable to reliably start one or more daemons."),
+    ("openucx src/uct/ib/mlx5/ib_mlx5_log.c", "communication",
+     "[1700000000.123456] [node1:1234:0] ib_mlx5_log.c:177 UCX ERROR Transport retry count exceeded on "
+     "mlx5_0:1/IB (synd 0x15 vend 0x81 hw_synd 0/0)"),
+    # other
+    ("transformers src/transformers/utils/hub.py", "other",
+     "OSError: custom_model is not a local folder and is not a valid model identifier listed on "
+     "'https://huggingface.co/models'"),
+    ("pip resolver", "other",
+     "ERROR: Could not find a version that satisfies the requirement vllm==0.99.0 (from versions: 0.1.0, 0.2.0)"),
+    ("torch/_ops.py", "other", "RuntimeError: operator torchvision::nms does not exist"),
+]
+
+
+@pytest.mark.parametrize("where,category,line", UPSTREAM, ids=[f"{w}-{i}" for i, (w, _, _) in enumerate(UPSTREAM)])
+def test_an_upstream_message_decides_its_tree_step(where, category, line):
+    t = classify(line + "\n")
+    assert t.category == category, (where, t.scores)
+    assert t.evidence == [line]
+
+
+# Texts that share words with the signals above and are not the failure they name.
+NEAR_MISSES = [
+    # TensorFlow's allocator says so itself: a retry, not an OOM (tensorflow/core/common_runtime/bfc_allocator.cc)
+    ("model_load_capacity",
+     "2020-04-29 16:25:36.594950: W tensorflow/core/common_runtime/bfc_allocator.cc:243] Allocator (GPU_0_bfc) ran "
+     "out of memory trying to allocate 1.25GiB with freed_by_count=0. The caller indicates that this is not a "
+     "failure, but may mean that there could be performance gains if more memory were available."),
+    # torch's range warning for a GPU newer than the wheel's list: harmless, it runs
+    ("model_load_capacity",
+     "UserWarning: Found GPU0 NVIDIA GB10 which is of cuda capability 12.1. Minimum and Maximum cuda capability "
+     "supported by this version of PyTorch is (8.0) - (12.0)"),
+    # Apple's accelerator missing is no NVIDIA GPU path
+    ("container_runtime",
+     "MisconfigurationException: `MPSAccelerator` can not run on your system since the accelerator is not "
+     "available."),
+    # the kubelet evicting for disk, not memory
+    ("model_load_capacity", "Warning  Evicted  pod/vllm-0  The node was low on resource: ephemeral-storage."),
+    # another device plugin's resource
+    ("container_runtime",
+     "Allocate failed due to requested number of devices unavailable for example.com/fpga. Requested: 1, "
+     "Available: 0, which is unexpected"),
+    # ssh's own words for a closed session are not NCCL's
+    ("communication", "Connection to 10.0.0.2 closed by remote host."),
+]
+
+
+@pytest.mark.parametrize("category,line", NEAR_MISSES)
+def test_a_near_miss_is_not_taken(category, line):
+    t = classify(line + "\n")
+    assert t.scores[category] == 0, t.scores
