@@ -16,6 +16,8 @@ UPSTREAM = [
     ("xla/stream_executor/cuda/cuda_diagnostics.cc", "driver_incompatible",
      "2023-11-14 22:30:50.201665: E external/local_xla/xla/stream_executor/cuda/cuda_diagnostics.cc:312] kernel "
      "version 470.182.3 does not match DSO version 470.223.2 -- cannot find working devices in this configuration"),
+    ("glibc elf/dl-lookup.c + nvml.h", "driver_incompatible",
+     "nvidia-smi: symbol lookup error: nvidia-smi: undefined symbol: nvmlInit_v2"),
     # container_runtime
     ("CUDA driver_types.h cudaErrorStubLibrary (34)", "container_runtime",
      "ggml_cuda_init: failed to initialize CUDA: CUDA driver is a stub library"),
@@ -41,6 +43,20 @@ UPSTREAM = [
      "nvidia.com/gpu, which is unexpected"),
     ("NVIDIA gpu-driver-container nvidia-driver", "container_runtime",
      "Could not unload NVIDIA driver kernel modules, driver is in use"),
+    ("CUDA driver_types.h cudaErrorDeviceNotLicensed (102)", "container_runtime",
+     "RuntimeError: CUDA error: device doesn't have valid Grid license"),
+    ("CUDA driver_types.h cudaErrorJitCompilerNotFound (221)", "container_runtime",
+     "RuntimeError: CUDA error: PTX JIT compiler library not found"),
+    ("CUDA driver_types.h cudaErrorECCUncorrectable (214)", "container_runtime",
+     "RuntimeError: CUDA error: uncorrectable ECC error encountered"),
+    ("pynvml NVML_ERROR_RESET_REQUIRED", "container_runtime", "pynvml.NVMLError_ResetRequired: GPU requires restart"),
+    ("open-gpu-kernel-modules kernel_gsp.c", "container_runtime",
+     "kernel: NVRM: Xid (PCI:0000:01:00): 119, pid=1582259, name=nvc:[driver], Timeout after 6s of waiting for RPC "
+     "response from GPU0 GSP! Expected function 76 (GSP_RM_CONTROL) (0x20802a02 0x8)."),
+    ("kmod tools/modprobe.c", "container_runtime",
+     "modprobe: ERROR: could not insert 'nvidia': Key was rejected by service"),
+    ("kmod libkmod", "container_runtime",
+     "modprobe: FATAL: Module nvidia not found in directory /lib/modules/6.8.0-40-generic"),
     # model_load_capacity
     ("tensorflow/core/framework/op_kernel.cc", "model_load_capacity",
      "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with "
@@ -76,6 +92,9 @@ UPSTREAM = [
      "NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current PyTorch installation."),
     ("ptxas (Triton)", "model_load_capacity",
      "(EngineCore_DP0 pid=1477831) ptxas fatal   : Value 'sm_121a' is not defined for option 'gpu-name'"),
+    ("triton python/triton/runtime/errors.py", "model_load_capacity",
+     "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 98304, Hardware limit: "
+     "65536. Reducing block sizes or `num_stages` may help."),
     # communication
     ("NCCL src/misc/socket.cc", "communication",
      "node1:2200689:2200706 [3] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer "
@@ -102,6 +121,13 @@ UPSTREAM = [
     ("openucx src/uct/ib/mlx5/ib_mlx5_log.c", "communication",
      "[1700000000.123456] [node1:1234:0] ib_mlx5_log.c:177 UCX ERROR Transport retry count exceeded on "
      "mlx5_0:1/IB (synd 0x15 vend 0x81 hw_synd 0/0)"),
+    ("NCCL src/bootstrap.cc root", "communication",
+     "node1:1234:1300 [0] bootstrap.cc:150 NCCL WARN Bootstrap Root : mismatch in rank count from procs 16 : 8"),
+    ("CUDA driver_types.h cudaErrorNvlinkUncorrectable (220)", "communication",
+     "RuntimeError: CUDA error: uncorrectable NVLink error was detected during the execution"),
+    ("ray src/ray/core_worker/core_worker_process.cc", "communication",
+     "[2024-07-19 11:36:53,765 E 1446555 1446656] core_worker_process.cc:217: Failed to get the system config from "
+     "raylet because it is dead. Worker will terminate."),
     # other
     ("transformers src/transformers/utils/hub.py", "other",
      "OSError: custom_model is not a local folder and is not a valid model identifier listed on "
@@ -109,6 +135,9 @@ UPSTREAM = [
     ("pip resolver", "other",
      "ERROR: Could not find a version that satisfies the requirement vllm==0.99.0 (from versions: 0.1.0, 0.2.0)"),
     ("torch/_ops.py", "other", "RuntimeError: operator torchvision::nms does not exist"),
+    ("huggingface_hub utils/_http.py", "other",
+     "requests.exceptions.HTTPError: 429 Client Error: Too Many Requests for url: "
+     "https://huggingface.co/api/models/meta-llama/Llama-3.1-8B"),
 ]
 
 
@@ -140,6 +169,10 @@ NEAR_MISSES = [
     ("container_runtime",
      "Allocate failed due to requested number of devices unavailable for example.com/fpga. Requested: 1, "
      "Available: 0, which is unexpected"),
+    # a toolkit library's symbol (lower case after "cu") is the environment, not the driver's age
+    ("driver_incompatible",
+     "ImportError: /usr/lib/python3/site-packages/torch/lib/libtorch_cuda.so: undefined symbol: "
+     "cublasLtGetStatusString, version libcublasLt.so.12"),
     # ssh's own words for a closed session are not NCCL's
     ("communication", "Connection to 10.0.0.2 closed by remote host."),
 ]
@@ -149,3 +182,17 @@ NEAR_MISSES = [
 def test_a_near_miss_is_not_taken(category, line):
     t = classify(line + "\n")
     assert t.scores[category] == 0, t.scores
+
+
+def test_c10d_name_resolution_warning_supports_but_does_not_decide_alone():
+    # torch/csrc/distributed/c10d/socket.cpp logs it at W and tries the other address family
+    line = ("[W socket.cpp:601] [c10d] The IPv6 network addresses of (head, 29500) cannot be retrieved "
+            "(gai error: -2 - Name or service not known).")
+    t = classify(line + "\n")
+    assert t.category == "other" and 0 < t.scores["communication"] < 1.5, t.scores
+    # beside the store client's own failure it adds to communication
+    store = ("torch.distributed.DistNetworkError: The client socket has timed out after 900000ms while trying to "
+             "connect to (head, 29500).\n")
+    both, alone = classify(line + "\n" + store), classify(store)
+    assert both.category == "communication", both.scores
+    assert both.scores["communication"] > alone.scores["communication"], (both.scores, alone.scores)

@@ -160,6 +160,19 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"The NVIDIA driver's CUDA version is \S+ which is older than the (ptxas|PTX compiler) CUDA version",
      "XLA: the driver is older than the CUDA of its PTX compiler"),
 
+    # A driver entry point missing from the driver's own library, in the dynamic loader's words
+    # (glibc elf/dl-lookup.c: "undefined symbol: %s"): the driver API's functions are cu<Object>...
+    # (cuda.h: cuInit, cuCtxCreate_v4, cuMemCreate, cuGetProcAddress) and NVML's nvml... (nvml.h:
+    # nvmlInit_v2), both served by the driver's libcuda and libnvidia-ml. The caller was built for a
+    # newer driver than the one installed, as cudarc's "Expected symbol in library" above, 3 (over
+    # the generic "undefined symbol" of a broken Python environment, 2.5). Matching ignores case, so
+    # the driver API's objects are listed: the toolkit's libraries (cudaMemcpy, cublasLt..., cudnn...,
+    # cufft..., cutensor...) do not match.
+    ("cuda_driver_too_old", "driver_incompatible", 3.0,
+     r"undefined symbol: (cu(Init|DriverGetVersion|GetProcAddress|GetError|Ctx|Device|Mem|Module|Library|Kernel"
+     r"|Func|Launch|Stream|Event|Graph|Link|Pointer|Occupancy|Array|Multicast|Coredump|GreenCtx)\w*|nvml\w+)",
+     "a CUDA driver or NVML entry point missing from the installed driver (driver older than the caller)"),
+
     # --- container_runtime (tree step 2: driver fine, the container/GPU path is broken) ---
     # Docker/containerd has no NVIDIA runtime or device driver: nothing else prints these.
     ("runtime_missing", "container_runtime", 4.0,
@@ -479,6 +492,39 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("driver_build", "container_runtime", 2.5, r"Could not unload NVIDIA driver kernel modules",
      "GPU Operator: the old NVIDIA module is still in use"),
 
+    # More CUDA error codes of the GPU path (driver_types.h / cuda.h, with cudaGetErrorString's text):
+    #   102 cudaErrorDeviceNotLicensed "device doesn't have valid Grid license" (a vGPU without its
+    #       licence: the GPU is there and may not be used, 3)
+    #   221 cudaErrorJitCompilerNotFound "PTX JIT compiler library not found" (the driver's
+    #       libnvidia-ptxjitcompiler not in the container: NVIDIA_DRIVER_CAPABILITIES without
+    #       compute, 3)
+    #   214 cudaErrorECCUncorrectable "uncorrectable ECC error encountered" (the GPU's memory is
+    #       failing: the node's GPU, as "fallen off the bus", 3)
+    ("gpu_visibility", "container_runtime", 3.0,
+     r"device doesn't have valid Grid license|cudaErrorDeviceNotLicensed|CUDA_ERROR_DEVICE_NOT_LICENSED",
+     "CUDA error 102: the vGPU has no valid licence"),
+    ("nvml_in_container", "container_runtime", 3.0,
+     r"PTX JIT compiler library not found|cudaErrorJitCompilerNotFound|CUDA_ERROR_JIT_COMPILER_NOT_FOUND",
+     "CUDA error 221: the driver's PTX JIT library is not in the container"),
+    ("gpu_unreachable", "container_runtime", 3.0,
+     r"uncorrectable ECC error encountered|cudaErrorECCUncorrectable|CUDA_ERROR_ECC_UNCORRECTABLE",
+     "CUDA error 214: uncorrectable ECC error on the GPU"),
+    # The GPU needing a reset or its GSP firmware not answering: NVML_ERROR_RESET_REQUIRED (nvml.h;
+    # pynvml NVMLError_ResetRequired "GPU requires restart", nvidia-smi "[GPU requires reset]") and
+    # the kernel driver's Xid 119 (open-gpu-kernel-modules src/nvidia/src/kernel/gpu/gsp/
+    # kernel_gsp.c GSP_RPC_TIMEOUT_XID_MESSAGE_FMT "Timeout after %llus of waiting for RPC response
+    # from GPU%u GSP!"). The node's GPU, tree step 2 as "fallen off the bus", 3.
+    ("gpu_unreachable", "container_runtime", 3.0,
+     r"GPU requires (reset|restart)|NVMLError_ResetRequired|ERROR_RESET_REQUIRED"
+     r"|of waiting for RPC response from GPU\d* GSP", "the GPU needs a reset (NVML) or its GSP stopped answering"),
+    # kmod's modprobe refusing the NVIDIA module (kmod tools/modprobe.c: "could not insert '%s': %s"
+    # with strerror, e.g. "Key was rejected by service" under Secure Boot; libkmod "Module %s not
+    # found in directory %s" when no module was built for the running kernel): the node has no
+    # working driver, as "Unable to load the kernel module 'nvidia.ko'" above, 3.5.
+    ("driver_build", "container_runtime", 3.5,
+     r"could not insert 'nvidia[\w-]*'|Module nvidia[\w-]* not found in directory",
+     "the NVIDIA kernel module does not load for the running kernel"),
+
     # --- model_load_capacity (tree step 3: CUDA up, the model does not load or fit) ---
     ("gpu_memory", "model_load_capacity", 4.0,
      r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation"
@@ -748,6 +794,13 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("quantization", "model_load_capacity", 2.5, r"invalid device function|cudaErrorInvalidDeviceFunction",
      "CUDA error 98: a kernel without an image for this GPU"),
 
+    # Triton's compiler finding a kernel larger than this GPU allows (triton python/triton/runtime/
+    # errors.py OutOfResources: "out of resource: shared memory, Required: N, Hardware limit: M.
+    # Reducing block sizes or `num_stages` may help."): the model's kernels do not fit this GPU, as a
+    # compute-capability minimum, 3.
+    ("quantization", "model_load_capacity", 3.0, r"out of resource: \w+( \w+)?, Required: \d+, Hardware limit: \d+",
+     "Triton: the kernel needs more than this GPU has (shared memory, registers)"),
+
     # --- communication (tree step 4: one node works, several fail) ---
     ("nccl_error", "communication", 3.0,
      r"ncclSystemError|ncclRemoteError|ncclInternalError|ncclInvalidUsage|NCCL error|NCCL failure|Test NCCL failure"
@@ -940,6 +993,28 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # the remote port stopped acknowledging, as NCCL's "transport retry counter exceeded" above, 3.5.
     ("rdma", "communication", 3.5, r"Transport retry count exceeded", "UCX/IB: the remote port stopped answering"),
 
+    # NCCL's bootstrap root receiving ranks that disagree on the communicator's size (src/bootstrap.cc
+    # WARN "Bootstrap Root : mismatch in rank count from procs %d : %d"): two launches met on one
+    # unique id, or the nodes were started with different world sizes, 3.
+    ("nccl_error", "communication", 3.0, r"Bootstrap Root : mismatch in rank count from procs",
+     "NCCL: the ranks disagree on the communicator's size"),
+    # CUDA error 220 (cudaErrorNvlinkUncorrectable, "uncorrectable NVLink error was detected during the
+    # execution"): the NVLink fabric between the GPUs failed, 3.
+    ("p2p_nvlink", "communication", 3.0,
+     r"uncorrectable NVLink error was detected|cudaErrorNvlinkUncorrectable|CUDA_ERROR_NVLINK_UNCORRECTABLE",
+     "CUDA error 220: uncorrectable NVLink error"),
+    # c10d resolving the rendezvous host (torch/csrc/distributed/c10d/socket.cpp: "The IPv6 network
+    # addresses of (%s, %s) cannot be retrieved (gai error: %d - %s)", the IPv4 form likewise): the
+    # name MASTER_ADDR gives does not resolve everywhere. c10d logs it as a warning and tries the
+    # other family, so 2.
+    ("cluster_join", "communication", 2.0, r"network addresses of .* cannot be retrieved \(gai error",
+     "torch.distributed: the rendezvous host name does not resolve"),
+    # A Ray worker whose node's raylet is gone before it starts (src/ray/core_worker/
+    # core_worker_process.cc: "Failed to get the system config from raylet because it is dead. Worker
+    # will terminate."): the node is not (or no longer) part of the cluster, 3.
+    ("cluster_join", "communication", 3.0, r"Failed to get the system config from raylet because it is dead",
+     "Ray: the node's raylet is gone"),
+
     # --- other (no GPU cause: these make a GPU-looking noise line lose) ---
     ("hub_access", "other", 3.0,
      r"couldn't connect to 'https://huggingface\.co'|LocalEntryNotFoundError|GatedRepoError|401 Client Error"
@@ -971,6 +1046,12 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("hub_access", "other", 3.0,
      r"is not a local folder and is not a valid model identifier|Cannot find an appropriate cached snapshot folder",
      "model hub: the model id cannot be resolved"),
+    # The hub refusing or unreachable at the HTTP level (huggingface_hub utils/_http.py
+    # hf_raise_for_status, requests' "%s Client Error: %s for url: %s"; urllib3's MaxRetryError
+    # "HTTPSConnectionPool(host='huggingface.co', port=443): Max retries exceeded").
+    ("hub_access", "other", 3.0,
+     r"(403|404|429) Client Error.*huggingface\.co|HTTPSConnectionPool\(host='[\w.-]*(huggingface\.co|hf\.co)'",
+     "model hub unreachable or refusing (HTTP)"),
     # The Python environment not installable or not matching (pip's resolver: "Could not find a
     # version that satisfies the requirement", "No matching distribution found for"; PyTorch
     # torch/_ops.py "operator torchvision::nms does not exist" when torchvision was built for another
