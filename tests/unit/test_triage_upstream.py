@@ -57,6 +57,10 @@ UPSTREAM = [
      "modprobe: ERROR: could not insert 'nvidia': Key was rejected by service"),
     ("kmod libkmod", "container_runtime",
      "modprobe: FATAL: Module nvidia not found in directory /lib/modules/6.8.0-40-generic"),
+    ("containerd internal/cri server sandbox_run.go", "container_runtime",
+     'Warning  FailedCreatePodSandBox  kubelet  Failed to create pod sandbox: rpc error: code = Unknown desc = '
+     'failed to get sandbox runtime: no runtime for "nvidia" is configured'),
+    ("deepspeed/launcher/runner.py", "container_runtime", "RuntimeError: Unable to proceed, no GPU resources available"),
     # model_load_capacity
     ("tensorflow/core/framework/op_kernel.cc", "model_load_capacity",
      "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with "
@@ -95,6 +99,14 @@ UPSTREAM = [
     ("triton python/triton/runtime/errors.py", "model_load_capacity",
      "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 98304, Hardware limit: "
      "65536. Reducing block sizes or `num_stages` may help."),
+    ("TGI server/text_generation_server/models/flash_causal_lm.py", "model_load_capacity",
+     "RuntimeError: Not enough memory to handle 4096 prefill tokens. You need to decrease "
+     "`--max-batch-prefill-tokens`"),
+    ("llama.cpp src/llama-kv-cache.cpp", "model_load_capacity",
+     "llama_init_from_model: failed to initialize the context: failed to allocate buffer for kv cache"),
+    ("transformers src/transformers/quantizers/quantizer_bnb_4bit.py", "model_load_capacity",
+     "ValueError: Some modules are dispatched on the CPU or the disk. Make sure you have enough GPU RAM to fit the "
+     "quantized model."),
     # communication
     ("NCCL src/misc/socket.cc", "communication",
      "node1:2200689:2200706 [3] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer "
@@ -128,6 +140,10 @@ UPSTREAM = [
     ("ray src/ray/core_worker/core_worker_process.cc", "communication",
      "[2024-07-19 11:36:53,765 E 1446555 1446656] core_worker_process.cc:217: Failed to get the system config from "
      "raylet because it is dead. Worker will terminate."),
+    ("deepspeed/launcher/runner.py", "communication",
+     "RuntimeError: Using hostfile at /job/hostfile but host=worker-1 was not reachable via ssh. If you are running "
+     "with a single node please remove /job/hostfile or setup passwordless ssh."),
+    ("pdsh", "communication", "pdsh@worker-0: worker-1: ssh exited with exit code 255"),
     # other
     ("transformers src/transformers/utils/hub.py", "other",
      "OSError: custom_model is not a local folder and is not a valid model identifier listed on "
@@ -138,6 +154,12 @@ UPSTREAM = [
     ("huggingface_hub utils/_http.py", "other",
      "requests.exceptions.HTTPError: 429 Client Error: Too Many Requests for url: "
      "https://huggingface.co/api/models/meta-llama/Llama-3.1-8B"),
+    ("transformers src/transformers/models/auto/configuration_auto.py", "other",
+     "ValueError: The checkpoint you are trying to load has model type `kimi_k3` but Transformers does not "
+     "recognize this architecture. This could be because of an issue with the checkpoint, or because your version "
+     "of Transformers is out of date."),
+    ("jax/version.py", "other", "RuntimeError: jaxlib is version 0.4.7, but this version of jax requires version >= "
+     "0.4.14."),
 ]
 
 
@@ -173,6 +195,8 @@ NEAR_MISSES = [
     ("driver_incompatible",
      "ImportError: /usr/lib/python3/site-packages/torch/lib/libtorch_cuda.so: undefined symbol: "
      "cublasLtGetStatusString, version libcublasLt.so.12"),
+    # pdsh's exit code 127 is the remote command missing, not ssh failing to connect
+    ("communication", "pdsh@uan: nid000008: ssh exited with exit code 127"),
     # ssh's own words for a closed session are not NCCL's
     ("communication", "Connection to 10.0.0.2 closed by remote host."),
 ]

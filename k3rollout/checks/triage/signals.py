@@ -525,6 +525,17 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"could not insert 'nvidia[\w-]*'|Module nvidia[\w-]* not found in directory",
      "the NVIDIA kernel module does not load for the running kernel"),
 
+    # containerd's CRI plugin asked for a RuntimeClass handler it has no runtime for (containerd
+    # internal/cri server sandbox_run.go: "failed to get sandbox runtime: no runtime for %q is
+    # configured"): the nvidia handler is not in containerd's config, as Docker's "unknown or
+    # invalid runtime name: nvidia", 4.
+    ("runtime_missing", "container_runtime", 4.0, r'no runtime for "nvidia[\w-]*" is configured',
+     "containerd: no nvidia runtime handler configured"),
+    # DeepSpeed's launcher counting the GPUs before it starts anything (deepspeed/launcher/runner.py:
+    # "Unable to proceed, no GPU resources available"): none visible to the process, 3.
+    ("gpu_visibility", "container_runtime", 3.0, r"Unable to proceed, no GPU resources available",
+     "DeepSpeed: no GPU visible to the launcher"),
+
     # --- model_load_capacity (tree step 3: CUDA up, the model does not load or fit) ---
     ("gpu_memory", "model_load_capacity", 4.0,
      r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation"
@@ -801,6 +812,21 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("quantization", "model_load_capacity", 3.0, r"out of resource: \w+( \w+)?, Required: \d+, Hardware limit: \d+",
      "Triton: the kernel needs more than this GPU has (shared memory, registers)"),
 
+    # Memory at load in the serving and loading libraries' own words:
+    #   TGI server/text_generation_server/models/flash_causal_lm.py warmup: "Not enough memory to
+    #     handle N prefill tokens. You need to decrease `--max-batch-prefill-tokens`" (PyTorch's OOM
+    #     re-raised, 4)
+    #   llama.cpp src/llama-kv-cache.cpp: "failed to allocate buffer for kv cache" (4)
+    #   transformers src/transformers/quantizers/quantizer_bnb_4bit.py: "Some modules are dispatched
+    #     on the CPU or the disk. Make sure you have enough GPU RAM to fit the quantized model." (the
+    #     device map put layers off the GPU, 3.5)
+    ("gpu_memory", "model_load_capacity", 4.0, r"Not enough memory to handle \d+ prefill tokens",
+     "TGI: the warmup batch does not fit in GPU memory"),
+    ("kv_cache", "model_load_capacity", 4.0, r"failed to allocate buffer for kv cache",
+     "llama.cpp: the KV cache does not fit"),
+    ("gpu_memory", "model_load_capacity", 3.5, r"Some modules are dispatched on the CPU or the disk",
+     "transformers: the quantized model does not fit in GPU memory"),
+
     # --- communication (tree step 4: one node works, several fail) ---
     ("nccl_error", "communication", 3.0,
      r"ncclSystemError|ncclRemoteError|ncclInternalError|ncclInvalidUsage|NCCL error|NCCL failure|Test NCCL failure"
@@ -1015,6 +1041,16 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("cluster_join", "communication", 3.0, r"Failed to get the system config from raylet because it is dead",
      "Ray: the node's raylet is gone"),
 
+    # Multi-node launchers reaching the other nodes over ssh: DeepSpeed's runner checks the first
+    # host of its hostfile (deepspeed/launcher/runner.py: "Using hostfile at %s but host=%s was not
+    # reachable via ssh"), 3; pdsh, which it launches through, reports ssh's own failure as exit
+    # code 255 (pdsh src/pdsh/... "%s: ssh exited with exit code %d"; 255 is ssh's connection error,
+    # other codes are the remote command's), 2.5.
+    ("cluster_join", "communication", 3.0, r"was not reachable via ssh",
+     "DeepSpeed: another node of the hostfile is unreachable"),
+    ("cluster_join", "communication", 2.5, r"ssh exited with exit code 255\b",
+     "pdsh: ssh could not reach a node"),
+
     # --- other (no GPU cause: these make a GPU-looking noise line lose) ---
     ("hub_access", "other", 3.0,
      r"couldn't connect to 'https://huggingface\.co'|LocalEntryNotFoundError|GatedRepoError|401 Client Error"
@@ -1052,6 +1088,16 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("hub_access", "other", 3.0,
      r"(403|404|429) Client Error.*huggingface\.co|HTTPSConnectionPool\(host='[\w.-]*(huggingface\.co|hf\.co)'",
      "model hub unreachable or refusing (HTTP)"),
+    # A model type the installed transformers does not know (transformers src/transformers/models/auto/
+    # configuration_auto.py: "The checkpoint you are trying to load has model type `X` but
+    # Transformers does not recognize this architecture"): the library is older than the model, as
+    # vLLM's "Model architectures [...] are not supported" above. And jax older or newer than its
+    # jaxlib (jax/version.py _check_jaxlib_version: "jaxlib is version X, but this version of jax
+    # requires version >= Y").
+    ("config", "other", 3.0, r"but Transformers does not recognize this architecture",
+     "transformers does not know the model type"),
+    ("python_env", "other", 2.5, r"jaxlib is version \S+, but this version of jax requires",
+     "jax and jaxlib versions do not match"),
     # The Python environment not installable or not matching (pip's resolver: "Could not find a
     # version that satisfies the requirement", "No matching distribution found for"; PyTorch
     # torch/_ops.py "operator torchvision::nms does not exist" when torchvision was built for another
