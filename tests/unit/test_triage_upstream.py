@@ -50,12 +50,12 @@ UPSTREAM = [
     ("CUDA driver_types.h cudaErrorECCUncorrectable (214)", "container_runtime",
      "RuntimeError: CUDA error: uncorrectable ECC error encountered"),
     ("pynvml NVML_ERROR_RESET_REQUIRED", "container_runtime", "pynvml.NVMLError_ResetRequired: GPU requires restart"),
-    ("open-gpu-kernel-modules kernel_gsp.c", "container_runtime",
+    ("open-gpu-kernel-modules GSP_RPC_TIMEOUT_XID_MESSAGE_FMT", "container_runtime",
      "kernel: NVRM: Xid (PCI:0000:01:00): 119, pid=1582259, name=nvc:[driver], Timeout after 6s of waiting for RPC "
      "response from GPU0 GSP! Expected function 76 (GSP_RM_CONTROL) (0x20802a02 0x8)."),
     ("kmod tools/modprobe.c", "container_runtime",
      "modprobe: ERROR: could not insert 'nvidia': Key was rejected by service"),
-    ("kmod libkmod", "container_runtime",
+    ("kmod tools/modprobe.c", "container_runtime",
      "modprobe: FATAL: Module nvidia not found in directory /lib/modules/6.8.0-40-generic"),
     ("containerd internal/cri server sandbox_run.go", "container_runtime",
      'Warning  FailedCreatePodSandBox  kubelet  Failed to create pod sandbox: rpc error: code = Unknown desc = '
@@ -150,7 +150,7 @@ UPSTREAM = [
      "'https://huggingface.co/models'"),
     ("pip resolver", "other",
      "ERROR: Could not find a version that satisfies the requirement vllm==0.99.0 (from versions: 0.1.0, 0.2.0)"),
-    ("torch/_ops.py", "other", "RuntimeError: operator torchvision::nms does not exist"),
+    ("PyTorch operator registry", "other", "RuntimeError: operator torchvision::nms does not exist"),
     ("huggingface_hub utils/_http.py", "other",
      "requests.exceptions.HTTPError: 429 Client Error: Too Many Requests for url: "
      "https://huggingface.co/api/models/meta-llama/Llama-3.1-8B"),

@@ -511,15 +511,14 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      "CUDA error 214: uncorrectable ECC error on the GPU"),
     # The GPU needing a reset or its GSP firmware not answering: NVML_ERROR_RESET_REQUIRED (nvml.h;
     # pynvml NVMLError_ResetRequired "GPU requires restart", nvidia-smi "[GPU requires reset]") and
-    # the kernel driver's Xid 119 (open-gpu-kernel-modules src/nvidia/src/kernel/gpu/gsp/
-    # kernel_gsp.c GSP_RPC_TIMEOUT_XID_MESSAGE_FMT "Timeout after %llus of waiting for RPC response
-    # from GPU%u GSP!"). The node's GPU, tree step 2 as "fallen off the bus", 3.
+    # the kernel driver's Xid 119 (open-gpu-kernel-modules src/nvidia, GSP_RPC_TIMEOUT_XID_MESSAGE_FMT
+    # "Timeout after %llus of waiting for RPC response from GPU%u GSP!"). The node's GPU, tree step 2 as "fallen off the bus", 3.
     ("gpu_unreachable", "container_runtime", 3.0,
      r"GPU requires (reset|restart)|NVMLError_ResetRequired|ERROR_RESET_REQUIRED"
      r"|of waiting for RPC response from GPU\d* GSP", "the GPU needs a reset (NVML) or its GSP stopped answering"),
     # kmod's modprobe refusing the NVIDIA module (kmod tools/modprobe.c: "could not insert '%s': %s"
-    # with strerror, e.g. "Key was rejected by service" under Secure Boot; libkmod "Module %s not
-    # found in directory %s" when no module was built for the running kernel): the node has no
+    # with strerror, e.g. "Key was rejected by service" under Secure Boot; "Module %s not found in
+    # directory %s" when no module was built for the running kernel): the node has no
     # working driver, as "Unable to load the kernel module 'nvidia.ko'" above, 3.5.
     ("driver_build", "container_runtime", 3.5,
      r"could not insert 'nvidia[\w-]*'|Module nvidia[\w-]* not found in directory",
@@ -1044,8 +1043,8 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # Multi-node launchers reaching the other nodes over ssh: DeepSpeed's runner checks the first
     # host of its hostfile (deepspeed/launcher/runner.py: "Using hostfile at %s but host=%s was not
     # reachable via ssh"), 3; pdsh, which it launches through, reports ssh's own failure as exit
-    # code 255 (pdsh src/pdsh/... "%s: ssh exited with exit code %d"; 255 is ssh's connection error,
-    # other codes are the remote command's), 2.5.
+    # code 255 (pdsh's ssh module: "%s: ssh exited with exit code %d"; 255 is ssh's connection
+    # error, other codes are the remote command's), 2.5.
     ("cluster_join", "communication", 3.0, r"was not reachable via ssh",
      "DeepSpeed: another node of the hostfile is unreachable"),
     ("cluster_join", "communication", 2.5, r"ssh exited with exit code 255\b",
@@ -1099,9 +1098,9 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("python_env", "other", 2.5, r"jaxlib is version \S+, but this version of jax requires",
      "jax and jaxlib versions do not match"),
     # The Python environment not installable or not matching (pip's resolver: "Could not find a
-    # version that satisfies the requirement", "No matching distribution found for"; PyTorch
-    # torch/_ops.py "operator torchvision::nms does not exist" when torchvision was built for another
-    # torch).
+    # version that satisfies the requirement", "No matching distribution found for"; PyTorch's
+    # operator registry, "operator torchvision::nms does not exist", when torchvision was built for
+    # another torch).
     ("python_env", "other", 2.5,
      r"Could not find a version that satisfies the requirement|No matching distribution found for"
      r"|operator torchvision::\w+ does not exist", "Python/library environment broken"),
