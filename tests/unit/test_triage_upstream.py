@@ -61,6 +61,11 @@ UPSTREAM = [
      'Warning  FailedCreatePodSandBox  kubelet  Failed to create pod sandbox: rpc error: code = Unknown desc = '
      'failed to get sandbox runtime: no runtime for "nvidia" is configured'),
     ("deepspeed/launcher/runner.py", "container_runtime", "RuntimeError: Unable to proceed, no GPU resources available"),
+    ("cri-o internal/config", "container_runtime",
+     'Failed to create pod sandbox: rpc error: code = Unknown desc = failed to find runtime handler nvidia from '
+     'runtime list map[crun:0xc000 runc:0xc001]'),
+    ("NVIDIA/k8s-device-plugin health check (log.Printf, before klog)", "container_runtime",
+     "2019/05/01 10:00:00 XidCriticalError: Xid=79, All devices will go unhealthy."),
     # model_load_capacity
     ("tensorflow/core/framework/op_kernel.cc", "model_load_capacity",
      "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with "
@@ -107,6 +112,9 @@ UPSTREAM = [
     ("transformers src/transformers/quantizers/quantizer_bnb_4bit.py", "model_load_capacity",
      "ValueError: Some modules are dispatched on the CPU or the disk. Make sure you have enough GPU RAM to fit the "
      "quantized model."),
+    ("transformers src/transformers/modeling_utils.py", "model_load_capacity",
+     "ValueError: The current `device_map` had weights offloaded to the disk. Please provide an `offload_folder` for "
+     "them."),
     # communication
     ("NCCL src/misc/socket.cc", "communication",
      "node1:2200689:2200706 [3] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer "
@@ -144,6 +152,12 @@ UPSTREAM = [
      "RuntimeError: Using hostfile at /job/hostfile but host=worker-1 was not reachable via ssh. If you are running "
      "with a single node please remove /job/hostfile or setup passwordless ssh."),
     ("pdsh", "communication", "pdsh@worker-0: worker-1: ssh exited with exit code 255"),
+    ("slurm src/plugins/mpi/pmix/pmixp_coll_ring.c", "communication",
+     "slurmstepd: error:  mpi/pmix_v3: pmixp_coll_ring_reset_if_to: node1 [0]: pmixp_coll_ring.c:742: "
+     "0x14ce0c02cb20: collective timeout seq=0"),
+    ("ray src/ray/core_worker/core_worker_process.cc", "communication",
+     "[2026-03-03 21:12:46,736 E 46008 46008] core_worker_process.cc:232: Failed to register worker to Raylet: "
+     "IOError: Failed to read data from the socket: End of file"),
     # other
     ("transformers src/transformers/utils/hub.py", "other",
      "OSError: custom_model is not a local folder and is not a valid model identifier listed on "
@@ -220,3 +234,11 @@ def test_c10d_name_resolution_warning_supports_but_does_not_decide_alone():
     both, alone = classify(line + "\n" + store), classify(store)
     assert both.category == "communication", both.scores
     assert both.scores["communication"] > alone.scores["communication"], (both.scores, alone.scores)
+
+
+def test_the_device_plugins_klog_xid_line_is_info_context():
+    # NVIDIA/k8s-device-plugin internal/rm/health.go logs the Xid with klog.Infof: an INFO line
+    # counts a quarter, context that does not decide alone
+    t = classify("I0101 00:00:00.000000       1 health.go:159] XidCriticalError: Xid=79 on Device=GPU-d23d91a3; "
+                 "marking device as unhealthy.\n")
+    assert t.category == "other" and 0 < t.scores["container_runtime"] < 1.5, t.scores

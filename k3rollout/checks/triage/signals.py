@@ -535,6 +535,19 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("gpu_visibility", "container_runtime", 3.0, r"Unable to proceed, no GPU resources available",
      "DeepSpeed: no GPU visible to the launcher"),
 
+    # CRI-O asked for a RuntimeClass handler it has no runtime for (cri-o internal/config: "failed to
+    # find runtime handler %s from runtime list %v"), CRI-O's form of containerd's "no runtime for
+    # \"nvidia\" is configured", 4.
+    ("runtime_missing", "container_runtime", 4.0, r"failed to find runtime handler nvidia",
+     "CRI-O: no nvidia runtime handler configured"),
+    # The Kubernetes device plugin's health check taking a GPU out of service on a critical Xid
+    # (NVIDIA/k8s-device-plugin internal/rm/health.go: "XidCriticalError: Xid=%d on Device=%s;
+    # marking device as unhealthy.", older releases "... All devices will go unhealthy."): the node's
+    # GPU failed, as "fallen off the bus", 3.
+    ("gpu_unreachable", "container_runtime", 3.0,
+     r"XidCriticalError: Xid=\d+( on Device=\S+; marking device as unhealthy|, All devices will go unhealthy)",
+     "device plugin: a GPU marked unhealthy on a critical Xid"),
+
     # --- model_load_capacity (tree step 3: CUDA up, the model does not load or fit) ---
     ("gpu_memory", "model_load_capacity", 4.0,
      r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation"
@@ -826,6 +839,13 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("gpu_memory", "model_load_capacity", 3.5, r"Some modules are dispatched on the CPU or the disk",
      "transformers: the quantized model does not fit in GPU memory"),
 
+    # transformers' loader with a device map that put weights on disk and nowhere to write them
+    # (src/transformers/modeling_utils.py: "The current `device_map` had weights offloaded to the
+    # disk. Please provide an `offload_folder` for them."): the model fits neither the GPUs nor host
+    # memory, 3.
+    ("gpu_memory", "model_load_capacity", 3.0, r"The current `device_map` had weights offloaded to the disk",
+     "transformers: the model does not fit in GPU and host memory"),
+
     # --- communication (tree step 4: one node works, several fail) ---
     ("nccl_error", "communication", 3.0,
      r"ncclSystemError|ncclRemoteError|ncclInternalError|ncclInvalidUsage|NCCL error|NCCL failure|Test NCCL failure"
@@ -1049,6 +1069,16 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      "DeepSpeed: another node of the hostfile is unreachable"),
     ("cluster_join", "communication", 2.5, r"ssh exited with exit code 255\b",
      "pdsh: ssh could not reach a node"),
+
+    # Slurm's PMIx plugin timing out a fence the ranks of other nodes never joined (SchedMD/slurm
+    # src/plugins/mpi/pmix/pmixp_coll_tree.c and pmixp_coll_ring.c: PMIXP_ERROR "%p: collective timeout
+    # seq=%d"): the launch's own collective across nodes, 3.5 as a NCCL watchdog timeout. And a Ray
+    # worker unable to register with its node's raylet (src/ray/core_worker/core_worker_process.cc:
+    # "Failed to register worker to Raylet: IOError: ..."), the raylet gone, 2.5.
+    ("collective_timeout", "communication", 3.5, r": collective timeout seq=\d+",
+     "Slurm PMIx: a fence across nodes timed out"),
+    ("cluster_join", "communication", 2.5, r"Failed to register worker to Raylet",
+     "Ray: a worker cannot register with its raylet"),
 
     # --- other (no GPU cause: these make a GPU-looking noise line lose) ---
     ("hub_access", "other", 3.0,
