@@ -18,6 +18,9 @@ UPSTREAM = [
      "version 470.182.3 does not match DSO version 470.223.2 -- cannot find working devices in this configuration"),
     ("glibc elf/dl-lookup.c + nvml.h", "driver_incompatible",
      "nvidia-smi: symbol lookup error: nvidia-smi: undefined symbol: nvmlInit_v2"),
+    ("NCCL src/misc/cudawrap.cc", "driver_incompatible",
+     "node1:1234:1234 [0] misc/cudawrap.cc:90 NCCL WARN CUDA Driver version found is 11040. Minimum requirement is "
+     "12020"),
     # container_runtime
     ("CUDA driver_types.h cudaErrorStubLibrary (34)", "container_runtime",
      "ggml_cuda_init: failed to initialize CUDA: CUDA driver is a stub library"),
@@ -66,6 +69,13 @@ UPSTREAM = [
      'runtime list map[crun:0xc000 runc:0xc001]'),
     ("NVIDIA/k8s-device-plugin health check (log.Printf, before klog)", "container_runtime",
      "2019/05/01 10:00:00 XidCriticalError: Xid=79, All devices will go unhealthy."),
+    ("nvidia-container-toolkit cmd/nvidia-ctk/cdi/generate", "container_runtime",
+     'level=error msg="failed to generate CDI spec: failed to create device CDI specs: failed to initialize NVML: '
+     'ERROR_LIBRARY_NOT_FOUND"'),
+    ("nvidia-container-toolkit internal/discover", "container_runtime",
+     "Error: IMEX channel 0 not found at /dev/nvidia-caps-imex-channels/channel0"),
+    ("NCCL src/os/linux.cc", "container_runtime",
+     "node1:99:99 [0] NCCL WARN Failed to open libnvidia-ml.so.1: libnvidia-ml.so.1: cannot open shared object file"),
     # model_load_capacity
     ("tensorflow/core/framework/op_kernel.cc", "model_load_capacity",
      "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with "
@@ -115,6 +125,8 @@ UPSTREAM = [
     ("transformers src/transformers/modeling_utils.py", "model_load_capacity",
      "ValueError: The current `device_map` had weights offloaded to the disk. Please provide an `offload_folder` for "
      "them."),
+    ("NCCL src/include/alloc.h", "model_load_capacity",
+     "node1:1234:1300 [0] include/alloc.h:124 NCCL WARN Failed to CUDA calloc 6291456 bytes"),
     # communication
     ("NCCL src/misc/socket.cc", "communication",
      "node1:2200689:2200706 [3] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer "
@@ -158,6 +170,19 @@ UPSTREAM = [
     ("ray src/ray/core_worker/core_worker_process.cc", "communication",
      "[2026-03-03 21:12:46,736 E 46008 46008] core_worker_process.cc:232: Failed to register worker to Raylet: "
      "IOError: Failed to read data from the socket: End of file"),
+    ("NCCL src/bootstrap.cc", "communication",
+     "node1:1234:1234 [0] bootstrap.cc:120 NCCL WARN NET/Socket : No usable listening interface found"),
+    ("NCCL src/init.cc", "communication",
+     "node1:1234:1300 [0] init.cc:1043 NCCL WARN Mismatched NCCL version detected : rank 0 version 22105 rank 8 "
+     "version 21805"),
+    ("NCCL src/transport.cc", "communication",
+     "node1:1234:1300 [0] transport.cc:39 NCCL WARN No transport found for rank 0[1000] -> rank 8[1000]"),
+    ("NCCL src/mnnvl.cc", "communication",
+     "node1:1234:1300 [0] mnnvl.cc:74 NCCL WARN MNNVL (cliqueSize 72) is available but not working on this system. "
+     "Check the IMEX channel configuration (/dev/nvidia-caps-imex-channels)."),
+    ("NCCL src/transport/net_ib.cc", "communication",
+     "node1:1234:1300 [0] transport/net_ib.cc:1500 NCCL WARN ibv_post_send() failed with error Cannot allocate "
+     "memory, Bad WR 0x1, First WR 0x1"),
     # other
     ("transformers src/transformers/utils/hub.py", "other",
      "OSError: custom_model is not a local folder and is not a valid model identifier listed on "

@@ -173,6 +173,12 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|Func|Launch|Stream|Event|Graph|Link|Pointer|Occupancy|Array|Multicast|Coredump|GreenCtx)\w*|nvml\w+)",
      "a CUDA driver or NVML entry point missing from the installed driver (driver older than the caller)"),
 
+    # NCCL's own check of the driver it loads (NVIDIA/nccl src/misc/cudawrap.cc: "CUDA Driver version
+    # found is %d. Minimum requirement is %d", printed by the releases that enforce it): the driver
+    # is older than the NCCL build needs, 3.5.
+    ("cuda_driver_too_old", "driver_incompatible", 3.5, r"CUDA Driver version found is \d+\. Minimum requirement is",
+     "NCCL: the driver is older than NCCL's minimum"),
+
     # --- container_runtime (tree step 2: driver fine, the container/GPU path is broken) ---
     # Docker/containerd has no NVIDIA runtime or device driver: nothing else prints these.
     ("runtime_missing", "container_runtime", 4.0,
@@ -548,6 +554,20 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"XidCriticalError: Xid=\d+( on Device=\S+; marking device as unhealthy|, All devices will go unhealthy)",
      "device plugin: a GPU marked unhealthy on a critical Xid"),
 
+    # The container toolkit unable to describe the node's devices (nvidia-container-toolkit
+    # cmd/nvidia-ctk/cdi/generate and pkg/nvcdi: "failed to generate CDI spec", "error generating CDI
+    # specification"; the CDI modifier's "could not resolve CDI devices"), or to find an IMEX channel
+    # a multi-node NVLink container asks for (internal/discover: "IMEX channel %s not found at %s").
+    ("cdi", "container_runtime", 3.0,
+     r"failed to generate CDI spec|error generating CDI specification|could not resolve CDI devices",
+     "NVIDIA toolkit: no CDI description of the node's GPUs"),
+    ("device_nodes", "container_runtime", 3.0, r"IMEX channel \S+ not found",
+     "NVIDIA toolkit: the IMEX channel device is missing"),
+    # NCCL opening NVML itself (src/os/linux.cc: "Failed to open libnvidia-ml.so.1: %s"): the
+    # driver's NVML library is not in the container, 3.
+    ("nvml_in_container", "container_runtime", 3.0, r"Failed to open libnvidia-ml\.so",
+     "NCCL: the driver's NVML library is not reachable"),
+
     # --- model_load_capacity (tree step 3: CUDA up, the model does not load or fit) ---
     ("gpu_memory", "model_load_capacity", 4.0,
      r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation"
@@ -846,6 +866,12 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("gpu_memory", "model_load_capacity", 3.0, r"The current `device_map` had weights offloaded to the disk",
      "transformers: the model does not fit in GPU and host memory"),
 
+    # NCCL's own device allocations failing (src/include/alloc.h: "Failed to CUDA calloc %ld bytes",
+    # "Failed to CUDA malloc", "Failed to CUDA host alloc"): no GPU memory left for the
+    # communicator's buffers, a memory problem as NCCL's "Cuda failure 'out of memory'", 3.
+    ("gpu_memory", "model_load_capacity", 3.0, r"Failed to CUDA (calloc|malloc|host alloc)( async)? \d+ bytes",
+     "NCCL: no GPU memory left for the communicator's buffers"),
+
     # --- communication (tree step 4: one node works, several fail) ---
     ("nccl_error", "communication", 3.0,
      r"ncclSystemError|ncclRemoteError|ncclInternalError|ncclInvalidUsage|NCCL error|NCCL failure|Test NCCL failure"
@@ -1079,6 +1105,35 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      "Slurm PMIx: a fence across nodes timed out"),
     ("cluster_join", "communication", 2.5, r"Failed to register worker to Raylet",
      "Ray: a worker cannot register with its raylet"),
+
+    # NCCL's WARN texts of the transport and bootstrap (NVIDIA/nccl, file beside each):
+    #   bootstrap.cc, transport/net_socket.cc  "NET/Socket : No usable listening interface found",
+    #       "NET/Socket : no interface found", "no device found matching %s, verify
+    #       NCCL_OOB_NET_IFNAME" (no interface to bind: 4, as "Bootstrap : no socket interface")
+    #   init.cc    "Mismatched NCCL version detected : rank %d version %d ..."; ras/ras.cc "NCCL version
+    #       mismatch with remote peer" (nodes on different NCCL builds, 3)
+    #   plugin/net.cc  "Failed to initialize any NET plugin"; transport.cc "No transport found for rank
+    #       %d[%lx] -> rank %d[%lx]" (no way between two ranks, 3.5)
+    #   init.cc    "Detected mixed local Net device counts across ranks"; graph/rings.cc "Error : ring %d
+    #       does not loop back to start" (the nodes see different topologies, 3)
+    #   mnnvl.cc   "MNNVL (cliqueSize %d) is available but not working on this system. Check the IMEX
+    #       ... configuration" (multi-node NVLink not set up, 3)
+    #   transport/p2p.cc, net.cc  "failed to peer with device %d" (CUDA peer access refused, 2.5)
+    #   transport/net_ib*.cc  "ibv_post_send() failed", "Call to ibv_poll_cq() returned" (3.5, as the
+    #       other verbs failures)
+    ("bootstrap_iface", "communication", 4.0,
+     r"NET/Socket : (No usable listening interface found|no interface found)"
+     r"|no device found (matching|after excluding) .*verify NCCL_OOB_NET_IFNAME",
+     "NCCL: no usable network interface"),
+    ("nccl_error", "communication", 3.0,
+     r"Mismatched NCCL version detected|NCCL version mismatch with remote peer"
+     r"|Detected mixed local Net device counts across ranks|Error : ring \d+ does not loop back to start"
+     r"|MNNVL \(cliqueSize \d+\) is available but not working",
+     "NCCL: the ranks disagree (version, topology) or MNNVL is not set up"),
+    ("nccl_error", "communication", 3.5, r"Failed to initialize any NET plugin|No transport found for rank",
+     "NCCL: no network transport between the ranks"),
+    ("p2p_nvlink", "communication", 2.5, r"failed to peer with device \d+", "NCCL: CUDA peer access refused"),
+    ("rdma", "communication", 3.5, r"ibv_\w+\(\) (failed|returned)", "InfiniBand verbs call failed"),
 
     # --- other (no GPU cause: these make a GPU-looking noise line lose) ---
     ("hub_access", "other", 3.0,
