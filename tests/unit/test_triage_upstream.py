@@ -76,6 +76,15 @@ UPSTREAM = [
      "Error: IMEX channel 0 not found at /dev/nvidia-caps-imex-channels/channel0"),
     ("NCCL src/os/linux.cc", "container_runtime",
      "node1:99:99 [0] NCCL WARN Failed to open libnvidia-ml.so.1: libnvidia-ml.so.1: cannot open shared object file"),
+    ("NVIDIA/k8s-device-plugin cmd/nvidia-device-plugin/main.go", "container_runtime",
+     "E0101 00:00:00.000000       1 main.go:132] If this is a GPU node, did you set the docker default runtime to "
+     "`nvidia`?"),
+    ("NVIDIA/k8s-device-plugin MPS control daemon", "container_runtime",
+     "E0101 00:00:00.000000       1 main.go:200] Failed to start MPS daemon: exit status 1"),
+    ("NVIDIA/k8s-device-plugin internal/rm", "container_runtime",
+     "E0101 00:00:00.000000       1 main.go:180] error starting plugins: error creating plugin manager: "
+     "at least one device with migEnabled=true was not configured correctly: device 0 has no MIG devices "
+     "configured"),
     # model_load_capacity
     ("tensorflow/core/framework/op_kernel.cc", "model_load_capacity",
      "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with "

@@ -568,6 +568,28 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("nvml_in_container", "container_runtime", 3.0, r"Failed to open libnvidia-ml\.so",
      "NCCL: the driver's NVML library is not reachable"),
 
+    # The device plugin's other refusals and health verdicts (NVIDIA/k8s-device-plugin, file beside
+    # each):
+    #   cmd/nvidia-device-plugin/main.go  "If this is a GPU node, did you set the docker default runtime
+    #       to `nvidia`?" (the plugin's container got no NVML: 3.5, as the toolkit question above)
+    #   internal/rm/health.go  "'%s' device marked unhealthy: %s", "Marking device %v as unhealthy",
+    #       "... Marking all devices as unhealthy" (a GPU left service, 2.5: the plugin also marks
+    #       devices it merely cannot watch)
+    #   internal/plugin/mps, cmd/mps-control-daemon  "Failed to start MPS daemon", "Failed to start
+    #       one or more MPS deamons" (the sharing daemon the pods need, 3, as CUDA's MPS errors)
+    #   internal/rm  "at least one device with migEnabled=true was not configured correctly",
+    #       "device %v has no MIG devices configured" (MIG on without instances, 3, as slurmd's)
+    ("device_plugin", "container_runtime", 3.5, r"did you set the docker default runtime to `?nvidia",
+     "Kubernetes device plugin cannot see or advertise GPUs"),
+    ("gpu_unreachable", "container_runtime", 2.5,
+     r"device marked unhealthy|Marking device \S+ as unhealthy|Marking all devices as unhealthy",
+     "device plugin: a GPU marked unhealthy"),
+    ("cuda_mps", "container_runtime", 3.0, r"Failed to start (MPS daemon|one or more MPS dea?e?mons)",
+     "device plugin: the MPS daemon did not start"),
+    ("gpu_visibility", "container_runtime", 3.0,
+     r"device with migEnabled=true was not configured correctly|device \S+ has no MIG devices configured",
+     "device plugin: MIG mode on without MIG devices"),
+
     # --- model_load_capacity (tree step 3: CUDA up, the model does not load or fit) ---
     ("gpu_memory", "model_load_capacity", 4.0,
      r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation"
