@@ -192,6 +192,11 @@ UPSTREAM = [
     ("NCCL src/transport/net_ib.cc", "communication",
      "node1:1234:1300 [0] transport/net_ib.cc:1500 NCCL WARN ibv_post_send() failed with error Cannot allocate "
      "memory, Bad WR 0x1, First WR 0x1"),
+    ("ompi/mca/pml/ucx/pml_ucx.c", "communication",
+     "[gpu02:05215] pml_ucx.c:419  Error: ucp_ep_create(proc=0) failed: Destination is unreachable"),
+    ("openucx/ucx src/ucs/debug/log.c", "communication",
+     "[1653901933.475958] [gpu02:5215 :0]            sock.c:325  UCX  ERROR   connect(fd=40, "
+     "dest_addr=172.17.0.1:40703) failed: Connection refused"),
     # other
     ("transformers src/transformers/utils/hub.py", "other",
      "OSError: custom_model is not a local folder and is not a valid model identifier listed on "

@@ -1157,6 +1157,13 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("p2p_nvlink", "communication", 2.5, r"failed to peer with device \d+", "NCCL: CUDA peer access refused"),
     ("rdma", "communication", 3.5, r"ibv_\w+\(\) (failed|returned)", "InfiniBand verbs call failed"),
 
+    # UCX's own error level (openucx/ucx src/ucs/debug/log.c prints "UCX  ERROR" before the message):
+    # UCX is the transport of Open MPI's pml/ucx, UCC and NIXL, so its errors are the transport's;
+    # generic, 1.5 as "NCCL WARN", the message decides. Open MPI's UCX PML failing to reach a peer
+    # (ompi/mca/pml/ucx/pml_ucx.c: "ucp_ep_create(proc=%d) failed: %s"), 3.
+    ("ucx", "communication", 1.5, r"\bUCX\s+ERROR\b", "UCX transport error (generic: the message decides)"),
+    ("ucx", "communication", 3.0, r"ucp_ep_create\(proc=\d+\) failed", "Open MPI/UCX: no endpoint to a peer rank"),
+
     # --- other (no GPU cause: these make a GPU-looking noise line lose) ---
     ("hub_access", "other", 3.0,
      r"couldn't connect to 'https://huggingface\.co'|LocalEntryNotFoundError|GatedRepoError|401 Client Error"
