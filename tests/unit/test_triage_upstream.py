@@ -197,6 +197,11 @@ UPSTREAM = [
     ("openucx/ucx src/ucs/debug/log.c", "communication",
      "[1653901933.475958] [gpu02:5215 :0]            sock.c:325  UCX  ERROR   connect(fd=40, "
      "dest_addr=172.17.0.1:40703) failed: Connection refused"),
+    ("torch/csrc/distributed/c10d/TCPStore.cpp doWait", "communication",
+     "torch.distributed.DistStoreError: wait timeout after 600000ms, keys: /default_pg/0//cuda//0"),
+    ("torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp broadcastUniqueNCCLID", "communication",
+     "torch.distributed.DistBackendError: [3] is setting up NCCL communicator and retrieving ncclUniqueId from [0] "
+     "via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout"),
     # other
     ("transformers src/transformers/utils/hub.py", "other",
      "OSError: custom_model is not a local folder and is not a valid model identifier listed on "

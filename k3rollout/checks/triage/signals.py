@@ -1164,6 +1164,17 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("ucx", "communication", 1.5, r"\bUCX\s+ERROR\b", "UCX transport error (generic: the message decides)"),
     ("ucx", "communication", 3.0, r"ucp_ep_create\(proc=\d+\) failed", "Open MPI/UCX: no endpoint to a peer rank"),
 
+    # The c10d store client's other timeouts and the NCCL id exchange through it
+    # (torch/csrc/distributed/c10d/TCPStore.cpp doWait: DistStoreError "Socket Timeout", since 2.3
+    # "wait timeout after %dms, keys: ..."; ProcessGroupNCCL.cpp broadcastUniqueNCCLID: "[%d] is
+    # setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value store by
+    # key '%s', but store->get('%s') got error: ..."): a key another rank should have published
+    # never came, 3 (that rank may have died of something else).
+    ("cluster_join", "communication", 3.0,
+     r"DistStoreError: Socket Timeout\s*$|wait timeout after \d+ms, keys: "
+     r"|retrieving ncclUniqueId from \[\d+\] via c10d key-value store",
+     "torch.distributed: a key of another rank never reached the store"),
+
     # --- other (no GPU cause: these make a GPU-looking noise line lose) ---
     ("hub_access", "other", 3.0,
      r"couldn't connect to 'https://huggingface\.co'|LocalEntryNotFoundError|GatedRepoError|401 Client Error"
