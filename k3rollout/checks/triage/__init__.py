@@ -191,7 +191,18 @@ def caused_by(peer: Mapping[str, Any], culprit: str, replica: str | None = None)
                   caused_by=culprit)
 
 
+# Go's log/slog TextHandler and logrus (Docker, containerd, the NVIDIA container toolkit, Ollama,
+# the device plugin's older releases) write the level as a key before the message, wherever the line
+# starts (a journald prefix, a pod name): `time=... level=INFO source=gpu.go:377 msg="..."`,
+# `time="..." level=error msg="..."`. The key before `msg=` is the line's level.
+_KV_LEVEL = re.compile(r'\blevel="?(trace|debug|info|warn|warning|error|fatal|panic)"?\s.*?\bmsg=', re.I)
+
+
 def _level(line: str) -> str:
+    kv = _KV_LEVEL.search(line)
+    if kv:
+        word = kv.group(1).lower()
+        return "info" if word in ("trace", "debug", "info") else "warning" if word.startswith("warn") else "error"
     if _INFO.search(line[:80]):
         return "info"
     if "NCCL WARN" not in line and _WARN.search(line[:80] if "Warning" not in line else line):
