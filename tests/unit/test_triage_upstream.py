@@ -21,6 +21,9 @@ UPSTREAM = [
     ("NCCL src/misc/cudawrap.cc", "driver_incompatible",
      "node1:1234:1234 [0] misc/cudawrap.cc:90 NCCL WARN CUDA Driver version found is 11040. Minimum requirement is "
      "12020"),
+    ("ollama discover/cuda_compat.go (slog, WARN)", "driver_incompatible",
+     'time=2026-01-01T00:00:00.000Z level=WARN source=cuda_compat.go:65 msg="NVIDIA driver too old" '
+     'device="NVIDIA H100 80GB HBM3" compute=9.0 driver=535 required_driver="550 or newer"'),
     # container_runtime
     ("CUDA driver_types.h cudaErrorStubLibrary (34)", "container_runtime",
      "ggml_cuda_init: failed to initialize CUDA: CUDA driver is a stub library"),
@@ -136,6 +139,9 @@ UPSTREAM = [
      "them."),
     ("NCCL src/include/alloc.h", "model_load_capacity",
      "node1:1234:1300 [0] include/alloc.h:124 NCCL WARN Failed to CUDA calloc 6291456 bytes"),
+    ("ollama llm/llama_server.go", "model_load_capacity",
+     'time=2026-01-01T00:00:00.000Z level=ERROR source=server.go:300 msg="load failed" error="llama-server '
+     'reported out-of-memory during startup: cudaMalloc failed"'),
     # communication
     ("NCCL src/misc/socket.cc", "communication",
      "node1:2200689:2200706 [3] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer "

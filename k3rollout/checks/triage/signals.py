@@ -179,6 +179,12 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("cuda_driver_too_old", "driver_incompatible", 3.5, r"CUDA Driver version found is \d+\. Minimum requirement is",
      "NCCL: the driver is older than NCCL's minimum"),
 
+    # Ollama dropping a CUDA device whose driver is older than its runtime needs (ollama
+    # discover/cuda_compat.go: slog.Warn "NVIDIA driver too old" with "required_driver"): Ollama then
+    # runs on the CPU. A warning, so 3.5 before damping.
+    ("cuda_driver_too_old", "driver_incompatible", 3.5, r"NVIDIA driver too old",
+     "Ollama: the NVIDIA driver is older than its CUDA runtime needs"),
+
     # --- container_runtime (tree step 2: driver fine, the container/GPU path is broken) ---
     # Docker/containerd has no NVIDIA runtime or device driver: nothing else prints these.
     ("runtime_missing", "container_runtime", 4.0,
@@ -893,6 +899,11 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # communicator's buffers, a memory problem as NCCL's "Cuda failure 'out of memory'", 3.
     ("gpu_memory", "model_load_capacity", 3.0, r"Failed to CUDA (calloc|malloc|host alloc)( async)? \d+ bytes",
      "NCCL: no GPU memory left for the communicator's buffers"),
+
+    # Ollama's llama-server runner reporting OOM while it loads (ollama llm/llama_server.go:
+    # "llama-server reported out-of-memory during startup: %s"), 4.
+    ("gpu_memory", "model_load_capacity", 4.0, r"reported out-of-memory during startup",
+     "Ollama: the runner ran out of memory loading the model"),
 
     # --- communication (tree step 4: one node works, several fail) ---
     ("nccl_error", "communication", 3.0,
