@@ -596,6 +596,12 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"device with migEnabled=true was not configured correctly|device \S+ has no MIG devices configured",
      "device plugin: MIG mode on without MIG devices"),
 
+    # slurmd's NVML autodetection finding no GPU list at all (SchedMD/slurm src/plugins/gpu/nvml/
+    # gpu_nvml.c gpu_p_get_system_gpu_list: "System GPU detection failed"): the node reports no
+    # GPU, as "gres/gpu count reported lower", 3.
+    ("gpu_visibility", "container_runtime", 3.0, r"System GPU detection failed",
+     "Slurm: slurmd's GPU autodetection failed"),
+
     # --- model_load_capacity (tree step 3: CUDA up, the model does not load or fit) ---
     ("gpu_memory", "model_load_capacity", 4.0,
      r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation"
@@ -721,10 +727,14 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|Invalid data-parallel launch options|is smaller than the maximum number of devices per node"
      r"|must evenly divide|(input|output) size is not aligned with the quantized weight shape",
      "vLLM: the parallel layout does not fit the model or the GPUs"),
+    # "unexpected key" as a word only: Python's TypeError "got an unexpected keyword argument" (a
+    # library version mismatch, not a checkpoint) and Apptainer's "unexpected keyservers list" are not
+    # state-dict keys (PyTorch torch/nn/modules/module.py: "Unexpected key(s) in state_dict").
     ("weights", "model_load_capacity", 3.5,
      r"SafetensorError|Error while deserializing header|Cannot load weights|size mismatch for|shape mismatch"
      r"|KeyError: '[\w.]*(weight|bias|scale|experts|proj|embed|qweight|scales|zeros)[\w.]*'"
-     r"|unexpected key|Missing key\(s\) in state_dict|weight_loader|does not appear to have a file named"
+     r"|Unexpected key\(s\) in state_dict|unexpected key\b|Missing key\(s\) in state_dict|weight_loader"
+     r"|does not appear to have a file named"
      r"|No such file or directory: .*\.(safetensors|bin|pt)|incomplete metadata|HeaderTooLarge",
      "weights do not match the loader"),
     # A checkpoint tensor the model has no parameter for: vLLM's load_weights looks each name up
