@@ -25,6 +25,23 @@ LEVELS = [
     ("W0412 10:00:00.123 main.go:40] retrying", "warning"),
     ("/usr/lib/python3/dist-packages/torch/cuda/__init__.py:52: UserWarning: CUDA initialization: x", "warning"),
     ("RuntimeError: CUDA error: out of memory", "error"),
+    # PyTorch's C++ logging (c10/util/Logging.cpp): one letter of "FEWIV" in brackets, the file and
+    # line, the date since 2.2, and a "[rankN]:" prefix once the rank is known
+    ("[W socket.cpp:601] [c10d] The IPv6 network addresses of (head, 29500) cannot be retrieved", "warning"),
+    ("[rank0]:[W1205 10:00:00.123456789 ProcessGroupNCCL.cpp:1168] process group has NOT been destroyed", "warning"),
+    ("[I socket.cpp:100] [c10d] The server socket has started to listen on [::]:29500.", "info"),
+    ("[rank1]:[I1205 10:00:00.123456789 ProcessGroupNCCL.cpp:900] ProcessGroupNCCL initialization options", "info"),
+    ("[rank0]:[E ProcessGroupNCCL.cpp:563] [Rank 0] Watchdog caught collective operation timeout", "error"),
+    # Go's log/slog and logrus: the level key before msg=, wherever the line starts
+    ('time=2025-10-03T13:16:39.335+02:00 level=INFO source=gpu.go:377 msg="no compatible GPUs were discovered"',
+     "info"),
+    ('Oct 03 13:16:39 host ollama[26513]: time=2025-10-03T13:16:39.335+02:00 level=WARN source=x.go:1 msg="y"',
+     "warning"),
+    ('time="2024-01-01T00:00:00Z" level=error msg="failed to create shim task"', "error"),
+    # a level= inside the message, after msg=, is not the line's level
+    ('time="2024-01-01T00:00:00Z" msg="set level=info for the plugin" error', "error"),
+    # a bracketed word that only starts with the letter is not the level
+    ("[Installing] packages for the worker", "error"),
 ]
 
 

@@ -40,12 +40,17 @@ _NCCL_INFO = re.compile(r"NCCL INFO")
 # error level and is not damped. The words before the level word (a timestamp, a host, a logger
 # name) are never an error word themselves: in "Error info: NVIDIA driver on your system is too
 # old" or "ERROR 05-02 ... WARNING" the line's level is the error word that comes first, and the
-# later "info"/"warning" is part of the message.
+# later "info"/"warning" is part of the message. PyTorch's C++ logging (c10/util/Logging.cpp,
+# MessageLogger) writes the level as one letter of "FEWIV" in brackets, with the file and line
+# and, since 2.2, the date ("[W socket.cpp:601]", "[W1205 10:00:00.123 socket.cpp:752]"), after a
+# "[rank0]:" prefix once the process knows its rank: those are read as the levels they are.
 _NOT_ERROR_WORD = r"(?!\W*(\w*ERROR|FATAL|CRITICAL|E\d{4})\b)"
-_INFO = re.compile(r"^\W{0,3}(\(\w+ pid=\d+(, ip=[\d.]+)?\)\s*)?(" + _NOT_ERROR_WORD + r"\S+\s+){0,3}?"
-                   r"\[?(INFO|DEBUG|I\d{4})\b", re.I)
-_WARN = re.compile(r"^\W{0,3}(\(\w+ pid=\d+(, ip=[\d.]+)?\)\s*)?(" + _NOT_ERROR_WORD + r"\S+\s+){0,3}?"
-                   r"\[?(WARNING|WARN|W\d{4})\b|UserWarning|FutureWarning|DeprecationWarning", re.I)
+_RANK = r"(\[rank\d+\]:\s*)?"
+_INFO = re.compile(r"^\W{0,3}(\(\w+ pid=\d+(, ip=[\d.]+)?\)\s*)?" + _RANK + r"(" + _NOT_ERROR_WORD + r"\S+\s+){0,3}?"
+                   r"(\[?(INFO|DEBUG|I\d{4})|\[I(?= \S+:\d+\]))\b", re.I)
+_WARN = re.compile(r"^\W{0,3}(\(\w+ pid=\d+(, ip=[\d.]+)?\)\s*)?" + _RANK + r"(" + _NOT_ERROR_WORD + r"\S+\s+){0,3}?"
+                   r"(\[?(WARNING|WARN|W\d{4})|\[W(?= \S+:\d+\]))\b|UserWarning|FutureWarning|DeprecationWarning",
+                   re.I)
 LEVEL_FACTOR = {"info": 0.25, "warning": 0.6, "error": 1.0}
 # A family that matches on several lines gains a little (0.25 a line, at most 0.5): repetition is
 # weak evidence that the mechanism is real, not noise, but never outweighs a second family.
@@ -186,7 +191,18 @@ def caused_by(peer: Mapping[str, Any], culprit: str, replica: str | None = None)
                   caused_by=culprit)
 
 
+# Go's log/slog TextHandler and logrus (Docker, containerd, the NVIDIA container toolkit, Ollama,
+# the device plugin's older releases) write the level as a key before the message, wherever the line
+# starts (a journald prefix, a pod name): `time=... level=INFO source=gpu.go:377 msg="..."`,
+# `time="..." level=error msg="..."`. The key before `msg=` is the line's level.
+_KV_LEVEL = re.compile(r'\blevel="?(trace|debug|info|warn|warning|error|fatal|panic)"?\s.*?\bmsg=', re.I)
+
+
 def _level(line: str) -> str:
+    kv = _KV_LEVEL.search(line)
+    if kv:
+        word = kv.group(1).lower()
+        return "info" if word in ("trace", "debug", "info") else "warning" if word.startswith("warn") else "error"
     if _INFO.search(line[:80]):
         return "info"
     if "NCCL WARN" not in line and _WARN.search(line[:80] if "Warning" not in line else line):

@@ -139,6 +139,52 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("cuda_driver_too_old", "driver_incompatible", 2.5, r"Expected symbol in library",
      "cudarc: a CUDA entry point missing from the installed library (driver older than the build)"),
 
+    # CUDA error 36 (driver_types.h cudaErrorCallRequiresNewerDriver, cuda.h
+    # CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER; cudaGetErrorString "API call is not supported in the
+    # installed CUDA driver"): the runtime calls an entry point the driver is too old to have, 3.5
+    # (a compat libcuda in the image can also lack it).
+    ("cuda_driver_too_old", "driver_incompatible", 3.5,
+     r"API call is not supported in the installed CUDA driver|cudaErrorCallRequiresNewerDriver"
+     r"|CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER", "error 36: the driver is older than the API the runtime calls"),
+    # TensorFlow's and XLA's CUDA diagnostics comparing the loaded kernel module with libcuda
+    # (tensorflow/stream_executor/cuda/cuda_diagnostics.cc, now xla/stream_executor/cuda/
+    # cuda_diagnostics.cc: LOG(ERROR) "kernel version X does not match DSO version Y -- cannot find
+    # working devices in this configuration"): NVML's "Driver/library version mismatch" in
+    # TensorFlow's words, 3.5.
+    ("driver_mismatch", "driver_incompatible", 3.5, r"kernel version \S+ does not match DSO version",
+     "TensorFlow/XLA: the kernel module and libcuda differ"),
+    # XLA's PTX compiler checking the driver against its ptxas (xla/service/gpu/nvptx_compiler.cc,
+    # a warning: "The NVIDIA driver's CUDA version is X which is older than the ptxas CUDA version
+    # (Y)"). XLA goes on, so it is the driver's age as context, 2 (damped as a warning).
+    ("cuda_driver_too_old", "driver_incompatible", 2.0,
+     r"The NVIDIA driver's CUDA version is \S+ which is older than the (ptxas|PTX compiler) CUDA version",
+     "XLA: the driver is older than the CUDA of its PTX compiler"),
+
+    # A driver entry point missing from the driver's own library, in the dynamic loader's words
+    # (glibc elf/dl-lookup.c: "undefined symbol: %s"): the driver API's functions are cu<Object>...
+    # (cuda.h: cuInit, cuCtxCreate_v4, cuMemCreate, cuGetProcAddress) and NVML's nvml... (nvml.h:
+    # nvmlInit_v2), both served by the driver's libcuda and libnvidia-ml. The caller was built for a
+    # newer driver than the one installed, as cudarc's "Expected symbol in library" above, 3 (over
+    # the generic "undefined symbol" of a broken Python environment, 2.5). Matching ignores case, so
+    # the driver API's objects are listed: the toolkit's libraries (cudaMemcpy, cublasLt..., cudnn...,
+    # cufft..., cutensor...) do not match.
+    ("cuda_driver_too_old", "driver_incompatible", 3.0,
+     r"undefined symbol: (cu(Init|DriverGetVersion|GetProcAddress|GetError|Ctx|Device|Mem|Module|Library|Kernel"
+     r"|Func|Launch|Stream|Event|Graph|Link|Pointer|Occupancy|Array|Multicast|Coredump|GreenCtx)\w*|nvml\w+)",
+     "a CUDA driver or NVML entry point missing from the installed driver (driver older than the caller)"),
+
+    # NCCL's own check of the driver it loads (NVIDIA/nccl src/misc/cudawrap.cc: "CUDA Driver version
+    # found is %d. Minimum requirement is %d", printed by the releases that enforce it): the driver
+    # is older than the NCCL build needs, 3.5.
+    ("cuda_driver_too_old", "driver_incompatible", 3.5, r"CUDA Driver version found is \d+\. Minimum requirement is",
+     "NCCL: the driver is older than NCCL's minimum"),
+
+    # Ollama dropping a CUDA device whose driver is older than its runtime needs (ollama
+    # discover/cuda_compat.go: slog.Warn "NVIDIA driver too old" with "required_driver"): Ollama then
+    # runs on the CPU. A warning, so 3.5 before damping.
+    ("cuda_driver_too_old", "driver_incompatible", 3.5, r"NVIDIA driver too old",
+     "Ollama: the NVIDIA driver is older than its CUDA runtime needs"),
+
     # --- container_runtime (tree step 2: driver fine, the container/GPU path is broken) ---
     # Docker/containerd has no NVIDIA runtime or device driver: nothing else prints these.
     ("runtime_missing", "container_runtime", 4.0,
@@ -397,6 +443,165 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("driver_build", "container_runtime", 3.0, r"DKMS module '?\S+'? failed to (build|install)",
      "kernel module build failed (DKMS)"),
 
+    # CUDA error 34 (cudaErrorStubLibrary, CUDA_ERROR_STUB_LIBRARY; cudaGetErrorString "CUDA driver
+    # is a stub library"): the toolkit's link-time stub libcuda (lib64/stubs) was loaded instead of
+    # the driver's, because the runtime did not inject the driver's libraries or a path puts the stub
+    # first. The driver's libraries are not reachable in the container, as "libcuda.so: cannot open
+    # shared object": 3.5.
+    ("nvml_in_container", "container_runtime", 3.5,
+     r"CUDA driver is a stub library|cudaErrorStubLibrary|CUDA_ERROR_STUB_LIBRARY",
+     "error 34: the CUDA stub library was loaded instead of the driver's libcuda"),
+    # CUDA errors 805-810 (driver_types.h cudaErrorMpsConnectionFailed ... cudaErrorMpsClientTerminated,
+    # cuda.h CUDA_ERROR_MPS_*; cudaGetErrorString 805 "MPS client failed to connect to the MPS control
+    # daemon or the MPS server"): CUDA_MPS_PIPE_DIRECTORY points at an MPS daemon that is not
+    # running or not reachable from the container. The GPU path, not the driver's version: 3.
+    ("cuda_mps", "container_runtime", 3.0,
+     r"MPS client failed to connect to the MPS control daemon|cudaErrorMps\w+|CUDA_ERROR_MPS_\w+",
+     "CUDA MPS: the MPS control daemon or server cannot be reached"),
+    # Frameworks finding no GPU in their own words, as "No CUDA GPUs are available" above:
+    #   PyTorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp TORCH_CHECK "ProcessGroupNCCL is
+    #     only supported with GPUs, no GPUs found!" (3.5: the NCCL backend asked, no GPU there)
+    #   PyTorch Lightning lightning/fabric/connector.py and pytorch/trainer/connectors/
+    #     accelerator_connector.py "`CUDAAccelerator` can not run on your system since the
+    #     accelerator is not available" (GPUAccelerator in older releases)
+    #   TensorFlow tsl/cuda/cudart_stub.cc "Could not find cuda drivers on your machine, GPU will not
+    #     be used." (logged at INFO)
+    #   JAX jax/_src/xla_bridge.py "Unable to initialize backend 'cuda': FAILED_PRECONDITION: No
+    #     visible GPU devices."
+    #   Ollama discover/gpu.go slog.Info "no compatible GPUs were discovered" (INFO: context, 2)
+    ("gpu_visibility", "container_runtime", 3.5, r"ProcessGroupNCCL is only supported with GPUs, no GPUs found",
+     "PyTorch: the NCCL process group found no GPU"),
+    ("gpu_visibility", "container_runtime", 3.0,
+     r"`?(CUDA|GPU)Accelerator`? can not run on your system since the accelerator is not available"
+     r"|Could not find cuda drivers on your machine|FAILED_PRECONDITION: No visible GPU devices",
+     "framework: no GPU visible (Lightning, TensorFlow, JAX)"),
+    ("gpu_visibility", "container_runtime", 2.0, r"no compatible GPUs were discovered",
+     "Ollama: no usable GPU found (runs on the CPU)"),
+    # Apptainer/SingularityCE `--nv` binding the host's driver libraries and tools listed in
+    # etc/nvliblist.conf into the container ("Could not find any nv files on this host!", "Could
+    # not find any nv libraries on this host!"): no driver files where the container runs, so the GPU
+    # cannot reach it. 3, and a warning where it is printed as one.
+    ("nvml_in_container", "container_runtime", 3.0, r"Could not find any nv (files|libraries) on this host",
+     "Apptainer --nv: no NVIDIA driver files on the host to bind"),
+    # slurmctld refusing a node whose slurmd found fewer GPUs than slurm.conf declares
+    # (SchedMD/slurm src/common/gres.c: "%s count reported lower than configured (%"PRIu64" < %"PRIu64")"
+    # with gres/gpu, the node drained INVALID_REG): slurmd sees no GPU or fewer (NVML absent, devices
+    # gone), tree step 2's GPU visibility, 3.
+    ("gpu_visibility", "container_runtime", 3.0, r"gres/gpu count reported lower than configured",
+     "Slurm: the node reports fewer GPUs than configured"),
+    # The kubelet's device manager admitting a pod to a GPU the device plugin does not offer
+    # (kubernetes pkg/kubelet/cm/devicemanager/manager.go: "requested number of devices unavailable
+    # for %s. Requested: %d, Available: %d", "no healthy devices present; cannot allocate unhealthy
+    # devices %s", wrapped by pkg/kubelet/lifecycle "Allocate failed due to %v, which is
+    # unexpected"): the plugin's GPUs are unhealthy or gone, 3.
+    ("device_plugin", "container_runtime", 3.0,
+     r"requested number of devices unavailable for nvidia\.com/|no healthy devices present; cannot allocate unhealthy"
+     r" devices nvidia\.com/", "kubelet: the device plugin has no healthy GPU to allocate"),
+    # NVIDIA's driver container and k8s-driver-manager (NVIDIA/gpu-driver-container nvidia-driver
+    # _unload_driver, NVIDIA/k8s-driver-manager): "Could not unload NVIDIA driver kernel modules,
+    # driver is in use". The node's old module stays loaded and the new driver cannot replace it;
+    # the manager retries after draining, so 2.5.
+    ("driver_build", "container_runtime", 2.5, r"Could not unload NVIDIA driver kernel modules",
+     "GPU Operator: the old NVIDIA module is still in use"),
+
+    # More CUDA error codes of the GPU path (driver_types.h / cuda.h, with cudaGetErrorString's text):
+    #   102 cudaErrorDeviceNotLicensed "device doesn't have valid Grid license" (a vGPU without its
+    #       licence: the GPU is there and may not be used, 3)
+    #   221 cudaErrorJitCompilerNotFound "PTX JIT compiler library not found" (the driver's
+    #       libnvidia-ptxjitcompiler not in the container: NVIDIA_DRIVER_CAPABILITIES without
+    #       compute, 3)
+    #   214 cudaErrorECCUncorrectable "uncorrectable ECC error encountered" (the GPU's memory is
+    #       failing: the node's GPU, as "fallen off the bus", 3)
+    ("gpu_visibility", "container_runtime", 3.0,
+     r"device doesn't have valid Grid license|cudaErrorDeviceNotLicensed|CUDA_ERROR_DEVICE_NOT_LICENSED",
+     "CUDA error 102: the vGPU has no valid licence"),
+    ("nvml_in_container", "container_runtime", 3.0,
+     r"PTX JIT compiler library not found|cudaErrorJitCompilerNotFound|CUDA_ERROR_JIT_COMPILER_NOT_FOUND",
+     "CUDA error 221: the driver's PTX JIT library is not in the container"),
+    ("gpu_unreachable", "container_runtime", 3.0,
+     r"uncorrectable ECC error encountered|cudaErrorECCUncorrectable|CUDA_ERROR_ECC_UNCORRECTABLE",
+     "CUDA error 214: uncorrectable ECC error on the GPU"),
+    # The GPU needing a reset or its GSP firmware not answering: NVML_ERROR_RESET_REQUIRED (nvml.h;
+    # pynvml NVMLError_ResetRequired "GPU requires restart", nvidia-smi "[GPU requires reset]") and
+    # the kernel driver's Xid 119 (open-gpu-kernel-modules src/nvidia, GSP_RPC_TIMEOUT_XID_MESSAGE_FMT
+    # "Timeout after %llus of waiting for RPC response from GPU%u GSP!"). The node's GPU, tree step 2 as "fallen off the bus", 3.
+    ("gpu_unreachable", "container_runtime", 3.0,
+     r"GPU requires (reset|restart)|NVMLError_ResetRequired|ERROR_RESET_REQUIRED"
+     r"|of waiting for RPC response from GPU\d* GSP", "the GPU needs a reset (NVML) or its GSP stopped answering"),
+    # kmod's modprobe refusing the NVIDIA module (kmod tools/modprobe.c: "could not insert '%s': %s"
+    # with strerror, e.g. "Key was rejected by service" under Secure Boot; "Module %s not found in
+    # directory %s" when no module was built for the running kernel): the node has no
+    # working driver, as "Unable to load the kernel module 'nvidia.ko'" above, 3.5.
+    ("driver_build", "container_runtime", 3.5,
+     r"could not insert 'nvidia[\w-]*'|Module nvidia[\w-]* not found in directory",
+     "the NVIDIA kernel module does not load for the running kernel"),
+
+    # containerd's CRI plugin asked for a RuntimeClass handler it has no runtime for (containerd
+    # internal/cri server sandbox_run.go: "failed to get sandbox runtime: no runtime for %q is
+    # configured"): the nvidia handler is not in containerd's config, as Docker's "unknown or
+    # invalid runtime name: nvidia", 4.
+    ("runtime_missing", "container_runtime", 4.0, r'no runtime for "nvidia[\w-]*" is configured',
+     "containerd: no nvidia runtime handler configured"),
+    # DeepSpeed's launcher counting the GPUs before it starts anything (deepspeed/launcher/runner.py:
+    # "Unable to proceed, no GPU resources available"): none visible to the process, 3.
+    ("gpu_visibility", "container_runtime", 3.0, r"Unable to proceed, no GPU resources available",
+     "DeepSpeed: no GPU visible to the launcher"),
+
+    # CRI-O asked for a RuntimeClass handler it has no runtime for (cri-o internal/config: "failed to
+    # find runtime handler %s from runtime list %v"), CRI-O's form of containerd's "no runtime for
+    # \"nvidia\" is configured", 4.
+    ("runtime_missing", "container_runtime", 4.0, r"failed to find runtime handler nvidia",
+     "CRI-O: no nvidia runtime handler configured"),
+    # The Kubernetes device plugin's health check taking a GPU out of service on a critical Xid
+    # (NVIDIA/k8s-device-plugin internal/rm/health.go: "XidCriticalError: Xid=%d on Device=%s;
+    # marking device as unhealthy.", older releases "... All devices will go unhealthy."): the node's
+    # GPU failed, as "fallen off the bus", 3.
+    ("gpu_unreachable", "container_runtime", 3.0,
+     r"XidCriticalError: Xid=\d+( on Device=\S+; marking device as unhealthy|, All devices will go unhealthy)",
+     "device plugin: a GPU marked unhealthy on a critical Xid"),
+
+    # The container toolkit unable to describe the node's devices (nvidia-container-toolkit
+    # cmd/nvidia-ctk/cdi/generate and pkg/nvcdi: "failed to generate CDI spec", "error generating CDI
+    # specification"; the CDI modifier's "could not resolve CDI devices"), or to find an IMEX channel
+    # a multi-node NVLink container asks for (internal/discover: "IMEX channel %s not found at %s").
+    ("cdi", "container_runtime", 3.0,
+     r"failed to generate CDI spec|error generating CDI specification|could not resolve CDI devices",
+     "NVIDIA toolkit: no CDI description of the node's GPUs"),
+    ("device_nodes", "container_runtime", 3.0, r"IMEX channel \S+ not found",
+     "NVIDIA toolkit: the IMEX channel device is missing"),
+    # NCCL opening NVML itself (src/os/linux.cc: "Failed to open libnvidia-ml.so.1: %s"): the
+    # driver's NVML library is not in the container, 3.
+    ("nvml_in_container", "container_runtime", 3.0, r"Failed to open libnvidia-ml\.so",
+     "NCCL: the driver's NVML library is not reachable"),
+
+    # The device plugin's other refusals and health verdicts (NVIDIA/k8s-device-plugin, file beside
+    # each):
+    #   cmd/nvidia-device-plugin/main.go  "If this is a GPU node, did you set the docker default runtime
+    #       to `nvidia`?" (the plugin's container got no NVML: 3.5, as the toolkit question above)
+    #   internal/rm/health.go  "'%s' device marked unhealthy: %s", "Marking device %v as unhealthy",
+    #       "... Marking all devices as unhealthy" (a GPU left service, 2.5: the plugin also marks
+    #       devices it merely cannot watch)
+    #   internal/plugin/mps, cmd/mps-control-daemon  "Failed to start MPS daemon", "Failed to start
+    #       one or more MPS deamons" (the sharing daemon the pods need, 3, as CUDA's MPS errors)
+    #   internal/rm  "at least one device with migEnabled=true was not configured correctly",
+    #       "device %v has no MIG devices configured" (MIG on without instances, 3, as slurmd's)
+    ("device_plugin", "container_runtime", 3.5, r"did you set the docker default runtime to `?nvidia",
+     "Kubernetes device plugin cannot see or advertise GPUs"),
+    ("gpu_unreachable", "container_runtime", 2.5,
+     r"device marked unhealthy|Marking device \S+ as unhealthy|Marking all devices as unhealthy",
+     "device plugin: a GPU marked unhealthy"),
+    ("cuda_mps", "container_runtime", 3.0, r"Failed to start (MPS daemon|one or more MPS dea?e?mons)",
+     "device plugin: the MPS daemon did not start"),
+    ("gpu_visibility", "container_runtime", 3.0,
+     r"device with migEnabled=true was not configured correctly|device \S+ has no MIG devices configured",
+     "device plugin: MIG mode on without MIG devices"),
+
+    # slurmd's NVML autodetection finding no GPU list at all (SchedMD/slurm src/plugins/gpu/nvml/
+    # gpu_nvml.c gpu_p_get_system_gpu_list: "System GPU detection failed"): the node reports no
+    # GPU, as "gres/gpu count reported lower", 3.
+    ("gpu_visibility", "container_runtime", 3.0, r"System GPU detection failed",
+     "Slurm: slurmd's GPU autodetection failed"),
+
     # --- model_load_capacity (tree step 3: CUDA up, the model does not load or fit) ---
     ("gpu_memory", "model_load_capacity", 4.0,
      r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation"
@@ -522,10 +727,14 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|Invalid data-parallel launch options|is smaller than the maximum number of devices per node"
      r"|must evenly divide|(input|output) size is not aligned with the quantized weight shape",
      "vLLM: the parallel layout does not fit the model or the GPUs"),
+    # "unexpected key" as a word only: Python's TypeError "got an unexpected keyword argument" (a
+    # library version mismatch, not a checkpoint) and Apptainer's "unexpected keyservers list" are not
+    # state-dict keys (PyTorch torch/nn/modules/module.py: "Unexpected key(s) in state_dict").
     ("weights", "model_load_capacity", 3.5,
      r"SafetensorError|Error while deserializing header|Cannot load weights|size mismatch for|shape mismatch"
      r"|KeyError: '[\w.]*(weight|bias|scale|experts|proj|embed|qweight|scales|zeros)[\w.]*'"
-     r"|unexpected key|Missing key\(s\) in state_dict|weight_loader|does not appear to have a file named"
+     r"|Unexpected key\(s\) in state_dict|unexpected key\b|Missing key\(s\) in state_dict|weight_loader"
+     r"|does not appear to have a file named"
      r"|No such file or directory: .*\.(safetensors|bin|pt)|incomplete metadata|HeaderTooLarge",
      "weights do not match the loader"),
     # A checkpoint tensor the model has no parameter for: vLLM's load_weights looks each name up
@@ -600,6 +809,111 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("model_len", "model_load_capacity", 2.5,
      r"max_model_len.*(greater|larger|exceeds)|(greater|larger) than the (derived|maximum) max_model_len"
      r"|User-specified max_model_len", "context length above what fits"),
+
+    # Out of memory in other frameworks' words:
+    #   TensorFlow tensorflow/core/framework/op_kernel.cc / common_runtime: ResourceExhaustedError
+    #     "OOM when allocating tensor with shape[...]" (4, as CUDA OOM)
+    #   cuBLAS/cuDNN/cuSOLVER status names (cublas_api.h CUBLAS_STATUS_ALLOC_FAILED, cudnn.h
+    #     CUDNN_STATUS_ALLOC_FAILED, cusolver_common.h CUSOLVER_STATUS_ALLOC_FAILED), which PyTorch
+    #     prints as "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"
+    #     (aten/src/ATen/cuda/CublasHandlePool.cpp): the library could not get its workspace, 3.5
+    #   SGLang python/sglang/srt/model_executor/model_runner.py: "Not enough memory. Please try to
+    #     increase --mem-fraction-static." (the KV pool got no tokens, 4) and "The memory capacity
+    #     is unbalanced. Some GPUs may be occupied by other processes." (3, as vLLM's free memory check)
+    ("gpu_memory", "model_load_capacity", 4.0, r"OOM when allocating tensor", "TensorFlow: out of GPU memory"),
+    ("gpu_memory", "model_load_capacity", 3.5, r"(CUBLAS|CUDNN|CUSOLVER)_STATUS_ALLOC_FAILED",
+     "cuBLAS/cuDNN: no GPU memory for the library's workspace"),
+    ("kv_cache", "model_load_capacity", 4.0, r"Not enough memory\. Please try to increase --mem-fraction-static",
+     "SGLang: no memory left for the KV cache pool"),
+    ("gpu_memory", "model_load_capacity", 3.0,
+     r"The memory capacity is unbalanced\. Some GPUs may be occupied by other processes",
+     "SGLang: another process holds memory on some GPUs"),
+    # Host memory in the schedulers' and servers' words:
+    #   Ollama llm/server.go: "model requires more system memory (X) than is available (Y)" (4)
+    #   Ray python/ray/exceptions.py OutOfMemoryError (memory monitor): "Task was killed due to the
+    #     node running low on memory" (2.55+: "N worker(s) were killed due to ...")
+    #   Slurm task/cgroup plugin: "Detected N oom_kill event(s) in StepId=... Some of the step tasks
+    #     have been OOM Killed." (older: "oom-kill event(s) ... killed by the cgroup out-of-memory
+    #     handler")
+    #   kubelet pkg/kubelet/eviction/helpers.go: "The node was low on resource: memory."
+    ("host_memory", "model_load_capacity", 4.0, r"model requires more system memory \(.*\) than is available",
+     "Ollama: the model does not fit in host memory"),
+    ("host_memory", "model_load_capacity", 3.0,
+     r"killed due to the node running low on memory|Detected \d+ oom[_-]kill events?"
+     r"|Some of the step tasks have been OOM Killed|killed by the cgroup out-of-memory handler"
+     r"|The node was low on resource: memory", "host memory exhausted (Ray, Slurm, kubelet)"),
+    # Checkpoints that do not load, in the loaders' own words:
+    #   PyTorch torch/nn/modules/module.py load_state_dict "Error(s) in loading state_dict for <Module>"
+    #   PyTorch caffe2/serialize/inline_container.cc "PytorchStreamReader failed reading zip archive:
+    #     failed finding central directory" (a truncated or corrupt .pt/.bin file)
+    #   PyTorch torch/serialization.py "Weights only load failed" (2.6's weights_only default meets
+    #     a checkpoint that pickles objects: 3)
+    #   llama.cpp src/llama-model-loader.cpp "tensor '%s' data is not within the file bounds, model is
+    #     corrupted or incomplete", "wrong number of tensors; expected %d, got %d"; ggml/src/gguf.cpp
+    #     "invalid magic characters" (not a GGUF file)
+    ("weights", "model_load_capacity", 3.5,
+     r"Error\(s\) in loading state_dict for|PytorchStreamReader failed reading (zip archive|file)"
+     r"|data is not within the file bounds, model is corrupted or incomplete|wrong number of tensors; expected \d+"
+     r"|gguf_init_from_file\w*: invalid magic characters", "the checkpoint file does not load"),
+    ("weights", "model_load_capacity", 3.0, r"Weights only load failed",
+     "PyTorch: the checkpoint needs a full unpickle (weights_only)"),
+    # Kernels that do not exist for this GPU's architecture (as error 209 above):
+    #   PyTorch torch/cuda/__init__.py _check_capability: "<GPU> with CUDA capability sm_XX is not
+    #     compatible with the current PyTorch installation", "PyTorch no longer supports this GPU
+    #     because it is too old"
+    #   ptxas (Triton's bundled one, XLA's, nvcc's) older than the GPU: "ptxas fatal   : Value 'sm_XX'
+    #     is not defined for option 'gpu-name'" (xla/stream_executor/cuda/ptx_compiler_impl.cc
+    #     names the case)
+    #   Ollama discover/gpu.go: "CUDA GPU is too old. Compute Capability detected: X.Y" (INFO)
+    #   CUDA error 98 (cudaErrorInvalidDeviceFunction, "invalid device function"): a kernel with no
+    #     image for this GPU, mostly a build without its architecture; 2.5, a launch bug prints it too
+    ("quantization", "model_load_capacity", 3.0,
+     r"with CUDA capability sm_\d+ is not compatible with the current PyTorch installation"
+     r"|PyTorch no longer supports this GPU because it is too old"
+     r"|ptxas fatal\s*: Value 'sm_\w+' is not defined for option 'gpu-name'"
+     r"|CUDA GPU is too old\. Compute Capability detected", "the build has no kernels for this GPU's architecture"),
+    ("quantization", "model_load_capacity", 2.5, r"invalid device function|cudaErrorInvalidDeviceFunction",
+     "CUDA error 98: a kernel without an image for this GPU"),
+
+    # Triton's compiler finding a kernel larger than this GPU allows (triton python/triton/runtime/
+    # errors.py OutOfResources: "out of resource: shared memory, Required: N, Hardware limit: M.
+    # Reducing block sizes or `num_stages` may help."): the model's kernels do not fit this GPU, as a
+    # compute-capability minimum, 3.
+    ("quantization", "model_load_capacity", 3.0, r"out of resource: \w+( \w+)?, Required: \d+, Hardware limit: \d+",
+     "Triton: the kernel needs more than this GPU has (shared memory, registers)"),
+
+    # Memory at load in the serving and loading libraries' own words:
+    #   TGI server/text_generation_server/models/flash_causal_lm.py warmup: "Not enough memory to
+    #     handle N prefill tokens. You need to decrease `--max-batch-prefill-tokens`" (PyTorch's OOM
+    #     re-raised, 4)
+    #   llama.cpp src/llama-kv-cache.cpp: "failed to allocate buffer for kv cache" (4)
+    #   transformers src/transformers/quantizers/quantizer_bnb_4bit.py: "Some modules are dispatched
+    #     on the CPU or the disk. Make sure you have enough GPU RAM to fit the quantized model." (the
+    #     device map put layers off the GPU, 3.5)
+    ("gpu_memory", "model_load_capacity", 4.0, r"Not enough memory to handle \d+ prefill tokens",
+     "TGI: the warmup batch does not fit in GPU memory"),
+    ("kv_cache", "model_load_capacity", 4.0, r"failed to allocate buffer for kv cache",
+     "llama.cpp: the KV cache does not fit"),
+    ("gpu_memory", "model_load_capacity", 3.5, r"Some modules are dispatched on the CPU or the disk",
+     "transformers: the quantized model does not fit in GPU memory"),
+
+    # transformers' loader with a device map that put weights on disk and nowhere to write them
+    # (src/transformers/modeling_utils.py: "The current `device_map` had weights offloaded to the
+    # disk. Please provide an `offload_folder` for them."): the model fits neither the GPUs nor host
+    # memory, 3.
+    ("gpu_memory", "model_load_capacity", 3.0, r"The current `device_map` had weights offloaded to the disk",
+     "transformers: the model does not fit in GPU and host memory"),
+
+    # NCCL's own device allocations failing (src/include/alloc.h: "Failed to CUDA calloc %ld bytes",
+    # "Failed to CUDA malloc", "Failed to CUDA host alloc"): no GPU memory left for the
+    # communicator's buffers, a memory problem as NCCL's "Cuda failure 'out of memory'", 3.
+    ("gpu_memory", "model_load_capacity", 3.0, r"Failed to CUDA (calloc|malloc|host alloc)( async)? \d+ bytes",
+     "NCCL: no GPU memory left for the communicator's buffers"),
+
+    # Ollama's llama-server runner reporting OOM while it loads (ollama llm/llama_server.go:
+    # "llama-server reported out-of-memory during startup: %s"), 4.
+    ("gpu_memory", "model_load_capacity", 4.0, r"reported out-of-memory during startup",
+     "Ollama: the runner ran out of memory loading the model"),
 
     # --- communication (tree step 4: one node works, several fail) ---
     ("nccl_error", "communication", 3.0,
@@ -749,6 +1063,139 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|custom allreduce.*(fail|disabled)"
      r"|cudaErrorPeerAccess", "peer-to-peer / NVLink path"),
 
+    # NCCL's socket layer losing its peer (src/misc/socket.cc: WARN "socketProgress: Connection closed
+    # by remote peer %s", ncclRemoteError; older releases "Net : Connection closed by remote peer"):
+    # the peer rank went away, 3 (a peer that died of something else closes its socket too).
+    ("nccl_peer", "communication", 3.0, r"Connection closed by remote peer", "NCCL: a peer closed its socket"),
+    # NCCL's bootstrap receiving a message of another size than it expects (src/bootstrap.cc WARN
+    # "Message truncated : received %d bytes instead of %d"), the ranks run different NCCL versions;
+    # and its proxy failing to reach a local rank's proxy thread (src/proxy.cc WARN "Proxy Call to
+    # rank %d failed (%s)"). Both the communicator's own setup, 3.
+    ("nccl_error", "communication", 3.0,
+     r"Message truncated : received \d+ bytes instead of \d+|Proxy Call to rank \d+ failed",
+     "NCCL bootstrap or proxy failed between ranks"),
+    # The c10d TCPStore server waiting for the ranks (torch/csrc/distributed/c10d/TCPStore.cpp and
+    # TCPStoreLibUvBackend.cpp: DistStoreError "Timed out after N seconds waiting for clients. M/W
+    # clients joined."): some nodes never reached MASTER_ADDR, 3.5. And the store client whose server
+    # went away (c10d/Utils.hpp recvBytes "Failed to recv, got 0 bytes. Connection was likely
+    # closed."): 2.5, a head that died of something else closes the store too.
+    ("cluster_join", "communication", 3.5,
+     r"waiting for clients\. \d+/\d+ clients joined", "torch.distributed: not every rank reached the store"),
+    ("cluster_join", "communication", 2.5, r"Failed to recv, got 0 bytes",
+     "torch.distributed: the store connection closed"),
+    # Horovod's stall inspector (horovod/common/stall_inspector.cc: "One or more tensors were
+    # submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for
+    # remainder of ranks"), a collective some ranks never joined, 3; and its shutdown status
+    # (horovod/common/operations.cc SHUT_DOWN_ERROR "Horovod has been shut down. This was caused by
+    # an exception on one of the ranks"), another rank failed, 2.
+    ("collective_timeout", "communication", 3.0,
+     r"One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks",
+     "Horovod: a collective waits for ranks that never joined"),
+    ("nccl_peer", "communication", 2.0, r"Horovod has been shut down\. This was caused by an exception on one of the",
+     "Horovod: another rank failed"),
+    # Open MPI's and PRRTE's runtime losing or never starting the daemons of the other nodes
+    # (orte/mca/errmgr and prrte src/mca/errmgr help texts: "ORTE has lost communication with a
+    # remote daemon", "PRTE has lost communication with a remote daemon"; orte/mca/plm help-plm-base
+    # "ORTE was unable to reliably start one or more daemons", which a missing orted on a node also
+    # prints: 2.5).
+    ("cluster_join", "communication", 3.0, r"(ORTE|PRTE) has lost communication with a remote daemon",
+     "MPI: a remote node's daemon stopped answering"),
+    ("cluster_join", "communication", 2.5, r"(ORTE|PRTE) was unable to reliably start one or more daemons",
+     "MPI: the daemons on the other nodes did not start"),
+    # InfiniBand's "transport retry count exceeded" completion in UCX's words (openucx/ucx
+    # src/uct/ib/mlx5/ib_mlx5_log.c: "Transport retry count exceeded", UCS_ERR_ENDPOINT_TIMEOUT):
+    # the remote port stopped acknowledging, as NCCL's "transport retry counter exceeded" above, 3.5.
+    ("rdma", "communication", 3.5, r"Transport retry count exceeded", "UCX/IB: the remote port stopped answering"),
+
+    # NCCL's bootstrap root receiving ranks that disagree on the communicator's size (src/bootstrap.cc
+    # WARN "Bootstrap Root : mismatch in rank count from procs %d : %d"): two launches met on one
+    # unique id, or the nodes were started with different world sizes, 3.
+    ("nccl_error", "communication", 3.0, r"Bootstrap Root : mismatch in rank count from procs",
+     "NCCL: the ranks disagree on the communicator's size"),
+    # CUDA error 220 (cudaErrorNvlinkUncorrectable, "uncorrectable NVLink error was detected during the
+    # execution"): the NVLink fabric between the GPUs failed, 3.
+    ("p2p_nvlink", "communication", 3.0,
+     r"uncorrectable NVLink error was detected|cudaErrorNvlinkUncorrectable|CUDA_ERROR_NVLINK_UNCORRECTABLE",
+     "CUDA error 220: uncorrectable NVLink error"),
+    # c10d resolving the rendezvous host (torch/csrc/distributed/c10d/socket.cpp: "The IPv6 network
+    # addresses of (%s, %s) cannot be retrieved (gai error: %d - %s)", the IPv4 form likewise): the
+    # name MASTER_ADDR gives does not resolve everywhere. c10d logs it as a warning and tries the
+    # other family, so 2.
+    ("cluster_join", "communication", 2.0, r"network addresses of .* cannot be retrieved \(gai error",
+     "torch.distributed: the rendezvous host name does not resolve"),
+    # A Ray worker whose node's raylet is gone before it starts (src/ray/core_worker/
+    # core_worker_process.cc: "Failed to get the system config from raylet because it is dead. Worker
+    # will terminate."): the node is not (or no longer) part of the cluster, 3.
+    ("cluster_join", "communication", 3.0, r"Failed to get the system config from raylet because it is dead",
+     "Ray: the node's raylet is gone"),
+
+    # Multi-node launchers reaching the other nodes over ssh: DeepSpeed's runner checks the first
+    # host of its hostfile (deepspeed/launcher/runner.py: "Using hostfile at %s but host=%s was not
+    # reachable via ssh"), 3; pdsh, which it launches through, reports ssh's own failure as exit
+    # code 255 (pdsh's ssh module: "%s: ssh exited with exit code %d"; 255 is ssh's connection
+    # error, other codes are the remote command's), 2.5.
+    ("cluster_join", "communication", 3.0, r"was not reachable via ssh",
+     "DeepSpeed: another node of the hostfile is unreachable"),
+    ("cluster_join", "communication", 2.5, r"ssh exited with exit code 255\b",
+     "pdsh: ssh could not reach a node"),
+
+    # Slurm's PMIx plugin timing out a fence the ranks of other nodes never joined (SchedMD/slurm
+    # src/plugins/mpi/pmix/pmixp_coll_tree.c and pmixp_coll_ring.c: PMIXP_ERROR "%p: collective timeout
+    # seq=%d"): the launch's own collective across nodes, 3.5 as a NCCL watchdog timeout. And a Ray
+    # worker unable to register with its node's raylet (src/ray/core_worker/core_worker_process.cc:
+    # "Failed to register worker to Raylet: IOError: ..."), the raylet gone, 2.5.
+    ("collective_timeout", "communication", 3.5, r": collective timeout seq=\d+",
+     "Slurm PMIx: a fence across nodes timed out"),
+    ("cluster_join", "communication", 2.5, r"Failed to register worker to Raylet",
+     "Ray: a worker cannot register with its raylet"),
+
+    # NCCL's WARN texts of the transport and bootstrap (NVIDIA/nccl, file beside each):
+    #   bootstrap.cc, transport/net_socket.cc  "NET/Socket : No usable listening interface found",
+    #       "NET/Socket : no interface found", "no device found matching %s, verify
+    #       NCCL_OOB_NET_IFNAME" (no interface to bind: 4, as "Bootstrap : no socket interface")
+    #   init.cc    "Mismatched NCCL version detected : rank %d version %d ..."; ras/ras.cc "NCCL version
+    #       mismatch with remote peer" (nodes on different NCCL builds, 3)
+    #   plugin/net.cc  "Failed to initialize any NET plugin"; transport.cc "No transport found for rank
+    #       %d[%lx] -> rank %d[%lx]" (no way between two ranks, 3.5)
+    #   init.cc    "Detected mixed local Net device counts across ranks"; graph/rings.cc "Error : ring %d
+    #       does not loop back to start" (the nodes see different topologies, 3)
+    #   mnnvl.cc   "MNNVL (cliqueSize %d) is available but not working on this system. Check the IMEX
+    #       ... configuration" (multi-node NVLink not set up, 3)
+    #   transport/p2p.cc, net.cc  "failed to peer with device %d" (CUDA peer access refused, 2.5)
+    #   transport/net_ib*.cc  "ibv_post_send() failed", "Call to ibv_poll_cq() returned" (3.5, as the
+    #       other verbs failures)
+    ("bootstrap_iface", "communication", 4.0,
+     r"NET/Socket : (No usable listening interface found|no interface found)"
+     r"|no device found (matching|after excluding) .*verify NCCL_OOB_NET_IFNAME",
+     "NCCL: no usable network interface"),
+    ("nccl_error", "communication", 3.0,
+     r"Mismatched NCCL version detected|NCCL version mismatch with remote peer"
+     r"|Detected mixed local Net device counts across ranks|Error : ring \d+ does not loop back to start"
+     r"|MNNVL \(cliqueSize \d+\) is available but not working",
+     "NCCL: the ranks disagree (version, topology) or MNNVL is not set up"),
+    ("nccl_error", "communication", 3.5, r"Failed to initialize any NET plugin|No transport found for rank",
+     "NCCL: no network transport between the ranks"),
+    ("p2p_nvlink", "communication", 2.5, r"failed to peer with device \d+", "NCCL: CUDA peer access refused"),
+    ("rdma", "communication", 3.5, r"ibv_\w+\(\) (failed|returned)", "InfiniBand verbs call failed"),
+
+    # UCX's own error level (openucx/ucx src/ucs/debug/log.c prints "UCX  ERROR" before the message):
+    # UCX is the transport of Open MPI's pml/ucx, UCC and NIXL, so its errors are the transport's;
+    # generic, 1.5 as "NCCL WARN", the message decides. Open MPI's UCX PML failing to reach a peer
+    # (ompi/mca/pml/ucx/pml_ucx.c: "ucp_ep_create(proc=%d) failed: %s"), 3.
+    ("ucx", "communication", 1.5, r"\bUCX\s+ERROR\b", "UCX transport error (generic: the message decides)"),
+    ("ucx", "communication", 3.0, r"ucp_ep_create\(proc=\d+\) failed", "Open MPI/UCX: no endpoint to a peer rank"),
+
+    # The c10d store client's other timeouts and the NCCL id exchange through it
+    # (torch/csrc/distributed/c10d/TCPStore.cpp doWait: DistStoreError "Socket Timeout", since 2.3
+    # "wait timeout after %dms, keys: ..."; ProcessGroupNCCL.cpp broadcastUniqueNCCLID: "[%d] is
+    # setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value store by
+    # key '%s', but store->get('%s') got error: ..."): a key another rank should have published
+    # never came, 3 (that rank may have died of something else).
+    ("cluster_join", "communication", 3.0,
+     r"DistStoreError: Socket Timeout\s*$|wait timeout after \d+ms, keys: "
+     r"|retrieving ncclUniqueId from \[\d+\] via c10d key-value store",
+     "torch.distributed: a key of another rank never reached the store"),
+
     # --- other (no GPU cause: these make a GPU-looking noise line lose) ---
     ("hub_access", "other", 3.0,
      r"couldn't connect to 'https://huggingface\.co'|LocalEntryNotFoundError|GatedRepoError|401 Client Error"
@@ -772,6 +1219,37 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|tokenizer.*(not found|error)",
      "launch arguments or model config"),
     ("port", "other", 3.0, r"Address already in use|port .* (is )?already in use|EADDRINUSE", "port already in use"),
+    # The hub not serving the model, in transformers' and huggingface_hub's words
+    # (transformers src/transformers/utils/hub.py: "X is not a local folder and is not a valid model
+    # identifier listed on 'https://huggingface.co/models'"; huggingface_hub file_download.py and
+    # _snapshot_download.py: "Cannot find an appropriate cached snapshot folder for the specified
+    # revision on the local disk and outgoing traffic has been disabled").
+    ("hub_access", "other", 3.0,
+     r"is not a local folder and is not a valid model identifier|Cannot find an appropriate cached snapshot folder",
+     "model hub: the model id cannot be resolved"),
+    # The hub refusing or unreachable at the HTTP level (huggingface_hub utils/_http.py
+    # hf_raise_for_status, requests' "%s Client Error: %s for url: %s"; urllib3's MaxRetryError
+    # "HTTPSConnectionPool(host='huggingface.co', port=443): Max retries exceeded").
+    ("hub_access", "other", 3.0,
+     r"(403|404|429) Client Error.*huggingface\.co|HTTPSConnectionPool\(host='[\w.-]*(huggingface\.co|hf\.co)'",
+     "model hub unreachable or refusing (HTTP)"),
+    # A model type the installed transformers does not know (transformers src/transformers/models/auto/
+    # configuration_auto.py: "The checkpoint you are trying to load has model type `X` but
+    # Transformers does not recognize this architecture"): the library is older than the model, as
+    # vLLM's "Model architectures [...] are not supported" above. And jax older or newer than its
+    # jaxlib (jax/version.py _check_jaxlib_version: "jaxlib is version X, but this version of jax
+    # requires version >= Y").
+    ("config", "other", 3.0, r"but Transformers does not recognize this architecture",
+     "transformers does not know the model type"),
+    ("python_env", "other", 2.5, r"jaxlib is version \S+, but this version of jax requires",
+     "jax and jaxlib versions do not match"),
+    # The Python environment not installable or not matching (pip's resolver: "Could not find a
+    # version that satisfies the requirement", "No matching distribution found for"; PyTorch's
+    # operator registry, "operator torchvision::nms does not exist", when torchvision was built for
+    # another torch).
+    ("python_env", "other", 2.5,
+     r"Could not find a version that satisfies the requirement|No matching distribution found for"
+     r"|operator torchvision::\w+ does not exist", "Python/library environment broken"),
 ]
 
 SIGNALS: tuple[Signal, ...] = tuple(

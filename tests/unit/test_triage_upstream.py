@@ -1,0 +1,298 @@
+"""Triage signals harvested from the tools' own sources (not from a missed log): each text is
+rendered from the format string or error table of the file named beside it, as the tool prints
+it, and decides its tree step alone. Beside them, texts that look alike but are not the failure
+(a harmless warning, another resource, another vendor's accelerator) must not be taken."""
+
+from __future__ import annotations
+
+import pytest
+
+from k3rollout.checks.triage import classify
+
+UPSTREAM = [
+    # driver_incompatible
+    ("CUDA driver_types.h cudaErrorCallRequiresNewerDriver (36)", "driver_incompatible",
+     "RuntimeError: CUDA error: API call is not supported in the installed CUDA driver"),
+    ("xla/stream_executor/cuda/cuda_diagnostics.cc", "driver_incompatible",
+     "2023-11-14 22:30:50.201665: E external/local_xla/xla/stream_executor/cuda/cuda_diagnostics.cc:312] kernel "
+     "version 470.182.3 does not match DSO version 470.223.2 -- cannot find working devices in this configuration"),
+    ("glibc elf/dl-lookup.c + nvml.h", "driver_incompatible",
+     "nvidia-smi: symbol lookup error: nvidia-smi: undefined symbol: nvmlInit_v2"),
+    ("NCCL src/misc/cudawrap.cc", "driver_incompatible",
+     "node1:1234:1234 [0] misc/cudawrap.cc:90 NCCL WARN CUDA Driver version found is 11040. Minimum requirement is "
+     "12020"),
+    ("ollama discover/cuda_compat.go (slog, WARN)", "driver_incompatible",
+     'time=2026-01-01T00:00:00.000Z level=WARN source=cuda_compat.go:65 msg="NVIDIA driver too old" '
+     'device="NVIDIA H100 80GB HBM3" compute=9.0 driver=535 required_driver="550 or newer"'),
+    # container_runtime
+    ("CUDA driver_types.h cudaErrorStubLibrary (34)", "container_runtime",
+     "ggml_cuda_init: failed to initialize CUDA: CUDA driver is a stub library"),
+    ("CUDA driver_types.h cudaErrorMpsConnectionFailed (805)", "container_runtime",
+     "RuntimeError: CUDA error: MPS client failed to connect to the MPS control daemon or the MPS server"),
+    ("torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp", "container_runtime",
+     "ValueError: ProcessGroupNCCL is only supported with GPUs, no GPUs found!"),
+    ("lightning/pytorch/trainer/connectors/accelerator_connector.py", "container_runtime",
+     "lightning_fabric.utilities.exceptions.MisconfigurationException: `CUDAAccelerator` can not run on your "
+     "system since the accelerator is not available. The following accelerator(s) is available and can be passed "
+     "into `accelerator` argument of `Trainer`: ['cpu']."),
+    ("jax/_src/xla_bridge.py", "container_runtime",
+     "RuntimeError: Unable to initialize backend 'cuda': FAILED_PRECONDITION: No visible GPU devices. (you may "
+     "need to uninstall the failing plugin package, or set JAX_PLATFORMS=cpu to skip this backend.)"),
+    ("apptainer --nv (etc/nvliblist.conf)", "container_runtime", "WARNING: Could not find any nv libraries on this host!"),
+    ("slurm src/common/gres.c", "container_runtime",
+     "NodeName=gpu01 State=IDLE+DRAIN+INVALID_REG Reason=gres/gpu count reported lower than configured (0 < 8)"),
+    ("kubernetes pkg/kubelet/cm/devicemanager/manager.go", "container_runtime",
+     "Warning  UnexpectedAdmissionError  pod/vllm-0  Allocate failed due to requested number of devices "
+     "unavailable for nvidia.com/gpu. Requested: 4, Available: 0, which is unexpected"),
+    ("kubernetes pkg/kubelet/cm/devicemanager/manager.go", "container_runtime",
+     "Pod was rejected: Allocate failed due to no healthy devices present; cannot allocate unhealthy devices "
+     "nvidia.com/gpu, which is unexpected"),
+    ("NVIDIA gpu-driver-container nvidia-driver", "container_runtime",
+     "Could not unload NVIDIA driver kernel modules, driver is in use"),
+    ("CUDA driver_types.h cudaErrorDeviceNotLicensed (102)", "container_runtime",
+     "RuntimeError: CUDA error: device doesn't have valid Grid license"),
+    ("CUDA driver_types.h cudaErrorJitCompilerNotFound (221)", "container_runtime",
+     "RuntimeError: CUDA error: PTX JIT compiler library not found"),
+    ("CUDA driver_types.h cudaErrorECCUncorrectable (214)", "container_runtime",
+     "RuntimeError: CUDA error: uncorrectable ECC error encountered"),
+    ("pynvml NVML_ERROR_RESET_REQUIRED", "container_runtime", "pynvml.NVMLError_ResetRequired: GPU requires restart"),
+    ("open-gpu-kernel-modules GSP_RPC_TIMEOUT_XID_MESSAGE_FMT", "container_runtime",
+     "kernel: NVRM: Xid (PCI:0000:01:00): 119, pid=1582259, name=nvc:[driver], Timeout after 6s of waiting for RPC "
+     "response from GPU0 GSP! Expected function 76 (GSP_RM_CONTROL) (0x20802a02 0x8)."),
+    ("kmod tools/modprobe.c", "container_runtime",
+     "modprobe: ERROR: could not insert 'nvidia': Key was rejected by service"),
+    ("kmod tools/modprobe.c", "container_runtime",
+     "modprobe: FATAL: Module nvidia not found in directory /lib/modules/6.8.0-40-generic"),
+    ("containerd internal/cri server sandbox_run.go", "container_runtime",
+     'Warning  FailedCreatePodSandBox  kubelet  Failed to create pod sandbox: rpc error: code = Unknown desc = '
+     'failed to get sandbox runtime: no runtime for "nvidia" is configured'),
+    ("deepspeed/launcher/runner.py", "container_runtime", "RuntimeError: Unable to proceed, no GPU resources available"),
+    ("cri-o internal/config", "container_runtime",
+     'Failed to create pod sandbox: rpc error: code = Unknown desc = failed to find runtime handler nvidia from '
+     'runtime list map[crun:0xc000 runc:0xc001]'),
+    ("NVIDIA/k8s-device-plugin health check (log.Printf, before klog)", "container_runtime",
+     "2019/05/01 10:00:00 XidCriticalError: Xid=79, All devices will go unhealthy."),
+    ("nvidia-container-toolkit cmd/nvidia-ctk/cdi/generate", "container_runtime",
+     'level=error msg="failed to generate CDI spec: failed to create device CDI specs: failed to initialize NVML: '
+     'ERROR_LIBRARY_NOT_FOUND"'),
+    ("nvidia-container-toolkit internal/discover", "container_runtime",
+     "Error: IMEX channel 0 not found at /dev/nvidia-caps-imex-channels/channel0"),
+    ("NCCL src/os/linux.cc", "container_runtime",
+     "node1:99:99 [0] NCCL WARN Failed to open libnvidia-ml.so.1: libnvidia-ml.so.1: cannot open shared object file"),
+    ("NVIDIA/k8s-device-plugin cmd/nvidia-device-plugin/main.go", "container_runtime",
+     "E0101 00:00:00.000000       1 main.go:132] If this is a GPU node, did you set the docker default runtime to "
+     "`nvidia`?"),
+    ("NVIDIA/k8s-device-plugin MPS control daemon", "container_runtime",
+     "E0101 00:00:00.000000       1 main.go:200] Failed to start MPS daemon: exit status 1"),
+    ("NVIDIA/k8s-device-plugin internal/rm", "container_runtime",
+     "E0101 00:00:00.000000       1 main.go:180] error starting plugins: error creating plugin manager: "
+     "at least one device with migEnabled=true was not configured correctly: device 0 has no MIG devices "
+     "configured"),
+    ("slurm src/plugins/gpu/nvml/gpu_nvml.c", "container_runtime",
+     "[2026-01-01T00:00:00.000] error: System GPU detection failed"),
+    # model_load_capacity
+    ("tensorflow/core/framework/op_kernel.cc", "model_load_capacity",
+     "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with "
+     "shape[192,576,16,16] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc"),
+    ("aten/src/ATen/cuda/CublasHandlePool.cpp", "model_load_capacity",
+     "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
+    ("sglang srt/model_executor/model_runner.py", "model_load_capacity",
+     "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."),
+    ("sglang srt/model_executor/model_runner.py", "model_load_capacity",
+     "RuntimeError: The memory capacity is unbalanced. Some GPUs may be occupied by other processes. "
+     "min_per_gpu_memory=16.28, local_gpu_memory=46.81, local_gpu_memory * 0.9=42.13"),
+    ("ollama llm/server.go", "model_load_capacity",
+     "Error: model requires more system memory (44.0 GiB) than is available (7.6 GiB)"),
+    ("ray python/ray/exceptions.py OutOfMemoryError", "model_load_capacity",
+     "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory."),
+    ("slurm task/cgroup", "model_load_capacity",
+     "slurmstepd: error: Detected 1 oom_kill event in StepId=18835145.batch. Some of the step tasks have been OOM "
+     "Killed."),
+    ("kubernetes pkg/kubelet/eviction/helpers.go", "model_load_capacity",
+     "Warning  Evicted  pod/vllm-0  The node was low on resource: memory. Container vllm was using 120Gi, which "
+     "exceeds its request of 64Gi."),
+    ("torch/nn/modules/module.py load_state_dict", "model_load_capacity",
+     "RuntimeError: Error(s) in loading state_dict for GPT2LMHeadModel:"),
+    ("caffe2/serialize/inline_container.cc", "model_load_capacity",
+     "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory"),
+    ("torch/serialization.py", "model_load_capacity",
+     "_pickle.UnpicklingError: Weights only load failed. Re-running `torch.load` with `weights_only` set to "
+     "`False` will likely succeed, but it can result in arbitrary code execution."),
+    ("llama.cpp src/llama-model-loader.cpp", "model_load_capacity",
+     "llama_model_load: error loading model: tensor 'blk.23.ffn_down.weight' data is not within the file bounds, "
+     "model is corrupted or incomplete"),
+    ("torch/cuda/__init__.py _check_capability", "model_load_capacity",
+     "NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current PyTorch installation."),
+    ("ptxas (Triton)", "model_load_capacity",
+     "(EngineCore_DP0 pid=1477831) ptxas fatal   : Value 'sm_121a' is not defined for option 'gpu-name'"),
+    ("triton python/triton/runtime/errors.py", "model_load_capacity",
+     "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 98304, Hardware limit: "
+     "65536. Reducing block sizes or `num_stages` may help."),
+    ("TGI server/text_generation_server/models/flash_causal_lm.py", "model_load_capacity",
+     "RuntimeError: Not enough memory to handle 4096 prefill tokens. You need to decrease "
+     "`--max-batch-prefill-tokens`"),
+    ("llama.cpp src/llama-kv-cache.cpp", "model_load_capacity",
+     "llama_init_from_model: failed to initialize the context: failed to allocate buffer for kv cache"),
+    ("transformers src/transformers/quantizers/quantizer_bnb_4bit.py", "model_load_capacity",
+     "ValueError: Some modules are dispatched on the CPU or the disk. Make sure you have enough GPU RAM to fit the "
+     "quantized model."),
+    ("transformers src/transformers/modeling_utils.py", "model_load_capacity",
+     "ValueError: The current `device_map` had weights offloaded to the disk. Please provide an `offload_folder` for "
+     "them."),
+    ("NCCL src/include/alloc.h", "model_load_capacity",
+     "node1:1234:1300 [0] include/alloc.h:124 NCCL WARN Failed to CUDA calloc 6291456 bytes"),
+    ("ollama llm/llama_server.go", "model_load_capacity",
+     'time=2026-01-01T00:00:00.000Z level=ERROR source=server.go:300 msg="load failed" error="llama-server '
+     'reported out-of-memory during startup: cudaMalloc failed"'),
+    # communication
+    ("NCCL src/misc/socket.cc", "communication",
+     "node1:2200689:2200706 [3] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer "
+     "node2<55693>"),
+    ("NCCL src/bootstrap.cc", "communication",
+     "node1:1234:1300 [0] bootstrap.cc:85 NCCL WARN Message truncated : received 1024 bytes instead of 4"),
+    ("NCCL src/proxy.cc", "communication", "worker-0:195626:198757 [0] proxy.cc:808 NCCL WARN Proxy Call to rank 1 "
+     "failed (Connect)"),
+    ("torch/csrc/distributed/c10d/TCPStore.cpp", "communication",
+     "torch.distributed.DistStoreError: Timed out after 601 seconds waiting for clients. 1/2 clients joined."),
+    ("torch/csrc/distributed/c10d/Utils.hpp recvBytes", "communication",
+     "torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed. Did the "
+     "remote server shutdown or crash?"),
+    ("horovod/common/stall_inspector.cc", "communication",
+     "[2021-02-02 21:19:07.345988: W horovod/common/stall_inspector.cc:105] One or more tensors were submitted to "
+     "be reduced, gathered or broadcasted by subset of ranks and are waiting for remainder of ranks for more than "
+     "60 seconds."),
+    ("horovod/common/operations.cc", "communication",
+     "tensorflow.python.framework.errors_impl.UnknownError: Horovod has been shut down. This was caused by an "
+     "exception on one of the ranks or an attempt to allreduce, allgather or broadcast a tensor after one of the "
+     "ranks finished execution."),
+    ("Open MPI / PRRTE errmgr help text", "communication", "PRTE has lost communication with a remote daemon."),
+    ("Open MPI orte/mca/plm help text", "communication", "ORTE was unable to reliably start one or more daemons."),
+    ("openucx src/uct/ib/mlx5/ib_mlx5_log.c", "communication",
+     "[1700000000.123456] [node1:1234:0] ib_mlx5_log.c:177 UCX ERROR Transport retry count exceeded on "
+     "mlx5_0:1/IB (synd 0x15 vend 0x81 hw_synd 0/0)"),
+    ("NCCL src/bootstrap.cc root", "communication",
+     "node1:1234:1300 [0] bootstrap.cc:150 NCCL WARN Bootstrap Root : mismatch in rank count from procs 16 : 8"),
+    ("CUDA driver_types.h cudaErrorNvlinkUncorrectable (220)", "communication",
+     "RuntimeError: CUDA error: uncorrectable NVLink error was detected during the execution"),
+    ("ray src/ray/core_worker/core_worker_process.cc", "communication",
+     "[2024-07-19 11:36:53,765 E 1446555 1446656] core_worker_process.cc:217: Failed to get the system config from "
+     "raylet because it is dead. Worker will terminate."),
+    ("deepspeed/launcher/runner.py", "communication",
+     "RuntimeError: Using hostfile at /job/hostfile but host=worker-1 was not reachable via ssh. If you are running "
+     "with a single node please remove /job/hostfile or setup passwordless ssh."),
+    ("pdsh", "communication", "pdsh@worker-0: worker-1: ssh exited with exit code 255"),
+    ("slurm src/plugins/mpi/pmix/pmixp_coll_ring.c", "communication",
+     "slurmstepd: error:  mpi/pmix_v3: pmixp_coll_ring_reset_if_to: node1 [0]: pmixp_coll_ring.c:742: "
+     "0x14ce0c02cb20: collective timeout seq=0"),
+    ("ray src/ray/core_worker/core_worker_process.cc", "communication",
+     "[2026-03-03 21:12:46,736 E 46008 46008] core_worker_process.cc:232: Failed to register worker to Raylet: "
+     "IOError: Failed to read data from the socket: End of file"),
+    ("NCCL src/bootstrap.cc", "communication",
+     "node1:1234:1234 [0] bootstrap.cc:120 NCCL WARN NET/Socket : No usable listening interface found"),
+    ("NCCL src/init.cc", "communication",
+     "node1:1234:1300 [0] init.cc:1043 NCCL WARN Mismatched NCCL version detected : rank 0 version 22105 rank 8 "
+     "version 21805"),
+    ("NCCL src/transport.cc", "communication",
+     "node1:1234:1300 [0] transport.cc:39 NCCL WARN No transport found for rank 0[1000] -> rank 8[1000]"),
+    ("NCCL src/mnnvl.cc", "communication",
+     "node1:1234:1300 [0] mnnvl.cc:74 NCCL WARN MNNVL (cliqueSize 72) is available but not working on this system. "
+     "Check the IMEX channel configuration (/dev/nvidia-caps-imex-channels)."),
+    ("NCCL src/transport/net_ib.cc", "communication",
+     "node1:1234:1300 [0] transport/net_ib.cc:1500 NCCL WARN ibv_post_send() failed with error Cannot allocate "
+     "memory, Bad WR 0x1, First WR 0x1"),
+    ("ompi/mca/pml/ucx/pml_ucx.c", "communication",
+     "[gpu02:05215] pml_ucx.c:419  Error: ucp_ep_create(proc=0) failed: Destination is unreachable"),
+    ("openucx/ucx src/ucs/debug/log.c", "communication",
+     "[1653901933.475958] [gpu02:5215 :0]            sock.c:325  UCX  ERROR   connect(fd=40, "
+     "dest_addr=172.17.0.1:40703) failed: Connection refused"),
+    ("torch/csrc/distributed/c10d/TCPStore.cpp doWait", "communication",
+     "torch.distributed.DistStoreError: wait timeout after 600000ms, keys: /default_pg/0//cuda//0"),
+    ("torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp broadcastUniqueNCCLID", "communication",
+     "torch.distributed.DistBackendError: [3] is setting up NCCL communicator and retrieving ncclUniqueId from [0] "
+     "via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout"),
+    # other
+    ("transformers src/transformers/utils/hub.py", "other",
+     "OSError: custom_model is not a local folder and is not a valid model identifier listed on "
+     "'https://huggingface.co/models'"),
+    ("pip resolver", "other",
+     "ERROR: Could not find a version that satisfies the requirement vllm==0.99.0 (from versions: 0.1.0, 0.2.0)"),
+    ("PyTorch operator registry", "other", "RuntimeError: operator torchvision::nms does not exist"),
+    ("huggingface_hub utils/_http.py", "other",
+     "requests.exceptions.HTTPError: 429 Client Error: Too Many Requests for url: "
+     "https://huggingface.co/api/models/meta-llama/Llama-3.1-8B"),
+    ("transformers src/transformers/models/auto/configuration_auto.py", "other",
+     "ValueError: The checkpoint you are trying to load has model type `kimi_k3` but Transformers does not "
+     "recognize this architecture. This could be because of an issue with the checkpoint, or because your version "
+     "of Transformers is out of date."),
+    ("jax/version.py", "other", "RuntimeError: jaxlib is version 0.4.7, but this version of jax requires version >= "
+     "0.4.14."),
+]
+
+
+@pytest.mark.parametrize("where,category,line", UPSTREAM, ids=[f"{w}-{i}" for i, (w, _, _) in enumerate(UPSTREAM)])
+def test_an_upstream_message_decides_its_tree_step(where, category, line):
+    t = classify(line + "\n")
+    assert t.category == category, (where, t.scores)
+    assert t.evidence == [line]
+
+
+# Texts that share words with the signals above and are not the failure they name.
+NEAR_MISSES = [
+    # TensorFlow's allocator says so itself: a retry, not an OOM (tensorflow/core/common_runtime/bfc_allocator.cc)
+    ("model_load_capacity",
+     "2020-04-29 16:25:36.594950: W tensorflow/core/common_runtime/bfc_allocator.cc:243] Allocator (GPU_0_bfc) ran "
+     "out of memory trying to allocate 1.25GiB with freed_by_count=0. The caller indicates that this is not a "
+     "failure, but may mean that there could be performance gains if more memory were available."),
+    # torch's range warning for a GPU newer than the wheel's list: harmless, it runs
+    ("model_load_capacity",
+     "UserWarning: Found GPU0 NVIDIA GB10 which is of cuda capability 12.1. Minimum and Maximum cuda capability "
+     "supported by this version of PyTorch is (8.0) - (12.0)"),
+    # Apple's accelerator missing is no NVIDIA GPU path
+    ("container_runtime",
+     "MisconfigurationException: `MPSAccelerator` can not run on your system since the accelerator is not "
+     "available."),
+    # the kubelet evicting for disk, not memory
+    ("model_load_capacity", "Warning  Evicted  pod/vllm-0  The node was low on resource: ephemeral-storage."),
+    # another device plugin's resource
+    ("container_runtime",
+     "Allocate failed due to requested number of devices unavailable for example.com/fpga. Requested: 1, "
+     "Available: 0, which is unexpected"),
+    # a toolkit library's symbol (lower case after "cu") is the environment, not the driver's age
+    ("driver_incompatible",
+     "ImportError: /usr/lib/python3/site-packages/torch/lib/libtorch_cuda.so: undefined symbol: "
+     "cublasLtGetStatusString, version libcublasLt.so.12"),
+    # pdsh's exit code 127 is the remote command missing, not ssh failing to connect
+    ("communication", "pdsh@uan: nid000008: ssh exited with exit code 127"),
+    # a keyword argument is not a state-dict key: a library version mismatch, not a checkpoint
+    ("model_load_capacity", "TypeError: __init__() got an unexpected keyword argument 'use_safetensors'"),
+    # ssh's own words for a closed session are not NCCL's
+    ("communication", "Connection to 10.0.0.2 closed by remote host."),
+]
+
+
+@pytest.mark.parametrize("category,line", NEAR_MISSES)
+def test_a_near_miss_is_not_taken(category, line):
+    t = classify(line + "\n")
+    assert t.scores[category] == 0, t.scores
+
+
+def test_c10d_name_resolution_warning_supports_but_does_not_decide_alone():
+    # torch/csrc/distributed/c10d/socket.cpp logs it at W and tries the other address family
+    line = ("[W socket.cpp:601] [c10d] The IPv6 network addresses of (head, 29500) cannot be retrieved "
+            "(gai error: -2 - Name or service not known).")
+    t = classify(line + "\n")
+    assert t.category == "other" and 0 < t.scores["communication"] < 1.5, t.scores
+    # beside the store client's own failure it adds to communication
+    store = ("torch.distributed.DistNetworkError: The client socket has timed out after 900000ms while trying to "
+             "connect to (head, 29500).\n")
+    both, alone = classify(line + "\n" + store), classify(store)
+    assert both.category == "communication", both.scores
+    assert both.scores["communication"] > alone.scores["communication"], (both.scores, alone.scores)
+
+
+def test_the_device_plugins_klog_xid_line_is_info_context():
+    # NVIDIA/k8s-device-plugin internal/rm/health.go logs the Xid with klog.Infof: an INFO line
+    # counts a quarter, context that does not decide alone
+    t = classify("I0101 00:00:00.000000       1 health.go:159] XidCriticalError: Xid=79 on Device=GPU-d23d91a3; "
+                 "marking device as unhealthy.\n")
+    assert t.category == "other" and 0 < t.scores["container_runtime"] < 1.5, t.scores
