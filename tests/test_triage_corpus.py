@@ -14,9 +14,10 @@ device-plugin, CUDA 46/209, ggml, LXD, Gloo connect and raylet signals and the w
 nested-quote, package-list and echoed-argument reading, `heldout9/` since the docker-compose GPU
 reservation, LXC mount-hook, cuInit CUDA_ERROR_UNKNOWN, slurmd MIG, TensorFlow libcuda, Ray
 driver-node, invalid-device-ordinal and etcd rendezvous-store signals); `heldout10/` was collected
-and labelled after those. The 90% target of issue #35 is asserted on the folders never tuned on
-(`heldout/`, `heldout5/` and `heldout10/`) taken together, as a strict expected failure while it is
-not met.
+and labelled after those, and `heldout11/` while the tools' own message strings were swept into the
+signal table (without reading it or the other folders never tuned on). The 90% target of issue #35
+is asserted on the folders never tuned on (`heldout/`, `heldout5/`, `heldout10/` and `heldout11/`)
+taken together, as a strict expected failure while it is not met.
 """
 
 from __future__ import annotations
@@ -352,22 +353,35 @@ def test_eleventh_heldout_is_real_cited_and_new():
                                  TENTH])
 
 
+def eleventh_accuracy() -> float:
+    return folder_accuracy(ELEVENTH, "eleventh held-out folder (symptom-searched, labelled before triage ran)")
+
+
+def test_eleventh_heldout_accuracy_is_reported_and_does_not_regress():
+    # 36/41 = 87.8% when the folder was closed, run once on the signals swept from the tools' own
+    # sources (tests/data/logs/heldout11/README.md lists the five misses); 34/41 with the signals
+    # before that sweep. The floor (two logs below) catches a regression, it is not the target
+    assert eleventh_accuracy() >= 0.82
+
+
 def never_tuned_on_accuracy() -> float:
-    """Accuracy on `heldout/`, `heldout5/` and `heldout10/` together: no signal was chosen knowing
-    their misses (the vLLM 0.33 signals left heldout5's figure as it was, the toolkit, driver-build
-    and rendezvous signals too, and those chosen on heldout7's, heldout8's and heldout9's misses;
-    the wrapped-line reading, written for heldout8's, also reads one of heldout5's; heldout10 was
-    collected after them)."""
-    pairs = [(cat, classify(text).category) for folder in (HELDOUT, FIFTH, TENTH)
+    """Accuracy on `heldout/`, `heldout5/`, `heldout10/` and `heldout11/` together: no signal was
+    chosen knowing their misses (the vLLM 0.33 signals left heldout5's figure as it was, the
+    toolkit, driver-build and rendezvous signals too, and those chosen on heldout7's, heldout8's
+    and heldout9's misses; the wrapped-line reading, written for heldout8's, also reads one of
+    heldout5's; heldout10 was collected after them; the sweep of the tools' own message strings
+    was written without reading these four folders, and heldout11 was collected and labelled
+    while it was written, by symptom searches fixed before any result was read)."""
+    pairs = [(cat, classify(text).category) for folder in (HELDOUT, FIFTH, TENTH, ELEVENTH)
              for _, cat, text in corpus(folder)]
-    acc, _ = report(pairs, "held-out folders never tuned on (heldout + heldout5 + heldout10)")
+    acc, _ = report(pairs, "held-out folders never tuned on (heldout + heldout5 + heldout10 + heldout11)")
     return acc
 
 
 @pytest.mark.xfail(strict=True, reason="issue #35 asks for 90% on logs triage has never seen; on the folders "
-                   "never tuned on, heldout + heldout5 + heldout10, it is 90/115 = 78.3% (heldout10 alone 28/44 = "
-                   "63.6% when closed, tests/data/logs/heldout10/README.md). Strict: reaching it fails here until "
-                   "the mark goes")
+                   "never tuned on, heldout + heldout5 + heldout10 + heldout11, it is 128/156 = 82.1% (heldout11 "
+                   "alone 36/41 = 87.8% when closed, tests/data/logs/heldout11/README.md). Strict: reaching it "
+                   "fails here until the mark goes")
 def test_unseen_heldout_reaches_the_90_percent_target():
     assert never_tuned_on_accuracy() >= 0.90
 
