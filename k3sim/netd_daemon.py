@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -282,16 +283,7 @@ class Daemon:
                     writer.write(b"HTTP/1.1 200 OK\r\nserver: uvicorn\r\ncontent-type: text/event-stream; "
                                  b"charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n")
                     per = comp.gen * step / max(1, len(chunks))
-                    for i, ch in enumerate(chunks):
-                        if i == 1:
-                            rt.ttft.append(loop.time() - started)
-                        data = b"data: " + fastjson.dumps(ch) + b"\n\n"
-                        writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-                        await writer.drain()
-                        await asyncio.sleep(per)
-                    done = b"data: [DONE]\n\n"
-                    writer.write(f"{len(done):x}\r\n".encode() + done + b"\r\n0\r\n\r\n")
-                    await writer.drain()
+                    await self.pace(writer, chunks, per, lambda: rt.ttft.append(loop.time() - started))
             except (ConnectionError, asyncio.CancelledError):
                 rt.c["aborted"] += 1
                 raise
@@ -302,6 +294,43 @@ class Daemon:
         rt.e2e.append(loop.time() - started)
         if not stream:
             await self.send(writer, 200, payload)
+
+    @staticmethod
+    async def pace(writer: asyncio.StreamWriter, chunks: list[dict[str, Any]], per: float,
+                   first_token: Callable[[], None], clock: Callable[[], float] | None = None,
+                   sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        """Stream ``chunks`` as server-sent events, one event and one HTTP chunk each, chunk
+        ``i`` due ``i * per`` after the first and ``[DONE]`` one ``per`` after the last, as the
+        engine's decode steps produce them. Each write is at a chunk's due time, never before,
+        and carries every chunk due by then: on a machine whose event loop runs late the events
+        are not drawn out past their due times (a sleep per token would add the loop's lateness
+        to every token), and the bytes the client reads are the same. ``first_token`` is called
+        as the first chunk after the role chunk is written (the server's time to first token).
+        ``clock`` and ``sleep`` are the event loop's, or a test's."""
+        now_of = clock or asyncio.get_running_loop().time
+        t0 = now_of()
+        n = len(chunks)
+        i = 0
+        while i <= n:                          # i == n: the closing [DONE]
+            wait = t0 + i * per - now_of()
+            if wait > 0:
+                await sleep(wait)
+            now = now_of()
+            j = i + 1
+            while j <= n and t0 + j * per <= now:
+                j += 1
+            out = []
+            for k in range(i, min(j, n)):
+                data = b"data: " + fastjson.dumps(chunks[k]) + b"\n\n"
+                out.append(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            if j > n:
+                done = b"data: [DONE]\n\n"
+                out.append(f"{len(done):x}\r\n".encode() + done + b"\r\n0\r\n\r\n")
+            if i <= 1 < j and n > 1:
+                first_token()
+            writer.write(b"".join(out))
+            await writer.drain()
+            i = j
 
     def start_kubeapi(self) -> None:
         """The cluster's Kubernetes API server (k3sim/kubeapi.py), one per sim root,

@@ -8,6 +8,7 @@ Prometheus metric names are vLLM's (``vllm:prefix_cache_queries_total`` ...).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -335,6 +336,13 @@ def _tokens(body: dict[str, Any]) -> list[str]:
     return [w[i:i + TOKEN_CHARS] for w in " ".join(parts).split() for i in range(0, len(w), TOKEN_CHARS)]
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _token_id(tok: str) -> int:
+    """A token's id in the simulated vocabulary: fixed by its text (a gate's 32k-token prompt
+    repeats a few hundred words, so each is hashed once)."""
+    return int(hashlib.md5(tok.encode()).hexdigest()[:5], 16)
+
+
 def tokenize(rt: Runtime, body: Any) -> tuple[int, dict[str, Any]]:
     """POST /tokenize (vllm/entrypoints/serve/tokenize/): a chat request's ``messages`` (or a
     ``prompt``) rendered and counted with the served model's tokenizer; the reply is
@@ -350,7 +358,7 @@ def tokenize(rt: Runtime, body: Any) -> tuple[int, dict[str, Any]]:
         toks = [w[i:i + TOKEN_CHARS] for w in body["prompt"].split() for i in range(0, len(w), TOKEN_CHARS)]
     else:
         return error(400, "BadRequestError", "Either `messages` or `prompt` is required")
-    ids = [int(hashlib.md5(t.encode()).hexdigest()[:5], 16) for t in toks]
+    ids = [_token_id(t) for t in toks]
     return 200, {"count": len(ids), "max_model_len": rt.max_model_len, "tokens": ids,
                  "token_strs": toks if body.get("return_token_strs") else None}
 
