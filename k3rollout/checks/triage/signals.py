@@ -915,6 +915,32 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("gpu_memory", "model_load_capacity", 4.0, r"reported out-of-memory during startup",
      "Ollama: the runner ran out of memory loading the model"),
 
+    # The CUDA math libraries' own status names (cufft.h CUFFT_ALLOC_FAILED, cusparse.h
+    # CUSPARSE_STATUS_ALLOC_FAILED, curand.h CURAND_STATUS_ALLOCATION_FAILED), as PyTorch and CuPy
+    # print them ("cuFFT error: CUFFT_ALLOC_FAILED"): no GPU memory for the library's plan or
+    # workspace, as cuBLAS's and cuDNN's ALLOC_FAILED above, 3.5.
+    ("gpu_memory", "model_load_capacity", 3.5,
+     r"CUFFT_ALLOC_FAILED|CUSPARSE_STATUS_ALLOC_FAILED|CURAND_STATUS_ALLOCATION_FAILED",
+     "cuFFT/cuSPARSE/cuRAND: no GPU memory for the library's workspace"),
+    # cuBLAS failing to create its handle (PyTorch aten/src/ATen/cuda/CublasHandlePool.cpp: "CUDA error:
+    # CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`"): cublasCreate allocates its
+    # workspace on the GPU and mostly fails because none is left; an earlier device-side error also
+    # leaves it unable to, so a symptom, 2.
+    ("gpu_memory", "model_load_capacity", 2.0, r"CUBLAS_STATUS_NOT_INITIALIZED when calling `?cublasCreate",
+     "cuBLAS: no handle (mostly no GPU memory left for its workspace)"),
+    # The libraries having no kernel for this GPU's architecture (cublas_api.h
+    # CUBLAS_STATUS_ARCH_MISMATCH "the function requires a feature absent from the device
+    # architecture", cudnn.h CUDNN_STATUS_ARCH_MISMATCH: a cuDNN that dropped the GPU's generation),
+    # as error 209 above, 3. And CUDA error 701 (driver_types.h cudaErrorLaunchOutOfResources,
+    # cudaGetErrorString "too many resources requested for launch"): a kernel asks for more registers
+    # or threads than this GPU gives a block, mostly a build for another GPU's limits, 2.5 (a launch
+    # bug prints it too), as Triton's OutOfResources.
+    ("quantization", "model_load_capacity", 3.0, r"(CUBLAS|CUDNN)_STATUS_ARCH_MISMATCH",
+     "cuBLAS/cuDNN: no kernel for this GPU's architecture"),
+    ("quantization", "model_load_capacity", 2.5,
+     r"too many resources requested for launch|cudaErrorLaunchOutOfResources|CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+     "CUDA error 701: a kernel needs more than this GPU gives a block"),
+
     # --- communication (tree step 4: one node works, several fail) ---
     ("nccl_error", "communication", 3.0,
      r"ncclSystemError|ncclRemoteError|ncclInternalError|ncclInvalidUsage|NCCL error|NCCL failure|Test NCCL failure"
@@ -1250,6 +1276,16 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("python_env", "other", 2.5,
      r"Could not find a version that satisfies the requirement|No matching distribution found for"
      r"|operator torchvision::\w+ does not exist", "Python/library environment broken"),
+    # A cuDNN other than the one the framework was built against (TensorFlow/XLA
+    # stream_executor/cuda/cuda_dnn.cc: LOG(ERROR) "Loaded runtime CuDNN library: X but source was
+    # compiled with: Y. CuDNN library needs to have matching major version and equal or higher minor
+    # version"; PyTorch torch/backends/cudnn/__init__.py: RuntimeError "cuDNN version incompatibility:
+    # PyTorch was compiled against (9, 8, 0) but found runtime version (9, 1, 1)", a system cuDNN on
+    # LD_LIBRARY_PATH ahead of the wheel's). The image's libraries, not the driver: the environment, 3.
+    ("python_env", "other", 3.0,
+     r"Loaded runtime CuDNN library: \S+ but source was compiled with|cuDNN version incompatibility: PyTorch was compiled",
+     "cuDNN of another version than the framework was built with"),
+
 ]
 
 SIGNALS: tuple[Signal, ...] = tuple(
