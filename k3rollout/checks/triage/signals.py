@@ -941,6 +941,19 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"too many resources requested for launch|cudaErrorLaunchOutOfResources|CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
      "CUDA error 701: a kernel needs more than this GPU gives a block"),
 
+    # TensorRT refusing a serialized engine (the TensorRT Developer Guide's troubleshooting table and
+    # the runtime's IRuntime::deserializeCudaEngine error 6: "The engine plan file is generated on an
+    # incompatible device, expecting compute X got compute Y, please rebuild.", "The engine plan file
+    # is not compatible with this version of TensorRT, expecting library version X got Y, please
+    # rebuild."), as TensorRT-LLM and Triton's TensorRT backend print it. An engine built for another
+    # GPU is a build without this GPU's kernels, 3.5 as error 209; one built by another TensorRT is
+    # the model's file not loading, 3 as the checkpoint checks.
+    ("quantization", "model_load_capacity", 3.5,
+     r"engine plan file is generated on an incompatible device", "TensorRT: the engine was built for another GPU"),
+    ("weights", "model_load_capacity", 3.0,
+     r"engine plan file is not compatible with this version of TensorRT",
+     "TensorRT: the engine was built by another TensorRT version"),
+
     # --- communication (tree step 4: one node works, several fail) ---
     ("nccl_error", "communication", 3.0,
      r"ncclSystemError|ncclRemoteError|ncclInternalError|ncclInvalidUsage|NCCL error|NCCL failure|Test NCCL failure"
@@ -1285,6 +1298,33 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("python_env", "other", 3.0,
      r"Loaded runtime CuDNN library: \S+ but source was compiled with|cuDNN version incompatibility: PyTorch was compiled",
      "cuDNN of another version than the framework was built with"),
+
+    # The libraries around the servers refusing the installed CUDA stack (the build, not the driver):
+    #   DeepSpeed deepspeed/ops/op_builder/builder.py CUDAMismatchException: "Installed CUDA version X
+    #     does not match the version torch was compiled with Y, unable to compile cuda/cpp extensions
+    #     without a matching cuda version" (the toolkit's nvcc against torch's, 3)
+    #   xFormers xformers/_cpp_lib.py: "xFormers can't load C++/CUDA extensions. xFormers was built
+    #     for: PyTorch X with CUDA Y (you have Z)" (a wheel for another torch, 2.5, printed as a warning)
+    #   bitsandbytes bitsandbytes/cextension.py: RuntimeError "CUDA Setup failed despite GPU being
+    #     available" (3), and the warning "The installed version of bitsandbytes was compiled without
+    #     GPU support" (2: a host without a GPU prints it too)
+    #   vLLM distributed/device_communicators/pynccl_wrapper.py: logger.error "Failed to load NCCL
+    #     library from %s" (libnccl missing or broken in the image, VLLM_NCCL_SO_PATH; 2.5)
+    ("python_env", "other", 3.0,
+     r"does not match the version torch was compiled with \S+, unable to compile cuda/cpp extensions",
+     "DeepSpeed: the CUDA toolkit differs from torch's"),
+    ("python_env", "other", 2.5, r"xFormers can't load C\+\+/CUDA extensions",
+     "xFormers: built for another torch or CUDA"),
+    ("python_env", "other", 3.0, r"CUDA Setup failed despite GPU being available",
+     "bitsandbytes: its CUDA library does not load"),
+    ("python_env", "other", 2.0, r"installed version of bitsandbytes was compiled without GPU support",
+     "bitsandbytes: a build without CUDA"),
+    ("python_env", "other", 2.5, r"Failed to load NCCL library from",
+     "vLLM: the NCCL library is missing or broken"),
+    # llama.cpp meeting a GGUF whose architecture it does not know (src/llama-model.cpp load_arch:
+    # "unknown model architecture: '%s'", under "error loading model architecture"): the build is
+    # older than the model, as transformers' "does not recognize this architecture", 3.
+    ("config", "other", 3.0, r"unknown model architecture: '", "llama.cpp: the build does not know the model"),
 
 ]
 
