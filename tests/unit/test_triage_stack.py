@@ -11,6 +11,12 @@ import pytest
 from k3rollout.checks.triage import classify
 
 UPSTREAM = [
+    # container_runtime
+    ("kubernetes plugin/pkg/admission/runtimeclass/admission.go", "container_runtime",
+     'Error creating: pods "vllm-0" is forbidden: pod rejected: RuntimeClass "nvidia" not found'),
+    ("nvidia-fabricmanager (fabricmanager.log)", "container_runtime",
+     "[Sep 08 2025 23:21:50] [ERROR] [tid 1139] detected number of NVSwitches don't match with any supported system "
+     "topology, aborting fabric manager"),
     # model_load_capacity
     ("cufft.h CUFFT_ALLOC_FAILED (PyTorch's cuFFT error)", "model_load_capacity",
      "RuntimeError: cuFFT error: CUFFT_ALLOC_FAILED"),
@@ -31,6 +37,17 @@ UPSTREAM = [
     ("TensorRT IRuntime::deserializeCudaEngine (engine of another TensorRT)", "model_load_capacity",
      "[TensorRT-LLM][ERROR] 6: The engine plan file is not compatible with this version of TensorRT, expecting "
      "library version 9.2.0.5 got 9.3.0.1, please rebuild."),
+    # communication
+    ("ray src/ray/gcs/gcs_client/global_state_accessor.cc", "communication",
+     "RuntimeError: This node has an IP address of 192.168.67.2, and Ray expects this IP address to be either the "
+     "GCS address or one of the Raylet addresses. Connected to GCS at 192.168.0.119 and found raylets at "
+     "192.168.66.2 but none of these match this node's IP 192.168.67.2."),
+    ("mpich src/pm/hydra utils/sock/sock.c", "communication",
+     '[mpiexec@node1] HYDU_sock_connect (utils/sock/sock.c:145): unable to connect from "node1" to "node2" '
+     "(No route to host)"),
+    ("nvidia-fabricmanager (fabricmanager.log)", "communication",
+     "[Jul 23 2024 07:53:55] [ERROR] [tid 841] detected NVSwitch fatal error 20034 on fid 0 on NVSwitch pci bus id "
+     "00000000:86:00.0 physical id 3 port 33"),
     # other
     ("deepspeed/ops/op_builder/builder.py", "other",
      "deepspeed.ops.op_builder.builder.CUDAMismatchException: >- DeepSpeed Op Builder: Installed CUDA version 11.8 "
@@ -68,6 +85,19 @@ NEAR_MISSES = [
     # cuBLAS's handle and an unrelated status: an invalid value is a caller's bug, not memory or a GPU
     ("model_load_capacity",
      "RuntimeError: CUDA error: CUBLAS_STATUS_INVALID_VALUE when calling `cublasGemmStridedBatchedEx(handle)`"),
+    # a RuntimeClass of another runtime is not the GPU's
+    ("container_runtime", 'pods "sandbox" is forbidden: pod rejected: RuntimeClass "kata-fc" not found'),
+    # the control plane's own taint is not the GPU nodes'
+    ("container_runtime",
+     "0/3 nodes are available: 3 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }."),
+    # Fabric Manager on a system without NVSwitches has nothing to do: not an error
+    ("container_runtime",
+     "request to query NVSwitch device information from NVSwitch driver failed with error:WARNING Nothing to do "
+     "[NV_WARN_NOTHING_TO_DO]"),
+    # a non-fatal NVSwitch error is corrected
+    ("communication",
+     "[Jul 09 2024 18:14:07] [ERROR] [tid 12727] detected NVSwitch non-fatal error 12028 on fid 0 on NVSwitch pci "
+     "bus id 00000000:86:00.0 physical id 3 port 61"),
     # TensorRT loading an engine it can run says so at INFO
     ("model_load_capacity", "[12/01/2024-10:00:00] [TRT] [I] Loaded engine size: 512 MiB"),
     # an architecture named in a config dump is no unknown one
@@ -92,3 +122,15 @@ def test_library_warnings_support_but_do_not_decide_alone():
         t = classify(line + "\n")
         assert 0 < t.scores["other"] < 2.0, (line, t.scores)
         assert t.evidence == [line]
+
+
+def test_the_schedulers_gpu_taint_event_counts_as_the_warning_it_is():
+    # kubectl prints scheduler events with their type, Warning: damped, the GPU nodes' taint still
+    # names the GPU path when nothing else in the log does, and a decisive line elsewhere outweighs it
+    line = ("Warning  FailedScheduling  12s  default-scheduler  0/4 nodes are available: 4 node(s) had untolerated "
+            "taint {nvidia.com/gpu: present}.")
+    t = classify(line + "\n")
+    assert t.category == "container_runtime" and t.scores["container_runtime"] < 2.5, t.scores
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    both = classify(line + "\n" + oom + "\n")
+    assert both.category == "model_load_capacity", both.scores

@@ -602,6 +602,25 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("gpu_visibility", "container_runtime", 3.0, r"System GPU detection failed",
      "Slurm: slurmd's GPU autodetection failed"),
 
+    # Kubernetes' RuntimeClass admission plugin refusing a pod whose runtimeClassName names no
+    # RuntimeClass object (plugin/pkg/admission/runtimeclass/admission.go: "pod rejected:
+    # RuntimeClass %q not found"): a pod asking for the nvidia class on a cluster where the GPU
+    # Operator or its chart never created it, so no GPU runtime is configured for it, 3.5.
+    ("runtime_missing", "container_runtime", 3.5, r'RuntimeClass "?nvidia[\w-]*"? not found',
+     "Kubernetes: no nvidia RuntimeClass for the pod"),
+    # The scheduler's taint filter (kubernetes pkg/scheduler/framework/plugins/tainttoleration:
+    # "node(s) had untolerated taint {%s: %s}") naming the GPU nodes' own taint: the pod cannot land
+    # on a GPU node, the Kubernetes GPU path, 2.5 (a pod that never asked for a GPU shows it too).
+    ("device_plugin", "container_runtime", 2.5, r"untolerated taint \{nvidia\.com/gpu\b",
+     "Kubernetes: the pod does not tolerate the GPU nodes' taint"),
+    # NVIDIA Fabric Manager (nvidia-fabricmanager, documented in its user guide and its log at
+    # /var/log/fabricmanager.log: "[ERROR] detected number of NVSwitches don't match with any
+    # supported system topology, aborting fabric manager"): an NVSwitch missing or failed, the
+    # fabric manager does not start and CUDA answers error 802, 3.5 as 802.
+    ("fabric_manager", "container_runtime", 3.5,
+     r"detected number of NVSwitches don't match with any supported system topology",
+     "Fabric Manager: the NVSwitch topology does not match, it does not start"),
+
     # --- model_load_capacity (tree step 3: CUDA up, the model does not load or fit) ---
     ("gpu_memory", "model_load_capacity", 4.0,
      r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation"
@@ -1234,6 +1253,25 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"DistStoreError: Socket Timeout\s*$|wait timeout after \d+ms, keys: "
      r"|retrieving ncclUniqueId from \[\d+\] via c10d key-value store",
      "torch.distributed: a key of another rank never reached the store"),
+
+    # Ray's driver finding its own node's address neither the GCS's nor any raylet's
+    # (src/ray/gcs/gcs_client/global_state_accessor.cc GetNodeToConnectForDriver: "This node has an
+    # IP address of %s, and Ray expects this IP address to be either the GCS address or one of the
+    # Raylet addresses"): the node joined under another interface's address, tree step 4's
+    # interface binding, 3.
+    ("cluster_join", "communication", 3.0,
+     r"Ray expects this IP address to be either the GCS address or one of the Raylet addresses",
+     "Ray: the node's address is not the one it joined with"),
+    # MPICH's Hydra launcher failing to reach another node's proxy (src/pm/hydra utils/sock/sock.c
+    # HYDU_sock_connect: "unable to connect from \"%s\" to \"%s\" (%s)"), the MPI launch across
+    # nodes, as Open MPI's daemons above, 3.
+    ("cluster_join", "communication", 3.0, r'unable to connect from "[^"]*" to "[^"]*"',
+     "MPICH Hydra: a node's proxy cannot be reached"),
+    # Fabric Manager reporting a fatal NVSwitch error (its log: "detected NVSwitch fatal error %d on
+    # fid %d on NVSwitch pci bus id ..."): the NVLink fabric between the node's GPUs failed, as CUDA
+    # error 220, 3. Its non-fatal errors are not taken.
+    ("p2p_nvlink", "communication", 3.0, r"detected NVSwitch fatal error \d+",
+     "Fabric Manager: a fatal NVSwitch error"),
 
     # --- other (no GPU cause: these make a GPU-looking noise line lose) ---
     ("hub_access", "other", 3.0,
