@@ -17,7 +17,15 @@ UPSTREAM = [
     ("nvidia-fabricmanager (fabricmanager.log)", "container_runtime",
      "[Sep 08 2025 23:21:50] [ERROR] [tid 1139] detected number of NVSwitches don't match with any supported system "
      "topology, aborting fabric manager"),
+    ("triton python/triton/backends/nvidia/driver.py", "container_runtime",
+     "AssertionError: libcuda.so cannot found!"),
+    ("nvidia-smi mig -cgi", "container_runtime",
+     "Unable to create a GPU instance on GPU  0 using profile 9: Insufficient Resources"),
+    ("nvidia-smi mig -cgi", "container_runtime", "Failed to create GPU instances: In use by another client"),
     # model_load_capacity
+    ("vllm/v1/executor/ray_utils.py", "model_load_capacity",
+     "ValueError: Current node has no GPU available. current_node_resource={'accelerator_type:L4': 1.0, 'CPU': 3.0, "
+     "'memory': 10868666368.0}. vLLM engine cannot start without GPU."),
     ("cufft.h CUFFT_ALLOC_FAILED (PyTorch's cuFFT error)", "model_load_capacity",
      "RuntimeError: cuFFT error: CUFFT_ALLOC_FAILED"),
     ("curand.h CURAND_STATUS_ALLOCATION_FAILED", "model_load_capacity",
@@ -49,6 +57,13 @@ UPSTREAM = [
      "[Jul 23 2024 07:53:55] [ERROR] [tid 841] detected NVSwitch fatal error 20034 on fid 0 on NVSwitch pci bus id "
      "00000000:86:00.0 physical id 3 port 33"),
     # other
+    ("triton python/triton/runtime/build.py", "other",
+     "RuntimeError: Failed to find C compiler. Please specify via CC environment variable or set "
+     "triton.knobs.build.impl."),
+    ("gcc, Triton's launcher build", "other",
+     "/tmp/tmpx2l1/cuda_utils.c:6:10: fatal error: Python.h: No such file or directory"),
+    ("text-generation-inference router (Rust std::io::Error)", "other",
+     'Error: WebServer(Axum(Os { code: 98, kind: AddrInUse, message: "Address in use" }))'),
     ("deepspeed/ops/op_builder/builder.py", "other",
      "deepspeed.ops.op_builder.builder.CUDAMismatchException: >- DeepSpeed Op Builder: Installed CUDA version 11.8 "
      "does not match the version torch was compiled with 12.1, unable to compile cuda/cpp extensions without a "
@@ -98,6 +113,10 @@ NEAR_MISSES = [
     ("communication",
      "[Jul 09 2024 18:14:07] [ERROR] [tid 12727] detected NVSwitch non-fatal error 12028 on fid 0 on NVSwitch pci "
      "bus id 00000000:86:00.0 physical id 3 port 61"),
+    # MIG instances created are the layout working
+    ("container_runtime", "Successfully created GPU instance ID  1 on GPU  0 using profile MIG 3g.40gb (ID  9)"),
+    # a Ray node with GPUs free is no failure
+    ("model_load_capacity", "Current node has 8 GPUs available, placement group created."),
     # TensorRT loading an engine it can run says so at INFO
     ("model_load_capacity", "[12/01/2024-10:00:00] [TRT] [I] Loaded engine size: 512 MiB"),
     # an architecture named in a config dump is no unknown one

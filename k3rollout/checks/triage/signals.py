@@ -621,6 +621,20 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"detected number of NVSwitches don't match with any supported system topology",
      "Fabric Manager: the NVSwitch topology does not match, it does not start"),
 
+    # Triton's CUDA driver module looking for the driver's libcuda.so.1 (triton
+    # python/triton/backends/nvidia/driver.py libcuda_dirs: assert "libcuda.so cannot found!"): the
+    # driver's library is neither in ldconfig's cache nor on LD_LIBRARY_PATH in the container, as
+    # "libcuda.so.1: cannot open shared object", 3 (TRITON_LIBCUDA_PATH can point elsewhere).
+    ("nvml_in_container", "container_runtime", 3.0, r"libcuda\.so cannot found",
+     "Triton: the driver's libcuda is not found in the container"),
+    # nvidia-smi creating MIG GPU instances ("Unable to create a GPU instance on GPU %d using profile
+    # %s: %s", "Failed to create GPU instances: %s", with NVML's reason: Insufficient Resources, In
+    # use by another client, Invalid Argument): the MIG layout the pods expect does not exist, tree
+    # step 2's GPU visibility, 3.
+    ("gpu_visibility", "container_runtime", 3.0,
+     r"Unable to create a GPU instance on GPU|Failed to create GPU instances:",
+     "nvidia-smi: the MIG instances could not be created"),
+
     # --- model_load_capacity (tree step 3: CUDA up, the model does not load or fit) ---
     ("gpu_memory", "model_load_capacity", 4.0,
      r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation"
@@ -972,6 +986,14 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("weights", "model_load_capacity", 3.0,
      r"engine plan file is not compatible with this version of TensorRT",
      "TensorRT: the engine was built by another TensorRT version"),
+
+    # vLLM on Ray finding no free GPU on the node it runs on (v1/executor/ray_utils.py
+    # initialize_ray_cluster, ValueError "Current node has no GPU available. current_node_resource=
+    # ..."): the placement group asks for GPUs the node's Ray resources do not hold (another
+    # deployment's or a leaked placement group holds them), the layout against the GPUs there are,
+    # 3, as "Ray does not allocate any GPUs on the driver node".
+    ("parallel_layout", "model_load_capacity", 3.0, r"Current node has no GPU available",
+     "vLLM on Ray: no free GPU in the node's Ray resources"),
 
     # --- communication (tree step 4: one node works, several fail) ---
     ("nccl_error", "communication", 3.0,
@@ -1363,6 +1385,17 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # "unknown model architecture: '%s'", under "error loading model architecture"): the build is
     # older than the model, as transformers' "does not recognize this architecture", 3.
     ("config", "other", 3.0, r"unknown model architecture: '", "llama.cpp: the build does not know the model"),
+
+    # Triton compiling its launcher stubs at the first kernel (python/triton/runtime/build.py:
+    # RuntimeError "Failed to find C compiler. Please specify via CC environment variable"; gcc's
+    # "fatal error: Python.h: No such file or directory" when the image lacks the Python headers):
+    # a slim image without a compiler or headers, the environment, 3 and 2.5 (gcc's is generic).
+    ("python_env", "other", 3.0, r"Failed to find C compiler\. Please specify via CC",
+     "Triton: no C compiler in the image"),
+    ("python_env", "other", 2.5, r"Python\.h: No such file or directory", "no Python headers in the image"),
+    # A Rust server's bind failure as std::io::Error's Debug form prints it (TGI's router,
+    # "Os { code: 98, kind: AddrInUse, message: \"Address in use\" }"): the port is taken, 3.
+    ("port", "other", 3.0, r"kind: AddrInUse\b", "port already in use (Rust io error)"),
 
 ]
 
