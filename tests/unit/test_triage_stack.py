@@ -23,6 +23,9 @@ UPSTREAM = [
      "Unable to create a GPU instance on GPU  0 using profile 9: Insufficient Resources"),
     ("nvidia-smi mig -cgi", "container_runtime", "Failed to create GPU instances: In use by another client"),
     # model_load_capacity
+    ("torch/distributed/elastic/multiprocessing/api.py", "model_load_capacity",
+     "E0611 02:50:04.977000 3766697 torch/distributed/elastic/multiprocessing/api.py:914] failed (exitcode: -9) "
+     "local_rank: 0 (pid: 3766727) of binary: /opt/venv/bin/python"),
     ("vllm/v1/executor/ray_utils.py", "model_load_capacity",
      "ValueError: Current node has no GPU available. current_node_resource={'accelerator_type:L4': 1.0, 'CPU': 3.0, "
      "'memory': 10868666368.0}. vLLM engine cannot start without GPU."),
@@ -56,6 +59,15 @@ UPSTREAM = [
     ("nvidia-fabricmanager (fabricmanager.log)", "communication",
      "[Jul 23 2024 07:53:55] [ERROR] [tid 841] detected NVSwitch fatal error 20034 on fid 0 on NVSwitch pci bus id "
      "00000000:86:00.0 physical id 3 port 33"),
+    ("ray python/ray/_private/services.py", "communication",
+     "ConnectionError: Could not find any running Ray instance. Please specify the one to connect to by setting "
+     "`--address` flag or `RAY_ADDRESS` environment variable."),
+    ("ray src/ray/gcs/gcs_health_check_manager.cc", "communication",
+     "[2025-01-10 10:00:00,000 W 123 456] (gcs_server) gcs_health_check_manager.cc:90: Node "
+     "5f2d4c6e8a0b1c3d5e7f9a1b3c5d7e9f1a3b5c7d9e1f3a5b7c9d1e3f is dead because the health check failed."),
+    ("kmod tools/modprobe.c + nvidia-peermem", "communication",
+     "modprobe: ERROR: could not insert 'nvidia_peermem': Invalid argument"),
+    ("rdma-core libibverbs/examples", "communication", "No IB devices found"),
     # other
     ("triton python/triton/runtime/build.py", "other",
      "RuntimeError: Failed to find C compiler. Please specify via CC environment variable or set "
@@ -113,6 +125,12 @@ NEAR_MISSES = [
     ("communication",
      "[Jul 09 2024 18:14:07] [ERROR] [tid 12727] detected NVSwitch non-fatal error 12028 on fid 0 on NVSwitch pci "
      "bus id 00000000:86:00.0 physical id 3 port 61"),
+    # the NVIDIA module itself refused is still the node's driver, not the transport
+    ("communication", "modprobe: ERROR: could not insert 'nvidia': Key was rejected by service"),
+    # another exit code of a worker is not the OOM killer's signal
+    ("model_load_capacity",
+     "torch/distributed/elastic/multiprocessing/api.py:914] failed (exitcode: 1) local_rank: 0 (pid: 1234) of binary: "
+     "/usr/bin/python"),
     # MIG instances created are the layout working
     ("container_runtime", "Successfully created GPU instance ID  1 on GPU  0 using profile MIG 3g.40gb (ID  9)"),
     # a Ray node with GPUs free is no failure
@@ -141,6 +159,14 @@ def test_library_warnings_support_but_do_not_decide_alone():
         t = classify(line + "\n")
         assert 0 < t.scores["other"] < 2.0, (line, t.scores)
         assert t.evidence == [line]
+
+
+def test_nvidia_peermem_is_the_transport_and_the_nvidia_module_the_driver():
+    # kmod's one text for both: the GPU driver's module is tree step 2, GPUDirect RDMA's is step 4
+    peermem = classify("modprobe: ERROR: could not insert 'nvidia_peermem': Invalid argument\n")
+    assert peermem.scores["container_runtime"] == 0 and peermem.category == "communication", peermem.scores
+    driver = classify("modprobe: ERROR: could not insert 'nvidia_uvm': Key was rejected by service\n")
+    assert driver.category == "container_runtime" and driver.scores["communication"] == 0, driver.scores
 
 
 def test_the_schedulers_gpu_taint_event_counts_as_the_warning_it_is():

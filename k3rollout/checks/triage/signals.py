@@ -531,9 +531,10 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # kmod's modprobe refusing the NVIDIA module (kmod tools/modprobe.c: "could not insert '%s': %s"
     # with strerror, e.g. "Key was rejected by service" under Secure Boot; "Module %s not found in
     # directory %s" when no module was built for the running kernel): the node has no
-    # working driver, as "Unable to load the kernel module 'nvidia.ko'" above, 3.5.
+    # working driver, as "Unable to load the kernel module 'nvidia.ko'" above, 3.5. nvidia-peermem is
+    # not the driver: it is GPUDirect RDMA's bridge to the InfiniBand stack (below, step 4).
     ("driver_build", "container_runtime", 3.5,
-     r"could not insert 'nvidia[\w-]*'|Module nvidia[\w-]* not found in directory",
+     r"could not insert 'nvidia(?![_-]peermem)[\w-]*'|Module nvidia[\w-]* not found in directory",
      "the NVIDIA kernel module does not load for the running kernel"),
 
     # containerd's CRI plugin asked for a RuntimeClass handler it has no runtime for (containerd
@@ -995,6 +996,14 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("parallel_layout", "model_load_capacity", 3.0, r"Current node has no GPU available",
      "vLLM on Ray: no free GPU in the node's Ray resources"),
 
+    # torchrun's agent reporting a worker killed by SIGKILL (torch/distributed/elastic/multiprocessing/
+    # api.py: "failed (exitcode: -9) local_rank: %s (pid: %s) of binary", and errors/__init__.py's
+    # "Signal 9 (SIGKILL) received by PID"): without a CUDA error, mostly the host's OOM killer while
+    # the checkpoint loads, a symptom, 2.5 (an operator's kill -9 prints it too).
+    ("host_memory", "model_load_capacity", 2.5,
+     r"failed \(exitcode: -9\) local_rank|Signal 9 \(SIGKILL\) received by PID",
+     "torchrun: a worker was SIGKILLed (mostly the host's OOM killer)"),
+
     # --- communication (tree step 4: one node works, several fail) ---
     ("nccl_error", "communication", 3.0,
      r"ncclSystemError|ncclRemoteError|ncclInternalError|ncclInvalidUsage|NCCL error|NCCL failure|Test NCCL failure"
@@ -1294,6 +1303,24 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # error 220, 3. Its non-fatal errors are not taken.
     ("p2p_nvlink", "communication", 3.0, r"detected NVSwitch fatal error \d+",
      "Fabric Manager: a fatal NVSwitch error"),
+
+    # Ray's cluster membership from both ends: a driver started with address="auto" or RAY_ADDRESS
+    # finding no cluster to join (python/ray/_private/services.py canonicalize_bootstrap_address:
+    # ConnectionError "Could not find any running Ray instance"), and the GCS declaring a node dead
+    # (src/ray/gcs/gcs_health_check_manager.cc FailNode: "Node %s is dead because the health check
+    # failed.", a WARNING). Both the node not (or no longer) in the cluster, 3.
+    ("cluster_join", "communication", 3.0,
+     r"Could not find any running Ray instance|is dead because the health check failed",
+     "Ray: no cluster to join, or a node lost to the GCS's health check"),
+    # GPUDirect RDMA's kernel module not loading (kmod's "could not insert 'nvidia_peermem': Invalid
+    # argument" when it was built without MLNX_OFED's peer-memory symbols): NCCL then runs without
+    # GPUDirect over InfiniBand, the transport between nodes, 3. And the verbs library finding no
+    # RDMA device at all (rdma-core libibverbs/examples and perftest: "No IB devices found", "Failed
+    # to get IB devices list"): NCCL falls back to sockets, 2.5.
+    ("rdma", "communication", 3.0, r"could not insert 'nvidia[_-]peermem'",
+     "GPUDirect RDMA's nvidia-peermem module does not load"),
+    ("socket_fallback", "communication", 2.5, r"No IB devices found|Failed to get IB devices list",
+     "no RDMA device visible (NCCL falls back to sockets)"),
 
     # --- other (no GPU cause: these make a GPU-looking noise line lose) ---
     ("hub_access", "other", 3.0,
