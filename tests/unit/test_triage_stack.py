@@ -22,7 +22,16 @@ UPSTREAM = [
     ("nvidia-smi mig -cgi", "container_runtime",
      "Unable to create a GPU instance on GPU  0 using profile 9: Insufficient Resources"),
     ("nvidia-smi mig -cgi", "container_runtime", "Failed to create GPU instances: In use by another client"),
+    ("open-gpu-kernel-modules Xid 48", "container_runtime",
+     "[430954.509105] NVRM: Xid (PCI:0000:52:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit "
+     "error (DBE) has been detected on GPU in the framebuffer at physAddr 0x18f31d80 partition 16, subpartition 3."),
+    ("open-gpu-kernel-modules Xid 95", "container_runtime",
+     "NVRM: Xid (PCI:0000:37:00): 95, pid=5171, Uncontained: FBHUB. RST: Yes, D-RST: No"),
+    ("open-gpu-kernel-modules Xid 63 (ECC_ROW_REMAP_PENDING_CTRL_CALL_XID_MESSAGE_FMT)", "container_runtime",
+     "NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: New row marked for remapping, reset gpu to activate."),
     # model_load_capacity
+    ("NGC image entrypoint (unsupported GPU)", "model_load_capacity",
+     "ERROR: No supported GPU(s) detected to run this container"),
     ("torch/distributed/elastic/multiprocessing/api.py", "model_load_capacity",
      "E0611 02:50:04.977000 3766697 torch/distributed/elastic/multiprocessing/api.py:914] failed (exitcode: -9) "
      "local_rank: 0 (pid: 3766727) of binary: /opt/venv/bin/python"),
@@ -69,6 +78,12 @@ UPSTREAM = [
      "modprobe: ERROR: could not insert 'nvidia_peermem': Invalid argument"),
     ("rdma-core libibverbs/examples", "communication", "No IB devices found"),
     # other
+    ("torchvision/extension.py", "other",
+     "RuntimeError: Detected that PyTorch and torchvision were compiled with different CUDA major versions. PyTorch "
+     "has CUDA Version=12.8 and torchvision has CUDA Version=13.0."),
+    ("vllm/config/model.py", "other",
+     "ValueError: Quantization method specified in the model config (gptq) does not match the quantization method "
+     "specified in the `quantization` argument (gptq_marlin)."),
     ("triton python/triton/runtime/build.py", "other",
      "RuntimeError: Failed to find C compiler. Please specify via CC environment variable or set "
      "triton.knobs.build.impl."),
@@ -131,6 +146,12 @@ NEAR_MISSES = [
     ("model_load_capacity",
      "torch/distributed/elastic/multiprocessing/api.py:914] failed (exitcode: 1) local_rank: 0 (pid: 1234) of binary: "
      "/usr/bin/python"),
+    # Xid 94 is contained to the process that touched the memory: the GPU goes on
+    ("container_runtime",
+     "[430954.533994] NVRM: Xid (PCI:0000:52:00): 94, pid='<unknown>', name=<unknown>, Contained: SM (0x1). RST: No, "
+     "D-RST: No"),
+    # the NGC entrypoint's note about MOFED is printed on every single-node start
+    ("communication", "NOTE: MOFED driver for multi-node communication was not detected."),
     # MIG instances created are the layout working
     ("container_runtime", "Successfully created GPU instance ID  1 on GPU  0 using profile MIG 3g.40gb (ID  9)"),
     # a Ray node with GPUs free is no failure
@@ -159,6 +180,20 @@ def test_library_warnings_support_but_do_not_decide_alone():
         t = classify(line + "\n")
         assert 0 < t.scores["other"] < 2.0, (line, t.scores)
         assert t.evidence == [line]
+
+
+def test_the_ngc_entrypoint_warnings_decide_only_their_own_step():
+    # nvidia_entrypoint.sh prints these as WARNING lines: damped, they still name their step alone
+    nodriver = classify("WARNING: The NVIDIA Driver was not detected.  GPU functionality will not be available.\n"
+                        "   Use the NVIDIA Container Toolkit to start this container with GPU support; see\n")
+    assert nodriver.category == "container_runtime" and nodriver.scores["container_runtime"] < 3.0, nodriver.scores
+    old = classify("WARNING: Detected NVIDIA NVIDIA GeForce RTX 4090 GPU, which is not yet supported in this version "
+                   "of the container\nERROR: No supported GPU(s) detected to run this container\n")
+    assert old.category == "model_load_capacity", old.scores
+    # beside a real driver verdict the warning loses
+    both = classify("WARNING: The NVIDIA Driver was not detected.  GPU functionality will not be available.\n"
+                    "CUDA driver version is insufficient for CUDA runtime version\n")
+    assert both.category == "driver_incompatible", both.scores
 
 
 def test_nvidia_peermem_is_the_transport_and_the_nvidia_module_the_driver():

@@ -636,6 +636,27 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"Unable to create a GPU instance on GPU|Failed to create GPU instances:",
      "nvidia-smi: the MIG instances could not be created"),
 
+    # NVIDIA's NGC images check for the driver in their entrypoint (nvidia_entrypoint.sh and
+    # /opt/nvidia/entrypoint.d: no libcuda.so.1 outside compat or no /dev/nvidiactl -> "WARNING: The
+    # NVIDIA Driver was not detected.  GPU functionality will not be available."): the container was
+    # started without the GPU runtime (no --gpus, no nvidia RuntimeClass), 3, counted as the warning
+    # it is printed as.
+    ("gpu_visibility", "container_runtime", 3.0,
+     r"The NVIDIA Driver was not detected\.\s+GPU functionality will not be available",
+     "NGC image: no NVIDIA driver passed into the container"),
+    # The kernel driver's Xid texts for a GPU whose memory failed (open-gpu-kernel-modules: Xid 48
+    # "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer ...", Xid 95
+    # "Uncontained: <unit>. RST: Yes, D-RST: No", an error the driver could not contain to one
+    # process, the GPU needs a reset): the node's GPU, as "fallen off the bus" and CUDA error 214, 3.
+    # Xid 63 (ECC_ROW_REMAP_PENDING_*_XID_MESSAGE_FMT "Row Remapper: New row ... marked for remapping,
+    # reset gpu to activate.") is corrected memory waiting for a reset, 2. Xid 94 ("Contained: ...
+    # RST: No") ends only the process that touched the memory and is not taken.
+    ("gpu_unreachable", "container_runtime", 3.0,
+     r"uncorrectable double bit error \(DBE\) has been detected on GPU|\bUncontained: .*\bRST: Yes",
+     "Xid 48/95: uncorrectable memory error, the GPU needs a reset"),
+    ("gpu_unreachable", "container_runtime", 2.0, r"Row Remapper: New row .*marked for remapping, reset gpu to activate",
+     "Xid 63: a memory row remapped, pending a GPU reset"),
+
     # --- model_load_capacity (tree step 3: CUDA up, the model does not load or fit) ---
     ("gpu_memory", "model_load_capacity", 4.0,
      r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation"
@@ -1003,6 +1024,15 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("host_memory", "model_load_capacity", 2.5,
      r"failed \(exitcode: -9\) local_rank|Signal 9 \(SIGKILL\) received by PID",
      "torchrun: a worker was SIGKILLed (mostly the host's OOM killer)"),
+
+    # The same entrypoint checking the GPU against the image's supported list ("WARNING: Detected
+    # NVIDIA <GPU> GPU, which is not yet supported in this version of the container", then "ERROR: No
+    # supported GPU(s) detected to run this container"): an image older than the GPU generation, whose
+    # builds lack its kernels, as PyTorch's "sm_XX is not compatible", 3 and 2.5.
+    ("quantization", "model_load_capacity", 3.0, r"GPU, which is not yet supported in this version of the container",
+     "NGC image: older than this GPU generation"),
+    ("quantization", "model_load_capacity", 2.5, r"No supported GPU\(s\) detected to run this container",
+     "NGC image: no GPU it supports"),
 
     # --- communication (tree step 4: one node works, several fail) ---
     ("nccl_error", "communication", 3.0,
@@ -1423,6 +1453,17 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # A Rust server's bind failure as std::io::Error's Debug form prints it (TGI's router,
     # "Os { code: 98, kind: AddrInUse, message: \"Address in use\" }"): the port is taken, 3.
     ("port", "other", 3.0, r"kind: AddrInUse\b", "port already in use (Rust io error)"),
+
+    # torchvision built for another CUDA major than torch (torchvision/extension.py
+    # _check_cuda_version: "Detected that PyTorch and torchvision were compiled with different CUDA
+    # major versions"), as the operator registry's mismatch above, 3. A --quantization flag that
+    # contradicts the checkpoint's (vLLM config/model.py and SGLang's model_config.py: "Quantization
+    # method specified in the model config (X) does not match the quantization method specified in
+    # the `quantization` argument (Y)"): the launch arguments, 3.
+    ("python_env", "other", 3.0, r"PyTorch and torchvision were compiled with different CUDA major versions",
+     "torchvision built for another CUDA than torch"),
+    ("config", "other", 3.0, r"does not match the quantization method specified in the .quantization. argument",
+     "launch: --quantization contradicts the checkpoint"),
 
 ]
 
