@@ -29,7 +29,15 @@ UPSTREAM = [
      "NVRM: Xid (PCI:0000:37:00): 95, pid=5171, Uncontained: FBHUB. RST: Yes, D-RST: No"),
     ("open-gpu-kernel-modules Xid 63 (ECC_ROW_REMAP_PENDING_CTRL_CALL_XID_MESSAGE_FMT)", "container_runtime",
      "NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: New row marked for remapping, reset gpu to activate."),
+    ("NVIDIA/gpu-driver-container nvidia-driver", "container_runtime", "Could not resolve Linux kernel version"),
+    ("slurm src/common/slurm_errno.c ESLURM_INVALID_GRES", "container_runtime",
+     "sbatch: error: Batch job submission failed: Invalid generic resource (gres) specification"),
     # model_load_capacity
+    ("llama.cpp src/llama-model-loader.cpp check_tensor_dims", "model_load_capacity",
+     "llama_model_load: error loading model: check_tensor_dims: tensor 'token_embd.weight' has wrong shape; "
+     "expected 4096, 32005, got 384, 32000, 1, 1"),
+    ("llama.cpp src/llama-model-loader.cpp", "model_load_capacity",
+     "llama_model_load: error loading model: missing tensor 'blk.64.ssm_conv1d.weight'"),
     ("NGC image entrypoint (unsupported GPU)", "model_load_capacity",
      "ERROR: No supported GPU(s) detected to run this container"),
     ("torch/distributed/elastic/multiprocessing/api.py", "model_load_capacity",
@@ -152,6 +160,8 @@ NEAR_MISSES = [
      "D-RST: No"),
     # the NGC entrypoint's note about MOFED is printed on every single-node start
     ("communication", "NOTE: MOFED driver for multi-node communication was not detected."),
+    # the driver container naming the kernel it builds for is progress
+    ("container_runtime", "Proceeding with Linux kernel version 6.8.0-44-generic"),
     # MIG instances created are the layout working
     ("container_runtime", "Successfully created GPU instance ID  1 on GPU  0 using profile MIG 3g.40gb (ID  9)"),
     # a Ray node with GPUs free is no failure

@@ -657,6 +657,17 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("gpu_unreachable", "container_runtime", 2.0, r"Row Remapper: New row .*marked for remapping, reset gpu to activate",
      "Xid 63: a memory row remapped, pending a GPU reset"),
 
+    # The GPU Operator's driver container finding no kernel headers for the running kernel
+    # (NVIDIA/gpu-driver-container nvidia-driver _resolve_kernel_version: "Could not resolve Linux
+    # kernel version"): the module cannot be built, the node has no working driver, 3.5 as DKMS's.
+    ("driver_build", "container_runtime", 3.5, r"Could not resolve Linux kernel version",
+     "GPU Operator: no kernel headers to build the NVIDIA module"),
+    # Slurm refusing a GPU request its configuration has no GRES for (src/common/slurm_errno.c
+    # ESLURM_INVALID_GRES "Invalid generic resource (gres) specification"): gres/gpu not configured
+    # on the cluster or the partition, the scheduler's GPU path, 2.5 (a typo in --gres prints it too).
+    ("gpu_visibility", "container_runtime", 2.5, r"Invalid generic resource \(gres\) specification",
+     "Slurm: no GPU GRES for the request"),
+
     # --- model_load_capacity (tree step 3: CUDA up, the model does not load or fit) ---
     ("gpu_memory", "model_load_capacity", 4.0,
      r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation"
@@ -1033,6 +1044,15 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      "NGC image: older than this GPU generation"),
     ("quantization", "model_load_capacity", 2.5, r"No supported GPU\(s\) detected to run this container",
      "NGC image: no GPU it supports"),
+
+    # llama.cpp's loader checking each tensor against the architecture (src/llama-model-loader.cpp
+    # check_tensor_dims: "tensor '%s' has wrong shape; expected %s, got %s"; "missing tensor '%s'"):
+    # the GGUF does not hold what the build expects (a vocabulary padded otherwise, a build older than
+    # a hybrid model's tensors), 3.5 and 3, as the checkpoint checks.
+    ("weights", "model_load_capacity", 3.5, r"tensor '[^']+' has wrong shape; expected",
+     "llama.cpp: a tensor's shape differs from the architecture's"),
+    ("weights", "model_load_capacity", 3.0, r"error loading model: missing tensor '",
+     "llama.cpp: the GGUF lacks a tensor the architecture needs"),
 
     # --- communication (tree step 4: one node works, several fail) ---
     ("nccl_error", "communication", 3.0,
