@@ -65,6 +65,11 @@ UPSTREAM = [
     ("TensorRT IRuntime::deserializeCudaEngine (engine of another TensorRT)", "model_load_capacity",
      "[TensorRT-LLM][ERROR] 6: The engine plan file is not compatible with this version of TensorRT, expecting "
      "library version 9.2.0.5 got 9.3.0.1, please rebuild."),
+    ("open-mpi orte/mca/errmgr (mpirun)", "model_load_capacity",
+     "mpirun noticed that process rank 0 with PID 77967 on node n342 exited on signal 9 (Killed)."),
+    ("open-mpi orte/mca/rmaps help-orte-rmaps-base.txt", "model_load_capacity",
+     "There are not enough slots available in the system to satisfy the 16 slots that were requested by the "
+     "application:"),
     # communication
     ("ray src/ray/gcs/gcs_client/global_state_accessor.cc", "communication",
      "RuntimeError: This node has an IP address of 192.168.67.2, and Ray expects this IP address to be either the "
@@ -86,6 +91,8 @@ UPSTREAM = [
      "modprobe: ERROR: could not insert 'nvidia_peermem': Invalid argument"),
     ("rdma-core libibverbs/examples", "communication", "No IB devices found"),
     # other
+    ("text-generation-inference launcher/src/main.rs", "other",
+     'Error: ArgumentValidation("`max_batch_prefill_tokens` must be >= `max_input_length`. Given: 4096 and 4874")'),
     ("torchvision/extension.py", "other",
      "RuntimeError: Detected that PyTorch and torchvision were compiled with different CUDA major versions. PyTorch "
      "has CUDA Version=12.8 and torchvision has CUDA Version=13.0."),
@@ -162,6 +169,9 @@ NEAR_MISSES = [
     ("communication", "NOTE: MOFED driver for multi-node communication was not detected."),
     # the driver container naming the kernel it builds for is progress
     ("container_runtime", "Proceeding with Linux kernel version 6.8.0-44-generic"),
+    # a rank that exited on another signal is not the OOM killer's
+    ("model_load_capacity",
+     "mpirun noticed that process rank 1 with PID 4242 on node n7 exited on signal 11 (Segmentation fault)."),
     # MIG instances created are the layout working
     ("container_runtime", "Successfully created GPU instance ID  1 on GPU  0 using profile MIG 3g.40gb (ID  9)"),
     # a Ray node with GPUs free is no failure
@@ -204,6 +214,13 @@ def test_the_ngc_entrypoint_warnings_decide_only_their_own_step():
     both = classify("WARNING: The NVIDIA Driver was not detected.  GPU functionality will not be available.\n"
                     "CUDA driver version is insufficient for CUDA runtime version\n")
     assert both.category == "driver_incompatible", both.scores
+
+
+def test_open_mpis_openib_warning_is_context_only():
+    # help-mpi-btl-openib.txt's warning is printed on healthy runs that go over UCX: it never decides
+    line = "WARNING: There was an error initializing an OpenFabrics device."
+    t = classify(line + "\n")
+    assert t.category == "other" and 0 < t.scores["communication"] < 1.5, t.scores
 
 
 def test_nvidia_peermem_is_the_transport_and_the_nvidia_module_the_driver():

@@ -1054,6 +1054,17 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("weights", "model_load_capacity", 3.0, r"error loading model: missing tensor '",
      "llama.cpp: the GGUF lacks a tensor the architecture needs"),
 
+    # Open MPI's launcher (orte/mca/errmgr and prrte help texts, mpirun printing "mpirun noticed that
+    # process rank %d with PID %d on node %s exited on signal 9 (Killed)."): a rank SIGKILLed, mostly
+    # by the host's OOM killer, as torchrun's exitcode -9, 2. And its mapper refusing more ranks than
+    # the hosts offer (orte/mca/rmaps help-orte-rmaps-base.txt: "There are not enough slots available
+    # in the system to satisfy the %d slots that were requested by the application"): an
+    # nccl-tests or Horovod launch asking for more ranks than the nodes give, the layout, 2.5.
+    ("host_memory", "model_load_capacity", 2.0, r"mpirun noticed that process rank \d+ .*exited on signal 9 \(Killed\)",
+     "Open MPI: a rank was SIGKILLed (mostly the host's OOM killer)"),
+    ("parallel_layout", "model_load_capacity", 2.5, r"There are not enough slots available in the system to satisfy",
+     "Open MPI: more ranks than the hosts offer slots"),
+
     # --- communication (tree step 4: one node works, several fail) ---
     ("nccl_error", "communication", 3.0,
      r"ncclSystemError|ncclRemoteError|ncclInternalError|ncclInvalidUsage|NCCL error|NCCL failure|Test NCCL failure"
@@ -1372,6 +1383,12 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("socket_fallback", "communication", 2.5, r"No IB devices found|Failed to get IB devices list",
      "no RDMA device visible (NCCL falls back to sockets)"),
 
+    # Open MPI's openib BTL failing to open an HCA (ompi/mca/btl/openib help-mpi-btl-openib.txt:
+    # "WARNING: There was an error initializing an OpenFabrics device."): UCX usually carries the
+    # traffic instead and the warning is common on healthy runs, so context, 1.5.
+    ("rdma", "communication", 1.5, r"There was an error initializing an OpenFabrics device",
+     "Open MPI openib: an HCA did not initialize (context)"),
+
     # --- other (no GPU cause: these make a GPU-looking noise line lose) ---
     ("hub_access", "other", 3.0,
      r"couldn't connect to 'https://huggingface\.co'|LocalEntryNotFoundError|GatedRepoError|401 Client Error"
@@ -1484,6 +1501,11 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      "torchvision built for another CUDA than torch"),
     ("config", "other", 3.0, r"does not match the quantization method specified in the .quantization. argument",
      "launch: --quantization contradicts the checkpoint"),
+
+    # text-generation-inference's launcher rejecting its own arguments before any shard starts
+    # (launcher/src/main.rs LauncherError::ArgumentValidation, printed "Error:
+    # ArgumentValidation(\"`max_input_tokens` must be < `max_total_tokens`\")"): the launch's flags, 3.
+    ("config", "other", 3.0, r"Error: ArgumentValidation\(", "TGI: the launcher's arguments do not validate"),
 
 ]
 
