@@ -65,6 +65,8 @@ UPSTREAM = [
     ("TensorRT IRuntime::deserializeCudaEngine (engine of another TensorRT)", "model_load_capacity",
      "[TensorRT-LLM][ERROR] 6: The engine plan file is not compatible with this version of TensorRT, expecting "
      "library version 9.2.0.5 got 9.3.0.1, please rebuild."),
+    ("sglang python/sglang/srt/mem_cache/common.py", "model_load_capacity",
+     "[2025-09-17 10:00:00 TP0] Prefill out of memory. Try to lower your batch size."),
     ("open-mpi orte/mca/errmgr (mpirun)", "model_load_capacity",
      "mpirun noticed that process rank 0 with PID 77967 on node n342 exited on signal 9 (Killed)."),
     ("open-mpi orte/mca/rmaps help-orte-rmaps-base.txt", "model_load_capacity",
@@ -172,6 +174,8 @@ NEAR_MISSES = [
     # a rank that exited on another signal is not the OOM killer's
     ("model_load_capacity",
      "mpirun noticed that process rank 1 with PID 4242 on node n7 exited on signal 11 (Segmentation fault)."),
+    # SGLang retracting requests when decode runs short is a warning it recovers from
+    ("model_load_capacity", "[2025-09-17 10:00:00 TP0] KV cache pool is full. Retract requests. #retracted_reqs: 2"),
     # MIG instances created are the layout working
     ("container_runtime", "Successfully created GPU instance ID  1 on GPU  0 using profile MIG 3g.40gb (ID  9)"),
     # a Ray node with GPUs free is no failure

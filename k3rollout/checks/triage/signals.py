@@ -1065,6 +1065,13 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("parallel_layout", "model_load_capacity", 2.5, r"There are not enough slots available in the system to satisfy",
      "Open MPI: more ranks than the hosts offer slots"),
 
+    # SGLang's KV pool exhausted while it schedules (python/sglang/srt/mem_cache/common.py and
+    # managers/schedule_batch.py: logger.error and RuntimeError "Prefill out of memory. Try to lower
+    # your batch size.", older releases "Decode out of memory ..."): the cache the launch sized does
+    # not hold the batch, 3 (a serving-time symptom of the memory fractions chosen at load).
+    ("kv_cache", "model_load_capacity", 3.0, r"(Prefill|Decode) out of memory\. Try to lower your batch size",
+     "SGLang: the KV cache pool cannot hold the batch"),
+
     # --- communication (tree step 4: one node works, several fail) ---
     ("nccl_error", "communication", 3.0,
      r"ncclSystemError|ncclRemoteError|ncclInternalError|ncclInvalidUsage|NCCL error|NCCL failure|Test NCCL failure"
