@@ -121,6 +121,12 @@ UPSTREAM = [
      "not support the current platform Linux-5.15.0-50-generic-x86_64-with-glibc2.31."),
     ("llama.cpp src/llama-model.cpp load_arch", "other",
      "llama_model_load: error loading model: error loading model architecture: unknown model architecture: 'qwen3'"),
+    ("torch/utils/cpp_extension.py (_join_cuda_home)", "other",
+     "OSError: CUDA_HOME environment variable is not set. Please set it to your CUDA install root."),
+    ("torch/utils/cpp_extension.py (verify_ninja_availability)", "other",
+     "RuntimeError: Ninja is required to load C++ extensions"),
+    ("torch/utils/cpp_extension.py (_run_ninja_build), DeepSpeed op", "other",
+     "RuntimeError: Error building extension 'fused_adam'"),
     ("xla/stream_executor/cuda/cuda_dnn.cc", "other",
      "2022-12-21 17:18:57.232955: E external/org_tensorflow/tensorflow/compiler/xla/stream_executor/cuda/"
      "cuda_dnn.cc:421] Loaded runtime CuDNN library: 8.5.0 but source was compiled with: 8.6.0.  CuDNN library "
@@ -182,6 +188,8 @@ NEAR_MISSES = [
     ("model_load_capacity", "Current node has 8 GPUs available, placement group created."),
     # TensorRT loading an engine it can run says so at INFO
     ("model_load_capacity", "[12/01/2024-10:00:00] [TRT] [I] Loaded engine size: 512 MiB"),
+    # DeepSpeed's op report lists what it could not build; a missing libaio is not a failure
+    ("other", "[WARNING]  async_io requires the dev libaio .so object and headers but these were not found."),
     # an architecture named in a config dump is no unknown one
     ("other", "llm_load_print_meta: arch             = llama"),
     # a cuDNN version printed as information is not a mismatch

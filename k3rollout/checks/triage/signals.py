@@ -1514,6 +1514,17 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # ArgumentValidation(\"`max_input_tokens` must be < `max_total_tokens`\")"): the launch's flags, 3.
     ("config", "other", 3.0, r"Error: ArgumentValidation\(", "TGI: the launcher's arguments do not validate"),
 
+    # PyTorch's C++/CUDA extension builder, which DeepSpeed's ops, flash-attention's and other
+    # packages' JIT builds run through (torch/utils/cpp_extension.py: OSError "CUDA_HOME environment
+    # variable is not set. Please set it to your CUDA install root.", RuntimeError "Ninja is required
+    # to load C++ extensions", RuntimeError "Error building extension '%s'"): no toolkit, no ninja or
+    # a compile that failed in the image, the environment, 3, 3 and 2.5 (the compiler's own lines
+    # follow the last).
+    ("python_env", "other", 3.0,
+     r"CUDA_HOME environment variable is not set|Ninja is required to load C\+\+ extensions",
+     "torch cpp_extension: no CUDA toolkit or ninja for a JIT build"),
+    ("python_env", "other", 2.5, r"Error building extension '", "torch cpp_extension: a JIT extension build failed"),
+
 ]
 
 SIGNALS: tuple[Signal, ...] = tuple(
