@@ -67,6 +67,12 @@ UPSTREAM = [
      "library version 9.2.0.5 got 9.3.0.1, please rebuild."),
     ("sglang python/sglang/srt/mem_cache/common.py", "model_load_capacity",
      "[2025-09-17 10:00:00 TP0] Prefill out of memory. Try to lower your batch size."),
+    ("NVIDIA/nccl src/misc/shmutils.cc", "model_load_capacity",
+     "3d3e22c3066f:168:168 [0] misc/shmutils.cc:72 NCCL WARN Error: failed to extend /dev/shm/nccl-UbzKZ9 to "
+     "9637892 bytes"),
+    ("torch/utils/data/_utils/signal_handling.py", "model_load_capacity",
+     "RuntimeError: DataLoader worker (pid 249) is killed by signal: Bus error. It is possible that dataloader's "
+     "workers are out of shared memory. Please try to raise your shared memory limit."),
     ("open-mpi orte/mca/errmgr (mpirun)", "model_load_capacity",
      "mpirun noticed that process rank 0 with PID 77967 on node n342 exited on signal 9 (Killed)."),
     ("open-mpi orte/mca/rmaps help-orte-rmaps-base.txt", "model_load_capacity",
@@ -182,6 +188,8 @@ NEAR_MISSES = [
      "mpirun noticed that process rank 1 with PID 4242 on node n7 exited on signal 11 (Segmentation fault)."),
     # SGLang retracting requests when decode runs short is a warning it recovers from
     ("model_load_capacity", "[2025-09-17 10:00:00 TP0] KV cache pool is full. Retract requests. #retracted_reqs: 2"),
+    # a shared-memory segment NCCL opens at INFO is no failure
+    ("model_load_capacity", "node1:168:168 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via SHM/direct/direct"),
     # MIG instances created are the layout working
     ("container_runtime", "Successfully created GPU instance ID  1 on GPU  0 using profile MIG 3g.40gb (ID  9)"),
     # a Ray node with GPUs free is no failure
@@ -233,6 +241,20 @@ def test_open_mpis_openib_warning_is_context_only():
     line = "WARNING: There was an error initializing an OpenFabrics device."
     t = classify(line + "\n")
     assert t.category == "other" and 0 < t.scores["communication"] < 1.5, t.scores
+
+
+def test_nccls_shm_failure_is_host_memory_evidence_beside_the_system_error():
+    # NCCL's WARN names /dev/shm (the container's --shm-size or --ipc=host); PyTorch then reports the
+    # communicator's ncclSystemError. The shm lines are counted as host memory whatever else the log holds
+    shm = ("node1:168:168 [0] misc/shmutils.cc:72 NCCL WARN Error: failed to extend /dev/shm/nccl-UbzKZ9 to 9637892 bytes\n"
+           "node1:168:168 [0] misc/shmutils.cc:113 NCCL WARN Error while creating shared memory segment "
+           "/dev/shm/nccl-UbzKZ9 (size 9637888)\n")
+    system = ("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.cpp:94, "
+              "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5\n")
+    alone, both, without = classify(shm), classify(shm + system), classify(system)
+    assert alone.category == "model_load_capacity", alone.scores
+    assert both.scores["model_load_capacity"] >= 3.5 and without.scores["model_load_capacity"] == 0, (both.scores,
+                                                                                                     without.scores)
 
 
 def test_nvidia_peermem_is_the_transport_and_the_nvidia_module_the_driver():

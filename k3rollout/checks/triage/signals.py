@@ -1072,6 +1072,22 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("kv_cache", "model_load_capacity", 3.0, r"(Prefill|Decode) out of memory\. Try to lower your batch size",
      "SGLang: the KV cache pool cannot hold the batch"),
 
+    # /dev/shm too small for NCCL's shared-memory transport (NVIDIA/nccl src/misc/shmutils.cc WARN
+    # "Error: failed to extend %s to %ld bytes" and "Error while creating shared memory segment %s
+    # (size %d)", under /dev/shm/nccl-*; include/shm.h "Call to posix_fallocate failed : No space left
+    # on device"): a container on Docker's 64 MB default without --shm-size or --ipc=host, the fix
+    # vLLM's "Insufficient space in /dev/shm" names, 3.5 over the ncclSystemError that follows.
+    # PyTorch's DataLoader workers dying of SIGBUS in the same /dev/shm (torch/utils/data/_utils/
+    # signal_handling.py and dataloader.py: "DataLoader worker (pid %d) is killed by signal: Bus error.
+    # It is possible that dataloader's workers are out of shared memory", "Unexpected bus error
+    # encountered in worker. This might be caused by insufficient shared memory (shm)"), 3.
+    ("host_memory", "model_load_capacity", 3.5,
+     r"failed to extend /dev/shm/\S+ to \d+ bytes|Error while creating shared memory segment /dev/shm/",
+     "NCCL: /dev/shm too small for its shared-memory transport"),
+    ("host_memory", "model_load_capacity", 3.0,
+     r"Call to posix_fallocate failed : No space left on device|dataloader's workers are out of shared memory"
+     r"|might be caused by insufficient shared memory \(shm\)", "/dev/shm too small (NCCL, DataLoader workers)"),
+
     # --- communication (tree step 4: one node works, several fail) ---
     ("nccl_error", "communication", 3.0,
      r"ncclSystemError|ncclRemoteError|ncclInternalError|ncclInvalidUsage|NCCL error|NCCL failure|Test NCCL failure"
