@@ -133,6 +133,13 @@ UPSTREAM = [
      "RuntimeError: Ninja is required to load C++ extensions"),
     ("torch/utils/cpp_extension.py (_run_ninja_build), DeepSpeed op", "other",
      "RuntimeError: Error building extension 'fused_adam'"),
+    ("transformers src/transformers/modeling_utils.py (flash-attn)", "other",
+     "ImportError: FlashAttention2 has been toggled on, but it cannot be used due to the following error: the "
+     "package flash_attn seems to be not installed. Please refer to the documentation of "
+     "https://huggingface.co/docs/transformers/perf_infer_gpu_one#flashattention-2 to install Flash Attention 2."),
+    ("transformers src/transformers/modeling_utils.py (accelerate)", "other",
+     "ValueError: Using a `device_map`, `tp_plan`, `torch.device` context manager or setting "
+     "`torch.set_default_device(device)` requires `accelerate`. You can install it with `pip install accelerate`"),
     ("xla/stream_executor/cuda/cuda_dnn.cc", "other",
      "2022-12-21 17:18:57.232955: E external/org_tensorflow/tensorflow/compiler/xla/stream_executor/cuda/"
      "cuda_dnn.cc:421] Loaded runtime CuDNN library: 8.5.0 but source was compiled with: 8.6.0.  CuDNN library "

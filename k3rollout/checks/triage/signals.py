@@ -1541,6 +1541,15 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      "torch cpp_extension: no CUDA toolkit or ninja for a JIT build"),
     ("python_env", "other", 2.5, r"Error building extension '", "torch cpp_extension: a JIT extension build failed"),
 
+    # transformers' loader missing an optional package its arguments need (src/transformers/
+    # modeling_utils.py: ImportError "FlashAttention2 has been toggled on, but it cannot be used due to
+    # the following error: the package flash_attn seems to be not installed", ValueError "Using a
+    # `device_map` ... requires `accelerate`. You can install it with `pip install accelerate`"): the
+    # environment, 3.
+    ("python_env", "other", 3.0,
+     r"the package flash_attn seems to be not installed|requires `accelerate`\. You can install it with",
+     "transformers: flash-attn or accelerate not installed"),
+
 ]
 
 SIGNALS: tuple[Signal, ...] = tuple(
