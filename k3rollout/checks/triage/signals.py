@@ -531,9 +531,10 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # kmod's modprobe refusing the NVIDIA module (kmod tools/modprobe.c: "could not insert '%s': %s"
     # with strerror, e.g. "Key was rejected by service" under Secure Boot; "Module %s not found in
     # directory %s" when no module was built for the running kernel): the node has no
-    # working driver, as "Unable to load the kernel module 'nvidia.ko'" above, 3.5.
+    # working driver, as "Unable to load the kernel module 'nvidia.ko'" above, 3.5. nvidia-peermem is
+    # not the driver: it is GPUDirect RDMA's bridge to the InfiniBand stack (below, step 4).
     ("driver_build", "container_runtime", 3.5,
-     r"could not insert 'nvidia[\w-]*'|Module nvidia[\w-]* not found in directory",
+     r"could not insert 'nvidia(?![_-]peermem)[\w-]*'|Module nvidia[\w-]* not found in directory",
      "the NVIDIA kernel module does not load for the running kernel"),
 
     # containerd's CRI plugin asked for a RuntimeClass handler it has no runtime for (containerd
@@ -601,6 +602,71 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # GPU, as "gres/gpu count reported lower", 3.
     ("gpu_visibility", "container_runtime", 3.0, r"System GPU detection failed",
      "Slurm: slurmd's GPU autodetection failed"),
+
+    # Kubernetes' RuntimeClass admission plugin refusing a pod whose runtimeClassName names no
+    # RuntimeClass object (plugin/pkg/admission/runtimeclass/admission.go: "pod rejected:
+    # RuntimeClass %q not found"): a pod asking for the nvidia class on a cluster where the GPU
+    # Operator or its chart never created it, so no GPU runtime is configured for it, 3.5.
+    ("runtime_missing", "container_runtime", 3.5, r'RuntimeClass "?nvidia[\w-]*"? not found',
+     "Kubernetes: no nvidia RuntimeClass for the pod"),
+    # The scheduler's taint filter (kubernetes pkg/scheduler/framework/plugins/tainttoleration:
+    # "node(s) had untolerated taint {%s: %s}") naming the GPU nodes' own taint: the pod cannot land
+    # on a GPU node, the Kubernetes GPU path, 2.5 (a pod that never asked for a GPU shows it too).
+    ("device_plugin", "container_runtime", 2.5, r"untolerated taint \{nvidia\.com/gpu\b",
+     "Kubernetes: the pod does not tolerate the GPU nodes' taint"),
+    # NVIDIA Fabric Manager (nvidia-fabricmanager, documented in its user guide and its log at
+    # /var/log/fabricmanager.log: "[ERROR] detected number of NVSwitches don't match with any
+    # supported system topology, aborting fabric manager"): an NVSwitch missing or failed, the
+    # fabric manager does not start and CUDA answers error 802, 3.5 as 802.
+    ("fabric_manager", "container_runtime", 3.5,
+     r"detected number of NVSwitches don't match with any supported system topology",
+     "Fabric Manager: the NVSwitch topology does not match, it does not start"),
+
+    # Triton's CUDA driver module looking for the driver's libcuda.so.1 (triton
+    # python/triton/backends/nvidia/driver.py libcuda_dirs: assert "libcuda.so cannot found!"): the
+    # driver's library is neither in ldconfig's cache nor on LD_LIBRARY_PATH in the container, as
+    # "libcuda.so.1: cannot open shared object", 3 (TRITON_LIBCUDA_PATH can point elsewhere).
+    ("nvml_in_container", "container_runtime", 3.0, r"libcuda\.so cannot found",
+     "Triton: the driver's libcuda is not found in the container"),
+    # nvidia-smi creating MIG GPU instances ("Unable to create a GPU instance on GPU %d using profile
+    # %s: %s", "Failed to create GPU instances: %s", with NVML's reason: Insufficient Resources, In
+    # use by another client, Invalid Argument): the MIG layout the pods expect does not exist, tree
+    # step 2's GPU visibility, 3.
+    ("gpu_visibility", "container_runtime", 3.0,
+     r"Unable to create a GPU instance on GPU|Failed to create GPU instances:",
+     "nvidia-smi: the MIG instances could not be created"),
+
+    # NVIDIA's NGC images check for the driver in their entrypoint (nvidia_entrypoint.sh and
+    # /opt/nvidia/entrypoint.d: no libcuda.so.1 outside compat or no /dev/nvidiactl -> "WARNING: The
+    # NVIDIA Driver was not detected.  GPU functionality will not be available."): the container was
+    # started without the GPU runtime (no --gpus, no nvidia RuntimeClass), 3, counted as the warning
+    # it is printed as.
+    ("gpu_visibility", "container_runtime", 3.0,
+     r"The NVIDIA Driver was not detected\.\s+GPU functionality will not be available",
+     "NGC image: no NVIDIA driver passed into the container"),
+    # The kernel driver's Xid texts for a GPU whose memory failed (open-gpu-kernel-modules: Xid 48
+    # "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer ...", Xid 95
+    # "Uncontained: <unit>. RST: Yes, D-RST: No", an error the driver could not contain to one
+    # process, the GPU needs a reset): the node's GPU, as "fallen off the bus" and CUDA error 214, 3.
+    # Xid 63 (ECC_ROW_REMAP_PENDING_*_XID_MESSAGE_FMT "Row Remapper: New row ... marked for remapping,
+    # reset gpu to activate.") is corrected memory waiting for a reset, 2. Xid 94 ("Contained: ...
+    # RST: No") ends only the process that touched the memory and is not taken.
+    ("gpu_unreachable", "container_runtime", 3.0,
+     r"uncorrectable double bit error \(DBE\) has been detected on GPU|\bUncontained: .*\bRST: Yes",
+     "Xid 48/95: uncorrectable memory error, the GPU needs a reset"),
+    ("gpu_unreachable", "container_runtime", 2.0, r"Row Remapper: New row .*marked for remapping, reset gpu to activate",
+     "Xid 63: a memory row remapped, pending a GPU reset"),
+
+    # The GPU Operator's driver container finding no kernel headers for the running kernel
+    # (NVIDIA/gpu-driver-container nvidia-driver _resolve_kernel_version: "Could not resolve Linux
+    # kernel version"): the module cannot be built, the node has no working driver, 3.5 as DKMS's.
+    ("driver_build", "container_runtime", 3.5, r"Could not resolve Linux kernel version",
+     "GPU Operator: no kernel headers to build the NVIDIA module"),
+    # Slurm refusing a GPU request its configuration has no GRES for (src/common/slurm_errno.c
+    # ESLURM_INVALID_GRES "Invalid generic resource (gres) specification"): gres/gpu not configured
+    # on the cluster or the partition, the scheduler's GPU path, 2.5 (a typo in --gres prints it too).
+    ("gpu_visibility", "container_runtime", 2.5, r"Invalid generic resource \(gres\) specification",
+     "Slurm: no GPU GRES for the request"),
 
     # --- model_load_capacity (tree step 3: CUDA up, the model does not load or fit) ---
     ("gpu_memory", "model_load_capacity", 4.0,
@@ -915,6 +981,113 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("gpu_memory", "model_load_capacity", 4.0, r"reported out-of-memory during startup",
      "Ollama: the runner ran out of memory loading the model"),
 
+    # The CUDA math libraries' own status names (cufft.h CUFFT_ALLOC_FAILED, cusparse.h
+    # CUSPARSE_STATUS_ALLOC_FAILED, curand.h CURAND_STATUS_ALLOCATION_FAILED), as PyTorch and CuPy
+    # print them ("cuFFT error: CUFFT_ALLOC_FAILED"): no GPU memory for the library's plan or
+    # workspace, as cuBLAS's and cuDNN's ALLOC_FAILED above, 3.5.
+    ("gpu_memory", "model_load_capacity", 3.5,
+     r"CUFFT_ALLOC_FAILED|CUSPARSE_STATUS_ALLOC_FAILED|CURAND_STATUS_ALLOCATION_FAILED",
+     "cuFFT/cuSPARSE/cuRAND: no GPU memory for the library's workspace"),
+    # cuBLAS failing to create its handle (PyTorch aten/src/ATen/cuda/CublasHandlePool.cpp: "CUDA error:
+    # CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`"): cublasCreate allocates its
+    # workspace on the GPU and mostly fails because none is left; an earlier device-side error also
+    # leaves it unable to, so a symptom, 2.
+    ("gpu_memory", "model_load_capacity", 2.0, r"CUBLAS_STATUS_NOT_INITIALIZED when calling `?cublasCreate",
+     "cuBLAS: no handle (mostly no GPU memory left for its workspace)"),
+    # The libraries having no kernel for this GPU's architecture (cublas_api.h
+    # CUBLAS_STATUS_ARCH_MISMATCH "the function requires a feature absent from the device
+    # architecture", cudnn.h CUDNN_STATUS_ARCH_MISMATCH: a cuDNN that dropped the GPU's generation),
+    # as error 209 above, 3. And CUDA error 701 (driver_types.h cudaErrorLaunchOutOfResources,
+    # cudaGetErrorString "too many resources requested for launch"): a kernel asks for more registers
+    # or threads than this GPU gives a block, mostly a build for another GPU's limits, 2.5 (a launch
+    # bug prints it too), as Triton's OutOfResources.
+    ("quantization", "model_load_capacity", 3.0, r"(CUBLAS|CUDNN)_STATUS_ARCH_MISMATCH",
+     "cuBLAS/cuDNN: no kernel for this GPU's architecture"),
+    ("quantization", "model_load_capacity", 2.5,
+     r"too many resources requested for launch|cudaErrorLaunchOutOfResources|CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+     "CUDA error 701: a kernel needs more than this GPU gives a block"),
+
+    # TensorRT refusing a serialized engine (the TensorRT Developer Guide's troubleshooting table and
+    # the runtime's IRuntime::deserializeCudaEngine error 6: "The engine plan file is generated on an
+    # incompatible device, expecting compute X got compute Y, please rebuild.", "The engine plan file
+    # is not compatible with this version of TensorRT, expecting library version X got Y, please
+    # rebuild."), as TensorRT-LLM and Triton's TensorRT backend print it. An engine built for another
+    # GPU is a build without this GPU's kernels, 3.5 as error 209; one built by another TensorRT is
+    # the model's file not loading, 3 as the checkpoint checks.
+    ("quantization", "model_load_capacity", 3.5,
+     r"engine plan file is generated on an incompatible device", "TensorRT: the engine was built for another GPU"),
+    ("weights", "model_load_capacity", 3.0,
+     r"engine plan file is not compatible with this version of TensorRT",
+     "TensorRT: the engine was built by another TensorRT version"),
+
+    # vLLM on Ray finding no free GPU on the node it runs on (v1/executor/ray_utils.py
+    # initialize_ray_cluster, ValueError "Current node has no GPU available. current_node_resource=
+    # ..."): the placement group asks for GPUs the node's Ray resources do not hold (another
+    # deployment's or a leaked placement group holds them), the layout against the GPUs there are,
+    # 3, as "Ray does not allocate any GPUs on the driver node".
+    ("parallel_layout", "model_load_capacity", 3.0, r"Current node has no GPU available",
+     "vLLM on Ray: no free GPU in the node's Ray resources"),
+
+    # torchrun's agent reporting a worker killed by SIGKILL (torch/distributed/elastic/multiprocessing/
+    # api.py: "failed (exitcode: -9) local_rank: %s (pid: %s) of binary", and errors/__init__.py's
+    # "Signal 9 (SIGKILL) received by PID"): without a CUDA error, mostly the host's OOM killer while
+    # the checkpoint loads, a symptom, 2.5 (an operator's kill -9 prints it too).
+    ("host_memory", "model_load_capacity", 2.5,
+     r"failed \(exitcode: -9\) local_rank|Signal 9 \(SIGKILL\) received by PID",
+     "torchrun: a worker was SIGKILLed (mostly the host's OOM killer)"),
+
+    # The same entrypoint checking the GPU against the image's supported list ("WARNING: Detected
+    # NVIDIA <GPU> GPU, which is not yet supported in this version of the container", then "ERROR: No
+    # supported GPU(s) detected to run this container"): an image older than the GPU generation, whose
+    # builds lack its kernels, as PyTorch's "sm_XX is not compatible", 3 and 2.5.
+    ("quantization", "model_load_capacity", 3.0, r"GPU, which is not yet supported in this version of the container",
+     "NGC image: older than this GPU generation"),
+    ("quantization", "model_load_capacity", 2.5, r"No supported GPU\(s\) detected to run this container",
+     "NGC image: no GPU it supports"),
+
+    # llama.cpp's loader checking each tensor against the architecture (src/llama-model-loader.cpp
+    # check_tensor_dims: "tensor '%s' has wrong shape; expected %s, got %s"; "missing tensor '%s'"):
+    # the GGUF does not hold what the build expects (a vocabulary padded otherwise, a build older than
+    # a hybrid model's tensors), 3.5 and 3, as the checkpoint checks.
+    ("weights", "model_load_capacity", 3.5, r"tensor '[^']+' has wrong shape; expected",
+     "llama.cpp: a tensor's shape differs from the architecture's"),
+    ("weights", "model_load_capacity", 3.0, r"error loading model: missing tensor '",
+     "llama.cpp: the GGUF lacks a tensor the architecture needs"),
+
+    # Open MPI's launcher (orte/mca/errmgr and prrte help texts, mpirun printing "mpirun noticed that
+    # process rank %d with PID %d on node %s exited on signal 9 (Killed)."): a rank SIGKILLed, mostly
+    # by the host's OOM killer, as torchrun's exitcode -9, 2. And its mapper refusing more ranks than
+    # the hosts offer (orte/mca/rmaps help-orte-rmaps-base.txt: "There are not enough slots available
+    # in the system to satisfy the %d slots that were requested by the application"): an
+    # nccl-tests or Horovod launch asking for more ranks than the nodes give, the layout, 2.5.
+    ("host_memory", "model_load_capacity", 2.0, r"mpirun noticed that process rank \d+ .*exited on signal 9 \(Killed\)",
+     "Open MPI: a rank was SIGKILLed (mostly the host's OOM killer)"),
+    ("parallel_layout", "model_load_capacity", 2.5, r"There are not enough slots available in the system to satisfy",
+     "Open MPI: more ranks than the hosts offer slots"),
+
+    # SGLang's KV pool exhausted while it schedules (python/sglang/srt/mem_cache/common.py and
+    # managers/schedule_batch.py: logger.error and RuntimeError "Prefill out of memory. Try to lower
+    # your batch size.", older releases "Decode out of memory ..."): the cache the launch sized does
+    # not hold the batch, 3 (a serving-time symptom of the memory fractions chosen at load).
+    ("kv_cache", "model_load_capacity", 3.0, r"(Prefill|Decode) out of memory\. Try to lower your batch size",
+     "SGLang: the KV cache pool cannot hold the batch"),
+
+    # /dev/shm too small for NCCL's shared-memory transport (NVIDIA/nccl src/misc/shmutils.cc WARN
+    # "Error: failed to extend %s to %ld bytes" and "Error while creating shared memory segment %s
+    # (size %d)", under /dev/shm/nccl-*; include/shm.h "Call to posix_fallocate failed : No space left
+    # on device"): a container on Docker's 64 MB default without --shm-size or --ipc=host, the fix
+    # vLLM's "Insufficient space in /dev/shm" names, 3.5 over the ncclSystemError that follows.
+    # PyTorch's DataLoader workers dying of SIGBUS in the same /dev/shm (torch/utils/data/_utils/
+    # signal_handling.py and dataloader.py: "DataLoader worker (pid %d) is killed by signal: Bus error.
+    # It is possible that dataloader's workers are out of shared memory", "Unexpected bus error
+    # encountered in worker. This might be caused by insufficient shared memory (shm)"), 3.
+    ("host_memory", "model_load_capacity", 3.5,
+     r"failed to extend /dev/shm/\S+ to \d+ bytes|Error while creating shared memory segment /dev/shm/",
+     "NCCL: /dev/shm too small for its shared-memory transport"),
+    ("host_memory", "model_load_capacity", 3.0,
+     r"Call to posix_fallocate failed : No space left on device|dataloader's workers are out of shared memory"
+     r"|might be caused by insufficient shared memory \(shm\)", "/dev/shm too small (NCCL, DataLoader workers)"),
+
     # --- communication (tree step 4: one node works, several fail) ---
     ("nccl_error", "communication", 3.0,
      r"ncclSystemError|ncclRemoteError|ncclInternalError|ncclInvalidUsage|NCCL error|NCCL failure|Test NCCL failure"
@@ -1196,6 +1369,49 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|retrieving ncclUniqueId from \[\d+\] via c10d key-value store",
      "torch.distributed: a key of another rank never reached the store"),
 
+    # Ray's driver finding its own node's address neither the GCS's nor any raylet's
+    # (src/ray/gcs/gcs_client/global_state_accessor.cc GetNodeToConnectForDriver: "This node has an
+    # IP address of %s, and Ray expects this IP address to be either the GCS address or one of the
+    # Raylet addresses"): the node joined under another interface's address, tree step 4's
+    # interface binding, 3.
+    ("cluster_join", "communication", 3.0,
+     r"Ray expects this IP address to be either the GCS address or one of the Raylet addresses",
+     "Ray: the node's address is not the one it joined with"),
+    # MPICH's Hydra launcher failing to reach another node's proxy (src/pm/hydra utils/sock/sock.c
+    # HYDU_sock_connect: "unable to connect from \"%s\" to \"%s\" (%s)"), the MPI launch across
+    # nodes, as Open MPI's daemons above, 3.
+    ("cluster_join", "communication", 3.0, r'unable to connect from "[^"]*" to "[^"]*"',
+     "MPICH Hydra: a node's proxy cannot be reached"),
+    # Fabric Manager reporting a fatal NVSwitch error (its log: "detected NVSwitch fatal error %d on
+    # fid %d on NVSwitch pci bus id ..."): the NVLink fabric between the node's GPUs failed, as CUDA
+    # error 220, 3. Its non-fatal errors are not taken.
+    ("p2p_nvlink", "communication", 3.0, r"detected NVSwitch fatal error \d+",
+     "Fabric Manager: a fatal NVSwitch error"),
+
+    # Ray's cluster membership from both ends: a driver started with address="auto" or RAY_ADDRESS
+    # finding no cluster to join (python/ray/_private/services.py canonicalize_bootstrap_address:
+    # ConnectionError "Could not find any running Ray instance"), and the GCS declaring a node dead
+    # (src/ray/gcs/gcs_health_check_manager.cc FailNode: "Node %s is dead because the health check
+    # failed.", a WARNING). Both the node not (or no longer) in the cluster, 3.
+    ("cluster_join", "communication", 3.0,
+     r"Could not find any running Ray instance|is dead because the health check failed",
+     "Ray: no cluster to join, or a node lost to the GCS's health check"),
+    # GPUDirect RDMA's kernel module not loading (kmod's "could not insert 'nvidia_peermem': Invalid
+    # argument" when it was built without MLNX_OFED's peer-memory symbols): NCCL then runs without
+    # GPUDirect over InfiniBand, the transport between nodes, 3. And the verbs library finding no
+    # RDMA device at all (rdma-core libibverbs/examples and perftest: "No IB devices found", "Failed
+    # to get IB devices list"): NCCL falls back to sockets, 2.5.
+    ("rdma", "communication", 3.0, r"could not insert 'nvidia[_-]peermem'",
+     "GPUDirect RDMA's nvidia-peermem module does not load"),
+    ("socket_fallback", "communication", 2.5, r"No IB devices found|Failed to get IB devices list",
+     "no RDMA device visible (NCCL falls back to sockets)"),
+
+    # Open MPI's openib BTL failing to open an HCA (ompi/mca/btl/openib help-mpi-btl-openib.txt:
+    # "WARNING: There was an error initializing an OpenFabrics device."): UCX usually carries the
+    # traffic instead and the warning is common on healthy runs, so context, 1.5.
+    ("rdma", "communication", 1.5, r"There was an error initializing an OpenFabrics device",
+     "Open MPI openib: an HCA did not initialize (context)"),
+
     # --- other (no GPU cause: these make a GPU-looking noise line lose) ---
     ("hub_access", "other", 3.0,
      r"couldn't connect to 'https://huggingface\.co'|LocalEntryNotFoundError|GatedRepoError|401 Client Error"
@@ -1250,6 +1466,90 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("python_env", "other", 2.5,
      r"Could not find a version that satisfies the requirement|No matching distribution found for"
      r"|operator torchvision::\w+ does not exist", "Python/library environment broken"),
+    # A cuDNN other than the one the framework was built against (TensorFlow/XLA
+    # stream_executor/cuda/cuda_dnn.cc: LOG(ERROR) "Loaded runtime CuDNN library: X but source was
+    # compiled with: Y. CuDNN library needs to have matching major version and equal or higher minor
+    # version"; PyTorch torch/backends/cudnn/__init__.py: RuntimeError "cuDNN version incompatibility:
+    # PyTorch was compiled against (9, 8, 0) but found runtime version (9, 1, 1)", a system cuDNN on
+    # LD_LIBRARY_PATH ahead of the wheel's). The image's libraries, not the driver: the environment, 3.
+    ("python_env", "other", 3.0,
+     r"Loaded runtime CuDNN library: \S+ but source was compiled with|cuDNN version incompatibility: PyTorch was compiled",
+     "cuDNN of another version than the framework was built with"),
+
+    # The libraries around the servers refusing the installed CUDA stack (the build, not the driver):
+    #   DeepSpeed deepspeed/ops/op_builder/builder.py CUDAMismatchException: "Installed CUDA version X
+    #     does not match the version torch was compiled with Y, unable to compile cuda/cpp extensions
+    #     without a matching cuda version" (the toolkit's nvcc against torch's, 3)
+    #   xFormers xformers/_cpp_lib.py: "xFormers can't load C++/CUDA extensions. xFormers was built
+    #     for: PyTorch X with CUDA Y (you have Z)" (a wheel for another torch, 2.5, printed as a warning)
+    #   bitsandbytes bitsandbytes/cextension.py: RuntimeError "CUDA Setup failed despite GPU being
+    #     available" (3), and the warning "The installed version of bitsandbytes was compiled without
+    #     GPU support" (2: a host without a GPU prints it too)
+    #   vLLM distributed/device_communicators/pynccl_wrapper.py: logger.error "Failed to load NCCL
+    #     library from %s" (libnccl missing or broken in the image, VLLM_NCCL_SO_PATH; 2.5)
+    ("python_env", "other", 3.0,
+     r"does not match the version torch was compiled with \S+, unable to compile cuda/cpp extensions",
+     "DeepSpeed: the CUDA toolkit differs from torch's"),
+    ("python_env", "other", 2.5, r"xFormers can't load C\+\+/CUDA extensions",
+     "xFormers: built for another torch or CUDA"),
+    ("python_env", "other", 3.0, r"CUDA Setup failed despite GPU being available",
+     "bitsandbytes: its CUDA library does not load"),
+    ("python_env", "other", 2.0, r"installed version of bitsandbytes was compiled without GPU support",
+     "bitsandbytes: a build without CUDA"),
+    ("python_env", "other", 2.5, r"Failed to load NCCL library from",
+     "vLLM: the NCCL library is missing or broken"),
+    # llama.cpp meeting a GGUF whose architecture it does not know (src/llama-model.cpp load_arch:
+    # "unknown model architecture: '%s'", under "error loading model architecture"): the build is
+    # older than the model, as transformers' "does not recognize this architecture", 3.
+    ("config", "other", 3.0, r"unknown model architecture: '", "llama.cpp: the build does not know the model"),
+
+    # Triton compiling its launcher stubs at the first kernel (python/triton/runtime/build.py:
+    # RuntimeError "Failed to find C compiler. Please specify via CC environment variable"; gcc's
+    # "fatal error: Python.h: No such file or directory" when the image lacks the Python headers):
+    # a slim image without a compiler or headers, the environment, 3 and 2.5 (gcc's is generic).
+    ("python_env", "other", 3.0, r"Failed to find C compiler\. Please specify via CC",
+     "Triton: no C compiler in the image"),
+    ("python_env", "other", 2.5, r"Python\.h: No such file or directory", "no Python headers in the image"),
+    # A Rust server's bind failure as std::io::Error's Debug form prints it (TGI's router,
+    # "Os { code: 98, kind: AddrInUse, message: \"Address in use\" }"): the port is taken, 3.
+    ("port", "other", 3.0, r"kind: AddrInUse\b", "port already in use (Rust io error)"),
+
+    # torchvision built for another CUDA major than torch (torchvision/extension.py
+    # _check_cuda_version: "Detected that PyTorch and torchvision were compiled with different CUDA
+    # major versions"), as the operator registry's mismatch above, 3. A --quantization flag that
+    # contradicts the checkpoint's (vLLM config/model.py and SGLang's model_config.py: "Quantization
+    # method specified in the model config (X) does not match the quantization method specified in
+    # the `quantization` argument (Y)"): the launch arguments, 3.
+    ("python_env", "other", 3.0, r"PyTorch and torchvision were compiled with different CUDA major versions",
+     "torchvision built for another CUDA than torch"),
+    ("config", "other", 3.0, r"does not match the quantization method specified in the .quantization. argument",
+     "launch: --quantization contradicts the checkpoint"),
+
+    # text-generation-inference's launcher rejecting its own arguments before any shard starts
+    # (launcher/src/main.rs LauncherError::ArgumentValidation, printed "Error:
+    # ArgumentValidation(\"`max_input_tokens` must be < `max_total_tokens`\")"): the launch's flags, 3.
+    ("config", "other", 3.0, r"Error: ArgumentValidation\(", "TGI: the launcher's arguments do not validate"),
+
+    # PyTorch's C++/CUDA extension builder, which DeepSpeed's ops, flash-attention's and other
+    # packages' JIT builds run through (torch/utils/cpp_extension.py: OSError "CUDA_HOME environment
+    # variable is not set. Please set it to your CUDA install root.", RuntimeError "Ninja is required
+    # to load C++ extensions", RuntimeError "Error building extension '%s'"): no toolkit, no ninja or
+    # a compile that failed in the image, the environment, 3, 3 and 2.5 (the compiler's own lines
+    # follow the last).
+    ("python_env", "other", 3.0,
+     r"CUDA_HOME environment variable is not set|Ninja is required to load C\+\+ extensions",
+     "torch cpp_extension: no CUDA toolkit or ninja for a JIT build"),
+    ("python_env", "other", 2.5, r"Error building extension '", "torch cpp_extension: a JIT extension build failed"),
+
+    # transformers' loader missing an optional package its arguments need (src/transformers/
+    # modeling_utils.py: ImportError "FlashAttention2 has been toggled on, but it cannot be used due to
+    # the following error: the package flash_attn seems to be not installed", ValueError "Using a
+    # `device_map` ... requires `accelerate`. You can install it with `pip install accelerate`"): the
+    # environment, 3.
+    ("python_env", "other", 3.0,
+     r"the package flash_attn seems to be not installed|requires `accelerate`\. You can install it with",
+     "transformers: flash-attn or accelerate not installed"),
+
 ]
 
 SIGNALS: tuple[Signal, ...] = tuple(
