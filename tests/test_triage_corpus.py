@@ -15,9 +15,10 @@ nested-quote, package-list and echoed-argument reading, `heldout9/` since the do
 reservation, LXC mount-hook, cuInit CUDA_ERROR_UNKNOWN, slurmd MIG, TensorFlow libcuda, Ray
 driver-node, invalid-device-ordinal and etcd rendezvous-store signals); `heldout10/` was collected
 and labelled after those, and `heldout11/` while the tools' own message strings were swept into the
-signal table (without reading it or the other folders never tuned on). The 90% target of issue #35
-is asserted on the folders never tuned on (`heldout/`, `heldout5/`, `heldout10/` and `heldout11/`)
-taken together, as a strict expected failure while it is not met.
+signal table (without reading it or the other folders never tuned on), and `heldout12/` during a
+second such sweep. The 90% target of issue #35 is asserted on the folders never tuned on
+(`heldout/`, `heldout5/`, `heldout10/`, `heldout11/` and `heldout12/`) taken together, as a strict
+expected failure while it is not met.
 """
 
 from __future__ import annotations
@@ -372,24 +373,37 @@ def test_twelfth_heldout_is_real_cited_and_new():
                                 TENTH, ELEVENTH])
 
 
+def twelfth_accuracy() -> float:
+    return folder_accuracy(TWELFTH, "twelfth held-out folder (symptom-searched, labelled before triage ran)")
+
+
+def test_twelfth_heldout_accuracy_is_reported_and_does_not_regress():
+    # 42/51 = 82.4% when the folder was closed, run once on the signals of the second sweep of the
+    # tools' own strings (also 42/51 on the first sweep's, 40/51 before either;
+    # tests/data/logs/heldout12/README.md lists the nine misses).
+    # The floor (two logs below) catches a regression, it is not the target
+    assert twelfth_accuracy() >= 0.78
+
+
 def never_tuned_on_accuracy() -> float:
-    """Accuracy on `heldout/`, `heldout5/`, `heldout10/` and `heldout11/` together: no signal was
-    chosen knowing their misses (the vLLM 0.33 signals left heldout5's figure as it was, the
+    """Accuracy on `heldout/`, `heldout5/`, `heldout10/`, `heldout11/` and `heldout12/` together: no
+    signal was chosen knowing their misses (the vLLM 0.33 signals left heldout5's figure as it was, the
     toolkit, driver-build and rendezvous signals too, and those chosen on heldout7's, heldout8's
     and heldout9's misses; the wrapped-line reading, written for heldout8's, also reads one of
     heldout5's; heldout10 was collected after them; the sweep of the tools' own message strings
     was written without reading these four folders, and heldout11 was collected and labelled
-    while it was written, by symptom searches fixed before any result was read)."""
-    pairs = [(cat, classify(text).category) for folder in (HELDOUT, FIFTH, TENTH, ELEVENTH)
+    while it was written, by symptom searches fixed before any result was read; heldout12 the same
+    way during the second sweep, which was written without reading any of the five)."""
+    pairs = [(cat, classify(text).category) for folder in (HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH)
              for _, cat, text in corpus(folder)]
-    acc, _ = report(pairs, "held-out folders never tuned on (heldout + heldout5 + heldout10 + heldout11)")
+    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12)")
     return acc
 
 
 @pytest.mark.xfail(strict=True, reason="issue #35 asks for 90% on logs triage has never seen; on the folders "
-                   "never tuned on, heldout + heldout5 + heldout10 + heldout11, it is 128/156 = 82.1% (heldout11 "
-                   "alone 36/41 = 87.8% when closed, tests/data/logs/heldout11/README.md). Strict: reaching it "
-                   "fails here until the mark goes")
+                   "never tuned on, heldout, heldout5, heldout10, heldout11 and heldout12, it is 170/207 = 82.1% "
+                   "(heldout11 alone 36/41 = 87.8% and heldout12 42/51 = 82.4% when closed, their READMEs). "
+                   "Strict: reaching it fails here until the mark goes")
 def test_unseen_heldout_reaches_the_90_percent_target():
     assert never_tuned_on_accuracy() >= 0.90
 
