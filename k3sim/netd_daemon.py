@@ -24,6 +24,10 @@ from k3rollout import fastjson
 from k3sim import netd, vllm, vllm_multinode
 from k3sim import state as st
 
+# The shortest gap between two writes of one stream after its first token (Daemon.pace): the
+# simulated decode step is a few milliseconds, and a write per step costs the daemon and the
+# client a send, a wake-up and a read each, for timings nothing measures.
+STREAM_TICK_S = 0.02
 IDLE_EXIT_S = float(os.environ.get("K3SIM_NETD_IDLE_S", "900"))
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error"}
 
@@ -298,7 +302,7 @@ class Daemon:
     @staticmethod
     async def pace(writer: asyncio.StreamWriter, chunks: list[dict[str, Any]], per: float,
                    first_token: Callable[[], None], clock: Callable[[], float] | None = None,
-                   sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+                   sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, tick: float = STREAM_TICK_S) -> None:
         """Stream ``chunks`` as server-sent events, one event and one HTTP chunk each, chunk
         ``i`` due ``i * per`` after the first and ``[DONE]`` one ``per`` after the last, as the
         engine's decode steps produce them. Each write is at a chunk's due time, never before,
@@ -306,13 +310,20 @@ class Daemon:
         are not drawn out past their due times (a sleep per token would add the loop's lateness
         to every token), and the bytes the client reads are the same. ``first_token`` is called
         as the first chunk after the role chunk is written (the server's time to first token).
+        Between the first token and ``[DONE]`` writes are at least ``tick`` apart: the tokens
+        in between arrive in bursts, as over a congested network, while the first token and the
+        end of the stream (what the gates time) keep their due times.
         ``clock`` and ``sleep`` are the event loop's, or a test's."""
         now_of = clock or asyncio.get_running_loop().time
         t0 = now_of()
         n = len(chunks)
         i = 0
+        last = t0
         while i <= n:                          # i == n: the closing [DONE]
-            wait = t0 + i * per - now_of()
+            due = t0 + i * per
+            if 2 <= i < n:                     # a token after the first: on the next tick
+                due = min(max(due, last + tick), t0 + n * per)
+            wait = due - now_of()
             if wait > 0:
                 await sleep(wait)
             now = now_of()
@@ -330,7 +341,7 @@ class Daemon:
                 first_token()
             writer.write(b"".join(out))
             await writer.drain()
-            i = j
+            last, i = now, j
 
     def start_kubeapi(self) -> None:
         """The cluster's Kubernetes API server (k3sim/kubeapi.py), one per sim root,

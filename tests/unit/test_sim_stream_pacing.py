@@ -34,12 +34,13 @@ class Clock:
         self.t += s + self.late
 
 
-def _stream(n: int, per: float, late: float) -> tuple[Writer, list[float]]:
+def _stream(n: int, per: float, late: float, tick: float = 0.0) -> tuple[Writer, list[float]]:
     clock = Clock(late)
     w = Writer(clock)
     firsts: list[float] = []
     chunks = [{"choices": [{"index": 0, "delta": {"content": f"t{i}"}}]} for i in range(n)]
-    asyncio.run(Daemon.pace(w, chunks, per, lambda: firsts.append(clock.t), clock=clock, sleep=clock.sleep))
+    asyncio.run(Daemon.pace(w, chunks, per, lambda: firsts.append(clock.t), clock=clock, sleep=clock.sleep,
+                            tick=tick))
     return w, firsts
 
 
@@ -78,6 +79,21 @@ def test_a_late_loop_sends_the_same_bytes_in_fewer_writes_and_ends_near_its_due_
         sent += data.count(b"data: ")
     assert late.writes[-1][0] <= t0 + 50 * 0.002 + 0.009 + 0.002 + 1e-9
     assert len(firsts) == 1 and firsts[0] >= t0 + 0.002
+
+
+def test_with_a_tick_the_first_token_and_the_end_keep_their_times_and_the_rest_come_in_bursts():
+    plain, firsts_plain = _stream(50, 0.002, 0.0)
+    ticked, firsts = _stream(50, 0.002, 0.0, tick=0.02)
+    assert _events(ticked) == _events(plain)
+    assert firsts == firsts_plain == [100.0 + 0.002]
+    assert ticked.writes[-1][0] == plain.writes[-1][0] == 100.0 + 50 * 0.002
+    times = [t for t, _ in ticked.writes]
+    assert len(times) <= 2 + 50 * 0.002 / 0.02 + 1
+    assert all(b - a >= 0.02 - 1e-9 for a, b in zip(times[1:-1], times[2:-1], strict=False))
+    sent = 0
+    for t, data in ticked.writes:              # never a chunk before its due time
+        assert t >= 100.0 + sent * 0.002 - 1e-9
+        sent += data.count(b"data: ")
 
 
 def test_a_single_chunk_has_no_first_token_and_ends_with_done():
