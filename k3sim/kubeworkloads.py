@@ -45,6 +45,8 @@ class Store(Protocol):
 
     def node_object(self, s: dict[str, Any]) -> dict[str, Any]: ...
 
+    def node_labels(self, s: dict[str, Any]) -> dict[str, str]: ...
+
     def pod(self, ns: str, name: str) -> dict[str, Any]: ...
 
     def deleted(self, pod: dict[str, Any]) -> None: ...
@@ -110,6 +112,10 @@ class Workloads:
         self._counted = (float("-inf"), 0)
         self._events: tuple[list[dict[str, Any]], dict[tuple[str, str, str], dict[str, Any]]] = ([], {})
         self._by_node: dict[str, list[dict[str, Any]]] | None = None     # during a sync: pods by node
+        # during a sync: the nodes as the scheduler sees them, each host's state read once (the
+        # scheduler's snapshot of the cluster; a pass places every pending pod from it)
+        self._snapshot: dict[str, dict[str, Any]] | None = None
+        self._names: list[str] | None = None
         self._looked: tuple[Any, ...] = ()       # the cluster's version when the controllers last looked
 
     def _live(self) -> list[dict[str, Any]]:
@@ -252,18 +258,21 @@ class Workloads:
         # other node fails its selector): the same answer as looking at every node, without
         # loading a thousand hosts' state per pending pod
         pinned = selector.get("kubernetes.io/hostname")
-        names = [pinned] if pinned and self.store.host_dir(pinned) is not None else sorted(self.store.host_dirs())
+        if pinned and self.store.host_dir(pinned) is not None:
+            names = [pinned]
+        else:
+            if self._names is None:
+                self._names = list(self.store.host_dirs())
+            names = self._names
         for name in names:
-            d = self.store.root / name
-            s = st.load(d)
-            node = self.store.node_object(s)
+            s = self._node_state(name)
+            labels = self.store.node_labels(s)
             why = None
             if not st.is_up(s, time.time()):
                 why = "node(s) had untolerated taint {node.kubernetes.io/unreachable: }"
-            elif node["spec"].get("unschedulable") and not _tolerates(pod, UNSCHEDULABLE_TAINT, "NoSchedule"):
+            elif s["scheduler"]["state"] != "schedulable" and not _tolerates(pod, UNSCHEDULABLE_TAINT, "NoSchedule"):
                 why = "node(s) were unschedulable"
-            elif any(node["metadata"]["labels"].get(k) != v for k, v in selector.items()) or \
-                    not _affinity_matches(pod, node["metadata"]["labels"]):
+            elif any(labels.get(k) != v for k, v in selector.items()) or not _affinity_matches(pod, labels):
                 why = "node(s) didn't match Pod's node affinity/selector"
             elif need and self._free_gpus(name, s) < need:
                 why = "Insufficient nvidia.com/gpu"
@@ -287,6 +296,14 @@ class Workloads:
             pod["status"] = {"phase": "Pending", "qosClass": pod["status"].get("qosClass", "BestEffort"),
                              "conditions": [cond]}
             pod["metadata"]["resourceVersion"] = self.store.rv()
+
+    def _node_state(self, name: str) -> dict[str, Any]:
+        """A host's state as this scheduling pass sees it (read once a pass; read-only)."""
+        if self._snapshot is None:
+            return st.load(self.store.root / name)
+        if name not in self._snapshot:
+            self._snapshot[name] = st.load(self.store.root / name)
+        return self._snapshot[name]
 
     def _node_count(self) -> int:
         """How many nodes the cluster has, listed at most every 10 s (the hosts of a simulated
@@ -354,11 +371,11 @@ class Workloads:
         if looked != self._looked:
             self._controllers()
             self._looked = (self.store.data["rv"], self.store.lws_crd, len(self.store.data["run"]))
-        self._by_node = None
+        self._by_node, self._snapshot, self._names = None, {}, None
         try:
             return self._place_and_run(only, kubelets)
         finally:
-            self._by_node = None
+            self._by_node, self._snapshot, self._names = None, None, None
 
     def _place_and_run(self, only: str | None, kubelets: bool) -> bool:
         for pod in self._live():
