@@ -114,8 +114,9 @@ class Workloads:
         self._by_node: dict[str, list[dict[str, Any]]] | None = None     # during a sync: pods by node
         # during a sync: the nodes as the scheduler sees them, each host's state read once (the
         # scheduler's snapshot of the cluster; a pass places every pending pod from it)
-        self._snapshot: dict[str, dict[str, Any]] | None = None
+        self._snapshot: dict[str, tuple[dict[str, Any], dict[str, str]]] | None = None
         self._names: list[str] | None = None
+        self._free: dict[str, int] = {}          # during a sync: free GPUs by node, until a bind there
         self._looked: tuple[Any, ...] = ()       # the cluster's version when the controllers last looked
 
     def _live(self) -> list[dict[str, Any]]:
@@ -234,6 +235,8 @@ class Workloads:
         return out
 
     def _free_gpus(self, node: str, s: dict[str, Any], but: str = "") -> int:
+        if not but and self._snapshot is not None and node in self._free:
+            return self._free[node]
         if self._by_node is None:
             # the pods by node, once per sync (bind keeps it): a scan of every pod for each pod
             # placed or admitted made starting a thousand pods quadratic
@@ -244,7 +247,10 @@ class Workloads:
                    if p["spec"].get("nodeName") == node and p["metadata"]["uid"] != but
                    and p["status"].get("phase") not in ("Succeeded", "Failed")
                    for c in p["spec"].get("containers") or [])
-        return kubelet.gpu_capacity(s, time.time()) - used
+        free = kubelet.gpu_capacity(s, time.time()) - used
+        if not but and self._snapshot is not None:
+            self._free[node] = free
+        return free
 
     def _schedule(self, pod: dict[str, Any]) -> None:
         """The default scheduler for one pending pod: a node that is up and Ready, that takes
@@ -265,8 +271,7 @@ class Workloads:
                 self._names = list(self.store.host_dirs())
             names = self._names
         for name in names:
-            s = self._node_state(name)
-            labels = self.store.node_labels(s)
+            s, labels = self._node_state(name)
             why = None
             if not st.is_up(s, time.time()):
                 why = "node(s) had untolerated taint {node.kubernetes.io/unreachable: }"
@@ -297,13 +302,16 @@ class Workloads:
                              "conditions": [cond]}
             pod["metadata"]["resourceVersion"] = self.store.rv()
 
-    def _node_state(self, name: str) -> dict[str, Any]:
-        """A host's state as this scheduling pass sees it (read once a pass; read-only)."""
-        if self._snapshot is None:
-            return st.load(self.store.root / name)
-        if name not in self._snapshot:
-            self._snapshot[name] = st.load(self.store.root / name)
-        return self._snapshot[name]
+    def _node_state(self, name: str) -> tuple[dict[str, Any], dict[str, str]]:
+        """A host's state and its Node's labels as this scheduling pass sees them (read once a
+        pass; read-only)."""
+        if self._snapshot is not None and name in self._snapshot:
+            return self._snapshot[name]
+        s = st.load(self.store.root / name)
+        view = (s, self.store.node_labels(s))
+        if self._snapshot is not None:
+            self._snapshot[name] = view
+        return view
 
     def _node_count(self) -> int:
         """How many nodes the cluster has, listed at most every 10 s (the hosts of a simulated
@@ -319,6 +327,7 @@ class Workloads:
         pod["spec"]["nodeName"] = node
         if self._by_node is not None:
             self._by_node.setdefault(node, []).append(pod)
+        self._free.pop(node, None)
         pod["metadata"]["resourceVersion"] = self.store.rv()
         pod["status"] = {"phase": "Pending", "qosClass": pod["status"].get("qosClass", "BestEffort"),
                          "conditions": [{"type": "PodScheduled", "status": "True"}]}
@@ -371,11 +380,11 @@ class Workloads:
         if looked != self._looked:
             self._controllers()
             self._looked = (self.store.data["rv"], self.store.lws_crd, len(self.store.data["run"]))
-        self._by_node, self._snapshot, self._names = None, {}, None
+        self._by_node, self._snapshot, self._names, self._free = None, {}, None, {}
         try:
             return self._place_and_run(only, kubelets)
         finally:
-            self._by_node, self._snapshot, self._names = None, None, None
+            self._by_node, self._snapshot, self._names, self._free = None, None, None, {}
 
     def _place_and_run(self, only: str | None, kubelets: bool) -> bool:
         for pod in self._live():
