@@ -254,10 +254,18 @@ class Engine:
         pause, or its replica's return to service; then they roll back by their plans if they
         failed. ``before_cordon`` may hold a node before its cordon (engine/window.py)."""
         held = {s.stage: s.pause for s in self.stages if s.pause}
+        # the nodes of a multi-node replica wait before their cordon until all of them are through
+        # their baselines, then go out together in the next pass (ReplicaWalker.out_waits)
+
+        def before_out(n: str) -> bool:
+            return not self.replica_walker.out_waits(n, nodes) and (before_cordon is None or before_cordon(n))
+
         while True:
-            self.pool(lambda n: self.node_walker.advance(n, held, before_cordon), nodes)
+            self.pool(lambda n: self.node_walker.advance(n, held, before_out), nodes)
             if self.stopping.is_set():
                 break
+            if self.replica_walker.release_out(nodes):
+                continue
             at = {STATE_STAGE.get(NodeState(self.view.node(n).state)) for n in nodes}
             gate = next((k for k in self.kinds if k in at and (k in held or any(
                 self.scopes.of(n, k) != "node" for n in waiting_at(self.view, nodes, k)))), None)

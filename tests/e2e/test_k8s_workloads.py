@@ -128,3 +128,22 @@ def test_the_docker_backend_on_containerd_nodes_is_refused_at_preflight_with_the
         # only the read-only looks ran: the refusal's own `docker info` (rc 127 there) and no change
         assert not [c for c in commands(run_dir, node) if c.startswith(("apt", "dnf", "reboot", "systemctl stop",
                                                                         "modprobe"))]
+
+
+def test_no_node_of_a_replica_is_cordoned_before_every_node_of_it_has_its_baseline(tmp_path):
+    """Cordoning one node of a 2-node LeaderWorkerSet replica takes the whole group down. Every
+    node's baseline probes the replica's serving pod, so no node of it may be taken out before
+    the other's baseline is recorded, however much slower that node's commands answer."""
+    hosts = {"gpu-a01": {**H200, "sim_latency_s": 0.4}, "gpu-a02": H200}
+    inv = write_inventory(tmp_path / "inv", hosts, CONTAINERD)
+    pb = write_playbook(tmp_path / "pb.yml", profile="kimi-k3", serial=[2], min_serving=0)
+    run_dir = tmp_path / "run"
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir), "--no-preflight"]) == 0
+    recs = journal(run_dir)
+    base_done = {e["node"]: e["seq"] for e in recs if e["type"] == "stage_done" and e["stage"] == "baseline"}
+    first_cordon = min(e["seq"] for e in recs if e["type"] == "stage_started" and e["stage"] == "cordon")
+    assert set(base_done) == set(hosts) and max(base_done.values()) < first_cordon
+    for e in recs:
+        if e["type"] == "facts" and e["stage"] == "baseline" and "workload_probes" in e["facts"]:
+            assert [p["ok"] for p in e["facts"]["workload_probes"]] == [True], (e["node"], e["facts"]["workload_probes"])
+    assert {n: v["final"] for n, v in result(run_dir)["nodes"].items()} == dict.fromkeys(hosts, "upgraded")

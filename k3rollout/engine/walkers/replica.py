@@ -9,13 +9,13 @@ from typing import Any
 from k3rollout.checks.triage import caused_by
 from k3rollout.engine.outcome import failed_outcome
 from k3rollout.engine.recorder import Recorder, run_plan
-from k3rollout.engine.states import Event
+from k3rollout.engine.states import STATE_STAGE, Event, NodeState
 from k3rollout.engine.walkers.base import Walker
 from k3rollout.engine.walkers.scopes import Scopes, waiting_at
 from k3rollout.engine.walkers.verdicts import GateInterrupted, StageVerdicts
 from k3rollout.errors import StepFailed
 from k3rollout.model.playbook import STAGE_TABLES, Playbook, Stage
-from k3rollout.model.stagekinds import RETURNS_TO_SERVICE
+from k3rollout.model.stagekinds import RETURNS_TO_SERVICE, TAKES_OUT_OF_SERVICE
 from k3rollout.stages.base import NodeCtx, StageOutcome
 from k3rollout.stages.registry import STAGES
 
@@ -35,6 +35,46 @@ class ReplicaWalker(Walker):
         self.redact = redact
         self.log = log
         self.released: set[str] = set()     # nodes whose whole replica reached uncordon
+        self.out_released: set[str] = set()     # replicas whose nodes may be taken out (release_out)
+
+    def out_waits(self, node: str, nodes: list[str]) -> bool:
+        """Whether ``node`` waits before it is taken out of service for the rest of its replica
+        (the other nodes of it in ``nodes``, its batch), until ``release_out`` lets the replica's
+        nodes go out together. Taking one node of a multi-node replica out takes the replica's
+        serving group down (a LeaderWorkerSet deletes and recreates its group whole), so every
+        node's baseline must have seen the replica serving first: evidence from before anything
+        changed."""
+        rid = self._replica_in(node, nodes)
+        return rid is not None and rid not in self.out_released
+
+    def release_out(self, nodes: list[str]) -> bool:
+        """After a pass of the batch's walks: the replicas whose nodes in ``nodes`` are all
+        through the stages before their take-out may go out (together, in the next pass).
+        True when one was let go."""
+        out = STAGE_TABLES.with_role(TAKES_OUT_OF_SERVICE)
+        if out not in self.kinds:
+            return False
+        limit = self.kinds.index(out)
+
+        def before(m: str) -> bool:
+            state = NodeState(self.view.node(m).state)
+            kind = STATE_STAGE.get(state)
+            return state == NodeState.PENDING or (kind is not None and self.kinds.index(kind) < limit)
+
+        let = False
+        for rid, members in (run_plan(self.view).get("groups") or {}).items():
+            here = [m for m in members if m in nodes]
+            if rid not in self.out_released and len(here) > 1 and not any(before(m) for m in here):
+                self.out_released.add(rid)
+                let = True
+        return let
+
+    def _replica_in(self, node: str, nodes: list[str]) -> str | None:
+        """The replica of ``node`` when another node of it is in ``nodes``."""
+        for rid, members in (run_plan(self.view).get("groups") or {}).items():
+            if node in members:
+                return rid if any(m != node and m in nodes for m in members) else None
+        return None
 
     def holds(self, node: str) -> bool:
         """Whether ``node`` waits before its return to service for its replica (``release``)."""
