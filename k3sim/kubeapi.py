@@ -50,6 +50,7 @@ pod crash-loop: the old module is unloaded, none is loaded, and the state ends
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -89,6 +90,20 @@ HISTORY_S = 300.0
 # bearer tokens the simulated server knows: an administrator (cluster-admin) and a viewer
 # (the built-in ``view`` ClusterRole: get, list, watch), for the credentials check
 TOKENS = {"sim-admin-token": ("kubernetes-admin", "cluster-admin"), "sim-viewer-token": ("k3rollout-viewer", "view")}
+
+
+def _dial_error(exc: OSError, ip: str, port: int) -> str:
+    """The proxy's error as Go's net package words it (the apiserver's upgradeaware proxy quotes
+    it after "error trying to reach service: "): what actually failed, not always a refusal."""
+    if isinstance(exc, ConnectionRefusedError):
+        return f"dial tcp {ip}:{port}: connect: connection refused"
+    if isinstance(exc, TimeoutError):
+        return f"dial tcp {ip}:{port}: i/o timeout"
+    if isinstance(exc, http.client.RemoteDisconnected):        # (a ConnectionResetError too)
+        return "EOF"
+    if isinstance(exc, ConnectionResetError):
+        return f"read tcp {ip}:{port}: read: connection reset by peer"
+    return f"dial tcp {ip}:{port}: {exc.strerror or exc}"
 
 
 class Cluster:
@@ -834,8 +849,6 @@ class Handler(BaseHTTPRequestHandler):
         A pod that does not answer is the proxy's 503 ServiceUnavailable (apimachinery's
         upgradeaware proxy: "error trying to reach service: dial tcp ...: connect: connection
         refused")."""
-        import http.client
-
         verb = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
                 "DELETE": "delete"}.get(method, "get")
         self._authorize(verb, "pods/proxy", "", m["ns"], m["name"])
@@ -849,10 +862,10 @@ class Handler(BaseHTTPRequestHandler):
         try:
             conn.request(method, path, body=payload, headers=headers)
             resp = conn.getresponse()
-        except OSError:
+        except OSError as exc:
             conn.close()
-            raise ApiError(503, "ServiceUnavailable", f"error trying to reach service: dial tcp {ip}:{port}: "
-                                                      "connect: connection refused") from None
+            raise ApiError(503, "ServiceUnavailable", f"error trying to reach service: {_dial_error(exc, ip, port)}") \
+                from None
         try:
             self.send_response(resp.status)
             length = resp.getheader("Content-Length")
