@@ -13,9 +13,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from k3rollout.checks.openai_stream import assemble_stream
-from k3rollout.transport.http import ApiClient
+from k3rollout.transport.http import ApiClient, sse_lines
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -321,3 +323,10 @@ def test_a_level_of_streams_runs_each_on_its_own_client_and_connection(server):
     # eight connections, one per stream's own client, none taken from a shared pool
     assert len(set(Handler.peers)) == 8
     api.close()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet="ab:{}\r\n", max_size=12).map(str.encode), max_size=12))
+def test_sse_lines_split_as_the_sse_grammar_does_whatever_the_chunks(chunks):
+    # a line ends at CRLF, LF or CR, which bytes.splitlines also takes, even across two chunks
+    assert list(sse_lines(chunks)) == b"".join(chunks).splitlines()

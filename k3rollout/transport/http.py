@@ -18,12 +18,13 @@ import json
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
+from k3rollout import fastjson
 from k3rollout.checks.openai_stream import output_channel, stream_error
 
 
@@ -208,23 +209,41 @@ class ApiClient:
         self._client.close()
 
 
+def sse_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The lines of a server-sent event stream, from its body in any chunks: a line ends at
+    CRLF, LF or CR (the SSE grammar), which may fall across two chunks. Bytes, not text:
+    an event's JSON is parsed as it came, without decoding every line first."""
+    tail = b""
+    for chunk in chunks:
+        buf = tail + chunk
+        cr = buf.endswith(b"\r")               # maybe the first half of a CRLF: wait for the next
+        if cr:
+            buf = buf[:-1]
+        *lines, tail = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+        if cr:
+            tail += b"\r"
+        yield from lines
+    if tail:
+        yield from tail.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")[:1]
+
+
 def _read_events(reply: httpx.Response, res: HttpResult, started: float) -> None:
-    for line in reply.iter_lines():
+    for line in sse_lines(reply.iter_bytes()):
         # after [DONE] the rest of the body is still read, so the connection goes back to
         # the pool; after a bad event it is not (close() drops it)
-        if res.done or not line.startswith("data:"):
+        if res.done or not line.startswith(b"data:"):
             continue
         data = line[5:].strip()
-        if data == "[DONE]":
+        if data == b"[DONE]":
             res.done = True
             continue
         try:
-            ev = json.loads(data)
+            ev = fastjson.loads(data)
         except ValueError:
-            res.error = f"{res.url}: a streamed event is not JSON: {data[:200]!r}"
+            res.error = f"{res.url}: a streamed event is not JSON: {data[:200].decode('utf-8', 'replace')!r}"
             return
         if not isinstance(ev, dict):
-            res.error = f"{res.url}: a streamed event is not a JSON object: {data[:200]!r}"
+            res.error = f"{res.url}: a streamed event is not a JSON object: {data[:200].decode('utf-8', 'replace')!r}"
             return
         res.stream_error = res.stream_error or stream_error(ev)
         if res.ttft_s is None:
