@@ -100,12 +100,14 @@ def test_a_client_of_the_api_server_keeps_the_daemon_up_and_it_leaves_once_idle(
     try:
         polls = 0
         start = time.monotonic()
-        while time.monotonic() - start < 10:            # 2.5 times the idle limit, no command sent
+        # 2.5 times the idle limit and a dozen polls at least, however slow the machine makes
+        # them (no command sent): how many fit in the time is the machine's, not the daemon's
+        while polls < 12 or time.monotonic() - start < 10:
             with urllib.request.urlopen(f"{server}/version", timeout=10) as r:
                 assert r.status == 200
             polls += 1
             time.sleep(0.3)
-        assert polls > 10 and alive(), "the daemon left while the API server had a client"
+        assert alive(), "the daemon left while the API server had a client"
         # left alone, it goes (waited for by state, not by a clock: at most a minute)
         for _ in range(600):
             if not alive():
