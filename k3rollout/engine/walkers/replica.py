@@ -9,7 +9,7 @@ from typing import Any
 from k3rollout.checks.triage import caused_by
 from k3rollout.engine.outcome import failed_outcome
 from k3rollout.engine.recorder import Recorder, run_plan
-from k3rollout.engine.states import STATE_STAGE, Event, NodeState
+from k3rollout.engine.states import STAGE_STATE, Event, NodeState
 from k3rollout.engine.walkers.base import Walker
 from k3rollout.engine.walkers.scopes import Scopes, waiting_at
 from k3rollout.engine.walkers.verdicts import GateInterrupted, StageVerdicts
@@ -51,20 +51,17 @@ class ReplicaWalker(Walker):
         """After a pass of the batch's walks: the replicas whose nodes in ``nodes`` are all
         through the stages before their take-out may go out (together, in the next pass).
         True when one was let go."""
-        out = STAGE_TABLES.with_role(TAKES_OUT_OF_SERVICE)
-        if out not in self.kinds:
+        i = STAGE_TABLES.index(self.kinds, TAKES_OUT_OF_SERVICE)
+        if i is None:
             return False
-        limit = self.kinds.index(out)
-
-        def before(m: str) -> bool:
-            state = NodeState(self.view.node(m).state)
-            kind = STATE_STAGE.get(state)
-            return state == NodeState.PENDING or (kind is not None and self.kinds.index(kind) < limit)
-
+        # the states of a node not yet through the stages before its take-out
+        before = {NodeState.PENDING.value, *(STAGE_STATE[k].value for k in self.kinds[:i])}
+        batch = set(nodes)
         let = False
         for rid, members in (run_plan(self.view).get("groups") or {}).items():
-            here = [m for m in members if m in nodes]
-            if rid not in self.out_released and len(here) > 1 and not any(before(m) for m in here):
+            here = [m for m in members if m in batch]
+            if rid not in self.out_released and len(here) > 1 and \
+                    not any(self.view.node(m).state in before for m in here):
                 self.out_released.add(rid)
                 let = True
         return let
