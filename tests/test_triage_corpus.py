@@ -63,6 +63,9 @@ ELEVENTH = LOGS / "heldout11"
 # collected after heldout11 was measured (the Slurm/Apptainer sweep), by symptom searches fixed
 # before any result was read, at most three logs a search, labelled before triage ran
 TWELFTH = LOGS / "heldout12"
+# collected after heldout12 was measured, by symptom searches fixed before any result was read, at
+# most three logs a search, labelled before triage ran
+THIRTEENTH = LOGS / "heldout13"
 FOLDS = 5
 
 
@@ -383,6 +386,22 @@ def test_twelfth_heldout_accuracy_is_reported_and_does_not_regress():
     # tests/data/logs/heldout12/README.md lists the nine misses).
     # The floor (two logs below) catches a regression, it is not the target
     assert twelfth_accuracy() >= 0.78
+
+
+def test_thirteenth_heldout_is_real_cited_and_new():
+    check_new_heldout(THIRTEENTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
+                                   TENTH, ELEVENTH, TWELFTH])
+
+
+def thirteenth_accuracy() -> float:
+    return folder_accuracy(THIRTEENTH, "thirteenth held-out folder (symptom-searched, labelled before triage ran)")
+
+
+def test_thirteenth_heldout_accuracy_is_reported_and_does_not_regress():
+    # 39/60 = 65.0% when the folder was closed, run once on the signals of "Triage: transformers
+    # missing flash-attn or accelerate" (tests/data/logs/heldout13/README.md lists the 21 misses).
+    # The floor (two logs below) catches a regression, it is not the target
+    assert thirteenth_accuracy() >= 0.61
 
 
 def never_tuned_on_accuracy() -> float:
