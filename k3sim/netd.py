@@ -237,6 +237,17 @@ def shutdown(root: Path) -> None:
         _ask(Path(root), "shutdown", timeout=5.0)
 
 
+def stop(root: Path, timeout: float = 30.0) -> None:
+    """Shut this root's daemon down and return once it no longer answers (a daemon told to
+    shut down answers a ping until its loop has ended)."""
+    shutdown(root)
+    deadline = time.monotonic() + timeout
+    while running(root):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the simulated network daemon for {root} did not stop; see {root}/netd.log")
+        time.sleep(0.02)
+
+
 def kill_all_under(base: Path) -> int:
     """Stop every daemon whose sim root lies under ``base`` (test clean-up); returns how many."""
     n = 0

@@ -20,6 +20,7 @@ time raises ``CommandTimeout``, and waiting for a reboot polls until the host an
 
 from __future__ import annotations
 
+import atexit
 import base64
 import os
 import shlex
@@ -37,6 +38,38 @@ from k3rollout.transport.base import CommandResult
 from k3sim import netd, sched, slurmjobs
 from k3sim import state as st
 from k3sim.dispatch import Result, id_command, init_cluster
+
+# The clusters whose executors this process closed, with their daemons still up. Closing an
+# executor does not stop the daemon at once: the next executor on the same cluster in this process
+# takes it over (``run``'s after its preflight's, each pass of ``observe``), as a real cluster
+# outlives the connections to it, where stopping it cost a new daemon's start-up and every host's
+# servers brought up again. Those still let go of when the process ends are stopped then, so a
+# command leaves no daemon behind; a killed one leaves its daemon, as it always did. The daemon
+# reads the environment it starts with (the simulated clock's ``K3SIM_CLOCK_OFFSET``...): one
+# let go of under another environment than this process's now is stopped, not taken over.
+_LET_GO: dict[Path, dict[str, str]] = {}
+_LET_GO_LOCK = threading.Lock()
+
+
+def stop_let_go() -> list[Path]:
+    """Stop the daemon of every cluster this process let go of and no executor took over
+    (at the process's exit); returns their roots."""
+    with _LET_GO_LOCK:
+        roots = sorted(_LET_GO)
+        _LET_GO.clear()
+    for root in roots:
+        netd.shutdown(root)
+    return roots
+
+
+def forget_let_go() -> None:
+    """Leave the daemons let go of running, as a process killed now would (tests that stop
+    the CLI in their own process as a kill would)."""
+    with _LET_GO_LOCK:
+        _LET_GO.clear()
+
+
+atexit.register(stop_let_go)
 
 
 class SimExecutor:
@@ -61,6 +94,11 @@ class SimExecutor:
         self._idle: list[list] = []
         self._links: set[socket.socket] = set()
         self._links_lock = threading.Lock()
+        with _LET_GO_LOCK:
+            # taken over: this executor stops it or lets it go
+            env = _LET_GO.pop(self.root.absolute(), None)
+        if env is not None and env != os.environ:
+            netd.stop(self.root)            # started under another environment; ensure() starts anew
         netd.ensure(self.root)      # the simulated cluster: the hosts' commands and their vLLM sockets
         # the cluster's simulated Kubernetes API server, which the daemon also serves
         self.kubeconfig = netd.kubeconfig_path(self.root)
@@ -229,4 +267,5 @@ class SimExecutor:
             links, self._links, self._idle = self._links, set(), []
         for sock in links:
             sock.close()
-        netd.shutdown(self.root)
+        with _LET_GO_LOCK:
+            _LET_GO[self.root.absolute()] = dict(os.environ)

@@ -7,6 +7,7 @@ file."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,17 @@ def _stop_sim_networks(tmp_path_factory):
     from k3sim.netd import kill_all_under
 
     kill_all_under(tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture(autouse=True)
+def _stop_let_go_sim_networks():
+    """A test ends as the process of a command ends: the simulated clusters whose executors it
+    closed in its own process are stopped, as the process's exit stops them
+    (k3sim/transport.py), rather than left to the worker's exit."""
+    yield
+    transport = sys.modules.get("k3sim.transport")
+    if transport is not None:
+        transport.stop_let_go()
 
 
 @pytest.fixture(autouse=True)

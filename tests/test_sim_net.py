@@ -170,3 +170,39 @@ def test_servers_the_docker_daemon_restarts_at_boot_listen_again_with_no_command
                 if c.get("mn")} == {"running"}
     finally:
         ex.close()
+
+
+def test_a_closed_executors_daemon_is_taken_over_in_process_and_stopped_at_its_end(tmp_path, monkeypatch):
+    # preflight's executor closes before run's starts: the run takes over the daemon the
+    # preflight let go of (no second start-up); what is let go of at the end is stopped, as
+    # the process's exit does; a daemon let go of under another environment (the simulated
+    # clock moved on) is not taken over
+    from k3sim import transport
+    from k3sim.transport import SimExecutor
+
+    root = tmp_path / "sim-hosts"
+
+    def pid() -> int:
+        return int((root / "netd.pid").read_text())
+
+    a = SimExecutor(root, {"n1": {}})
+    first = pid()
+    assert a.run("n1", ["true"]).rc == 0
+    a.close()
+    assert netd.running(root) and pid() == first                # let go of, still up
+    b = SimExecutor(root, {"n1": {}})
+    assert b.run("n1", ["true"]).rc == 0 and pid() == first      # taken over, not started again
+    b.close()
+    monkeypatch.setenv("K3SIM_CLOCK_OFFSET", "2h")
+    c = SimExecutor(root, {"n1": {}})
+    assert c.run("n1", ["true"]).rc == 0 and pid() != first      # another environment: a new daemon
+    c.close()
+    assert root.absolute() in transport.stop_let_go()
+    assert not netd.running(root) and transport.stop_let_go() == []
+    # a killed process's daemon is left as it is: forgotten, never stopped by this process
+    d = SimExecutor(root, {"n1": {}})
+    d.close()
+    transport.forget_let_go()
+    assert transport.stop_let_go() == [] and netd.running(root)
+    netd.stop(root)
+    assert not netd.running(root)

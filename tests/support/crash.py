@@ -90,6 +90,14 @@ def run_cli(args: Sequence[str], fault: tuple[str, int] | None = None) -> Ran:
     finally:
         for s, h in handlers.items():
             signal.signal(s, h)
+        # the simulated clusters' daemons this "process" let go of: a process that ends stops
+        # them at its exit, a killed one leaves them running (k3sim/transport.py)
+        from k3sim import transport as sim_transport
+
+        if fault is None:
+            sim_transport.stop_let_go()
+        else:
+            sim_transport.forget_let_go()
     return Ran(code, out.getvalue(), err.getvalue())
 
 
