@@ -21,9 +21,9 @@ reservation, LXC mount-hook, cuInit CUDA_ERROR_UNKNOWN, slurmd MIG, TensorFlow l
 driver-node, invalid-device-ordinal and etcd rendezvous-store signals); `heldout10/` was collected
 and labelled after those, and `heldout11/` while the tools' own message strings were swept into the
 signal table (without reading it or the other folders never tuned on), and `heldout12/` during a
-second such sweep. The 90% target of issue #35 is asserted on the folders never tuned on
-(`heldout/`, `heldout5/`, `heldout10/`, `heldout11/` and `heldout12/`) taken together, as a strict
-expected failure while it is not met.
+second such sweep, and `heldout13/` after that. The 90% target of issue #35 is asserted on the
+folders never tuned on (`heldout/`, `heldout5/`, `heldout10/`, `heldout11/`, `heldout12/` and
+`heldout13/`) taken together, as a strict expected failure while it is not met.
 """
 
 from __future__ import annotations
@@ -69,6 +69,9 @@ ELEVENTH = LOGS / "heldout11"
 # collected after heldout11 was measured (the Slurm/Apptainer sweep), by symptom searches fixed
 # before any result was read, at most three logs a search, labelled before triage ran
 TWELFTH = LOGS / "heldout12"
+# collected after heldout12 was measured, by symptom searches fixed before any result was read, at
+# most three logs a search, labelled before triage ran
+THIRTEENTH = LOGS / "heldout13"
 FOLDS = 5
 # the held-out folders whose misses were known when signals were chosen: with the main folder,
 # what the lexical back-off is fitted on (scripts/fit_triage_backoff.py); the others measure
@@ -415,24 +418,43 @@ def test_twelfth_heldout_accuracy_is_reported_and_does_not_regress():
     assert twelfth_accuracy() >= 0.78
 
 
+def test_thirteenth_heldout_is_real_cited_and_new():
+    check_new_heldout(THIRTEENTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
+                                   TENTH, ELEVENTH, TWELFTH])
+
+
+def thirteenth_accuracy() -> float:
+    return folder_accuracy(THIRTEENTH, "thirteenth held-out folder (symptom-searched, labelled before triage ran)")
+
+
+def test_thirteenth_heldout_accuracy_is_reported_and_does_not_regress():
+    # 39/60 = 65.0% when the folder was closed, run once on the signals of "Triage: transformers
+    # missing flash-attn or accelerate" (tests/data/logs/heldout13/README.md lists the 21 misses).
+    # The floor (two logs below) catches a regression, it is not the target
+    assert thirteenth_accuracy() >= 0.61
+
+
 def never_tuned_on_accuracy() -> float:
-    """Accuracy on `heldout/`, `heldout5/`, `heldout10/`, `heldout11/` and `heldout12/` together: no
+    """Accuracy on `heldout/`, `heldout5/`, `heldout10/`, `heldout11/`, `heldout12/` and `heldout13/` together: no
     signal was chosen knowing their misses (the vLLM 0.33 signals left heldout5's figure as it was, the
     toolkit, driver-build and rendezvous signals too, and those chosen on heldout7's, heldout8's
     and heldout9's misses; the wrapped-line reading, written for heldout8's, also reads one of
     heldout5's; heldout10 was collected after them; the sweep of the tools' own message strings
     was written without reading these four folders, and heldout11 was collected and labelled
     while it was written, by symptom searches fixed before any result was read; heldout12 the same
-    way during the second sweep, which was written without reading any of the five)."""
-    pairs = [(cat, classify(text).category) for folder in (HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH)
-             for _, cat, text in corpus(folder)]
-    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12)")
+    way during the second sweep, which was written without reading any of the five; heldout13 after
+    heldout12 was measured, the same way)."""
+    folders = (HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH, THIRTEENTH)
+    pairs = [(cat, classify(text).category) for folder in folders for _, cat, text in corpus(folder)]
+    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12, "
+                    "heldout13)")
     return acc
 
 
 @pytest.mark.xfail(strict=True, reason="issue #35 asks for 90% on logs triage has never seen; on the folders "
-                   "never tuned on, heldout, heldout5, heldout10, heldout11 and heldout12, it is 170/207 = 82.1% "
-                   "(heldout11 alone 36/41 = 87.8% and heldout12 42/51 = 82.4% when closed, their READMEs). "
+                   "never tuned on, heldout, heldout5, heldout10, heldout11, heldout12 and heldout13, it is "
+                   "209/267 = 78.3% (heldout11 alone 36/41 = 87.8%, heldout12 42/51 = 82.4% and heldout13 39/60 "
+                   "= 65.0% when closed, their READMEs). "
                    "Strict: reaching it fails here until the mark goes")
 def test_unseen_heldout_reaches_the_90_percent_target():
     assert never_tuned_on_accuracy() >= 0.90
