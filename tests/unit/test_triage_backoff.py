@@ -197,14 +197,14 @@ def test_the_fitting_script_refuses_the_folders_never_tuned_on(tmp_path, monkeyp
     assert not set(script.TRAINING) & set(script.NEVER_TUNED)
     # it refuses before it opens anything: with the corpus moved away, the refusal still comes
     monkeypatch.setattr(script, "LOGS", tmp_path / "nowhere")
-    for folder in (*script.NEVER_TUNED, "heldout13", "../logs"):
+    for folder in (*script.NEVER_TUNED, "heldout14", "../logs"):
         with pytest.raises(script.NeverTuned):
             script.table(folder)
         with pytest.raises(script.NeverTuned):
             script.read_folder(folder)
 
 
-def test_the_default_asks_the_shipped_model_only_when_switched_on(monkeypatch, tmp_path, capsys):
+def test_the_default_asks_the_shipped_model_unless_switched_off(monkeypatch, tmp_path, capsys):
     import k3rollout.checks.triage as triage
     from k3rollout.cli import main
 
@@ -216,13 +216,12 @@ def test_the_default_asks_the_shipped_model_only_when_switched_on(monkeypatch, t
     assert classify(line + "\n").category == "other" and classify(line + "\n").backoff is None
     monkeypatch.setattr(triage, "BACKOFF_BY_DEFAULT", True)
     assert classify(line + "\n").category == "container_runtime"
-    monkeypatch.setattr(triage, "BACKOFF_BY_DEFAULT", False)
-    # the CLI asks it with --backoff
+    # the CLI asks it unless told --no-backoff
     log = tmp_path / "podman.log"
     log.write_text(line + "\n")
-    assert main(["triage", "--json", str(log)]) == 0
+    assert main(["triage", "--json", "--no-backoff", str(log)]) == 0
     assert json.loads(capsys.readouterr().out)["category"] == "other"
-    assert main(["triage", "--json", "--backoff", str(log)]) == 0
+    assert main(["triage", "--json", str(log)]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["category"] == "container_runtime" and d["backoff"]["category"] == "container_runtime"
     assert d["evidence"] == [line] and d["reasons"][0].startswith("back-off: container_runtime")
