@@ -740,7 +740,8 @@ def cmd_triage(args: argparse.Namespace, clock: Clock) -> int:
         except OSError as exc:
             raise InputError(f"cannot read log: {exc.strerror}", path=f) from None
         results.append((f, classify(text, driver=args.driver, image_cuda=args.image_cuda, stage=args.stage,
-                                    cuda_init_ok=cuda_init_ok, nnodes=args.nnodes)))
+                                    cuda_init_ok=cuda_init_ok, nnodes=args.nnodes,
+                                    backoff=False if args.no_backoff else None)))
     if args.json:
         for f, t in results:
             d = t.to_dict(file=f)
@@ -942,6 +943,9 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--explain", action="store_true",
                     help="show the scoring: every matched line with its family and weight, live facts, per-category "
                          "scores, runner-up and confidence")
+    sp.add_argument("--no-backoff", action="store_true",
+                    help="the signals alone: where none decides, do not ask the lexical back-off (a word model "
+                         "fitted on the labelled corpus, docs/domain.md)")
     sp.set_defaults(fn=cmd_triage)
     sp = sub.add_parser("demo", help="a whole rollout on the embedded simulated cluster")
     sp.add_argument("--run-dir")

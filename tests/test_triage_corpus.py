@@ -2,35 +2,43 @@
 
 Cross-validation: the main folder is split into stratified folds; for each fold the per-family
 multipliers are fitted on the other folds only (``fit.fit_family_weights``) and the fold is
-classified with them. The signal table itself is fixed by hand. Per-category precision and recall
-are printed (run with -s to see them); the test fails below 90% accuracy overall or 80% recall in
-any category. The held-out folders are reported separately, each with a floor that catches a
-regression: `heldout/` (no rule written against it), and `heldout2/` to `heldout6/`, each collected
-after the signals of its time and labelled before triage ran. A folder whose misses were known
-when later signals were chosen no longer measures unseen logs (`heldout2/` to `heldout4/`, and
-`heldout6/` since the toolkit, driver-build and rendezvous signals, `heldout7/` since the cudarc,
-crun, CDI-name, DKMS-trigger, bare-KeyError and Ray node-info signals, `heldout8/` since the
-device-plugin, CUDA 46/209, ggml, LXD, Gloo connect and raylet signals and the wrapped-line,
-nested-quote, package-list and echoed-argument reading, `heldout9/` since the docker-compose GPU
-reservation, LXC mount-hook, cuInit CUDA_ERROR_UNKNOWN, slurmd MIG, TensorFlow libcuda, Ray
-driver-node, invalid-device-ordinal and etcd rendezvous-store signals); `heldout10/` was collected
-and labelled after those, and `heldout11/` while the tools' own message strings were swept into the
-signal table (without reading it or the other folders never tuned on), and `heldout12/` during a
-second such sweep, and `heldout13/` after that. The 90% target of issue #35 is asserted on the
-folders never tuned on (`heldout/`, `heldout5/`, `heldout10/`, `heldout11/`, `heldout12/` and
-`heldout13/`) taken together, as a strict expected failure while it is not met.
+classified with them, with and without the lexical back-off, which is fitted for each fold on the
+other folds and the held-out folders already tuned on (``fit.fit_backoff``; the shipped model has
+seen every main-folder log, so it is not used here). The signal table itself is fixed by hand.
+Per-category precision and recall are printed (run with -s to see them); the test fails below 90%
+accuracy overall or 80% recall in any category, either way. The back-off is fitted on the main
+folder and the folders tuned on alone (``TUNED_ON``; scripts/fit_triage_backoff.py refuses the
+others), and classify asks it by default (``BACKOFF_BY_DEFAULT``): the figures of the folders never
+tuned on are the signals' and the back-off's on logs neither has seen; those of the tuned-on folders
+are no measure (the back-off was fitted on them), their floors only catch a regression. The held-out
+folders are reported separately, each with a floor that catches a regression: `heldout/` (no rule
+written against it), and `heldout2/` to `heldout6/`, each collected after the signals of its time
+and labelled before triage ran. A folder whose misses were known when later signals were chosen no
+longer measures unseen logs (`heldout2/` to `heldout4/`, and `heldout6/` since the toolkit,
+driver-build and rendezvous signals, `heldout7/` since the cudarc, crun, CDI-name, DKMS-trigger,
+bare-KeyError and Ray node-info signals, `heldout8/` since the device-plugin, CUDA 46/209, ggml,
+LXD, Gloo connect and raylet signals and the wrapped-line, nested-quote, package-list and
+echoed-argument reading, `heldout9/` since the docker-compose GPU reservation, LXC mount-hook,
+cuInit CUDA_ERROR_UNKNOWN, slurmd MIG, TensorFlow libcuda, Ray driver-node, invalid-device-ordinal
+and etcd rendezvous-store signals); `heldout10/` was collected and labelled after those, and
+`heldout11/` while the tools' own message strings were swept into the signal table (without reading
+it or the other folders never tuned on), and `heldout12/` during a second such sweep, and
+`heldout13/` after that. The 90% target of issue #35 is asserted on the folders never tuned on
+(`heldout/`, `heldout5/`, `heldout10/`, `heldout11/`, `heldout12/` and `heldout13/`) taken together,
+as a strict expected failure while it is not met.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from support import DATA
+from support import DATA, ROOT
 
 from k3rollout.checks.triage import CATEGORIES, classify, scan
-from k3rollout.checks.triage.fit import fit_family_weights
+from k3rollout.checks.triage.fit import fit_backoff, fit_family_weights
 
 LOGS = DATA / "logs"
 HELDOUT = LOGS / "heldout"
@@ -67,6 +75,11 @@ TWELFTH = LOGS / "heldout12"
 # most three logs a search, labelled before triage ran
 THIRTEENTH = LOGS / "heldout13"
 FOLDS = 5
+# the held-out folders whose misses were known when signals were chosen: with the main folder,
+# what the lexical back-off is fitted on (scripts/fit_triage_backoff.py); the others measure
+# triage on logs nothing was tuned or fitted to
+TUNED_ON = [FRESH, THIRD, FOURTH, SIXTH, SEVENTH, EIGHTH, NINTH]
+NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH, THIRTEENTH]
 
 
 def table(folder: Path) -> list[dict[str, str]]:
@@ -146,19 +159,38 @@ def test_cross_validated_accuracy_and_recall():
     items = corpus(LOGS)
     folds = stratified_folds(items, FOLDS)
     assert sorted(i for f in folds for i in f) == list(range(len(items)))
-    fitted, hand = [], []
+    # the back-off learns from the training folds and the held-out folders already tuned on,
+    # never from the fold it is judged on (the shipped model has seen every main-folder log)
+    tuned = [(text, cat) for folder in TUNED_ON for _, cat, text in corpus(folder)]
+    fitted, backed, hand = [], [], []
     for k, test_idx in enumerate(folds):
         train = [(items[i][2], items[i][1]) for j, f in enumerate(folds) if j != k for i in f]
         weights = fit_family_weights(train)
+        model = fit_backoff(train + tuned)
         for i in test_idx:
             name, cat, text = items[i]
-            fitted.append((cat, classify(text, weights=weights).category))
-            hand.append((cat, classify(text).category))
+            fitted.append((cat, classify(text, weights=weights, backoff=False).category))
+            backed.append((cat, classify(text, weights=weights, backoff=model).category))
+            hand.append((cat, classify(text, backoff=False).category))
     report(hand, f"hand weights, {len(items)} logs")
-    acc, recalls = report(fitted, f"{FOLDS}-fold cross-validation (family weights fitted on training folds)")
-    assert acc >= 0.90
-    for cat, rec in recalls.items():
-        assert rec >= 0.80, (cat, rec)
+    for pairs, title in ((fitted, "family weights fitted on training folds"),
+                         (backed, "family weights and back-off fitted on training folds")):
+        acc, recalls = report(pairs, f"{FOLDS}-fold cross-validation ({title})")
+        assert acc >= 0.90
+        for cat, rec in recalls.items():
+            assert rec >= 0.80, (cat, rec)
+
+
+def test_the_backoff_is_fitted_on_the_training_folders_only():
+    # scripts/fit_triage_backoff.py reads the main folder and the folders tuned on, and refuses the
+    # rest (tests/unit/test_triage_backoff.py); a new folder must be put on one side explicitly
+    spec = importlib.util.spec_from_file_location("fit_triage_backoff", ROOT / "scripts" / "fit_triage_backoff.py")
+    assert spec and spec.loader
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert [LOGS / f for f in script.TRAINING] == [LOGS / ".", *TUNED_ON]
+    assert [LOGS / f for f in script.NEVER_TUNED] == NEVER_TUNED_ON
+    assert {p for p in LOGS.iterdir() if p.is_dir()} == set(TUNED_ON) | set(NEVER_TUNED_ON)
 
 
 def test_heldout_accuracy_is_reported_separately():
@@ -399,9 +431,10 @@ def thirteenth_accuracy() -> float:
 
 def test_thirteenth_heldout_accuracy_is_reported_and_does_not_regress():
     # 39/60 = 65.0% when the folder was closed, run once on the signals of "Triage: transformers
-    # missing flash-attn or accelerate" (tests/data/logs/heldout13/README.md lists the 21 misses).
+    # missing flash-attn or accelerate" (tests/data/logs/heldout13/README.md lists the 21 misses);
+    # 47/60 = 78.3% with the lexical back-off, fitted without it and run on it once when frozen.
     # The floor (two logs below) catches a regression, it is not the target
-    assert thirteenth_accuracy() >= 0.61
+    assert thirteenth_accuracy() >= 0.75
 
 
 def never_tuned_on_accuracy() -> float:
@@ -414,8 +447,7 @@ def never_tuned_on_accuracy() -> float:
     while it was written, by symptom searches fixed before any result was read; heldout12 the same
     way during the second sweep, which was written without reading any of the five; heldout13 after
     heldout12 was measured, the same way)."""
-    folders = (HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH, THIRTEENTH)
-    pairs = [(cat, classify(text).category) for folder in folders for _, cat, text in corpus(folder)]
+    pairs = [(cat, classify(text).category) for folder in NEVER_TUNED_ON for _, cat, text in corpus(folder)]
     acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12, "
                     "heldout13)")
     return acc
@@ -423,8 +455,8 @@ def never_tuned_on_accuracy() -> float:
 
 @pytest.mark.xfail(strict=True, reason="issue #35 asks for 90% on logs triage has never seen; on the folders "
                    "never tuned on, heldout, heldout5, heldout10, heldout11, heldout12 and heldout13, it is "
-                   "209/267 = 78.3% (heldout11 alone 36/41 = 87.8%, heldout12 42/51 = 82.4% and heldout13 39/60 "
-                   "= 65.0% when closed, their READMEs). "
+                   "224/267 = 83.9% with the lexical back-off (209/267 = 78.3% by the signals alone; heldout13, "
+                   "collected blind after the back-off was frozen, 47/60, 39/60 by the signals; docs/domain.md). "
                    "Strict: reaching it fails here until the mark goes")
 def test_unseen_heldout_reaches_the_90_percent_target():
     assert never_tuned_on_accuracy() >= 0.90

@@ -226,6 +226,8 @@ UPSTREAM = [
      "of Transformers is out of date."),
     ("jax/version.py", "other", "RuntimeError: jaxlib is version 0.4.7, but this version of jax requires version >= "
      "0.4.14."),
+    ("accelerate src/accelerate/launchers.py", "other", "ValueError: The node_rank must be less than the number of "
+     "nodes."),
 ]
 
 

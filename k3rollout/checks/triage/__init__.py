@@ -14,6 +14,12 @@ and clearly ahead; otherwise the answer is ``other`` with the candidates listed.
 is not weighed but decides: a host driver below the image's CUDA floor (``cuda_table``) is the
 tree's first step, whatever the log or a fitted weight scores. Every decision keeps its deciding
 lines, its runner-up and a confidence.
+
+Where the signals prove nothing (the best score below ``MIN_SCORE``, or no signal matched) and no
+live fact decided, the lexical back-off (``backoff.py``) reads the log's failure lines instead: a
+naive Bayes model of the corpus's words that answers a category, ``other``, or abstains. Its
+decision says so (``Triage.backoff``, and a reason that starts with "back-off"), names the lines
+whose words weighed most, its runner-up and a confidence.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from k3rollout.checks.cuda_table import compat_verdict
+from k3rollout.checks.triage.backoff import Backoff, Guess, shipped
 from k3rollout.checks.triage.signals import FAMILIES, SIGNALS, Signal, fold
 from k3rollout.model.playbook import STAGE_TABLES
 
@@ -63,6 +70,12 @@ TREE_BONUS = {"driver_incompatible": 0.3, "container_runtime": 0.2, "model_load_
 MIN_SCORE = 1.5
 MIN_CONFIDENCE = 0.3
 MAX_CONTRIBUTIONS = 20
+# Whether `classify` asks the shipped back-off (backoff.json) when the signals prove nothing;
+# `classify(..., backoff=True)` always does, `backoff=False` (`k3rollout triage --no-backoff`) never,
+# `backoff=<a Backoff>` asks that model. On: measured once on the folders never tuned on, it
+# took them from 170/207 to 177/207 and the blind thirteenth folder, which did not exist when it
+# was fitted, from 39/60 to 47/60 (docs/domain.md, "The lexical back-off").
+BACKOFF_BY_DEFAULT = True
 
 NEXT_STEPS = {
     "driver_incompatible": [
@@ -141,6 +154,9 @@ class Triage:
     hits: list[Hit] = field(default_factory=list)
     # the node whose failure this one's is (a replica is rolled back whole): its category
     caused_by: str | None = None
+    # what the lexical back-off said, where it was asked (the signals proved nothing): its
+    # answer, best class, runner-up, probabilities, margin, and whether it abstained
+    backoff: dict[str, Any] | None = None
 
     def to_dict(self, file: str | None = None) -> dict[str, Any]:
         d: dict[str, Any] = {"category": self.category, "evidence": self.evidence, "reasons": self.reasons,
@@ -150,6 +166,8 @@ class Triage:
             d["candidates"] = self.candidates
         if self.caused_by:
             d["caused_by"] = self.caused_by
+        if self.backoff is not None:
+            d["backoff"] = self.backoff
         # the scoring behind the decision (what `triage --explain` prints), strongest first, capped
         # so that a log repeating one line a thousand times keeps the record small
         d["contributions"] = [h.to_dict() for h in sorted(self.hits, key=lambda h: -abs(h.weight))[:MAX_CONTRIBUTIONS]]
@@ -162,7 +180,7 @@ class Triage:
         out = [f"category: {self.category} (confidence {self.confidence:.2f}, runner-up {self.runner_up or '-'})"]
         if self.candidates:
             out.append("  too weak or too close to call; candidates: " + ", ".join(self.candidates))
-        out.extend(f"  {r}" for r in self.reasons if r.startswith("decided by the live facts"))
+        out.extend(f"  {r}" for r in self.reasons if r.startswith(("decided by the live facts", "back-off")))
         out.append("scores (sum of family scores + tree-order tie-break):")
         for cat in CATEGORIES:
             out.append(f"  {cat:<20} {self.scores.get(cat, 0.0):6.2f}")
@@ -283,6 +301,44 @@ def scan(text: str) -> list[Hit]:
     return hits
 
 
+# The lines the back-off reads: those that say something failed. Not INFO/DEBUG, not NCCL INFO or a
+# package listing, and either an error word or an exception's final line ("ValueError: ...",
+# "torch.OutOfMemoryError: ..."). A log with no such line (a message quoted alone, in words
+# of its own) is read whole, less those skipped lines. Where a signal matched a line, the line
+# was weighed by hand (and, below MIN_SCORE, found not to decide alone): the back-off leaves it
+# out and reads only the wording no signal knows.
+_FAILURE_WORDS = re.compile(
+    r"error|fail|exception|cannot|can't|unable|not found|no such|invalid|denied|refused|time[d ]?out|abort|fatal"
+    r"|panic|killed|unsupported|not supported|mismatch|insufficient|missing|unknown|could not|couldn't|\boom\b"
+    r"|exceed|too (old|new|many|few|large|small|long)|crash|terminat|incompatible|not available|no .{0,20}found"
+    r"|unrecogni|unexpected|require", re.I)
+_EXCEPTION_LINE = re.compile(r"^\s*(\[rank\d+\]:\s*)?[\w.]*(Error|Exception|Interrupt|Exit)\b:?")
+
+
+def failure_lines(text: str, matched: frozenset[int] = frozenset()) -> list[tuple[int, str]]:
+    """The (line number, line) pairs the back-off reads (see above), less the lines numbered in
+    `matched`; each line stripped and cut at 500 characters, as the evidence is."""
+    candidates: list[tuple[int, str]] = []
+    for i, raw in enumerate(text.splitlines()):
+        line = raw.strip()
+        if not line or _NCCL_INFO.search(line) or _PACKAGE_LIST.match(raw) or _level(line) == "info":
+            continue
+        candidates.append((i + 1, line[:500]))
+    failing = [(n, ln) for n, ln in candidates if _FAILURE_WORDS.search(ln) or _EXCEPTION_LINE.match(ln)]
+    return [(n, ln) for n, ln in failing or candidates if n not in matched]
+
+
+def matched_lines(hits: list[Hit]) -> frozenset[int]:
+    """The numbers of the lines a signal matched (both lines of a wrapped message)."""
+    out: set[int] = set()
+    for h in hits:
+        if h.lineno is not None and h.line is not None:
+            out.add(h.lineno)
+            if "\n" in h.line:
+                out.add(h.lineno + 1)
+    return frozenset(out)
+
+
 def family_scores(hits: list[Hit], weights: Mapping[str, float] | None = None) -> dict[str, float]:
     """Score per family: its strongest line plus a capped repeat bonus, times the family's
     multiplier in `weights` (1.0 unless fitted, see ``fit.fit_family_weights``)."""
@@ -296,23 +352,29 @@ def family_scores(hits: list[Hit], weights: Mapping[str, float] | None = None) -
 
 def classify(text: str, *, driver: str | None = None, image_cuda: str | None = None,
              single_node_ok: bool | None = None, stage: str | None = None, cuda_init_ok: bool | None = None,
-             nnodes: int | None = None, weights: Mapping[str, float] | None = None) -> Triage:
+             nnodes: int | None = None, weights: Mapping[str, float] | None = None,
+             backoff: Backoff | bool | None = None) -> Triage:
     """Classify `text` (a failure log) with the live facts that are known.
 
     driver/image_cuda: host driver version and the image's CUDA (both, or neither counts);
     stage: the rollout stage that failed; cuda_init_ok: whether CUDA init already succeeded on
     the node; nnodes: the replica's node count; single_node_ok: whether the same launch works on
     one node alone (False rules communication out, True points at it); weights: per-family
-    multipliers (default 1.0: the hand weights of signals.py).
+    multipliers (default 1.0: the hand weights of signals.py); backoff: the model asked where the
+    signals prove nothing (None: the shipped one if ``BACKOFF_BY_DEFAULT``, True: the shipped
+    one, False: none).
     """
     return classify_hits(scan(text), driver=driver, image_cuda=image_cuda, single_node_ok=single_node_ok,
-                         stage=stage, cuda_init_ok=cuda_init_ok, nnodes=nnodes, weights=weights)
+                         stage=stage, cuda_init_ok=cuda_init_ok, nnodes=nnodes, weights=weights, text=text,
+                         backoff=backoff)
 
 
 def classify_hits(hits: list[Hit], *, driver: str | None = None, image_cuda: str | None = None,
                   single_node_ok: bool | None = None, stage: str | None = None, cuda_init_ok: bool | None = None,
-                  nnodes: int | None = None, weights: Mapping[str, float] | None = None) -> Triage:
-    """`classify` on lines already scanned (the fitting loop scans each log once)."""
+                  nnodes: int | None = None, weights: Mapping[str, float] | None = None, text: str | None = None,
+                  backoff: Backoff | bool | None = None) -> Triage:
+    """`classify` on lines already scanned (the fitting loop scans each log once). Without
+    `text` the back-off is not asked (it reads the log's lines, not the hits)."""
     fam = family_scores(hits, weights)
     scores = {c: 0.0 for c in CATEGORIES}
     for f, v in fam.items():
@@ -326,8 +388,14 @@ def classify_hits(hits: list[Hit], *, driver: str | None = None, image_cuda: str
     # enough: the log's driver-level messages are the container's doing (stale compat libcuda,
     # wrong ldcache), so their score moves to container_runtime.
     decided: str | None = None
+    # the same facts as they act on the back-off's probabilities: a factor per category, and the
+    # categories whose evidence the facts hand to another (see _ask_backoff)
+    odds = {c: 1.0 for c in CATEGORIES}
+    hand_over: dict[str, str] = {}
     if driver and image_cuda:
         verdict = compat_verdict(driver, image_cuda)
+        if verdict["compatible"]:
+            hand_over["driver_incompatible"] = "container_runtime"
         if not verdict["compatible"]:
             decided = "driver_incompatible"
             facts.append(Hit("driver_incompatible", "live_facts", 6.0, "host driver below the image's CUDA floor",
@@ -342,10 +410,12 @@ def classify_hits(hits: list[Hit], *, driver: str | None = None, image_cuda: str
     # Tree step 3: CUDA init already succeeded, so steps 1-2 are behind us; what they print now is
     # an echo (scaled to a quarter). Failed init: steps 1-2 lead and step 3-4 evidence is halved.
     if cuda_init_ok is True:
+        odds["driver_incompatible"] = odds["container_runtime"] = 0.25
         for cat in ("driver_incompatible", "container_runtime"):
             if scores[cat]:
                 facts.append(Hit(cat, "cuda_init_ok", -0.75 * scores[cat], "CUDA init already succeeded"))
     elif cuda_init_ok is False:
+        odds["model_load_capacity"] = odds["communication"] = 0.5
         for cat in ("model_load_capacity", "communication"):
             if scores[cat]:
                 facts.append(Hit(cat, "cuda_init_failed", -0.5 * scores[cat],
@@ -357,6 +427,10 @@ def classify_hits(hits: list[Hit], *, driver: str | None = None, image_cuda: str
             facts.append(Hit(cat, "stage", w, f"failed in stage {stage}"))
     # Tree step 4 is about several nodes: a one-node replica has only intra-node NCCL left
     # (still possible: 0.6), and a launch that fails on one node alone is not communication.
+    if single_node_ok is False:
+        odds["communication"] = 0.0
+    if nnodes == 1 and stage in LOAD_STAGES:
+        hand_over["communication"] = "model_load_capacity"
     if single_node_ok is False and scores["communication"]:
         facts.append(Hit("communication", "single_node", -scores["communication"], "fails on a single node too"))
     elif single_node_ok is True:
@@ -378,7 +452,79 @@ def classify_hits(hits: list[Hit], *, driver: str | None = None, image_cuda: str
         if scores[cat] > 0:
             scores[cat] += TREE_BONUS[cat]
     scores = {c: round(max(0.0, v), 2) for c, v in scores.items()}
-    return _decide(scores, facts + hits, relabel, decided)
+    triage = _decide(scores, facts + hits, relabel, decided)
+    model: Backoff | None = None
+    if isinstance(backoff, Backoff):
+        model = backoff
+    elif backoff is True or (backoff is None and BACKOFF_BY_DEFAULT):
+        model = shipped()
+    if model is not None and text is not None and not decided and max(scores.values()) < MIN_SCORE:
+        return _ask_backoff(triage, model, text, odds, hand_over)
+    return triage
+
+
+# A back-off answer is a guess from words, not a message that names the mechanism: its confidence
+# is its probability times how often its answers were right under cross-validation (the model's
+# `precision`, measured by scripts/fit_triage_backoff.py), so it never reads as sure as a signal.
+def _ask_backoff(signals: Triage, model: Backoff, text: str, odds: Mapping[str, float],
+                 hand_over: Mapping[str, str]) -> Triage:
+    """The triage where the signals proved nothing: the back-off's answer if it gives one, with
+    the live facts applied to its probabilities; otherwise the signals' `other`, saying why."""
+    lines = failure_lines(text, matched_lines(signals.hits))
+    guess = model.guess(ln for _, ln in lines)
+    if guess is None:
+        signals.reasons.append("back-off: no word of the failure lines no signal matched is known to it")
+        signals.backoff = {"category": "other", "abstained": True, "known": 0}
+        return signals
+    probs = _apply_facts(guess, odds, hand_over)
+    ranked = sorted(probs, key=lambda c: (-probs[c], CATEGORIES.index(c)))
+    best, second = ranked[0], ranked[1]
+    margin = math.log(probs[best] / probs[second]) if probs[second] > 0 else math.inf
+    abstained = margin < model.margin
+    answer = "other" if abstained else best
+    # the words behind the answer: the model's own class whose probability became it (a driver
+    # new enough hands driver_incompatible's to container_runtime), against the runner-up
+    source = guess.best if hand_over.get(guess.best, guess.best) == best else best
+    info: dict[str, Any] = {"category": answer, "best": best, "runner_up": second, "abstained": abstained,
+                            "margin": round(min(margin, 99.0), 2), "known": guess.known,
+                            "probabilities": {c: round(probs[c], 4) for c in CATEGORIES},
+                            "words": model.deciding_words((ln for _, ln in lines), source, second)}
+    signals.backoff = info
+    if abstained:
+        signals.reasons.append(f"back-off: abstains, best {best} {probs[best]:.2f} is not ahead of {second} "
+                               f"by its margin ({margin:.2f} < {model.margin})")
+        return signals
+    if answer == "other":
+        signals.reasons.append(f"back-off: other ({probs[best]:.2f}, runner-up {second} {probs[second]:.2f}), "
+                               f"words {', '.join(info['words'])}")
+        return signals
+    deciding = model.deciding_lines(lines, source, second)
+    if not deciding:
+        # the words favour it only taken together: no line to show for it, no answer
+        info.update(category="other", abstained=True)
+        signals.reasons.append(f"back-off: no line carries {best} over {second} on its own")
+        return signals
+    hits = [Hit(answer, "backoff", w, f"back-off: the words of this line weigh {w:.2f} for {source} over {second}",
+                ln, n) for n, ln, w in deciding]
+    reasons = [f"back-off: {answer} ({probs[best]:.2f}, runner-up {second} {probs[second]:.2f}), words "
+               f"{', '.join(info['words'])}: no signal proved anything (best score below {MIN_SCORE})"]
+    confidence = round(probs[best] * float(model.meta.get("precision", 0.5)), 2)
+    return Triage(answer, [ln for _, ln, _ in sorted(deciding)], reasons, NEXT_STEPS[answer], confidence, second,
+                  signals.scores, [], hits + signals.hits, backoff=info)
+
+
+def _apply_facts(guess: Guess, odds: Mapping[str, float], hand_over: Mapping[str, str]) -> dict[str, float]:
+    """The back-off's probabilities under the live facts, as the facts act on the scores: a
+    driver new enough hands driver-level evidence to the container path, a one-node replica at
+    load hands communication to step 3, CUDA init that succeeded (or failed) scales steps 1-2
+    (or 3-4) down, a launch that fails on one node alone rules communication out."""
+    probs = {c: guess.probabilities.get(c, 0.0) for c in CATEGORIES}
+    for src, dst in hand_over.items():
+        probs[dst] += probs[src]
+        probs[src] = 0.0
+    probs = {c: p * odds[c] for c, p in probs.items()}
+    z = sum(probs.values())
+    return {c: p / z for c, p in probs.items()} if z > 0 else {c: float(c == "other") for c in CATEGORIES}
 
 
 def _decide(scores: dict[str, float], hits: list[Hit], relabel: Mapping[str, str],

@@ -1435,6 +1435,12 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|tokenizer.*(not found|error)",
      "launch arguments or model config"),
     ("port", "other", 3.0, r"Address already in use|port .* (is )?already in use|EADDRINUSE", "port already in use"),
+    # A launcher given a node rank its node count does not have: accelerate's notebook_launcher
+    # (src/accelerate/launchers.py: "The node_rank must be less than the number of nodes.") and the
+    # launch scripts written on its model ("NODE_RANK must be less than NNODES"). The launch command
+    # is wrong on that node; nothing in the GPU stack failed, 3.
+    ("config", "other", 3.0, r"node[_ ]rank\b\W*(=\s*\d+\s*)?must be less than",
+     "a node rank at or above the launch's node count"),
     # The hub not serving the model, in transformers' and huggingface_hub's words
     # (transformers src/transformers/utils/hub.py: "X is not a local folder and is not a valid model
     # identifier listed on 'https://huggingface.co/models'"; huggingface_hub file_download.py and
