@@ -180,6 +180,15 @@ def test_one_node_replica_dying_at_load_is_step_three():
     assert classify(text, stage="multinode", nnodes=2, cuda_init_ok=True).category == "communication"
 
 
+def test_the_prefix_cache_proofs_verdict_is_other_not_capacity():
+    # the features stage's own words share "cache" and "load" with KV-cache capacity failures;
+    # a server that answers and does not reuse a prefix has a serving setting wrong, no GPU cause
+    for reason in ("no prefix-cache hits on the repeated prefix", "hits did not behave as a prefix cache should"):
+        t = classify(f"load ladder stopped at prefix_cache: {reason}\n", stage="features")
+        assert t.category == "other" and t.backoff is None, (reason, t.reasons)
+        assert t.evidence == [f"load ladder stopped at prefix_cache: {reason}"]
+
+
 def test_replica_failure_lines_of_the_simulator_triage_to_their_step():
     """The lines a K3 replica fails with (sim/vllm_multinode.py, sim/vllm.py, the communication
     gate) land where docs/domain.md's tree puts them: a worker that never joined, a socket fallback

@@ -1435,6 +1435,13 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|tokenizer.*(not found|error)",
      "launch arguments or model config"),
     ("port", "other", 3.0, r"Address already in use|port .* (is )?already in use|EADDRINUSE", "port already in use"),
+    # The prefix-cache proof's own verdicts (k3rollout/stages/features.py, prefix_cache_proof): the
+    # server answers, and does not reuse a repeated prefix. Caching switched off
+    # (--no-enable-prefix-caching) or broken in the release is a serving setting, not a GPU cause
+    # (docs/domain.md, "Prefix cache"), 3.
+    ("prefix_cache", "other", 3.0,
+     r"no prefix-cache hits on the repeated prefix|hits did not behave as a prefix cache should",
+     "the prefix-cache proof: a repeated prefix is not served from the cache"),
     # A launcher given a node rank its node count does not have: accelerate's notebook_launcher
     # (src/accelerate/launchers.py: "The node_rank must be less than the number of nodes.") and the
     # launch scripts written on its model ("NODE_RANK must be less than NNODES"). The launch command
