@@ -31,6 +31,12 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+# The suite starts Python processes by the thousand (CLI runs, the simulated clusters' daemons,
+# ansible-playbook, the fork servers, pytest's workers): each compiles every module it imports
+# that has no cached bytecode. An environment with PYTHONDONTWRITEBYTECODE set (some container
+# images set it) never caches any, and every process compiles the project again; the caches go to
+# __pycache__/, which git ignores.
+unset PYTHONDONTWRITEBYTECODE
 # static checks first (configured in pyproject.toml and .importlinter): lint, layering, types
 .venv/bin/ruff check k3rollout k3sim tests bench scripts setup.py
 .venv/bin/lint-imports --no-cache
