@@ -10,6 +10,7 @@ import os
 import re
 import socket
 import threading
+import time
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -48,7 +49,11 @@ def test_metrics_endpoint_during_the_run_and_figures_equal_result_json_at_the_en
     html = (run_dir / "report.html").read_text()
     assert re.search(r"<h1[^>]*>Run in progress \(this report was written at 20\d\d-", html)
 
-    served = samples(scrape(url))
+    # the endpoint is fed the engine's records once each is on disk: it shows the pause a moment
+    # after the journal does (waited for by what it serves, at most a minute)
+    deadline = time.monotonic() + 60
+    while value(served := samples(scrape(url)), "k3rollout_pauses_waiting") != 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
     # the endpoint (fed by the engine's records) and the journal on disk say the same
     assert served == samples(cli("metrics", str(run_dir)).stdout)
     assert value(served, "k3rollout_nodes", state="upgraded") == 1
