@@ -23,9 +23,12 @@ cuInit CUDA_ERROR_UNKNOWN, slurmd MIG, TensorFlow libcuda, Ray driver-node, inva
 and etcd rendezvous-store signals); `heldout10/` was collected and labelled after those, and
 `heldout11/` while the tools' own message strings were swept into the signal table (without reading
 it or the other folders never tuned on), and `heldout12/` during a second such sweep, and
-`heldout13/` after that. The 90% target of issue #35 is asserted on the folders never tuned on
-(`heldout/`, `heldout5/`, `heldout10/`, `heldout11/`, `heldout12/` and `heldout13/`) taken together,
-as a strict expected failure while it is not met.
+`heldout13/` after that (measured at 39/60 by the signals alone and 47/60 with the back-off, its
+misses were then tuned on: the NGC entrypoint, PTX-version, DKMS, enroot, Apptainer, TensorRT OOM,
+FP8/FP4 and TensorRT-LLM peer-access signals were chosen knowing them, and the back-off is fitted on
+it, so it is a tuned-on folder since). The 90% target of issue #35 is asserted on the folders never
+tuned on (`heldout/`, `heldout5/`, `heldout10/`, `heldout11/` and `heldout12/`) taken together, as
+a strict expected failure while it is not met.
 """
 
 from __future__ import annotations
@@ -78,8 +81,8 @@ FOLDS = 5
 # the held-out folders whose misses were known when signals were chosen: with the main folder,
 # what the lexical back-off is fitted on (scripts/fit_triage_backoff.py); the others measure
 # triage on logs nothing was tuned or fitted to
-TUNED_ON = [FRESH, THIRD, FOURTH, SIXTH, SEVENTH, EIGHTH, NINTH]
-NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH, THIRTEENTH]
+TUNED_ON = [FRESH, THIRD, FOURTH, SIXTH, SEVENTH, EIGHTH, NINTH, THIRTEENTH]
+NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH]
 
 
 def table(folder: Path) -> list[dict[str, str]]:
@@ -433,30 +436,32 @@ def test_thirteenth_heldout_accuracy_is_reported_and_does_not_regress():
     # 39/60 = 65.0% when the folder was closed, run once on the signals of "Triage: transformers
     # missing flash-attn or accelerate" (tests/data/logs/heldout13/README.md lists the 21 misses);
     # 47/60 = 78.3% with the lexical back-off, fitted without it and run on it once when frozen.
+    # Its misses were then tuned on (the NGC entrypoint, PTX-version, DKMS, enroot, Apptainer,
+    # TensorRT OOM, FP8/FP4 and peer-access signals, and the back-off refitted with it): 54/60 by
+    # the signals alone and 59/60 with the back-off after them, no longer a figure for unseen logs.
     # The floor (two logs below) catches a regression, it is not the target
     assert thirteenth_accuracy() >= 0.75
 
 
 def never_tuned_on_accuracy() -> float:
-    """Accuracy on `heldout/`, `heldout5/`, `heldout10/`, `heldout11/`, `heldout12/` and `heldout13/` together: no
+    """Accuracy on `heldout/`, `heldout5/`, `heldout10/`, `heldout11/` and `heldout12/` together: no
     signal was chosen knowing their misses (the vLLM 0.33 signals left heldout5's figure as it was, the
     toolkit, driver-build and rendezvous signals too, and those chosen on heldout7's, heldout8's
     and heldout9's misses; the wrapped-line reading, written for heldout8's, also reads one of
     heldout5's; heldout10 was collected after them; the sweep of the tools' own message strings
     was written without reading these four folders, and heldout11 was collected and labelled
     while it was written, by symptom searches fixed before any result was read; heldout12 the same
-    way during the second sweep, which was written without reading any of the five; heldout13 after
-    heldout12 was measured, the same way)."""
+    way during the second sweep, which was written without reading any of the five; heldout13, collected
+    after heldout12 was measured, left them when its misses were tuned on)."""
     pairs = [(cat, classify(text).category) for folder in NEVER_TUNED_ON for _, cat, text in corpus(folder)]
-    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12, "
-                    "heldout13)")
+    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12)")
     return acc
 
 
 @pytest.mark.xfail(strict=True, reason="issue #35 asks for 90% on logs triage has never seen; on the folders "
-                   "never tuned on, heldout, heldout5, heldout10, heldout11, heldout12 and heldout13, it is "
-                   "224/267 = 83.9% with the lexical back-off (209/267 = 78.3% by the signals alone; heldout13, "
-                   "collected blind after the back-off was frozen, 47/60, 39/60 by the signals; docs/domain.md). "
+                   "never tuned on, heldout, heldout5, heldout10, heldout11 and heldout12, it is "
+                   "183/207 = 88.4% with the lexical back-off (174/207 = 84.1% by the signals alone; 177/207 and "
+                   "170/207 before the heldout13 round; docs/domain.md). "
                    "Strict: reaching it fails here until the mark goes")
 def test_unseen_heldout_reaches_the_90_percent_target():
     assert never_tuned_on_accuracy() >= 0.90

@@ -228,6 +228,40 @@ UPSTREAM = [
      "0.4.14."),
     ("accelerate src/accelerate/launchers.py", "other", "ValueError: The node_rank must be less than the number of "
      "nodes."),
+    # rendered from the format strings named beside each signal in signals.py
+    ("NGC nvidia_entrypoint.sh driver check", "driver_incompatible",
+     "ERROR: This container was built for NVIDIA Driver Release 570.86 or later, but"),
+    ("NGC nvidia_entrypoint.sh driver check (second line)", "driver_incompatible",
+     "version 550.54.15 was detected and compatibility mode is UNAVAILABLE."),
+    ("numba/cuda/cudadrv/driver.py _check_error + cuda.h 222", "driver_incompatible",
+     "numba.cuda.cudadrv.driver.LinkerError: [222] Call to cuLinkAddData results in UNKNOWN_CUDA_ERROR"),
+    ("numba LinkerError carrying the driver JIT's ptxas log", "driver_incompatible",
+     "ptxas application ptx input, line 9; fatal   : Unsupported .version 8.5; current version is '8.4'"),
+    ("dkms.in read_conf", "container_runtime", "Error! Could not locate dkms.conf file."),
+    ("dkms.in read_conf, the NVIDIA module's path", "container_runtime",
+     "File: /var/lib/dkms/nvidia/550.54.15/source/dkms.conf does not exist."),
+    ("NVIDIA/enroot conf/hooks/98-nvidia.sh", "container_runtime",
+     "[ERROR] Command not found: nvidia-container-cli, see https://github.com/NVIDIA/libnvidia-container"),
+    ("apptainer --nvccli, Go os/exec", "container_runtime",
+     'FATAL:   container creation failed: exec: "/usr/local/bin/nvidia-container-cli": stat '
+     "/usr/local/bin/nvidia-container-cli: no such file or directory"),
+    ("SingularityCE legacy --nv, nvliblist.conf", "container_runtime",
+     "WARNING: Could not find any Nvidia libraries on this host!"),
+    ("TensorRT ErrorCode kOUT_OF_MEMORY", "model_load_capacity",
+     "[TRT] [E] 2: [executionContext.cpp::allocate::310] Error Code 2: OutOfMemory (no further information)"),
+    ("TensorRT allocator warning", "model_load_capacity",
+     "[TRT] [W] Requested amount of GPU memory (1073741824 bytes) could not be allocated. There may not be enough "
+     "free memory for allocation to succeed."),
+    ("tensorrt_llm/common/cudaUtils.h check()", "model_load_capacity",
+     "[TensorRT-LLM][ERROR] CUDA runtime error in ::cudaMallocAsync(ptr, n, mCudaStream->get()): out of memory "
+     "(/src/cpp/tensorrt_llm/runtime/tllmBuffers.h:134)"),
+    ("triton python/triton/language/core.py dtype.to_ir", "model_load_capacity",
+     "ValueError(\"type fp8e4nv not supported in this architecture. The supported fp8 dtypes are "
+     "('fp8e4b15', 'fp8e5')\")"),
+    ("nunchaku src/kernels/zgemm/gemm_w4a4.cuh trap_no_fp4", "model_load_capacity",
+     "FP4 is not available on this device"),
+    ("tensorrt_llm/_ipc_utils.py set_peer_access", "communication",
+     "RuntimeError: Can't enable access between nodes 0 and 3"),
 ]
 
 
@@ -269,6 +303,21 @@ NEAR_MISSES = [
     ("model_load_capacity", "TypeError: __init__() got an unexpected keyword argument 'use_safetensors'"),
     # ssh's own words for a closed session are not NCCL's
     ("communication", "Connection to 10.0.0.2 closed by remote host."),
+    # the NGC entrypoint with forward compatibility working, and its CPU check: not the driver
+    ("driver_incompatible", "NOTE: Legacy NVIDIA Driver detected.  Compatibility mode ENABLED."),
+    ("driver_incompatible",
+     "ERROR: This container was built for CPUs supporting at least the AVX instruction set, but"),
+    # a toolkit ptxas run on a file, older than its front end: the environment, not the driver
+    ("driver_incompatible",
+     "ptxas /tmp/tmpa1b2c3.ptx, line 5; fatal   : Unsupported .version 8.9; current version is '8.8'"),
+    # Numba's code 218 (invalid PTX) alone says nothing about the driver's age
+    ("driver_incompatible", "LinkerError: [218] Call to cuLinkAddData results in UNKNOWN_CUDA_ERROR"),
+    # Singularity's --nv with no nvidia-smi: logged at INFO, the libraries may still be there
+    ("container_runtime", "INFO:    Could not find any NVIDIA binaries on this host!"),
+    # Triton's other unsupported type is not a number format the GPU lacks
+    ("model_load_capacity", "ValueError: type uint8 not supported in this architecture for now."),
+    # TensorRT's other error codes (kINVALID_ARGUMENT = 3) are not memory
+    ("model_load_capacity", "[TRT] [E] 3: [builder.cpp::build::100] Error Code 3: API Usage Error"),
 ]
 
 

@@ -129,6 +129,29 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("ptx_toolchain", "driver_incompatible", 4.0,
      r"PTX was compiled with an unsupported toolchain|cudaErrorUnsupportedPtxVersion|UNSUPPORTED_PTX_VERSION",
      "error 222: PTX from a newer CUDA than the driver"),
+    # Numba's driver wrapper (numba/cuda/cudadrv/driver.py _check_error: "Call to %s results in %s",
+    # raised as CudaAPIError/LinkerError whose text is "[%s] %s" % (code, msg)) names an error code
+    # its table may not know as UNKNOWN_CUDA_ERROR; the code 222 is cuda.h's
+    # CUDA_ERROR_UNSUPPORTED_PTX_VERSION, the verdict above in numbers: 4. The same LinkerError
+    # carries the driver JIT's own log, where its ptxas names the PTX handed to it in memory
+    # "application ptx input" ("ptxas application ptx input, line N; fatal : Unsupported .version
+    # X; current version is 'Y'"): PTX newer than the driver's JIT takes, 3 (under 218, invalid
+    # PTX, the same words). A ptxas run on a file ("ptxas /tmp/x.ptx, line N; fatal : Unsupported
+    # .version") is a toolkit ptxas older than its front end, the environment's: not taken.
+    ("ptx_toolchain", "driver_incompatible", 4.0, r"\[222\] Call to cu\w+ results in",
+     "Numba: CUDA error 222, PTX from a newer CUDA than the driver"),
+    ("ptx_toolchain", "driver_incompatible", 3.0, r"ptxas application ptx input, line \d+; fatal\s*: Unsupported \.version",
+     "the driver's PTX JIT: PTX from a newer CUDA than the driver"),
+    # NVIDIA's NGC images compare the driver with the one the image was built for in their entrypoint
+    # (nvidia_entrypoint.sh / entrypoint.d: "ERROR: This container was built for NVIDIA Driver Release
+    # ${CUDA_DRIVER_VERSION%.*} or later, but" / "version ${DRIVER_VERSION} was detected and
+    # compatibility mode is UNAVAILABLE."; with forward compatibility working it prints "NOTE: Legacy
+    # NVIDIA Driver detected.  Compatibility mode ENABLED." instead): the image's CUDA floor above the
+    # driver, as NVIDIA_REQUIRE_CUDA, 4. Its CPU check ("This container was built for CPUs supporting
+    # at least the AVX instruction set") is not taken.
+    ("cuda_requirement", "driver_incompatible", 4.0,
+     r"This container was built for NVIDIA Driver Release [\d.]+ or later|was detected and compatibility mode is UNAVAILABLE",
+     "NGC entrypoint: the image was built for a newer driver, no forward compatibility"),
     # A bare "error 35" with a CUDA context and no text: likely, not proven.
     ("cuda_driver_too_old", "driver_incompatible", 2.0,
      r"CUDA (error|Error)[ :]*35\b|\berror code 35\b|cuInit.*\b35\b", "CUDA error code 35"),
@@ -204,6 +227,16 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # specification"; the CDI modifier's errors follow it).
     ("toolkit_hook", "container_runtime", 3.5,
      r"could not apply required modification to OCI specification", "nvidia-container-runtime failed"),
+    # enroot's GPU hook (NVIDIA/enroot conf/hooks/98-nvidia.sh: common::err "Command not found:
+    # nvidia-container-cli, see https://github.com/NVIDIA/libnvidia-container"), which pyxis runs for
+    # every GPU job: libnvidia-container is not installed on the node, the container cannot get its
+    # GPUs, 4. Apptainer's and SingularityCE's --nvccli run the binary set as "nvidia-container-cli
+    # path" in apptainer.conf/singularity.conf; where it is not there Go's os/exec error names it
+    # ("exec: %q: %v", the stat error): the same tool missing, 3.5.
+    ("toolkit_hook", "container_runtime", 4.0, r"Command not found: nvidia-container-cli",
+     "enroot's GPU hook: nvidia-container-cli is not installed"),
+    ("toolkit_hook", "container_runtime", 3.5, r'exec: "\S*nvidia-container-cli": stat \S+: no such file or directory',
+     "Apptainer --nvccli: nvidia-container-cli is not installed"),
     # The toolkit's other refusals to set a container up (nvidia-container-toolkit):
     # internal/modifier/stable.go (until 2023) "failed to locate NVIDIA Container Runtime Hook"
     # (the runtime is configured, its hook binary is not installed); internal/runtime/runtime.go
@@ -442,6 +475,14 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      "NVIDIA kernel module does not build or load"),
     ("driver_build", "container_runtime", 3.0, r"DKMS module '?\S+'? failed to (build|install)",
      "kernel module build failed (DKMS)"),
+    # DKMS refusing a module whose source tree has no dkms.conf (dkms.in read_conf: die 4 "Could not
+    # locate dkms.conf file." "File: %s does not exist."), a stale or half-removed driver package: the
+    # module is not rebuilt for the kernel, 3 as dkms.in's build failure (any module), 3.5 where the
+    # path is NVIDIA's module's.
+    ("driver_build", "container_runtime", 3.0, r"Could not locate dkms\.conf file",
+     "DKMS: a module source without dkms.conf is not built"),
+    ("driver_build", "container_runtime", 3.5, r"/var/lib/dkms/nvidia[\w.-]*/\S+/dkms\.conf does not exist",
+     "DKMS: the NVIDIA module's source has no dkms.conf"),
 
     # CUDA error 34 (cudaErrorStubLibrary, CUDA_ERROR_STUB_LIBRARY; cudaGetErrorString "CUDA driver
     # is a stub library"): the toolkit's link-time stub libcuda (lib64/stubs) was loaded instead of
@@ -479,9 +520,12 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      "Ollama: no usable GPU found (runs on the CPU)"),
     # Apptainer/SingularityCE `--nv` binding the host's driver libraries and tools listed in
     # etc/nvliblist.conf into the container ("Could not find any nv files on this host!", "Could
-    # not find any nv libraries on this host!"): no driver files where the container runs, so the GPU
-    # cannot reach it. 3, and a warning where it is printed as one.
-    ("nvml_in_container", "container_runtime", 3.0, r"Could not find any nv (files|libraries) on this host",
+    # not find any nv libraries on this host!"; SingularityCE 3.x's legacy --nv path in
+    # internal/pkg/runtime/launcher "Could not find any Nvidia libraries on this host!", Singularity
+    # 3.0's "Could not find any NVIDIA libraries"): no driver files where the container runs, so the
+    # GPU cannot reach it. 3, and a warning where it is printed as one. Its "Could not find any NVIDIA
+    # binaries on this host!" is logged at INFO (nvidia-smi absent alone) and is not taken.
+    ("nvml_in_container", "container_runtime", 3.0, r"Could not find any (nv|nvidia) (files|libraries) on this host",
      "Apptainer --nv: no NVIDIA driver files on the host to bind"),
     # slurmctld refusing a node whose slurmd found fewer GPUs than slurm.conf declares
     # (SchedMD/slurm src/common/gres.c: "%s count reported lower than configured (%"PRIu64" < %"PRIu64")"
@@ -674,6 +718,20 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|CUDA_ERROR_OUT_OF_MEMORY|RESOURCE_EXHAUSTED: Out of memory|out of memory allocating"
      r"|Cuda failure '?out of memory",
      "out of GPU memory"),
+    # TensorRT's error reporter ("[file::function::line] Error Code N: Kind (detail)", the ErrorCode of
+    # NvInferRuntimeBase.h, kOUT_OF_MEMORY = 2, "OutOfMemory") and its allocator's warning "Requested
+    # amount of GPU memory (N bytes) could not be allocated. There may not be enough free memory for
+    # allocation to succeed." (TensorRT Developer Guide, troubleshooting): an engine build or load
+    # that does not fit, 4 and 3. TensorRT-LLM's CUDA check (cpp/include/tensorrt_llm/common/
+    # cudaUtils.h check(): "[TensorRT-LLM][ERROR] CUDA runtime error in %s: %s" with
+    # cudaGetErrorString) on an allocation that ran out: "CUDA runtime error in
+    # ::cudaMallocAsync(...): out of memory", 4.
+    ("gpu_memory", "model_load_capacity", 4.0,
+     r"Error Code 2: OutOfMemory|CUDA runtime error in \S.*: out of memory",
+     "TensorRT / TensorRT-LLM: out of GPU memory"),
+    ("gpu_memory", "model_load_capacity", 3.0,
+     r"Requested amount of GPU memory \(\d+ bytes\) could not be allocated",
+     "TensorRT: a GPU allocation could not be made"),
     ("gpu_memory", "model_load_capacity", 2.5,
      r"Not enough memory|insufficient (GPU )?memory|memory (is )?not enough"
      r"|exceeds (the )?(available|total) (GPU )?memory"
@@ -844,6 +902,15 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # "Bfloat16 is only supported on GPUs with compute capability of at least 8.0"; vLLM 0.2's
     # RuntimeError "GPUs with compute capability below 7.0 are not supported."): the model's dtype does not run
     # on this GPU, a model-load problem like the quantization minimum above.
+    # Number formats the GPU has no hardware for: Triton's frontend refusing an FP8 type the target
+    # lacks (triton python/triton/language/core.py dtype.to_ir: ValueError(f'type {self} not supported
+    # in this architecture. The supported fp8 dtypes are {...}'), fp8e4nv below SM89) and nunchaku's
+    # FP4 GEMM built without FP4 for this GPU (nunchaku src/kernels/zgemm/gemm_w4a4.cuh trap_no_fp4:
+    # printf "FP4 is not available on this device", below SM120): FP8/FP4 weights on a GPU without
+    # those types, as the FP8 minimum capability, 3.5.
+    ("quantization", "model_load_capacity", 3.5,
+     r"type fp8\w* not supported in this architecture|FP4 is not available on this device",
+     "FP8/FP4 weights on a GPU without those types"),
     ("quantization", "model_load_capacity", 3.5,
      r"Bfloat16 is only supported on GPUs with compute capability|GPUs with compute capability below \S+ are not supported",
      "model dtype not supported by this GPU"),
@@ -1235,6 +1302,12 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"P2P (access|is) (not|disabled)|peer access is not supported|NVLink.*(error|down|inactive)"
      r"|custom allreduce.*(fail|disabled)"
      r"|cudaErrorPeerAccess", "peer-to-peer / NVLink path"),
+    # TensorRT-LLM's custom all-reduce enabling peer access inside the tensor-parallel group
+    # (tensorrt_llm/_ipc_utils.py set_peer_access: RuntimeError(f"Can't enable access between nodes
+    # {src_node} and {dest_node}") where cudaDeviceCanAccessPeer answers 0): two GPUs of one host
+    # without a peer path (PCIe host bridge, no NVLink), as NCCL's refused peer access, 3.
+    ("p2p_nvlink", "communication", 3.0, r"Can't enable access between nodes \d+ and \d+",
+     "TensorRT-LLM: CUDA peer access between two GPUs not possible"),
 
     # NCCL's socket layer losing its peer (src/misc/socket.cc: WARN "socketProgress: Connection closed
     # by remote peer %s", ncclRemoteError; older releases "Net : Connection closed by remote peer"):
