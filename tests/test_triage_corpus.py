@@ -85,7 +85,7 @@ FOLDS = 5
 # what the lexical back-off is fitted on (scripts/fit_triage_backoff.py); the others measure
 # triage on logs nothing was tuned or fitted to
 TUNED_ON = [FRESH, THIRD, FOURTH, SIXTH, SEVENTH, EIGHTH, NINTH, THIRTEENTH]
-NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH]
+NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH, FOURTEENTH]
 
 
 def table(folder: Path) -> list[dict[str, str]]:
@@ -436,6 +436,17 @@ def test_fourteenth_heldout_is_real_cited_and_new():
                                    TENTH, ELEVENTH, TWELFTH, THIRTEENTH])
 
 
+def fourteenth_accuracy() -> float:
+    return folder_accuracy(FOURTEENTH, "fourteenth held-out folder (symptom-searched, labelled before triage ran)")
+
+
+def test_fourteenth_heldout_accuracy_is_reported_and_does_not_regress():
+    # 41/54 = 75.9% when the folder was closed, run once on the signals and the back-off of the
+    # heldout13 round (39/54 = 72.2% by the signals alone; tests/data/logs/heldout14/README.md
+    # lists the misses). The floor (two logs below) catches a regression, it is not the target
+    assert fourteenth_accuracy() >= 0.72
+
+
 def thirteenth_accuracy() -> float:
     return folder_accuracy(THIRTEENTH, "thirteenth held-out folder (symptom-searched, labelled before triage ran)")
 
@@ -460,16 +471,19 @@ def never_tuned_on_accuracy() -> float:
     was written without reading these four folders, and heldout11 was collected and labelled
     while it was written, by symptom searches fixed before any result was read; heldout12 the same
     way during the second sweep, which was written without reading any of the five; heldout13, collected
-    after heldout12 was measured, left them when its misses were tuned on)."""
+    after heldout12 was measured, left them when its misses were tuned on; heldout14 was collected
+    while that was done, by symptom searches fixed before any result was read)."""
     pairs = [(cat, classify(text).category) for folder in NEVER_TUNED_ON for _, cat, text in corpus(folder)]
-    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12)")
+    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12, "
+                    "heldout14)")
     return acc
 
 
 @pytest.mark.xfail(strict=True, reason="issue #35 asks for 90% on logs triage has never seen; on the folders "
-                   "never tuned on, heldout, heldout5, heldout10, heldout11 and heldout12, it is "
-                   "183/207 = 88.4% with the lexical back-off (174/207 = 84.1% by the signals alone; 177/207 and "
-                   "170/207 before the heldout13 round; docs/domain.md). "
+                   "never tuned on, heldout, heldout5, heldout10, heldout11, heldout12 and heldout14, it is "
+                   "224/261 = 85.8% with the lexical back-off (213/261 = 81.6% by the signals alone); heldout14, "
+                   "collected blind during the heldout13 round, 41/54 = 75.9% (39/54 by the signals alone); "
+                   "docs/domain.md. "
                    "Strict: reaching it fails here until the mark goes")
 def test_unseen_heldout_reaches_the_90_percent_target():
     assert never_tuned_on_accuracy() >= 0.90
