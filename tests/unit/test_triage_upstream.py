@@ -262,6 +262,37 @@ UPSTREAM = [
      "FP4 is not available on this device"),
     ("tensorrt_llm/_ipc_utils.py set_peer_access", "communication",
      "RuntimeError: Can't enable access between nodes 0 and 3"),
+    ("cuda.h CUDA_ERROR_INVALID_IMAGE (200)", "driver_incompatible",
+     "RuntimeError: CUDA_ERROR_INVALID_IMAGE(200): device kernel image is invalid"),
+    ("dnf/cli/commands/install.py PackagesNotAvailableError", "container_runtime",
+     "Error: Unable to find a match: kernel-headers-5.14.0-427.13.1.el9_4.x86_64 "
+     "kernel-devel-5.14.0-427.13.1.el9_4.x86_64"),
+    ("SchedMD/slurm src/interfaces/gpu.c", "container_runtime",
+     "slurmd: fatal: We were configured to autodetect nvml functionality, but we weren't able to find that lib "
+     "when Slurm was configured."),
+    ("ollama gpu/gpu.go (log.Printf, 0.1.x)", "model_load_capacity",
+     "2024/01/14 19:50:06 gpu.go:138: CUDA GPU is too old. Falling back to CPU mode. Compute Capability "
+     "detected: 5.2"),
+    ("llvm/lib/Target/NVPTX/NVPTXSubtarget.cpp", "model_load_capacity",
+     "LLVM ERROR: PTX version 8.4 does not support target 'sm_120a'. Minimum required PTX version is 8.7."),
+    ("ptxas, an instruction the target lacks", "model_load_capacity",
+     "ptxas /tmp/tmpxft_00001a2b_00000000-6_gemm_kernels.ptx, line 412; error   : Feature '.m16n8k16' requires "
+     ".target sm_80 or higher"),
+    ("TensorRT-LLM weightOnlyGroupwiseQuantMatmulPlugin.cpp", "model_load_capacity",
+     "[TensorRT-LLM][ERROR] Assertion failed: No valid weight only groupwise GEMM tactic(It is usually caused by "
+     "the failure to execute all candidate configurations of the CUTLASS kernel, please pay attention to the "
+     "warning information when building the engine.)"),
+    ("xla/stream_executor/cuda/subprocess_compilation.cc", "model_load_capacity",
+     "2025-02-01 10:00:00.000000: W external/xla/xla/stream_executor/cuda/subprocess_compilation.cc:238] Falling "
+     "back to the CUDA driver for PTX compilation; ptxas does not support CC 12.0"),
+    ("tensorflow stream_executor/cuda/cuda_dnn.cc (TensorFlow 0.x)", "other",
+     "E tensorflow/stream_executor/cuda/cuda_dnn.cc:347] Loaded cudnn library: 5005 but source was compiled "
+     "against 5110.  If using a binary install, upgrade your cudnn library to match.  If building from sources, "
+     "make sure the library loaded matches the version you specified during compile configuration."),
+    ("xla/stream_executor/cuda/assemble_compilation_provider.cc", "other",
+     "jaxlib.xla_extension.XlaRuntimeError: UNAVAILABLE: No PTX compilation provider is available. Neither "
+     "ptxas/nvlink nor nvjtlink is available. As a fallback you can enable JIT compilation in the CUDA driver via "
+     "the flag `--xla_gpu_unsafe_fallback_to_driver_on_ptxas_not_found`. Details:"),
 ]
 
 
@@ -318,6 +349,18 @@ NEAR_MISSES = [
     ("model_load_capacity", "ValueError: type uint8 not supported in this architecture for now."),
     # TensorRT's other error codes (kINVALID_ARGUMENT = 3) are not memory
     ("model_load_capacity", "[TRT] [E] 3: [builder.cpp::build::100] Error Code 3: API Usage Error"),
+    # dnf missing another package than the running kernel's headers is not the driver container's
+    ("container_runtime", "Error: Unable to find a match: python3-devel"),
+    # slurmd built with NVML that finds the library at run time is working
+    ("container_runtime", "slurmd: gpu/nvml: init: GPU NVML plugin loaded"),
+    # ptxas's warning for a target it will drop, not a feature it refuses
+    ("model_load_capacity", "nvcc warning : The 'compute_35', 'compute_37', 'sm_35', and 'sm_37' architectures "
+     "are deprecated, and may be removed in a future release"),
+    # TensorRT-LLM's other assertions are not the GPU lacking kernels
+    ("model_load_capacity", "[TensorRT-LLM][ERROR] Assertion failed: mpiSize == tp * pp"),
+    # XLA using its ptxas normally names its version, not a compute capability it lacks
+    ("model_load_capacity", "I external/xla/xla/stream_executor/cuda/subprocess_compilation.cc:123] Using ptxas "
+     "version 12.8.93"),
 ]
 
 

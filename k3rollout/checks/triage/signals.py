@@ -152,6 +152,13 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("cuda_requirement", "driver_incompatible", 4.0,
      r"This container was built for NVIDIA Driver Release [\d.]+ or later|was detected and compatibility mode is UNAVAILABLE",
      "NGC entrypoint: the image was built for a newer driver, no forward compatibility"),
+    # CUDA error 200 (cuda.h CUDA_ERROR_INVALID_IMAGE, cuGetErrorString "device kernel image is
+    # invalid"): the driver refuses a module's image, most often a cubin or fatbinary newer than the
+    # driver's loader (a build of a newer toolkit on an older driver); a corrupt module prints it
+    # too, so likely, not proven: 2.5, as the bare error 35 below.
+    ("cuda_driver_too_old", "driver_incompatible", 2.5,
+     r"CUDA_ERROR_INVALID_IMAGE|device kernel image is invalid",
+     "CUDA error 200: the driver refuses the module's kernel image"),
     # A bare "error 35" with a CUDA context and no text: likely, not proven.
     ("cuda_driver_too_old", "driver_incompatible", 2.0,
      r"CUDA (error|Error)[ :]*35\b|\berror code 35\b|cuInit.*\b35\b", "CUDA error code 35"),
@@ -647,6 +654,14 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("gpu_visibility", "container_runtime", 3.0, r"System GPU detection failed",
      "Slurm: slurmd's GPU autodetection failed"),
 
+    # slurmd asked for NVML autodetection (gres.conf AutoDetect=nvml) by a Slurm built without NVML
+    # (SchedMD/slurm src/interfaces/gpu.c, src/common/gpu.c before 23.02: "We were configured to
+    # autodetect nvml functionality, but we weren't able to find that lib when Slurm was
+    # configured."; fatal in recent releases): the node's GPUs are not detected, 3 as above.
+    ("gpu_visibility", "container_runtime", 3.0,
+     r"configured to autodetect nvml functionality, but we weren't able to find that lib",
+     "Slurm: NVML autodetection asked of a slurmd built without NVML"),
+
     # Kubernetes' RuntimeClass admission plugin refusing a pod whose runtimeClassName names no
     # RuntimeClass object (plugin/pkg/admission/runtimeclass/admission.go: "pod rejected:
     # RuntimeClass %q not found"): a pod asking for the nvidia class on a cluster where the GPU
@@ -706,6 +721,13 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # kernel version"): the module cannot be built, the node has no working driver, 3.5 as DKMS's.
     ("driver_build", "container_runtime", 3.5, r"Could not resolve Linux kernel version",
      "GPU Operator: no kernel headers to build the NVIDIA module"),
+    # The driver container installing the running kernel's headers with dnf (OpenShift/RHEL images of
+    # NVIDIA/gpu-driver-container: "dnf -q -y install kernel-headers-${KERNEL_VERSION}
+    # kernel-devel-..."), which the repositories do not carry (dnf/cli/commands/install.py:
+    # PackagesNotAvailableError(_("Unable to find a match"), pkg_spec=...), printed "Error: Unable to
+    # find a match: %s"): the module cannot be built, 3.5 as "Could not resolve Linux kernel version".
+    ("driver_build", "container_runtime", 3.5, r"Unable to find a match: kernel-(headers|devel)-\S+",
+     "driver container: no kernel headers package for the running kernel"),
     # Slurm refusing a GPU request its configuration has no GRES for (src/common/slurm_errno.c
     # ESLURM_INVALID_GRES "Invalid generic resource (gres) specification"): gres/gpu not configured
     # on the cluster or the partition, the scheduler's GPU path, 2.5 (a typo in --gres prints it too).
@@ -1004,7 +1026,30 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"with CUDA capability sm_\d+ is not compatible with the current PyTorch installation"
      r"|PyTorch no longer supports this GPU because it is too old"
      r"|ptxas fatal\s*: Value 'sm_\w+' is not defined for option 'gpu-name'"
-     r"|CUDA GPU is too old\. Compute Capability detected", "the build has no kernels for this GPU's architecture"),
+     r"|CUDA GPU is too old\.( Falling back to CPU mode\.)? Compute Capability detected",
+     "the build has no kernels for this GPU's architecture"),
+    # More toolchains older than the GPU, or kernels needing a newer GPU than the one there:
+    #   LLVM's NVPTX backend (llvm/lib/Target/NVPTX/NVPTXSubtarget.cpp, report_fatal_error "PTX
+    #     version X does not support target 'sm_XX'. Minimum required PTX version is Y."), as JAX/XLA
+    #     and Triton print it: the compiler's PTX ISA older than the GPU, as ptxas's 'gpu-name' above, 3
+    #   ptxas refusing an instruction the target lacks ("Feature '.m16n8k16' requires .target sm_80
+    #     or higher"): a kernel (AWQ, BF16 MMA) that needs a newer GPU than the one built for, 3
+    #   TensorRT-LLM's weight-only groupwise GEMM finding no kernel that runs (cpp/tensorrt_llm/plugins/
+    #     weightOnlyGroupwiseQuantMatmulPlugin: TLLM_CHECK_WITH_INFO "No valid weight only groupwise
+    #     GEMM tactic(It is usually caused by the failure to execute all candidate configurations of
+    #     the CUTLASS kernel..."): AWQ/GPTQ kernels absent for this GPU (pre-Ampere), 3
+    #   XLA's ptxas older than the GPU (xla/stream_executor/cuda/subprocess_compilation.cc, formerly
+    #     gpu/asm_compiler.cc: LOG(WARNING) "Falling back to the CUDA driver for PTX compilation;
+    #     ptxas does not support CC X.Y", redzone_allocator's "ptxas ... too old. Falling back to the
+    #     driver to compile."): a warning, the driver may still compile it, 2.5
+    ("quantization", "model_load_capacity", 3.0,
+     r"PTX version \d+\.\d+ does not support target 'sm_\w+'"
+     r"|error\s*: Feature '[.\w]+' requires \.target sm_\d+ or higher"
+     r"|No valid weight only groupwise GEMM tactic",
+     "the toolchain or kernel needs another GPU architecture than this one"),
+    ("quantization", "model_load_capacity", 2.5,
+     r"Falling back to the CUDA driver for PTX compilation; ptxas does not support CC \d+\.\d+",
+     "XLA: its ptxas is older than this GPU"),
     ("quantization", "model_load_capacity", 2.5, r"invalid device function|cudaErrorInvalidDeviceFunction",
      "CUDA error 98: a kernel without an image for this GPU"),
 
@@ -1557,10 +1602,20 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # compiled with: Y. CuDNN library needs to have matching major version and equal or higher minor
     # version"; PyTorch torch/backends/cudnn/__init__.py: RuntimeError "cuDNN version incompatibility:
     # PyTorch was compiled against (9, 8, 0) but found runtime version (9, 1, 1)", a system cuDNN on
-    # LD_LIBRARY_PATH ahead of the wheel's). The image's libraries, not the driver: the environment, 3.
+    # LD_LIBRARY_PATH ahead of the wheel's; TensorFlow 0.x's cuda_dnn.cc "Loaded cudnn library: N but
+    # source was compiled against M.  If using a binary install, upgrade your cudnn library to match.").
+    # The image's libraries, not the driver: the environment, 3.
     ("python_env", "other", 3.0,
-     r"Loaded runtime CuDNN library: \S+ but source was compiled with|cuDNN version incompatibility: PyTorch was compiled",
+     r"Loaded runtime CuDNN library: \S+ but source was compiled with|cuDNN version incompatibility: PyTorch was compiled"
+     r"|Loaded cudnn library: \d+ but source was compiled against \d+",
      "cuDNN of another version than the framework was built with"),
+    # XLA finding neither ptxas/nvlink nor nvJitLink to assemble its kernels (xla/stream_executor/cuda/
+    # assemble_compilation_provider.cc: "No PTX compilation provider is available. Neither
+    # ptxas/nvlink nor nvjtlink is available. As a fallback you can enable JIT compilation in the CUDA
+    # driver via the flag ..."): the image lacks the CUDA compiler tools (a runtime image, no
+    # nvidia-cuda-nvcc wheel), the environment's, 3.
+    ("python_env", "other", 3.0, r"No PTX compilation provider is available",
+     "XLA: no ptxas or nvJitLink in the environment"),
 
     # The libraries around the servers refusing the installed CUDA stack (the build, not the driver):
     #   DeepSpeed deepspeed/ops/op_builder/builder.py CUDAMismatchException: "Installed CUDA version X
