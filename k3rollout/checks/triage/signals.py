@@ -657,7 +657,7 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # slurmd asked for NVML autodetection (gres.conf AutoDetect=nvml) by a Slurm built without NVML
     # (SchedMD/slurm src/interfaces/gpu.c, src/common/gpu.c before 23.02: "We were configured to
     # autodetect nvml functionality, but we weren't able to find that lib when Slurm was
-    # configured."; fatal in recent releases): the node's GPUs are not detected, 3 as above.
+    # configured."): the node's GPUs are not detected, 3 as above.
     ("gpu_visibility", "container_runtime", 3.0,
      r"configured to autodetect nvml functionality, but we weren't able to find that lib",
      "Slurm: NVML autodetection asked of a slurmd built without NVML"),
