@@ -26,7 +26,10 @@ it or the other folders never tuned on), and `heldout12/` during a second such s
 `heldout13/` after that (measured at 39/60 by the signals alone and 47/60 with the back-off, its
 misses were then tuned on: the NGC entrypoint, PTX-version, DKMS, enroot, Apptainer, TensorRT OOM,
 FP8/FP4 and TensorRT-LLM peer-access signals were chosen knowing them, and the back-off is fitted on
-it, so it is a tuned-on folder since). The 90% target of issue #35 is asserted on the folders never
+it, so it is a tuned-on folder since), and `heldout14/` while that was done (measured at 39/54 by
+the signals alone and 41/54 with the back-off, its misses were then tuned on the same way: the CUDA
+error 200, dnf kernel-headers, Slurm NVML, LLVM/ptxas/XLA architecture, TensorRT-LLM tactic, old
+cuDNN and PTX-provider signals, and the back-off is fitted on it). The 90% target of issue #35 is asserted on the folders never
 tuned on (`heldout/`, `heldout5/`, `heldout10/`, `heldout11/` and `heldout12/`) taken together, as
 a strict expected failure while it is not met.
 """
@@ -84,8 +87,8 @@ FOLDS = 5
 # the held-out folders whose misses were known when signals were chosen: with the main folder,
 # what the lexical back-off is fitted on (scripts/fit_triage_backoff.py); the others measure
 # triage on logs nothing was tuned or fitted to
-TUNED_ON = [FRESH, THIRD, FOURTH, SIXTH, SEVENTH, EIGHTH, NINTH, THIRTEENTH]
-NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH, FOURTEENTH]
+TUNED_ON = [FRESH, THIRD, FOURTH, SIXTH, SEVENTH, EIGHTH, NINTH, THIRTEENTH, FOURTEENTH]
+NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH]
 
 
 def table(folder: Path) -> list[dict[str, str]]:
@@ -443,7 +446,11 @@ def fourteenth_accuracy() -> float:
 def test_fourteenth_heldout_accuracy_is_reported_and_does_not_regress():
     # 41/54 = 75.9% when the folder was closed, run once on the signals and the back-off of the
     # heldout13 round (39/54 = 72.2% by the signals alone; tests/data/logs/heldout14/README.md
-    # lists the misses). The floor (two logs below) catches a regression, it is not the target
+    # lists the misses). Its misses were then tuned on (the CUDA error 200, dnf kernel-headers,
+    # Slurm NVML, LLVM/ptxas/XLA architecture, TensorRT-LLM tactic, old cuDNN and PTX-provider
+    # signals, and the back-off refitted with it): 47/54 by the signals alone and 53/54 with the
+    # back-off after them, no longer a figure for unseen logs.
+    # The floor (two logs below) catches a regression, it is not the target
     assert fourteenth_accuracy() >= 0.72
 
 
@@ -471,19 +478,17 @@ def never_tuned_on_accuracy() -> float:
     was written without reading these four folders, and heldout11 was collected and labelled
     while it was written, by symptom searches fixed before any result was read; heldout12 the same
     way during the second sweep, which was written without reading any of the five; heldout13, collected
-    after heldout12 was measured, left them when its misses were tuned on; heldout14 was collected
-    while that was done, by symptom searches fixed before any result was read)."""
+    after heldout12 was measured, left them when its misses were tuned on; heldout14, collected
+    while that was done, left them the same way)."""
     pairs = [(cat, classify(text).category) for folder in NEVER_TUNED_ON for _, cat, text in corpus(folder)]
-    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12, "
-                    "heldout14)")
+    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12)")
     return acc
 
 
 @pytest.mark.xfail(strict=True, reason="issue #35 asks for 90% on logs triage has never seen; on the folders "
-                   "never tuned on, heldout, heldout5, heldout10, heldout11, heldout12 and heldout14, it is "
-                   "224/261 = 85.8% with the lexical back-off (213/261 = 81.6% by the signals alone); heldout14, "
-                   "collected blind during the heldout13 round, 41/54 = 75.9% (39/54 by the signals alone); "
-                   "docs/domain.md. "
+                   "never tuned on, heldout, heldout5, heldout10, heldout11 and heldout12, it is "
+                   "184/207 = 88.9% with the lexical back-off (175/207 = 84.5% by the signals alone; 183/207 and "
+                   "174/207 before the heldout14 round; docs/domain.md). "
                    "Strict: reaching it fails here until the mark goes")
 def test_unseen_heldout_reaches_the_90_percent_target():
     assert never_tuned_on_accuracy() >= 0.90
