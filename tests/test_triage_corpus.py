@@ -83,6 +83,9 @@ THIRTEENTH = LOGS / "heldout13"
 # collected after heldout13 was measured, by symptom searches fixed before any result was read, at
 # most three logs a search, labelled before triage ran; not yet measured
 FOURTEENTH = LOGS / "heldout14"
+# collected after heldout14 was measured, by symptom searches fixed before any result was read, at
+# most three logs a search, labelled before triage ran; not yet measured
+FIFTEENTH = LOGS / "heldout15"
 FOLDS = 5
 # the held-out folders whose misses were known when signals were chosen: with the main folder,
 # what the lexical back-off is fitted on (scripts/fit_triage_backoff.py); the others measure
@@ -437,6 +440,11 @@ def test_thirteenth_heldout_is_real_cited_and_new():
 def test_fourteenth_heldout_is_real_cited_and_new():
     check_new_heldout(FOURTEENTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
                                    TENTH, ELEVENTH, TWELFTH, THIRTEENTH])
+
+
+def test_fifteenth_heldout_is_real_cited_and_new():
+    check_new_heldout(FIFTEENTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
+                                  TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH])
 
 
 def fourteenth_accuracy() -> float:
