@@ -81,17 +81,17 @@ TWELFTH = LOGS / "heldout12"
 # most three logs a search, labelled before triage ran
 THIRTEENTH = LOGS / "heldout13"
 # collected after heldout13 was measured, by symptom searches fixed before any result was read, at
-# most three logs a search, labelled before triage ran; not yet measured
+# most three logs a search, labelled before triage ran; its misses were tuned on after
 FOURTEENTH = LOGS / "heldout14"
 # collected after heldout14 was measured, by symptom searches fixed before any result was read, at
-# most three logs a search, labelled before triage ran; not yet measured
+# most three logs a search, labelled before triage ran
 FIFTEENTH = LOGS / "heldout15"
 FOLDS = 5
 # the held-out folders whose misses were known when signals were chosen: with the main folder,
 # what the lexical back-off is fitted on (scripts/fit_triage_backoff.py); the others measure
 # triage on logs nothing was tuned or fitted to
 TUNED_ON = [FRESH, THIRD, FOURTH, SIXTH, SEVENTH, EIGHTH, NINTH, THIRTEENTH, FOURTEENTH]
-NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH]
+NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH, FIFTEENTH]
 
 
 def table(folder: Path) -> list[dict[str, str]]:
@@ -447,6 +447,17 @@ def test_fifteenth_heldout_is_real_cited_and_new():
                                   TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH])
 
 
+def fifteenth_accuracy() -> float:
+    return folder_accuracy(FIFTEENTH, "fifteenth held-out folder (symptom-searched, labelled before triage ran)")
+
+
+def test_fifteenth_heldout_accuracy_is_reported_and_does_not_regress():
+    # 47/52 = 90.4% when the folder was closed, run once on the signals and the back-off of the
+    # heldout14 round, the same by the signals alone (tests/data/logs/heldout15/README.md lists the
+    # misses). The floor (two logs below) catches a regression, it is not the target
+    assert fifteenth_accuracy() >= 0.86
+
+
 def fourteenth_accuracy() -> float:
     return folder_accuracy(FOURTEENTH, "fourteenth held-out folder (symptom-searched, labelled before triage ran)")
 
@@ -487,16 +498,18 @@ def never_tuned_on_accuracy() -> float:
     while it was written, by symptom searches fixed before any result was read; heldout12 the same
     way during the second sweep, which was written without reading any of the five; heldout13, collected
     after heldout12 was measured, left them when its misses were tuned on; heldout14, collected
-    while that was done, left them the same way)."""
+    while that was done, left them the same way; heldout15 was collected while heldout14's round was
+    written)."""
     pairs = [(cat, classify(text).category) for folder in NEVER_TUNED_ON for _, cat, text in corpus(folder)]
-    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12)")
+    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12, "
+                    "heldout15)")
     return acc
 
 
 @pytest.mark.xfail(strict=True, reason="issue #35 asks for 90% on logs triage has never seen; on the folders "
-                   "never tuned on, heldout, heldout5, heldout10, heldout11 and heldout12, it is "
-                   "184/207 = 88.9% with the lexical back-off (175/207 = 84.5% by the signals alone; 183/207 and "
-                   "174/207 before the heldout14 round; docs/domain.md). "
+                   "never tuned on, heldout, heldout5, heldout10, heldout11, heldout12 and heldout15, it is "
+                   "231/259 = 89.2% with the lexical back-off (222/259 = 85.7% by the signals alone); heldout15, "
+                   "collected blind during the heldout14 round, 47/52 = 90.4% both ways; docs/domain.md. "
                    "Strict: reaching it fails here until the mark goes")
 def test_unseen_heldout_reaches_the_90_percent_target():
     assert never_tuned_on_accuracy() >= 0.90
