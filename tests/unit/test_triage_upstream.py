@@ -24,7 +24,11 @@ UPSTREAM = [
     ("ollama discover/cuda_compat.go (slog, WARN)", "driver_incompatible",
      'time=2026-01-01T00:00:00.000Z level=WARN source=cuda_compat.go:65 msg="NVIDIA driver too old" '
      'device="NVIDIA H100 80GB HBM3" compute=9.0 driver=535 required_driver="550 or newer"'),
+    ("libnvidia-container nvidia-container-cli + nvml.h NVML_ERROR_LIB_RM_VERSION_MISMATCH", "driver_incompatible",
+     "nvidia-container-cli: initialization error: nvml error: driver/library version mismatch"),
     # container_runtime
+    ("rpmfusion/xorg-x11-drv-nvidia nvidia-fallback.service", "container_runtime",
+     "NVIDIA kernel module missing. Falling back to nouveau"),
     ("CUDA driver_types.h cudaErrorStubLibrary (34)", "container_runtime",
      "ggml_cuda_init: failed to initialize CUDA: CUDA driver is a stub library"),
     ("CUDA driver_types.h cudaErrorMpsConnectionFailed (805)", "container_runtime",
@@ -141,6 +145,10 @@ UPSTREAM = [
      "them."),
     ("NCCL src/include/alloc.h", "model_load_capacity",
      "node1:1234:1300 [0] include/alloc.h:124 NCCL WARN Failed to CUDA calloc 6291456 bytes"),
+    ("ollama 0.1 llm/llama.go", "model_load_capacity",
+     "Error: llama runner exited, you may not have enough available memory to run this model"),
+    ("triton python/triton/language/semantic.py", "model_load_capacity",
+     "AssertionError: fp8e4nv data type is not supported on CUDA arch < 89"),
     ("ollama llm/llama_server.go", "model_load_capacity",
      'time=2026-01-01T00:00:00.000Z level=ERROR source=server.go:300 msg="load failed" error="llama-server '
      'reported out-of-memory during startup: cudaMalloc failed"'),
@@ -361,6 +369,10 @@ NEAR_MISSES = [
     # XLA using its ptxas normally names its version, not a compute capability it lacks
     ("model_load_capacity", "I external/xla/xla/stream_executor/cuda/subprocess_compilation.cc:123] Using ptxas "
      "version 12.8.93"),
+    # nvidia-container-cli relaying another NVML error than the version mismatch is the container's
+    ("driver_incompatible", "nvidia-container-cli: initialization error: nvml error: driver not loaded"),
+    # Ollama's runner terminating without Ollama's reading of memory says nothing of its cause
+    ("model_load_capacity", "Error: llama runner process has terminated: exit status 2"),
 ]
 
 
@@ -390,3 +402,19 @@ def test_the_device_plugins_klog_xid_line_is_info_context():
     t = classify("I0101 00:00:00.000000       1 health.go:159] XidCriticalError: Xid=79 on Device=GPU-d23d91a3; "
                  "marking device as unhealthy.\n")
     assert t.category == "other" and 0 < t.scores["container_runtime"] < 1.5, t.scores
+
+
+def test_nccls_own_allocation_failure_outweighs_its_peers_closed_sockets():
+    # NCCL src/include/alloc.h (CUDACHECK's "Cuda failure '%s'", "Failed to CUDA calloc %ld bytes") on
+    # the rank that ran out, src/misc/socket.cc ("socketProgress: Connection closed by remote peer %s")
+    # and proxy.cc on its peers, torch's DistBackendError after them: GPU memory (docs/domain.md)
+    log = ("n1:10:20 [0] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer n2<51159>\n"
+           "n1:10:20 [0] proxy.cc:1143 NCCL WARN Socket recv failed while polling for opId=0x55a51966cc80\n"
+           "n1:13:30 [3] include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'\n"
+           "n1:13:30 [3] include/alloc.h:185 NCCL WARN Failed to CUDA calloc 6291456 bytes\n"
+           "torch.distributed.DistBackendError: NCCL error\n")
+    t = classify(log, backoff=False)
+    assert t.category == "model_load_capacity", t.scores
+    # without NCCL's own allocation lines the peers' view stays communication
+    peers = "\n".join(line for line in log.splitlines() if "alloc.h" not in line) + "\n"
+    assert classify(peers, backoff=False).category == "communication"

@@ -222,10 +222,14 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|Unknown runtime specified nvidia|nvidia-container-runtime(-hook)?\S*: (executable file )?not found"
      r'|exec: "nvidia-container-runtime', "no NVIDIA container runtime configured"),
     # nvidia-container-cli failing in the prestart hook. "requirement error" is excluded: that one is
-    # the driver's (above).
+    # the driver's (above); so is an initialization error that passes on NVML's "Driver/library
+    # version mismatch" (nvml.h NVML_ERROR_LIB_RM_VERSION_MISMATCH, after "nvml error:"): the hook only
+    # relays the driver's own state, which driver_mismatch above reads, as the earlier folders label it.
     ("toolkit_hook", "container_runtime", 3.5,
-     r"nvidia-container-cli: (initialization|mount|ldcache|detection|container) error"
-     r"|nvidia-container-cli\S*: (?!requirement)[a-z ]*error", "nvidia-container-cli failed"),
+     r"nvidia-container-cli: (initialization(?! error: nvml error: driver/library version mismatch)|mount|ldcache"
+     r"|detection|container) error"
+     r"|nvidia-container-cli\S*: (?!requirement|initialization error: nvml error: driver/library version mismatch)"
+     r"[a-z ]*error", "nvidia-container-cli failed"),
     ("toolkit_hook", "container_runtime", 1.5,
      r"error running (prestart )?hook|OCI runtime create failed|failed to create shim task",
      "OCI runtime hook failed (generic: the hook's own message decides)"),
@@ -587,6 +591,12 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("driver_build", "container_runtime", 3.5,
      r"could not insert 'nvidia(?![_-]peermem)[\w-]*'|Module nvidia[\w-]* not found in directory",
      "the NVIDIA kernel module does not load for the running kernel"),
+    # RPM Fusion's fallback unit (rpmfusion/xorg-x11-drv-nvidia nvidia-fallback.service, run when
+    # /sys/module/nvidia is absent at boot: plymouth message "NVIDIA kernel module missing. Falling
+    # back to nouveau"): the module was not built by akmods or was refused (Secure Boot), so the node
+    # has no working driver, as modprobe's refusal above; 3, it does not say which.
+    ("driver_build", "container_runtime", 3.0, r"NVIDIA kernel module missing\W+falling back to nouveau",
+     "Fedora/RPM Fusion: the NVIDIA kernel module did not load at boot"),
 
     # containerd's CRI plugin asked for a RuntimeClass handler it has no runtime for (containerd
     # internal/cri server sandbox_run.go: "failed to get sandbox runtime: no runtime for %q is
@@ -926,12 +936,15 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # on this GPU, a model-load problem like the quantization minimum above.
     # Number formats the GPU has no hardware for: Triton's frontend refusing an FP8 type the target
     # lacks (triton python/triton/language/core.py dtype.to_ir: ValueError(f'type {self} not supported
-    # in this architecture. The supported fp8 dtypes are {...}'), fp8e4nv below SM89) and nunchaku's
+    # in this architecture. The supported fp8 dtypes are {...}'), fp8e4nv below SM89; its casts in
+    # python/triton/language/semantic.py: assert builder.options.allow_fp8e4nv, "fp8e4nv data type is
+    # not supported on CUDA arch < 89") and nunchaku's
     # FP4 GEMM built without FP4 for this GPU (nunchaku src/kernels/zgemm/gemm_w4a4.cuh trap_no_fp4:
     # printf "FP4 is not available on this device", below SM120): FP8/FP4 weights on a GPU without
     # those types, as the FP8 minimum capability, 3.5.
     ("quantization", "model_load_capacity", 3.5,
-     r"type fp8\w* not supported in this architecture|FP4 is not available on this device",
+     r"type fp8\w* not supported in this architecture|FP4 is not available on this device"
+     r"|fp8e4nv data type is not supported on CUDA arch",
      "FP8/FP4 weights on a GPU without those types"),
     ("quantization", "model_load_capacity", 3.5,
      r"Bfloat16 is only supported on GPUs with compute capability|GPUs with compute capability below \S+ are not supported",
@@ -1085,8 +1098,20 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # NCCL's own device allocations failing (src/include/alloc.h: "Failed to CUDA calloc %ld bytes",
     # "Failed to CUDA malloc", "Failed to CUDA host alloc"): no GPU memory left for the
     # communicator's buffers, a memory problem as NCCL's "Cuda failure 'out of memory'", 3.
-    ("gpu_memory", "model_load_capacity", 3.0, r"Failed to CUDA (calloc|malloc|host alloc)( async)? \d+ bytes",
+    # Its own family: NCCL's allocator names the rank that ran out, whose peers then report the
+    # closed socket ("Connection closed by remote peer", below) and torch's "NCCL error"; those are
+    # the echo (docs/domain.md, the NCCL calloc precedent), so this line counts beside the CUDA
+    # "out of memory" text rather than inside one family with it.
+    ("nccl_alloc", "model_load_capacity", 3.0, r"Failed to CUDA (calloc|malloc|host alloc)( async)? \d+ bytes",
      "NCCL: no GPU memory left for the communicator's buffers"),
+
+    # Ollama's runner dying under a request (ollama 0.1 llm/llama.go, later llm/server.go: on the
+    # runner's stream ending in "unexpected EOF", "llama runner exited, you may not have enough
+    # available memory to run this model"): Ollama's own reading is memory, but the runner's crash
+    # is the symptom, not the proof, 2.
+    ("gpu_memory", "model_load_capacity", 2.0,
+     r"llama runner exited, you may not have enough available memory to run this model",
+     "Ollama: the runner exited, memory most likely"),
 
     # Ollama's llama-server runner reporting OOM while it loads (ollama llm/llama_server.go:
     # "llama-server reported out-of-memory during startup: %s"), 4.
