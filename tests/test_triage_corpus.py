@@ -29,9 +29,13 @@ FP8/FP4 and TensorRT-LLM peer-access signals were chosen knowing them, and the b
 it, so it is a tuned-on folder since), and `heldout14/` while that was done (measured at 39/54 by
 the signals alone and 41/54 with the back-off, its misses were then tuned on the same way: the CUDA
 error 200, dnf kernel-headers, Slurm NVML, LLVM/ptxas/XLA architecture, TensorRT-LLM tactic, old
-cuDNN and PTX-provider signals, and the back-off is fitted on it). The 90% target of issue #35 is asserted on the folders never
-tuned on (`heldout/`, `heldout5/`, `heldout10/`, `heldout11/` and `heldout12/`) taken together, as
-a strict expected failure while it is not met.
+cuDNN and PTX-provider signals, and the back-off is fitted on it), and `heldout15/` while that was
+done (measured at 47/52 both ways, its misses were then tuned on: the nvidia-container-cli NVML
+mismatch reading, RPM Fusion's nouveau fallback, Ollama's runner exit, Triton's fp8e4nv assertion
+and NCCL's own allocation failure as a family of its own, and the back-off is fitted on it). The 90%
+target of issue #35 is asserted on the folders never tuned on (`heldout/`, `heldout5/`,
+`heldout10/`, `heldout11/` and `heldout12/`) taken together; it was a strict expected failure until
+the back-off refitted with `heldout15/` reached it (187/207, 175/207 by the signals alone).
 """
 
 from __future__ import annotations
@@ -90,8 +94,8 @@ FOLDS = 5
 # the held-out folders whose misses were known when signals were chosen: with the main folder,
 # what the lexical back-off is fitted on (scripts/fit_triage_backoff.py); the others measure
 # triage on logs nothing was tuned or fitted to
-TUNED_ON = [FRESH, THIRD, FOURTH, SIXTH, SEVENTH, EIGHTH, NINTH, THIRTEENTH, FOURTEENTH]
-NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH, FIFTEENTH]
+TUNED_ON = [FRESH, THIRD, FOURTH, SIXTH, SEVENTH, EIGHTH, NINTH, THIRTEENTH, FOURTEENTH, FIFTEENTH]
+NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH]
 
 
 def table(folder: Path) -> list[dict[str, str]]:
@@ -454,7 +458,11 @@ def fifteenth_accuracy() -> float:
 def test_fifteenth_heldout_accuracy_is_reported_and_does_not_regress():
     # 47/52 = 90.4% when the folder was closed, run once on the signals and the back-off of the
     # heldout14 round, the same by the signals alone (tests/data/logs/heldout15/README.md lists the
-    # misses). The floor (two logs below) catches a regression, it is not the target
+    # misses). Its misses were then tuned on (the nvidia-container-cli NVML mismatch reading, RPM
+    # Fusion's nouveau fallback, Ollama's runner exit, Triton's fp8e4nv assertion and NCCL's
+    # allocation family, and the back-off refitted with it): 52/52 by the signals alone and 52/52
+    # with the back-off after them, no longer a figure for unseen logs.
+    # The floor (two logs below) catches a regression, it is not the target
     assert fifteenth_accuracy() >= 0.86
 
 
@@ -498,20 +506,18 @@ def never_tuned_on_accuracy() -> float:
     while it was written, by symptom searches fixed before any result was read; heldout12 the same
     way during the second sweep, which was written without reading any of the five; heldout13, collected
     after heldout12 was measured, left them when its misses were tuned on; heldout14, collected
-    while that was done, left them the same way; heldout15 was collected while heldout14's round was
-    written)."""
+    while that was done, left them the same way; heldout15, collected while heldout14's round was
+    written, left them when its misses were tuned on)."""
     pairs = [(cat, classify(text).category) for folder in NEVER_TUNED_ON for _, cat, text in corpus(folder)]
-    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12, "
-                    "heldout15)")
+    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12)")
     return acc
 
 
-@pytest.mark.xfail(strict=True, reason="issue #35 asks for 90% on logs triage has never seen; on the folders "
-                   "never tuned on, heldout, heldout5, heldout10, heldout11, heldout12 and heldout15, it is "
-                   "231/259 = 89.2% with the lexical back-off (222/259 = 85.7% by the signals alone); heldout15, "
-                   "collected blind during the heldout14 round, 47/52 = 90.4% both ways; docs/domain.md. "
-                   "Strict: reaching it fails here until the mark goes")
 def test_unseen_heldout_reaches_the_90_percent_target():
+    # issue #35 asks for 90% on logs triage has never seen. On heldout, heldout5, heldout10, heldout11
+    # and heldout12 it is 187/207 = 90.3% with the lexical back-off refitted in the heldout15 round
+    # (184/207 before it), 175/207 = 84.5% by the signals alone (unchanged by that round's signals);
+    # docs/domain.md. One log above the target: it was a strict expected failure until then.
     assert never_tuned_on_accuracy() >= 0.90
 
 
