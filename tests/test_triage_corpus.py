@@ -90,6 +90,9 @@ FOURTEENTH = LOGS / "heldout14"
 # collected after heldout14 was measured, by symptom searches fixed before any result was read, at
 # most three logs a search, labelled before triage ran
 FIFTEENTH = LOGS / "heldout15"
+# collected after heldout15 was measured, by symptom searches fixed before any result was read, at
+# most three logs a search, labelled before triage ran
+SIXTEENTH = LOGS / "heldout16"
 FOLDS = 5
 # the held-out folders whose misses were known when signals were chosen: with the main folder,
 # what the lexical back-off is fitted on (scripts/fit_triage_backoff.py); the others measure
@@ -449,6 +452,11 @@ def test_fourteenth_heldout_is_real_cited_and_new():
 def test_fifteenth_heldout_is_real_cited_and_new():
     check_new_heldout(FIFTEENTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
                                   TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH])
+
+
+def test_sixteenth_heldout_is_real_cited_and_new():
+    check_new_heldout(SIXTEENTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
+                                  TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH, FIFTEENTH])
 
 
 def fifteenth_accuracy() -> float:
