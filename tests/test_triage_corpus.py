@@ -88,7 +88,7 @@ THIRTEENTH = LOGS / "heldout13"
 # most three logs a search, labelled before triage ran; its misses were tuned on after
 FOURTEENTH = LOGS / "heldout14"
 # collected after heldout14 was measured, by symptom searches fixed before any result was read, at
-# most three logs a search, labelled before triage ran
+# most three logs a search, labelled before triage ran; its misses were tuned on after
 FIFTEENTH = LOGS / "heldout15"
 # collected after heldout15 was measured, by symptom searches fixed before any result was read, at
 # most three logs a search, labelled before triage ran
@@ -98,7 +98,7 @@ FOLDS = 5
 # what the lexical back-off is fitted on (scripts/fit_triage_backoff.py); the others measure
 # triage on logs nothing was tuned or fitted to
 TUNED_ON = [FRESH, THIRD, FOURTH, SIXTH, SEVENTH, EIGHTH, NINTH, THIRTEENTH, FOURTEENTH, FIFTEENTH]
-NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH]
+NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH, SIXTEENTH]
 
 
 def table(folder: Path) -> list[dict[str, str]]:
@@ -459,6 +459,17 @@ def test_sixteenth_heldout_is_real_cited_and_new():
                                   TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH, FIFTEENTH])
 
 
+def sixteenth_accuracy() -> float:
+    return folder_accuracy(SIXTEENTH, "sixteenth held-out folder (symptom-searched, labelled before triage ran)")
+
+
+def test_sixteenth_heldout_accuracy_is_reported_and_does_not_regress():
+    # 34/40 = 85.0% when the folder was closed, run once on the signals and the back-off of the
+    # heldout15 round (30/40 = 75.0% by the signals alone; tests/data/logs/heldout16/README.md
+    # lists the misses). The floor (two logs below) catches a regression, it is not the target
+    assert sixteenth_accuracy() >= 0.80
+
+
 def fifteenth_accuracy() -> float:
     return folder_accuracy(FIFTEENTH, "fifteenth held-out folder (symptom-searched, labelled before triage ran)")
 
@@ -515,17 +526,20 @@ def never_tuned_on_accuracy() -> float:
     way during the second sweep, which was written without reading any of the five; heldout13, collected
     after heldout12 was measured, left them when its misses were tuned on; heldout14, collected
     while that was done, left them the same way; heldout15, collected while heldout14's round was
-    written, left them when its misses were tuned on)."""
+    written, left them when its misses were tuned on; heldout16 was collected while heldout15's round
+    was written)."""
     pairs = [(cat, classify(text).category) for folder in NEVER_TUNED_ON for _, cat, text in corpus(folder)]
-    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12)")
+    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12, "
+                    "heldout16)")
     return acc
 
 
+@pytest.mark.xfail(strict=True, reason="issue #35 asks for 90% on logs triage has never seen; on the folders "
+                   "never tuned on, heldout, heldout5, heldout10, heldout11, heldout12 and heldout16, it is "
+                   "221/247 = 89.5% with the lexical back-off (205/247 = 83.0% by the signals alone); heldout16, "
+                   "collected blind during the heldout15 round, 34/40 = 85.0% (30/40 by the signals alone), the "
+                   "five others 187/207 = 90.3%; docs/domain.md. Strict: reaching it fails here until the mark goes")
 def test_unseen_heldout_reaches_the_90_percent_target():
-    # issue #35 asks for 90% on logs triage has never seen. On heldout, heldout5, heldout10, heldout11
-    # and heldout12 it is 187/207 = 90.3% with the lexical back-off refitted in the heldout15 round
-    # (184/207 before it), 175/207 = 84.5% by the signals alone (unchanged by that round's signals);
-    # docs/domain.md. One log above the target: it was a strict expected failure until then.
     assert never_tuned_on_accuracy() >= 0.90
 
 
