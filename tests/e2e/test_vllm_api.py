@@ -9,7 +9,8 @@ import time
 import httpx
 import openai  # a declared test dependency: missing means a broken install, never a skip
 import pytest
-from support import DEFAULT_GPU, DOCKER_HOST, journal, result, write_inventory, write_playbook
+import yaml
+from support import DEFAULT_GPU, DOCKER_HOST, PLAYBOOK, journal, result, write_inventory, write_playbook
 
 from k3rollout.checks.parsers import parse_cache_config_info, parse_vllm_metrics
 from k3rollout.cli import main
@@ -264,38 +265,43 @@ def test_ladder_passes_and_records_every_step(tmp_path):
     assert all(r["http_status"] == 200 for r in http if r["step"] == "short-request")
 
 
-def test_each_level_is_checked_against_the_servers_histograms_at_concurrency_64(tmp_path):
-    # each stream on its own client: the client's TTFT and latency are set against the server's
-    # own histograms (vllm:time_to_first_token_seconds, vllm:e2e_request_latency_seconds) for the
-    # level. A Docker host: the client reaches the server on the node's address. Whether the two
-    # agree depends on the CPU this machine gives the controller while 64 streams run, so that is
-    # measured in bench/ladder_timing.py; what the row says and does with either answer is held here
-    code, res, ladder = _run(tmp_path, {"features": {"context_tokens": 0, "concurrency": [64]}},
-                             {**DOCKER_HOST, "sim_token_s": 0.02})
-    row = ladder["steps"][0]
-    assert row["level"] == 64 and row["errors"] == 0, row
-    timing = row["server_timing"]
-    assert row["send_wait_max_s"] is not None and row["send_wait_max_s"] >= 0
-    within = True
-    for key in ("ttft", "e2e"):
-        # every stream of the level, and only those, is in the server's histogram delta
-        assert timing[key]["server_n"] == timing[key]["client_n"] == 64, timing
-        assert timing[key]["server_mean_s"] > 0 and timing[key]["client_mean_s"] > 0, timing
-        assert timing[key]["gap_s"] == pytest.approx(
-            timing[key]["client_mean_s"] - timing[key]["server_mean_s"], abs=2e-4), timing
-        assert timing[key]["agree"] is (abs(timing[key]["gap_s"]) <= timing[key]["tolerance_s"] + 1e-4) \
-            or abs(abs(timing[key]["gap_s"]) - timing[key]["tolerance_s"]) <= 1e-4, timing
-        within = within and timing[key]["agree"] is True
-    # the server decodes at 0.02 s a token: its own latency is at least the level's tokens
-    assert timing["e2e"]["server_mean_s"] >= 0.02 * 10, timing
-    assert timing["agree"] is within, timing
-    if within:
-        assert "measurement_problem" not in row and row["passed"] and code == 0, row
-    else:
-        # the client timed itself: its figures decide nothing about the server, which passed
-        # everything else, so the row is not failed on them
-        assert row["measurement_problem"] == timing["reason"] and timing["reason"], row
-        assert row["passed"] or row.get("inconclusive") is True, row
+def test_client_and_server_timings_agree_at_concurrency_64_on_8_nodes_at_once(tmp_path):
+    # issue 35, point 7: eight Docker nodes in one batch, each running a level of 64 streams,
+    # within the process's budget of streams at once (engine/steps.py). Each level's client TTFT
+    # and latency are set against the server's own histograms for that level
+    # (vllm:time_to_first_token_seconds, vllm:e2e_request_latency_seconds), and must agree.
+    # The server batches 16 sequences (--max-num-seqs 16), so a level queues in four waves on the
+    # server, as a level larger than the batch does on vLLM, whose figures count from the request's
+    # arrival: its means are about 1 s and 1.7 s, and the tolerance (25% of them) is 0.25-0.43 s.
+    # The client's gap was 1-18 ms on TTFT and 0-53 ms on latency with four CPU-bound processes
+    # beside this test on two cores (bench/README.md); a client that queued its own streams
+    # would show as a gap the size of the queue. The row's verdict on a disagreement is held in
+    # tests/unit/test_server_timing.py, apart from this machine's load.
+    hosts = {f"gpu-{i:02d}": {**DOCKER_HOST, "sim_token_s": 0.03} for i in range(1, 9)}
+    inv = write_inventory(tmp_path / "inv", hosts, {"sim_reboot_s": 0.01})
+    shipped = next(s for s in yaml.safe_load(PLAYBOOK.read_text())[0]["stages"] if s["stage"] == "features")
+    pb = write_playbook(tmp_path / "pb.yml", serial=[8], min_serving=0, forks=8, stage_with={"features": {
+        "context_tokens": 0, "concurrency": [64], "ladder_max_tokens": 16,
+        "args": [*shipped["with"]["args"], "--max-num-seqs", "16"]}})
+    run_dir = tmp_path / "run"
+    assert main(["run", str(pb), "-i", str(inv), "--yes", "--run-dir", str(run_dir)]) == 0
+    assert result(run_dir)["batches"][0]["nodes"] == list(hosts)
+    levels = {r["node"]: r for r in journal(run_dir) if r["type"] == "step_done" and r.get("step") == "ladder-concurrency-64"}
+    assert sorted(levels) == list(hosts) and all("queued_s" in r for r in levels.values()), levels
+    for host in hosts:
+        row = json.loads(next((run_dir / "evidence" / host).glob("*features/load-ladder*.json")).read_text())["steps"][0]
+        assert row["level"] == 64 and row["errors"] == 0 and row["passed"], (host, row)
+        assert row["send_wait_max_s"] is not None and row["send_wait_max_s"] >= 0, (host, row)
+        timing = row["server_timing"]
+        for key in ("ttft", "e2e"):
+            # every stream of the level, and only those, is in the server's histogram delta
+            assert timing[key]["server_n"] == timing[key]["client_n"] == 64, (host, timing)
+            assert timing[key]["gap_s"] == pytest.approx(
+                timing[key]["client_mean_s"] - timing[key]["server_mean_s"], abs=2e-4), (host, timing)
+            assert timing[key]["agree"] is True, (host, key, timing)
+        # the server queued the level in waves: its own TTFT is at least one wave's decode
+        assert timing["ttft"]["server_mean_s"] >= 16 * 0.03, (host, timing)
+        assert timing["agree"] is True and "measurement_problem" not in row, (host, row)
 
 
 def test_ladder_stops_at_the_first_step_over_its_threshold(tmp_path):
