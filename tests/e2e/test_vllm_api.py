@@ -265,6 +265,7 @@ def test_ladder_passes_and_records_every_step(tmp_path):
     assert all(r["http_status"] == 200 for r in http if r["step"] == "short-request")
 
 
+@pytest.mark.long
 def test_client_and_server_timings_agree_at_concurrency_64_on_8_nodes_at_once(tmp_path):
     # issue 35, point 7: eight Docker nodes in one batch, each running a level of 64 streams,
     # within the process's budget of streams at once (engine/steps.py). Each level's client TTFT
