@@ -405,6 +405,16 @@ TOOL_TEXTS = [
     ("ray src/ray/raylet_client/raylet_client.cc", "communication",
      "F0101 00:00:00.000000 12345 raylet_client.cc:83] Could not connect to socket "
      "/tmp/ray/session_latest/sockets/raylet"),
+    ("CUDAnative.jl deps/build.jl", "driver_incompatible",
+     "ERROR: LoadError: CUDA 10.1 is not supported by your driver (which supports up to 10.0)"),
+    ("accelerate src/accelerate/utils/modeling.py check_device_map", "model_load_capacity",
+     "ValueError: The device_map provided does not give any device for the following parameters: lm_head.weight"),
+    ("TensorRT-LLM kernels/contextFusedMultiHeadAttention/fmhaRunner.cpp", "model_load_capacity",
+     "RuntimeError: [TensorRT-LLM][ERROR] Assertion failed: Unsupported architecture "
+     "(/src/tensorrt_llm/cpp/tensorrt_llm/kernels/contextFusedMultiHeadAttention/fmhaRunner.cpp:89)"),
+    ("jax jax/_src/xla_bridge.py _check_cuda_versions", "other",
+     "RuntimeError: Found cuDNN version 8700, but JAX was built against version 8904, which is newer. The copy of "
+     "cuDNN that is installed must be at least as new as the version against which JAX was built."),
 ]
 
 
@@ -480,3 +490,19 @@ def test_a_message_wrapped_over_two_lines_is_read_joined():
     # a family either line matches alone is not counted a second time through the join
     hits = scan("RuntimeError: CUDA out of memory while loading\nthe weights: CUDA out of memory\n")
     assert [h.family for h in hits].count("gpu_memory") == 2
+
+
+def test_julias_wrapped_toolkit_check_is_the_driver_and_jaxs_runtime_check_is_not():
+    # CUDAnative.jl's message has a newline of its own ("is not supported by\n your driver"): read
+    # joined, it is the driver's age, step 1
+    t = classify("ERROR: LoadError: CUDA 10.0 is not supported by\nyour driver (which supports up to 9.0)\n")
+    assert t.category == "driver_incompatible" and t.scores["driver_incompatible"] >= 4, t.scores
+    # JAX's "CUDA version" is the CUDA runtime library it loaded (a pip wheel), not the driver: the
+    # environment's, with no weight on step 1
+    t = classify("CUDA backend failed to initialize: Found CUDA version 12010, but JAX was built against version "
+                 "12020, which is newer. The copy of CUDA that is installed must be at least as new as the version "
+                 "against which JAX was built. (Set TF_CPP_MIN_LOG_LEVEL=0 and rerun for more info.)\n",
+                 backoff=False)
+    assert t.category == "other" and t.scores["driver_incompatible"] == 0, t.scores
+    # an installer's own architecture check is not TensorRT-LLM's kernels
+    assert classify("ERROR: Unsupported architecture: armv7l\n").scores["model_load_capacity"] == 0

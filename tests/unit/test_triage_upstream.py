@@ -26,6 +26,10 @@ UPSTREAM = [
      'device="NVIDIA H100 80GB HBM3" compute=9.0 driver=535 required_driver="550 or newer"'),
     ("libnvidia-container nvidia-container-cli + nvml.h NVML_ERROR_LIB_RM_VERSION_MISMATCH", "driver_incompatible",
      "nvidia-container-cli: initialization error: nvml error: driver/library version mismatch"),
+    ("JuliaGPU/CUDA.jl src/initialization.jl (@warn)", "driver_incompatible",
+     "\u250c Warning: You are using CUDA 12.2.0 with a driver that only supports up to 11.x."),
+    ("JuliaGPU/CUDAnative.jl src/CUDAnative.jl (@warn)", "driver_incompatible",
+     "\u250c Warning: You are using CUDA toolkit 10.2.89 with a driver that only supports up to 10.1.0."),
     # container_runtime
     ("rpmfusion/xorg-x11-drv-nvidia nvidia-fallback.service", "container_runtime",
      "NVIDIA kernel module missing. Falling back to nouveau"),
@@ -149,6 +153,9 @@ UPSTREAM = [
      "Error: llama runner exited, you may not have enough available memory to run this model"),
     ("triton python/triton/language/semantic.py", "model_load_capacity",
      "AssertionError: fp8e4nv data type is not supported on CUDA arch < 89"),
+    ("TensorRT-LLM kernels/cutlass_kernels/cutlass_preprocessors.cpp", "model_load_capacity",
+     "RuntimeError: [TensorRT-LLM][ERROR] Assertion failed: Unsupported Arch "
+     "(/workspace/TensorRT-LLM/cpp/tensorrt_llm/kernels/cutlass_kernels/cutlass_preprocessors.cpp:147)"),
     ("ollama llm/llama_server.go", "model_load_capacity",
      'time=2026-01-01T00:00:00.000Z level=ERROR source=server.go:300 msg="load failed" error="llama-server '
      'reported out-of-memory during startup: cudaMalloc failed"'),
@@ -297,6 +304,9 @@ UPSTREAM = [
      "E tensorflow/stream_executor/cuda/cuda_dnn.cc:347] Loaded cudnn library: 5005 but source was compiled "
      "against 5110.  If using a binary install, upgrade your cudnn library to match.  If building from sources, "
      "make sure the library loaded matches the version you specified during compile configuration."),
+    ("jax jax_plugins/cuda/__init__.py", "other",
+     "WARNING:2025-01-01 00:00:00,000:jax._src.xla_bridge:1000: CUDA version check failed during initialization. "
+     "CUDA backend will not be available. Error: Outdated cuDNN installation found."),
     ("xla/stream_executor/cuda/assemble_compilation_provider.cc", "other",
      "jaxlib.xla_extension.XlaRuntimeError: UNAVAILABLE: No PTX compilation provider is available. Neither "
      "ptxas/nvlink nor nvjtlink is available. As a fallback you can enable JIT compilation in the CUDA driver via "
@@ -373,6 +383,10 @@ NEAR_MISSES = [
     ("driver_incompatible", "nvidia-container-cli: initialization error: nvml error: driver not loaded"),
     # Ollama's runner terminating without Ollama's reading of memory says nothing of its cause
     ("model_load_capacity", "Error: llama runner process has terminated: exit status 2"),
+    # JAX's debug report of a CUDA library that passed its check is not an outdated one
+    ("other", "Version JAX was built against: 12020"),
+    # an "Unsupported architecture" outside TensorRT-LLM's assertion is not its kernels
+    ("model_load_capacity", "RuntimeError: Assertion failed: Unsupported architecture (src/arch/detect.c:42)"),
 ]
 
 

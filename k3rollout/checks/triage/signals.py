@@ -215,6 +215,18 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("cuda_driver_too_old", "driver_incompatible", 3.5, r"NVIDIA driver too old",
      "Ollama: the NVIDIA driver is older than its CUDA runtime needs"),
 
+    # Julia's CUDA packages comparing the toolkit with the driver's CUDA version: CUDAnative.jl's
+    # build and init (JuliaGPU/CUDAnative.jl deps/build.jl, later src/compatibility.jl: error or @warn
+    # """CUDA X.Y is not supported by\n your driver (which supports up to A.B)""", the newline in the
+    # message itself) and its successor's __init__ (src/CUDAnative.jl, then JuliaGPU/CUDA.jl
+    # src/initialization.jl: @warn "You are using CUDA toolkit X with a driver that only supports up
+    # to Y", "You are using CUDA X with a driver that only supports up to N.x"): the toolkit is newer
+    # than the driver, error 35 in Julia's words, 4.
+    ("cuda_driver_too_old", "driver_incompatible", 4.0,
+     r"CUDA \d+\.\d+ is not supported by\s+your driver \(which supports up to"
+     r"|You are using CUDA (toolkit )?\S+ with a driver that only supports up to",
+     "Julia CUDA: the toolkit is newer than the driver supports"),
+
     # --- container_runtime (tree step 2: driver fine, the container/GPU path is broken) ---
     # Docker/containerd has no NVIDIA runtime or device driver: nothing else prints these.
     ("runtime_missing", "container_runtime", 4.0,
@@ -1063,6 +1075,18 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("quantization", "model_load_capacity", 2.5,
      r"Falling back to the CUDA driver for PTX compilation; ptxas does not support CC \d+\.\d+",
      "XLA: its ptxas is older than this GPU"),
+    # TensorRT-LLM's kernels refusing this GPU's architecture (cpp/include/tensorrt_llm/common/assert.h
+    # TLLM_CHECK_WITH_INFO, thrown as "[TensorRT-LLM][ERROR] Assertion failed: %s (%s:%d)" by
+    # common/tllmException.cpp; "Unsupported architecture" in kernels/contextFusedMultiHeadAttention/
+    # fmhaRunner.cpp for an SM without fused attention kernels, "Unsupported Arch" in
+    # kernels/cutlass_kernels/cutlass_preprocessors.cpp for weight-only GEMMs below the SMs it has
+    # kernels for): the engine's kernels do not reach this GPU, as the groupwise GEMM tactic above, 3.
+    # The assertion's own file (under tensorrt_llm/) or TensorRT-LLM's tag is required: "Unsupported
+    # architecture" alone is any installer's uname check.
+    ("quantization", "model_load_capacity", 3.0,
+     r"\[TensorRT-LLM\]\[ERROR\] Assertion failed: Unsupported arch"
+     r"|Assertion failed: Unsupported arch(itecture)? \(\S*tensorrt_llm/",
+     "TensorRT-LLM: its kernels do not support this GPU's architecture"),
     ("quantization", "model_load_capacity", 2.5, r"invalid device function|cudaErrorInvalidDeviceFunction",
      "CUDA error 98: a kernel without an image for this GPU"),
 
@@ -1094,6 +1118,13 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # memory, 3.
     ("gpu_memory", "model_load_capacity", 3.0, r"The current `device_map` had weights offloaded to the disk",
      "transformers: the model does not fit in GPU and host memory"),
+    # accelerate's check of a device map before it places the weights (src/accelerate/utils/modeling.py
+    # check_device_map, run by dispatch_model and transformers' from_pretrained: ValueError "The
+    # device_map provided does not give any device for the following parameters: ..."): the placement
+    # of the weights over the GPUs leaves some out (a hand-written or inferred map that misses a
+    # module or a tied parameter), the load's layout, 3.
+    ("parallel_layout", "model_load_capacity", 3.0, r"The device_map provided does not give any device for the following",
+     "accelerate: the device map leaves parameters without a device"),
 
     # NCCL's own device allocations failing (src/include/alloc.h: "Failed to CUDA calloc %ld bytes",
     # "Failed to CUDA malloc", "Failed to CUDA host alloc"): no GPU memory left for the
@@ -1641,6 +1672,17 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # nvidia-cuda-nvcc wheel), the environment's, 3.
     ("python_env", "other", 3.0, r"No PTX compilation provider is available",
      "XLA: no ptxas or nvJitLink in the environment"),
+    # JAX's CUDA plugin checking the CUDA libraries it loads against those it was built with
+    # (jax-ml/jax jax/_src/xla_bridge.py _check_cuda_versions, later jax_plugins/cuda/__init__.py:
+    # RuntimeError "Found {name} version {version}, but JAX was built against version {build}, which
+    # is newer.", then "Outdated {name} installation found." with "Version JAX was built against:",
+    # for CUDA, cuDNN, cuFFT, cuSOLVER, cuPTI, cuBLAS and cuSPARSE). The "CUDA" there is the runtime
+    # (cudaRuntimeGetVersion of the libcudart loaded, most often a pip nvidia-*-cu12 wheel pinned by
+    # another package), not the driver: the environment's, as the cuDNN mismatch above, 3.
+    ("python_env", "other", 3.0,
+     r"Found (CUDA|cuDNN|cuFFT|cuSOLVER|cuPTI|cuBLAS|cuSPARSE) version \d+, but JAX was built against version"
+     r"|Outdated (CUDA|cuDNN|cuFFT|cuSOLVER|cuPTI|cuBLAS|cuSPARSE) installation found",
+     "JAX: a CUDA library older than the one JAX was built against"),
 
     # The libraries around the servers refusing the installed CUDA stack (the build, not the driver):
     #   DeepSpeed deepspeed/ops/op_builder/builder.py CUDAMismatchException: "Installed CUDA version X
