@@ -85,6 +85,16 @@ def _stop_let_go_sim_networks():
 
 
 @pytest.fixture(autouse=True)
+def _stop_background_runs():
+    """A rollout a test started in the background (support/background.py) does not outlive the
+    test: one that failed while its run was held at a gate would leave it paused for good."""
+    yield
+    background = sys.modules.get("support.background")
+    if background is not None:
+        background.stop_left_behind()
+
+
+@pytest.fixture(autouse=True)
 def _isolated_locks(tmp_path, monkeypatch):
     monkeypatch.setenv("K3ROLLOUT_LOCK_DIR", str(tmp_path / "locks"))
 

@@ -132,3 +132,15 @@ def test_watch_stops_when_the_run_is_gone_and_resume_shows_the_run_so_far(tmp_pa
     approve(run_dir, "batch2-before-driver_upgrade")
     assert t.wait(180) == 0
     assert "run completed" in t.text and result(run_dir)["status"] == "completed"
+
+
+def test_a_run_left_held_at_a_gate_is_killed_when_its_test_ends(tmp_path):
+    # a test that fails while its background run waits for `approve` would leave the run paused
+    # for good; tests/conftest.py calls stop_left_behind() after every test
+    from support import background
+
+    pb, inv, run_dir = setup(tmp_path, stage_set={"driver_upgrade": {"pause": {"reason": "CAB approval"}}})
+    run = Run(pb, inv, run_dir)
+    run.wait_for_pause("batch1-before-driver_upgrade")
+    assert background.stop_left_behind() == [run.proc.pid]
+    assert run.proc.poll() is not None and background.stop_left_behind() == []

@@ -13,6 +13,8 @@ from pathlib import Path
 from support import ROOT, cli, journal_so_far, write_inventory, write_playbook
 
 FAST = {"K3ROLLOUT_APPROVAL_POLL_S": "0.05"}
+# every background run started in this process, until stop_left_behind() has seen it end
+_STARTED: list[Run] = []
 
 
 def setup(tmp_path: Path, **play) -> tuple[Path, Path, Path]:
@@ -34,6 +36,7 @@ class Run:
         self.out: list[str] = []
         self._t = threading.Thread(target=self._drain, daemon=True)
         self._t.start()
+        _STARTED.append(self)
 
     def _drain(self) -> None:
         assert self.proc.stdout is not None
@@ -62,3 +65,18 @@ class Run:
 def approve(run_dir: Path, pause_id: str) -> None:
     p = cli("approve", str(run_dir), "--pause", pause_id)
     assert p.returncode == 0, p.stderr
+
+
+def stop_left_behind() -> list[int]:
+    """Kill the background runs still alive (a test that failed while its run was held at a gate
+    would leave it waiting for an approval that never comes); returns their pids. Called after
+    every test (tests/conftest.py)."""
+    killed = []
+    while _STARTED:
+        run = _STARTED.pop()
+        if run.proc.poll() is None:
+            run.proc.kill()
+            run.proc.wait(30)
+            killed.append(run.proc.pid)
+        run._t.join(5)
+    return killed
