@@ -415,6 +415,18 @@ TOOL_TEXTS = [
     ("jax jax/_src/xla_bridge.py _check_cuda_versions", "other",
      "RuntimeError: Found cuDNN version 8700, but JAX was built against version 8904, which is newer. The copy of "
      "cuDNN that is installed must be at least as new as the version against which JAX was built."),
+    ("cuda-python cuda/_cuda/ccuda.pyx.in cuPythonInit", "container_runtime",
+     "RuntimeError: Failed to dlopen libcuda.so"),
+    ("slurm src/sinfo/opts.c (sinfo -R, %20E)", "container_runtime",
+     "gres/gpu count repor slurm     2026-01-01T00:00:00 gpu-[01-04]"),
+    ("sglang python/sglang/srt/model_executor/model_runner.py", "model_load_capacity",
+     "RuntimeError: SGLang only supports sm75 and above."),
+    ("llama-cpp-python llama_cpp/llama.py Llama.__init__", "other",
+     "ValueError: Attempt to split tensors that exceed maximum supported devices. Current LLAMA_MAX_DEVICES=1"),
+    ("onnxruntime core/platform/posix/env.cc LoadDynamicLibrary", "other",
+     "[E:onnxruntime:Default, provider_bridge_ort.cc:1548 TryGetProviderInfo_CUDA] [ONNXRuntimeError] : 1 : FAIL : "
+     "Failed to load library libonnxruntime_providers_cuda.so with error: libcublasLt.so.11: cannot open shared "
+     "object file: No such file or directory"),
 ]
 
 
@@ -506,3 +518,19 @@ def test_julias_wrapped_toolkit_check_is_the_driver_and_jaxs_runtime_check_is_no
     assert t.category == "other" and t.scores["driver_incompatible"] == 0, t.scores
     # an installer's own architecture check is not TensorRT-LLM's kernels
     assert classify("ERROR: Unsupported architecture: armv7l\n").scores["model_load_capacity"] == 0
+
+
+def test_a_cpu_build_and_a_missing_toolkit_library_are_the_environment_not_the_gpu_path():
+    # llama-cpp-python built without a GPU backend says LLAMA_MAX_DEVICES=1; a CUDA build's 16 refusing
+    # a longer split is a launch argument, not taken
+    assert classify("ValueError: Attempt to split tensors that exceed maximum supported devices. "
+                    "Current LLAMA_MAX_DEVICES=16\n", backoff=False).scores["other"] == 0
+    # ONNX Runtime's provider library missing the driver's libcuda is step 2, not the environment
+    t = classify("Failed to load library libonnxruntime_providers_cuda.so with error: libcuda.so.1: cannot open "
+                 "shared object file: No such file or directory\n", backoff=False)
+    assert t.category == "container_runtime" and t.scores["other"] == 0, t.scores
+    # cuda-python failing on the toolkit's runtime library is not the driver's libcuda
+    assert classify("RuntimeError: Failed to dlopen libcudart.so.12\n", backoff=False).scores["container_runtime"] == 0
+    # sinfo's reason column holding another reason is not the GPU count
+    assert classify("gres/gpu count too l slurm     2026-01-01T00:00:00 gpu01\n",
+                    backoff=False).scores["container_runtime"] == 0

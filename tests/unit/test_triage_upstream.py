@@ -98,6 +98,10 @@ UPSTREAM = [
      "configured"),
     ("slurm src/plugins/gpu/nvml/gpu_nvml.c", "container_runtime",
      "[2026-01-01T00:00:00.000] error: System GPU detection failed"),
+    ("NVIDIA/cuda-python cuda/bindings/_bindings/cydriver.pyx.in", "container_runtime",
+     "RuntimeError: Failed to dlopen libcuda.so.1"),
+    ("SchedMD/slurm src/sinfo/opts.c (sinfo --list-reasons)", "container_runtime",
+     "gres/gpu count repor root      2026-01-01T00:00:00 node[001-002]"),
     # model_load_capacity
     ("tensorflow/core/framework/op_kernel.cc", "model_load_capacity",
      "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with "
@@ -156,6 +160,8 @@ UPSTREAM = [
     ("TensorRT-LLM kernels/cutlass_kernels/cutlass_preprocessors.cpp", "model_load_capacity",
      "RuntimeError: [TensorRT-LLM][ERROR] Assertion failed: Unsupported Arch "
      "(/workspace/TensorRT-LLM/cpp/tensorrt_llm/kernels/cutlass_kernels/cutlass_preprocessors.cpp:147)"),
+    ("sgl-project/sglang python/sglang/srt/model_executor/model_runner.py", "model_load_capacity",
+     "RuntimeError: SGLang only supports sm75 and above."),
     ("ollama llm/llama_server.go", "model_load_capacity",
      'time=2026-01-01T00:00:00.000Z level=ERROR source=server.go:300 msg="load failed" error="llama-server '
      'reported out-of-memory during startup: cudaMalloc failed"'),
@@ -307,6 +313,11 @@ UPSTREAM = [
     ("jax jax_plugins/cuda/__init__.py", "other",
      "WARNING:2025-01-01 00:00:00,000:jax._src.xla_bridge:1000: CUDA version check failed during initialization. "
      "CUDA backend will not be available. Error: Outdated cuDNN installation found."),
+    ("abetlen/llama-cpp-python llama_cpp/llama.py", "other",
+     "ValueError: Attempt to split tensors that exceed maximum supported devices. Current LLAMA_MAX_DEVICES=1"),
+    ("microsoft/onnxruntime onnxruntime/core/platform/posix/env.cc", "other",
+     "RuntimeError: Failed to load library libonnxruntime_providers_cuda.so with error: libcudnn.so.9: cannot open "
+     "shared object file: No such file or directory"),
     ("xla/stream_executor/cuda/assemble_compilation_provider.cc", "other",
      "jaxlib.xla_extension.XlaRuntimeError: UNAVAILABLE: No PTX compilation provider is available. Neither "
      "ptxas/nvlink nor nvjtlink is available. As a fallback you can enable JIT compilation in the CUDA driver via "
@@ -387,6 +398,10 @@ NEAR_MISSES = [
     ("other", "Version JAX was built against: 12020"),
     # an "Unsupported architecture" outside TensorRT-LLM's assertion is not its kernels
     ("model_load_capacity", "RuntimeError: Assertion failed: Unsupported architecture (src/arch/detect.c:42)"),
+    # FlashInfer's own note on the GPUs it runs on is documentation, not SGLang refusing the GPU
+    ("model_load_capacity", "FlashInfer is the default attention kernel backend. It only supports sm75 and above."),
+    # libfabric's loader failing on the toolkit's runtime library is not the driver's libcuda
+    ("container_runtime", "libfabric:1234:core:core:cuda_hmem_dl_init():200<info> Failed to dlopen libcudart.so"),
 ]
 
 

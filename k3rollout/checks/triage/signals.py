@@ -371,6 +371,14 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("nvml_in_container", "container_runtime", 3.5,
      r'Unable to dynamically load the "?(cuda|nvcuda|nvidia-ml|nvml)"? shared library',
      "cudarc: libcuda not on the library path"),
+    # The same for NVIDIA's Python bindings of the driver API, under RAPIDS (cuDF, cuML), Numba and
+    # CuPy's helpers: cuda-python's loader (NVIDIA/cuda-python cuda/_cuda/ccuda.pyx.in cuPythonInit,
+    # later cuda/bindings/_bindings/cydriver.pyx.in: RuntimeError "Failed to dlopen libcuda.so",
+    # then "Failed to dlopen libcuda.so.1") finds no driver library where the process runs, an image
+    # started without the NVIDIA runtime or a path that misses the injected files. As "libcuda.so.1:
+    # cannot open shared object" above, 3.5. libcudart (the toolkit's, in the image) does not match.
+    ("nvml_in_container", "container_runtime", 3.5, r"Failed to dlopen libcuda\.so",
+     "cuda-python: the driver's libcuda cannot be loaded"),
     # CUDA's "initialization error" (cuGetErrorString of CUDA_ERROR_NOT_INITIALIZED) after "cuda
     # error": nvidia-container-cli's own CUDA call in the prestart hook (libnvidia-container
     # src/driver.c call_cuda -> src/error.c error_set_cuda: "cuda error: %s"; with the CLI's prefix
@@ -556,6 +564,12 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # gone), tree step 2's GPU visibility, 3.
     ("gpu_visibility", "container_runtime", 3.0, r"gres/gpu count reported lower than configured",
      "Slurm: the node reports fewer GPUs than configured"),
+    # The same reason as `sinfo -R` (--list-reasons) prints it: its default format (SchedMD/slurm
+    # src/sinfo/opts.c, "%20E %9u %19H %N", doc/man/man1/sinfo.1) cuts the reason to a 20-character
+    # column, "gres/gpu count repor", then the user. Cut there and followed by the column's space,
+    # 3 as the whole text.
+    ("gpu_visibility", "container_runtime", 3.0, r"gres/gpu count repor(\s|$)",
+     "Slurm: the node reports fewer GPUs than configured (sinfo -R's cut reason)"),
     # The kubelet's device manager admitting a pod to a GPU the device plugin does not offer
     # (kubernetes pkg/kubelet/cm/devicemanager/manager.go: "requested number of devices unavailable
     # for %s. Requested: %d, Available: %d", "no healthy devices present; cannot allocate unhealthy
@@ -961,6 +975,11 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("quantization", "model_load_capacity", 3.5,
      r"Bfloat16 is only supported on GPUs with compute capability|GPUs with compute capability below \S+ are not supported",
      "model dtype not supported by this GPU"),
+    # SGLang's own floor on the GPU (sgl-project/sglang python/sglang/srt/model_executor/model_runner.py,
+    # where the capability is below 8.0 and its minor below 5: RuntimeError "SGLang only supports sm75
+    # and above."): a Volta or older GPU that its kernels do not run on, as vLLM's capability floor, 3.5.
+    ("quantization", "model_load_capacity", 3.5, r"SGLang only supports sm ?\d+ and above",
+     "SGLang: the GPU is below the compute capability it supports"),
     # vLLM 0.33 config/model.py: "The model type X does not support float16. Reason: ..." (the
     # model's dtype, forced by the GPU or the flag, does not run it)
     ("quantization", "model_load_capacity", 3.0, r"does not support float16\. Reason",
@@ -1704,6 +1723,26 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      "bitsandbytes: its CUDA library does not load"),
     ("python_env", "other", 2.0, r"installed version of bitsandbytes was compiled without GPU support",
      "bitsandbytes: a build without CUDA"),
+    # llama-cpp-python refusing a tensor split longer than the devices its llama.cpp was built for
+    # (abetlen/llama-cpp-python llama_cpp/llama.py Llama.__init__: ValueError "Attempt to split tensors
+    # that exceed maximum supported devices. Current LLAMA_MAX_DEVICES={n}"). n is llama_max_devices()
+    # of ggml-org/llama.cpp llama.cpp, which returned GGML_CUDA_MAX_DEVICES (16) for a CUDA build and
+    # 1 for a build without a GPU backend (or Metal's one device): at 1 the package is a CPU build,
+    # the environment's as "Torch not compiled with CUDA enabled", 3. A split over 16 GPUs is not taken.
+    ("python_env", "other", 3.0,
+     r"Attempt to split tensors that exceed maximum supported devices\. Current LLAMA_MAX_DEVICES=1\b",
+     "llama-cpp-python: a build without GPU support given a tensor split"),
+    # ONNX Runtime unable to load its CUDA or TensorRT provider library because a CUDA toolkit or cuDNN
+    # library it links is missing (microsoft/onnxruntime onnxruntime/core/platform/posix/env.cc
+    # LoadDynamicLibrary: "Failed to load library " + name + " with error: " + dlerror(), called for
+    # libonnxruntime_providers_cuda.so by core/session/provider_bridge_ort.cc): the onnxruntime-gpu
+    # build wants a cuDNN or CUDA major the environment does not have (libcudnn.so.8 beside CUDA 12),
+    # the environment's as the cuDNN mismatch above, 3. The driver's libcuda.so.1 missing is step 2's
+    # ("cannot open shared object" above) and is not matched here.
+    ("python_env", "other", 3.0,
+     r"Failed to load library libonnxruntime_providers_\w+\.so with error: "
+     r"lib(cudnn|cublas|cublasLt|cudart|cufft|curand|cusparse|cusolver|nvrtc|nvinfer)\w*\.so[.\d]*: cannot open shared object",
+     "ONNX Runtime: a CUDA or cuDNN library its GPU provider needs is missing"),
     ("python_env", "other", 2.5, r"Failed to load NCCL library from",
      "vLLM: the NCCL library is missing or broken"),
     # llama.cpp meeting a GGUF whose architecture it does not know (src/llama-model.cpp load_arch:
