@@ -39,12 +39,13 @@ device-map, JAX CUDA-library and TensorRT-LLM unsupported-architecture signals, 
 fitted on it), and `heldout17/` while that was done (measured at 38/46 with the back-off and 36/46
 by the signals alone, its misses were then tuned on: the cuda-python libcuda dlopen, sinfo's cut
 Slurm GPU-count reason, SGLang sm75 floor, llama-cpp-python CPU-build and ONNX Runtime
-provider-library signals, and the back-off is fitted on it). The 90% target of issue #35 is asserted
-on the folders never tuned on (`heldout/`, `heldout5/`, `heldout10/`, `heldout11/` and
-`heldout12/`) taken together; it was a strict expected failure until the back-off refitted with
-`heldout15/` reached it (187/207, 175/207 by the signals alone), again while `heldout16/` (221/247)
-and then `heldout17/` (225/253) counted among them, and is met once more with `heldout17/` moved to
-the tuned side (188/207 with the back-off refitted with it, 175/207 by the signals alone).
+provider-library signals, and the back-off is fitted on it), and `heldout18/` while that was done
+(measured once at 39/53 with the back-off and 35/53 by the signals alone). The 90% target of issue
+#35 is asserted on the folders never tuned on (`heldout/`, `heldout5/`, `heldout10/`, `heldout11/`,
+`heldout12/` and `heldout18/`) taken together: a strict expected failure at 227/260 (210/260 by the
+signals alone). The five older ones alone reached it when the back-off was refitted with
+`heldout15/` (187/207, 175/207 by the signals alone) and with `heldout17/` (188/207), and fell below
+it each time a blind folder joined them (with `heldout16/` 221/247, with `heldout17/` 225/253).
 """
 
 from __future__ import annotations
@@ -105,13 +106,16 @@ SIXTEENTH = LOGS / "heldout16"
 # collected after heldout16 was measured, by symptom searches fixed before any result was read, at
 # most three logs a search, labelled before triage ran; its misses were tuned on after
 SEVENTEENTH = LOGS / "heldout17"
+# collected after heldout17 was measured, by symptom searches fixed before any result was read, at
+# most three logs a search, labelled before triage ran
+EIGHTEENTH = LOGS / "heldout18"
 FOLDS = 5
 # the held-out folders whose misses were known when signals were chosen: with the main folder,
 # what the lexical back-off is fitted on (scripts/fit_triage_backoff.py); the others measure
 # triage on logs nothing was tuned or fitted to
 TUNED_ON = [FRESH, THIRD, FOURTH, SIXTH, SEVENTH, EIGHTH, NINTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH,
             SEVENTEENTH]
-NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH]
+NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH, EIGHTEENTH]
 
 
 def table(folder: Path) -> list[dict[str, str]]:
@@ -477,6 +481,23 @@ def test_seventeenth_heldout_is_real_cited_and_new():
                                     TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH])
 
 
+def test_eighteenth_heldout_is_real_cited_and_new():
+    check_new_heldout(EIGHTEENTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
+                                   TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH,
+                                   SEVENTEENTH])
+
+
+def eighteenth_accuracy() -> float:
+    return folder_accuracy(EIGHTEENTH, "eighteenth held-out folder (symptom-searched, labelled before triage ran)")
+
+
+def test_eighteenth_heldout_accuracy_is_reported_and_does_not_regress():
+    # 39/53 = 73.6% when the folder was closed, run once on the signals and the back-off of the
+    # heldout17 round (35/53 = 66.0% by the signals alone; tests/data/logs/heldout18/README.md
+    # lists the misses). The floor (two logs below) catches a regression, it is not the target
+    assert eighteenth_accuracy() >= 0.69
+
+
 def seventeenth_accuracy() -> float:
     return folder_accuracy(SEVENTEENTH, "seventeenth held-out folder (symptom-searched, labelled before triage ran)")
 
@@ -564,18 +585,20 @@ def never_tuned_on_accuracy() -> float:
     while that was done, left them the same way; heldout15, collected while heldout14's round was
     written, left them when its misses were tuned on; heldout16, collected while heldout15's round
     was written, left them the same way; heldout17, collected blind while heldout16's round was
-    written, left them when its misses were tuned on)."""
+    written, left them when its misses were tuned on), and `heldout18/`, collected blind while
+    heldout17's round was written and run once after it."""
     pairs = [(cat, classify(text).category) for folder in NEVER_TUNED_ON for _, cat, text in corpus(folder)]
-    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12)")
+    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12, "
+                    "heldout18)")
     return acc
 
 
+@pytest.mark.xfail(strict=True, reason="issue #35 asks for 90% on logs triage has never seen; on the folders "
+                   "never tuned on, heldout, heldout5, heldout10, heldout11, heldout12 and heldout18, it is "
+                   "227/260 = 87.3% with the lexical back-off (210/260 = 80.8% by the signals alone); heldout18, "
+                   "collected blind during the heldout17 round, 39/53 = 73.6% (35/53 by the signals alone), the "
+                   "five others 188/207 = 90.8%; docs/domain.md. Strict: reaching it fails here until the mark goes")
 def test_unseen_heldout_reaches_the_90_percent_target():
-    # issue #35 asks for 90% on logs triage has never seen. On heldout, heldout5, heldout10, heldout11
-    # and heldout12 it is 188/207 = 90.8% with the lexical back-off refitted in the heldout17 round
-    # (187/207 before it), 175/207 = 84.5% by the signals alone (unchanged by that round's signals);
-    # docs/domain.md. Two logs above the target. heldout17, on this side while it was unseen, had
-    # taken the six folders to 225/253 = 88.9%, a strict expected failure until it moved.
     assert never_tuned_on_accuracy() >= 0.90
 
 
