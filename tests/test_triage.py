@@ -427,6 +427,30 @@ TOOL_TEXTS = [
      "[E:onnxruntime:Default, provider_bridge_ort.cc:1548 TryGetProviderInfo_CUDA] [ONNXRuntimeError] : 1 : FAIL : "
      "Failed to load library libonnxruntime_providers_cuda.so with error: libcublasLt.so.11: cannot open shared "
      "object file: No such file or directory"),
+    ("ctranslate2 src/cuda/utils.h CUDA_CHECK", "model_load_capacity",
+     "RuntimeError: CUDA failed with error out of memory"),
+    ("pytorch c10/cuda/CUDAMallocAsyncAllocator.cpp (ComfyUI execution.py)", "model_load_capacity",
+     "!!! Exception during processing !!! Allocation on device"),
+    ("paddle paddle/fluid/memory/allocation/cuda_allocator.cc", "model_load_capacity",
+     "ResourceExhaustedError: Out of memory error on GPU 0. Cannot allocate 1.000000GB memory on GPU 0, 7.084717GB "
+     "memory has been allocated and available memory is only 716.750000MB."),
+    ("mxnet src/storage/pooled_storage_manager.h", "model_load_capacity",
+     "mxnet.base.MXNetError: [10:00:00] src/storage/./pooled_storage_manager.h:161: cudaMalloc retry failed: out of "
+     "memory"),
+    ("onnxruntime core/framework/bfc_arena.cc", "model_load_capacity",
+     "onnxruntime.capi.onnxruntime_pybind11_state.RuntimeException: [ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : "
+     "Non-zero status code returned while running Conv node. Name:'Conv_3' Status Message: "
+     "/onnxruntime_src/onnxruntime/core/framework/bfc_arena.cc:376 void* "
+     "onnxruntime::BFCArena::AllocateRawInternal(size_t, bool, onnxruntime::Stream*, bool, "
+     "onnxruntime::WaitNotificationFn) Failed to allocate memory for requested buffer of size 2081488896"),
+    ("ggml ggml/src/ggml-alloc.c ggml_gallocr_reserve_n", "model_load_capacity",
+     "ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size 4580180992"),
+    ("exllamav2 exllamav2/model.py load_autosplit_gen", "model_load_capacity",
+     "RuntimeError: Insufficient VRAM for model and cache"),
+    ("tigros/Whisperer whisperer/Form1.cs", "model_load_capacity", "Insufficient graphics memory for this model!"),
+    ("text-generation-inference server/text_generation_server/utils/weights.py get_sharded", "model_load_capacity",
+     "AssertionError: The choosen size 50432 is not compatible with sharding on 3 shards"),
+    ("unsloth unsloth/_auto_install.py", "other", "RuntimeError: Torch = 2.6.0+cu124 too new!"),
 ]
 
 
@@ -534,3 +558,18 @@ def test_a_cpu_build_and_a_missing_toolkit_library_are_the_environment_not_the_g
     # sinfo's reason column holding another reason is not the GPU count
     assert classify("gres/gpu count too l slurm     2026-01-01T00:00:00 gpu01\n",
                     backoff=False).scores["container_runtime"] == 0
+
+
+def test_out_of_memory_texts_are_read_whole_and_not_from_lookalikes():
+    # PyTorch's cudaMallocAsync message cut at the NUL its int8 device index writes, after the exception's
+    # name; a code comment's "allocation on device" is not the allocator
+    t = classify("torch.OutOfMemoryError: Allocation on device \n", backoff=False)
+    assert t.category == "model_load_capacity" and t.scores["model_load_capacity"] >= 4, t.scores
+    assert classify("    // Allocation on device (cudaMalloc)\n", backoff=False).scores["model_load_capacity"] == 0
+    # CTranslate2's other CUDA errors are not memory
+    t = classify("RuntimeError: CUDA failed with error CUDA driver version is insufficient for CUDA runtime version\n",
+                 backoff=False)
+    assert t.scores["model_load_capacity"] == 0, t.scores
+    # ggml's pinned host buffer is not GPU memory at 4
+    t = classify("ggml_gallocr_reserve_n: failed to allocate CUDA_Host buffer of size 1024\n", backoff=False)
+    assert t.scores["model_load_capacity"] < 4, t.scores

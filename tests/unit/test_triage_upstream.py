@@ -162,6 +162,24 @@ UPSTREAM = [
      "(/workspace/TensorRT-LLM/cpp/tensorrt_llm/kernels/cutlass_kernels/cutlass_preprocessors.cpp:147)"),
     ("sgl-project/sglang python/sglang/srt/model_executor/model_runner.py", "model_load_capacity",
      "RuntimeError: SGLang only supports sm75 and above."),
+    ("OpenNMT/CTranslate2 src/cuda/utils.h", "model_load_capacity",
+     "RuntimeError: CUDA failed with error out of memory"),
+    ("pytorch/pytorch c10/cuda/CUDAMallocAsyncAllocator.cpp", "model_load_capacity",
+     "torch.OutOfMemoryError: Allocation on device 0 would exceed allowed memory. (out of memory)"),
+    ("PaddlePaddle/Paddle paddle/fluid/memory/allocation/cuda_virtual_mem_allocator.cc", "model_load_capacity",
+     "ResourceExhaustedError: Out of memory error on GPU Virtual Memory 0. Cannot allocate 2.000000GB memory on GPU "
+     "Virtual Memory 0"),
+    ("apache/mxnet src/storage/pooled_storage_manager.h", "model_load_capacity",
+     "MXNetError: cudaMalloc retry failed: out of memory"),
+    ("microsoft/onnxruntime onnxruntime/core/framework/bfc_arena.cc", "model_load_capacity",
+     "Failed to allocate memory for requested buffer of size 33554432"),
+    ("ggml-org/whisper.cpp ggml/src/ggml-alloc.c", "model_load_capacity",
+     "ggml_gallocr_reserve_n: failed to allocate CUDA1 buffer of size 12582912"),
+    ("turboderp/exllamav2 exllamav2/model.py", "model_load_capacity",
+     "RuntimeError: Insufficient VRAM for model and cache"),
+    ("huggingface/text-generation-inference server/text_generation_server/models/custom_modeling/flash_dbrx_modeling.py",
+     "model_load_capacity",
+     "AssertionError: The chosen size 10752 is not compatible with sharding on 3 shards"),
     ("ollama llm/llama_server.go", "model_load_capacity",
      'time=2026-01-01T00:00:00.000Z level=ERROR source=server.go:300 msg="load failed" error="llama-server '
      'reported out-of-memory during startup: cudaMalloc failed"'),
@@ -402,6 +420,10 @@ NEAR_MISSES = [
     ("model_load_capacity", "FlashInfer is the default attention kernel backend. It only supports sm75 and above."),
     # libfabric's loader failing on the toolkit's runtime library is not the driver's libcuda
     ("container_runtime", "libfabric:1234:core:core:cuda_hmem_dl_init():200<info> Failed to dlopen libcudart.so"),
+    # an allocation on the device named in prose is not PyTorch's allocator refusing one
+    ("model_load_capacity", "Mem allocation on device"),
+    # Unsloth's CUDA check is not its torch check
+    ("other", "RuntimeError: CUDA = 12.9 not supported!"),
 ]
 
 

@@ -1027,6 +1027,57 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("gpu_memory", "model_load_capacity", 3.0,
      r"The memory capacity is unbalanced\. Some GPUs may be occupied by other processes",
      "SGLang: another process holds memory on some GPUs"),
+    # Out of GPU memory in more stacks' own words (the raise site beside each):
+    #   CTranslate2 (faster-whisper, WhisperX) src/cuda/utils.h CUDA_CHECK: THROW_RUNTIME_ERROR("CUDA
+    #     failed with error " + cudaGetErrorString(status)), cudaErrorMemoryAllocation's string being
+    #     "out of memory": CUDA OOM, 4. Its other errors (the driver's age) are not matched.
+    #   PyTorch c10/cuda/CUDAMallocAsyncAllocator.cpp mallocAsync: OutOfMemoryError "Allocation on
+    #     device <d> would exceed allowed memory. (out of memory)", the cudaMallocAsync backend that
+    #     ComfyUI turns on by default (Comfy-Org/ComfyUI cuda_malloc.py "backend:cudaMallocAsync";
+    #     execution.py logs "!!! Exception during processing !!! {ex}"). The device is a
+    #     c10::DeviceIndex, an int8_t that the stream writes as a character: device 0 is a NUL, and
+    #     the Python message ends there, as "Allocation on device " with nothing after it. The whole
+    #     text, or the cut one after the exception's name or ComfyUI's prefix, 4; the words elsewhere
+    #     (a comment's "allocation on device (cudaMalloc)") are not taken.
+    #   PaddlePaddle paddle/fluid/memory/allocation/cuda_allocator.cc (and
+    #     cuda_virtual_mem_allocator.cc): ResourceExhausted "Out of memory error on GPU %d. Cannot
+    #     allocate %s memory on GPU %d" ("on GPU Virtual Memory %d"), 4.
+    #   MXNet src/storage/pooled_storage_manager.h: LOG(FATAL) "cudaMalloc retry failed: " +
+    #     cudaGetErrorString (after releasing its pool and retrying), 4 as its "cudaMalloc failed".
+    #   ONNX Runtime onnxruntime/core/framework/bfc_arena.cc BFCArena::AllocateRawInternal: "Failed to
+    #     allocate memory for requested buffer of size %zu" (the CUDA arena, or the CPU one: the
+    #     model's memory either way), 3.5.
+    #   ggml (llama.cpp, whisper.cpp) ggml/src/ggml-alloc.c ggml_gallocr_reserve_n: "%s: failed to
+    #     allocate %s buffer of size %zu" with a CUDA buffer type ("CUDA0"): the compute buffer does
+    #     not fit in GPU memory, 4 as "unable to allocate CUDA0 buffer". CUDA_Host is not matched.
+    #   ExLlamaV2 exllamav2/model.py load_autosplit_gen: RuntimeError "Insufficient VRAM for model
+    #     and cache" (no GPU left to put the next layer on), 4.
+    #   Whisperer (tigros/Whisperer whisperer/Form1.cs): "Insufficient graphics memory for this
+    #     model!", its check of the GPU's memory against the chosen Whisper model before it runs, 3.5.
+    ("gpu_memory", "model_load_capacity", 4.0, r"CUDA failed with error out of memory",
+     "CTranslate2: out of GPU memory"),
+    ("gpu_memory", "model_load_capacity", 4.0,
+     r"Allocation on device \d* ?would exceed allowed memory"
+     r"|(OutOfMemoryError: |!!! Exception during processing !!! )Allocation on device\s*$",
+     "PyTorch cudaMallocAsync (ComfyUI): out of GPU memory"),
+    ("gpu_memory", "model_load_capacity", 4.0, r"Out of memory error on GPU (Virtual Memory )?\d+",
+     "PaddlePaddle: out of GPU memory"),
+    ("gpu_memory", "model_load_capacity", 4.0, r"cudaMalloc retry failed: out of memory", "MXNet: out of GPU memory"),
+    ("gpu_memory", "model_load_capacity", 3.5, r"Failed to allocate memory for requested buffer of size \d+",
+     "ONNX Runtime: its memory arena could not grow"),
+    ("gpu_memory", "model_load_capacity", 4.0, r"failed to allocate CUDA\d+ buffer of size \d+",
+     "ggml: the compute buffer does not fit in GPU memory"),
+    ("gpu_memory", "model_load_capacity", 4.0, r"Insufficient VRAM for model and cache",
+     "ExLlamaV2: the model and its cache do not fit in GPU memory"),
+    ("gpu_memory", "model_load_capacity", 3.5, r"Insufficient graphics memory for this model",
+     "Whisperer: the GPU has too little memory for the model"),
+    # text-generation-inference splitting a weight over its shards (huggingface/text-generation-inference
+    # server/text_generation_server/utils/weights.py get_sharded: AssertionError "The choosen size
+    # {size} is not compatible with sharding on {world_size} shards", "chosen" in the modelling files
+    # of later releases): a dimension (the vocabulary, the intermediate size) the number of shards
+    # does not divide, the layout against the model as "must be divisible by" above, 3.5.
+    ("parallel_layout", "model_load_capacity", 3.5, r"The choo?sen size \d+ is not compatible with sharding on \d+ shards",
+     "TGI: a weight's size is not divisible by the number of shards"),
     # Host memory in the schedulers' and servers' words:
     #   Ollama llm/server.go: "model requires more system memory (X) than is available (Y)" (4)
     #   Ray python/ray/exceptions.py OutOfMemoryError (memory monitor): "Task was killed due to the
@@ -1743,6 +1794,10 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"Failed to load library libonnxruntime_providers_\w+\.so with error: "
      r"lib(cudnn|cublas|cublasLt|cudart|cufft|curand|cusparse|cusolver|nvrtc|nvinfer)\w*\.so[.\d]*: cannot open shared object",
      "ONNX Runtime: a CUDA or cuDNN library its GPU provider needs is missing"),
+    # Unsloth's installer (unslothai/unsloth unsloth/_auto_install.py: RuntimeError "Torch = {v} too
+    # new!") meeting a torch release newer than any extra it knows: the Python environment's
+    # versions, not the driver, 3.
+    ("python_env", "other", 3.0, r"Torch = \S+ too new!", "Unsloth: the installed torch is newer than it supports"),
     ("python_env", "other", 2.5, r"Failed to load NCCL library from",
      "vLLM: the NCCL library is missing or broken"),
     # llama.cpp meeting a GGUF whose architecture it does not know (src/llama-model.cpp load_arch:
