@@ -451,6 +451,23 @@ TOOL_TEXTS = [
     ("text-generation-inference server/text_generation_server/utils/weights.py get_sharded", "model_load_capacity",
      "AssertionError: The choosen size 50432 is not compatible with sharding on 3 shards"),
     ("unsloth unsloth/_auto_install.py", "other", "RuntimeError: Torch = 2.6.0+cu124 too new!"),
+    ("tensorflow stream_executor/cuda/cuda_diagnostics.cc, cut after its DSO", "driver_incompatible",
+     "2018-01-22 10:12:52.860934: E tensorflow/stream_executor/cuda/cuda_diagnostics.cc:303] kernel version "
+     "384.90.0 does not match DSO versio"),
+    ("NVIDIA nvidia-installer kernel.c check_for_unloaded_kernel_module", "container_runtime",
+     "ERROR: An NVIDIA kernel module 'nvidia-drm' appears to already be loaded in your kernel.  This may be because "
+     "it is in use (for example, by an X server, a CUDA program, or the NVIDIA Persistence Daemon), but this may "
+     "also happen if your kernel was configured without support for module unloading."),
+    ("xla/pjrt/pjrt_stream_executor_client.cc (jaxlib's older status text)", "model_load_capacity",
+     "E external/org_tensorflow/tensorflow/compiler/xla/python/local_client.cc:672] Execution of replica 0 failed: "
+     "Resource exhausted: Out of memory while trying to allocate 5520758552 bytes."),
+    ("xla/stream_executor/stream_executor_memory_allocator.cc", "model_load_capacity",
+     "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Failed to allocate request for 6.27GiB "
+     "(6727663616B) on device ordinal 0"),
+    ("EricLBuehler/candle-vllm src/paged_attention/mod.rs (Rust before 1.73)", "model_load_capacity",
+     "thread 'main' panicked at 'attempt to divide by zero', src/paged_attention/mod.rs:34:34"),
+    ("EricLBuehler/candle-vllm src/paged_attention/mod.rs (Rust 1.73 on)", "model_load_capacity",
+     "thread 'main' panicked at src/paged_attention/mod.rs:34:34:"),
 ]
 
 
@@ -573,3 +590,32 @@ def test_out_of_memory_texts_are_read_whole_and_not_from_lookalikes():
     # ggml's pinned host buffer is not GPU memory at 4
     t = classify("ggml_gallocr_reserve_n: failed to allocate CUDA_Host buffer of size 1024\n", backoff=False)
     assert t.scores["model_load_capacity"] < 4, t.scores
+
+
+def test_driver_diagnostics_and_daemon_texts_weigh_as_symptoms_and_lookalikes_are_not_taken():
+    # TensorFlow's diagnostics finding no kernel driver (cuda_diagnostics.cc LogDiagnosticInformation):
+    # no module loaded where the process runs, the container path's, 3
+    t = classify("2018-01-22 10:12:52.860688: I tensorflow/stream_executor/cuda/cuda_diagnostics.cc:158] kernel "
+                 "driver does not appear to be running on this host (node1): /proc/driver/nvidia/version does not "
+                 "exist\n", backoff=False)
+    assert t.category == "container_runtime" and t.scores["container_runtime"] >= 3, t.scores
+    assert t.scores["driver_incompatible"] == 0, t.scores
+    # nvidia-persistenced (nvidia-persistenced.c setup_devices) is a symptom, 2, not a verdict
+    t = classify("Sep 11 04:47:05 node1 nvidia-persistenced[887]: Failed to query NVIDIA devices. Please ensure that "
+                 "the NVIDIA device files (/dev/nvidia*) exist, and that user 991 has read and write permissions for "
+                 "those files.\n", backoff=False)
+    assert t.category == "container_runtime" and 2.0 <= t.scores["container_runtime"] < 3, t.scores
+    # the diagnostics' agreement is not a mismatch
+    assert classify("I cuda_diagnostics.cc:190] kernel version seems to match DSO: 470.1.1\n",
+                    backoff=False).scores["driver_incompatible"] == 0
+    # a division by zero elsewhere in a Rust program, or at another line of the file, is not the KV-head layout
+    assert classify("thread 'main' panicked at src/main.rs:34:34:\nattempt to divide by zero\n",
+                    backoff=False).scores["model_load_capacity"] == 0
+    assert classify("thread 'main' panicked at src/paged_attention/mod.rs:120:9:\n",
+                    backoff=False).scores["model_load_capacity"] == 0
+    # another driver's request allocator (a Wi-Fi firmware's) is not XLA's device memory
+    assert classify("wma_self_peer_remove: Failed to allocate request for vdev_id 3\n",
+                    backoff=False).scores["model_load_capacity"] == 0
+    # NVIDIA's installer finding nouveau is not taken (its one corpus log has a doubtful label)
+    assert classify("ERROR: The Nouveau kernel driver is currently in use by your system.\n",
+                    backoff=False).scores["container_runtime"] == 0

@@ -16,6 +16,9 @@ UPSTREAM = [
     ("xla/stream_executor/cuda/cuda_diagnostics.cc", "driver_incompatible",
      "2023-11-14 22:30:50.201665: E external/local_xla/xla/stream_executor/cuda/cuda_diagnostics.cc:312] kernel "
      "version 470.182.3 does not match DSO version 470.223.2 -- cannot find working devices in this configuration"),
+    ("tensorflow/stream_executor/cuda/cuda_diagnostics.cc (TensorFlow 1.x)", "driver_incompatible",
+     "E tensorflow/stream_executor/cuda/cuda_diagnostics.cc:296] kernel version 352.63.0 does not match DSO version "
+     "361.93.2 -- cannot find working devices in this configuration"),
     ("glibc elf/dl-lookup.c + nvml.h", "driver_incompatible",
      "nvidia-smi: symbol lookup error: nvidia-smi: undefined symbol: nvmlInit_v2"),
     ("NCCL src/misc/cudawrap.cc", "driver_incompatible",
@@ -31,6 +34,10 @@ UPSTREAM = [
     ("JuliaGPU/CUDAnative.jl src/CUDAnative.jl (@warn)", "driver_incompatible",
      "\u250c Warning: You are using CUDA toolkit 10.2.89 with a driver that only supports up to 10.1.0."),
     # container_runtime
+    ("NVIDIA nvidia-installer kernel.c (older releases' wording)", "container_runtime",
+     "ERROR: An NVIDIA kernel module 'nvidia' appears to already be loaded in your kernel.  This may be because it "
+     "is in use (for example, by the X server), but may also happen if your kernel was configured without support "
+     "for module unloading."),
     ("rpmfusion/xorg-x11-drv-nvidia nvidia-fallback.service", "container_runtime",
      "NVIDIA kernel module missing. Falling back to nouveau"),
     ("CUDA driver_types.h cudaErrorStubLibrary (34)", "container_runtime",
@@ -103,6 +110,9 @@ UPSTREAM = [
     ("SchedMD/slurm src/sinfo/opts.c (sinfo --list-reasons)", "container_runtime",
      "gres/gpu count repor root      2026-01-01T00:00:00 node[001-002]"),
     # model_load_capacity
+    ("xla/pjrt/pjrt_stream_executor_client.cc", "model_load_capacity",
+     "E0000 00:00:1700000000.000000 1 pjrt_stream_executor_client.cc:3045] Execution of replica 0 failed: "
+     "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 58982400 bytes."),
     ("tensorflow/core/framework/op_kernel.cc", "model_load_capacity",
      "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with "
      "shape[192,576,16,16] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc"),

@@ -180,9 +180,16 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # (tensorflow/stream_executor/cuda/cuda_diagnostics.cc, now xla/stream_executor/cuda/
     # cuda_diagnostics.cc: LOG(ERROR) "kernel version X does not match DSO version Y -- cannot find
     # working devices in this configuration"): NVML's "Driver/library version mismatch" in
-    # TensorFlow's words, 3.5.
-    ("driver_mismatch", "driver_incompatible", 3.5, r"kernel version \S+ does not match DSO version",
+    # TensorFlow's words, 3.5. Read up to "DSO", the raise site's words before the versions, so a
+    # line cut after them is still read.
+    ("driver_mismatch", "driver_incompatible", 3.5, r"kernel version \S+ does not match DSO\b",
      "TensorFlow/XLA: the kernel module and libcuda differ"),
+    # The same diagnostics finding no kernel driver at all (cuda_diagnostics.cc
+    # LogDiagnosticInformation: "kernel driver does not appear to be running on this host (%s):
+    # /proc/driver/nvidia/version does not exist"): the module is not loaded where the process runs,
+    # as NVML's "Driver Not Loaded" (container_runtime, 3, below).
+    ("gpu_visibility", "container_runtime", 3.0, r"kernel driver does not appear to be running on this host",
+     "TensorFlow/XLA: no NVIDIA kernel driver loaded (/proc/driver/nvidia/version missing)"),
     # XLA's PTX compiler checking the driver against its ptxas (xla/service/gpu/nvptx_compiler.cc,
     # a warning: "The NVIDIA driver's CUDA version is X which is older than the ptxas CUDA version
     # (Y)"). XLA goes on, so it is the driver's age as context, 2 (damped as a warning).
@@ -311,6 +318,15 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # The kernel module is not loaded where the container runs: pynvml NVMLError_DriverNotLoaded
     # ("Driver Not Loaded"), go-nvml ERROR_DRIVER_NOT_LOADED, nvml-wrapper DriverNotLoaded. Like
     # "Found no NVIDIA driver" below: GPUs not visible, 3 (the host driver, not its version).
+    # nvidia-persistenced failing at start (NVIDIA/nvidia-persistenced nvidia-persistenced.c
+    # setup_devices: syslog "Failed to query NVIDIA devices. Please ensure that the NVIDIA device
+    # files (/dev/nvidia*) exist, and that user %u has read and write permissions for those files.";
+    # its parent, "nvidia-persistenced failed to initialize. Check syslog for more details."): the
+    # driver's device nodes are missing or closed to it where it runs. A symptom of a node whose
+    # driver is not up, and printed at boots that recover, 2.
+    ("gpu_visibility", "container_runtime", 2.0,
+     r"Failed to query NVIDIA devices\. Please ensure that the NVIDIA device files"
+     r"|nvidia-persistenced failed to initialize", "nvidia-persistenced: no usable NVIDIA device files"),
     ("gpu_visibility", "container_runtime", 3.0,
      r"NVMLError_DriverNotLoaded|ERROR_DRIVER_NOT_LOADED|\bDriverNotLoaded\b|NVML.*Driver Not Loaded",
      "NVML: no NVIDIA kernel driver loaded"),
@@ -495,6 +511,17 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r'An error occurred while performing the step: "Building kernel modules"'
      r"|Unable to load the kernel module '?nvidia|Unable to find the kernel source tree for the currently running"
      r"|GPL-incompatible module nvidia[\w-]*\.ko uses GPL-only symbol", "NVIDIA kernel module does not build or load"),
+    # NVIDIA's installer finding a module of the old driver still loaded that it cannot unload
+    # (nvidia-installer kernel.c check_for_unloaded_kernel_module: ui_error "An NVIDIA kernel module
+    # '%s' appears to already be loaded in your kernel.  This may be because it is in use (for
+    # example, by an X server, a CUDA program, or the NVIDIA Persistence Daemon)"): the installation
+    # stops, the new driver is not installed, as "Unable to load the kernel module", 3.5. The
+    # installer's "The Nouveau kernel driver is currently in use by your system" (kernel.c
+    # check_for_nouveau) is not taken: the corpus labels its one log driver_incompatible, a doubtful
+    # label against this family's precedent.
+    ("driver_build", "container_runtime", 3.5,
+     r"An NVIDIA kernel module '?[\w-]+'? appears to already be loaded in your kernel",
+     "NVIDIA installer: the old driver's module is still loaded, the new one is not installed"),
     ("driver_build", "container_runtime", 3.0,
      r"Bad return status for module build on kernel|GPL-incompatible module \S+\.ko uses GPL-only symbol",
      "kernel module build failed (DKMS / modpost)"),
@@ -773,9 +800,22 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # --- model_load_capacity (tree step 3: CUDA up, the model does not load or fit) ---
     ("gpu_memory", "model_load_capacity", 4.0,
      r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation"
-     r"|CUDA_ERROR_OUT_OF_MEMORY|RESOURCE_EXHAUSTED: Out of memory|out of memory allocating"
+     r"|CUDA_ERROR_OUT_OF_MEMORY|RESOURCE[_ ]EXHAUSTED: Out of memory|out of memory allocating"
      r"|Cuda failure '?out of memory",
      "out of GPU memory"),
+    # XLA's RESOURCE_EXHAUSTED above also in the older status text, the code's name in words
+    # (tensorflow/core/lib/core/error_codes and status.cc: "Resource exhausted: %s", as jaxlib printed
+    # it before absl::Status), and the PJRT client's failed replica (xla/pjrt/
+    # pjrt_stream_executor_client.cc, earlier tensorflow/compiler/xla/python/local_client.cc:
+    # "Execution of replica %d failed: %s") carrying that status: the program does not fit the
+    # device's memory, 4.
+    ("gpu_memory", "model_load_capacity", 4.0,
+     r"Execution of replica \d+ failed: RESOURCE[_ ]EXHAUSTED", "XLA/PJRT: a replica ran out of device memory"),
+    # XLA's device allocator refusing a buffer (xla/stream_executor/stream_executor_memory_allocator.cc
+    # Allocate: absl::ResourceExhaustedError "Failed to allocate request for %s (%uB) on device
+    # ordinal %d"), under JAX as XlaRuntimeError: the device's memory is spent, 4.
+    ("gpu_memory", "model_load_capacity", 4.0, r"Failed to allocate request for \S+ \(\d+B\) on device ordinal",
+     "XLA: a device buffer could not be allocated"),
     # TensorRT's error reporter ("[file::function::line] Error Code N: Kind (detail)", the ErrorCode of
     # NvInferRuntimeBase.h, kOUT_OF_MEMORY = 2, "OutOfMemory") and its allocator's warning "Requested
     # amount of GPU memory (N bytes) could not be allocated. There may not be enough free memory for
@@ -1078,6 +1118,20 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # does not divide, the layout against the model as "must be divisible by" above, 3.5.
     ("parallel_layout", "model_load_capacity", 3.5, r"The choo?sen size \d+ is not compatible with sharding on \d+ shards",
      "TGI: a weight's size is not divisible by the number of shards"),
+    # candle-vllm's paged attention (src/paged_attention/mod.rs PagedAttention::new, line 34:
+    # "let num_queries_per_kv = num_attention_heads / num_key_value_heads;") with the KV heads split
+    # over the GPUs given: more GPUs than the model has KV heads leaves each none, and Rust panics
+    # "attempt to divide by zero" there. The model's heads do not divide over the devices, as TGI's
+    # sharding assertion, 3.5; the panic's text is read with the file, in both of Rust's panic
+    # formats, since a division by zero elsewhere says nothing of the layout. Rust since 1.73 puts
+    # the message on the line after "panicked at <file>:<line>:<col>:", so the panic at that file's
+    # line 34, the division's line in every version of the file, is read alone, 3.
+    ("parallel_layout", "model_load_capacity", 3.5,
+     r"panicked at src/paged_attention/mod\.rs:\d+:\d+:?\s*attempt to divide by zero"
+     r"|panicked at 'attempt to divide by zero', src/paged_attention/mod\.rs",
+     "candle-vllm: more GPUs than the model's KV heads (no KV head per rank)"),
+    ("parallel_layout", "model_load_capacity", 3.0, r"panicked at src/paged_attention/mod\.rs:34:\d+",
+     "candle-vllm: a panic at the KV-head division (more GPUs than KV heads)"),
     # Host memory in the schedulers' and servers' words:
     #   Ollama llm/server.go: "model requires more system memory (X) than is available (Y)" (4)
     #   Ray python/ray/exceptions.py OutOfMemoryError (memory monitor): "Task was killed due to the
