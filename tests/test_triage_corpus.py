@@ -46,14 +46,14 @@ torch-version signals, beside a sweep of other stacks' out-of-memory texts, and 
 fitted on it), and `heldout19/` while that was done (measured at 40/48 with the back-off and 36/48
 by the signals alone, its misses were then tuned on: the cut TensorFlow DSO mismatch, XLA's older
 "Resource exhausted" status and candle-vllm KV-head division signals, beside a sweep of driver,
-installer and daemon texts, and the back-off is fitted on it). The 90% target of issue #35 is
-asserted on the folders never tuned on (`heldout/`, `heldout5/`, `heldout10/`, `heldout11/` and
-`heldout12/`) taken together; it was a strict expected failure until the back-off refitted with
-`heldout15/` reached it (187/207, 175/207 by the signals alone), again while `heldout16/`
-(221/247), `heldout17/` (225/253), `heldout18/` (227/260) and then `heldout19/` (227/255) counted
-among them, and is met once more with each moved to the tuned side (188/207 with the back-off
-refitted with `heldout17/`, 187/207 with `heldout18/`, 189/207 with `heldout19/`, 175/207 by the
-signals alone).
+installer and daemon texts, and the back-off is fitted on it), and `heldout20/` while that was done
+(measured once at 45/53 with the back-off and 38/53 by the signals alone). The 90% target of issue
+#35 is asserted on the folders never tuned on (`heldout/`, `heldout5/`, `heldout10/`, `heldout11/`,
+`heldout12/` and `heldout20/`) taken together: 234/260 = 90.0% (213/260 by the signals alone), with
+no log to spare. The five older ones alone had reached it when the back-off was refitted with
+`heldout15/` (187/207, 175/207 by the signals alone) and with each later tuned-on folder (188/207,
+187/207, 189/207), and fell below it each time a blind folder joined them (with `heldout16/`
+221/247, `heldout17/` 225/253, `heldout18/` 227/260, `heldout19/` 227/255) until `heldout20/`.
 """
 
 from __future__ import annotations
@@ -120,13 +120,16 @@ EIGHTEENTH = LOGS / "heldout18"
 # collected after heldout18 was measured, by symptom searches fixed before any result was read, at
 # most three logs a search, labelled before triage ran; its misses were tuned on after
 NINETEENTH = LOGS / "heldout19"
+# collected after heldout19 was measured, by symptom searches fixed before any result was read, at
+# most three logs a search, labelled before triage ran
+TWENTIETH = LOGS / "heldout20"
 FOLDS = 5
 # the held-out folders whose misses were known when signals were chosen: with the main folder,
 # what the lexical back-off is fitted on (scripts/fit_triage_backoff.py); the others measure
 # triage on logs nothing was tuned or fitted to
 TUNED_ON = [FRESH, THIRD, FOURTH, SIXTH, SEVENTH, EIGHTH, NINTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH,
             SEVENTEENTH, EIGHTEENTH, NINETEENTH]
-NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH]
+NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH, TWENTIETH]
 
 
 def table(folder: Path) -> list[dict[str, str]]:
@@ -492,6 +495,23 @@ def test_seventeenth_heldout_is_real_cited_and_new():
                                     TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH])
 
 
+def test_twentieth_heldout_is_real_cited_and_new():
+    check_new_heldout(TWENTIETH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
+                                  TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH,
+                                  SEVENTEENTH, EIGHTEENTH, NINETEENTH])
+
+
+def twentieth_accuracy() -> float:
+    return folder_accuracy(TWENTIETH, "twentieth held-out folder (symptom-searched, labelled before triage ran)")
+
+
+def test_twentieth_heldout_accuracy_is_reported_and_does_not_regress():
+    # 45/53 = 84.9% when the folder was closed, run once on the signals and the back-off of the
+    # heldout19 round (38/53 = 71.7% by the signals alone; tests/data/logs/heldout20/README.md
+    # lists the misses). The floor (two logs below) catches a regression, it is not the target
+    assert twentieth_accuracy() >= 0.81
+
+
 def test_nineteenth_heldout_is_real_cited_and_new():
     check_new_heldout(NINETEENTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
                                    TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH,
@@ -623,18 +643,21 @@ def never_tuned_on_accuracy() -> float:
     was written, left them the same way; heldout17, collected blind while heldout16's round was
     written, left them when its misses were tuned on; heldout18, collected blind while heldout17's
     round was written, left them the same way; heldout19, collected blind while heldout18's round
-    was written, left them the same way)."""
+    was written, left them the same way), and `heldout20/`, collected blind while heldout19's round
+    was written and run once after it."""
     pairs = [(cat, classify(text).category) for folder in NEVER_TUNED_ON for _, cat, text in corpus(folder)]
-    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12)")
+    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12, "
+                    "heldout20)")
     return acc
 
 
 def test_unseen_heldout_reaches_the_90_percent_target():
-    # issue #35 asks for 90% on logs triage has never seen. On heldout, heldout5, heldout10, heldout11
-    # and heldout12 it is 189/207 = 91.3% with the lexical back-off refitted in the heldout19 round
-    # (187/207 before the refit), 175/207 = 84.5% by the signals alone (unchanged by that round's
-    # signals); docs/domain.md. 186/207 would be 89.9%. heldout19, on this side while it was unseen,
-    # had taken the six folders to 227/255 = 89.0%, a strict expected failure until it moved.
+    # issue #35 asks for 90% on logs triage has never seen. On heldout, heldout5, heldout10, heldout11,
+    # heldout12 and heldout20 it is 234/260 = 90.0% with the lexical back-off of the heldout19 round,
+    # 213/260 = 81.9% by the signals alone; docs/domain.md. No log to spare: 233/260 would be 89.6%.
+    # heldout20, collected blind during that round and run once after it, is 45/53 = 84.9%; the five
+    # older folders, read after every round (no signal chosen on them), 189/207 = 91.3%. Each
+    # earlier blind folder had left the target an expected failure (heldout19: 227/255 = 89.0%).
     assert never_tuned_on_accuracy() >= 0.90
 
 
