@@ -619,3 +619,33 @@ def test_driver_diagnostics_and_daemon_texts_weigh_as_symptoms_and_lookalikes_ar
     # NVIDIA's installer finding nouveau is not taken (its one corpus log has a doubtful label)
     assert classify("ERROR: The Nouveau kernel driver is currently in use by your system.\n",
                     backoff=False).scores["container_runtime"] == 0
+
+
+def test_the_kernel_drivers_refusals_dcgms_nvml_and_tgis_request_limit_decide_their_step():
+    # the open modules refusing a GPU without GSP (osapi.c rm_is_supported_device): no GPU comes up
+    # under a loaded module, step 2 as the probe failure, 3, even with the probe lines cut off
+    t = classify("[ 1157.046099] NVRM: The NVIDIA GPU 0000:af:00.0 (PCI ID: 10de:1db5)\n"
+                 "               NVRM: installed in this system is not supported by open\n"
+                 "               NVRM: nvidia.ko because it does not include the required GPU\n", backoff=False)
+    assert t.category == "container_runtime" and t.scores["container_runtime"] >= 3, t.scores
+    assert t.scores["driver_incompatible"] == 0, t.scores
+    # the same function's text for a GPU the release dropped, the version on either line
+    for line in ("NVRM: installed in this system is not supported by the 304.116\n",
+                 "NVRM: installed in this system is not supported by the\n"):
+        assert classify(line, backoff=False).scores["container_runtime"] >= 3, line
+    # DCGM's host engine failing nvmlInit in the exporter, and the Go binding's start failure after it
+    for line in ("Error: Failed to initialize NVML\n",
+                 "level=error msg=\"Failed to initialize NVML: 9\"\n",
+                 'time="2020-07-21T18:49:33Z" level=fatal msg="Error starting nv-hostengine: DCGM initialization '
+                 'error"\n'):
+        t = classify(line, backoff=False)
+        assert t.category == "container_runtime" and t.scores["container_runtime"] >= 3, (line, t.scores)
+    # nvidia-smi's NVML failure naming a driver mismatch stays the driver's, not this container text
+    t = classify("Failed to initialize NVML: Driver/library version mismatch\n", backoff=False)
+    assert t.category == "driver_incompatible" and t.scores["container_runtime"] == 0, t.scores
+    # TGI's router: a request's max_new_tokens above the launch's limit is the request, other, 3
+    t = classify("Input validation error: `max_new_tokens` must be <= 1. Given: 20\n", backoff=False)
+    assert t.category == "other" and t.scores["other"] >= 3, t.scores
+    # its total-tokens check (a prompt longer than the context) is not this signal
+    assert classify("Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. Given: 4031 "
+                    "`inputs` tokens and 200 `max_new_tokens`\n", backoff=False).scores["other"] == 0

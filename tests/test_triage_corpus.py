@@ -47,13 +47,16 @@ fitted on it), and `heldout19/` while that was done (measured at 40/48 with the 
 by the signals alone, its misses were then tuned on: the cut TensorFlow DSO mismatch, XLA's older
 "Resource exhausted" status and candle-vllm KV-head division signals, beside a sweep of driver,
 installer and daemon texts, and the back-off is fitted on it), and `heldout20/` while that was done
-(measured once at 45/53 with the back-off and 38/53 by the signals alone). The 90% target of issue
-#35 is asserted on the folders never tuned on (`heldout/`, `heldout5/`, `heldout10/`, `heldout11/`,
-`heldout12/` and `heldout20/`) taken together: 234/260 = 90.0% (213/260 by the signals alone), with
-no log to spare. The five older ones alone had reached it when the back-off was refitted with
-`heldout15/` (187/207, 175/207 by the signals alone) and with each later tuned-on folder (188/207,
-187/207, 189/207), and fell below it each time a blind folder joined them (with `heldout16/`
-221/247, `heldout17/` 225/253, `heldout18/` 227/260, `heldout19/` 227/255) until `heldout20/`.
+(measured at 45/53 with the back-off and 38/53 by the signals alone, its misses were then tuned on:
+the kernel driver's refusal of a GPU it does not drive, DCGM's host engine failing NVML and TGI's
+max_new_tokens limit signals, and the back-off is fitted on it). The 90% target of issue #35 is
+asserted on the folders never tuned on (`heldout/`, `heldout5/`, `heldout10/`, `heldout11/` and
+`heldout12/`) taken together: 188/207 = 90.8% with the back-off refitted with `heldout20/` (189/207
+before the refit), 175/207 by the signals alone. The five had reached it when the back-off was
+refitted with `heldout15/` (187/207) and with each later tuned-on folder (188/207, 187/207, 189/207),
+and fell below it each time a blind folder joined them (with `heldout16/` 221/247, `heldout17/`
+225/253, `heldout18/` 227/260, `heldout19/` 227/255) until `heldout20/` (234/260, with no log to
+spare).
 """
 
 from __future__ import annotations
@@ -121,15 +124,15 @@ EIGHTEENTH = LOGS / "heldout18"
 # most three logs a search, labelled before triage ran; its misses were tuned on after
 NINETEENTH = LOGS / "heldout19"
 # collected after heldout19 was measured, by symptom searches fixed before any result was read, at
-# most three logs a search, labelled before triage ran
+# most three logs a search, labelled before triage ran; its misses were tuned on after
 TWENTIETH = LOGS / "heldout20"
 FOLDS = 5
 # the held-out folders whose misses were known when signals were chosen: with the main folder,
 # what the lexical back-off is fitted on (scripts/fit_triage_backoff.py); the others measure
 # triage on logs nothing was tuned or fitted to
 TUNED_ON = [FRESH, THIRD, FOURTH, SIXTH, SEVENTH, EIGHTH, NINTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH,
-            SEVENTEENTH, EIGHTEENTH, NINETEENTH]
-NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH, TWENTIETH]
+            SEVENTEENTH, EIGHTEENTH, NINETEENTH, TWENTIETH]
+NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH]
 
 
 def table(folder: Path) -> list[dict[str, str]]:
@@ -508,8 +511,12 @@ def twentieth_accuracy() -> float:
 def test_twentieth_heldout_accuracy_is_reported_and_does_not_regress():
     # 45/53 = 84.9% when the folder was closed, run once on the signals and the back-off of the
     # heldout19 round (38/53 = 71.7% by the signals alone; tests/data/logs/heldout20/README.md
-    # lists the misses). The floor (two logs below) catches a regression, it is not the target
-    assert twentieth_accuracy() >= 0.81
+    # lists the misses). Its misses were then tuned on (the kernel driver's refusal of a GPU it does
+    # not drive, DCGM's host engine failing NVML and TGI's max_new_tokens limit signals, and the
+    # back-off refitted with it): 40/53 by the signals alone and 49/53 with the back-off after them,
+    # no longer a figure for unseen logs. The floor (two logs below) catches a regression, it is not
+    # the target
+    assert twentieth_accuracy() >= 0.88
 
 
 def test_nineteenth_heldout_is_real_cited_and_new():
@@ -643,21 +650,20 @@ def never_tuned_on_accuracy() -> float:
     was written, left them the same way; heldout17, collected blind while heldout16's round was
     written, left them when its misses were tuned on; heldout18, collected blind while heldout17's
     round was written, left them the same way; heldout19, collected blind while heldout18's round
-    was written, left them the same way), and `heldout20/`, collected blind while heldout19's round
-    was written and run once after it."""
+    was written, left them the same way; heldout20, collected blind while heldout19's round was
+    written, left them the same way)."""
     pairs = [(cat, classify(text).category) for folder in NEVER_TUNED_ON for _, cat, text in corpus(folder)]
-    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12, "
-                    "heldout20)")
+    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12)")
     return acc
 
 
 def test_unseen_heldout_reaches_the_90_percent_target():
-    # issue #35 asks for 90% on logs triage has never seen. On heldout, heldout5, heldout10, heldout11,
-    # heldout12 and heldout20 it is 234/260 = 90.0% with the lexical back-off of the heldout19 round,
-    # 213/260 = 81.9% by the signals alone; docs/domain.md. No log to spare: 233/260 would be 89.6%.
-    # heldout20, collected blind during that round and run once after it, is 45/53 = 84.9%; the five
-    # older folders, read after every round (no signal chosen on them), 189/207 = 91.3%. Each
-    # earlier blind folder had left the target an expected failure (heldout19: 227/255 = 89.0%).
+    # issue #35 asks for 90% on logs triage has never seen. On heldout, heldout5, heldout10, heldout11
+    # and heldout12 it is 188/207 = 90.8% with the lexical back-off refitted in the heldout20 round
+    # (189/207 before the refit), 175/207 = 84.5% by the signals alone (unchanged by that round's
+    # signals); docs/domain.md. 186/207 would be 89.9%. heldout20, on this side while it was unseen,
+    # had taken the six folders to 234/260 = 90.0% with no log to spare; each earlier blind folder
+    # had left the target an expected failure (heldout19: 227/255 = 89.0%).
     assert never_tuned_on_accuracy() >= 0.90
 
 

@@ -346,6 +346,14 @@ UPSTREAM = [
     ("microsoft/onnxruntime onnxruntime/core/platform/posix/env.cc", "other",
      "RuntimeError: Failed to load library libonnxruntime_providers_cuda.so with error: libcudnn.so.9: cannot open "
      "shared object file: No such file or directory"),
+    ("huggingface/text-generation-inference router/src/validation.rs", "other",
+     "Input validation error: `max_new_tokens` must be <= 1024. Given: 2048"),
+    # container_runtime
+    ("NVIDIA/open-gpu-kernel-modules src/nvidia/arch/nvalloc/unix/src/osapi.c", "container_runtime",
+     "NVRM: installed in this system is not supported by open"),
+    ("NVIDIA/DCGM dcgmlib/src/DcgmHostEngineHandler.cpp", "container_runtime", "Error: Failed to initialize NVML"),
+    ("NVIDIA/gpu-monitoring-tools bindings/go/dcgm/admin.go", "container_runtime",
+     "Error starting nv-hostengine: DCGM initialization error"),
     ("xla/stream_executor/cuda/assemble_compilation_provider.cc", "other",
      "jaxlib.xla_extension.XlaRuntimeError: UNAVAILABLE: No PTX compilation provider is available. Neither "
      "ptxas/nvlink nor nvjtlink is available. As a fallback you can enable JIT compilation in the CUDA driver via "

@@ -307,6 +307,17 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|NVML library not found|could not load NVML library|libnvidia-ml\.so(\.1)?: cannot open shared object"
      r"|load library failed: libnvidia-ml|nvml\.so.*not found|libcuda\.so(\.1)?: cannot open shared object",
      "NVML/driver libraries not reachable in the container"),
+    # DCGM's host engine, embedded in dcgm-exporter, failing nvmlInit (NVIDIA/DCGM
+    # dcgmlib/src/DcgmHostEngineHandler.cpp: log_error("Failed to initialize NVML: {}", ret), older
+    # releases without the return code) and the Go binding's start failure that follows
+    # (NVIDIA/gpu-monitoring-tools bindings/go/dcgm/admin.go "Error starting nv-hostengine: %s" with
+    # dcgmlib/src/dcgm_errors.c's "DCGM initialization error"): the exporter's pod without the
+    # driver's libraries or devices, 3. Only the bare text or a numeric code: nvidia-smi's "Failed to
+    # initialize NVML: <reason>" names its reason and is read by the reason (above, and 803's table);
+    # a logfmt line's closing quote may follow.
+    ("nvml_in_container", "container_runtime", 3.0,
+     r"Failed to initialize NVML(: -?\d+)?\"?\s*$|Error starting nv-hostengine: DCGM initialization error",
+     "DCGM host engine: NVML cannot initialise in the exporter's container"),
     # The same NVML failures as the bindings name them: pynvml raises NVMLError_<Name> with
     # nvmlErrorString's text (vllm/third_party/pynvml.py in vLLM 0.33: "NVML Shared Library Not
     # Found", "Unknown Error"); go-nvml (device plugin, GPU Operator, HAMi) prints the return
@@ -416,6 +427,17 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("gpu_unreachable", "container_runtime", 3.0,
      r"RmInitAdapter failed|fallen off the bus|NVRM: No NVIDIA GPU found"
      r"|The NVIDIA probe routine (was not called|failed) for", "kernel driver cannot initialise or reach the GPU"),
+    # The kernel driver refusing a GPU it does not drive (open-gpu-kernel-modules
+    # src/nvidia/arch/nvalloc/unix/src/osapi.c, rm_is_supported_device: "NVRM: The NVIDIA GPU ...
+    # (PCI ID: ...)" / "NVRM: installed in this system is not supported by open" / "NVRM: nvidia.ko
+    # because it does not include the required GPU System Processor (GSP)." for a GPU without GSP
+    # under the open modules, its vGPU twin, and "installed in this system is not supported by the" /
+    # "NVIDIA %s driver release." for a GPU the release dropped; older releases put the version on
+    # the first line, "not supported by the 337.25"). The module is loaded and no GPU comes up, as
+    # the probe failure above: step 2, 3 (heldout13's precedent puts the GSP refusal there).
+    ("gpu_unreachable", "container_runtime", 3.0,
+     r"NVRM: installed in this system is not supported by (open|the)\b",
+     "kernel driver: this GPU is not supported by the loaded module or release"),
     # A device node the container was given does not exist on the host (nvidia-uvm is created on
     # first use, so it is often missing after a reboot). moby oci/devices_linux.go: "error
     # gathering device information while adding custom device %q"; nvidia-container-toolkit
@@ -1885,6 +1907,12 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # (launcher/src/main.rs LauncherError::ArgumentValidation, printed "Error:
     # ArgumentValidation(\"`max_input_tokens` must be < `max_total_tokens`\")"): the launch's flags, 3.
     ("config", "other", 3.0, r"Error: ArgumentValidation\(", "TGI: the launcher's arguments do not validate"),
+    # Its router rejecting a request that asks for more new tokens than the launch allows
+    # (router/src/validation.rs ValidationError::MaxNewTokens "`max_new_tokens` must be <= {0}.
+    # Given: {1}"): the request against the launch's limits, 3. Not its MaxTotalTokens ("`inputs`
+    # tokens + `max_new_tokens` must be <= N"), a prompt longer than the context.
+    ("config", "other", 3.0, r"(?<!\+ )`max_new_tokens` must be <= \d+",
+     "TGI: the request's max_new_tokens above the launch's limit"),
 
     # PyTorch's C++/CUDA extension builder, which DeepSpeed's ops, flash-attention's and other
     # packages' JIT builds run through (torch/utils/cpp_extension.py: OSError "CUDA_HOME environment
