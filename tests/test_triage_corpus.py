@@ -49,14 +49,15 @@ by the signals alone, its misses were then tuned on: the cut TensorFlow DSO mism
 installer and daemon texts, and the back-off is fitted on it), and `heldout20/` while that was done
 (measured at 45/53 with the back-off and 38/53 by the signals alone, its misses were then tuned on:
 the kernel driver's refusal of a GPU it does not drive, DCGM's host engine failing NVML and TGI's
-max_new_tokens limit signals, and the back-off is fitted on it). The 90% target of issue #35 is
-asserted on the folders never tuned on (`heldout/`, `heldout5/`, `heldout10/`, `heldout11/` and
-`heldout12/`) taken together: 188/207 = 90.8% with the back-off refitted with `heldout20/` (189/207
-before the refit), 175/207 by the signals alone. The five had reached it when the back-off was
-refitted with `heldout15/` (187/207) and with each later tuned-on folder (188/207, 187/207, 189/207),
-and fell below it each time a blind folder joined them (with `heldout16/` 221/247, `heldout17/`
-225/253, `heldout18/` 227/260, `heldout19/` 227/255) until `heldout20/` (234/260, with no log to
-spare).
+max_new_tokens limit signals, and the back-off is fitted on it), and `heldout21/` while that was
+done (measured once at 49/58 with the back-off and 47/58 by the signals alone). The 90% target of
+issue #35 is asserted on the folders never tuned on (`heldout/`, `heldout5/`, `heldout10/`,
+`heldout11/`, `heldout12/` and `heldout21/`) taken together: a strict expected failure at 237/265
+(222/265 by the signals alone). The five older ones alone had reached it when the back-off was
+refitted with `heldout15/` (187/207) and with each later tuned-on folder (188/207, 187/207,
+189/207, 188/207), and fell below it each time a blind folder joined them (with `heldout16/`
+221/247, `heldout17/` 225/253, `heldout18/` 227/260, `heldout19/` 227/255, `heldout21/` 237/265),
+except `heldout20/` (234/260, with no log to spare).
 """
 
 from __future__ import annotations
@@ -126,13 +127,16 @@ NINETEENTH = LOGS / "heldout19"
 # collected after heldout19 was measured, by symptom searches fixed before any result was read, at
 # most three logs a search, labelled before triage ran; its misses were tuned on after
 TWENTIETH = LOGS / "heldout20"
+# collected after heldout20 was measured, by symptom searches fixed before any result was read, at
+# most three logs a search, labelled before triage ran
+TWENTY_FIRST = LOGS / "heldout21"
 FOLDS = 5
 # the held-out folders whose misses were known when signals were chosen: with the main folder,
 # what the lexical back-off is fitted on (scripts/fit_triage_backoff.py); the others measure
 # triage on logs nothing was tuned or fitted to
 TUNED_ON = [FRESH, THIRD, FOURTH, SIXTH, SEVENTH, EIGHTH, NINTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH,
             SEVENTEENTH, EIGHTEENTH, NINETEENTH, TWENTIETH]
-NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH]
+NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH, TWENTY_FIRST]
 
 
 def table(folder: Path) -> list[dict[str, str]]:
@@ -498,6 +502,23 @@ def test_seventeenth_heldout_is_real_cited_and_new():
                                     TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH])
 
 
+def test_twenty_first_heldout_is_real_cited_and_new():
+    check_new_heldout(TWENTY_FIRST, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
+                                     TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH,
+                                     SEVENTEENTH, EIGHTEENTH, NINETEENTH, TWENTIETH])
+
+
+def twenty_first_accuracy() -> float:
+    return folder_accuracy(TWENTY_FIRST, "twenty-first held-out folder (symptom-searched, labelled before triage ran)")
+
+
+def test_twenty_first_heldout_accuracy_is_reported_and_does_not_regress():
+    # 49/58 = 84.5% when the folder was closed, run once on the signals and the back-off of the
+    # heldout20 round (47/58 = 81.0% by the signals alone; tests/data/logs/heldout21/README.md
+    # lists the misses). The floor (two logs below) catches a regression, it is not the target
+    assert twenty_first_accuracy() >= 0.81
+
+
 def test_twentieth_heldout_is_real_cited_and_new():
     check_new_heldout(TWENTIETH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
                                   TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH,
@@ -651,19 +672,20 @@ def never_tuned_on_accuracy() -> float:
     written, left them when its misses were tuned on; heldout18, collected blind while heldout17's
     round was written, left them the same way; heldout19, collected blind while heldout18's round
     was written, left them the same way; heldout20, collected blind while heldout19's round was
-    written, left them the same way)."""
+    written, left them the same way), and `heldout21/`, collected blind while heldout20's round was
+    written and run once after it."""
     pairs = [(cat, classify(text).category) for folder in NEVER_TUNED_ON for _, cat, text in corpus(folder)]
-    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12)")
+    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12, "
+                    "heldout21)")
     return acc
 
 
+@pytest.mark.xfail(strict=True, reason="issue #35 asks for 90% on logs triage has never seen; on the folders "
+                   "never tuned on, heldout, heldout5, heldout10, heldout11, heldout12 and heldout21, it is "
+                   "237/265 = 89.4% with the lexical back-off (222/265 = 83.8% by the signals alone); heldout21, "
+                   "collected blind during the heldout20 round, 49/58 = 84.5% (47/58 by the signals alone), the "
+                   "five others 188/207 = 90.8%; docs/domain.md. Strict: reaching it fails here until the mark goes")
 def test_unseen_heldout_reaches_the_90_percent_target():
-    # issue #35 asks for 90% on logs triage has never seen. On heldout, heldout5, heldout10, heldout11
-    # and heldout12 it is 188/207 = 90.8% with the lexical back-off refitted in the heldout20 round
-    # (189/207 before the refit), 175/207 = 84.5% by the signals alone (unchanged by that round's
-    # signals); docs/domain.md. 186/207 would be 89.9%. heldout20, on this side while it was unseen,
-    # had taken the six folders to 234/260 = 90.0% with no log to spare; each earlier blind folder
-    # had left the target an expected failure (heldout19: 227/255 = 89.0%).
     assert never_tuned_on_accuracy() >= 0.90
 
 
