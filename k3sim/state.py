@@ -368,8 +368,24 @@ def _read(state_dir: Path) -> bytes:
         os.close(fd)
 
 
+# a read that raced two writes is read again, this many times in all
+LOAD_TRIES = 50
+
+
 def load(state_dir: Path) -> dict[str, Any]:
-    return fastjson.loads(_read(state_dir))
+    """The host's state, read without the lock. A write swaps its new file in (``_exchange``),
+    and the next write truncates the old inode to fill it again: a reader that opened the old
+    file before the swap can find it truncated or half rewritten by that second write. Such a
+    read does not parse, and is made again from the name, which always holds a whole file."""
+    for attempt in range(1, LOAD_TRIES + 1):
+        raw = _read(state_dir)
+        try:
+            return fastjson.loads(raw)
+        except ValueError:
+            if attempt == LOAD_TRIES:
+                raise
+            time.sleep(0.001 * attempt)
+    raise AssertionError("unreachable")
 
 
 def _load_renameat2() -> Callable[[bytes, bytes], int] | None:
