@@ -62,7 +62,7 @@ class Daemon:
 
     def _read(self, host: str) -> dict[str, Any] | None:
         try:
-            return st.load(self.root / host)       # replaced atomically
+            return st.load(self.root / host)       # unlocked: load() reads a torn file again
         except (OSError, ValueError):
             return None
 

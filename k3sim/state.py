@@ -377,15 +377,12 @@ def load(state_dir: Path) -> dict[str, Any]:
     and the next write truncates the old inode to fill it again: a reader that opened the old
     file before the swap can find it truncated or half rewritten by that second write. Such a
     read does not parse, and is made again from the name, which always holds a whole file."""
-    for attempt in range(1, LOAD_TRIES + 1):
-        raw = _read(state_dir)
+    for attempt in range(1, LOAD_TRIES):
         try:
-            return fastjson.loads(raw)
+            return fastjson.loads(_read(state_dir))
         except ValueError:
-            if attempt == LOAD_TRIES:
-                raise
             time.sleep(0.001 * attempt)
-    raise AssertionError("unreachable")
+    return fastjson.loads(_read(state_dir))
 
 
 def _load_renameat2() -> Callable[[bytes, bytes], int] | None:
