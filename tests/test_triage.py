@@ -649,3 +649,85 @@ def test_the_kernel_drivers_refusals_dcgms_nvml_and_tgis_request_limit_decide_th
     # its total-tokens check (a prompt longer than the context) is not this signal
     assert classify("Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. Given: 4031 "
                     "`inputs` tokens and 200 `max_new_tokens`\n", backoff=False).scores["other"] == 0
+
+
+def test_tgi_warmup_int8_gptq_onnxruntime_warp_and_checkpoint_texts_decide_their_step_and_lookalikes_do_not():
+    # TGI's warmup failing after the load (interceptor.py, the router's V3Error::Warmup): step 3 as a
+    # symptom, 2, enough alone; its other methods fail while serving and are not taken
+    for line in ("2024-04-19T11:06:25.868590Z ERROR text_generation_launcher: Method Warmup encountered an error.\n",
+                 "Error: Backend(Warmup(Connection(Status { code: Unavailable, message: \"error trying to connect\" "
+                 "})))\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "model_load_capacity" and 2 <= t.scores["model_load_capacity"] < 3, (line, t.scores)
+    for method in ("Prefill", "Decode"):
+        assert classify(f"ERROR text_generation_launcher: Method {method} encountered an error.\n",
+                        backoff=False).scores["model_load_capacity"] == 0, method
+    # the router's KV-cache check after warmup (NotEnoughMemory), in both of main's nestings: the cache, 4
+    for line in ("Error: Backend(NotEnoughMemory(8192))\n", "Error: WebServer(NotEnoughMemory(8192))\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "model_load_capacity" and t.scores["model_load_capacity"] >= 4, (line, t.scores)
+    # TGI's loader missing a dotted tensor name, 3; a missing file is not that
+    t = classify("RuntimeError: weight lm_head.weight does not exist\n", backoff=False)
+    assert t.category == "model_load_capacity" and t.scores["model_load_capacity"] >= 3, t.scores
+    assert classify("Error: weight file does not exist\n", backoff=False).scores["model_load_capacity"] == 0
+    # bitsandbytes' int8 matmul failing in cuBLASLt, old and new raise, 3; its fp32 fallback warning and
+    # its slow-int8 notice on an older GPU are not failures
+    for line in ("Exception: cublasLt ran into an error!\n", "RuntimeError: cublasLt ran into an error!\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "model_load_capacity" and t.scores["model_load_capacity"] >= 3, (line, t.scores)
+    for line in ("UserWarning: int8_linear_matmul has no usable (hip|cu)blasLt algo for shape "
+                 "shapeA=torch.Size([1, 4096]) shapeB=torch.Size([4096, 4096]); falling back to fp32 matmul.\n",
+                 "WARNING: Compute capability < 7.5 detected! Only slow 8-bit matmul is supported for your GPU!\n"):
+        assert classify(line, backoff=False).scores["model_load_capacity"] == 0, line
+    # AutoGPTQ's Marlin floor decides; its refusal on ROCm is another accelerator's
+    assert classify("ValueError: Can not use Marlin int4*fp16 kernel with AMD ROCm version of PyTorch as the kernel "
+                    "is not compatible.\n", backoff=False).scores["model_load_capacity"] == 0
+    # Optimum's GPTQ refusal of offloaded modules decides, 3; its warning while quantizing goes on
+    t = classify("ValueError: Found modules on cpu/disk. Using Exllama backend requires all the modules to be on "
+                 "GPU.You can deactivate exllama backend by setting `disable_exllama=True` in the quantization config "
+                 "object\n", backoff=False)
+    assert t.category == "model_load_capacity" and t.scores["model_load_capacity"] >= 3, t.scores
+    assert classify("Found modules on cpu/disk. Using Exllamav2 backend requires all the modules to be on GPU. "
+                    "Setting `disable_exllamav2=True`\n", backoff=False).scores["model_load_capacity"] == 0
+    # ONNX Runtime: the arena at its limit (its ERROR log too) and the CUDA provider's OOM; its INFO line
+    # extending the arena, another CUDA failure and the ROCm provider's failure are not GPU memory
+    t = classify("2023-01-01 00:00:00.000 [E:onnxruntime:, bfc_arena.cc:342 AllocateRawInternal] BFC Arena ran out "
+                 "of memory trying to allocate 268435456.  Current allocation summary follows.\n", backoff=False)
+    assert t.category == "model_load_capacity" and t.scores["model_load_capacity"] >= 3.5, t.scores
+    for line in ("2023-01-01 00:00:00.000 [I:onnxruntime:, bfc_arena.cc:317 AllocateRawInternal] Extending BFCArena "
+                 "for Cuda. bin_num:20 (requested) num_bytes: 268435456 (actual) rounded_bytes:268435456\n",
+                 "onnxruntime::CudaCall CUDA failure 100: no CUDA-capable device is detected ; GPU=1045 ; "
+                 "hostname=node1 ; expr=cudaSetDevice(info_.device_id);\n",
+                 "onnxruntime::RocmCall HIP failure 2: out of memory ; GPU=0 ; hostname=node1 ; "
+                 "expr=hipMalloc((void**)&p, size);\n"):
+        assert classify(line, backoff=False).scores["model_load_capacity"] == 0, line
+    # transformers reading a checkpoint that is not one, in either release's words, 3.5; a tokenizer's
+    # vocabulary is not the weights
+    t = classify("OSError: Unable to load weights from pytorch checkpoint file for '/m/pytorch_model.bin' at "
+                 "'/m/pytorch_model.bin'. If you tried to load a PyTorch model from a TF 2.0 checkpoint, please set "
+                 "from_tf=True.\n", backoff=False)
+    assert t.category == "model_load_capacity" and t.scores["model_load_capacity"] >= 3.5, t.scores
+    assert classify("OSError: Unable to load vocabulary from file. Please check that the provided vocabulary is "
+                    "accessible and not corrupted.\n", backoff=False).scores["model_load_capacity"] == 0
+    # Warp: the driver older than its build is step 1, 4; the stub libcuda (error 34, or a version it
+    # cannot tell, a warning that still decides) step 2; an entry point newer than the driver (500) and
+    # no libcuda at all (a CPU-only host prints it) are neither
+    t = classify("Warp CUDA error: Warp requires CUDA driver 12.0 or higher, but the current driver only supports "
+                 "CUDA 11.4\n", backoff=False)
+    assert t.category == "driver_incompatible" and t.scores["driver_incompatible"] >= 4, t.scores
+    t = classify("Warp CUDA warning: Unable to determine CUDA driver version\n", backoff=False)
+    assert t.category == "container_runtime" and t.scores["driver_incompatible"] == 0, t.scores
+    for line in ("Warp CUDA error: Failed to get driver entry point 'cuMemcpyBatchAsync' (CUDA error 500)\n",
+                 "Warp CUDA warning: Could not find or load the NVIDIA CUDA driver. GPU execution will not be "
+                 "available.\n"):
+        t = classify(line, backoff=False)
+        assert t.scores["container_runtime"] == t.scores["driver_incompatible"] == 0, (line, t.scores)
+    # an empty driver library where the runtime should have bound the host's, in the loader's and
+    # Python's words, 3; a toolkit or TensorRT library the image carries is not the driver's
+    for line in ("nvidia-smi: error while loading shared libraries: libnvidia-ml.so.1: file too short\n",
+                 "ImportError: libcuda.so.1: file too short\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "container_runtime" and t.scores["container_runtime"] >= 3, (line, t.scores)
+    for line in ("./app: error while loading shared libraries: libnvinfer.so.8: file too short\n",
+                 "ImportError: libcudnn.so.8: file too short\n"):
+        assert classify(line, backoff=False).scores["container_runtime"] == 0, line

@@ -358,6 +358,45 @@ UPSTREAM = [
      "jaxlib.xla_extension.XlaRuntimeError: UNAVAILABLE: No PTX compilation provider is available. Neither "
      "ptxas/nvlink nor nvjtlink is available. As a fallback you can enable JIT compilation in the CUDA driver via "
      "the flag `--xla_gpu_unsafe_fallback_to_driver_on_ptxas_not_found`. Details:"),
+    # model_load_capacity
+    ("huggingface/text-generation-inference server/text_generation_server/interceptor.py", "model_load_capacity",
+     "2024-04-19T11:06:25.868590Z ERROR text_generation_launcher: Method Warmup encountered an error."),
+    ("huggingface/text-generation-inference backends/v3/src/lib.rs V3Error::NotEnoughMemory", "model_load_capacity",
+     "Error: Backend(NotEnoughMemory(8192))"),
+    ("huggingface/text-generation-inference server/text_generation_server/utils/weights.py", "model_load_capacity",
+     "RuntimeError: weight model.layers.0.self_attn.q_proj.qweight does not exist"),
+    ("bitsandbytes-foundation/bitsandbytes bitsandbytes/functional.py igemmlt", "model_load_capacity",
+     "Exception: cublasLt ran into an error!"),
+    ("AutoGPTQ/AutoGPTQ auto_gptq/nn_modules/qlinear/qlinear_marlin.py", "model_load_capacity",
+     "ValueError: Can not use Marlin int4*fp16 kernel with a device of compute capability (7, 5), the minimum "
+     "compute capability is 8.0 for Marlin kernel. Please do not use `use_marlin=True`, or please upgrade your GPU "
+     "(\"The more you buy, the more you save.\" - Taiwanese proverb)."),
+    ("huggingface/optimum optimum/gptq/quantizer.py post_init_model", "model_load_capacity",
+     "ValueError: Found modules on cpu/disk. Using Exllama or Exllamav2 backend requires all the modules to be on "
+     "GPU.You can deactivate exllama backend by setting `disable_exllama=True` or `disable_exllamav2=True` in the "
+     "quantization config object"),
+    ("microsoft/onnxruntime onnxruntime/core/framework/bfc_arena.cc BFCArena::Extend", "model_load_capacity",
+     "onnxruntime.capi.onnxruntime_pybind11_state.RuntimeException: [ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : "
+     "Non-zero status code returned while running MatMul node. Name:'/MatMul' Status Message: "
+     "/onnxruntime_src/onnxruntime/core/framework/bfc_arena.cc:376 void* "
+     "onnxruntime::BFCArena::AllocateRawInternal(size_t, bool, onnxruntime::Stream*, bool, "
+     "onnxruntime::WaitNotificationFn) Available memory of 0 is smaller than requested bytes of 1073741824"),
+    ("microsoft/onnxruntime onnxruntime/core/providers/cuda/cuda_call.cc CudaCall", "model_load_capacity",
+     "RuntimeError: /onnxruntime_src/onnxruntime/core/providers/cuda/cuda_call.cc:121 onnxruntime::CudaCall CUDA "
+     "failure 2: out of memory ; GPU=0 ; hostname=node1 ; file=/onnxruntime_src/onnxruntime/core/providers/cuda/"
+     "cuda_allocator.cc ; line=47 ; expr=cudaMalloc((void**)&p, size);"),
+    ("huggingface/transformers src/transformers/modeling_utils.py load_state_dict", "model_load_capacity",
+     "OSError: You seem to have cloned a repository without having git-lfs installed. Please install git-lfs and "
+     "run `git lfs install` followed by `git lfs pull` in the folder you cloned."),
+    # driver_incompatible and container_runtime
+    ("NVIDIA/warp warp/native/cuda_util.cpp init_cuda_driver", "driver_incompatible",
+     "Warp CUDA error: Warp requires CUDA driver 12.0 or higher, but the current driver only supports CUDA 11.4"),
+    ("NVIDIA/warp warp/native/cuda_util.cpp get_driver_entry_point + cuda.h 34", "container_runtime",
+     "Warp CUDA error: Failed to get driver entry point 'cuDriverGetVersion' (CUDA error 34)"),
+    ("NVIDIA/warp warp/native/cuda_util.cpp init_cuda_driver (warning)", "container_runtime",
+     "Warp CUDA warning: Unable to determine CUDA driver version"),
+    ("glibc elf/dl-load.c open_verify, the driver's library", "container_runtime",
+     "python3: error while loading shared libraries: libcuda.so.1: file too short"),
 ]
 
 

@@ -233,6 +233,12 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"CUDA \d+\.\d+ is not supported by\s+your driver \(which supports up to"
      r"|You are using CUDA (toolkit )?\S+ with a driver that only supports up to",
      "Julia CUDA: the toolkit is newer than the driver supports"),
+    # NVIDIA Warp checking the driver before it loads anything (NVIDIA/warp warp/native/cuda_util.cpp
+    # init_cuda_driver: "Warp CUDA error: Warp requires CUDA driver %d.%d or higher, but the current
+    # driver only supports CUDA %d.%d"): the driver is older than Warp's build, error 35 in its words, 4.
+    ("cuda_driver_too_old", "driver_incompatible", 4.0,
+     r"Warp requires CUDA driver \d+\.\d+ or higher, but the current driver only supports CUDA",
+     "Warp: the driver is older than its build needs"),
 
     # --- container_runtime (tree step 2: driver fine, the container/GPU path is broken) ---
     # Docker/containerd has no NVIDIA runtime or device driver: nothing else prints these.
@@ -572,6 +578,27 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("nvml_in_container", "container_runtime", 3.5,
      r"CUDA driver is a stub library|cudaErrorStubLibrary|CUDA_ERROR_STUB_LIBRARY",
      "error 34: the CUDA stub library was loaded instead of the driver's libcuda"),
+    # NVIDIA Warp meeting that stub (NVIDIA/warp warp/native/cuda_util.cpp init_cuda_driver, after
+    # dlopen("libcuda.so") and cuGetProcAddress: "Warp CUDA error: Failed to get driver entry point
+    # '%s' (CUDA error %u)", then the warning "Warp CUDA warning: Unable to determine CUDA driver
+    # version" when cuDriverGetVersion cannot be had or fails). With code 34 the stub is named, 3.5
+    # as above. The warning alone: a libcuda that loads and cannot answer its own version, which a
+    # driver's library always can (one older than cuGetProcAddress stops Warp earlier, "Failed to get
+    # function cuGetProcAddress"), so the stub or a broken copy of it, 2.5. Another code (500, an
+    # entry point newer than the driver) is not this.
+    ("nvml_in_container", "container_runtime", 3.5, r"Failed to get driver entry point '\w+' \(CUDA error 34\)",
+     "Warp: the CUDA stub library was loaded instead of the driver's libcuda"),
+    ("nvml_in_container", "container_runtime", 2.5, r"Unable to determine CUDA driver version",
+     "Warp: the libcuda it loaded cannot report its version (the stub, most likely)"),
+    # The dynamic loader finding a driver library that is shorter than an ELF header (glibc
+    # elf/dl-load.c open_verify: "file too short", printed as "error while loading shared libraries:
+    # %s: file too short" or in Python's ImportError): an empty libcuda or libnvidia-* file in the
+    # image, the mount point the NVIDIA runtime leaves and binds the host's library over (an image
+    # committed from a running GPU container, or built with the nvidia runtime as the default), run
+    # without that runtime, most often. The driver's libraries are not reachable in the container, 3. A
+    # toolkit or TensorRT library (libcudnn, libnvinfer) the image carries itself is not matched.
+    ("nvml_in_container", "container_runtime", 3.0, r"\blib(cuda|nvidia-[\w-]+)\.so[.\d]*: file too short",
+     "an empty NVIDIA driver library in the image (the runtime's mount point without the runtime)"),
     # CUDA errors 805-810 (driver_types.h cudaErrorMpsConnectionFailed ... cudaErrorMpsClientTerminated,
     # cuda.h CUDA_ERROR_MPS_*; cudaGetErrorString 805 "MPS client failed to connect to the MPS control
     # daemon or the MPS server"): CUDA_MPS_PIPE_DIRECTORY points at an MPS daemon that is not
@@ -1127,6 +1154,19 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("gpu_memory", "model_load_capacity", 4.0, r"cudaMalloc retry failed: out of memory", "MXNet: out of GPU memory"),
     ("gpu_memory", "model_load_capacity", 3.5, r"Failed to allocate memory for requested buffer of size \d+",
      "ONNX Runtime: its memory arena could not grow"),
+    # The same arena at its limit (gpu_mem_limit, or what the device gives) before it asks CUDA
+    # (microsoft/onnxruntime onnxruntime/core/framework/bfc_arena.cc BFCArena::Extend: "Available memory of %zu is smaller
+    # than requested bytes of %zu"; AllocateRawInternal's LOGS ERROR "BFC Arena ran out of memory
+    # trying to allocate %zu"), 3.5 as its failed extension; and the CUDA execution provider's own
+    # check of a CUDA call (onnxruntime/core/providers/cuda/cuda_call.cc CudaCall: "%s failure %d: %s ;
+    # GPU=%d ; hostname=%s ; file=%s ; line=%d ; expr=%s; %s") answering cudaErrorMemoryAllocation,
+    # "CUDA failure 2: out of memory ; GPU=0", 4 as CUDA OOM. Its other codes are not memory, and its
+    # ROCm twin's "HIP failure" is another accelerator's.
+    ("gpu_memory", "model_load_capacity", 3.5,
+     r"Available memory of \d+ is smaller than requested bytes of \d+|BFC Arena ran out of memory trying to allocate \d+",
+     "ONNX Runtime: its memory arena is at its limit"),
+    ("gpu_memory", "model_load_capacity", 4.0, r"\bCUDA failure 2: out of memory ; GPU=\d+",
+     "ONNX Runtime CUDA provider: out of GPU memory"),
     ("gpu_memory", "model_load_capacity", 4.0, r"failed to allocate CUDA\d+ buffer of size \d+",
      "ggml: the compute buffer does not fit in GPU memory"),
     ("gpu_memory", "model_load_capacity", 4.0, r"Insufficient VRAM for model and cache",
@@ -1140,6 +1180,13 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # does not divide, the layout against the model as "must be divisible by" above, 3.5.
     ("parallel_layout", "model_load_capacity", 3.5, r"The choo?sen size \d+ is not compatible with sharding on \d+ shards",
      "TGI: a weight's size is not divisible by the number of shards"),
+    # Its loader asking the checkpoint for a tensor the model needs (huggingface/text-generation-inference
+    # server/text_generation_server/utils/weights.py Weights.get_filename: RuntimeError(f"weight {tensor_name}
+    # does not exist")): the files do not hold it (an unquantized checkpoint loaded with --quantize, where the
+    # name ends in qweight or scales, or tied or renamed weights), checkpoint and model disagree, 3 (a launch
+    # flag can be the cause). A dotted tensor name is required: "weight file does not exist" is not this.
+    ("weights", "model_load_capacity", 3.0, r"\bweight \w+(\.\w+)+ does not exist",
+     "TGI: the checkpoint lacks a tensor the model needs"),
     # candle-vllm's paged attention (src/paged_attention/mod.rs PagedAttention::new, line 34:
     # "let num_queries_per_kv = num_attention_heads / num_key_value_heads;") with the KV heads split
     # over the GPUs given: more GPUs than the model has KV heads leaves each none, and Rust panics
@@ -1183,6 +1230,17 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|gguf_init_from_file\w*: invalid magic characters", "the checkpoint file does not load"),
     ("weights", "model_load_capacity", 3.0, r"Weights only load failed",
      "PyTorch: the checkpoint needs a full unpickle (weights_only)"),
+    # transformers' reading of a checkpoint file that torch.load refused (huggingface/transformers
+    # src/transformers/modeling_utils.py load_state_dict: OSError "You seem to have cloned a repository
+    # without having git-lfs installed. Please install git-lfs and run `git lfs install` followed by
+    # `git lfs pull` in the folder you cloned." where the file is a Git LFS pointer, else OSError
+    # "Unable to load weights from pytorch checkpoint file for '%s' at '%s'. If you tried to load a
+    # PyTorch model from a TF 2.0 checkpoint, please set from_tf=True.", "checkpoint file" without
+    # "pytorch" in later releases and in diffusers' copy): the weights on disk are not a checkpoint
+    # (a pointer, a cut download), as PyTorch's "failed reading zip archive", 3.5.
+    ("weights", "model_load_capacity", 3.5,
+     r"cloned a repository without having git-lfs installed|Unable to load weights from (pytorch )?checkpoint file for",
+     "transformers: the checkpoint file does not load (a Git LFS pointer, a broken file)"),
     # Kernels that do not exist for this GPU's architecture (as error 209 above):
     #   PyTorch torch/cuda/__init__.py _check_capability: "<GPU> with CUDA capability sm_XX is not
     #     compatible with the current PyTorch installation", "PyTorch no longer supports this GPU
@@ -1253,6 +1311,25 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     #     device map put layers off the GPU, 3.5)
     ("gpu_memory", "model_load_capacity", 4.0, r"Not enough memory to handle \d+ prefill tokens",
      "TGI: the warmup batch does not fit in GPU memory"),
+    # text-generation-inference's warmup failing for any reason, the model loaded: the server's gRPC
+    # interceptor (huggingface/text-generation-inference server/text_generation_server/interceptor.py:
+    # logger.exception(f"Method {method_name} encountered an error.") with method Warmup) and the router that
+    # asked for it (backends/v3/src/lib.rs V3Error::Warmup, earlier router/src/main.rs and server.rs: "Unable
+    # to warmup the Python model shards: {0}", and main's exit "Error: Warmup(...)", "Error:
+    # WebServer(Warmup(...))" or "Error: Backend(Warmup(...))" as the releases nest it). The first batch after
+    # the load does not run: mostly memory (its OOM is re-raised as "Not enough memory to handle N prefill
+    # tokens"), also a kernel this GPU lacks; the cause is on the lines after it, so a symptom, 2, in the
+    # memory family. Its other methods (Prefill, Decode) fail while serving and are not taken. The router's
+    # check after warmup that the KV cache holds one request of --max-total-tokens (V3Error::NotEnoughMemory,
+    # "Not enough memory to handle `max_total_tokens={0}`", main's exit "Error: Backend(NotEnoughMemory(N))"
+    # or, before the backends, "Error: WebServer(NotEnoughMemory(N))"): the cache does not fit, 4.
+    ("gpu_memory", "model_load_capacity", 2.0,
+     r"Method Warmup encountered an error|Unable to warmup the Python model shards"
+     r"|Error: ((Backend|WebServer)\()?Warmup\(",
+     "TGI: the model's warmup batch failed (mostly GPU memory)"),
+    ("kv_cache", "model_load_capacity", 4.0,
+     r"Not enough memory to handle `max_total_tokens=\d+`|Error: ((Backend|WebServer)\()?NotEnoughMemory\(\d+\)",
+     "TGI: the KV cache left after warmup does not hold one request of max_total_tokens"),
     ("kv_cache", "model_load_capacity", 4.0, r"failed to allocate buffer for kv cache",
      "llama.cpp: the KV cache does not fit"),
     ("gpu_memory", "model_load_capacity", 3.5, r"Some modules are dispatched on the CPU or the disk",
@@ -1264,6 +1341,17 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # memory, 3.
     ("gpu_memory", "model_load_capacity", 3.0, r"The current `device_map` had weights offloaded to the disk",
      "transformers: the model does not fit in GPU and host memory"),
+    # Optimum's GPTQ integration, under transformers' GPTQ loading, refusing the ExLlama kernels for a
+    # model whose device map left modules on the CPU or disk (huggingface/optimum optimum/gptq/
+    # quantizer.py post_init_model: ValueError "Found modules on cpu/disk. Using Exllama or Exllamav2
+    # backend requires all the modules to be on GPU.You can deactivate exllama backend by setting
+    # ..."; "Using Exllama backend requires" before ExLlamaV2): the quantized model does not fit the
+    # GPUs, as bitsandbytes' "Some modules are dispatched on the CPU or the disk", 3 (a model on the
+    # CPU alone, no GPU seen, prints it too). Its warning while quantizing ("... Setting
+    # `disable_exllama=True`") goes on without ExLlama and is not taken.
+    ("gpu_memory", "model_load_capacity", 3.0,
+     r"Found modules on cpu/disk\. Using Exllama (or Exllamav2 )?backend requires all the modules to be on GPU\.(?! Setting)",
+     "Optimum GPTQ: modules offloaded to CPU/disk (the quantized model does not fit the GPUs)"),
     # accelerate's check of a device map before it places the weights (src/accelerate/utils/modeling.py
     # check_device_map, run by dispatch_model and transformers' from_pretrained: ValueError "The
     # device_map provided does not give any device for the following parameters: ..."): the placement
@@ -1320,6 +1408,23 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("quantization", "model_load_capacity", 2.5,
      r"too many resources requested for launch|cudaErrorLaunchOutOfResources|CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
      "CUDA error 701: a kernel needs more than this GPU gives a block"),
+    # bitsandbytes' LLM.int8() matmul failing in cuBLASLt (bitsandbytes-foundation/bitsandbytes
+    # bitsandbytes/functional.py igemmlt: Exception("cublasLt ran into an error!"), now
+    # bitsandbytes/backends/cuda/ops.py: RuntimeError(f"cublasLt ran into an error!\n\t{shapeA=}...")):
+    # the int8 kernels need int8 tensor cores (compute capability 7.5, its diagnostics' "Compute
+    # capability < 7.5 detected! Only slow 8-bit matmul is supported", a warning that is not taken),
+    # and 8-bit loading on an older GPU ends here; an odd shape prints it too (newer releases fall back
+    # to fp32 where no algorithm fits, a warning), so 3, as CUBLAS_STATUS_ARCH_MISMATCH.
+    # AutoGPTQ refusing its Marlin kernel below Ampere (AutoGPTQ/AutoGPTQ auto_gptq/modeling/_base.py
+    # and nn_modules/qlinear/qlinear_marlin.py: ValueError "Can not use Marlin int4*fp16 kernel with a
+    # device of compute capability (7, 5), the minimum compute capability is 8.0 for Marlin kernel"):
+    # the quantized kernels do not run on this GPU, as vLLM's Marlin minimum, 3.5. Its refusal on ROCm
+    # ("with AMD ROCm version of PyTorch") is another accelerator's and is not matched.
+    ("quantization", "model_load_capacity", 3.0, r"cublasLt ran into an error",
+     "bitsandbytes: the int8 matmul failed in cuBLASLt (mostly a GPU below compute capability 7.5)"),
+    ("quantization", "model_load_capacity", 3.5,
+     r"Can not use Marlin int4\*fp16 kernel with a device of compute capability",
+     "AutoGPTQ: the Marlin kernel needs compute capability 8.0"),
 
     # TensorRT refusing a serialized engine (the TensorRT Developer Guide's troubleshooting table and
     # the runtime's IRuntime::deserializeCudaEngine error 6: "The engine plan file is generated on an
