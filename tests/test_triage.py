@@ -649,3 +649,35 @@ def test_the_kernel_drivers_refusals_dcgms_nvml_and_tgis_request_limit_decide_th
     # its total-tokens check (a prompt longer than the context) is not this signal
     assert classify("Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. Given: 4031 "
                     "`inputs` tokens and 200 `max_new_tokens`\n", backoff=False).scores["other"] == 0
+
+
+def test_numbas_tensorrts_and_ollamas_driver_verdicts_are_step_one_and_lookalikes_are_not():
+    # Numba binding a driver API entry point the installed libcuda lacks (cudadrv/driver.py
+    # MISSING_FUNCTION_ERRMSG): the driver is older than the API, 3
+    t = classify("numba.cuda.cudadrv.driver.CudaDriverError: driver missing function: cuMemAllocAsync.\n",
+                 backoff=False)
+    assert t.category == "driver_incompatible" and t.scores["driver_incompatible"] >= 3, t.scores
+    # its ROCm driver's missing hsa_... function says nothing of the NVIDIA driver
+    assert classify("driver missing function: hsa_amd_memory_lock.\n", backoff=False).scores["driver_incompatible"] == 0
+    # TensorRT's CUDA init failure with error 35, in both its wordings, is the driver's age
+    for line in ("[TRT] [E] createInferBuilder: Error Code 6: API Usage Error (CUDA initialization failure with "
+                 "error: 35. Please check the CUDA installation: http://docs.nvidia.com/cuda/"
+                 "cuda-installation-guide-linux/index.html.)\n",
+                 "[2019-04-04 17:21:17 ERROR] Cuda initialization failure with error 35. Please check cuda "
+                 "installation: http://docs.nvidia.com/cuda/cuda-installation-guide-linux/index.html.\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "driver_incompatible" and t.scores["driver_incompatible"] >= 3.5, (line, t.scores)
+    # its other codes are not: error 2 is memory, error 350 another number
+    for code in ("2", "350"):
+        t = classify(f"[TRT] [E] CUDA initialization failure with error: {code}. Please check the CUDA "
+                     "installation\n", backoff=False)
+        assert t.scores["driver_incompatible"] == 0, (code, t.scores)
+    # Ollama naming errors 35 and 803 as one "version mismatch" (discover/gpu.go, a warning)
+    t = classify('time=2026-01-01T00:00:00.000Z level=WARN source=gpu.go:600 msg="version mismatch between driver '
+                 'and cuda driver library - reboot or upgrade may be required: library /usr/lib/libcuda.so.535.183.01"\n',
+                 backoff=False)
+    assert t.category == "driver_incompatible" and t.scores["container_runtime"] == 0, t.scores
+    # its INFO line for a host with no NVIDIA device is not the driver's version
+    assert classify('time=2026-01-01T00:00:00.000Z level=INFO source=gpu.go:620 msg="no nvidia devices detected by '
+                    'library /usr/lib/libcuda.so.535.183.01"\n', backoff=False).scores["driver_incompatible"] == 0
+

@@ -358,6 +358,15 @@ UPSTREAM = [
      "jaxlib.xla_extension.XlaRuntimeError: UNAVAILABLE: No PTX compilation provider is available. Neither "
      "ptxas/nvlink nor nvjtlink is available. As a fallback you can enable JIT compilation in the CUDA driver via "
      "the flag `--xla_gpu_unsafe_fallback_to_driver_on_ptxas_not_found`. Details:"),
+    # driver_incompatible, from the raise sites and error tables named in signals.py
+    ("numba/numba numba/cuda/cudadrv/driver.py MISSING_FUNCTION_ERRMSG", "driver_incompatible",
+     "numba.cuda.cudadrv.driver.CudaDriverError: driver missing function: cuMemAllocAsync."),
+    ("TensorRT Developer Guide, Common TensorRT Core Library Error Messages (35)", "driver_incompatible",
+     "[TRT] [E] createInferBuilder: Error Code 6: API Usage Error (CUDA initialization failure with error: 35. "
+     "Please check the CUDA installation: http://docs.nvidia.com/cuda/cuda-installation-guide-linux/index.html.)"),
+    ("ollama/ollama discover/gpu.go loadNVCUDAMgmt (slog, WARN)", "driver_incompatible",
+     'time=2026-01-01T00:00:00.000Z level=WARN source=gpu.go:600 msg="version mismatch between driver and cuda '
+     'driver library - reboot or upgrade may be required: library /usr/lib/x86_64-linux-gnu/libcuda.so.535.183.01"'),
 ]
 
 

@@ -234,6 +234,30 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|You are using CUDA (toolkit )?\S+ with a driver that only supports up to",
      "Julia CUDA: the toolkit is newer than the driver supports"),
 
+    # Numba's driver wrapper binding a driver API entry point the installed libcuda does not export
+    # (numba/numba numba/cuda/cudadrv/driver.py Driver._find_api: CudaDriverError
+    # MISSING_FUNCTION_ERRMSG "driver missing function: %s.\nRequires CUDA N or above."): the driver
+    # is older than the API Numba calls, as the dynamic loader's "undefined symbol: cu...", 3. Only
+    # the driver API's cu... names: Numba's ROCm driver (numba/roc/hsadrv/driver.py) prints the same
+    # words for its hsa_... functions.
+    ("cuda_driver_too_old", "driver_incompatible", 3.0, r"driver missing function: cu\w+",
+     "Numba: a CUDA driver API entry point missing from the installed driver"),
+    # TensorRT's builder and runtime initialising CUDA (TensorRT Developer Guide, "Understanding Error
+    # Messages", Common TensorRT Core Library Error Messages: "CUDA initialization failure with error
+    # <code>. Please check the CUDA installation", older releases "Cuda initialization failure with
+    # error <code>"): the code is the CUDA runtime's (CUDA Runtime API error types). 35,
+    # cudaErrorInsufficientDriver, is the driver older than TensorRT's CUDA, 3.5 as error 36: the
+    # verdict in numbers, not words.
+    ("cuda_driver_too_old", "driver_incompatible", 3.5, r"CUDA initialization failure with error:? 35\b",
+     "TensorRT: CUDA error 35 at init, the driver is older than its CUDA runtime"),
+    # Ollama's CUDA discovery naming the two driver verdicts of cuInit in one text (ollama/ollama
+    # discover/gpu.go, gpu/gpu.go before 0.5, loadNVCUDAMgmt: for CUDA_ERROR_INSUFFICIENT_DRIVER and
+    # CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, slog.Warn "version mismatch between driver and cuda driver
+    # library - reboot or upgrade may be required: library %s"): errors 35 and 803, both
+    # driver_incompatible here; 3.5, the weight of 803, the weaker of the two.
+    ("driver_mismatch", "driver_incompatible", 3.5, r"version mismatch between driver and cuda driver library",
+     "Ollama: cuInit answered error 35 or 803 (driver too old or library and module differ)"),
+
     # --- container_runtime (tree step 2: driver fine, the container/GPU path is broken) ---
     # Docker/containerd has no NVIDIA runtime or device driver: nothing else prints these.
     ("runtime_missing", "container_runtime", 4.0,
