@@ -681,3 +681,50 @@ def test_numbas_tensorrts_and_ollamas_driver_verdicts_are_step_one_and_lookalike
     assert classify('time=2026-01-01T00:00:00.000Z level=INFO source=gpu.go:620 msg="no nvidia devices detected by '
                     'library /usr/lib/libcuda.so.535.183.01"\n', backoff=False).scores["driver_incompatible"] == 0
 
+
+def test_enroot_apptainer_toolkit_and_docker_gpu_setup_texts_are_step_two_and_lookalikes_are_not():
+    # enroot's NVIDIA hook failing, as pyxis relays it (src/common.sh common::runparts)
+    t = classify("pyxis:     [ERROR] /etc/enroot/hooks.d/98-nvidia.sh exited with return code 1\n", backoff=False)
+    assert t.category == "container_runtime" and t.scores["container_runtime"] >= 3.5, t.scores
+    # another hook of enroot's is not the GPU's
+    assert classify("[ERROR] /etc/enroot/hooks.d/99-mellanox.sh exited with return code 1\n",
+                    backoff=False).scores["container_runtime"] == 0
+    # the hook warning that nvidia_uvm is not loaded counts as the warning it is: decides, below 3
+    t = classify("[WARN] Kernel module nvidia_uvm is not loaded. Make sure the NVIDIA device driver is installed and "
+                 "loaded.\n", backoff=False)
+    assert t.category == "container_runtime" and t.scores["container_runtime"] < 3, t.scores
+    # a capability the GPU setup does not know, in enroot's and Apptainer's words; Apptainer's own
+    # debug line naming the variable is not it
+    for line in ("[ERROR] Unknown NVIDIA driver capability: compute,utility\n",
+                 "FATAL:   container creation failed: unknown NVIDIA_DRIVER_CAPABILITIES value: gpu\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "container_runtime" and t.scores["container_runtime"] >= 3, (line, t.scores)
+    assert classify("DEBUG   Setting 'NVIDIA_DRIVER_CAPABILITIES=compute,utility,compat32' for --compat32\n",
+                    backoff=False).scores["container_runtime"] == 0
+    # Apptainer refusing --nvccli; its build warning about --nvccli with --fakeroot is not a refusal
+    for line in ("FATAL:   --fakeroot does not support --nvccli in set-uid installations\n",
+                 "FATAL:   container creation failed: nvidia-container-cli is not owned by root user\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "container_runtime" and t.scores["container_runtime"] >= 3.5, (line, t.scores)
+    assert classify("WARNING: Due to writable-tmpfs limitations, %test sections will fail with --nvccli & --fakeroot\n",
+                    backoff=False).scores["container_runtime"] == 0
+    # WSL2 exposing no GPU adapter decides alone; the debug line of every non-WSL host does not
+    t = classify("WSL environment detected but no adapters were found\n", backoff=False)
+    assert t.category == "container_runtime" and t.scores["container_runtime"] >= 3.5, t.scores
+    assert classify("I0101 00:00:00.000000 1234 nvc.c:100] dxcore initialization failed, continuing assuming a "
+                    "non-WSL environment\n", backoff=False).scores["container_runtime"] == 0
+    # nvidia-container-cli not installed: the toolkit's hook, containerd's --gpus (nerdctl)
+    for line in ('couldn\'t find binary nvidia-container-cli in PATH: exec: "nvidia-container-cli": executable file '
+                 "not found in $PATH\n",
+                 'FATA[0000] exec: "nvidia-container-cli": executable file not found in $PATH\n'):
+        t = classify(line, backoff=False)
+        assert t.category == "container_runtime" and t.scores["container_runtime"] >= 3.5, (line, t.scores)
+    # another binary missing from the PATH is not the GPU's
+    assert classify('FATA[0000] exec: "containerd": executable file not found in $PATH\n',
+                    backoff=False).scores["container_runtime"] == 0
+    # Docker with CDI and no GPU vendor's spec; its AMD path on a host with another spec is not it
+    t = classify("docker: Error response from daemon: failed to discover GPU vendor from CDI: no known GPU vendor "
+                 "found\n", backoff=False)
+    assert t.category == "container_runtime" and t.scores["container_runtime"] >= 3.5, t.scores
+    assert classify("docker: Error response from daemon: AMD CDI spec not found\n",
+                    backoff=False).scores["container_runtime"] == 0

@@ -367,6 +367,28 @@ UPSTREAM = [
     ("ollama/ollama discover/gpu.go loadNVCUDAMgmt (slog, WARN)", "driver_incompatible",
      'time=2026-01-01T00:00:00.000Z level=WARN source=gpu.go:600 msg="version mismatch between driver and cuda '
      'driver library - reboot or upgrade may be required: library /usr/lib/x86_64-linux-gnu/libcuda.so.535.183.01"'),
+    # container_runtime, likewise
+    ("NVIDIA/enroot src/common.sh common::runparts (via pyxis)", "container_runtime",
+     "pyxis:     [ERROR] /etc/enroot/hooks.d/98-nvidia.sh exited with return code 1"),
+    ("NVIDIA/enroot conf/hooks/98-nvidia.sh (common::log ERROR)", "container_runtime",
+     "[ERROR] Unknown NVIDIA driver capability: compute,utility"),
+    ("NVIDIA/enroot conf/hooks/98-nvidia.sh (common::log WARN)", "container_runtime",
+     "[WARN] Kernel module nvidia_uvm is not loaded. Make sure the NVIDIA device driver is installed and loaded."),
+    ("apptainer/apptainer internal/pkg/util/gpu/nvidia.go NVCLIEnvToFlags", "container_runtime",
+     "FATAL:   container creation failed: unknown NVIDIA_DRIVER_CAPABILITIES value: gpu"),
+    ("apptainer/apptainer internal/pkg/runtime/launch/launcher_linux.go", "container_runtime",
+     "FATAL:   --fakeroot does not support --nvccli in set-uid installations"),
+    ("apptainer/apptainer internal/pkg/util/gpu/nvidia.go errNvCCLIInsecure", "container_runtime",
+     "FATAL:   container creation failed: nvidia-container-cli is not owned by root user"),
+    ("NVIDIA/libnvidia-container src/nvc.c nvc_init", "container_runtime",
+     "WSL environment detected but no adapters were found"),
+    ("NVIDIA/nvidia-container-toolkit cmd/nvidia-container-runtime-hook/main.go getCLIPath", "container_runtime",
+     "couldn't find binary nvidia-container-cli in PATH: exec: \"nvidia-container-cli\": executable file not found "
+     "in $PATH"),
+    ("containerd/containerd contrib/nvidia/nvidia.go WithGPUs (nerdctl)", "container_runtime",
+     'FATA[0000] exec: "nvidia-container-cli": executable file not found in $PATH'),
+    ("moby/moby daemon/devices.go + daemon/devices_amd_linux.go", "container_runtime",
+     "docker: Error response from daemon: failed to discover GPU vendor from CDI: no known GPU vendor found"),
 ]
 
 

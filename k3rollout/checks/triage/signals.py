@@ -843,6 +843,59 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("gpu_visibility", "container_runtime", 2.5, r"Invalid generic resource \(gres\) specification",
      "Slurm: no GPU GRES for the request"),
 
+    # enroot running its hooks (NVIDIA/enroot src/common.sh common::runparts: common::err "${file}
+    # exited with return code $?", printed "[ERROR] ..."; pyxis relays enroot's log into the Slurm
+    # job's): a hook whose name is NVIDIA's (conf/hooks/98-nvidia.sh, the one that runs
+    # nvidia-container-cli) failed, the container did not get its GPUs, 3.5 as crun naming the
+    # nvidia hook. Another hook (99-mellanox.sh, 10-cgroups.sh) is not taken.
+    ("toolkit_hook", "container_runtime", 3.5, r"hooks\.d/\S*nvidia\S*\.sh exited with return code \d+",
+     "enroot: the NVIDIA hook failed"),
+    # The same hook finding the unified-memory module absent (conf/hooks/98-nvidia.sh: common::log WARN
+    # "Kernel module nvidia_uvm is not loaded. Make sure the NVIDIA device driver is installed and
+    # loaded."): enroot runs nvidia-container-cli in a user namespace, which loads no module, so the
+    # container has no /dev/nvidia-uvm and CUDA cannot start in it, 3, counted as the warning it is.
+    ("device_nodes", "container_runtime", 3.0,
+     r"Kernel module nvidia_uvm is not loaded\. Make sure the NVIDIA device driver is installed",
+     "enroot: nvidia_uvm not loaded, the container gets no /dev/nvidia-uvm"),
+    # NVIDIA_DRIVER_CAPABILITIES holding a value the GPU setup does not know: enroot's hook
+    # (conf/hooks/98-nvidia.sh: common::err "Unknown NVIDIA driver capability: ${cap}") and
+    # Apptainer's --nvccli (apptainer/apptainer internal/pkg/util/gpu/nvidia.go NVCLIEnvToFlags:
+    # "unknown NVIDIA_DRIVER_CAPABILITIES value: %s"). The container is refused its GPU setup, 3.
+    ("toolkit_hook", "container_runtime", 3.0,
+     r"Unknown NVIDIA driver capability: |unknown NVIDIA_DRIVER_CAPABILITIES value: ",
+     "enroot/Apptainer: NVIDIA_DRIVER_CAPABILITIES has a value the GPU setup does not know"),
+    # Apptainer refusing to run nvidia-container-cli for --nvccli (internal/pkg/runtime/launch/
+    # launcher_linux.go: "--fakeroot does not support --nvccli in set-uid installations";
+    # internal/pkg/util/gpu/nvidia.go: errNvCCLIInsecure "nvidia-container-cli is not owned by root
+    # user"): the GPU setup does not run, 3.5 as the binary missing.
+    ("toolkit_hook", "container_runtime", 3.5,
+     r"--fakeroot does not support --nvccli in set-uid installations|nvidia-container-cli is not owned by root user",
+     "Apptainer --nvccli: nvidia-container-cli refused"),
+    # libnvidia-container under WSL2 (NVIDIA/libnvidia-container src/nvc.c nvc_init: libdxcore loaded,
+    # then error_setx "WSL environment detected but no adapters were found"): WSL exposes no GPU
+    # adapter to Linux (no WSL-capable Windows driver, or GPU-PV off), so no container gets one,
+    # 3.5. Its debug log's "dxcore initialization failed, continuing assuming a non-WSL environment"
+    # is printed on every Linux host and is not taken.
+    ("gpu_visibility", "container_runtime", 3.5, r"WSL environment detected but no adapters were found",
+     "libnvidia-container: WSL2 exposes no GPU adapter"),
+    # nvidia-container-cli not on the PATH of whatever runs it: the toolkit's legacy prestart hook
+    # (NVIDIA/nvidia-container-toolkit cmd/nvidia-container-runtime-hook/main.go getCLIPath:
+    # log.Panicf "couldn't find binary nvidia-container-cli in PATH: %v"), 4 as enroot's "Command not
+    # found: nvidia-container-cli"; containerd's GPU option, which nerdctl and ctr use (containerd/
+    # containerd contrib/nvidia/nvidia.go WithGPUs: exec.LookPath's error, Go's os/exec "exec: %q:
+    # executable file not found in $PATH"), 3.5 as Apptainer's stat error above.
+    ("toolkit_hook", "container_runtime", 4.0, r"couldn't find binary nvidia-container-cli in PATH",
+     "the NVIDIA runtime hook: nvidia-container-cli is not installed"),
+    ("toolkit_hook", "container_runtime", 3.5, r'exec: "\S*nvidia-container-cli": executable file not found',
+     "containerd --gpus: nvidia-container-cli is not installed"),
+    # Docker with CDI enabled looking for a GPU vendor's CDI spec for --gpus (moby/moby daemon/
+    # devices.go getFirstAvailableVendor: "no known GPU vendor found", wrapped by daemon/
+    # devices_amd_linux.go as "failed to discover GPU vendor from CDI: %w"): neither nvidia.com nor
+    # amd.com specs exist, the toolkit is not installed or its spec not generated, 3.5 (it names no
+    # vendor, where "could not select device driver" names the request).
+    ("runtime_missing", "container_runtime", 3.5, r"no known GPU vendor found",
+     "Docker: no GPU vendor's CDI spec for --gpus"),
+
     # --- model_load_capacity (tree step 3: CUDA up, the model does not load or fit) ---
     ("gpu_memory", "model_load_capacity", 4.0,
      r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation"
