@@ -728,3 +728,43 @@ def test_enroot_apptainer_toolkit_and_docker_gpu_setup_texts_are_step_two_and_lo
     assert t.category == "container_runtime" and t.scores["container_runtime"] >= 3.5, t.scores
     assert classify("docker: Error response from daemon: AMD CDI spec not found\n",
                     backoff=False).scores["container_runtime"] == 0
+
+
+def test_gpu_operator_numba_tensorrt_and_ollama_gpu_path_texts_are_step_two_and_lookalikes_are_not():
+    # the GPU Operator's validator: driver, toolkit, GPU resources
+    for line in ('time="2026-01-01T00:00:00Z" level=fatal msg="error validating driver installation: error running '
+                 'nvidia-smi: exit status 9"\n',
+                 'time="2026-01-01T00:00:00Z" level=fatal msg="error validating toolkit installation: exit status 1"\n',
+                 'time="2026-01-01T00:00:00Z" level=fatal msg="error validating plugin installation: GPU resources '
+                 'are not discovered by the node"\n'):
+        t = classify(line, backoff=False)
+        assert t.category == "container_runtime" and t.scores["container_runtime"] >= 3, (line, t.scores)
+    # its validation of the RDMA stack is not the GPU path
+    for line in ('time="2026-01-01T00:00:00Z" level=fatal msg="error validating nvidia-peermem driver installation: '
+                 'exit status 1"\n',
+                 'time="2026-01-01T00:00:00Z" level=fatal msg="error validating MOFED driver installation: not '
+                 'ready"\n'):
+        assert classify(line, backoff=False).scores["container_runtime"] == 0, line
+    # the driver container with no kernel package to take the version string from; its progress line is not it
+    t = classify("Could not locate Linux kernel version string\n", backoff=False)
+    assert t.category == "container_runtime" and t.scores["container_runtime"] >= 3.5, t.scores
+    assert classify("Generating Linux kernel version string...\n", backoff=False).scores["container_runtime"] == 0
+    # Numba finding no libcuda; its missing libNVVM is the toolkit's, not the driver's
+    t = classify("numba.cuda.cudadrv.error.CudaSupportError: Error at driver init: CUDA driver library cannot be "
+                 "found.\n", backoff=False)
+    assert t.category == "container_runtime" and t.scores["driver_incompatible"] == 0, t.scores
+    assert classify("numba.cuda.cudadrv.error.NvvmSupportError: libNVVM cannot be found. Do `conda install "
+                    "cudatoolkit`:\n", backoff=False).scores["container_runtime"] == 0
+    # TensorRT's CUDA init failure with error 100 is no GPU visible, not the driver's age
+    t = classify("[TRT] [E] createInferBuilder: Error Code 6: API Usage Error (CUDA initialization failure with error: "
+                 "100. Please check the CUDA installation)\n", backoff=False)
+    assert t.category == "container_runtime" and t.scores["driver_incompatible"] == 0, t.scores
+    # Ollama's cuInit error 999, a warning; its pointer to the troubleshooting page alone is nothing
+    t = classify('time=2026-01-01T00:00:00.000Z level=WARN source=gpu.go:616 msg="unknown error initializing cuda '
+                 "driver library /usr/lib/libcuda.so.575.64.03: cuda driver library init failure: 999. see "
+                 'https://github.com/ollama/ollama/blob/main/docs/troubleshooting.md for more information"\n',
+                 backoff=False)
+    assert t.category == "container_runtime" and t.scores["container_runtime"] < 3, t.scores
+    assert classify('time=2026-01-01T00:00:00.000Z level=WARN source=gpu.go:563 msg="see https://github.com/ollama/'
+                    'ollama/blob/main/docs/troubleshooting.md for more information"\n',
+                    backoff=False).scores["container_runtime"] == 0

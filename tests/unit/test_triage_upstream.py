@@ -389,6 +389,25 @@ UPSTREAM = [
      'FATA[0000] exec: "nvidia-container-cli": executable file not found in $PATH'),
     ("moby/moby daemon/devices.go + daemon/devices_amd_linux.go", "container_runtime",
      "docker: Error response from daemon: failed to discover GPU vendor from CDI: no known GPU vendor found"),
+    ("numba/numba numba/cuda/cudadrv/driver.py DRIVER_NOT_FOUND_MSG", "container_runtime",
+     "numba.cuda.cudadrv.error.CudaSupportError: Error at driver init: CUDA driver library cannot be found."),
+    ("TensorRT Developer Guide, Common TensorRT Core Library Error Messages (100)", "container_runtime",
+     "[TRT] [E] createInferBuilder: Error Code 6: API Usage Error (CUDA initialization failure with error: 100. "
+     "Please check the CUDA installation: http://docs.nvidia.com/cuda/cuda-installation-guide-linux/index.html.)"),
+    ("ollama/ollama discover/gpu.go loadNVCUDAMgmt (slog, WARN)", "container_runtime",
+     'time=2026-01-01T00:00:00.000Z level=WARN source=gpu.go:616 msg="unknown error initializing cuda driver '
+     "library /usr/lib/x86_64-linux-gnu/libcuda.so.575.64.03: cuda driver library init failure: 999. see "
+     'https://github.com/ollama/ollama/blob/main/docs/troubleshooting.md for more information"'),
+    ("NVIDIA/gpu-operator cmd/nvidia-validator/main.go validateComponent", "container_runtime",
+     'time="2026-01-01T00:00:00Z" level=fatal msg="error validating driver installation: error running nvidia-smi: '
+     'exit status 9"'),
+    ("NVIDIA/gpu-operator cmd/nvidia-validator/main.go validateComponent", "container_runtime",
+     'time="2026-01-01T00:00:00Z" level=fatal msg="error validating toolkit installation: exit status 1"'),
+    ("NVIDIA/gpu-operator cmd/nvidia-validator/main.go validateGPUResource", "container_runtime",
+     'time="2026-01-01T00:00:00Z" level=fatal msg="error validating plugin installation: GPU resources are not '
+     'discovered by the node"'),
+    ("NVIDIA/gpu-driver-container nvidia-driver _install_prerequisites", "container_runtime",
+     "Could not locate Linux kernel version string"),
 ]
 
 

@@ -895,6 +895,39 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # vendor, where "could not select device driver" names the request).
     ("runtime_missing", "container_runtime", 3.5, r"no known GPU vendor found",
      "Docker: no GPU vendor's CDI spec for --gpus"),
+    # Numba's driver loader finding no libcuda (numba/numba numba/cuda/cudadrv/driver.py find_driver:
+    # CudaSupportError DRIVER_NOT_FOUND_MSG "CUDA driver library cannot be found.", raised as "Error at
+    # driver init: ..."): the driver's library is not where the process runs, as cudarc's "Unable to
+    # dynamically load the \"cuda\" shared library", 3 (`numba -s` prints it on a host with no GPU
+    # too). Its libNVVM ("libNVVM cannot be found", numba/cuda/cudadrv/nvvm.py) is the toolkit's, not
+    # the driver's, and is not taken.
+    ("nvml_in_container", "container_runtime", 3.0, r"CUDA driver library cannot be found",
+     "Numba: the driver's libcuda not found"),
+    # TensorRT's CUDA initialisation failure (TensorRT Developer Guide, above) with CUDA error 100,
+    # cudaErrorNoDevice: no GPU visible to the process, as "no CUDA-capable device is detected", 3.
+    ("gpu_visibility", "container_runtime", 3.0, r"CUDA initialization failure with error:? 100\b",
+     "TensorRT: CUDA error 100 at init, no GPU visible"),
+    # Ollama's CUDA discovery on cuInit's error 999 (ollama/ollama discover/gpu.go loadNVCUDAMgmt: for
+    # CUDA_ERROR_UNKNOWN, slog.Warn "unknown error initializing cuda driver library %s: %s. see
+    # .../troubleshooting.md"): the driver answered and its devices are not usable (nvidia_uvm
+    # stale after a suspend, a container's lost device cgroup), as cuInit's CUDA_ERROR_UNKNOWN, 3.
+    ("gpu_visibility", "container_runtime", 3.0, r"unknown error initializing cuda driver library",
+     "Ollama: cuInit failed with CUDA error 999 (device nodes or cgroup)"),
+    # The GPU Operator's validator (NVIDIA/gpu-operator cmd/nvidia-validator/main.go validateComponent:
+    # "error validating driver installation: %w", "error validating toolkit installation: %w";
+    # Plugin.validateGPUResource: "GPU resources are not discovered by the node"): the node's driver,
+    # container toolkit or device plugin does not work, the operands wait on it, 3. Its validation of
+    # nvidia-peermem, MOFED or GDRCopy ("error validating nvidia-peermem driver installation") is the
+    # RDMA stack's and is not taken.
+    ("device_plugin", "container_runtime", 3.0,
+     r"error validating (driver|toolkit) installation|GPU resources are not discovered by the node",
+     "GPU Operator validator: the node's driver, toolkit or GPU resources not ready"),
+    # The driver container generating the running kernel's version string from the kernel package it
+    # downloaded (NVIDIA/gpu-driver-container nvidia-driver _install_prerequisites: "Could not locate
+    # Linux kernel version string"): no kernel image for the running kernel in the repositories, the
+    # module cannot be built, 3.5 as "Could not resolve Linux kernel version".
+    ("driver_build", "container_runtime", 3.5, r"Could not locate Linux kernel version string",
+     "GPU Operator: no kernel package to build the NVIDIA module"),
 
     # --- model_load_capacity (tree step 3: CUDA up, the model does not load or fit) ---
     ("gpu_memory", "model_load_capacity", 4.0,
