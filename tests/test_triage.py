@@ -731,3 +731,122 @@ def test_tgi_warmup_int8_gptq_onnxruntime_warp_and_checkpoint_texts_decide_their
     for line in ("./app: error while loading shared libraries: libnvinfer.so.8: file too short\n",
                  "ImportError: libcudnn.so.8: file too short\n"):
         assert classify(line, backoff=False).scores["container_runtime"] == 0, line
+
+
+def test_numbas_tensorrts_and_ollamas_driver_verdicts_are_step_one_and_lookalikes_are_not():
+    # Numba binding a driver API entry point the installed libcuda lacks (cudadrv/driver.py
+    # MISSING_FUNCTION_ERRMSG): the driver is older than the API, 3
+    t = classify("numba.cuda.cudadrv.driver.CudaDriverError: driver missing function: cuMemAllocAsync.\n",
+                 backoff=False)
+    assert t.category == "driver_incompatible" and t.scores["driver_incompatible"] >= 3, t.scores
+    # its ROCm driver's missing hsa_... function says nothing of the NVIDIA driver
+    assert classify("driver missing function: hsa_amd_memory_lock.\n", backoff=False).scores["driver_incompatible"] == 0
+    # TensorRT's CUDA init failure with error 35, in both its wordings, is the driver's age
+    for line in ("[TRT] [E] createInferBuilder: Error Code 6: API Usage Error (CUDA initialization failure with "
+                 "error: 35. Please check the CUDA installation: http://docs.nvidia.com/cuda/"
+                 "cuda-installation-guide-linux/index.html.)\n",
+                 "[2019-04-04 17:21:17 ERROR] Cuda initialization failure with error 35. Please check cuda "
+                 "installation: http://docs.nvidia.com/cuda/cuda-installation-guide-linux/index.html.\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "driver_incompatible" and t.scores["driver_incompatible"] >= 3.5, (line, t.scores)
+    # its other codes are not: error 2 is memory, error 350 another number
+    for code in ("2", "350"):
+        t = classify(f"[TRT] [E] CUDA initialization failure with error: {code}. Please check the CUDA "
+                     "installation\n", backoff=False)
+        assert t.scores["driver_incompatible"] == 0, (code, t.scores)
+    # Ollama naming errors 35 and 803 as one "version mismatch" (discover/gpu.go, a warning)
+    t = classify('time=2026-01-01T00:00:00.000Z level=WARN source=gpu.go:600 msg="version mismatch between driver '
+                 'and cuda driver library - reboot or upgrade may be required: library /usr/lib/libcuda.so.535.183.01"\n',
+                 backoff=False)
+    assert t.category == "driver_incompatible" and t.scores["container_runtime"] == 0, t.scores
+    # its INFO line for a host with no NVIDIA device is not the driver's version
+    assert classify('time=2026-01-01T00:00:00.000Z level=INFO source=gpu.go:620 msg="no nvidia devices detected by '
+                    'library /usr/lib/libcuda.so.535.183.01"\n', backoff=False).scores["driver_incompatible"] == 0
+
+
+def test_enroot_apptainer_toolkit_and_docker_gpu_setup_texts_are_step_two_and_lookalikes_are_not():
+    # enroot's NVIDIA hook failing, as pyxis relays it (src/common.sh common::runparts)
+    t = classify("pyxis:     [ERROR] /etc/enroot/hooks.d/98-nvidia.sh exited with return code 1\n", backoff=False)
+    assert t.category == "container_runtime" and t.scores["container_runtime"] >= 3.5, t.scores
+    # another hook of enroot's is not the GPU's
+    assert classify("[ERROR] /etc/enroot/hooks.d/99-mellanox.sh exited with return code 1\n",
+                    backoff=False).scores["container_runtime"] == 0
+    # the hook warning that nvidia_uvm is not loaded counts as the warning it is: decides, below 3
+    t = classify("[WARN] Kernel module nvidia_uvm is not loaded. Make sure the NVIDIA device driver is installed and "
+                 "loaded.\n", backoff=False)
+    assert t.category == "container_runtime" and t.scores["container_runtime"] < 3, t.scores
+    # a capability the GPU setup does not know, in enroot's and Apptainer's words; Apptainer's own
+    # debug line naming the variable is not it
+    for line in ("[ERROR] Unknown NVIDIA driver capability: compute,utility\n",
+                 "FATAL:   container creation failed: unknown NVIDIA_DRIVER_CAPABILITIES value: gpu\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "container_runtime" and t.scores["container_runtime"] >= 3, (line, t.scores)
+    assert classify("DEBUG   Setting 'NVIDIA_DRIVER_CAPABILITIES=compute,utility,compat32' for --compat32\n",
+                    backoff=False).scores["container_runtime"] == 0
+    # Apptainer refusing --nvccli; its build warning about --nvccli with --fakeroot is not a refusal
+    for line in ("FATAL:   --fakeroot does not support --nvccli in set-uid installations\n",
+                 "FATAL:   container creation failed: nvidia-container-cli is not owned by root user\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "container_runtime" and t.scores["container_runtime"] >= 3.5, (line, t.scores)
+    assert classify("WARNING: Due to writable-tmpfs limitations, %test sections will fail with --nvccli & --fakeroot\n",
+                    backoff=False).scores["container_runtime"] == 0
+    # WSL2 exposing no GPU adapter decides alone; the debug line of every non-WSL host does not
+    t = classify("WSL environment detected but no adapters were found\n", backoff=False)
+    assert t.category == "container_runtime" and t.scores["container_runtime"] >= 3.5, t.scores
+    assert classify("I0101 00:00:00.000000 1234 nvc.c:100] dxcore initialization failed, continuing assuming a "
+                    "non-WSL environment\n", backoff=False).scores["container_runtime"] == 0
+    # nvidia-container-cli not installed: the toolkit's hook, containerd's --gpus (nerdctl)
+    for line in ('couldn\'t find binary nvidia-container-cli in PATH: exec: "nvidia-container-cli": executable file '
+                 "not found in $PATH\n",
+                 'FATA[0000] exec: "nvidia-container-cli": executable file not found in $PATH\n'):
+        t = classify(line, backoff=False)
+        assert t.category == "container_runtime" and t.scores["container_runtime"] >= 3.5, (line, t.scores)
+    # another binary missing from the PATH is not the GPU's
+    assert classify('FATA[0000] exec: "containerd": executable file not found in $PATH\n',
+                    backoff=False).scores["container_runtime"] == 0
+    # Docker with CDI and no GPU vendor's spec; its AMD path on a host with another spec is not it
+    t = classify("docker: Error response from daemon: failed to discover GPU vendor from CDI: no known GPU vendor "
+                 "found\n", backoff=False)
+    assert t.category == "container_runtime" and t.scores["container_runtime"] >= 3.5, t.scores
+    assert classify("docker: Error response from daemon: AMD CDI spec not found\n",
+                    backoff=False).scores["container_runtime"] == 0
+
+
+def test_gpu_operator_numba_tensorrt_and_ollama_gpu_path_texts_are_step_two_and_lookalikes_are_not():
+    # the GPU Operator's validator: driver, toolkit, GPU resources
+    for line in ('time="2026-01-01T00:00:00Z" level=fatal msg="error validating driver installation: error running '
+                 'nvidia-smi: exit status 9"\n',
+                 'time="2026-01-01T00:00:00Z" level=fatal msg="error validating toolkit installation: exit status 1"\n',
+                 'time="2026-01-01T00:00:00Z" level=fatal msg="error validating plugin installation: GPU resources '
+                 'are not discovered by the node"\n'):
+        t = classify(line, backoff=False)
+        assert t.category == "container_runtime" and t.scores["container_runtime"] >= 3, (line, t.scores)
+    # its validation of the RDMA stack is not the GPU path
+    for line in ('time="2026-01-01T00:00:00Z" level=fatal msg="error validating nvidia-peermem driver installation: '
+                 'exit status 1"\n',
+                 'time="2026-01-01T00:00:00Z" level=fatal msg="error validating MOFED driver installation: not '
+                 'ready"\n'):
+        assert classify(line, backoff=False).scores["container_runtime"] == 0, line
+    # the driver container with no kernel package to take the version string from; its progress line is not it
+    t = classify("Could not locate Linux kernel version string\n", backoff=False)
+    assert t.category == "container_runtime" and t.scores["container_runtime"] >= 3.5, t.scores
+    assert classify("Generating Linux kernel version string...\n", backoff=False).scores["container_runtime"] == 0
+    # Numba finding no libcuda; its missing libNVVM is the toolkit's, not the driver's
+    t = classify("numba.cuda.cudadrv.error.CudaSupportError: Error at driver init: CUDA driver library cannot be "
+                 "found.\n", backoff=False)
+    assert t.category == "container_runtime" and t.scores["driver_incompatible"] == 0, t.scores
+    assert classify("numba.cuda.cudadrv.error.NvvmSupportError: libNVVM cannot be found. Do `conda install "
+                    "cudatoolkit`:\n", backoff=False).scores["container_runtime"] == 0
+    # TensorRT's CUDA init failure with error 100 is no GPU visible, not the driver's age
+    t = classify("[TRT] [E] createInferBuilder: Error Code 6: API Usage Error (CUDA initialization failure with error: "
+                 "100. Please check the CUDA installation)\n", backoff=False)
+    assert t.category == "container_runtime" and t.scores["driver_incompatible"] == 0, t.scores
+    # Ollama's cuInit error 999, a warning; its pointer to the troubleshooting page alone is nothing
+    t = classify('time=2026-01-01T00:00:00.000Z level=WARN source=gpu.go:616 msg="unknown error initializing cuda '
+                 "driver library /usr/lib/libcuda.so.575.64.03: cuda driver library init failure: 999. see "
+                 'https://github.com/ollama/ollama/blob/main/docs/troubleshooting.md for more information"\n',
+                 backoff=False)
+    assert t.category == "container_runtime" and t.scores["container_runtime"] < 3, t.scores
+    assert classify('time=2026-01-01T00:00:00.000Z level=WARN source=gpu.go:563 msg="see https://github.com/ollama/'
+                    'ollama/blob/main/docs/troubleshooting.md for more information"\n',
+                    backoff=False).scores["container_runtime"] == 0

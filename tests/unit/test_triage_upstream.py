@@ -397,6 +397,56 @@ UPSTREAM = [
      "Warp CUDA warning: Unable to determine CUDA driver version"),
     ("glibc elf/dl-load.c open_verify, the driver's library", "container_runtime",
      "python3: error while loading shared libraries: libcuda.so.1: file too short"),
+    # driver_incompatible, from the raise sites and error tables named in signals.py
+    ("numba/numba numba/cuda/cudadrv/driver.py MISSING_FUNCTION_ERRMSG", "driver_incompatible",
+     "numba.cuda.cudadrv.driver.CudaDriverError: driver missing function: cuMemAllocAsync."),
+    ("TensorRT Developer Guide, Common TensorRT Core Library Error Messages (35)", "driver_incompatible",
+     "[TRT] [E] createInferBuilder: Error Code 6: API Usage Error (CUDA initialization failure with error: 35. "
+     "Please check the CUDA installation: http://docs.nvidia.com/cuda/cuda-installation-guide-linux/index.html.)"),
+    ("ollama/ollama discover/gpu.go loadNVCUDAMgmt (slog, WARN)", "driver_incompatible",
+     'time=2026-01-01T00:00:00.000Z level=WARN source=gpu.go:600 msg="version mismatch between driver and cuda '
+     'driver library - reboot or upgrade may be required: library /usr/lib/x86_64-linux-gnu/libcuda.so.535.183.01"'),
+    # container_runtime, likewise
+    ("NVIDIA/enroot src/common.sh common::runparts (via pyxis)", "container_runtime",
+     "pyxis:     [ERROR] /etc/enroot/hooks.d/98-nvidia.sh exited with return code 1"),
+    ("NVIDIA/enroot conf/hooks/98-nvidia.sh (common::log ERROR)", "container_runtime",
+     "[ERROR] Unknown NVIDIA driver capability: compute,utility"),
+    ("NVIDIA/enroot conf/hooks/98-nvidia.sh (common::log WARN)", "container_runtime",
+     "[WARN] Kernel module nvidia_uvm is not loaded. Make sure the NVIDIA device driver is installed and loaded."),
+    ("apptainer/apptainer internal/pkg/util/gpu/nvidia.go NVCLIEnvToFlags", "container_runtime",
+     "FATAL:   container creation failed: unknown NVIDIA_DRIVER_CAPABILITIES value: gpu"),
+    ("apptainer/apptainer internal/pkg/runtime/launch/launcher_linux.go", "container_runtime",
+     "FATAL:   --fakeroot does not support --nvccli in set-uid installations"),
+    ("apptainer/apptainer internal/pkg/util/gpu/nvidia.go errNvCCLIInsecure", "container_runtime",
+     "FATAL:   container creation failed: nvidia-container-cli is not owned by root user"),
+    ("NVIDIA/libnvidia-container src/nvc.c nvc_init", "container_runtime",
+     "WSL environment detected but no adapters were found"),
+    ("NVIDIA/nvidia-container-toolkit cmd/nvidia-container-runtime-hook/main.go getCLIPath", "container_runtime",
+     "couldn't find binary nvidia-container-cli in PATH: exec: \"nvidia-container-cli\": executable file not found "
+     "in $PATH"),
+    ("containerd/containerd contrib/nvidia/nvidia.go WithGPUs (nerdctl)", "container_runtime",
+     'FATA[0000] exec: "nvidia-container-cli": executable file not found in $PATH'),
+    ("moby/moby daemon/devices.go + daemon/devices_amd_linux.go", "container_runtime",
+     "docker: Error response from daemon: failed to discover GPU vendor from CDI: no known GPU vendor found"),
+    ("numba/numba numba/cuda/cudadrv/driver.py DRIVER_NOT_FOUND_MSG", "container_runtime",
+     "numba.cuda.cudadrv.error.CudaSupportError: Error at driver init: CUDA driver library cannot be found."),
+    ("TensorRT Developer Guide, Common TensorRT Core Library Error Messages (100)", "container_runtime",
+     "[TRT] [E] createInferBuilder: Error Code 6: API Usage Error (CUDA initialization failure with error: 100. "
+     "Please check the CUDA installation: http://docs.nvidia.com/cuda/cuda-installation-guide-linux/index.html.)"),
+    ("ollama/ollama discover/gpu.go loadNVCUDAMgmt (slog, WARN)", "container_runtime",
+     'time=2026-01-01T00:00:00.000Z level=WARN source=gpu.go:616 msg="unknown error initializing cuda driver '
+     "library /usr/lib/x86_64-linux-gnu/libcuda.so.575.64.03: cuda driver library init failure: 999. see "
+     'https://github.com/ollama/ollama/blob/main/docs/troubleshooting.md for more information"'),
+    ("NVIDIA/gpu-operator cmd/nvidia-validator/main.go validateComponent", "container_runtime",
+     'time="2026-01-01T00:00:00Z" level=fatal msg="error validating driver installation: error running nvidia-smi: '
+     'exit status 9"'),
+    ("NVIDIA/gpu-operator cmd/nvidia-validator/main.go validateComponent", "container_runtime",
+     'time="2026-01-01T00:00:00Z" level=fatal msg="error validating toolkit installation: exit status 1"'),
+    ("NVIDIA/gpu-operator cmd/nvidia-validator/main.go validateGPUResource", "container_runtime",
+     'time="2026-01-01T00:00:00Z" level=fatal msg="error validating plugin installation: GPU resources are not '
+     'discovered by the node"'),
+    ("NVIDIA/gpu-driver-container nvidia-driver _install_prerequisites", "container_runtime",
+     "Could not locate Linux kernel version string"),
 ]
 
 

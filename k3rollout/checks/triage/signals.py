@@ -240,6 +240,30 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"Warp requires CUDA driver \d+\.\d+ or higher, but the current driver only supports CUDA",
      "Warp: the driver is older than its build needs"),
 
+    # Numba's driver wrapper binding a driver API entry point the installed libcuda does not export
+    # (numba/numba numba/cuda/cudadrv/driver.py Driver._find_api: CudaDriverError
+    # MISSING_FUNCTION_ERRMSG "driver missing function: %s.\nRequires CUDA N or above."): the driver
+    # is older than the API Numba calls, as the dynamic loader's "undefined symbol: cu...", 3. Only
+    # the driver API's cu... names: Numba's ROCm driver (numba/roc/hsadrv/driver.py) prints the same
+    # words for its hsa_... functions.
+    ("cuda_driver_too_old", "driver_incompatible", 3.0, r"driver missing function: cu\w+",
+     "Numba: a CUDA driver API entry point missing from the installed driver"),
+    # TensorRT's builder and runtime initialising CUDA (TensorRT Developer Guide, "Understanding Error
+    # Messages", Common TensorRT Core Library Error Messages: "CUDA initialization failure with error
+    # <code>. Please check the CUDA installation", older releases "Cuda initialization failure with
+    # error <code>"): the code is the CUDA runtime's (CUDA Runtime API error types). 35,
+    # cudaErrorInsufficientDriver, is the driver older than TensorRT's CUDA, 3.5 as error 36: the
+    # verdict in numbers, not words.
+    ("cuda_driver_too_old", "driver_incompatible", 3.5, r"CUDA initialization failure with error:? 35\b",
+     "TensorRT: CUDA error 35 at init, the driver is older than its CUDA runtime"),
+    # Ollama's CUDA discovery naming the two driver verdicts of cuInit in one text (ollama/ollama
+    # discover/gpu.go, gpu/gpu.go before 0.5, loadNVCUDAMgmt: for CUDA_ERROR_INSUFFICIENT_DRIVER and
+    # CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, slog.Warn "version mismatch between driver and cuda driver
+    # library - reboot or upgrade may be required: library %s"): errors 35 and 803, both
+    # driver_incompatible here; 3.5, the weight of 803, the weaker of the two.
+    ("driver_mismatch", "driver_incompatible", 3.5, r"version mismatch between driver and cuda driver library",
+     "Ollama: cuInit answered error 35 or 803 (driver too old or library and module differ)"),
+
     # --- container_runtime (tree step 2: driver fine, the container/GPU path is broken) ---
     # Docker/containerd has no NVIDIA runtime or device driver: nothing else prints these.
     ("runtime_missing", "container_runtime", 4.0,
@@ -845,6 +869,92 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # on the cluster or the partition, the scheduler's GPU path, 2.5 (a typo in --gres prints it too).
     ("gpu_visibility", "container_runtime", 2.5, r"Invalid generic resource \(gres\) specification",
      "Slurm: no GPU GRES for the request"),
+
+    # enroot running its hooks (NVIDIA/enroot src/common.sh common::runparts: common::err "${file}
+    # exited with return code $?", printed "[ERROR] ..."; pyxis relays enroot's log into the Slurm
+    # job's): a hook whose name is NVIDIA's (conf/hooks/98-nvidia.sh, the one that runs
+    # nvidia-container-cli) failed, the container did not get its GPUs, 3.5 as crun naming the
+    # nvidia hook. Another hook (99-mellanox.sh, 10-cgroups.sh) is not taken.
+    ("toolkit_hook", "container_runtime", 3.5, r"hooks\.d/\S*nvidia\S*\.sh exited with return code \d+",
+     "enroot: the NVIDIA hook failed"),
+    # The same hook finding the unified-memory module absent (conf/hooks/98-nvidia.sh: common::log WARN
+    # "Kernel module nvidia_uvm is not loaded. Make sure the NVIDIA device driver is installed and
+    # loaded."): enroot runs nvidia-container-cli in a user namespace, which loads no module, so the
+    # container has no /dev/nvidia-uvm and CUDA cannot start in it, 3, counted as the warning it is.
+    ("device_nodes", "container_runtime", 3.0,
+     r"Kernel module nvidia_uvm is not loaded\. Make sure the NVIDIA device driver is installed",
+     "enroot: nvidia_uvm not loaded, the container gets no /dev/nvidia-uvm"),
+    # NVIDIA_DRIVER_CAPABILITIES holding a value the GPU setup does not know: enroot's hook
+    # (conf/hooks/98-nvidia.sh: common::err "Unknown NVIDIA driver capability: ${cap}") and
+    # Apptainer's --nvccli (apptainer/apptainer internal/pkg/util/gpu/nvidia.go NVCLIEnvToFlags:
+    # "unknown NVIDIA_DRIVER_CAPABILITIES value: %s"). The container is refused its GPU setup, 3.
+    ("toolkit_hook", "container_runtime", 3.0,
+     r"Unknown NVIDIA driver capability: |unknown NVIDIA_DRIVER_CAPABILITIES value: ",
+     "enroot/Apptainer: NVIDIA_DRIVER_CAPABILITIES has a value the GPU setup does not know"),
+    # Apptainer refusing to run nvidia-container-cli for --nvccli (internal/pkg/runtime/launch/
+    # launcher_linux.go: "--fakeroot does not support --nvccli in set-uid installations";
+    # internal/pkg/util/gpu/nvidia.go: errNvCCLIInsecure "nvidia-container-cli is not owned by root
+    # user"): the GPU setup does not run, 3.5 as the binary missing.
+    ("toolkit_hook", "container_runtime", 3.5,
+     r"--fakeroot does not support --nvccli in set-uid installations|nvidia-container-cli is not owned by root user",
+     "Apptainer --nvccli: nvidia-container-cli refused"),
+    # libnvidia-container under WSL2 (NVIDIA/libnvidia-container src/nvc.c nvc_init: libdxcore loaded,
+    # then error_setx "WSL environment detected but no adapters were found"): WSL exposes no GPU
+    # adapter to Linux (no WSL-capable Windows driver, or GPU-PV off), so no container gets one,
+    # 3.5. Its debug log's "dxcore initialization failed, continuing assuming a non-WSL environment"
+    # is printed on every Linux host and is not taken.
+    ("gpu_visibility", "container_runtime", 3.5, r"WSL environment detected but no adapters were found",
+     "libnvidia-container: WSL2 exposes no GPU adapter"),
+    # nvidia-container-cli not on the PATH of whatever runs it: the toolkit's legacy prestart hook
+    # (NVIDIA/nvidia-container-toolkit cmd/nvidia-container-runtime-hook/main.go getCLIPath:
+    # log.Panicf "couldn't find binary nvidia-container-cli in PATH: %v"), 4 as enroot's "Command not
+    # found: nvidia-container-cli"; containerd's GPU option, which nerdctl and ctr use (containerd/
+    # containerd contrib/nvidia/nvidia.go WithGPUs: exec.LookPath's error, Go's os/exec "exec: %q:
+    # executable file not found in $PATH"), 3.5 as Apptainer's stat error above.
+    ("toolkit_hook", "container_runtime", 4.0, r"couldn't find binary nvidia-container-cli in PATH",
+     "the NVIDIA runtime hook: nvidia-container-cli is not installed"),
+    ("toolkit_hook", "container_runtime", 3.5, r'exec: "\S*nvidia-container-cli": executable file not found',
+     "containerd --gpus: nvidia-container-cli is not installed"),
+    # Docker with CDI enabled looking for a GPU vendor's CDI spec for --gpus (moby/moby daemon/
+    # devices.go getFirstAvailableVendor: "no known GPU vendor found", wrapped by daemon/
+    # devices_amd_linux.go as "failed to discover GPU vendor from CDI: %w"): neither nvidia.com nor
+    # amd.com specs exist, the toolkit is not installed or its spec not generated, 3.5 (it names no
+    # vendor, where "could not select device driver" names the request).
+    ("runtime_missing", "container_runtime", 3.5, r"no known GPU vendor found",
+     "Docker: no GPU vendor's CDI spec for --gpus"),
+    # Numba's driver loader finding no libcuda (numba/numba numba/cuda/cudadrv/driver.py find_driver:
+    # CudaSupportError DRIVER_NOT_FOUND_MSG "CUDA driver library cannot be found.", raised as "Error at
+    # driver init: ..."): the driver's library is not where the process runs, as cudarc's "Unable to
+    # dynamically load the \"cuda\" shared library", 3 (`numba -s` prints it on a host with no GPU
+    # too). Its libNVVM ("libNVVM cannot be found", numba/cuda/cudadrv/nvvm.py) is the toolkit's, not
+    # the driver's, and is not taken.
+    ("nvml_in_container", "container_runtime", 3.0, r"CUDA driver library cannot be found",
+     "Numba: the driver's libcuda not found"),
+    # TensorRT's CUDA initialisation failure (TensorRT Developer Guide, above) with CUDA error 100,
+    # cudaErrorNoDevice: no GPU visible to the process, as "no CUDA-capable device is detected", 3.
+    ("gpu_visibility", "container_runtime", 3.0, r"CUDA initialization failure with error:? 100\b",
+     "TensorRT: CUDA error 100 at init, no GPU visible"),
+    # Ollama's CUDA discovery on cuInit's error 999 (ollama/ollama discover/gpu.go loadNVCUDAMgmt: for
+    # CUDA_ERROR_UNKNOWN, slog.Warn "unknown error initializing cuda driver library %s: %s. see
+    # .../troubleshooting.md"): the driver answered and its devices are not usable (nvidia_uvm
+    # stale after a suspend, a container's lost device cgroup), as cuInit's CUDA_ERROR_UNKNOWN, 3.
+    ("gpu_visibility", "container_runtime", 3.0, r"unknown error initializing cuda driver library",
+     "Ollama: cuInit failed with CUDA error 999 (device nodes or cgroup)"),
+    # The GPU Operator's validator (NVIDIA/gpu-operator cmd/nvidia-validator/main.go validateComponent:
+    # "error validating driver installation: %w", "error validating toolkit installation: %w";
+    # Plugin.validateGPUResource: "GPU resources are not discovered by the node"): the node's driver,
+    # container toolkit or device plugin does not work, the operands wait on it, 3. Its validation of
+    # nvidia-peermem, MOFED or GDRCopy ("error validating nvidia-peermem driver installation") is the
+    # RDMA stack's and is not taken.
+    ("device_plugin", "container_runtime", 3.0,
+     r"error validating (driver|toolkit) installation|GPU resources are not discovered by the node",
+     "GPU Operator validator: the node's driver, toolkit or GPU resources not ready"),
+    # The driver container generating the running kernel's version string from the kernel package it
+    # downloaded (NVIDIA/gpu-driver-container nvidia-driver _install_prerequisites: "Could not locate
+    # Linux kernel version string"): no kernel image for the running kernel in the repositories, the
+    # module cannot be built, 3.5 as "Could not resolve Linux kernel version".
+    ("driver_build", "container_runtime", 3.5, r"Could not locate Linux kernel version string",
+     "GPU Operator: no kernel package to build the NVIDIA module"),
 
     # --- model_load_capacity (tree step 3: CUDA up, the model does not load or fit) ---
     ("gpu_memory", "model_load_capacity", 4.0,
