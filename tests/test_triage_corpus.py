@@ -52,14 +52,15 @@ the kernel driver's refusal of a GPU it does not drive, DCGM's host engine faili
 max_new_tokens limit signals, and the back-off is fitted on it), and `heldout21/` while that was
 done (measured at 49/58 with the back-off and 47/58 by the signals alone, its misses were then tuned
 on: the TGI warmup, bitsandbytes cuBLASLt and Warp stub-libcuda signals, beside a sweep of
-model-loading texts, and the back-off is fitted on it). The 90% target of issue #35 is asserted on
-the folders never tuned on (`heldout/`, `heldout5/`, `heldout10/`, `heldout11/` and `heldout12/`)
-taken together: 188/207 = 90.8% with the back-off refitted with `heldout21/` (188/207 before the
-refit), 175/207 by the signals alone. The five had reached it when the back-off was refitted with
+model-loading texts, and the back-off is fitted on it), and `heldout22/` while that was done
+(measured once at 38/43 with the back-off and 33/43 by the signals alone). The 90% target of issue
+#35 is asserted on the folders never tuned on (`heldout/`, `heldout5/`, `heldout10/`, `heldout11/`,
+`heldout12/` and `heldout22/`) taken together: 226/250 = 90.4% (209/250 by the signals alone), one
+log above it. The five older ones alone had reached it when the back-off was refitted with
 `heldout15/` (187/207) and with each later tuned-on folder (188/207, 187/207, 189/207, 188/207,
 188/207), and fell below it each time a blind folder joined them (with `heldout16/` 221/247,
 `heldout17/` 225/253, `heldout18/` 227/260, `heldout19/` 227/255, `heldout21/` 237/265), except
-`heldout20/` (234/260, with no log to spare).
+`heldout20/` (234/260, with no log to spare) and `heldout22/`.
 """
 
 from __future__ import annotations
@@ -132,13 +133,16 @@ TWENTIETH = LOGS / "heldout20"
 # collected after heldout20 was measured, by symptom searches fixed before any result was read, at
 # most three logs a search, labelled before triage ran; its misses were tuned on after
 TWENTY_FIRST = LOGS / "heldout21"
+# collected after heldout21 was measured, by symptom searches fixed before any result was read, at
+# most three logs a search, labelled before triage ran
+TWENTY_SECOND = LOGS / "heldout22"
 FOLDS = 5
 # the held-out folders whose misses were known when signals were chosen: with the main folder,
 # what the lexical back-off is fitted on (scripts/fit_triage_backoff.py); the others measure
 # triage on logs nothing was tuned or fitted to
 TUNED_ON = [FRESH, THIRD, FOURTH, SIXTH, SEVENTH, EIGHTH, NINTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH,
             SEVENTEENTH, EIGHTEENTH, NINETEENTH, TWENTIETH, TWENTY_FIRST]
-NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH]
+NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH, TWENTY_SECOND]
 
 
 def table(folder: Path) -> list[dict[str, str]]:
@@ -504,6 +508,23 @@ def test_seventeenth_heldout_is_real_cited_and_new():
                                     TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH])
 
 
+def test_twenty_second_heldout_is_real_cited_and_new():
+    check_new_heldout(TWENTY_SECOND, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
+                                      TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH,
+                                      SEVENTEENTH, EIGHTEENTH, NINETEENTH, TWENTIETH, TWENTY_FIRST])
+
+
+def twenty_second_accuracy() -> float:
+    return folder_accuracy(TWENTY_SECOND, "twenty-second held-out folder (symptom-searched, labelled before triage ran)")
+
+
+def test_twenty_second_heldout_accuracy_is_reported_and_does_not_regress():
+    # 38/43 = 88.4% when the folder was closed, run once on the signals and the back-off of the
+    # heldout21 round (33/43 = 76.7% by the signals alone; tests/data/logs/heldout22/README.md
+    # lists the misses). The floor (two logs below) catches a regression, it is not the target
+    assert twenty_second_accuracy() >= 0.83
+
+
 def test_twenty_first_heldout_is_real_cited_and_new():
     check_new_heldout(TWENTY_FIRST, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
                                      TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH,
@@ -679,19 +700,22 @@ def never_tuned_on_accuracy() -> float:
     round was written, left them the same way; heldout19, collected blind while heldout18's round
     was written, left them the same way; heldout20, collected blind while heldout19's round was
     written, left them the same way; heldout21, collected blind while heldout20's round was written,
-    left them the same way)."""
+    left them the same way), and `heldout22/`, collected blind while heldout21's round was written
+    and run once after it."""
     pairs = [(cat, classify(text).category) for folder in NEVER_TUNED_ON for _, cat, text in corpus(folder)]
-    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12)")
+    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12, "
+                    "heldout22)")
     return acc
 
 
 def test_unseen_heldout_reaches_the_90_percent_target():
-    # issue #35 asks for 90% on logs triage has never seen. On heldout, heldout5, heldout10, heldout11
-    # and heldout12 it is 188/207 = 90.8% with the lexical back-off refitted in the heldout21 round
-    # (188/207 before the refit), 175/207 = 84.5% by the signals alone (the same count before that
-    # round's signals); docs/domain.md. 186/207 would be 89.9%. heldout21, on this side while it was unseen,
-    # had taken the six folders to 237/265 = 89.4%, an expected failure; heldout20 before it had met
-    # the target with no log to spare (234/260).
+    # issue #35 asks for 90% on logs triage has never seen. On heldout, heldout5, heldout10, heldout11,
+    # heldout12 and heldout22 it is 226/250 = 90.4% with the lexical back-off (209/250 = 83.6% by the
+    # signals alone), one log above it (224/250 would be 89.6%); heldout22, collected blind during the
+    # heldout21 round and run once after it, 38/43 = 88.4%, the five others 188/207 = 90.8%;
+    # docs/domain.md. heldout21, on this side while it was unseen, had taken the six folders to
+    # 237/265 = 89.4%, an expected failure; heldout20 before it had met the target with no log to
+    # spare (234/260).
     assert never_tuned_on_accuracy() >= 0.90
 
 
