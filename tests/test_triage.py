@@ -850,3 +850,111 @@ def test_gpu_operator_numba_tensorrt_and_ollama_gpu_path_texts_are_step_two_and_
     assert classify('time=2026-01-01T00:00:00.000Z level=WARN source=gpu.go:563 msg="see https://github.com/ollama/'
                     'ollama/blob/main/docs/troubleshooting.md for more information"\n',
                     backoff=False).scores["container_runtime"] == 0
+
+
+def test_kubelet_pyxis_slurm_and_operator_node_texts_are_step_two_and_lookalikes_are_not():
+    # the kubelet's dockershim and RuntimeClass lookup with no nvidia handler or class; another
+    # handler or class is not the GPU's
+    for line in ('E0730 04:54:23.216598   50437 remote_runtime.go:116] "RunPodSandbox from runtime service failed" '
+                 'err="rpc error: code = Unknown desc = RuntimeHandler \\"nvidia\\" not supported"\n',
+                 'E0101 00:00:00.000000    1234 kuberuntime_manager.go:1166] "CreatePodSandbox for pod failed" '
+                 'err="runtimeclass.node.k8s.io \\"nvidia\\" not found" pod="default/cuda-vectoradd"\n'):
+        t = classify(line, backoff=False)
+        assert t.category == "container_runtime" and t.scores["container_runtime"] >= 3.5, (line, t.scores)
+    for line in ('err="rpc error: code = Unknown desc = RuntimeHandler \\"kata\\" not supported"\n',
+                 'err="runtimeclass.node.k8s.io \\"gvisor\\" not found"\n'):
+        assert classify(line, backoff=False).scores["container_runtime"] == 0, line
+    # the kubelet's admission without the GPUs it was scheduled for; another resource is not the GPU path
+    for line in ("Pod was rejected: Node didn't have enough resource: nvidia.com/gpu, requested: 1, used: 0, "
+                 "capacity: 0\n",
+                 "cuda-vectoradd   0/1     OutOfnvidia.com/gpu   0          12s\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "container_runtime" and t.scores["container_runtime"] >= 3, (line, t.scores)
+    assert classify("Pod was rejected: Node didn't have enough resource: cpu, requested: 4000, used: 1000, capacity: "
+                    "4000\n", backoff=False).scores["container_runtime"] == 0
+    # nvidia-smi quoted in Go's words without the exec: prefix; another binary is not the driver's
+    t = classify('"nvidia-smi": executable file not found in $PATH: unknown\n', backoff=False)
+    assert t.category == "container_runtime" and t.scores["container_runtime"] >= 3, t.scores
+    assert classify('"python3": executable file not found in $PATH: unknown\n',
+                    backoff=False).scores["container_runtime"] == 0
+    # the GPU Operator's validator on a CUDA workload or the plugin's resources; its GPUDirect Storage
+    # check is not the GPU path
+    for line in ("Error: error validating cuda workload: gave up waiting for pod nvidia-cuda-validator-x7k2p to be "
+                 "available\n",
+                 "Error: error validating plugin installation: unable to find any allocatable GPU resource\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "container_runtime" and t.scores["container_runtime"] >= 3, (line, t.scores)
+    assert classify("Error: error validating nvidia-fs driver installation: exit status 1\n",
+                    backoff=False).scores["container_runtime"] == 0
+    # the driver manager unable to take the old driver off; its retry with a drain is not a failure
+    t = classify('time="2026-01-01T00:00:00Z" level=fatal msg="failed to uninstall nvidia driver components: failed '
+                 'to unload driver: exit status 1"\n', backoff=False)
+    assert t.category == "container_runtime" and t.scores["container_runtime"] >= 2.5, t.scores
+    assert classify('time="2026-01-01T00:00:00Z" level=info msg="Unable to cleanup driver modules, attempting again '
+                    'with node drain..."\n', backoff=False).scores["container_runtime"] == 0
+    # pyxis and enroot unable to fetch the image; the imported image and a registry's 500 are not taken
+    for line in ("slurmstepd: error: pyxis: failed to import docker image: nvcr.io#nvidia/pytorch:24.01-py3\n",
+                 "slurmstepd: error: pyxis:     [ERROR] URL https://nvcr.io/proxy_auth?scope=repository:nvidia/"
+                 "pytorch:pull returned error code: 401 Unauthorized\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "container_runtime" and t.scores["container_runtime"] >= 2.5, (line, t.scores)
+    for line in ("pyxis: imported docker image: nvcr.io#nvidia/pytorch:24.01-py3\n",
+                 "[ERROR] URL https://nvcr.io/v2/nvidia/pytorch/manifests/24.01-py3 returned error code: 500 Internal "
+                 "Server Error\n"):
+        assert classify(line, backoff=False).scores["container_runtime"] == 0, line
+    # Slurm: a GPU device file of gres.conf missing, the GPU plugin stopping slurmd, the device cgroup
+    # not applied, the detected GPUs unlike the configuration; an RDMA device file, another GRES
+    # plugin and the memory constraint are not the GPUs
+    for line in ("slurmd: error: _set_gres_device_desc: stat(/dev/nvidia3): No such file or directory\n",
+                 "slurmd: fatal: Gres GPU plugin failed to load configuration\n",
+                 "slurmstepd: error: Could not apply device constrain to step\n",
+                 "slurmd: error: failure enabling device enforcement: Unspecified error\n",
+                 "slurmctld: error: _check_node_links: Invalid GRES Links value (-1,0,0) on node gpu01: i=2 >= "
+                 "link_len=2. If using AutoDetect the amount of GPUs configured in slurm.conf does not match what was "
+                 "detected.\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "container_runtime" and t.scores["container_runtime"] >= 2.5, (line, t.scores)
+    for line in ("slurmd: error: _set_gres_device_desc: stat(/dev/infiniband/uverbs0): No such file or directory\n",
+                 "slurmd: fatal: Gres NIC plugin failed to load configuration\n",
+                 "slurmd: error: failure enabling memory enforcement: Unspecified error\n"):
+        assert classify(line, backoff=False).scores["container_runtime"] == 0, line
+
+
+def test_turbomind_tensorrt_llm_xla_and_git_texts_decide_their_step_and_lookalikes_are_not():
+    # TurboMind's and FasterTransformer's CUDA check on an allocation; another CUDA error is not memory
+    for line in ("[TM][ERROR] CUDA runtime error: out of memory /lmdeploy/src/turbomind/utils/allocator.h:246\n",
+                 "what():  [FT][ERROR] CUDA runtime error: out of memory /workspace/FasterTransformer/src/"
+                 "fastertransformer/utils/allocator.h:181\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "model_load_capacity" and t.scores["model_load_capacity"] >= 4, (line, t.scores)
+    assert classify("[TM][ERROR] CUDA runtime error: invalid argument /lmdeploy/src/turbomind/kernels/x.cu:10\n",
+                    backoff=False).scores["model_load_capacity"] == 0
+    # TensorRT-LLM's engine that does not deserialize: step 3, a symptom below TensorRT's own reason
+    t = classify("[TensorRT-LLM][ERROR] Assertion failed: Failed to deserialize cuda engine. "
+                 "(/src/tensorrt_llm/cpp/tensorrt_llm/runtime/tllmRuntime.cpp:256)\n", backoff=False)
+    assert t.category == "model_load_capacity" and 1.5 <= t.scores["model_load_capacity"] < 3, t.scores
+    assert classify("Failed to deserialize JSON config: missing field `model`\n",
+                    backoff=False).scores["model_load_capacity"] == 0
+    # XLA's rendezvous stuck on the NCCL clique, in both its releases' wordings; a program's own
+    # collective and the all-clear after a false alarm are not taken
+    for line in ("2024-07-29 17:14:59.920189: E external/xla/xla/service/rendezvous.cc:38] This thread has been "
+                 "waiting for `initialize clique for rank 2; clique=devices=[0,1,2,3]; stream=0; run_id=42` for 10 "
+                 "seconds and may be stuck. Expected 4 threads to join the rendezvous, but not all of them arrived "
+                 "on time.\n",
+                 "E0218 03:50:19.000000 1234 rendezvous.cc:100] [id=1] This thread has been waiting for `acquire "
+                 "clique for rank 3; clique=devices=[4,5,6,7]; is_p2p=0; run_id=-1558191007` for 10 seconds and may "
+                 "be stuck. Expected 4 threads to join the rendezvous, but not all of them arrived on time.\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "communication" and t.scores["communication"] >= 2, (line, t.scores)
+    for line in ("E0101 rendezvous.cc:100] [id=0] This thread has been waiting for `first call to collective "
+                 "operation 190; run_id=-851342065` for 20 seconds and may be stuck.\n",
+                 "E0101 rendezvous.cc:120] Thread is unstuck! Warning above was a false-positive. Perhaps the timeout "
+                 "is too short.\n"):
+        assert classify(line, backoff=False).scores["communication"] == 0, line
+    # git refusing to pull into a half-merged checkout is the environment's; its hint alone is not taken
+    for line in ("error: Pulling is not possible because you have unmerged files.\n",
+                 "fatal: Exiting because of an unresolved conflict.\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "other" and t.scores["other"] >= 3, (line, t.scores)
+    assert classify("hint: Fix them up in the work tree, and then use 'git add/rm <file>'\n",
+                    backoff=False).scores["other"] == 0

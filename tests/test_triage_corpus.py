@@ -53,14 +53,16 @@ max_new_tokens limit signals, and the back-off is fitted on it), and `heldout21/
 done (measured at 49/58 with the back-off and 47/58 by the signals alone, its misses were then tuned
 on: the TGI warmup, bitsandbytes cuBLASLt and Warp stub-libcuda signals, beside a sweep of
 model-loading texts, and the back-off is fitted on it), and `heldout22/` while that was done
-(measured once at 38/43 with the back-off and 33/43 by the signals alone). The 90% target of issue
-#35 is asserted on the folders never tuned on (`heldout/`, `heldout5/`, `heldout10/`, `heldout11/`,
-`heldout12/` and `heldout22/`) taken together: 226/250 = 90.4% (209/250 by the signals alone), one
-log above it. The five older ones alone had reached it when the back-off was refitted with
-`heldout15/` (187/207) and with each later tuned-on folder (188/207, 187/207, 189/207, 188/207,
+(measured at 38/43 with the back-off and 33/43 by the signals alone, its misses were then tuned on:
+the dockershim handler, TurboMind out-of-memory, TensorRT-LLM engine, XLA clique and git signals,
+beside a sweep of Kubernetes and Slurm node-side container texts, and the back-off is fitted on it).
+The 90% target of issue #35 is asserted on the folders never tuned on (`heldout/`, `heldout5/`,
+`heldout10/`, `heldout11/` and `heldout12/`) taken together: 188/207 = 90.8% with the back-off
+refitted with `heldout22/`. The five had reached it when the back-off was refitted with `heldout15/`
+(187/207) and with each later tuned-on folder (188/207, 187/207, 189/207, 188/207, 188/207,
 188/207), and fell below it each time a blind folder joined them (with `heldout16/` 221/247,
 `heldout17/` 225/253, `heldout18/` 227/260, `heldout19/` 227/255, `heldout21/` 237/265), except
-`heldout20/` (234/260, with no log to spare) and `heldout22/`.
+`heldout20/` (234/260, with no log to spare) and `heldout22/` (226/250).
 """
 
 from __future__ import annotations
@@ -134,15 +136,15 @@ TWENTIETH = LOGS / "heldout20"
 # most three logs a search, labelled before triage ran; its misses were tuned on after
 TWENTY_FIRST = LOGS / "heldout21"
 # collected after heldout21 was measured, by symptom searches fixed before any result was read, at
-# most three logs a search, labelled before triage ran
+# most three logs a search, labelled before triage ran; its misses were tuned on after
 TWENTY_SECOND = LOGS / "heldout22"
 FOLDS = 5
 # the held-out folders whose misses were known when signals were chosen: with the main folder,
 # what the lexical back-off is fitted on (scripts/fit_triage_backoff.py); the others measure
 # triage on logs nothing was tuned or fitted to
 TUNED_ON = [FRESH, THIRD, FOURTH, SIXTH, SEVENTH, EIGHTH, NINTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH,
-            SEVENTEENTH, EIGHTEENTH, NINETEENTH, TWENTIETH, TWENTY_FIRST]
-NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH, TWENTY_SECOND]
+            SEVENTEENTH, EIGHTEENTH, NINETEENTH, TWENTIETH, TWENTY_FIRST, TWENTY_SECOND]
+NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH]
 
 
 def table(folder: Path) -> list[dict[str, str]]:
@@ -521,8 +523,11 @@ def twenty_second_accuracy() -> float:
 def test_twenty_second_heldout_accuracy_is_reported_and_does_not_regress():
     # 38/43 = 88.4% when the folder was closed, run once on the signals and the back-off of the
     # heldout21 round (33/43 = 76.7% by the signals alone; tests/data/logs/heldout22/README.md
-    # lists the misses). The floor (two logs below) catches a regression, it is not the target
-    assert twenty_second_accuracy() >= 0.83
+    # lists the misses). Its misses were then tuned on (the dockershim handler, TurboMind
+    # out-of-memory, TensorRT-LLM engine, XLA clique and git signals, and the back-off refitted with
+    # it): 40/43 by the signals alone and 41/43 with the back-off after them, no longer a figure for
+    # unseen logs. The floor (two logs below) catches a regression, it is not the target
+    assert twenty_second_accuracy() >= 0.90
 
 
 def test_twenty_first_heldout_is_real_cited_and_new():
@@ -582,8 +587,9 @@ def test_nineteenth_heldout_accuracy_is_reported_and_does_not_regress():
     # lists the misses). Its misses were then tuned on (the cut TensorFlow DSO mismatch, XLA's older
     # "Resource exhausted" status and candle-vllm KV-head division signals, and the back-off refitted
     # with it): 40/48 by the signals alone and 46/48 with the back-off after them (45/48 with the
-    # back-off refitted in the heldout21 round), no longer a figure for unseen logs. The floor (two
-    # logs below) catches a regression, it is not the target
+    # back-off refitted in the heldout21 round, 46/48 again with the one refitted in the heldout22
+    # round), no longer a figure for unseen logs. The floor (two logs below) catches a regression, it
+    # is not the target
     assert nineteenth_accuracy() >= 0.91
 
 
@@ -700,22 +706,19 @@ def never_tuned_on_accuracy() -> float:
     round was written, left them the same way; heldout19, collected blind while heldout18's round
     was written, left them the same way; heldout20, collected blind while heldout19's round was
     written, left them the same way; heldout21, collected blind while heldout20's round was written,
-    left them the same way), and `heldout22/`, collected blind while heldout21's round was written
-    and run once after it."""
+    left them the same way; heldout22, collected blind while heldout21's round was written, left
+    them the same way)."""
     pairs = [(cat, classify(text).category) for folder in NEVER_TUNED_ON for _, cat, text in corpus(folder)]
-    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12, "
-                    "heldout22)")
+    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12)")
     return acc
 
 
 def test_unseen_heldout_reaches_the_90_percent_target():
-    # issue #35 asks for 90% on logs triage has never seen. On heldout, heldout5, heldout10, heldout11,
-    # heldout12 and heldout22 it is 226/250 = 90.4% with the lexical back-off (209/250 = 83.6% by the
-    # signals alone), one log above it (224/250 would be 89.6%); heldout22, collected blind during the
-    # heldout21 round and run once after it, 38/43 = 88.4%, the five others 188/207 = 90.8%;
-    # docs/domain.md. heldout21, on this side while it was unseen, had taken the six folders to
-    # 237/265 = 89.4%, an expected failure; heldout20 before it had met the target with no log to
-    # spare (234/260).
+    # issue #35 asks for 90% on logs triage has never seen. On heldout, heldout5, heldout10, heldout11
+    # and heldout12 it is 188/207 = 90.8% with the lexical back-off refitted in the heldout22 round
+    # (186/207 would be 89.9%); docs/domain.md. heldout22, on this side while it was unseen, had taken
+    # the six folders to 226/250 = 90.4%, one log above the target; heldout21 before it to 237/265 =
+    # 89.4%, an expected failure.
     assert never_tuned_on_accuracy() >= 0.90
 
 

@@ -447,6 +447,57 @@ UPSTREAM = [
      'discovered by the node"'),
     ("NVIDIA/gpu-driver-container nvidia-driver _install_prerequisites", "container_runtime",
      "Could not locate Linux kernel version string"),
+    # the heldout22 round, from each tool's own raise site
+    ("kubernetes/kubernetes pkg/kubelet/dockershim/docker_sandbox.go RunPodSandbox", "container_runtime",
+     'E0730 04:54:23.216598   50437 remote_runtime.go:116] "RunPodSandbox from runtime service failed" '
+     'err="rpc error: code = Unknown desc = RuntimeHandler \\"nvidia\\" not supported"'),
+    ("Go os/exec exec.Error (%q) through runc, the exec: prefix cut", "container_runtime",
+     '"nvidia-smi": executable file not found in $PATH: unknown'),
+    ("InternLM/lmdeploy src/turbomind/utils/cuda_utils.h check()", "model_load_capacity",
+     "[TM][ERROR] CUDA runtime error: out of memory /lmdeploy/src/turbomind/utils/allocator.h:246"),
+    ("NVIDIA/FasterTransformer src/fastertransformer/utils/cuda_utils.h check()", "model_load_capacity",
+     "what():  [FT][ERROR] CUDA runtime error: out of memory /workspace/FasterTransformer/src/fastertransformer/"
+     "utils/allocator.h:181"),
+    ("NVIDIA/TensorRT-LLM cpp/tensorrt_llm/runtime/tllmRuntime.cpp TllmRuntime", "model_load_capacity",
+     "[TensorRT-LLM][ERROR] Assertion failed: Failed to deserialize cuda engine. "
+     "(/src/tensorrt_llm/cpp/tensorrt_llm/runtime/tllmRuntime.cpp:256)"),
+    ("openxla/xla xla/service/rendezvous.cc (NCCL clique)", "communication",
+     "E0218 03:50:19.000000 1234 rendezvous.cc:100] [id=1] This thread has been waiting for `acquire clique for "
+     "rank 3; clique=devices=[4,5,6,7]; is_p2p=0; run_id=-1558191007` for 10 seconds and may be stuck. Expected 4 "
+     "threads to join the rendezvous, but not all of them arrived on time."),
+    ("git/git advice.c error_resolve_conflict", "other",
+     "error: Pulling is not possible because you have unmerged files."),
+    ("git/git advice.c die_resolve_conflict", "other", "fatal: Exiting because of an unresolved conflict."),
+    # node-side container texts of Kubernetes and Slurm GPU nodes
+    ("kubernetes/kubernetes pkg/kubelet/runtimeclass/runtimeclass_manager.go LookupRuntimeHandler", "container_runtime",
+     'E0101 00:00:00.000000    1234 kuberuntime_manager.go:1166] "CreatePodSandbox for pod failed" '
+     'err="runtimeclass.node.k8s.io \\"nvidia\\" not found" pod="default/cuda-vectoradd"'),
+    ("kubernetes/kubernetes pkg/kubelet/lifecycle/predicate.go InsufficientResourceError", "container_runtime",
+     "Pod was rejected: Node didn't have enough resource: nvidia.com/gpu, requested: 1, used: 0, capacity: 0"),
+    ("NVIDIA/gpu-operator cmd/nvidia-validator/main.go validateComponent, main's \"Error: %v\"", "container_runtime",
+     "Error: error validating cuda workload: gave up waiting for pod nvidia-cuda-validator-x7k2p to be available"),
+    ("NVIDIA/gpu-operator cmd/nvidia-validator/main.go getGPUResourceName, main's \"Error: %v\"", "container_runtime",
+     "Error: error validating plugin installation: unable to find any allocatable GPU resource"),
+    ("NVIDIA/k8s-driver-manager cmd/driver-manager/main.go", "container_runtime",
+     'time="2026-01-01T00:00:00Z" level=fatal msg="failed to uninstall nvidia driver components: failed to unload '
+     'driver: exit status 1"'),
+    ("NVIDIA/pyxis pyxis_slurmstepd.c", "container_runtime",
+     "slurmstepd: error: pyxis: failed to import docker image: nvcr.io#nvidia/pytorch:24.01-py3"),
+    ("NVIDIA/enroot src/common.sh common::curl (via pyxis)", "container_runtime",
+     "slurmstepd: error: pyxis:     [ERROR] URL https://nvcr.io/proxy_auth?scope=repository:nvidia/pytorch:pull "
+     "returned error code: 401 Unauthorized"),
+    ("SchedMD/slurm src/interfaces/gres.c _set_gres_device_desc", "container_runtime",
+     "slurmd: error: _set_gres_device_desc: stat(/dev/nvidia3): No such file or directory"),
+    ("SchedMD/slurm src/plugins/gres/gpu/gres_gpu.c node_config_load", "container_runtime",
+     "slurmd: fatal: Gres GPU plugin failed to load configuration"),
+    ("SchedMD/slurm src/plugins/task/cgroup/task_cgroup_devices.c", "container_runtime",
+     "slurmstepd: error: Could not apply device constrain to step"),
+    ("SchedMD/slurm src/plugins/task/cgroup/task_cgroup.c", "container_runtime",
+     "slurmd: error: failure enabling device enforcement: Unspecified error"),
+    ("SchedMD/slurm src/interfaces/gres.c _check_node_links", "container_runtime",
+     "slurmctld: error: _check_node_links: Invalid GRES Links value (-1,0,0) on node gpu01: i=2 >= link_len=2. If "
+     "using AutoDetect the amount of GPUs configured in slurm.conf does not match what was detected. If this is "
+     "intentional, please turn off AutoDetect and manually specify them in gres.conf."),
 ]
 
 

@@ -412,8 +412,9 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # nvidia-smi absent from the container: the runtime injected no driver utilities (no GPU
     # runtime, or NVIDIA_DRIVER_CAPABILITIES without "utility"). The OCI runtime reports it in Go's
     # os/exec words (lp_unix.go ErrNotFound "executable file not found in $PATH", exec.go
-    # Error "exec: %q: ...").
-    ("gpu_visibility", "container_runtime", 3.0, r'exec: "nvidia-smi": executable file not found',
+    # Error "exec: %q: ..."). The quoted name is Go's %q and stays when a title or an event cuts the
+    # "exec: " before it (runc's '"nvidia-smi": executable file not found in $PATH: unknown').
+    ("gpu_visibility", "container_runtime", 3.0, r'"nvidia-smi": executable file not found',
      "nvidia-smi not in the container"),
     # The same, in crun's words (containers/crun src/libcrun/container.c: "executable file `%s` not
     # found in $PATH"), which podman prints when nothing injected the driver (`--gpus` without the
@@ -956,6 +957,76 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("driver_build", "container_runtime", 3.5, r"Could not locate Linux kernel version string",
      "GPU Operator: no kernel package to build the NVIDIA module"),
 
+    # The kubelet's dockershim, the CRI of Kubernetes up to 1.23, knows no runtime handler but
+    # Docker's own (kubernetes/kubernetes pkg/kubelet/dockershim/docker_sandbox.go RunPodSandbox:
+    # "RuntimeHandler %q not supported"): a pod whose RuntimeClass names the nvidia handler on a node
+    # still on dockershim gets no GPU runtime, as containerd's "no runtime for \"nvidia\"", 4.
+    ("runtime_missing", "container_runtime", 4.0, r'RuntimeHandler "nvidia[\w-]*" not supported',
+     "dockershim: the nvidia runtime handler is not supported"),
+    # The kubelet resolving a pod's RuntimeClass (pkg/kubelet/runtimeclass/runtimeclass_manager.go
+    # LookupRuntimeHandler: the lister's NotFound, apimachinery's "%s %q not found" with
+    # "runtimeclass.node.k8s.io"): the nvidia RuntimeClass does not exist where the pod landed, as the
+    # admission plugin's "RuntimeClass \"nvidia\" not found", 3.5.
+    ("runtime_missing", "container_runtime", 3.5, r'runtimeclass(es)?\.node\.k8s\.io "nvidia[\w-]*" not found',
+     "kubelet: no nvidia RuntimeClass for the pod"),
+    # The kubelet's own admission refusing a pod the scheduler placed (pkg/kubelet/lifecycle/
+    # predicate.go InsufficientResourceError: "Node didn't have enough resource: %s, requested: %d,
+    # used: %d, capacity: %d", reason "OutOf%s"): for nvidia.com/gpu the node's allocatable GPUs
+    # dropped under it (the device plugin restarted or lost its GPUs), as the scheduler's
+    # "Insufficient nvidia.com/gpu", 3.
+    ("device_plugin", "container_runtime", 3.0, r"Node didn't have enough resource: nvidia\.com/|OutOfnvidia\.com/",
+     "kubelet: the node no longer has the GPUs the pod was scheduled on"),
+    # The GPU Operator's validator, beside the driver and toolkit checks above (NVIDIA/gpu-operator
+    # cmd/nvidia-validator/main.go: "error validating cuda workload: %w", the CUDA sample pod that
+    # does not run; "error validating plugin installation: %w"; validateGPUResource's "unable to find
+    # any allocatable GPU resource"): the node's GPU path is not ready, the operands wait on it, 3. Its
+    # main prints the error with logrus' Printf ("Error: %v"), at INFO: where that key is kept the
+    # line's level damps it to context (docs/domain.md, "How a line's level is read").
+    ("device_plugin", "container_runtime", 3.0,
+     r"error validating (cuda workload|plugin installation)|unable to find any allocatable GPU resource",
+     "GPU Operator validator: a CUDA workload or the device plugin does not work on the node"),
+    # The driver manager the driver daemonset runs as its init container (NVIDIA/k8s-driver-manager
+    # cmd/driver-manager/main.go: "failed to cleanup NVIDIA driver: %w", "failed to uninstall nvidia
+    # driver components: %w") unable to take the old driver off the node before the new one installs,
+    # as "Could not unload NVIDIA driver kernel modules", 2.5.
+    ("driver_build", "container_runtime", 2.5,
+     r"failed to cleanup NVIDIA driver|failed to uninstall nvidia driver components",
+     "GPU Operator driver manager: the old driver cannot be removed"),
+    # pyxis importing the job's image through enroot (NVIDIA/pyxis pyxis_slurmstepd.c: "pyxis: failed to
+    # import docker image: %s") and enroot's registry requests (NVIDIA/enroot src/common.sh
+    # common::curl: "URL %s returned error code: %s %s"): the image is not fetched, refused (401, 403)
+    # or absent (404), tree step 2's image integrity as "pull access denied", 2.5. pyxis's "container
+    # start failed with error code" is not taken: an image's entrypoint prints it too, and enroot's
+    # hook line before it says which.
+    ("image_pull", "container_runtime", 2.5,
+     r"pyxis: failed to import docker image|URL \S+ returned error code: (401|403|404)\b",
+     "pyxis/enroot: the image cannot be fetched"),
+    # Slurm's GRES devices (SchedMD/slurm src/interfaces/gres.c _set_gres_device_desc, earlier
+    # src/common/gres.c gres_device_major: "%s: stat(%s): %m") when gres.conf names a /dev/nvidia*
+    # file the node does not have, as Go's "stat /dev/nvidia0: no such file or directory", 3.5; its
+    # GPU plugin then stops slurmd (src/plugins/gres/gpu/gres_gpu.c: fatal "%s failed to load
+    # configuration" with "Gres GPU plugin"), the node's GPUs are not served, 3.
+    ("device_nodes", "container_runtime", 3.5, r"stat\(/dev/nvidia[\w-]*\): No such file or directory",
+     "Slurm: a GPU device file of gres.conf is missing"),
+    ("gpu_visibility", "container_runtime", 3.0, r"Gres GPU plugin failed to load configuration",
+     "Slurm: slurmd's GPU GRES configuration does not load"),
+    # Slurm's device constraint for the job's GRES (src/plugins/task/cgroup/task_cgroup_devices.c:
+    # "Could not apply device constrain to job", "... to step", "... to task %u", "Unable to set access
+    # constraint for device %s(%s)"; task_cgroup.c "failure enabling device enforcement: %s"): the
+    # cgroup (or cgroup v2's eBPF program) that lets the step reach its GPUs is not set, 2.5 (the
+    # GRES devices are not all GPUs).
+    ("device_permissions", "container_runtime", 2.5,
+     r"Could not apply device constrain to (job|step|task)|Unable to set access constraint for device"
+     r"|failure enabling device enforcement",
+     "Slurm: the cgroup device constraint for the job's GPUs is not applied"),
+    # slurmctld finding the GPUs a node reports unlike its configuration (src/interfaces/gres.c
+    # _check_node_links: "... If using AutoDetect the amount of GPUs configured in slurm.conf does not
+    # match what was detected. ...", the node set down with that reason): as "gres/gpu count reported
+    # lower than configured", 2.5 (a gres.conf written wrong prints it too).
+    ("gpu_visibility", "container_runtime", 2.5,
+     r"If using AutoDetect the amount of GPUs configured in slurm\.conf does not match what was detected",
+     "Slurm: the node's detected GPUs do not match its configuration"),
+
     # --- model_load_capacity (tree step 3: CUDA up, the model does not load or fit) ---
     ("gpu_memory", "model_load_capacity", 4.0,
      r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation"
@@ -986,6 +1057,13 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("gpu_memory", "model_load_capacity", 4.0,
      r"Error Code 2: OutOfMemory|CUDA runtime error in \S.*: out of memory",
      "TensorRT / TensorRT-LLM: out of GPU memory"),
+    # TurboMind, LMDeploy's engine (InternLM/lmdeploy src/turbomind/utils/cuda_utils.h check(): "CUDA
+    # runtime error: " + cudaGetErrorString + file:line, logged or thrown with its "[TM][ERROR] "
+    # prefix), and FasterTransformer before it (NVIDIA/FasterTransformer src/fastertransformer/utils/
+    # cuda_utils.h check(): "[FT][ERROR] CUDA runtime error: "): cudaErrorMemoryAllocation's "out of
+    # memory" on an allocation, 4 as TensorRT-LLM's.
+    ("gpu_memory", "model_load_capacity", 4.0, r"\[(TM|FT)\]\[ERROR\] CUDA runtime error: out of memory",
+     "TurboMind / FasterTransformer: out of GPU memory"),
     ("gpu_memory", "model_load_capacity", 3.0,
      r"Requested amount of GPU memory \(\d+ bytes\) could not be allocated",
      "TensorRT: a GPU allocation could not be made"),
@@ -1548,6 +1626,13 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("weights", "model_load_capacity", 3.0,
      r"engine plan file is not compatible with this version of TensorRT",
      "TensorRT: the engine was built by another TensorRT version"),
+    # TensorRT-LLM's runtime when IRuntime::deserializeCudaEngine returns nothing (NVIDIA/TensorRT-LLM
+    # cpp/tensorrt_llm/runtime/tllmRuntime.cpp: TLLM_CHECK_WITH_INFO(mEngine != nullptr, "Failed to
+    # deserialize cuda engine."), thrown as "[TensorRT-LLM][ERROR] Assertion failed: ..."): the engine
+    # file does not load, for one of the reasons TensorRT's own line before it gives (another GPU,
+    # another TensorRT, no memory for it); each is step 3, so 2.5, a symptom.
+    ("weights", "model_load_capacity", 2.5, r"Failed to deserialize cuda engine",
+     "TensorRT-LLM: the engine file does not deserialize"),
 
     # vLLM on Ray finding no free GPU on the node it runs on (v1/executor/ray_utils.py
     # initialize_ray_cluster, ValueError "Current node has no GPU available. current_node_resource=
@@ -1643,6 +1728,15 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"Watchdog caught collective operation timeout|ProcessGroupNCCL.*[Tt]imeout|collective operation timeout"
      r"|DistNetworkError|Timed out .*(rendezvous|store|barrier|init_process_group)|timed out after .*(store|barrier)",
      "collective or rendezvous timeout"),
+    # XLA's rendezvous of a process's device threads (openxla/xla xla/service/rendezvous.cc: "This thread
+    # has been waiting for `%s` for %d seconds and may be stuck. Expected %d threads to join the
+    # rendezvous, but not all of them arrived on time.", then "Termination timeout for `%s` ...") on the
+    # NCCL clique XLA sets up for a collective (the name "initialize clique for rank %d; clique=...",
+    # "acquire clique for rank ..."): the NCCL communicator across the ranks is not completing, a peer
+    # that never joins it, 2 (a symptom). Other rendezvous names (a program's own collective) are not taken.
+    ("collective_timeout", "communication", 2.0,
+     r"(waiting for|Termination timeout for) .(initialize|acquire) clique for rank \d+",
+     "XLA: the NCCL clique's rendezvous is stuck"),
     # ProcessGroupNCCL's watchdog reporting a failed or hung collective (torch/csrc/distributed/
     # c10d/ProcessGroupNCCL.cpp: "Some NCCL operations have failed or timed out", "NCCL watchdog
     # thread terminated with exception", "ProcessGroupNCCL's watchdog got stuck for", "Heartbeat
@@ -2148,6 +2242,16 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("python_env", "other", 3.0,
      r"the package flash_attn seems to be not installed|requires `accelerate`\. You can install it with",
      "transformers: flash-attn or accelerate not installed"),
+
+    # git refusing to pull into a checkout with an unresolved merge (git/git advice.c
+    # error_resolve_conflict: "Pulling is not possible because you have unmerged files." and its
+    # merge/commit/cherry-pick/revert/rebase forms; die_resolve_conflict: "Exiting because of an
+    # unresolved conflict."): an application's update script that runs git pull (text-generation-webui's)
+    # left its tree half-updated, the environment's, 3.
+    ("python_env", "other", 3.0,
+     r"(Pulling|Merging|Committing|Cherry-picking|Reverting|Rebasing) is not possible because you have unmerged files"
+     r"|Exiting because of an unresolved conflict",
+     "git: the checkout has an unresolved merge (a half-applied update)"),
 
 ]
 
