@@ -850,3 +850,53 @@ def test_gpu_operator_numba_tensorrt_and_ollama_gpu_path_texts_are_step_two_and_
     assert classify('time=2026-01-01T00:00:00.000Z level=WARN source=gpu.go:563 msg="see https://github.com/ollama/'
                     'ollama/blob/main/docs/troubleshooting.md for more information"\n',
                     backoff=False).scores["container_runtime"] == 0
+
+
+def test_lmdeploy_tensorrt_llm_and_llama_cpp_loading_texts_are_step_three_and_lookalikes_are_not():
+    # LMDeploy: TurboMind's CUDA check on an allocation, the PyTorch engine's cache and runtime budgets
+    for line in ("RuntimeError: [TM][ERROR] CUDA runtime error: out of memory /lmdeploy/src/turbomind/utils/"
+                 "allocator.h:231 \n",
+                 "RuntimeError: No enough gpu memory for kv cache.\n",
+                 "AssertionError: No enough gpu memory for state cache. Please reduce max_batch_size.\n",
+                 "RuntimeError: No enough gpu memory for runtime.\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "model_load_capacity" and t.scores["model_load_capacity"] >= 4, (line, t.scores)
+    # TurboMind's blocks not holding one sequence, found while serving: 3
+    t = classify("RuntimeError: [TM][ERROR] No enough blocks. Assertion fail: /lmdeploy/src/turbomind/models/llama/"
+                 "LlamaBatch.cc:522 \n", backoff=False)
+    assert t.category == "model_load_capacity" and 3 <= t.scores["model_load_capacity"] < 4, t.scores
+    # TurboMind's other CUDA errors are not memory, and the engine's warning that shrinks the prefill goes on
+    for line in ("RuntimeError: [TM][ERROR] CUDA runtime error: invalid argument /lmdeploy/src/turbomind/utils/"
+                 "allocator.h:231 \n",
+                 "2024-01-01 00:00:00,000 - lmdeploy - WARNING - base.py:402 - No enough memory. Update "
+                 "max_prefill_token_num=4096\n"):
+        assert classify(line, backoff=False).scores["model_load_capacity"] == 0, line
+    # TensorRT-LLM: the weights that do not fit and a KV cache without room for one sequence (the C++
+    # batch manager's and the PyTorch backend's words, in both spellings of its assert) decide, 4
+    for line in ("RuntimeError: [TensorRT-LLM][ERROR] Failed to allocate memory for weights. Please try reducing "
+                 "--gpu_weights_percent. (/src/tensorrt_llm/cpp/tensorrt_llm/runtime/tllmRuntime.cpp:247)\n",
+                 "[TensorRT-LLM][ERROR] Assertion failed: maxTokensInPagedKvCache (693) must be large enough to "
+                 "process at least 1 sequence to completion (i.e. must be larger than beam_width (1) * "
+                 "tokensPerBlock (64) * maxBlocksPerSeq (32)) (/src/tensorrt_llm/cpp/tensorrt_llm/batch_manager/"
+                 "kvCacheManager.cpp:403)\n",
+                 "AssertionError: Impossible to fit in any sequence in kvCache\n",
+                 "AssertionError: Impossibe to fit in any sequence in kvCache\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "model_load_capacity" and t.scores["model_load_capacity"] >= 4, (line, t.scores)
+    # the engine file TensorRT refused: the model's file, 3
+    t = classify("[TensorRT-LLM][ERROR] Assertion failed: Failed to deserialize cuda engine. (/src/tensorrt_llm/cpp/"
+                 "tensorrt_llm/runtime/tllmRuntime.cpp:152)\n", backoff=False)
+    assert t.category == "model_load_capacity" and 3 <= t.scores["model_load_capacity"] < 4, t.scores
+    # its INFO lines about the same budgets are not failures
+    for line in ("[TensorRT-LLM][INFO] Set gpu weights percent to 0.500000, which is 7516192768 bytes. Valid range: "
+                 "0 bytes - 15032385536 bytes.\n",
+                 "[TensorRT-LLM][INFO] Max tokens in paged KV cache: 128. Allocating 16777216 bytes.\n",
+                 "[TensorRT-LLM][INFO] Loaded engine size: 3122 MiB\n"):
+        assert classify(line, backoff=False).scores["model_load_capacity"] == 0, line
+    # llama.cpp's compute buffer that does not fit when the context is made, 3; its size line is not it
+    for line in ("llama_init_from_model: failed to initialize the context: failed to allocate compute pp buffers\n",
+                 "graph_reserve: failed to allocate compute buffers\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "model_load_capacity" and t.scores["model_load_capacity"] >= 3, (line, t.scores)
+    assert classify("llama_init_from_model:      CUDA0 compute buffer size =   304.00 MiB\n",
+                    backoff=False).scores["model_load_capacity"] == 0

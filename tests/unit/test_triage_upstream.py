@@ -447,6 +447,31 @@ UPSTREAM = [
      'discovered by the node"'),
     ("NVIDIA/gpu-driver-container nvidia-driver _install_prerequisites", "container_runtime",
      "Could not locate Linux kernel version string"),
+    ("InternLM/lmdeploy src/turbomind/utils/cuda_utils.h check()", "model_load_capacity",
+     "RuntimeError: [TM][ERROR] CUDA runtime error: out of memory /lmdeploy/src/turbomind/utils/allocator.h:231"),
+    ("InternLM/lmdeploy lmdeploy/pytorch/engine/executor/base.py", "model_load_capacity",
+     "RuntimeError: No enough gpu memory for kv cache."),
+    ("InternLM/lmdeploy lmdeploy/pytorch/engine/executor/base.py", "model_load_capacity",
+     "AssertionError: No enough gpu memory for state cache. Please reduce max_batch_size."),
+    ("InternLM/lmdeploy lmdeploy/pytorch/engine/executor/base.py", "model_load_capacity",
+     "RuntimeError: No enough gpu memory for runtime."),
+    ("InternLM/lmdeploy src/turbomind/models/llama/LlamaBatch.cc", "model_load_capacity",
+     "RuntimeError: [TM][ERROR] No enough blocks. Assertion fail: /lmdeploy/src/turbomind/models/llama/"
+     "LlamaBatch.cc:522"),
+    ("NVIDIA/TensorRT-LLM cpp/tensorrt_llm/runtime/tllmRuntime.cpp", "model_load_capacity",
+     "[TensorRT-LLM][ERROR] Assertion failed: Failed to deserialize cuda engine. (/src/tensorrt_llm/cpp/"
+     "tensorrt_llm/runtime/tllmRuntime.cpp:152)"),
+    ("NVIDIA/TensorRT-LLM cpp/tensorrt_llm/runtime/tllmRuntime.cpp", "model_load_capacity",
+     "RuntimeError: [TensorRT-LLM][ERROR] Failed to allocate memory for weights. Please try reducing "
+     "--gpu_weights_percent. (/src/tensorrt_llm/cpp/tensorrt_llm/runtime/tllmRuntime.cpp:247)"),
+    ("NVIDIA/TensorRT-LLM cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp", "model_load_capacity",
+     "[TensorRT-LLM][ERROR] Assertion failed: maxTokensInPagedKvCache (693) must be large enough to process at "
+     "least 1 sequence to completion (i.e. must be larger than beam_width (1) * tokensPerBlock (64) * "
+     "maxBlocksPerSeq (32)) (/src/tensorrt_llm/cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp:403)"),
+    ("NVIDIA/TensorRT-LLM tensorrt_llm/_torch/pyexecutor/resource_manager.py", "model_load_capacity",
+     "AssertionError: Impossible to fit in any sequence in kvCache"),
+    ("ggml-org/llama.cpp src/llama-context.cpp", "model_load_capacity",
+     "llama_init_from_model: failed to initialize the context: failed to allocate compute pp buffers"),
 ]
 
 

@@ -1617,6 +1617,60 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"Call to posix_fallocate failed : No space left on device|dataloader's workers are out of shared memory"
      r"|might be caused by insufficient shared memory \(shm\)", "/dev/shm too small (NCCL, DataLoader workers)"),
 
+    # LMDeploy (InternLM/lmdeploy), each at its raise site:
+    #   src/turbomind/utils/cuda_utils.h check() (releases before the 2025 refactor): runtime_error
+    #     "[TM][ERROR] CUDA runtime error: " + cudaGetErrorString + " file:line", TurboMind's allocator
+    #     answering cudaErrorMemoryAllocation: "[TM][ERROR] CUDA runtime error: out of memory", CUDA
+    #     OOM in TurboMind's words, 4. Its other codes ("invalid argument") are not memory.
+    #   lmdeploy/pytorch/engine/executor/base.py: RuntimeError "No enough gpu memory for kv cache." (two
+    #     blocks or fewer fit), AssertionError "No enough gpu memory for state cache. Please reduce
+    #     max_batch_size." and RuntimeError "No enough gpu memory for runtime." (no prefill token fits
+    #     beside the weights): the memory left after the weights holds neither, 4. Its warning "No enough
+    #     memory. Update max_prefill_token_num=N" goes on with a smaller prefill and is not taken.
+    #   src/turbomind/models/llama/LlamaBatch.cc: FT_CHECK_WITH_INFO(..., "No enough blocks."), thrown as
+    #     "[TM][ERROR] No enough blocks. Assertion fail: file:line" (cuda_utils.h throwRuntimeError)
+    #     where all the cache blocks do not hold one sequence: the cache that cache_max_entry_count sized is
+    #     too small for the session, found while serving, 3 as SGLang's "Prefill out of memory".
+    ("gpu_memory", "model_load_capacity", 4.0, r"\[TM\]\[ERROR\] CUDA runtime error: out of memory",
+     "LMDeploy TurboMind: out of GPU memory"),
+    ("kv_cache", "model_load_capacity", 4.0, r"No enough gpu memory for (kv|state) cache",
+     "LMDeploy: the memory left after the weights does not hold the cache"),
+    ("gpu_memory", "model_load_capacity", 4.0, r"No enough gpu memory for runtime",
+     "LMDeploy: no GPU memory left for the runtime buffers"),
+    ("kv_cache", "model_load_capacity", 3.0, r"\[TM\]\[ERROR\] No enough blocks\.",
+     "LMDeploy TurboMind: the cache blocks do not hold one sequence"),
+    # TensorRT-LLM (NVIDIA/TensorRT-LLM), each at its raise site (TLLM_CHECK_WITH_INFO and TLLM_THROW,
+    # "[TensorRT-LLM][ERROR] Assertion failed: %s (%s:%d)" and "[TensorRT-LLM][ERROR] %s (%s:%d)"):
+    #   cpp/tensorrt_llm/runtime/tllmRuntime.cpp: "Failed to deserialize cuda engine." (TensorRT refused
+    #     the engine file: built by another TensorRT or for another GPU, a plugin it lacks, a cut file;
+    #     TensorRT's own reason comes on the line before), the model's file not loading, 3 (a CUDA
+    #     context already broken also leaves it null); and "Failed to allocate memory for weights.
+    #     Please try reducing --gpu_weights_percent." (the engine's weights do not fit the GPU), 4.
+    #   cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp: "maxTokensInPagedKvCache (N) must be large
+    #     enough to process at least 1 sequence to completion (i.e. must be larger than beam_width (B)
+    #     * tokensPerBlock (T) * maxBlocksPerSeq (M))": the KV cache the free memory gives does not
+    #     hold one sequence of the engine's max length, 4; its INFO "Max tokens in paged KV cache" is not.
+    #   tensorrt_llm/_torch/pyexecutor/resource_manager.py (the PyTorch backend's KVCacheManager):
+    #     assert "Impossible to fit in any sequence in kvCache" (and "Impossibe", the second assert's
+    #     spelling): the same verdict, 4.
+    ("weights", "model_load_capacity", 3.0, r"Failed to deserialize cuda engine",
+     "TensorRT-LLM: TensorRT refused the engine file"),
+    ("gpu_memory", "model_load_capacity", 4.0,
+     r"Failed to allocate memory for weights\. Please try reducing --gpu_weights_percent",
+     "TensorRT-LLM: the engine's weights do not fit in GPU memory"),
+    ("kv_cache", "model_load_capacity", 4.0,
+     r"maxTokensInPagedKvCache( \(\d+\))? must be large enough to process at least 1 sequence"
+     r"|Impossibl?e to fit in any sequence in kvCache",
+     "TensorRT-LLM: the KV cache does not hold one sequence"),
+    # llama.cpp reserving its compute graph when the context is created (ggml-org/llama.cpp
+    # src/llama-context.cpp: runtime_error "failed to allocate compute pp buffers" / "... tg buffers",
+    # logged by llama_init_from_model as "failed to initialize the context: %s"; graph_reserve's own
+    # LLAMA_LOG_ERROR "failed to allocate compute buffers", the older llama_new_context_with_model's
+    # the same): the compute buffer for the batch does not fit beside the weights and the KV cache,
+    # in GPU or host memory, 3 (the cudaMalloc line above it, where there is one, says which).
+    ("gpu_memory", "model_load_capacity", 3.0, r"failed to allocate compute (pp |tg )?buffers",
+     "llama.cpp: the compute buffer does not fit in memory"),
+
     # --- communication (tree step 4: one node works, several fail) ---
     ("nccl_error", "communication", 3.0,
      r"ncclSystemError|ncclRemoteError|ncclInternalError|ncclInvalidUsage|NCCL error|NCCL failure|Test NCCL failure"
