@@ -900,3 +900,63 @@ def test_lmdeploy_tensorrt_llm_and_llama_cpp_loading_texts_are_step_three_and_lo
         assert t.category == "model_load_capacity" and t.scores["model_load_capacity"] >= 3, (line, t.scores)
     assert classify("llama_init_from_model:      CUDA0 compute buffer size =   304.00 MiB\n",
                     backoff=False).scores["model_load_capacity"] == 0
+
+
+def test_exllamav2_megatron_deepspeed_diffusers_and_accelerate_loading_texts_decide_and_lookalikes_do_not():
+    # ExLlamaV2: the GPU split that does not hold the layers, and a layer the checkpoint lacks: 3
+    for line in ("AssertionError: Insufficient space in device allocation\n",
+                 "ValueError:  ## Could not find model.layers.0.mlp.* in model\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "model_load_capacity" and 3 <= t.scores["model_load_capacity"] < 3.5, (line, t.scores)
+    # a file the loader cannot find is not a layer the architecture expects
+    assert classify("ValueError: Could not find model.safetensors.index.json in /models\n",
+                    backoff=False).scores["model_load_capacity"] == 0
+    # a checkpoint saved with another parallel layout: Megatron-LM's argument check (old checkpoints'
+    # model_parallel_size too), its distributed optimizer, DeepSpeed's ZeRO world size and mp shards: 3.5
+    for line in ("AssertionError: tensor_model_parallel_size value from checkpoint (8) is not equal to the input "
+                 "argument value (4).\n",
+                 "AssertionError: model_parallel_size value from checkpoint (2) is not equal to the input argument "
+                 "value (1).\n",
+                 "RuntimeError: (TP, PP) mismatch after resume ((4, 1) vs (8, 1) from checkpoint): not supported for "
+                 "DistributedOptimizer with sharding type dp_zero_gather_scatter. Please use "
+                 "`--ckpt-fully-parallel-save` flag during checkpoint saving.\n",
+                 "deepspeed.runtime.zero.utils.ZeRORuntimeException: The checkpoint being loaded used a DP world size "
+                 "of 16 but the current world size is 8. Automatic adjustment of ZeRO's optimizer state partitioning "
+                 "with a new world size is not currently supported.\n",
+                 "AssertionError: Invalid checkpoints and world size for sd split\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "model_load_capacity" and t.scores["model_load_capacity"] >= 3.5, (line, t.scores)
+    # Megatron-LM's checkpoint of another model shape: 3
+    t = classify("AssertionError: num_layers value from checkpoint (32) is not equal to the input argument value "
+                 "(40).\n", backoff=False)
+    assert t.category == "model_load_capacity" and 3 <= t.scores["model_load_capacity"] < 3.5, t.scores
+    # the run's own settings compared there are not the model's, Megatron-LM's print that drops the RNG state
+    # goes on, and DeepSpeed's INFO on the shards it merges is not a failure
+    for line in ("AssertionError: global_batch_size value from checkpoint (1024) is not equal to the input argument "
+                 "value (512).\n",
+                 " (TP, PP) mismatch after resume ((4, 1) vs (8, 1) from checkpoint): RNG state will be ignored\n",
+                 "[2024-01-01 00:00:00,000] [INFO] [state_dict_factory.py:122:merge_state_dict] mp_rank: 0, "
+                 "ckpt_list: ['/ckpt/mp_rank_00_model_states.pt', '/ckpt/mp_rank_01_model_states.pt']\n"):
+        assert classify(line, backoff=False).scores["model_load_capacity"] == 0, line
+    # diffusers' and accelerate's shape checks: a checkpoint tensor of another shape, 3.5
+    for line in ("ValueError: Cannot load /models/sdxl because conv_in.weight expected shape torch.Size([320, 4, 3, "
+                 "3]), but got torch.Size([320, 9, 3, 3]). If you want to instead overwrite randomly initialized "
+                 "weights, please make sure to pass both `low_cpu_mem_usage=False` and `ignore_mismatched_sizes=True`.\n",
+                 'ValueError: Trying to set a tensor of shape torch.Size([32000, 4096]) in "weight" (which has shape '
+                 "torch.Size([32064, 4096])), this looks incorrect.\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "model_load_capacity" and t.scores["model_load_capacity"] >= 3.5, (line, t.scores)
+    # diffusers' warning about weights newly initialized and PyTorch's broadcasting warning are not failures
+    for line in ("Some weights of UNet2DConditionModel were not initialized from the model checkpoint at /models/sdxl "
+                 "and are newly initialized: ['conv_in.weight']\n",
+                 "UserWarning: Using a target size (torch.Size([8])) that is different to the input size "
+                 "(torch.Size([8, 1])). This will likely lead to incorrect results due to broadcasting.\n"):
+        assert classify(line, backoff=False).scores["model_load_capacity"] == 0, line
+    # accelerate's dispatch with layers sent to disk and nowhere to put them: 3; its warning on moving a
+    # dispatched model is not it
+    t = classify("ValueError: We need an `offload_dir` to dispatch this model according to this `device_map`, the "
+                 "following submodules need to be offloaded: model.layers.30, model.layers.31, lm_head.\n",
+                 backoff=False)
+    assert t.category == "model_load_capacity" and t.scores["model_load_capacity"] >= 3, t.scores
+    assert classify("You shouldn't move a model that is dispatched using accelerate hooks.\n",
+                    backoff=False).scores["model_load_capacity"] == 0

@@ -472,6 +472,35 @@ UPSTREAM = [
      "AssertionError: Impossible to fit in any sequence in kvCache"),
     ("ggml-org/llama.cpp src/llama-context.cpp", "model_load_capacity",
      "llama_init_from_model: failed to initialize the context: failed to allocate compute pp buffers"),
+    ("turboderp/exllamav2 exllamav2/model.py set_device_map", "model_load_capacity",
+     "AssertionError: Insufficient space in device allocation"),
+    ("turboderp/exllamav2 exllamav2/config.py", "model_load_capacity",
+     "ValueError:  ## Could not find model.layers.0.mlp.* in model"),
+    ("NVIDIA/Megatron-LM megatron/training/checkpointing.py check_checkpoint_args", "model_load_capacity",
+     "AssertionError: tensor_model_parallel_size value from checkpoint (8) is not equal to the input argument "
+     "value (4)."),
+    ("NVIDIA/Megatron-LM megatron/training/checkpointing.py check_checkpoint_args", "model_load_capacity",
+     "AssertionError: num_layers value from checkpoint (32) is not equal to the input argument value (40)."),
+    ("NVIDIA/Megatron-LM megatron/training/checkpointing.py load_checkpoint", "model_load_capacity",
+     "RuntimeError: (TP, PP) mismatch after resume ((4, 1) vs (8, 1) from checkpoint): not supported for "
+     "DistributedOptimizer with sharding type dp_zero_gather_scatter. Please use `--ckpt-fully-parallel-save` "
+     "flag during checkpoint saving."),
+    ("deepspeedai/DeepSpeed deepspeed/runtime/engine.py _load_zero_checkpoint", "model_load_capacity",
+     "deepspeed.runtime.zero.utils.ZeRORuntimeException: The checkpoint being loaded used a DP world size of 16 "
+     "but the current world size is 8. Automatic adjustment of ZeRO's optimizer state partitioning with a new "
+     "world size is not currently supported."),
+    ("deepspeedai/DeepSpeed deepspeed/runtime/state_dict_factory.py", "model_load_capacity",
+     "AssertionError: Invalid checkpoints and world size for sd merge"),
+    ("huggingface/diffusers src/diffusers/models/model_loading_utils.py", "model_load_capacity",
+     "ValueError: Cannot load /models/sdxl because conv_in.weight expected shape torch.Size([320, 4, 3, 3]), but "
+     "got torch.Size([320, 9, 3, 3]). If you want to instead overwrite randomly initialized weights, please make "
+     "sure to pass both `low_cpu_mem_usage=False` and `ignore_mismatched_sizes=True`."),
+    ("huggingface/accelerate src/accelerate/utils/modeling.py set_module_tensor_to_device", "model_load_capacity",
+     'ValueError: Trying to set a tensor of shape torch.Size([32000, 4096]) in "weight" (which has shape '
+     "torch.Size([32064, 4096])), this looks incorrect."),
+    ("huggingface/accelerate src/accelerate/big_modeling.py dispatch_model", "model_load_capacity",
+     "ValueError: We need an `offload_dir` to dispatch this model according to this `device_map`, the following "
+     "submodules need to be offloaded: model.layers.30, model.layers.31, lm_head."),
 ]
 
 

@@ -1670,6 +1670,64 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # in GPU or host memory, 3 (the cudaMalloc line above it, where there is one, says which).
     ("gpu_memory", "model_load_capacity", 3.0, r"failed to allocate compute (pp |tg )?buffers",
      "llama.cpp: the compute buffer does not fit in memory"),
+    # ExLlamaV2 (turboderp/exllamav2), beside its "Insufficient VRAM for model and cache" above:
+    #   exllamav2/model.py set_device_map (model.load with a gpu_split): assert "Insufficient space in
+    #     device allocation" where the layers left do not fit the GB per GPU the split gives: the model
+    #     does not fit the memory it was given, 3 (a split written too small prints it on GPUs that
+    #     would hold the model).
+    #   exllamav2/config.py prepare: ValueError(f" ## Could not find {prefix}.* in model") where the
+    #     checkpoint's files hold no tensor for a layer the architecture expects: checkpoint and
+    #     architecture disagree, 3, as llama.cpp's "missing tensor".
+    ("gpu_memory", "model_load_capacity", 3.0, r"Insufficient space in device allocation",
+     "ExLlamaV2: the layers do not fit the memory the GPU split gives"),
+    ("weights", "model_load_capacity", 3.0, r"## Could not find [\w.]+\.\* in model",
+     "ExLlamaV2: the checkpoint lacks a layer the architecture expects"),
+    # A checkpoint whose layout is not the launch's, in the trainers' own words:
+    #   Megatron-LM (NVIDIA/Megatron-LM megatron/training/checkpointing.py check_checkpoint_args:
+    #     assert "{arg} value from checkpoint ({v}) is not equal to the input argument value ({w})."):
+    #     for tensor_model_parallel_size, pipeline_model_parallel_size (model_parallel_size in old
+    #     checkpoints) the parallel layout against the checkpoint's, 3.5; for the model's shape
+    #     (num_layers, hidden_size, num_attention_heads, the vocabulary and positions) the checkpoint
+    #     is another model's, 3. Its batch and data-parallel settings compared there are the run's,
+    #     not the model's, and are not taken. The same file's load_checkpoint: RuntimeError "(TP, PP)
+    #     mismatch after resume ((t, p) vs (T, P) from checkpoint): not supported for
+    #     DistributedOptimizer with sharding type ...", 3.5; its print of the same words ending "RNG
+    #     state will be ignored" goes on and is not taken.
+    #   DeepSpeed (deepspeedai/DeepSpeed deepspeed/runtime/engine.py _load_zero_checkpoint:
+    #     ZeRORuntimeException "The checkpoint being loaded used a DP world size of N but the current
+    #     world size is M. Automatic adjustment of ZeRO's optimizer state partitioning with a new world
+    #     size is not currently supported."; deepspeed/runtime/state_dict_factory.py: assert "Invalid
+    #     checkpoints and world size for sd merge" / "... for sd split", the model-parallel shards
+    #     against the mp size asked for): the launch's GPUs do not divide as the checkpoint's did, 3.5.
+    ("parallel_layout", "model_load_capacity", 3.5,
+     r"\b(tensor_|pipeline_)?model_parallel_size value from checkpoint \(\d+\) is not equal to the input argument"
+     r"|\(TP, PP\) mismatch after resume \(.*\): not supported for DistributedOptimizer"
+     r"|The checkpoint being loaded used a DP world size of \d+ but the current world size is \d+"
+     r"|Invalid checkpoints and world size for sd (merge|split)",
+     "the parallel layout differs from the checkpoint's (Megatron-LM, DeepSpeed)"),
+    ("weights", "model_load_capacity", 3.0,
+     r"\b(num_layers|hidden_size|num_attention_heads|max_position_embeddings|padded_vocab_size"
+     r"|make_vocab_size_divisible_by|add_position_embedding) value from checkpoint \(.*\) is not equal to the input",
+     "Megatron-LM: the checkpoint's model shape differs from the arguments"),
+    # The Hugging Face loaders' shape checks, each at its raise site:
+    #   diffusers (huggingface/diffusers src/diffusers/models/model_loading_utils.py
+    #     load_model_dict_into_meta: ValueError "Cannot load {path} because {param} expected shape
+    #     {shape}, but got {shape}. If you want to instead overwrite randomly initialized weights, ...")
+    #   accelerate (huggingface/accelerate src/accelerate/utils/modeling.py
+    #     set_module_tensor_to_device: ValueError 'Trying to set a tensor of shape {s} in "{name}" (which
+    #     has shape {t}), this looks incorrect.')
+    #   a checkpoint tensor whose shape is not the model's, as PyTorch's "size mismatch for", 3.5.
+    #   And accelerate's dispatch (src/accelerate/big_modeling.py dispatch_model: ValueError "We need
+    #   an `offload_dir` to dispatch this model according to this `device_map`, the following
+    #   submodules need to be offloaded: ..."): the device map sent layers to disk, the model fits
+    #   neither the GPUs nor host memory, 3, as transformers' "had weights offloaded to the disk".
+    ("weights", "model_load_capacity", 3.5,
+     r"Cannot load .{0,300}because \S+ expected shape \S.*, but got \S"
+     r"|Trying to set a tensor of shape \S.* in \"[^\"]+\" \(which has shape \S.*\), this looks incorrect",
+     "diffusers/accelerate: a checkpoint tensor's shape differs from the model's"),
+    ("gpu_memory", "model_load_capacity", 3.0,
+     r"We need an `offload_dir` to dispatch this model according to this `device_map`",
+     "accelerate: the device map offloads layers to disk (the model does not fit)"),
 
     # --- communication (tree step 4: one node works, several fail) ---
     ("nccl_error", "communication", 3.0,
