@@ -929,10 +929,11 @@ def test_turbomind_tensorrt_llm_xla_and_git_texts_decide_their_step_and_lookalik
         assert t.category == "model_load_capacity" and t.scores["model_load_capacity"] >= 4, (line, t.scores)
     assert classify("[TM][ERROR] CUDA runtime error: invalid argument /lmdeploy/src/turbomind/kernels/x.cu:10\n",
                     backoff=False).scores["model_load_capacity"] == 0
-    # TensorRT-LLM's engine that does not deserialize: step 3, a symptom below TensorRT's own reason
+    # TensorRT-LLM's engine that does not deserialize: step 3, 3 (a broken CUDA context can print it
+    # too), below an out-of-memory text's 4
     t = classify("[TensorRT-LLM][ERROR] Assertion failed: Failed to deserialize cuda engine. "
                  "(/src/tensorrt_llm/cpp/tensorrt_llm/runtime/tllmRuntime.cpp:256)\n", backoff=False)
-    assert t.category == "model_load_capacity" and 1.5 <= t.scores["model_load_capacity"] < 3, t.scores
+    assert t.category == "model_load_capacity" and 3 <= t.scores["model_load_capacity"] < 4, t.scores
     assert classify("Failed to deserialize JSON config: missing field `model`\n",
                     backoff=False).scores["model_load_capacity"] == 0
     # XLA's rendezvous stuck on the NCCL clique, in both its releases' wordings; a program's own
@@ -958,3 +959,113 @@ def test_turbomind_tensorrt_llm_xla_and_git_texts_decide_their_step_and_lookalik
         assert t.category == "other" and t.scores["other"] >= 3, (line, t.scores)
     assert classify("hint: Fix them up in the work tree, and then use 'git add/rm <file>'\n",
                     backoff=False).scores["other"] == 0
+
+
+def test_lmdeploy_tensorrt_llm_and_llama_cpp_loading_texts_are_step_three_and_lookalikes_are_not():
+    # LMDeploy: TurboMind's CUDA check on an allocation, the PyTorch engine's cache and runtime budgets
+    for line in ("RuntimeError: [TM][ERROR] CUDA runtime error: out of memory /lmdeploy/src/turbomind/utils/"
+                 "allocator.h:231 \n",
+                 "RuntimeError: No enough gpu memory for kv cache.\n",
+                 "AssertionError: No enough gpu memory for state cache. Please reduce max_batch_size.\n",
+                 "RuntimeError: No enough gpu memory for runtime.\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "model_load_capacity" and t.scores["model_load_capacity"] >= 4, (line, t.scores)
+    # TurboMind's blocks not holding one sequence, found while serving: 3
+    t = classify("RuntimeError: [TM][ERROR] No enough blocks. Assertion fail: /lmdeploy/src/turbomind/models/llama/"
+                 "LlamaBatch.cc:522 \n", backoff=False)
+    assert t.category == "model_load_capacity" and 3 <= t.scores["model_load_capacity"] < 4, t.scores
+    # TurboMind's other CUDA errors are not memory, and the engine's warning that shrinks the prefill goes on
+    for line in ("RuntimeError: [TM][ERROR] CUDA runtime error: invalid argument /lmdeploy/src/turbomind/utils/"
+                 "allocator.h:231 \n",
+                 "2024-01-01 00:00:00,000 - lmdeploy - WARNING - base.py:402 - No enough memory. Update "
+                 "max_prefill_token_num=4096\n"):
+        assert classify(line, backoff=False).scores["model_load_capacity"] == 0, line
+    # TensorRT-LLM: the weights that do not fit and a KV cache without room for one sequence (the C++
+    # batch manager's and the PyTorch backend's words, in both spellings of its assert) decide, 4
+    for line in ("RuntimeError: [TensorRT-LLM][ERROR] Failed to allocate memory for weights. Please try reducing "
+                 "--gpu_weights_percent. (/src/tensorrt_llm/cpp/tensorrt_llm/runtime/tllmRuntime.cpp:247)\n",
+                 "[TensorRT-LLM][ERROR] Assertion failed: maxTokensInPagedKvCache (693) must be large enough to "
+                 "process at least 1 sequence to completion (i.e. must be larger than beam_width (1) * "
+                 "tokensPerBlock (64) * maxBlocksPerSeq (32)) (/src/tensorrt_llm/cpp/tensorrt_llm/batch_manager/"
+                 "kvCacheManager.cpp:403)\n",
+                 "AssertionError: Impossible to fit in any sequence in kvCache\n",
+                 "AssertionError: Impossibe to fit in any sequence in kvCache\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "model_load_capacity" and t.scores["model_load_capacity"] >= 4, (line, t.scores)
+    # the engine file TensorRT refused: the model's file, 3
+    t = classify("[TensorRT-LLM][ERROR] Assertion failed: Failed to deserialize cuda engine. (/src/tensorrt_llm/cpp/"
+                 "tensorrt_llm/runtime/tllmRuntime.cpp:152)\n", backoff=False)
+    assert t.category == "model_load_capacity" and 3 <= t.scores["model_load_capacity"] < 4, t.scores
+    # its INFO lines about the same budgets are not failures
+    for line in ("[TensorRT-LLM][INFO] Set gpu weights percent to 0.500000, which is 7516192768 bytes. Valid range: "
+                 "0 bytes - 15032385536 bytes.\n",
+                 "[TensorRT-LLM][INFO] Max tokens in paged KV cache: 128. Allocating 16777216 bytes.\n",
+                 "[TensorRT-LLM][INFO] Loaded engine size: 3122 MiB\n"):
+        assert classify(line, backoff=False).scores["model_load_capacity"] == 0, line
+    # llama.cpp's compute buffer that does not fit when the context is made, 3; its size line is not it
+    for line in ("llama_init_from_model: failed to initialize the context: failed to allocate compute pp buffers\n",
+                 "graph_reserve: failed to allocate compute buffers\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "model_load_capacity" and t.scores["model_load_capacity"] >= 3, (line, t.scores)
+    assert classify("llama_init_from_model:      CUDA0 compute buffer size =   304.00 MiB\n",
+                    backoff=False).scores["model_load_capacity"] == 0
+
+
+def test_exllamav2_megatron_deepspeed_diffusers_and_accelerate_loading_texts_decide_and_lookalikes_do_not():
+    # ExLlamaV2: the GPU split that does not hold the layers, and a layer the checkpoint lacks: 3
+    for line in ("AssertionError: Insufficient space in device allocation\n",
+                 "ValueError:  ## Could not find model.layers.0.mlp.* in model\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "model_load_capacity" and 3 <= t.scores["model_load_capacity"] < 3.5, (line, t.scores)
+    # a file the loader cannot find is not a layer the architecture expects
+    assert classify("ValueError: Could not find model.safetensors.index.json in /models\n",
+                    backoff=False).scores["model_load_capacity"] == 0
+    # a checkpoint saved with another parallel layout: Megatron-LM's argument check (old checkpoints'
+    # model_parallel_size too), its distributed optimizer, DeepSpeed's ZeRO world size and mp shards: 3.5
+    for line in ("AssertionError: tensor_model_parallel_size value from checkpoint (8) is not equal to the input "
+                 "argument value (4).\n",
+                 "AssertionError: model_parallel_size value from checkpoint (2) is not equal to the input argument "
+                 "value (1).\n",
+                 "RuntimeError: (TP, PP) mismatch after resume ((4, 1) vs (8, 1) from checkpoint): not supported for "
+                 "DistributedOptimizer with sharding type dp_zero_gather_scatter. Please use "
+                 "`--ckpt-fully-parallel-save` flag during checkpoint saving.\n",
+                 "deepspeed.runtime.zero.utils.ZeRORuntimeException: The checkpoint being loaded used a DP world size "
+                 "of 16 but the current world size is 8. Automatic adjustment of ZeRO's optimizer state partitioning "
+                 "with a new world size is not currently supported.\n",
+                 "AssertionError: Invalid checkpoints and world size for sd split\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "model_load_capacity" and t.scores["model_load_capacity"] >= 3.5, (line, t.scores)
+    # Megatron-LM's checkpoint of another model shape: 3
+    t = classify("AssertionError: num_layers value from checkpoint (32) is not equal to the input argument value "
+                 "(40).\n", backoff=False)
+    assert t.category == "model_load_capacity" and 3 <= t.scores["model_load_capacity"] < 3.5, t.scores
+    # the run's own settings compared there are not the model's, Megatron-LM's print that drops the RNG state
+    # goes on, and DeepSpeed's INFO on the shards it merges is not a failure
+    for line in ("AssertionError: global_batch_size value from checkpoint (1024) is not equal to the input argument "
+                 "value (512).\n",
+                 " (TP, PP) mismatch after resume ((4, 1) vs (8, 1) from checkpoint): RNG state will be ignored\n",
+                 "[2024-01-01 00:00:00,000] [INFO] [state_dict_factory.py:122:merge_state_dict] mp_rank: 0, "
+                 "ckpt_list: ['/ckpt/mp_rank_00_model_states.pt', '/ckpt/mp_rank_01_model_states.pt']\n"):
+        assert classify(line, backoff=False).scores["model_load_capacity"] == 0, line
+    # diffusers' and accelerate's shape checks: a checkpoint tensor of another shape, 3.5
+    for line in ("ValueError: Cannot load /models/sdxl because conv_in.weight expected shape torch.Size([320, 4, 3, "
+                 "3]), but got torch.Size([320, 9, 3, 3]). If you want to instead overwrite randomly initialized "
+                 "weights, please make sure to pass both `low_cpu_mem_usage=False` and `ignore_mismatched_sizes=True`.\n",
+                 'ValueError: Trying to set a tensor of shape torch.Size([32000, 4096]) in "weight" (which has shape '
+                 "torch.Size([32064, 4096])), this looks incorrect.\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "model_load_capacity" and t.scores["model_load_capacity"] >= 3.5, (line, t.scores)
+    # diffusers' warning about weights newly initialized and PyTorch's broadcasting warning are not failures
+    for line in ("Some weights of UNet2DConditionModel were not initialized from the model checkpoint at /models/sdxl "
+                 "and are newly initialized: ['conv_in.weight']\n",
+                 "UserWarning: Using a target size (torch.Size([8])) that is different to the input size "
+                 "(torch.Size([8, 1])). This will likely lead to incorrect results due to broadcasting.\n"):
+        assert classify(line, backoff=False).scores["model_load_capacity"] == 0, line
+    # accelerate's dispatch with layers sent to disk and nowhere to put them: 3; its warning on moving a
+    # dispatched model is not it
+    t = classify("ValueError: We need an `offload_dir` to dispatch this model according to this `device_map`, the "
+                 "following submodules need to be offloaded: model.layers.30, model.layers.31, lm_head.\n",
+                 backoff=False)
+    assert t.category == "model_load_capacity" and t.scores["model_load_capacity"] >= 3, t.scores
+    assert classify("You shouldn't move a model that is dispatched using accelerate hooks.\n",
+                    backoff=False).scores["model_load_capacity"] == 0

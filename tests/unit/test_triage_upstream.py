@@ -498,6 +498,60 @@ UPSTREAM = [
      "slurmctld: error: _check_node_links: Invalid GRES Links value (-1,0,0) on node gpu01: i=2 >= link_len=2. If "
      "using AutoDetect the amount of GPUs configured in slurm.conf does not match what was detected. If this is "
      "intentional, please turn off AutoDetect and manually specify them in gres.conf."),
+    ("InternLM/lmdeploy src/turbomind/utils/cuda_utils.h check()", "model_load_capacity",
+     "RuntimeError: [TM][ERROR] CUDA runtime error: out of memory /lmdeploy/src/turbomind/utils/allocator.h:231"),
+    ("InternLM/lmdeploy lmdeploy/pytorch/engine/executor/base.py", "model_load_capacity",
+     "RuntimeError: No enough gpu memory for kv cache."),
+    ("InternLM/lmdeploy lmdeploy/pytorch/engine/executor/base.py", "model_load_capacity",
+     "AssertionError: No enough gpu memory for state cache. Please reduce max_batch_size."),
+    ("InternLM/lmdeploy lmdeploy/pytorch/engine/executor/base.py", "model_load_capacity",
+     "RuntimeError: No enough gpu memory for runtime."),
+    ("InternLM/lmdeploy src/turbomind/models/llama/LlamaBatch.cc", "model_load_capacity",
+     "RuntimeError: [TM][ERROR] No enough blocks. Assertion fail: /lmdeploy/src/turbomind/models/llama/"
+     "LlamaBatch.cc:522"),
+    ("NVIDIA/TensorRT-LLM cpp/tensorrt_llm/runtime/tllmRuntime.cpp", "model_load_capacity",
+     "[TensorRT-LLM][ERROR] Assertion failed: Failed to deserialize cuda engine. (/src/tensorrt_llm/cpp/"
+     "tensorrt_llm/runtime/tllmRuntime.cpp:152)"),
+    ("NVIDIA/TensorRT-LLM cpp/tensorrt_llm/runtime/tllmRuntime.cpp", "model_load_capacity",
+     "RuntimeError: [TensorRT-LLM][ERROR] Failed to allocate memory for weights. Please try reducing "
+     "--gpu_weights_percent. (/src/tensorrt_llm/cpp/tensorrt_llm/runtime/tllmRuntime.cpp:247)"),
+    ("NVIDIA/TensorRT-LLM cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp", "model_load_capacity",
+     "[TensorRT-LLM][ERROR] Assertion failed: maxTokensInPagedKvCache (693) must be large enough to process at "
+     "least 1 sequence to completion (i.e. must be larger than beam_width (1) * tokensPerBlock (64) * "
+     "maxBlocksPerSeq (32)) (/src/tensorrt_llm/cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp:403)"),
+    ("NVIDIA/TensorRT-LLM tensorrt_llm/_torch/pyexecutor/resource_manager.py", "model_load_capacity",
+     "AssertionError: Impossible to fit in any sequence in kvCache"),
+    ("ggml-org/llama.cpp src/llama-context.cpp", "model_load_capacity",
+     "llama_init_from_model: failed to initialize the context: failed to allocate compute pp buffers"),
+    ("turboderp/exllamav2 exllamav2/model.py set_device_map", "model_load_capacity",
+     "AssertionError: Insufficient space in device allocation"),
+    ("turboderp/exllamav2 exllamav2/config.py", "model_load_capacity",
+     "ValueError:  ## Could not find model.layers.0.mlp.* in model"),
+    ("NVIDIA/Megatron-LM megatron/training/checkpointing.py check_checkpoint_args", "model_load_capacity",
+     "AssertionError: tensor_model_parallel_size value from checkpoint (8) is not equal to the input argument "
+     "value (4)."),
+    ("NVIDIA/Megatron-LM megatron/training/checkpointing.py check_checkpoint_args", "model_load_capacity",
+     "AssertionError: num_layers value from checkpoint (32) is not equal to the input argument value (40)."),
+    ("NVIDIA/Megatron-LM megatron/training/checkpointing.py load_checkpoint", "model_load_capacity",
+     "RuntimeError: (TP, PP) mismatch after resume ((4, 1) vs (8, 1) from checkpoint): not supported for "
+     "DistributedOptimizer with sharding type dp_zero_gather_scatter. Please use `--ckpt-fully-parallel-save` "
+     "flag during checkpoint saving."),
+    ("deepspeedai/DeepSpeed deepspeed/runtime/engine.py _load_zero_checkpoint", "model_load_capacity",
+     "deepspeed.runtime.zero.utils.ZeRORuntimeException: The checkpoint being loaded used a DP world size of 16 "
+     "but the current world size is 8. Automatic adjustment of ZeRO's optimizer state partitioning with a new "
+     "world size is not currently supported."),
+    ("deepspeedai/DeepSpeed deepspeed/runtime/state_dict_factory.py", "model_load_capacity",
+     "AssertionError: Invalid checkpoints and world size for sd merge"),
+    ("huggingface/diffusers src/diffusers/models/model_loading_utils.py", "model_load_capacity",
+     "ValueError: Cannot load /models/sdxl because conv_in.weight expected shape torch.Size([320, 4, 3, 3]), but "
+     "got torch.Size([320, 9, 3, 3]). If you want to instead overwrite randomly initialized weights, please make "
+     "sure to pass both `low_cpu_mem_usage=False` and `ignore_mismatched_sizes=True`."),
+    ("huggingface/accelerate src/accelerate/utils/modeling.py set_module_tensor_to_device", "model_load_capacity",
+     'ValueError: Trying to set a tensor of shape torch.Size([32000, 4096]) in "weight" (which has shape '
+     "torch.Size([32064, 4096])), this looks incorrect."),
+    ("huggingface/accelerate src/accelerate/big_modeling.py dispatch_model", "model_load_capacity",
+     "ValueError: We need an `offload_dir` to dispatch this model according to this `device_map`, the following "
+     "submodules need to be offloaded: model.layers.30, model.layers.31, lm_head."),
 ]
 
 

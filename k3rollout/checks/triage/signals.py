@@ -1626,13 +1626,8 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("weights", "model_load_capacity", 3.0,
      r"engine plan file is not compatible with this version of TensorRT",
      "TensorRT: the engine was built by another TensorRT version"),
-    # TensorRT-LLM's runtime when IRuntime::deserializeCudaEngine returns nothing (NVIDIA/TensorRT-LLM
-    # cpp/tensorrt_llm/runtime/tllmRuntime.cpp: TLLM_CHECK_WITH_INFO(mEngine != nullptr, "Failed to
-    # deserialize cuda engine."), thrown as "[TensorRT-LLM][ERROR] Assertion failed: ..."): the engine
-    # file does not load, for one of the reasons TensorRT's own line before it gives (another GPU,
-    # another TensorRT, no memory for it); each is step 3, so 2.5, a symptom.
-    ("weights", "model_load_capacity", 2.5, r"Failed to deserialize cuda engine",
-     "TensorRT-LLM: the engine file does not deserialize"),
+    # TensorRT-LLM's runtime refusing an engine file ("Failed to deserialize cuda engine") is with its
+    # other raise sites below.
 
     # vLLM on Ray finding no free GPU on the node it runs on (v1/executor/ray_utils.py
     # initialize_ray_cluster, ValueError "Current node has no GPU available. current_node_resource=
@@ -1701,6 +1696,117 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("host_memory", "model_load_capacity", 3.0,
      r"Call to posix_fallocate failed : No space left on device|dataloader's workers are out of shared memory"
      r"|might be caused by insufficient shared memory \(shm\)", "/dev/shm too small (NCCL, DataLoader workers)"),
+
+    # LMDeploy (InternLM/lmdeploy), each at its raise site:
+    #   src/turbomind/utils/cuda_utils.h check() (releases before the 2025 refactor): runtime_error
+    #     "[TM][ERROR] CUDA runtime error: " + cudaGetErrorString + " file:line", TurboMind's allocator
+    #     answering cudaErrorMemoryAllocation: "[TM][ERROR] CUDA runtime error: out of memory", CUDA
+    #     OOM in TurboMind's words, 4 (the signal is with TensorRT's out-of-memory texts above, beside
+    #     FasterTransformer's). Its other codes ("invalid argument") are not memory.
+    #   lmdeploy/pytorch/engine/executor/base.py: RuntimeError "No enough gpu memory for kv cache." (two
+    #     blocks or fewer fit), AssertionError "No enough gpu memory for state cache. Please reduce
+    #     max_batch_size." and RuntimeError "No enough gpu memory for runtime." (no prefill token fits
+    #     beside the weights): the memory left after the weights holds neither, 4. Its warning "No enough
+    #     memory. Update max_prefill_token_num=N" goes on with a smaller prefill and is not taken.
+    #   src/turbomind/models/llama/LlamaBatch.cc: FT_CHECK_WITH_INFO(..., "No enough blocks."), thrown as
+    #     "[TM][ERROR] No enough blocks. Assertion fail: file:line" (cuda_utils.h throwRuntimeError)
+    #     where all the cache blocks do not hold one sequence: the cache that cache_max_entry_count sized is
+    #     too small for the session, found while serving, 3 as SGLang's "Prefill out of memory".
+    ("kv_cache", "model_load_capacity", 4.0, r"No enough gpu memory for (kv|state) cache",
+     "LMDeploy: the memory left after the weights does not hold the cache"),
+    ("gpu_memory", "model_load_capacity", 4.0, r"No enough gpu memory for runtime",
+     "LMDeploy: no GPU memory left for the runtime buffers"),
+    ("kv_cache", "model_load_capacity", 3.0, r"\[TM\]\[ERROR\] No enough blocks\.",
+     "LMDeploy TurboMind: the cache blocks do not hold one sequence"),
+    # TensorRT-LLM (NVIDIA/TensorRT-LLM), each at its raise site (TLLM_CHECK_WITH_INFO and TLLM_THROW,
+    # "[TensorRT-LLM][ERROR] Assertion failed: %s (%s:%d)" and "[TensorRT-LLM][ERROR] %s (%s:%d)"):
+    #   cpp/tensorrt_llm/runtime/tllmRuntime.cpp: "Failed to deserialize cuda engine." (TensorRT refused
+    #     the engine file: built by another TensorRT or for another GPU, a plugin it lacks, a cut file;
+    #     TensorRT's own reason comes on the line before), the model's file not loading, 3 (a CUDA
+    #     context already broken also leaves it null); and "Failed to allocate memory for weights.
+    #     Please try reducing --gpu_weights_percent." (the engine's weights do not fit the GPU), 4.
+    #   cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp: "maxTokensInPagedKvCache (N) must be large
+    #     enough to process at least 1 sequence to completion (i.e. must be larger than beam_width (B)
+    #     * tokensPerBlock (T) * maxBlocksPerSeq (M))": the KV cache the free memory gives does not
+    #     hold one sequence of the engine's max length, 4; its INFO "Max tokens in paged KV cache" is not.
+    #   tensorrt_llm/_torch/pyexecutor/resource_manager.py (the PyTorch backend's KVCacheManager):
+    #     assert "Impossible to fit in any sequence in kvCache" (and "Impossibe", the second assert's
+    #     spelling): the same verdict, 4.
+    ("weights", "model_load_capacity", 3.0, r"Failed to deserialize cuda engine",
+     "TensorRT-LLM: TensorRT refused the engine file"),
+    ("gpu_memory", "model_load_capacity", 4.0,
+     r"Failed to allocate memory for weights\. Please try reducing --gpu_weights_percent",
+     "TensorRT-LLM: the engine's weights do not fit in GPU memory"),
+    ("kv_cache", "model_load_capacity", 4.0,
+     r"maxTokensInPagedKvCache( \(\d+\))? must be large enough to process at least 1 sequence"
+     r"|Impossibl?e to fit in any sequence in kvCache",
+     "TensorRT-LLM: the KV cache does not hold one sequence"),
+    # llama.cpp reserving its compute graph when the context is created (ggml-org/llama.cpp
+    # src/llama-context.cpp: runtime_error "failed to allocate compute pp buffers" / "... tg buffers",
+    # logged by llama_init_from_model as "failed to initialize the context: %s"; graph_reserve's own
+    # LLAMA_LOG_ERROR "failed to allocate compute buffers", the older llama_new_context_with_model's
+    # the same): the compute buffer for the batch does not fit beside the weights and the KV cache,
+    # in GPU or host memory, 3 (the cudaMalloc line above it, where there is one, says which).
+    ("gpu_memory", "model_load_capacity", 3.0, r"failed to allocate compute (pp |tg )?buffers",
+     "llama.cpp: the compute buffer does not fit in memory"),
+    # ExLlamaV2 (turboderp/exllamav2), beside its "Insufficient VRAM for model and cache" above:
+    #   exllamav2/model.py set_device_map (model.load with a gpu_split): assert "Insufficient space in
+    #     device allocation" where the layers left do not fit the GB per GPU the split gives: the model
+    #     does not fit the memory it was given, 3 (a split written too small prints it on GPUs that
+    #     would hold the model).
+    #   exllamav2/config.py prepare: ValueError(f" ## Could not find {prefix}.* in model") where the
+    #     checkpoint's files hold no tensor for a layer the architecture expects: checkpoint and
+    #     architecture disagree, 3, as llama.cpp's "missing tensor".
+    ("gpu_memory", "model_load_capacity", 3.0, r"Insufficient space in device allocation",
+     "ExLlamaV2: the layers do not fit the memory the GPU split gives"),
+    ("weights", "model_load_capacity", 3.0, r"## Could not find [\w.]+\.\* in model",
+     "ExLlamaV2: the checkpoint lacks a layer the architecture expects"),
+    # A checkpoint whose layout is not the launch's, in the trainers' own words:
+    #   Megatron-LM (NVIDIA/Megatron-LM megatron/training/checkpointing.py check_checkpoint_args:
+    #     assert "{arg} value from checkpoint ({v}) is not equal to the input argument value ({w})."):
+    #     for tensor_model_parallel_size, pipeline_model_parallel_size (model_parallel_size in old
+    #     checkpoints) the parallel layout against the checkpoint's, 3.5; for the model's shape
+    #     (num_layers, hidden_size, num_attention_heads, the vocabulary and positions) the checkpoint
+    #     is another model's, 3. Its batch and data-parallel settings compared there are the run's,
+    #     not the model's, and are not taken. The same file's load_checkpoint: RuntimeError "(TP, PP)
+    #     mismatch after resume ((t, p) vs (T, P) from checkpoint): not supported for
+    #     DistributedOptimizer with sharding type ...", 3.5; its print of the same words ending "RNG
+    #     state will be ignored" goes on and is not taken.
+    #   DeepSpeed (deepspeedai/DeepSpeed deepspeed/runtime/engine.py _load_zero_checkpoint:
+    #     ZeRORuntimeException "The checkpoint being loaded used a DP world size of N but the current
+    #     world size is M. Automatic adjustment of ZeRO's optimizer state partitioning with a new world
+    #     size is not currently supported."; deepspeed/runtime/state_dict_factory.py: assert "Invalid
+    #     checkpoints and world size for sd merge" / "... for sd split", the model-parallel shards
+    #     against the mp size asked for): the launch's GPUs do not divide as the checkpoint's did, 3.5.
+    ("parallel_layout", "model_load_capacity", 3.5,
+     r"\b(tensor_|pipeline_)?model_parallel_size value from checkpoint \(\d+\) is not equal to the input argument"
+     r"|\(TP, PP\) mismatch after resume \(.*\): not supported for DistributedOptimizer"
+     r"|The checkpoint being loaded used a DP world size of \d+ but the current world size is \d+"
+     r"|Invalid checkpoints and world size for sd (merge|split)",
+     "the parallel layout differs from the checkpoint's (Megatron-LM, DeepSpeed)"),
+    ("weights", "model_load_capacity", 3.0,
+     r"\b(num_layers|hidden_size|num_attention_heads|max_position_embeddings|padded_vocab_size"
+     r"|make_vocab_size_divisible_by|add_position_embedding) value from checkpoint \(.*\) is not equal to the input",
+     "Megatron-LM: the checkpoint's model shape differs from the arguments"),
+    # The Hugging Face loaders' shape checks, each at its raise site:
+    #   diffusers (huggingface/diffusers src/diffusers/models/model_loading_utils.py
+    #     load_model_dict_into_meta: ValueError "Cannot load {path} because {param} expected shape
+    #     {shape}, but got {shape}. If you want to instead overwrite randomly initialized weights, ...")
+    #   accelerate (huggingface/accelerate src/accelerate/utils/modeling.py
+    #     set_module_tensor_to_device: ValueError 'Trying to set a tensor of shape {s} in "{name}" (which
+    #     has shape {t}), this looks incorrect.')
+    #   a checkpoint tensor whose shape is not the model's, as PyTorch's "size mismatch for", 3.5.
+    #   And accelerate's dispatch (src/accelerate/big_modeling.py dispatch_model: ValueError "We need
+    #   an `offload_dir` to dispatch this model according to this `device_map`, the following
+    #   submodules need to be offloaded: ..."): the device map sent layers to disk, the model fits
+    #   neither the GPUs nor host memory, 3, as transformers' "had weights offloaded to the disk".
+    ("weights", "model_load_capacity", 3.5,
+     r"Cannot load .{0,300}because \S+ expected shape \S.*, but got \S"
+     r"|Trying to set a tensor of shape \S.* in \"[^\"]+\" \(which has shape \S.*\), this looks incorrect",
+     "diffusers/accelerate: a checkpoint tensor's shape differs from the model's"),
+    ("gpu_memory", "model_load_capacity", 3.0,
+     r"We need an `offload_dir` to dispatch this model according to this `device_map`",
+     "accelerate: the device map offloads layers to disk (the model does not fit)"),
 
     # --- communication (tree step 4: one node works, several fail) ---
     ("nccl_error", "communication", 3.0,
