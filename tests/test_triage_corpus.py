@@ -55,14 +55,16 @@ on: the TGI warmup, bitsandbytes cuBLASLt and Warp stub-libcuda signals, beside 
 model-loading texts, and the back-off is fitted on it), and `heldout22/` while that was done
 (measured at 38/43 with the back-off and 33/43 by the signals alone, its misses were then tuned on:
 the dockershim handler, TurboMind out-of-memory, TensorRT-LLM engine, XLA clique and git signals,
-beside a sweep of Kubernetes and Slurm node-side container texts, and the back-off is fitted on it).
-The 90% target of issue #35 is asserted on the folders never tuned on (`heldout/`, `heldout5/`,
-`heldout10/`, `heldout11/` and `heldout12/`) taken together: 188/207 = 90.8% with the back-off
-refitted with `heldout22/`. The five had reached it when the back-off was refitted with `heldout15/`
-(187/207) and with each later tuned-on folder (188/207, 187/207, 189/207, 188/207, 188/207,
-188/207), and fell below it each time a blind folder joined them (with `heldout16/` 221/247,
-`heldout17/` 225/253, `heldout18/` 227/260, `heldout19/` 227/255, `heldout21/` 237/265), except
-`heldout20/` (234/260, with no log to spare) and `heldout22/` (226/250).
+beside a sweep of Kubernetes and Slurm node-side container texts, and the back-off is fitted on it),
+and `heldout23/` while that was done (measured once at 47/51 with the back-off and 42/51 by the
+signals alone). The 90% target of issue #35 is asserted on the folders never tuned on (`heldout/`,
+`heldout5/`, `heldout10/`, `heldout11/`, `heldout12/` and `heldout23/`) taken together: 235/258 =
+91.1% (218/258 by the signals alone), two logs above it. The five older ones alone had reached it
+when the back-off was refitted with `heldout15/` (187/207) and with each later tuned-on folder
+(188/207, 187/207, 189/207, 188/207, 188/207, 188/207), and fell below it each time a blind folder
+joined them (with `heldout16/` 221/247, `heldout17/` 225/253, `heldout18/` 227/260, `heldout19/`
+227/255, `heldout21/` 237/265), except `heldout20/` (234/260, with no log to spare), `heldout22/`
+(226/250) and `heldout23/` (235/258).
 """
 
 from __future__ import annotations
@@ -138,13 +140,16 @@ TWENTY_FIRST = LOGS / "heldout21"
 # collected after heldout21 was measured, by symptom searches fixed before any result was read, at
 # most three logs a search, labelled before triage ran; its misses were tuned on after
 TWENTY_SECOND = LOGS / "heldout22"
+# collected after heldout22 was collected, by symptom searches fixed before any result was read, at
+# most three logs a search, labelled before triage ran
+TWENTY_THIRD = LOGS / "heldout23"
 FOLDS = 5
 # the held-out folders whose misses were known when signals were chosen: with the main folder,
 # what the lexical back-off is fitted on (scripts/fit_triage_backoff.py); the others measure
 # triage on logs nothing was tuned or fitted to
 TUNED_ON = [FRESH, THIRD, FOURTH, SIXTH, SEVENTH, EIGHTH, NINTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH,
             SEVENTEENTH, EIGHTEENTH, NINETEENTH, TWENTIETH, TWENTY_FIRST, TWENTY_SECOND]
-NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH]
+NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH, TWENTY_THIRD]
 
 
 def table(folder: Path) -> list[dict[str, str]]:
@@ -510,6 +515,23 @@ def test_seventeenth_heldout_is_real_cited_and_new():
                                     TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH])
 
 
+def test_twenty_third_heldout_is_real_cited_and_new():
+    check_new_heldout(TWENTY_THIRD, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
+                                     TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH,
+                                     SEVENTEENTH, EIGHTEENTH, NINETEENTH, TWENTIETH, TWENTY_FIRST, TWENTY_SECOND])
+
+
+def twenty_third_accuracy() -> float:
+    return folder_accuracy(TWENTY_THIRD, "twenty-third held-out folder (symptom-searched, labelled before triage ran)")
+
+
+def test_twenty_third_heldout_accuracy_is_reported_and_does_not_regress():
+    # 47/51 = 92.2% when the folder was closed, run once on the signals and the back-off of the
+    # heldout22 round (42/51 = 82.4% by the signals alone; tests/data/logs/heldout23/README.md
+    # lists the misses). The floor (two logs below) catches a regression, it is not the target
+    assert twenty_third_accuracy() >= 0.88
+
+
 def test_twenty_second_heldout_is_real_cited_and_new():
     check_new_heldout(TWENTY_SECOND, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
                                       TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH,
@@ -707,18 +729,21 @@ def never_tuned_on_accuracy() -> float:
     was written, left them the same way; heldout20, collected blind while heldout19's round was
     written, left them the same way; heldout21, collected blind while heldout20's round was written,
     left them the same way; heldout22, collected blind while heldout21's round was written, left
-    them the same way)."""
+    them the same way), and `heldout23/`, collected blind while heldout22's round was written and run
+    once after it."""
     pairs = [(cat, classify(text).category) for folder in NEVER_TUNED_ON for _, cat, text in corpus(folder)]
-    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12)")
+    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12, "
+                    "heldout23)")
     return acc
 
 
 def test_unseen_heldout_reaches_the_90_percent_target():
-    # issue #35 asks for 90% on logs triage has never seen. On heldout, heldout5, heldout10, heldout11
-    # and heldout12 it is 188/207 = 90.8% with the lexical back-off refitted in the heldout22 round
-    # (186/207 would be 89.9%); docs/domain.md. heldout22, on this side while it was unseen, had taken
-    # the six folders to 226/250 = 90.4%, one log above the target; heldout21 before it to 237/265 =
-    # 89.4%, an expected failure.
+    # issue #35 asks for 90% on logs triage has never seen. On heldout, heldout5, heldout10, heldout11,
+    # heldout12 and heldout23 it is 235/258 = 91.1% with the lexical back-off (218/258 = 84.5% by the
+    # signals alone), two logs above it (232/258 would be 89.9%); heldout23, collected blind during the
+    # heldout22 round and run once after it, 47/51 = 92.2%, the five others 188/207 = 90.8%;
+    # docs/domain.md. heldout22, on this side while it was unseen, had taken the six folders to 226/250
+    # = 90.4%, one log above the target; heldout21 before it to 237/265 = 89.4%, an expected failure.
     assert never_tuned_on_accuracy() >= 0.90
 
 
