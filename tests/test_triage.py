@@ -1069,3 +1069,63 @@ def test_exllamav2_megatron_deepspeed_diffusers_and_accelerate_loading_texts_dec
     assert t.category == "model_load_capacity" and t.scores["model_load_capacity"] >= 3, t.scores
     assert classify("You shouldn't move a model that is dispatched using accelerate hooks.\n",
                     backoff=False).scores["model_load_capacity"] == 0
+
+
+def test_lxc_tensorrt_caffe2_tgi_ray_and_jax_texts_decide_their_step_and_lookalikes_are_not():
+    # LXC's hook script in its run_buffer line: generic, 1.5, enough alone; the words without LXC's
+    # prefix are any script's, and its INFO line running the hook is no failure
+    t = classify("lxc cuda 20190126125032.612 ERROR    conf - conf.c:run_buffer:335 - Script exited with status 1\n",
+                 backoff=False)
+    assert t.category == "container_runtime" and 1.5 <= t.scores["container_runtime"] < 2.5, t.scores
+    for line in ("Script exited with status 1\n",
+                 'lxc c1 20240101000000.000 INFO     conf - conf.c:run_script_argv:337 - Executing script '
+                 '"/snap/lxd/current/bin/lxd callhook /var/snap/lxd/common/lxd 0 start" for container "c1"\n'):
+        assert classify(line, backoff=False).scores["container_runtime"] == 0, line
+    # LXC unable to mount an NVIDIA device file LXD prepared (in the typographic quotes a title can
+    # carry too); a mount of the root file system is not the GPU's
+    for line in ('Failed to mount "/var/lib/lxd/devices/container/unix.gpu2.dev-nvidia-caps" on '
+                 '"/usr/lib/x86_64-linux-gnu/lxc/dev/nvidia-caps"\n',
+                 'conf - conf.c:mount_entry:2412 - No such file or directory - Failed to mount '
+                 '\u201c/var/snap/lxd/common/lxd/devices/c1/unix.gpu.dev-nvidia0\u201d on '
+                 '\u201c/usr/lib/x86_64-linux-gnu/lxc/dev/nvidia0\u201d\n'):
+        t = classify(line, backoff=False)
+        assert t.category == "container_runtime" and t.scores["container_runtime"] >= 3.5, (line, t.scores)
+    assert classify('Failed to mount "/var/lib/lxd/storage-pools/default/containers/c1/rootfs" on '
+                    '"/usr/lib/x86_64-linux-gnu/lxc/"\n', backoff=False).scores["container_runtime"] == 0
+    # TensorRT's CUDA status 2 and Caffe2's CUDA check on an allocation: out of GPU memory, 4; their
+    # other CUDA errors are not memory
+    for line in ("TENSORRT LOG: ../rtSafe/safeRuntime.cpp (25) - Cuda Error in allocate: 2 (out of memory)\n",
+                 "Error at: caffe2/core/context_gpu.cu:343: out of memory\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "model_load_capacity" and t.scores["model_load_capacity"] >= 4, (line, t.scores)
+    for line in ("[TensorRT] ERROR: ../rtSafe/cuda/cudaConvolutionRunner.cpp (457) - Cudnn Error in execute: 7 "
+                 "(CUDNN_STATUS_MAPPING_ERROR)\n",
+                 "[TensorRT] ERROR: ../rtSafe/safeRuntime.cpp (32) - Cuda Error in free: 700 (an illegal memory "
+                 "access was encountered)\n",
+                 "Error at: /caffe2/caffe2/core/context_gpu.cu:343: an illegal memory access was encountered\n"):
+        assert classify(line, backoff=False).scores["model_load_capacity"] == 0, line
+    # TGI's tensor-parallel layers and its shards against the GPUs seen: the layout, 3.5 and 3; an
+    # assert on another divisor and a sentence about one process per GPU are not it
+    for line, floor in (("assert in_features % self.tp_world_size == 0 AssertionError\n", 3.5),
+                        ("    assert self.num_heads % self.tp_world_size == 0\n", 3.5),
+                        ('AssertionError: "Each process is one gpu"\n', 3)):
+        t = classify(line, backoff=False)
+        assert t.category == "model_load_capacity" and t.scores["model_load_capacity"] >= floor, (line, t.scores)
+    for line in ("assert in_features % 128 == 0\n",
+                 "INFO: each process uses one GPU (rank=0, local_rank=0)\n"):
+        assert classify(line, backoff=False).scores["model_load_capacity"] == 0, line
+    # Ray's worker unable to register with its raylet, in the form that names the worker; the GCS's
+    # own "Failed to register worker <id>" is not the raylet
+    t = classify("Failed to register worker 01000000ffffffffffffffffffffffffffffffffffffffffffffffff to Raylet. "
+                 "IOError: [RayletClient] Unable to register worker with raylet. No such file or directory\n",
+                 backoff=False)
+    assert t.category == "communication" and t.scores["communication"] >= 2.5, t.scores
+    assert classify("[2024-01-01 00:00:00,000 E 10 10] gcs_worker_manager.cc:120: Failed to register worker "
+                    "01000000ffffffffffffffffffffffffffffffffffffffffffffffff\n",
+                    backoff=False).scores["communication"] == 0
+    # jaxlib newer than jax: the environment's; with the back-off on it is not read as the driver
+    line = ("RuntimeError: jaxlib version 0.3.20 is newer than and incompatible with jax version 0.3.15. Please "
+            "update your jax and/or jaxlib packages.\n")
+    for t in (classify(line, backoff=False), classify(line)):
+        assert t.category == "other" and t.scores["other"] >= 2.5 and t.scores["driver_incompatible"] == 0, t.scores
+    assert classify("jax version 0.3.15, jaxlib version 0.3.15\n", backoff=False).scores["other"] == 0

@@ -56,15 +56,17 @@ model-loading texts, and the back-off is fitted on it), and `heldout22/` while t
 (measured at 38/43 with the back-off and 33/43 by the signals alone, its misses were then tuned on:
 the dockershim handler, TurboMind out-of-memory, TensorRT-LLM engine, XLA clique and git signals,
 beside a sweep of Kubernetes and Slurm node-side container texts, and the back-off is fitted on it),
-and `heldout23/` while that was done (measured once at 47/51 with the back-off and 42/51 by the
-signals alone). The 90% target of issue #35 is asserted on the folders never tuned on (`heldout/`,
-`heldout5/`, `heldout10/`, `heldout11/`, `heldout12/` and `heldout23/`) taken together: 235/258 =
-91.1% (218/258 by the signals alone), two logs above it. The five older ones alone had reached it
-when the back-off was refitted with `heldout15/` (187/207) and with each later tuned-on folder
-(188/207, 187/207, 189/207, 188/207, 188/207, 188/207), and fell below it each time a blind folder
-joined them (with `heldout16/` 221/247, `heldout17/` 225/253, `heldout18/` 227/260, `heldout19/`
-227/255, `heldout21/` 237/265), except `heldout20/` (234/260, with no log to spare), `heldout22/`
-(226/250) and `heldout23/` (235/258).
+and `heldout23/` while that was done (measured at 47/51 with the back-off and 42/51 by the signals
+alone, its misses were then tuned on: the typographic-quote reading and the LXC hook and device-mount,
+TensorRT and Caffe2 out-of-memory, TGI shard, Ray raylet and jaxlib signals, and the back-off is
+fitted on it). The 90% target of issue #35 is asserted on the folders never tuned on (`heldout/`,
+`heldout5/`, `heldout10/`, `heldout11/` and `heldout12/`) taken together: 189/207 = 91.3% with the
+back-off refitted with `heldout23/`. The five had reached it when the back-off was refitted with
+`heldout15/` (187/207) and with each later tuned-on folder (188/207, 187/207, 189/207, 188/207,
+188/207, 188/207, 188/207), and fell below it each time a blind folder joined them (with `heldout16/`
+221/247, `heldout17/` 225/253, `heldout18/` 227/260, `heldout19/` 227/255, `heldout21/` 237/265),
+except `heldout20/` (234/260, with no log to spare), `heldout22/` (226/250) and `heldout23/`
+(235/258).
 """
 
 from __future__ import annotations
@@ -141,15 +143,15 @@ TWENTY_FIRST = LOGS / "heldout21"
 # most three logs a search, labelled before triage ran; its misses were tuned on after
 TWENTY_SECOND = LOGS / "heldout22"
 # collected after heldout22 was collected, by symptom searches fixed before any result was read, at
-# most three logs a search, labelled before triage ran
+# most three logs a search, labelled before triage ran; its misses were tuned on after
 TWENTY_THIRD = LOGS / "heldout23"
 FOLDS = 5
 # the held-out folders whose misses were known when signals were chosen: with the main folder,
 # what the lexical back-off is fitted on (scripts/fit_triage_backoff.py); the others measure
 # triage on logs nothing was tuned or fitted to
 TUNED_ON = [FRESH, THIRD, FOURTH, SIXTH, SEVENTH, EIGHTH, NINTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH,
-            SEVENTEENTH, EIGHTEENTH, NINETEENTH, TWENTIETH, TWENTY_FIRST, TWENTY_SECOND]
-NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH, TWENTY_THIRD]
+            SEVENTEENTH, EIGHTEENTH, NINETEENTH, TWENTIETH, TWENTY_FIRST, TWENTY_SECOND, TWENTY_THIRD]
+NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH]
 
 
 def table(folder: Path) -> list[dict[str, str]]:
@@ -528,8 +530,12 @@ def twenty_third_accuracy() -> float:
 def test_twenty_third_heldout_accuracy_is_reported_and_does_not_regress():
     # 47/51 = 92.2% when the folder was closed, run once on the signals and the back-off of the
     # heldout22 round (42/51 = 82.4% by the signals alone; tests/data/logs/heldout23/README.md
-    # lists the misses). The floor (two logs below) catches a regression, it is not the target
-    assert twenty_third_accuracy() >= 0.88
+    # lists the misses). Its misses were then tuned on (the typographic-quote reading and the LXC
+    # hook and device-mount, TensorRT and Caffe2 out-of-memory, TGI shard, Ray raylet and jaxlib
+    # signals, and the back-off refitted with it): 50/51 by the signals alone and 50/51 with the
+    # back-off after them, no longer a figure for unseen logs. The floor (two logs below) catches a
+    # regression, it is not the target
+    assert twenty_third_accuracy() >= 0.94
 
 
 def test_twenty_second_heldout_is_real_cited_and_new():
@@ -630,8 +636,9 @@ def test_eighteenth_heldout_accuracy_is_reported_and_does_not_regress():
     # heldout17 round (35/53 = 66.0% by the signals alone; tests/data/logs/heldout18/README.md
     # lists the misses). Its misses were then tuned on (the CTranslate2, PyTorch cudaMallocAsync
     # (ComfyUI), Whisperer, TGI shard-size and Unsloth torch-version signals, and the back-off
-    # refitted with it): 41/53 by the signals alone and 47/53 with the back-off after them, no longer
-    # a figure for unseen logs. The floor (two logs below) catches a regression, it is not the target
+    # refitted with it): 41/53 by the signals alone and 47/53 with the back-off after them (48/53
+    # with the back-off refitted in the heldout23 round), no longer a figure for unseen logs. The
+    # floor (two logs below) catches a regression, it is not the target
     assert eighteenth_accuracy() >= 0.84
 
 
@@ -729,21 +736,19 @@ def never_tuned_on_accuracy() -> float:
     was written, left them the same way; heldout20, collected blind while heldout19's round was
     written, left them the same way; heldout21, collected blind while heldout20's round was written,
     left them the same way; heldout22, collected blind while heldout21's round was written, left
-    them the same way), and `heldout23/`, collected blind while heldout22's round was written and run
-    once after it."""
+    them the same way; heldout23, collected blind while heldout22's round was written, left them the
+    same way)."""
     pairs = [(cat, classify(text).category) for folder in NEVER_TUNED_ON for _, cat, text in corpus(folder)]
-    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12, "
-                    "heldout23)")
+    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12)")
     return acc
 
 
 def test_unseen_heldout_reaches_the_90_percent_target():
-    # issue #35 asks for 90% on logs triage has never seen. On heldout, heldout5, heldout10, heldout11,
-    # heldout12 and heldout23 it is 235/258 = 91.1% with the lexical back-off (218/258 = 84.5% by the
-    # signals alone), two logs above it (232/258 would be 89.9%); heldout23, collected blind during the
-    # heldout22 round and run once after it, 47/51 = 92.2%, the five others 188/207 = 90.8%;
-    # docs/domain.md. heldout22, on this side while it was unseen, had taken the six folders to 226/250
-    # = 90.4%, one log above the target; heldout21 before it to 237/265 = 89.4%, an expected failure.
+    # issue #35 asks for 90% on logs triage has never seen. On heldout, heldout5, heldout10, heldout11
+    # and heldout12 it is 189/207 = 91.3% with the lexical back-off refitted in the heldout23 round
+    # (186/207 would be 89.9%); docs/domain.md. heldout23, on this side while it was unseen, had taken
+    # the six folders to 235/258 = 91.1%, two logs above the target; heldout22 before it to 226/250 =
+    # 90.4%, one log above it; heldout21 to 237/265 = 89.4%, an expected failure.
     assert never_tuned_on_accuracy() >= 0.90
 
 

@@ -1,17 +1,20 @@
 """Triage matches each signal's lower-case pattern against the folded line instead of the
-pattern under re.I: the same matches at the same places, checked against re.I itself."""
+pattern under re.I: the same matches at the same places, checked against re.I itself. Before the
+fold, typographic quotes are read as ASCII ones, a step of its own that the fold's guarantee does
+not cover."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import DATA
 
 from k3rollout.checks import triage
-from k3rollout.checks.triage.signals import FOLD, SIGNALS, fold, folded
+from k3rollout.checks.triage.signals import FOLD, QUOTES, SIGNALS, fold, folded, plain_quotes
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 OTHERS = "\u0130\u0131\u017f\u212a\u00e9\u00df\u0131\u03a3\u00b5"
@@ -106,3 +109,59 @@ def test_scan_finds_what_the_re_i_scan_finds_on_every_corpus_log(monkeypatch):
     for name, text in texts.items():
         assert got[name] == triage.scan(text), name
     assert sum(map(len, got.values())) > 150
+
+
+def test_plain_quotes_reads_typographic_quotes_as_ascii_and_is_no_part_of_fold():
+    assert plain_quotes("\u201cx\u201d \u201ey\u201c \u2018z\u2019 \u201aw\u2018") == "\"x\" \"y\" 'z' 'w'"
+    assert set(QUOTES) == {0x201C, 0x201D, 0x201E, 0x2018, 0x2019, 0x201A}
+    # none of them is a letter to re.I, so fold leaves them and the fold's guarantee stays as it was
+    assert not set(QUOTES) & set(FOLD)
+    assert all(fold(chr(c)) == chr(c) for c in QUOTES)
+    line = "could not select device driver \u201c\u201d with capabilities: [[gpu]]"
+    assert len(plain_quotes(line)) == len(line)
+    # a line without those quotes is the same line
+    for line in ('could not select device driver "" with capabilities: [[gpu]]',
+                 "unknown model architecture: 'qwen3'", "CUDA out of memory. Tried to allocate 20.00 MiB"):
+        assert plain_quotes(line) == line
+
+
+QUOTED = [
+    ('docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].',
+     "container_runtime"),
+    ("llama_model_load: error loading model architecture: unknown model architecture: 'qwen3'", "other"),
+    ('E0101 00:00:00.000000 1 kuberuntime_manager.go:1166] err="runtimeclass.node.k8s.io "nvidia" not found"',
+     "container_runtime"),
+]
+
+
+def _typographic(line: str) -> str:
+    """``line`` with its ASCII quotes as a word processor writes them: opening and closing."""
+    out, opened = [], {'"': False, "'": False}
+    for ch in line:
+        if ch in opened:
+            out.append({'"': "\u201d", "'": "\u2019"}[ch] if opened[ch] else {'"': "\u201c", "'": "\u2018"}[ch])
+            opened[ch] = not opened[ch]
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+@pytest.mark.parametrize("line,category", QUOTED)
+def test_a_quoted_text_scores_the_same_in_typographic_quotes_and_is_shown_as_written(line, category):
+    curly = _typographic(line)
+    assert curly != line and plain_quotes(curly) == line
+    plain, typo = triage.classify(line + "\n", backoff=False), triage.classify(curly + "\n", backoff=False)
+    assert plain.category == typo.category == category, (plain.scores, typo.scores)
+    assert plain.scores == typo.scores
+    # the evidence is the line as the log has it, not the line as it was read
+    assert typo.evidence == [curly] and all(h.line == curly for h in typo.hits if h.line)
+
+
+def test_lines_without_typographic_quotes_scan_as_before(monkeypatch):
+    texts = [line + "\n" for line, _ in QUOTED] + [
+        "lxc c1 20240101000000.000 ERROR    start - start.c:lxc_init:865 - Failed to run mount hooks\n",
+        "RuntimeError: CUDA error: out of memory\nnvidia-container-cli: initialization error: load library failed\n"]
+    got = [triage.scan(text) for text in texts]
+    monkeypatch.setattr(triage, "plain_quotes", lambda line: line)
+    assert got == [triage.scan(text) for text in texts]
+    assert all(got)

@@ -552,6 +552,32 @@ UPSTREAM = [
     ("huggingface/accelerate src/accelerate/big_modeling.py dispatch_model", "model_load_capacity",
      "ValueError: We need an `offload_dir` to dispatch this model according to this `device_map`, the following "
      "submodules need to be offloaded: model.layers.30, model.layers.31, lm_head."),
+    # container_runtime
+    ("lxc/lxc src/lxc/conf.c run_buffer (later src/lxc/utils.c)", "container_runtime",
+     "lxc c1 20240101000000.000 ERROR    conf - conf.c:run_buffer:322 - Script exited with status 1"),
+    ("lxc/lxc src/lxc/conf.c mount_entry (LXD's unix.gpu device files)", "container_runtime",
+     "lxc c1 20240101000000.000 ERROR    conf - conf.c:mount_entry:2412 - No such file or directory - Failed to "
+     'mount "/var/snap/lxd/common/lxd/devices/c1/unix.gpu.dev-nvidia-caps" on '
+     '"/usr/lib/x86_64-linux-gnu/lxc/dev/nvidia-caps"'),
+    # model_load_capacity
+    ("NVIDIA/TensorRT plugin/common/checkMacrosPlugin.cpp TRTException::log (CudaError)", "model_load_capacity",
+     "[TensorRT] ERROR: ../rtSafe/safeRuntime.cpp (25) - Cuda Error in allocate: 2 (out of memory)"),
+    ("pytorch/pytorch caffe2/core/common_gpu.h CUDA_ENFORCE", "model_load_capacity",
+     "RuntimeError: [enforce fail at context_gpu.cu:415] error == cudaSuccess. 2 vs 0. Error at: "
+     "/opt/pytorch/caffe2/core/context_gpu.cu:415: out of memory"),
+    ("huggingface/text-generation-inference server/text_generation_server/utils/layers.py (0.7-0.8)",
+     "model_load_capacity", "assert in_features % self.tp_world_size == 0"),
+    ("huggingface/text-generation-inference server/text_generation_server/utils/dist.py", "model_load_capacity",
+     "AssertionError: Each process is one gpu"),
+    # communication
+    ("ray-project/ray src/ray/core_worker/core_worker.cc + src/ray/raylet_client/raylet_client.cc", "communication",
+     "[2024-01-01 00:00:00,000 E 4242 4242] core_worker.cc:201: Failed to register worker "
+     "01000000ffffffffffffffffffffffffffffffffffffffffffffffff to Raylet. IOError: [RayletClient] Unable to "
+     "register worker with raylet. No such file or directory"),
+    # other
+    ("jax-ml/jax jax/_src/lib/__init__.py check_jaxlib_version", "other",
+     "RuntimeError: jaxlib version 0.4.30 is newer than and incompatible with jax version 0.4.26. Please update your "
+     "jax and/or jaxlib packages."),
 ]
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from k3rollout.checks.cuda_table import compat_verdict
 from k3rollout.checks.triage.backoff import Backoff, Guess, shipped
-from k3rollout.checks.triage.signals import FAMILIES, SIGNALS, Signal, fold
+from k3rollout.checks.triage.signals import FAMILIES, SIGNALS, Signal, fold, plain_quotes
 from k3rollout.model.playbook import STAGE_TABLES
 
 CATEGORIES = ("driver_incompatible", "container_runtime", "model_load_capacity", "communication", "other")
@@ -236,7 +236,8 @@ _PACKAGE_LIST = re.compile(r"^\s*\[(pip3?|conda)\]\s")
 # Quotes escaped once per level of nesting: dockerd logs containerd's error, which quotes the OCI
 # runtime's, which quotes exec's ('exec: \\\"nvidia-smi\\\": executable file not found'). The
 # signals are written with plain quotes, so every run of backslashes before a quote is dropped for
-# matching; the evidence keeps the line as it was.
+# matching, after typographic quotes are read as ASCII ones (signals.plain_quotes); the evidence keeps
+# the line as it was.
 _ESCAPED_QUOTE = re.compile(r'\\+(["\'])')
 # argparse's refusal (CPython Lib/argparse.py parse_args: "%(prog)s: error: unrecognized arguments:
 # %s" with the arguments joined): what follows is the user's own command line echoed back, not a
@@ -253,8 +254,9 @@ _CONTINUES = re.compile(r"^[a-z'\"`)\]}]")
 
 
 def _match_text(line: str) -> str:
-    """The folded text the signals are matched against (see the comments above)."""
-    return fold(_ECHOED_ARGS.sub(r"\1", _ESCAPED_QUOTE.sub(r"\1", line)))
+    """The folded text the signals are matched against (see the comments above): typographic quotes
+    read as ASCII ones (``plain_quotes``), escaped quotes unescaped, echoed arguments cut."""
+    return fold(_ECHOED_ARGS.sub(r"\1", _ESCAPED_QUOTE.sub(r"\1", plain_quotes(line))))
 
 
 def _best(low: str) -> dict[str, Signal]:

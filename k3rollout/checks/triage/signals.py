@@ -52,6 +52,21 @@ def fold(line: str) -> str:
     return line.translate(FOLD)
 
 
+# The typographic quotes that issue titles, word processors and copy-pastes put where a tool printed
+# ASCII ones (Docker's `could not select device driver "" with capabilities` quoted as “”), as the
+# ASCII quote each stands for: “ ” „ as ", ‘ ’ ‚ as '. The patterns are written with ASCII quotes, so
+# the line is read with these replaced before it is folded (docs/domain.md, "How a line's quotes are
+# read"); the evidence keeps the line as it was. A step of its own, not part of FOLD: fold keeps to
+# what re.I takes for a letter, and none of these is one.
+QUOTES = {0x201C: ord('"'), 0x201D: ord('"'), 0x201E: ord('"'), 0x2018: ord("'"), 0x2019: ord("'"),
+          0x201A: ord("'")}
+
+
+def plain_quotes(line: str) -> str:
+    """``line`` with its typographic quotes as ASCII ones (same length, same places)."""
+    return line.translate(QUOTES)
+
+
 # a "(?" other than a plain group or a lookaround: inline flags, a named group, a conditional
 _GROUP_OPTION = re.compile(r"\(\?(?![:=!]|<[=!])")
 
@@ -318,6 +333,13 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # failed; 2.5, lxcfs's mount hook runs there too.
     ("toolkit_hook", "container_runtime", 2.5, r"Failed to run mount hooks",
      "LXC mount hook failed (nvidia.runtime's hook runs there)"),
+    # The hook script itself, in LXC's log format ("<file>:<function>:<line> - <message>"): run_buffer
+    # runs each lxc.hook.* script (lxc/lxc src/lxc/conf.c run_buffer, later src/lxc/utils.c: "Script
+    # exited with status %d", "Script terminated by signal %d"). Any hook of the container's start,
+    # LXD's nvidia.runtime among them, failed: generic, 1.5, as the OCI runtime's "error running hook";
+    # the words without LXC's run_buffer prefix are any script's and are not taken.
+    ("toolkit_hook", "container_runtime", 1.5, r"run_buffer:\d+ - Script (exited with status|terminated by signal) \d+",
+     "LXC hook script failed (generic: the hook's own message decides)"),
     # A Docker client older than 19.03 has no --gpus flag (docker/cli cli/command/container/
     # opts.go added it with API 1.40; the flag parser's own error is spf13/pflag errors.go
     # "unknown flag: --%s"): the GPU cannot reach the container, whatever the driver.
@@ -482,6 +504,13 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # setup: "Failed to create device %q for %q: %w"): the GPU device cannot be passed in.
     ("device_nodes", "container_runtime", 3.5, r'Failed to create device "[^"]*" for "/dev/nvidia',
      "an NVIDIA device node cannot be created for the container"),
+    # LXC mounting the device files LXD prepared for a GPU device into the container (lxc/lxc
+    # src/lxc/conf.c mount_entry: "Failed to mount \"%s\" on \"%s\""; LXD keeps them as
+    # devices/<instance>/unix.gpuN.dev-nvidia*): an NVIDIA device file that does not reach the
+    # container, as the device node above, 3.5. A mount of anything but an NVIDIA device file is not
+    # taken.
+    ("device_nodes", "container_runtime", 3.5, r'Failed to mount "[^"]*dev[-/]nvidia[^"]*" on "',
+     "LXC: an NVIDIA device file cannot be mounted into the container"),
     # Device nodes or sockets not accessible: rootless, cgroups, SELinux.
     ("device_permissions", "container_runtime", 3.0,
      r"permission denied.*(/dev/nvidia|docker\.sock|nvidia-container)"
@@ -1064,6 +1093,18 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # memory" on an allocation, 4 as TensorRT-LLM's.
     ("gpu_memory", "model_load_capacity", 4.0, r"\[(TM|FT)\]\[ERROR\] CUDA runtime error: out of memory",
      "TurboMind / FasterTransformer: out of GPU memory"),
+    # TensorRT's exceptions as its library and its open plugins log them (NVIDIA/TensorRT
+    # plugin/common/checkMacrosPlugin.cpp, later plugin/vc/, TRTException::log: "<file> (<line>) -
+    # <Kind> Error in <function>: <status> (<message>)", CudaError's kind "Cuda", the status a
+    # cudaError_t and the message cudaGetErrorString's): status 2 is cudaErrorMemoryAllocation, "out of
+    # memory", an engine build or load that does not fit, 4. Its other CUDA statuses are not memory.
+    ("gpu_memory", "model_load_capacity", 4.0, r"Cuda Error in \S+: 2 \(out of memory\)",
+     "TensorRT: a CUDA allocation ran out of GPU memory"),
+    # Caffe2's CUDA check (pytorch/pytorch caffe2/core/common_gpu.h CUDA_ENFORCE: "Error at: " __FILE__
+    # ":" __LINE__ ": " cudaGetErrorString(error), raised from caffe2/core/context_gpu.cu's allocator
+    # among others): cudaErrorMemoryAllocation's "out of memory", 4. Its other CUDA errors are not it.
+    ("gpu_memory", "model_load_capacity", 4.0, r"Error at: \S+:\d+: out of memory",
+     "Caffe2: a CUDA allocation ran out of GPU memory"),
     ("gpu_memory", "model_load_capacity", 3.0,
      r"Requested amount of GPU memory \(\d+ bytes\) could not be allocated",
      "TensorRT: a GPU allocation could not be made"),
@@ -1368,6 +1409,23 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # does not divide, the layout against the model as "must be divisible by" above, 3.5.
     ("parallel_layout", "model_load_capacity", 3.5, r"The choo?sen size \d+ is not compatible with sharding on \d+ shards",
      "TGI: a weight's size is not divisible by the number of shards"),
+    # Its tensor-parallel layers before that check (text-generation-inference 0.4 to 0.8,
+    # server/text_generation_server/utils/layers.py TensorParallelColumnLinear, TensorParallelRowLinear
+    # and TensorParallelEmbedding, earlier the custom_modeling/flash_*_modeling.py files, and its BLOOM
+    # and GPT-NeoX heads: "assert in_features % self.tp_world_size == 0", out_features, num_embeddings,
+    # self.num_heads, self.num_attention_heads), which a traceback prints as the assert's source line:
+    # a dimension the number of shards does not divide, the same, 3.5.
+    ("parallel_layout", "model_load_capacity", 3.5,
+     r"assert (self\.)?(in_features|out_features|num_embeddings|num_heads|num_attention_heads)"
+     r" % self\.tp_world_size == 0",
+     "TGI: a layer's size is not divisible by the number of shards"),
+    # Its shards against the GPUs torch sees (server/text_generation_server/utils/dist.py
+    # initialize_torch_distributed: "assert world_size <= torch.cuda.device_count(), \"Each process is
+    # one gpu\"", asserted only where torch.cuda.is_available(), so some GPU is seen): more shards than
+    # GPUs, the layout against the GPUs there are as vLLM's "World size (N) is larger than the number of
+    # available GPUs" below; 3, a container given fewer GPUs than the launch asks for prints it too.
+    ("parallel_layout", "model_load_capacity", 3.0, r"Each process is one gpu",
+     "TGI: more shards than GPUs visible"),
     # Its loader asking the checkpoint for a tensor the model needs (huggingface/text-generation-inference
     # server/text_generation_server/utils/weights.py Weights.get_filename: RuntimeError(f"weight {tensor_name}
     # does not exist")): the files do not hold it (an unquantized checkpoint loaded with --quantize, where the
@@ -2051,10 +2109,14 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # src/plugins/mpi/pmix/pmixp_coll_tree.c and pmixp_coll_ring.c: PMIXP_ERROR "%p: collective timeout
     # seq=%d"): the launch's own collective across nodes, 3.5 as a NCCL watchdog timeout. And a Ray
     # worker unable to register with its node's raylet (src/ray/core_worker/core_worker_process.cc:
-    # "Failed to register worker to Raylet: IOError: ..."), the raylet gone, 2.5.
+    # "Failed to register worker to Raylet: IOError: ..."; earlier src/ray/core_worker/core_worker.cc:
+    # "Failed to register worker " << worker_id << " to Raylet. " with the status, whose IOError is
+    # src/ray/raylet_client/raylet_client.cc's "[RayletClient] Unable to register worker with
+    # raylet."), the raylet gone, 2.5.
     ("collective_timeout", "communication", 3.5, r": collective timeout seq=\d+",
      "Slurm PMIx: a fence across nodes timed out"),
-    ("cluster_join", "communication", 2.5, r"Failed to register worker to Raylet",
+    ("cluster_join", "communication", 2.5,
+     r"Failed to register worker (\w+ )?to Raylet|\[RayletClient\] Unable to register worker with raylet",
      "Ray: a worker cannot register with its raylet"),
 
     # NCCL's WARN texts of the transport and bootstrap (NVIDIA/nccl, file beside each):
@@ -2202,10 +2264,14 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # Transformers does not recognize this architecture"): the library is older than the model, as
     # vLLM's "Model architectures [...] are not supported" above. And jax older or newer than its
     # jaxlib (jax/version.py _check_jaxlib_version: "jaxlib is version X, but this version of jax
-    # requires version >= Y").
+    # requires version >= Y"; jax/_src/lib/__init__.py check_jaxlib_version from jax 0.3: "jaxlib
+    # version X is newer than and incompatible with jax version Y"): the environment's packages, not
+    # the driver.
     ("config", "other", 3.0, r"but Transformers does not recognize this architecture",
      "transformers does not know the model type"),
-    ("python_env", "other", 2.5, r"jaxlib is version \S+, but this version of jax requires",
+    ("python_env", "other", 2.5,
+     r"jaxlib is version \S+, but this version of jax requires"
+     r"|jaxlib version \S+ is newer than and incompatible with jax version",
      "jax and jaxlib versions do not match"),
     # The Python environment not installable or not matching (pip's resolver: "Could not find a
     # version that satisfies the requirement", "No matching distribution found for"; PyTorch's
