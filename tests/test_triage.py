@@ -1069,3 +1069,48 @@ def test_exllamav2_megatron_deepspeed_diffusers_and_accelerate_loading_texts_dec
     assert t.category == "model_load_capacity" and t.scores["model_load_capacity"] >= 3, t.scores
     assert classify("You shouldn't move a model that is dispatched using accelerate hooks.\n",
                     backoff=False).scores["model_load_capacity"] == 0
+
+
+def test_version_pin_and_abi_texts_of_the_images_packages_are_the_environment_and_lookalikes_are_not():
+    # the packages' own checks on one another: jax against a newer jaxlib, NumPy's ABI and C-API checks,
+    # protobuf's generated code against its runtime, transformers' pins, torchaudio built for another CUDA: 3
+    for line in ("RuntimeError: jaxlib version 0.4.30 is newer than and incompatible with jax version 0.4.26. Please "
+                 "update your jax and/or jaxlib packages.\n",
+                 "A module that was compiled using NumPy 1.x cannot be run in\n",
+                 "RuntimeError: module compiled against ABI version 0x1000009 but this version of numpy is 0x2000000\n",
+                 "RuntimeError: module compiled against API version 0x10 but this version of numpy is 0xf . Check the "
+                 "section C-API incompatibility at the Troubleshooting ImportError section\n",
+                 "RuntimeError: module was compiled against NumPy C-API version 0x13 (NumPy 2.1) but the running NumPy "
+                 "has C-API version 0x12.\n",
+                 "AttributeError: _ARRAY_API not found\n",
+                 "TypeError: Descriptors cannot be created directly.\n",
+                 "If this call came from a _pb2.py file, your generated code is out of date and must be regenerated "
+                 "with protoc >= 3.19.0.\n",
+                 "google.protobuf.runtime_version.VersionError: Detected mismatched Protobuf Gencode/Runtime major "
+                 "versions when loading grpc_health/v1/health.proto: gencode 5.27.2 runtime 3.20.3.\n",
+                 "ImportError: tokenizers>=0.14,<0.19 is required for a normal functioning of this module, but found "
+                 "tokenizers==0.19.1.\n",
+                 "importlib.metadata.PackageNotFoundError: The 'accelerate>=0.26.0' distribution was not found and is "
+                 "required by this application.\n",
+                 "RuntimeError: Detected that PyTorch and TorchAudio were compiled with different CUDA versions. "
+                 "PyTorch has CUDA version 12.8 whereas TorchAudio has CUDA version 12.9.\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "other" and t.scores["other"] >= 3, (line, t.scores)
+    # NumPy's warning on a module imported twice, protobuf's warning on gencode one major release older (it
+    # goes on), pip reporting a pin already met and torchaudio's deprecation warning are not failures
+    for line in ("UserWarning: The NumPy module was reloaded (imported a second time). This can in some cases "
+                 "result in small but subtle issues and is discouraged.\n",
+                 "UserWarning: Protobuf gencode version 5.27.2 is exactly one major version older than the runtime "
+                 "version 6.31.1 at grpc_health/v1/health.proto. Please update the gencode to avoid compatibility "
+                 "violations in the next runtime release.\n",
+                 "Requirement already satisfied: tokenizers<0.19,>=0.14 in /usr/local/lib/python3.10/site-packages "
+                 "(from transformers) (0.15.2)\n",
+                 "UserWarning: torchaudio._backend.set_audio_backend has been deprecated. With dispatcher enabled, "
+                 "this function is no-op. You can remove the function call.\n"):
+        assert classify(line, backoff=False).scores["other"] == 0, line
+    # beside a CUDA warning printed on the way down, the environment's text decides
+    t = classify("UserWarning: CUDA initialization: CUDA unknown error - this may be due to an incorrectly set up "
+                 "environment\n"
+                 "A module that was compiled using NumPy 1.x cannot be run in\n"
+                 "NumPy 2.0.0 as it may crash. To support both 1.x and 2.x\n", backoff=False)
+    assert t.category == "other" and t.scores["container_runtime"] > 0, t.scores

@@ -552,6 +552,42 @@ UPSTREAM = [
     ("huggingface/accelerate src/accelerate/big_modeling.py dispatch_model", "model_load_capacity",
      "ValueError: We need an `offload_dir` to dispatch this model according to this `device_map`, the following "
      "submodules need to be offloaded: model.layers.30, model.layers.31, lm_head."),
+    # version pins and ABIs between the image's own packages
+    ("jax-ml/jax jax/_src/lib/__init__.py check_jaxlib_version", "other",
+     "RuntimeError: jaxlib version 0.4.30 is newer than and incompatible with jax version 0.4.26. Please update "
+     "your jax and/or jaxlib packages."),
+    ("numpy/numpy numpy/core/_multiarray_umath.py __getattr__", "other",
+     "A module that was compiled using NumPy 1.x cannot be run in"),
+    ("numpy/numpy numpy/_core/code_generators/generate_numpy_api.py _import_array", "other",
+     "RuntimeError: module compiled against ABI version 0x1000009 but this version of numpy is 0x2000000"),
+    ("numpy/numpy numpy/_core/code_generators/generate_numpy_api.py _import_array", "other",
+     "RuntimeError: module was compiled against NumPy C-API version 0x13 (NumPy 2.1) but the running NumPy has "
+     "C-API version 0x12. Check the section C-API incompatibility at the Troubleshooting ImportError section at "
+     "https://numpy.org/devdocs/user/troubleshooting-importerror.html#c-api-incompatibility for indications on how "
+     "to solve this problem."),
+    ("numpy/numpy numpy/core/code_generators/generate_numpy_api.py (NumPy 1.x)", "other",
+     "RuntimeError: module compiled against API version 0x10 but this version of numpy is 0xf . Check the section "
+     "C-API incompatibility at the Troubleshooting ImportError section at "
+     "https://numpy.org/devdocs/user/troubleshooting-importerror.html#c-api-incompatibility for indications on how "
+     "to solve this problem ."),
+    ("numpy/numpy numpy/core/code_generators/generate_numpy_api.py (NumPy 1.x header)", "other",
+     "AttributeError: _ARRAY_API not found"),
+    ("protocolbuffers/protobuf python/message.c", "other", "TypeError: Descriptors cannot be created directly."),
+    ("protocolbuffers/protobuf python/google/protobuf/runtime_version.py", "other",
+     "google.protobuf.runtime_version.VersionError: Detected incompatible Protobuf Gencode/Runtime versions when "
+     "loading grpc_health/v1/health.proto: gencode 6.31.1 runtime 5.29.5. Runtime version cannot be older than the "
+     "linked gencode version. See Protobuf version guarantees at "
+     "https://protobuf.dev/support/cross-version-runtime-guarantee."),
+    ("huggingface/transformers src/transformers/utils/versions.py _compare_versions", "other",
+     "ImportError: tokenizers>=0.14,<0.19 is required for a normal functioning of this module, but found "
+     "tokenizers==0.19.1."),
+    ("huggingface/transformers src/transformers/utils/versions.py require_version", "other",
+     "importlib.metadata.PackageNotFoundError: The 'accelerate>=0.26.0' distribution was not found and is "
+     "required by this application."),
+    ("pytorch/audio src/torchaudio/_extension/utils.py _check_cuda_version", "other",
+     "RuntimeError: Detected that PyTorch and TorchAudio were compiled with different CUDA versions. PyTorch has "
+     "CUDA version 12.8 whereas TorchAudio has CUDA version 12.9. Please install the TorchAudio version that "
+     "matches your PyTorch version."),
 ]
 
 

@@ -2359,6 +2359,53 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"|Exiting because of an unresolved conflict",
      "git: the checkout has an unresolved merge (a half-applied update)"),
 
+    # Version pins and ABIs between the image's own packages, each refused by the package that
+    # checks it (docs/domain.md, "Triage: the decision tree", the environment texts from package
+    # and build sources): the wheels in the image, not the driver or the GPU path, 3.
+    #   jax-ml/jax jax/_src/lib/__init__.py check_jaxlib_version: RuntimeError "jaxlib version X is
+    #     newer than and incompatible with jax version Y. Please update your jax and/or jaxlib
+    #     packages." (the other direction of the "jaxlib is version X" check above)
+    #   numpy/numpy numpy/core/_multiarray_umath.py __getattr__ (NumPy 2.x): "A module that was
+    #     compiled using NumPy 1.x cannot be run in / NumPy 2.0.0 as it may crash."; and the C-API
+    #     check every extension runs at import, numpy/_core/code_generators/generate_numpy_api.py
+    #     _import_array: "module compiled against ABI version 0x%x but this version of numpy is
+    #     0x%x", "module was compiled against NumPy C-API version 0x%x (NumPy X) but the running
+    #     NumPy has C-API version 0x%x" (in NumPy 1.x: "module compiled against API version 0x%x but
+    #     this version of numpy is 0x%x", and AttributeError "_ARRAY_API not found" when the
+    #     module's NumPy 1.x header meets a NumPy 2.x)
+    #   protocolbuffers/protobuf python/message.c PyUpb_Message_CheckCalledFromGeneratedFile:
+    #     TypeError "Descriptors cannot be created directly. / If this call came from a _pb2.py file,
+    #     your generated code is out of date and must be regenerated with protoc >= 3.19.0."; and
+    #     python/google/protobuf/runtime_version.py: VersionError "Detected incompatible Protobuf
+    #     Gencode/Runtime versions when loading X" ("... mismatched ... major versions" earlier).
+    #     Its warning "Protobuf gencode version X is exactly one major version older than the runtime
+    #     version" goes on and is not taken.
+    #   huggingface/transformers src/transformers/utils/versions.py require_version: ImportError "X
+    #     is required for a normal functioning of this module, but found Y==Z.", and
+    #     PackageNotFoundError "The 'X' distribution was not found and is required by this
+    #     application." (the generic ImportError line above at 2.5 took only the first)
+    #   pytorch/audio src/torchaudio/_extension/utils.py _check_cuda_version: RuntimeError "Detected
+    #     that PyTorch and TorchAudio were compiled with different CUDA versions." (torchvision's
+    #     twin is above: the two wheels' builds, not the driver)
+    ("python_env", "other", 3.0,
+     r"jaxlib version \S+ is newer than and incompatible with jax version", "jax older than its jaxlib"),
+    ("python_env", "other", 3.0,
+     r"A module that was compiled using NumPy 1\.x cannot be run in"
+     r"|module compiled against (ABI|API) version 0x[0-9a-f]+ but this version of numpy is"
+     r"|module was compiled against NumPy C-API version 0x[0-9a-f]+ .*but the running NumPy has C-API version"
+     r"|AttributeError: _ARRAY_API not found",
+     "NumPy: an extension built against another NumPy ABI"),
+    ("python_env", "other", 3.0,
+     r"Descriptors cannot be created directly|your generated code is out of date and must be regenerated with protoc"
+     r"|Detected (incompatible|mismatched) Protobuf Gencode/Runtime",
+     "protobuf: generated code and runtime of different versions"),
+    ("python_env", "other", 3.0,
+     r"is required for a normal functioning of this module, but found"
+     r"|distribution was not found and is required by this application",
+     "transformers: a dependency at another version than it requires"),
+    ("python_env", "other", 3.0, r"PyTorch and TorchAudio were compiled with different CUDA versions",
+     "torchaudio built for another CUDA than torch"),
+
 ]
 
 SIGNALS: tuple[Signal, ...] = tuple(
