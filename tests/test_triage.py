@@ -1114,3 +1114,34 @@ def test_version_pin_and_abi_texts_of_the_images_packages_are_the_environment_an
                  "A module that was compiled using NumPy 1.x cannot be run in\n"
                  "NumPy 2.0.0 as it may crash. To support both 1.x and 2.x\n", backoff=False)
     assert t.category == "other" and t.scores["container_runtime"] > 0, t.scores
+
+
+def test_package_manager_solvers_that_find_no_solution_are_the_environment_and_lookalikes_are_not():
+    # pip's resolver, conda's and libmamba's solvers and uv's resolver refusing the requirements
+    for line, floor in (("ERROR: Cannot install vllm==0.6.3 and torch==2.5.1 because these package versions have "
+                         "conflicting dependencies.\n", 3),
+                        ("ERROR: ResolutionImpossible: for help visit https://pip.pypa.io/en/latest/topics/"
+                         "dependency-resolution/#dealing-with-dependency-conflicts\n", 3),
+                        ("UnsatisfiableError: The following specifications were found to be incompatible with each "
+                         "other:\n", 3),
+                        ("The following specifications were found to be incompatible with a past\n", 3),
+                        ("to be incompatible with the existing python installation in your environment:\n", 3),
+                        ("  \u00d7 No solution found when resolving dependencies:\n", 3),
+                        ("  \u00d7 No solution found when resolving build dependencies:\n", 3),
+                        ("LibMambaUnsatisfiableError: Encountered problems while solving:\n", 2.5),
+                        ("Found conflicts! Looking for incompatible packages.\n", 2)):
+        t = classify(line, backoff=False)
+        assert t.category == "other" and t.scores["other"] >= floor, (line, t.scores)
+    # conda's announcement weighs less than its verdict, and libmamba's verdict less than a driver's own text
+    assert classify("Found conflicts! Looking for incompatible packages.\n", backoff=False).scores["other"] < 2.5
+    t = classify("LibMambaUnsatisfiableError: Encountered problems while solving:\n"
+                 "RuntimeError: The NVIDIA driver on your system is too old (found version 11040).\n", backoff=False)
+    assert t.category == "driver_incompatible", t.scores
+    # pip's warning after an install that went through, its conflict lines, conda's virtual package (the
+    # driver's CUDA) and uv's summary are not the solvers refusing
+    for line in ("ERROR: pip's dependency resolver does not currently take into account all the packages that are "
+                 "installed. This behaviour is the source of the following dependency conflicts.\n",
+                 "vllm 0.6.3 requires torch==2.4.0, but you have torch 2.5.1 which is incompatible.\n",
+                 "The following specifications were found to be incompatible with your system:\n",
+                 "Resolved 152 packages in 1.24s\n"):
+        assert classify(line, backoff=False).scores["other"] == 0, line

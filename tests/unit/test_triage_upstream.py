@@ -588,6 +588,20 @@ UPSTREAM = [
      "RuntimeError: Detected that PyTorch and TorchAudio were compiled with different CUDA versions. PyTorch has "
      "CUDA version 12.8 whereas TorchAudio has CUDA version 12.9. Please install the TorchAudio version that "
      "matches your PyTorch version."),
+    # the package managers' solvers
+    ("pypa/pip src/pip/_internal/resolution/resolvelib/factory.py get_installation_error", "other",
+     "ERROR: Cannot install vllm==0.6.3 and torch==2.5.1 because these package versions have conflicting "
+     "dependencies."),
+    ("pypa/pip src/pip/_internal/resolution/resolvelib/factory.py get_installation_error", "other",
+     "ERROR: ResolutionImpossible: for help visit "
+     "https://pip.pypa.io/en/latest/topics/dependency-resolution/#dealing-with-dependency-conflicts"),
+    ("conda/conda conda/exceptions.py UnsatisfiableError", "other",
+     "UnsatisfiableError: The following specifications were found to be incompatible with each other:"),
+    ("conda/conda conda/resolve.py find_conflicts", "other", "Found conflicts! Looking for incompatible packages."),
+    ("conda/conda-libmamba-solver conda_libmamba_solver/exceptions.py", "other",
+     "LibMambaUnsatisfiableError: Encountered problems while solving:"),
+    ("astral-sh/uv crates/uv-resolver/src/error.rs NoSolutionHeader", "other",
+     "\u00d7 No solution found when resolving dependencies:"),
 ]
 
 

@@ -2406,6 +2406,38 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("python_env", "other", 3.0, r"PyTorch and TorchAudio were compiled with different CUDA versions",
      "torchaudio built for another CUDA than torch"),
 
+    # The package managers' solvers finding no set of versions that satisfies the requirements (an
+    # image build or an entrypoint's install step), in their own words: the environment's, 3.
+    #   pypa/pip src/pip/_internal/resolution/resolvelib/factory.py get_installation_error:
+    #     logger.critical "Cannot install X and Y because these package versions have conflicting
+    #     dependencies.", then DistributionNotFound "ResolutionImpossible: for help visit ...". Its
+    #     warning after an install that went through ("pip's dependency resolver does not currently take
+    #     into account all the packages that are installed", commands/install.py) is not taken.
+    #   conda/conda conda/exceptions.py UnsatisfiableError: "The following specifications were found to
+    #     be incompatible with each other:" (and, over two lines, "... incompatible with a past" /
+    #     "explicit spec ..." and "... were found" / "to be incompatible with the existing python
+    #     installation in your environment:"), after conda/resolve.py's "Found conflicts! Looking for
+    #     incompatible packages." (2: it announces the search, the verdict follows). Its "... found to be
+    #     incompatible with your system" is a virtual package (__cuda: the driver's CUDA, __glibc) and is
+    #     not taken.
+    #   conda/conda-libmamba-solver conda_libmamba_solver/exceptions.py LibMambaUnsatisfiableError,
+    #     printed by its class name before the problems libmamba lists, 2.5: those may be a __cuda the
+    #     host driver does not provide, which a driver signal then outweighs.
+    #   astral-sh/uv crates/uv-resolver/src/error.rs NoSolutionHeader: "No solution found when
+    #     resolving dependencies:" (and "... resolving build dependencies", "... for split").
+    ("python_env", "other", 3.0,
+     r"because these package versions have conflicting dependencies|ResolutionImpossible: for help visit",
+     "pip: the requirements cannot be resolved together"),
+    ("python_env", "other", 3.0,
+     r"The following specifications were found to be incompatible with (each other|a past)\b"
+     r"|to be incompatible with the existing python installation in your environment",
+     "conda: the requested specifications conflict"),
+    ("python_env", "other", 2.0, r"Found conflicts! Looking for incompatible packages",
+     "conda: its solver found conflicts (the verdict follows)"),
+    ("python_env", "other", 2.5, r"LibMambaUnsatisfiableError", "conda (libmamba): the environment cannot be solved"),
+    ("python_env", "other", 3.0, r"No solution found when resolving (\S+ )?dependencies",
+     "uv: the requirements cannot be resolved together"),
+
 ]
 
 SIGNALS: tuple[Signal, ...] = tuple(
