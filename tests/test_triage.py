@@ -1145,3 +1145,40 @@ def test_package_manager_solvers_that_find_no_solution_are_the_environment_and_l
                  "The following specifications were found to be incompatible with your system:\n",
                  "Resolved 152 packages in 1.24s\n"):
         assert classify(line, backoff=False).scores["other"] == 0, line
+
+
+def test_extension_builds_chat_templates_and_ollamas_registry_are_the_environment_and_lookalikes_are_not():
+    # nvcc's host-compiler check and torch's extension builder against another toolkit, a model without a
+    # chat template in transformers' and vLLM's words, Ollama's registry without the model: 3
+    for line in ("/usr/local/cuda/include/crt/host_config.h:132:2: error: #error -- unsupported GNU version! gcc "
+                 "versions later than 11 are not supported! The nvcc flag '-allow-unsupported-compiler' can be used "
+                 "to override this version check\n",
+                 "/usr/local/cuda/include/crt/host_config.h:151:2: error: #error -- unsupported clang version! clang "
+                 "version must be less than 16 and greater than 3.2 . The nvcc flag '-allow-unsupported-compiler' "
+                 "can be used to override this version check\n",
+                 "RuntimeError: The detected CUDA version (11.8) mismatches the version that was used to compile\n",
+                 "ValueError: Cannot use chat template functions because tokenizer.chat_template is not set and no "
+                 "template argument was passed!\n",
+                 "openai.BadRequestError: Error code: 400 - {'object': 'error', 'message': 'As of transformers v4.44, "
+                 "default chat template is no longer allowed, so you must provide a chat template if the tokenizer "
+                 "does not define one.', 'type': 'BadRequestError', 'param': None, 'code': 400}\n",
+                 "Error: pull model manifest: file does not exist\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "other" and t.scores["other"] >= 3, (line, t.scores)
+    # the same header's warning, torch's minor-version note (it builds), vLLM's note on the template it
+    # found and Ollama's progress line are not failures
+    for line in ('/usr/local/cuda/include/crt/host_config.h:56:2: warning: #warning "crt/host_config.h is an '
+                 'internal header file and must not be used directly.  Please use cuda_runtime_api.h or '
+                 'cuda_runtime.h instead."\n',
+                 "UserWarning: The detected CUDA version (12.4) has a minor version mismatch with the version that "
+                 "was used to compile PyTorch (12.1). Most likely this shouldn't be a problem.\n",
+                 "INFO 01-01 00:00:00 [hf.py:300] Detected the chat template content format to be 'string'. You can "
+                 "set `--chat-template-content-format` to override this.\n",
+                 "pulling manifest\n"):
+        assert classify(line, backoff=False).scores["other"] == 0, line
+    # a build that fails for the toolkit beside the CUDA runtime's own complaint on the way: the build decides
+    t = classify("UserWarning: CUDA initialization: CUDA unknown error - this may be due to an incorrectly set up "
+                 "environment\n"
+                 "RuntimeError: The detected CUDA version (11.8) mismatches the version that was used to compile\n"
+                 "PyTorch (12.1). Please make sure to use the same CUDA versions.\n", backoff=False)
+    assert t.category == "other" and t.scores["container_runtime"] > 0, t.scores

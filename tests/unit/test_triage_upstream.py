@@ -602,6 +602,23 @@ UPSTREAM = [
      "LibMambaUnsatisfiableError: Encountered problems while solving:"),
     ("astral-sh/uv crates/uv-resolver/src/error.rs NoSolutionHeader", "other",
      "\u00d7 No solution found when resolving dependencies:"),
+    # extensions built in the image, and servers' chat templates and registries
+    ("CUDA toolkit include/crt/host_config.h", "other",
+     "/usr/local/cuda/bin/../targets/x86_64-linux/include/crt/host_config.h:143:2: error: #error -- unsupported GNU "
+     "version! gcc versions later than 13 are not supported! The nvcc flag '-allow-unsupported-compiler' can be used "
+     "to override this version check; however, using an unsupported host compiler may cause compilation failure or "
+     "incorrect run time execution. Use at your own risk."),
+    ("pytorch/pytorch torch/utils/cpp_extension.py CUDA_MISMATCH_MESSAGE", "other",
+     "RuntimeError: The detected CUDA version (11.8) mismatches the version that was used to compilePyTorch (12.1). "
+     "Please make sure to use the same CUDA versions."),
+    ("huggingface/transformers src/transformers/tokenization_utils_base.py get_chat_template", "other",
+     "ValueError: Cannot use chat template functions because tokenizer.chat_template is not set and no template "
+     "argument was passed! For information about writing templates and setting the tokenizer.chat_template "
+     "attribute, please see the documentation at https://huggingface.co/docs/transformers/main/en/chat_templating"),
+    ("vllm-project/vllm vllm/renderers/hf.py safe_apply_chat_template", "other",
+     "ValueError: As of transformers v4.44, default chat template is no longer allowed, so you must provide a chat "
+     "template if the tokenizer does not define one."),
+    ("ollama/ollama server/images.go PullModel", "other", "Error: pull model manifest: file does not exist"),
 ]
 
 

@@ -2438,6 +2438,44 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("python_env", "other", 3.0, r"No solution found when resolving (\S+ )?dependencies",
      "uv: the requirements cannot be resolved together"),
 
+    # Extensions built in the image at install or run time, refused by the build's own checks: the
+    # image's compilers and toolkit, not the driver (the "CUDA version" both name is the toolkit's
+    # nvcc), 3.
+    #   The CUDA toolkit's include/crt/host_config.h, which nvcc includes in every compile: "#error --
+    #     unsupported GNU version! gcc versions later than N are not supported! The nvcc flag
+    #     '-allow-unsupported-compiler' can be used to override this version check" and "unsupported
+    #     clang version! clang version must be less than N" (a host compiler newer than the toolkit).
+    #     The same header's "#warning crt/host_config.h is an internal header file" is not taken.
+    #   pytorch/pytorch torch/utils/cpp_extension.py CUDA_MISMATCH_MESSAGE: RuntimeError "The detected
+    #     CUDA version (X) mismatches the version that was used to compile PyTorch (Y). Please make sure to
+    #     use the same CUDA versions." (the toolkit under CUDA_HOME against torch's); its
+    #     CUDA_MISMATCH_WARN, "has a minor version mismatch ... Most likely this shouldn't be a problem",
+    #     goes on and is not taken.
+    ("python_env", "other", 3.0,
+     r"unsupported GNU version! gcc versions later than \S+ are not supported"
+     r"|unsupported clang version! clang version must be less than",
+     "nvcc: the image's host compiler is newer than its CUDA toolkit supports"),
+    ("python_env", "other", 3.0,
+     r"The detected CUDA version \(\S+\) mismatches the version that was used to compile",
+     "torch cpp_extension: the CUDA toolkit differs from torch's"),
+
+    # A server given a model without a chat template and no --chat-template (huggingface/transformers
+    # src/transformers/tokenization_utils_base.py get_chat_template: ValueError "Cannot use chat template
+    # functions because tokenizer.chat_template is not set and no template argument was passed!";
+    # vllm-project/vllm vllm/renderers/hf.py safe_apply_chat_template, earlier
+    # vllm/entrypoints/chat_utils.py: "As of transformers v4.44, default chat template is no longer
+    # allowed, so you must provide a chat template if the tokenizer does not define one.", the 400 a chat
+    # request gets): the launch arguments and the model's files, 3. Ollama asking its registry for a
+    # model or tag it does not have (ollama/ollama server/images.go PullModel: "pull model manifest: %s"
+    # of os.ErrNotExist, the registry's 404, which cmd/cloud_suggest.go names pullModelNotFoundMessage):
+    # the model's name, as transformers' "not a valid model identifier", 3.
+    ("config", "other", 3.0,
+     r"Cannot use chat template functions because tokenizer\.chat_template is not set"
+     r"|default chat template is no longer allowed",
+     "no chat template for the model and none given"),
+    ("hub_access", "other", 3.0, r"pull model manifest: file does not exist",
+     "Ollama: the registry has no such model or tag"),
+
 ]
 
 SIGNALS: tuple[Signal, ...] = tuple(
