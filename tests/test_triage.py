@@ -1129,3 +1129,116 @@ def test_lxc_tensorrt_caffe2_tgi_ray_and_jax_texts_decide_their_step_and_lookali
     for t in (classify(line, backoff=False), classify(line)):
         assert t.category == "other" and t.scores["other"] >= 2.5 and t.scores["driver_incompatible"] == 0, t.scores
     assert classify("jax version 0.3.15, jaxlib version 0.3.15\n", backoff=False).scores["other"] == 0
+
+
+def test_version_pin_and_abi_texts_of_the_images_packages_are_the_environment_and_lookalikes_are_not():
+    # the packages' own checks on one another: jax against a newer jaxlib, NumPy's ABI and C-API checks,
+    # protobuf's generated code against its runtime, transformers' pins, torchaudio built for another CUDA: 3
+    for line in ("RuntimeError: jaxlib version 0.4.30 is newer than and incompatible with jax version 0.4.26. Please "
+                 "update your jax and/or jaxlib packages.\n",
+                 "A module that was compiled using NumPy 1.x cannot be run in\n",
+                 "RuntimeError: module compiled against ABI version 0x1000009 but this version of numpy is 0x2000000\n",
+                 "RuntimeError: module compiled against API version 0x10 but this version of numpy is 0xf . Check the "
+                 "section C-API incompatibility at the Troubleshooting ImportError section\n",
+                 "RuntimeError: module was compiled against NumPy C-API version 0x13 (NumPy 2.1) but the running NumPy "
+                 "has C-API version 0x12.\n",
+                 "AttributeError: _ARRAY_API not found\n",
+                 "TypeError: Descriptors cannot be created directly.\n",
+                 "If this call came from a _pb2.py file, your generated code is out of date and must be regenerated "
+                 "with protoc >= 3.19.0.\n",
+                 "google.protobuf.runtime_version.VersionError: Detected mismatched Protobuf Gencode/Runtime major "
+                 "versions when loading grpc_health/v1/health.proto: gencode 5.27.2 runtime 3.20.3.\n",
+                 "ImportError: tokenizers>=0.14,<0.19 is required for a normal functioning of this module, but found "
+                 "tokenizers==0.19.1.\n",
+                 "importlib.metadata.PackageNotFoundError: The 'accelerate>=0.26.0' distribution was not found and is "
+                 "required by this application.\n",
+                 "RuntimeError: Detected that PyTorch and TorchAudio were compiled with different CUDA versions. "
+                 "PyTorch has CUDA version 12.8 whereas TorchAudio has CUDA version 12.9.\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "other" and t.scores["other"] >= 3, (line, t.scores)
+    # NumPy's warning on a module imported twice, protobuf's warning on gencode one major release older (it
+    # goes on), pip reporting a pin already met and torchaudio's deprecation warning are not failures
+    for line in ("UserWarning: The NumPy module was reloaded (imported a second time). This can in some cases "
+                 "result in small but subtle issues and is discouraged.\n",
+                 "UserWarning: Protobuf gencode version 5.27.2 is exactly one major version older than the runtime "
+                 "version 6.31.1 at grpc_health/v1/health.proto. Please update the gencode to avoid compatibility "
+                 "violations in the next runtime release.\n",
+                 "Requirement already satisfied: tokenizers<0.19,>=0.14 in /usr/local/lib/python3.10/site-packages "
+                 "(from transformers) (0.15.2)\n",
+                 "UserWarning: torchaudio._backend.set_audio_backend has been deprecated. With dispatcher enabled, "
+                 "this function is no-op. You can remove the function call.\n"):
+        assert classify(line, backoff=False).scores["other"] == 0, line
+    # beside a CUDA warning printed on the way down, the environment's text decides
+    t = classify("UserWarning: CUDA initialization: CUDA unknown error - this may be due to an incorrectly set up "
+                 "environment\n"
+                 "A module that was compiled using NumPy 1.x cannot be run in\n"
+                 "NumPy 2.0.0 as it may crash. To support both 1.x and 2.x\n", backoff=False)
+    assert t.category == "other" and t.scores["container_runtime"] > 0, t.scores
+
+
+def test_package_manager_solvers_that_find_no_solution_are_the_environment_and_lookalikes_are_not():
+    # pip's resolver, conda's and libmamba's solvers and uv's resolver refusing the requirements
+    for line, floor in (("ERROR: Cannot install vllm==0.6.3 and torch==2.5.1 because these package versions have "
+                         "conflicting dependencies.\n", 3),
+                        ("ERROR: ResolutionImpossible: for help visit https://pip.pypa.io/en/latest/topics/"
+                         "dependency-resolution/#dealing-with-dependency-conflicts\n", 3),
+                        ("UnsatisfiableError: The following specifications were found to be incompatible with each "
+                         "other:\n", 3),
+                        ("The following specifications were found to be incompatible with a past\n", 3),
+                        ("to be incompatible with the existing python installation in your environment:\n", 3),
+                        ("  \u00d7 No solution found when resolving dependencies:\n", 3),
+                        ("  \u00d7 No solution found when resolving build dependencies:\n", 3),
+                        ("LibMambaUnsatisfiableError: Encountered problems while solving:\n", 2.5),
+                        ("Found conflicts! Looking for incompatible packages.\n", 2)):
+        t = classify(line, backoff=False)
+        assert t.category == "other" and t.scores["other"] >= floor, (line, t.scores)
+    # conda's announcement weighs less than its verdict, and libmamba's verdict less than a driver's own text
+    assert classify("Found conflicts! Looking for incompatible packages.\n", backoff=False).scores["other"] < 2.5
+    t = classify("LibMambaUnsatisfiableError: Encountered problems while solving:\n"
+                 "RuntimeError: The NVIDIA driver on your system is too old (found version 11040).\n", backoff=False)
+    assert t.category == "driver_incompatible", t.scores
+    # pip's warning after an install that went through, its conflict lines, conda's virtual package (the
+    # driver's CUDA) and uv's summary are not the solvers refusing
+    for line in ("ERROR: pip's dependency resolver does not currently take into account all the packages that are "
+                 "installed. This behaviour is the source of the following dependency conflicts.\n",
+                 "vllm 0.6.3 requires torch==2.4.0, but you have torch 2.5.1 which is incompatible.\n",
+                 "The following specifications were found to be incompatible with your system:\n",
+                 "Resolved 152 packages in 1.24s\n"):
+        assert classify(line, backoff=False).scores["other"] == 0, line
+
+
+def test_extension_builds_chat_templates_and_ollamas_registry_are_the_environment_and_lookalikes_are_not():
+    # nvcc's host-compiler check and torch's extension builder against another toolkit, a model without a
+    # chat template in transformers' and vLLM's words, Ollama's registry without the model: 3
+    for line in ("/usr/local/cuda/include/crt/host_config.h:132:2: error: #error -- unsupported GNU version! gcc "
+                 "versions later than 11 are not supported! The nvcc flag '-allow-unsupported-compiler' can be used "
+                 "to override this version check\n",
+                 "/usr/local/cuda/include/crt/host_config.h:151:2: error: #error -- unsupported clang version! clang "
+                 "version must be less than 16 and greater than 3.2 . The nvcc flag '-allow-unsupported-compiler' "
+                 "can be used to override this version check\n",
+                 "RuntimeError: The detected CUDA version (11.8) mismatches the version that was used to compile\n",
+                 "ValueError: Cannot use chat template functions because tokenizer.chat_template is not set and no "
+                 "template argument was passed!\n",
+                 "openai.BadRequestError: Error code: 400 - {'object': 'error', 'message': 'As of transformers v4.44, "
+                 "default chat template is no longer allowed, so you must provide a chat template if the tokenizer "
+                 "does not define one.', 'type': 'BadRequestError', 'param': None, 'code': 400}\n",
+                 "Error: pull model manifest: file does not exist\n"):
+        t = classify(line, backoff=False)
+        assert t.category == "other" and t.scores["other"] >= 3, (line, t.scores)
+    # the same header's warning, torch's minor-version note (it builds), vLLM's note on the template it
+    # found and Ollama's progress line are not failures
+    for line in ('/usr/local/cuda/include/crt/host_config.h:56:2: warning: #warning "crt/host_config.h is an '
+                 'internal header file and must not be used directly.  Please use cuda_runtime_api.h or '
+                 'cuda_runtime.h instead."\n',
+                 "UserWarning: The detected CUDA version (12.4) has a minor version mismatch with the version that "
+                 "was used to compile PyTorch (12.1). Most likely this shouldn't be a problem.\n",
+                 "INFO 01-01 00:00:00 [hf.py:300] Detected the chat template content format to be 'string'. You can "
+                 "set `--chat-template-content-format` to override this.\n",
+                 "pulling manifest\n"):
+        assert classify(line, backoff=False).scores["other"] == 0, line
+    # a build that fails for the toolkit beside the CUDA runtime's own complaint on the way: the build decides
+    t = classify("UserWarning: CUDA initialization: CUDA unknown error - this may be due to an incorrectly set up "
+                 "environment\n"
+                 "RuntimeError: The detected CUDA version (11.8) mismatches the version that was used to compile\n"
+                 "PyTorch (12.1). Please make sure to use the same CUDA versions.\n", backoff=False)
+    assert t.category == "other" and t.scores["container_runtime"] > 0, t.scores

@@ -578,6 +578,73 @@ UPSTREAM = [
     ("jax-ml/jax jax/_src/lib/__init__.py check_jaxlib_version", "other",
      "RuntimeError: jaxlib version 0.4.30 is newer than and incompatible with jax version 0.4.26. Please update your "
      "jax and/or jaxlib packages."),
+    # version pins and ABIs between the image's own packages
+    ("jax-ml/jax jax/_src/lib/__init__.py check_jaxlib_version", "other",
+     "RuntimeError: jaxlib version 0.4.30 is newer than and incompatible with jax version 0.4.26. Please update "
+     "your jax and/or jaxlib packages."),
+    ("numpy/numpy numpy/core/_multiarray_umath.py __getattr__", "other",
+     "A module that was compiled using NumPy 1.x cannot be run in"),
+    ("numpy/numpy numpy/_core/code_generators/generate_numpy_api.py _import_array", "other",
+     "RuntimeError: module compiled against ABI version 0x1000009 but this version of numpy is 0x2000000"),
+    ("numpy/numpy numpy/_core/code_generators/generate_numpy_api.py _import_array", "other",
+     "RuntimeError: module was compiled against NumPy C-API version 0x13 (NumPy 2.1) but the running NumPy has "
+     "C-API version 0x12. Check the section C-API incompatibility at the Troubleshooting ImportError section at "
+     "https://numpy.org/devdocs/user/troubleshooting-importerror.html#c-api-incompatibility for indications on how "
+     "to solve this problem."),
+    ("numpy/numpy numpy/core/code_generators/generate_numpy_api.py (NumPy 1.x)", "other",
+     "RuntimeError: module compiled against API version 0x10 but this version of numpy is 0xf . Check the section "
+     "C-API incompatibility at the Troubleshooting ImportError section at "
+     "https://numpy.org/devdocs/user/troubleshooting-importerror.html#c-api-incompatibility for indications on how "
+     "to solve this problem ."),
+    ("numpy/numpy numpy/core/code_generators/generate_numpy_api.py (NumPy 1.x header)", "other",
+     "AttributeError: _ARRAY_API not found"),
+    ("protocolbuffers/protobuf python/message.c", "other", "TypeError: Descriptors cannot be created directly."),
+    ("protocolbuffers/protobuf python/google/protobuf/runtime_version.py", "other",
+     "google.protobuf.runtime_version.VersionError: Detected incompatible Protobuf Gencode/Runtime versions when "
+     "loading grpc_health/v1/health.proto: gencode 6.31.1 runtime 5.29.5. Runtime version cannot be older than the "
+     "linked gencode version. See Protobuf version guarantees at "
+     "https://protobuf.dev/support/cross-version-runtime-guarantee."),
+    ("huggingface/transformers src/transformers/utils/versions.py _compare_versions", "other",
+     "ImportError: tokenizers>=0.14,<0.19 is required for a normal functioning of this module, but found "
+     "tokenizers==0.19.1."),
+    ("huggingface/transformers src/transformers/utils/versions.py require_version", "other",
+     "importlib.metadata.PackageNotFoundError: The 'accelerate>=0.26.0' distribution was not found and is "
+     "required by this application."),
+    ("pytorch/audio src/torchaudio/_extension/utils.py _check_cuda_version", "other",
+     "RuntimeError: Detected that PyTorch and TorchAudio were compiled with different CUDA versions. PyTorch has "
+     "CUDA version 12.8 whereas TorchAudio has CUDA version 12.9. Please install the TorchAudio version that "
+     "matches your PyTorch version."),
+    # the package managers' solvers
+    ("pypa/pip src/pip/_internal/resolution/resolvelib/factory.py get_installation_error", "other",
+     "ERROR: Cannot install vllm==0.6.3 and torch==2.5.1 because these package versions have conflicting "
+     "dependencies."),
+    ("pypa/pip src/pip/_internal/resolution/resolvelib/factory.py get_installation_error", "other",
+     "ERROR: ResolutionImpossible: for help visit "
+     "https://pip.pypa.io/en/latest/topics/dependency-resolution/#dealing-with-dependency-conflicts"),
+    ("conda/conda conda/exceptions.py UnsatisfiableError", "other",
+     "UnsatisfiableError: The following specifications were found to be incompatible with each other:"),
+    ("conda/conda conda/resolve.py find_conflicts", "other", "Found conflicts! Looking for incompatible packages."),
+    ("conda/conda-libmamba-solver conda_libmamba_solver/exceptions.py", "other",
+     "LibMambaUnsatisfiableError: Encountered problems while solving:"),
+    ("astral-sh/uv crates/uv-resolver/src/error.rs NoSolutionHeader", "other",
+     "\u00d7 No solution found when resolving dependencies:"),
+    # extensions built in the image, and servers' chat templates and registries
+    ("CUDA toolkit include/crt/host_config.h", "other",
+     "/usr/local/cuda/bin/../targets/x86_64-linux/include/crt/host_config.h:143:2: error: #error -- unsupported GNU "
+     "version! gcc versions later than 13 are not supported! The nvcc flag '-allow-unsupported-compiler' can be used "
+     "to override this version check; however, using an unsupported host compiler may cause compilation failure or "
+     "incorrect run time execution. Use at your own risk."),
+    ("pytorch/pytorch torch/utils/cpp_extension.py CUDA_MISMATCH_MESSAGE", "other",
+     "RuntimeError: The detected CUDA version (11.8) mismatches the version that was used to compilePyTorch (12.1). "
+     "Please make sure to use the same CUDA versions."),
+    ("huggingface/transformers src/transformers/tokenization_utils_base.py get_chat_template", "other",
+     "ValueError: Cannot use chat template functions because tokenizer.chat_template is not set and no template "
+     "argument was passed! For information about writing templates and setting the tokenizer.chat_template "
+     "attribute, please see the documentation at https://huggingface.co/docs/transformers/main/en/chat_templating"),
+    ("vllm-project/vllm vllm/renderers/hf.py safe_apply_chat_template", "other",
+     "ValueError: As of transformers v4.44, default chat template is no longer allowed, so you must provide a chat "
+     "template if the tokenizer does not define one."),
+    ("ollama/ollama server/images.go PullModel", "other", "Error: pull model manifest: file does not exist"),
 ]
 
 

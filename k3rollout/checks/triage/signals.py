@@ -2262,17 +2262,14 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # A model type the installed transformers does not know (transformers src/transformers/models/auto/
     # configuration_auto.py: "The checkpoint you are trying to load has model type `X` but
     # Transformers does not recognize this architecture"): the library is older than the model, as
-    # vLLM's "Model architectures [...] are not supported" above. And jax older or newer than its
-    # jaxlib (jax/version.py _check_jaxlib_version: "jaxlib is version X, but this version of jax
-    # requires version >= Y"; jax/_src/lib/__init__.py check_jaxlib_version from jax 0.3: "jaxlib
-    # version X is newer than and incompatible with jax version Y"): the environment's packages, not
-    # the driver.
+    # vLLM's "Model architectures [...] are not supported" above. And jax newer than its jaxlib
+    # (jax/version.py _check_jaxlib_version: "jaxlib is version X, but this version of jax requires
+    # version >= Y"): the environment's packages, not the driver; the other direction, a jaxlib newer
+    # than jax, is with the package-version texts below.
     ("config", "other", 3.0, r"but Transformers does not recognize this architecture",
      "transformers does not know the model type"),
-    ("python_env", "other", 2.5,
-     r"jaxlib is version \S+, but this version of jax requires"
-     r"|jaxlib version \S+ is newer than and incompatible with jax version",
-     "jax and jaxlib versions do not match"),
+    ("python_env", "other", 2.5, r"jaxlib is version \S+, but this version of jax requires",
+     "jax newer than its jaxlib"),
     # The Python environment not installable or not matching (pip's resolver: "Could not find a
     # version that satisfies the requirement", "No matching distribution found for"; PyTorch's
     # operator registry, "operator torchvision::nms does not exist", when torchvision was built for
@@ -2424,6 +2421,123 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
      r"(Pulling|Merging|Committing|Cherry-picking|Reverting|Rebasing) is not possible because you have unmerged files"
      r"|Exiting because of an unresolved conflict",
      "git: the checkout has an unresolved merge (a half-applied update)"),
+
+    # Version pins and ABIs between the image's own packages, each refused by the package that
+    # checks it (docs/domain.md, "Triage: the decision tree", the environment texts from package
+    # and build sources): the wheels in the image, not the driver or the GPU path, 3.
+    #   jax-ml/jax jax/_src/lib/__init__.py check_jaxlib_version: RuntimeError "jaxlib version X is
+    #     newer than and incompatible with jax version Y. Please update your jax and/or jaxlib
+    #     packages." (the other direction of the "jaxlib is version X" check above)
+    #   numpy/numpy numpy/core/_multiarray_umath.py __getattr__ (NumPy 2.x): "A module that was
+    #     compiled using NumPy 1.x cannot be run in / NumPy 2.0.0 as it may crash."; and the C-API
+    #     check every extension runs at import, numpy/_core/code_generators/generate_numpy_api.py
+    #     _import_array: "module compiled against ABI version 0x%x but this version of numpy is
+    #     0x%x", "module was compiled against NumPy C-API version 0x%x (NumPy X) but the running
+    #     NumPy has C-API version 0x%x" (in NumPy 1.x: "module compiled against API version 0x%x but
+    #     this version of numpy is 0x%x", and AttributeError "_ARRAY_API not found" when the
+    #     module's NumPy 1.x header meets a NumPy 2.x)
+    #   protocolbuffers/protobuf python/message.c PyUpb_Message_CheckCalledFromGeneratedFile:
+    #     TypeError "Descriptors cannot be created directly. / If this call came from a _pb2.py file,
+    #     your generated code is out of date and must be regenerated with protoc >= 3.19.0."; and
+    #     python/google/protobuf/runtime_version.py: VersionError "Detected incompatible Protobuf
+    #     Gencode/Runtime versions when loading X" ("... mismatched ... major versions" earlier).
+    #     Its warning "Protobuf gencode version X is exactly one major version older than the runtime
+    #     version" goes on and is not taken.
+    #   huggingface/transformers src/transformers/utils/versions.py require_version: ImportError "X
+    #     is required for a normal functioning of this module, but found Y==Z.", and
+    #     PackageNotFoundError "The 'X' distribution was not found and is required by this
+    #     application." (the generic ImportError line above at 2.5 took only the first)
+    #   pytorch/audio src/torchaudio/_extension/utils.py _check_cuda_version: RuntimeError "Detected
+    #     that PyTorch and TorchAudio were compiled with different CUDA versions." (torchvision's
+    #     twin is above: the two wheels' builds, not the driver)
+    ("python_env", "other", 3.0,
+     r"jaxlib version \S+ is newer than and incompatible with jax version", "jax older than its jaxlib"),
+    ("python_env", "other", 3.0,
+     r"A module that was compiled using NumPy 1\.x cannot be run in"
+     r"|module compiled against (ABI|API) version 0x[0-9a-f]+ but this version of numpy is"
+     r"|module was compiled against NumPy C-API version 0x[0-9a-f]+ .*but the running NumPy has C-API version"
+     r"|AttributeError: _ARRAY_API not found",
+     "NumPy: an extension built against another NumPy ABI"),
+    ("python_env", "other", 3.0,
+     r"Descriptors cannot be created directly|your generated code is out of date and must be regenerated with protoc"
+     r"|Detected (incompatible|mismatched) Protobuf Gencode/Runtime",
+     "protobuf: generated code and runtime of different versions"),
+    ("python_env", "other", 3.0,
+     r"is required for a normal functioning of this module, but found"
+     r"|distribution was not found and is required by this application",
+     "transformers: a dependency at another version than it requires"),
+    ("python_env", "other", 3.0, r"PyTorch and TorchAudio were compiled with different CUDA versions",
+     "torchaudio built for another CUDA than torch"),
+
+    # The package managers' solvers finding no set of versions that satisfies the requirements (an
+    # image build or an entrypoint's install step), in their own words: the environment's, 3.
+    #   pypa/pip src/pip/_internal/resolution/resolvelib/factory.py get_installation_error:
+    #     logger.critical "Cannot install X and Y because these package versions have conflicting
+    #     dependencies.", then DistributionNotFound "ResolutionImpossible: for help visit ...". Its
+    #     warning after an install that went through ("pip's dependency resolver does not currently take
+    #     into account all the packages that are installed", commands/install.py) is not taken.
+    #   conda/conda conda/exceptions.py UnsatisfiableError: "The following specifications were found to
+    #     be incompatible with each other:" (and, over two lines, "... incompatible with a past" /
+    #     "explicit spec ..." and "... were found" / "to be incompatible with the existing python
+    #     installation in your environment:"), after conda/resolve.py's "Found conflicts! Looking for
+    #     incompatible packages." (2: it announces the search, the verdict follows). Its "... found to be
+    #     incompatible with your system" is a virtual package (__cuda: the driver's CUDA, __glibc) and is
+    #     not taken.
+    #   conda/conda-libmamba-solver conda_libmamba_solver/exceptions.py LibMambaUnsatisfiableError,
+    #     printed by its class name before the problems libmamba lists, 2.5: those may be a __cuda the
+    #     host driver does not provide, which a driver signal then outweighs.
+    #   astral-sh/uv crates/uv-resolver/src/error.rs NoSolutionHeader: "No solution found when
+    #     resolving dependencies:" (and "... resolving build dependencies", "... for split").
+    ("python_env", "other", 3.0,
+     r"because these package versions have conflicting dependencies|ResolutionImpossible: for help visit",
+     "pip: the requirements cannot be resolved together"),
+    ("python_env", "other", 3.0,
+     r"The following specifications were found to be incompatible with (each other|a past)\b"
+     r"|to be incompatible with the existing python installation in your environment",
+     "conda: the requested specifications conflict"),
+    ("python_env", "other", 2.0, r"Found conflicts! Looking for incompatible packages",
+     "conda: its solver found conflicts (the verdict follows)"),
+    ("python_env", "other", 2.5, r"LibMambaUnsatisfiableError", "conda (libmamba): the environment cannot be solved"),
+    ("python_env", "other", 3.0, r"No solution found when resolving (\S+ )?dependencies",
+     "uv: the requirements cannot be resolved together"),
+
+    # Extensions built in the image at install or run time, refused by the build's own checks: the
+    # image's compilers and toolkit, not the driver (the "CUDA version" both name is the toolkit's
+    # nvcc), 3.
+    #   The CUDA toolkit's include/crt/host_config.h, which nvcc includes in every compile: "#error --
+    #     unsupported GNU version! gcc versions later than N are not supported! The nvcc flag
+    #     '-allow-unsupported-compiler' can be used to override this version check" and "unsupported
+    #     clang version! clang version must be less than N" (a host compiler newer than the toolkit).
+    #     The same header's "#warning crt/host_config.h is an internal header file" is not taken.
+    #   pytorch/pytorch torch/utils/cpp_extension.py CUDA_MISMATCH_MESSAGE: RuntimeError "The detected
+    #     CUDA version (X) mismatches the version that was used to compile PyTorch (Y). Please make sure to
+    #     use the same CUDA versions." (the toolkit under CUDA_HOME against torch's); its
+    #     CUDA_MISMATCH_WARN, "has a minor version mismatch ... Most likely this shouldn't be a problem",
+    #     goes on and is not taken.
+    ("python_env", "other", 3.0,
+     r"unsupported GNU version! gcc versions later than \S+ are not supported"
+     r"|unsupported clang version! clang version must be less than",
+     "nvcc: the image's host compiler is newer than its CUDA toolkit supports"),
+    ("python_env", "other", 3.0,
+     r"The detected CUDA version \(\S+\) mismatches the version that was used to compile",
+     "torch cpp_extension: the CUDA toolkit differs from torch's"),
+
+    # A server given a model without a chat template and no --chat-template (huggingface/transformers
+    # src/transformers/tokenization_utils_base.py get_chat_template: ValueError "Cannot use chat template
+    # functions because tokenizer.chat_template is not set and no template argument was passed!";
+    # vllm-project/vllm vllm/renderers/hf.py safe_apply_chat_template, earlier
+    # vllm/entrypoints/chat_utils.py: "As of transformers v4.44, default chat template is no longer
+    # allowed, so you must provide a chat template if the tokenizer does not define one.", the 400 a chat
+    # request gets): the launch arguments and the model's files, 3. Ollama asking its registry for a
+    # model or tag it does not have (ollama/ollama server/images.go PullModel: "pull model manifest: %s"
+    # of os.ErrNotExist, the registry's 404, which cmd/cloud_suggest.go names pullModelNotFoundMessage):
+    # the model's name, as transformers' "not a valid model identifier", 3.
+    ("config", "other", 3.0,
+     r"Cannot use chat template functions because tokenizer\.chat_template is not set"
+     r"|default chat template is no longer allowed",
+     "no chat template for the model and none given"),
+    ("hub_access", "other", 3.0, r"pull model manifest: file does not exist",
+     "Ollama: the registry has no such model or tag"),
 
 ]
 
