@@ -59,14 +59,16 @@ beside a sweep of Kubernetes and Slurm node-side container texts, and the back-o
 and `heldout23/` while that was done (measured at 47/51 with the back-off and 42/51 by the signals
 alone, its misses were then tuned on: the typographic-quote reading and the LXC hook and device-mount,
 TensorRT and Caffe2 out-of-memory, TGI shard, Ray raylet and jaxlib signals, and the back-off is
-fitted on it). The 90% target of issue #35 is asserted on the folders never tuned on (`heldout/`,
-`heldout5/`, `heldout10/`, `heldout11/` and `heldout12/`) taken together: 189/207 = 91.3% with the
-back-off refitted with `heldout23/`. The five had reached it when the back-off was refitted with
+fitted on it), and `heldout24/` while that was done (measured once at 43/50 with the back-off and
+41/50 by the signals alone). The 90% target of issue #35 is asserted on the folders never tuned on
+(`heldout/`, `heldout5/`, `heldout10/`, `heldout11/`, `heldout12/` and `heldout24/`) taken together:
+232/257 = 90.3% (217/257 by the signals alone), with no log to spare. The five older ones alone had
+reached it when the back-off was refitted with
 `heldout15/` (187/207) and with each later tuned-on folder (188/207, 187/207, 189/207, 188/207,
 188/207, 188/207, 188/207), and fell below it each time a blind folder joined them (with `heldout16/`
 221/247, `heldout17/` 225/253, `heldout18/` 227/260, `heldout19/` 227/255, `heldout21/` 237/265),
-except `heldout20/` (234/260, with no log to spare), `heldout22/` (226/250) and `heldout23/`
-(235/258).
+except `heldout20/` (234/260, with no log to spare), `heldout22/` (226/250), `heldout23/` (235/258)
+and `heldout24/` (232/257, with no log to spare).
 """
 
 from __future__ import annotations
@@ -145,13 +147,16 @@ TWENTY_SECOND = LOGS / "heldout22"
 # collected after heldout22 was collected, by symptom searches fixed before any result was read, at
 # most three logs a search, labelled before triage ran; its misses were tuned on after
 TWENTY_THIRD = LOGS / "heldout23"
+# collected after heldout23 was collected, by symptom searches fixed before any result was read, at
+# most three logs a search, labelled before triage ran
+TWENTY_FOURTH = LOGS / "heldout24"
 FOLDS = 5
 # the held-out folders whose misses were known when signals were chosen: with the main folder,
 # what the lexical back-off is fitted on (scripts/fit_triage_backoff.py); the others measure
 # triage on logs nothing was tuned or fitted to
 TUNED_ON = [FRESH, THIRD, FOURTH, SIXTH, SEVENTH, EIGHTH, NINTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH,
             SEVENTEENTH, EIGHTEENTH, NINETEENTH, TWENTIETH, TWENTY_FIRST, TWENTY_SECOND, TWENTY_THIRD]
-NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH]
+NEVER_TUNED_ON = [HELDOUT, FIFTH, TENTH, ELEVENTH, TWELFTH, TWENTY_FOURTH]
 
 
 def table(folder: Path) -> list[dict[str, str]]:
@@ -517,6 +522,24 @@ def test_seventeenth_heldout_is_real_cited_and_new():
                                     TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH])
 
 
+def test_twenty_fourth_heldout_is_real_cited_and_new():
+    check_new_heldout(TWENTY_FOURTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
+                                      TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH,
+                                      SEVENTEENTH, EIGHTEENTH, NINETEENTH, TWENTIETH, TWENTY_FIRST, TWENTY_SECOND,
+                                      TWENTY_THIRD])
+
+
+def twenty_fourth_accuracy() -> float:
+    return folder_accuracy(TWENTY_FOURTH, "twenty-fourth held-out folder (symptom-searched, labelled before triage ran)")
+
+
+def test_twenty_fourth_heldout_accuracy_is_reported_and_does_not_regress():
+    # 43/50 = 86.0% when the folder was closed, run once on the signals and the back-off of the
+    # heldout23 round (41/50 = 82.0% by the signals alone; tests/data/logs/heldout24/README.md
+    # lists the misses). The floor (two logs below) catches a regression, it is not the target
+    assert twenty_fourth_accuracy() >= 0.82
+
+
 def test_twenty_third_heldout_is_real_cited_and_new():
     check_new_heldout(TWENTY_THIRD, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
                                      TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH,
@@ -737,18 +760,22 @@ def never_tuned_on_accuracy() -> float:
     written, left them the same way; heldout21, collected blind while heldout20's round was written,
     left them the same way; heldout22, collected blind while heldout21's round was written, left
     them the same way; heldout23, collected blind while heldout22's round was written, left them the
-    same way)."""
+    same way), and `heldout24/`, collected blind while heldout23's round was written and run once
+    after it."""
     pairs = [(cat, classify(text).category) for folder in NEVER_TUNED_ON for _, cat, text in corpus(folder)]
-    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12)")
+    acc, _ = report(pairs, "held-out folders never tuned on (heldout, heldout5, heldout10, heldout11, heldout12, "
+                    "heldout24)")
     return acc
 
 
 def test_unseen_heldout_reaches_the_90_percent_target():
-    # issue #35 asks for 90% on logs triage has never seen. On heldout, heldout5, heldout10, heldout11
-    # and heldout12 it is 189/207 = 91.3% with the lexical back-off refitted in the heldout23 round
-    # (186/207 would be 89.9%); docs/domain.md. heldout23, on this side while it was unseen, had taken
-    # the six folders to 235/258 = 91.1%, two logs above the target; heldout22 before it to 226/250 =
-    # 90.4%, one log above it; heldout21 to 237/265 = 89.4%, an expected failure.
+    # issue #35 asks for 90% on logs triage has never seen. On heldout, heldout5, heldout10, heldout11,
+    # heldout12 and heldout24 it is 232/257 = 90.3% with the lexical back-off (217/257 = 84.4% by the
+    # signals alone), with no log to spare (231/257 would be 89.9%); heldout24, collected blind during
+    # the heldout23 round and run once after it, 43/50 = 86.0%, the five others 189/207 = 91.3%;
+    # docs/domain.md. heldout23, on this side while it was unseen, had taken the six folders to
+    # 235/258 = 91.1%; heldout22 before it to 226/250 = 90.4%; heldout21 to 237/265 = 89.4%, an
+    # expected failure.
     assert never_tuned_on_accuracy() >= 0.90
 
 

@@ -197,7 +197,7 @@ def test_the_fitting_script_refuses_the_folders_never_tuned_on(tmp_path, monkeyp
     assert not set(script.TRAINING) & set(script.NEVER_TUNED)
     # it refuses before it opens anything: with the corpus moved away, the refusal still comes
     monkeypatch.setattr(script, "LOGS", tmp_path / "nowhere")
-    for folder in (*script.NEVER_TUNED, "heldout24", "../logs"):
+    for folder in (*script.NEVER_TUNED, "heldout25", "../logs"):
         with pytest.raises(script.NeverTuned):
             script.table(folder)
         with pytest.raises(script.NeverTuned):
