@@ -329,392 +329,86 @@ def folder_accuracy(folder: Path, title: str) -> float:
     return acc
 
 
-def test_third_heldout_is_real_cited_and_new():
-    check_new_heldout(THIRD, [HELDOUT, FRESH])
+# the held-out folders in the order they were collected: each is checked against those before it
+ORDER = [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH, TENTH, ELEVENTH, TWELFTH, THIRTEENTH,
+         FOURTEENTH, FIFTEENTH, SIXTEENTH, SEVENTEENTH, EIGHTEENTH, NINETEENTH, TWENTIETH, TWENTY_FIRST,
+         TWENTY_SECOND, TWENTY_THIRD, TWENTY_FOURTH]
 
 
-def test_third_heldout_accuracy_is_reported_and_does_not_regress():
+@pytest.mark.parametrize("folder", ORDER[2:], ids=lambda f: f.name)
+def test_heldout_folder_is_real_cited_and_new(folder: Path) -> None:
+    check_new_heldout(folder, ORDER[:ORDER.index(folder)])
+
+
+# Each held-out folder's floor, two logs or so below its figure: it catches a regression, it is not
+# the target (the target is asserted on the folders never tuned on, below). Above each, the
+# folder's figure when it was closed and after its misses were tuned on; each folder's README
+# lists its misses.
+FLOORS: dict[Path, float] = {
     # 32/41 = 78.0% when the folder was closed (the same before and after the Gloo/NVRM/device-node
     # signals). Its misses were then known when the Ray, Gloo address-family, bfloat16, forked-CUDA
     # and exec-format signals were chosen: 35/41 after them (36/41 after the vLLM 0.33 and NVML-text
     # signals, 37/41 after the source-harvested ones, whose undefined-symbol family was chosen knowing
     # nvidia-docker-undefined-nvmlinit-v2-driver-304.log's miss), no longer a figure for unseen logs.
     # The floor catches a regression, it is not the target
-    assert folder_accuracy(THIRD, "third held-out folder (its misses known to the last signals)") >= 0.75
-
-
-def test_fourth_heldout_is_real_cited_and_new():
-    check_new_heldout(FOURTH, [HELDOUT, FRESH, THIRD])
-
-
-def fourth_accuracy() -> float:
-    return folder_accuracy(FOURTH, "fourth held-out folder (symptom-searched after the last signals, "
-                                   "labelled before triage ran)")
-
-
-def test_fourth_heldout_accuracy_is_reported_and_does_not_regress():
+    THIRD: 0.75,
     # 24/40 = 60.0% when the folder was closed (the same with the signals of every earlier
     # commit). Its misses were then known when the ggml OOM, flash-attention, torchrun rendezvous
     # and Open MPI signals were chosen: 28/40 after them (31/40 after the source-harvested signals:
     # NCCL's socket close, and Slurm's PMIx fence timeout, looked up knowing
     # deepops-srun-two-nodes-pmix-collective-timeout.log's miss), no longer a figure for unseen logs.
     # The floor catches a regression, it is not the target
-    assert fourth_accuracy() >= 0.55
-
-
-def test_fifth_heldout_is_real_cited_and_new():
-    check_new_heldout(FIFTH, [HELDOUT, FRESH, THIRD, FOURTH])
-
-
-def fifth_accuracy() -> float:
-    return folder_accuracy(FIFTH, "fifth held-out folder (symptom-searched after the last signals, "
-                                  "labelled before triage ran)")
-
-
-def test_fifth_heldout_accuracy_is_reported_and_does_not_regress():
+    FOURTH: 0.55,
     # 37/41 = 90.2% when the folder was closed; 41 logs put a wide margin on that figure.
     # The floor catches a regression, it is not the target
-    assert fifth_accuracy() >= 0.85
-
-
-def test_sixth_heldout_is_real_cited_and_new():
-    check_new_heldout(SIXTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH])
-
-
-def sixth_accuracy() -> float:
-    return folder_accuracy(SIXTH, "sixth held-out folder (symptom-searched after the vLLM 0.33 signals, "
-                                  "labelled before triage ran)")
-
-
-def test_sixth_heldout_accuracy_is_reported_and_does_not_regress():
+    FIFTH: 0.85,
     # 36/51 = 70.6% when the folder was closed, run once on the signals it was collected after.
     # Its misses were then known when the level-parser fix and the container toolkit, crun,
     # Docker --gpus, CUDA unknown error, driver build, NCCL internal error, Gloo, c10d store and
     # Ray Redis signals were chosen: 48/51 after them, no longer a figure for unseen logs.
     # The floor catches a regression, it is not the target
-    assert sixth_accuracy() >= 0.90
-
-
-def test_seventh_heldout_is_real_cited_and_new():
-    check_new_heldout(SEVENTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH])
-
-
-def seventh_accuracy() -> float:
-    return folder_accuracy(SEVENTH, "seventh held-out folder (its misses known to the last signals)")
-
-
-def test_seventh_heldout_accuracy_is_reported_and_does_not_regress():
+    SIXTH: 0.9,
     # 34/42 = 81.0% when the folder was closed, run once on the signals it was collected after
     # (33/42 with the signals before them). Its eight misses were then known when the cudarc,
     # crun, CDI-name, DKMS-trigger, nvidia-docker 1.0, CUDA initialization-error, bare-KeyError and
     # Ray node-info signals were chosen: 42/42 after them, no longer a figure for unseen logs.
     # The floor (two logs below) catches a regression, it is not the target
-    assert seventh_accuracy() >= 0.95
-
-
-def test_eighth_heldout_is_real_cited_and_new():
-    check_new_heldout(EIGHTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH])
-
-
-def eighth_accuracy() -> float:
-    return folder_accuracy(EIGHTH, "eighth held-out folder (its misses known to the last signals)")
-
-
-def test_eighth_heldout_accuracy_is_reported_and_does_not_regress():
+    SEVENTH: 0.95,
     # 35/54 = 64.8% when the folder was closed, run once on the signals it was collected after.
     # Its nineteen misses were then known when the device-plugin resource-manager, CUDA error 46
     # and 209, ggml OOM, vLLM no-parameter, cudarc symbol, LXD device, Gloo connect and raylet
     # signals were chosen, with the reading of wrapped lines, nested quotes, package listings and
     # echoed arguments: 51/54 after them, no longer a figure for unseen logs.
     # The floor (two logs below) catches a regression, it is not the target
-    assert eighth_accuracy() >= 0.90
-
-
-def test_ninth_heldout_is_real_cited_and_new():
-    check_new_heldout(NINTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH])
-
-
-def ninth_accuracy() -> float:
-    return folder_accuracy(NINTH, "ninth held-out folder (its misses known to the last signals)")
-
-
-def test_ninth_heldout_accuracy_is_reported_and_does_not_regress():
+    EIGHTH: 0.9,
     # 34/51 = 66.7% when the folder was closed, run once on the signals it was collected after
     # (tests/data/logs/heldout9/README.md lists the seventeen misses). They were then known when
     # the docker-compose GPU reservation, LXC mount-hook, cuInit CUDA_ERROR_UNKNOWN, slurmd MIG,
     # TensorFlow libcuda, Ray driver-node, invalid-device-ordinal and etcd rendezvous-store signals
     # were chosen: 45/51 after them, no longer a figure for unseen logs.
     # The floor (two logs below) catches a regression, it is not the target
-    assert ninth_accuracy() >= 0.84
-
-
-def test_tenth_heldout_is_real_cited_and_new():
-    check_new_heldout(TENTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH])
-
-
-def tenth_accuracy() -> float:
-    return folder_accuracy(TENTH, "tenth held-out folder (symptom-searched after the heldout9 signals, "
-                                  "labelled before triage ran)")
-
-
-def test_tenth_heldout_accuracy_is_reported_and_does_not_regress():
+    NINTH: 0.84,
     # 28/44 = 63.6% when the folder was closed, run once on the signals it was collected after
     # (tests/data/logs/heldout10/README.md lists the sixteen misses).
     # The floor (two logs below) catches a regression, it is not the target
-    assert tenth_accuracy() >= 0.59
-
-
-def test_eleventh_heldout_is_real_cited_and_new():
-    check_new_heldout(ELEVENTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
-                                 TENTH])
-
-
-def eleventh_accuracy() -> float:
-    return folder_accuracy(ELEVENTH, "eleventh held-out folder (symptom-searched, labelled before triage ran)")
-
-
-def test_eleventh_heldout_accuracy_is_reported_and_does_not_regress():
+    TENTH: 0.59,
     # 36/41 = 87.8% when the folder was closed, run once on the signals swept from the tools' own
     # sources (tests/data/logs/heldout11/README.md lists the five misses); 34/41 with the signals
     # before that sweep. The floor (two logs below) catches a regression, it is not the target
-    assert eleventh_accuracy() >= 0.82
-
-
-def test_twelfth_heldout_is_real_cited_and_new():
-    check_new_heldout(TWELFTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
-                                TENTH, ELEVENTH])
-
-
-def twelfth_accuracy() -> float:
-    return folder_accuracy(TWELFTH, "twelfth held-out folder (symptom-searched, labelled before triage ran)")
-
-
-def test_twelfth_heldout_accuracy_is_reported_and_does_not_regress():
+    ELEVENTH: 0.82,
     # 42/51 = 82.4% when the folder was closed, run once on the signals of the second sweep of the
     # tools' own strings (also 42/51 on the first sweep's, 40/51 before either;
     # tests/data/logs/heldout12/README.md lists the nine misses).
     # The floor (two logs below) catches a regression, it is not the target
-    assert twelfth_accuracy() >= 0.78
-
-
-def test_thirteenth_heldout_is_real_cited_and_new():
-    check_new_heldout(THIRTEENTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
-                                   TENTH, ELEVENTH, TWELFTH])
-
-
-def test_fourteenth_heldout_is_real_cited_and_new():
-    check_new_heldout(FOURTEENTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
-                                   TENTH, ELEVENTH, TWELFTH, THIRTEENTH])
-
-
-def test_fifteenth_heldout_is_real_cited_and_new():
-    check_new_heldout(FIFTEENTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
-                                  TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH])
-
-
-def test_sixteenth_heldout_is_real_cited_and_new():
-    check_new_heldout(SIXTEENTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
-                                  TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH, FIFTEENTH])
-
-
-def test_seventeenth_heldout_is_real_cited_and_new():
-    check_new_heldout(SEVENTEENTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
-                                    TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH])
-
-
-def test_twenty_fourth_heldout_is_real_cited_and_new():
-    check_new_heldout(TWENTY_FOURTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
-                                      TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH,
-                                      SEVENTEENTH, EIGHTEENTH, NINETEENTH, TWENTIETH, TWENTY_FIRST, TWENTY_SECOND,
-                                      TWENTY_THIRD])
-
-
-def twenty_fourth_accuracy() -> float:
-    return folder_accuracy(TWENTY_FOURTH, "twenty-fourth held-out folder (symptom-searched, labelled before triage ran)")
-
-
-def test_twenty_fourth_heldout_accuracy_is_reported_and_does_not_regress():
-    # 43/50 = 86.0% when the folder was closed, run once on the signals and the back-off of the
-    # heldout23 round (41/50 = 82.0% by the signals alone; tests/data/logs/heldout24/README.md
-    # lists the misses). The floor (two logs below) catches a regression, it is not the target
-    assert twenty_fourth_accuracy() >= 0.82
-
-
-def test_twenty_third_heldout_is_real_cited_and_new():
-    check_new_heldout(TWENTY_THIRD, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
-                                     TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH,
-                                     SEVENTEENTH, EIGHTEENTH, NINETEENTH, TWENTIETH, TWENTY_FIRST, TWENTY_SECOND])
-
-
-def twenty_third_accuracy() -> float:
-    return folder_accuracy(TWENTY_THIRD, "twenty-third held-out folder (symptom-searched, labelled before triage ran)")
-
-
-def test_twenty_third_heldout_accuracy_is_reported_and_does_not_regress():
-    # 47/51 = 92.2% when the folder was closed, run once on the signals and the back-off of the
-    # heldout22 round (42/51 = 82.4% by the signals alone; tests/data/logs/heldout23/README.md
-    # lists the misses). Its misses were then tuned on (the typographic-quote reading and the LXC
-    # hook and device-mount, TensorRT and Caffe2 out-of-memory, TGI shard, Ray raylet and jaxlib
-    # signals, and the back-off refitted with it): 50/51 by the signals alone and 50/51 with the
-    # back-off after them, no longer a figure for unseen logs. The floor (two logs below) catches a
-    # regression, it is not the target
-    assert twenty_third_accuracy() >= 0.94
-
-
-def test_twenty_second_heldout_is_real_cited_and_new():
-    check_new_heldout(TWENTY_SECOND, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
-                                      TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH,
-                                      SEVENTEENTH, EIGHTEENTH, NINETEENTH, TWENTIETH, TWENTY_FIRST])
-
-
-def twenty_second_accuracy() -> float:
-    return folder_accuracy(TWENTY_SECOND, "twenty-second held-out folder (symptom-searched, labelled before triage ran)")
-
-
-def test_twenty_second_heldout_accuracy_is_reported_and_does_not_regress():
-    # 38/43 = 88.4% when the folder was closed, run once on the signals and the back-off of the
-    # heldout21 round (33/43 = 76.7% by the signals alone; tests/data/logs/heldout22/README.md
-    # lists the misses). Its misses were then tuned on (the dockershim handler, TurboMind
-    # out-of-memory, TensorRT-LLM engine, XLA clique and git signals, and the back-off refitted with
-    # it): 40/43 by the signals alone and 41/43 with the back-off after them, no longer a figure for
-    # unseen logs. The floor (two logs below) catches a regression, it is not the target
-    assert twenty_second_accuracy() >= 0.90
-
-
-def test_twenty_first_heldout_is_real_cited_and_new():
-    check_new_heldout(TWENTY_FIRST, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
-                                     TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH,
-                                     SEVENTEENTH, EIGHTEENTH, NINETEENTH, TWENTIETH])
-
-
-def twenty_first_accuracy() -> float:
-    return folder_accuracy(TWENTY_FIRST, "twenty-first held-out folder (symptom-searched, labelled before triage ran)")
-
-
-def test_twenty_first_heldout_accuracy_is_reported_and_does_not_regress():
-    # 49/58 = 84.5% when the folder was closed, run once on the signals and the back-off of the
-    # heldout20 round (47/58 = 81.0% by the signals alone; tests/data/logs/heldout21/README.md
-    # lists the misses). Its misses were then tuned on (the TGI warmup, bitsandbytes cuBLASLt and
-    # Warp stub-libcuda signals, and the back-off refitted with it): 50/58 by the signals alone and
-    # 54/58 with the back-off after them, no longer a figure for unseen logs. The floor (two logs
-    # below) catches a regression, it is not the target
-    assert twenty_first_accuracy() >= 0.89
-
-
-def test_twentieth_heldout_is_real_cited_and_new():
-    check_new_heldout(TWENTIETH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
-                                  TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH,
-                                  SEVENTEENTH, EIGHTEENTH, NINETEENTH])
-
-
-def twentieth_accuracy() -> float:
-    return folder_accuracy(TWENTIETH, "twentieth held-out folder (symptom-searched, labelled before triage ran)")
-
-
-def test_twentieth_heldout_accuracy_is_reported_and_does_not_regress():
-    # 45/53 = 84.9% when the folder was closed, run once on the signals and the back-off of the
-    # heldout19 round (38/53 = 71.7% by the signals alone; tests/data/logs/heldout20/README.md
-    # lists the misses). Its misses were then tuned on (the kernel driver's refusal of a GPU it does
-    # not drive, DCGM's host engine failing NVML and TGI's max_new_tokens limit signals, and the
-    # back-off refitted with it): 40/53 by the signals alone and 49/53 with the back-off after them,
-    # no longer a figure for unseen logs. The floor (two logs below) catches a regression, it is not
-    # the target
-    assert twentieth_accuracy() >= 0.88
-
-
-def test_nineteenth_heldout_is_real_cited_and_new():
-    check_new_heldout(NINETEENTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
-                                   TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH,
-                                   SEVENTEENTH, EIGHTEENTH])
-
-
-def nineteenth_accuracy() -> float:
-    return folder_accuracy(NINETEENTH, "nineteenth held-out folder (symptom-searched, labelled before triage ran)")
-
-
-def test_nineteenth_heldout_accuracy_is_reported_and_does_not_regress():
-    # 40/48 = 83.3% when the folder was closed, run once on the signals and the back-off of the
-    # heldout18 round (36/48 = 75.0% by the signals alone; tests/data/logs/heldout19/README.md
-    # lists the misses). Its misses were then tuned on (the cut TensorFlow DSO mismatch, XLA's older
-    # "Resource exhausted" status and candle-vllm KV-head division signals, and the back-off refitted
-    # with it): 40/48 by the signals alone and 46/48 with the back-off after them (45/48 with the
-    # back-off refitted in the heldout21 round, 46/48 again with the one refitted in the heldout22
-    # round), no longer a figure for unseen logs. The floor (two logs below) catches a regression, it
-    # is not the target
-    assert nineteenth_accuracy() >= 0.91
-
-
-def test_eighteenth_heldout_is_real_cited_and_new():
-    check_new_heldout(EIGHTEENTH, [HELDOUT, FRESH, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH,
-                                   TENTH, ELEVENTH, TWELFTH, THIRTEENTH, FOURTEENTH, FIFTEENTH, SIXTEENTH,
-                                   SEVENTEENTH])
-
-
-def eighteenth_accuracy() -> float:
-    return folder_accuracy(EIGHTEENTH, "eighteenth held-out folder (symptom-searched, labelled before triage ran)")
-
-
-def test_eighteenth_heldout_accuracy_is_reported_and_does_not_regress():
-    # 39/53 = 73.6% when the folder was closed, run once on the signals and the back-off of the
-    # heldout17 round (35/53 = 66.0% by the signals alone; tests/data/logs/heldout18/README.md
-    # lists the misses). Its misses were then tuned on (the CTranslate2, PyTorch cudaMallocAsync
-    # (ComfyUI), Whisperer, TGI shard-size and Unsloth torch-version signals, and the back-off
-    # refitted with it): 41/53 by the signals alone and 47/53 with the back-off after them (48/53
-    # with the back-off refitted in the heldout23 round), no longer a figure for unseen logs. The
-    # floor (two logs below) catches a regression, it is not the target
-    assert eighteenth_accuracy() >= 0.84
-
-
-def seventeenth_accuracy() -> float:
-    return folder_accuracy(SEVENTEENTH, "seventeenth held-out folder (symptom-searched, labelled before triage ran)")
-
-
-def test_seventeenth_heldout_accuracy_is_reported_and_does_not_regress():
-    # 38/46 = 82.6% when the folder was closed, run once on the signals and the back-off of the
-    # heldout16 round (36/46 = 78.3% by the signals alone; tests/data/logs/heldout17/README.md
-    # lists the misses). Its misses were then tuned on (the cuda-python libcuda dlopen, sinfo's cut
-    # GPU-count reason, SGLang sm75, llama-cpp-python CPU-build and ONNX Runtime provider-library
-    # signals, and the back-off refitted with it): 39/46 by the signals alone and 43/46 with the
-    # back-off after them, no longer a figure for unseen logs (40/46 by the signals alone since the
-    # heldout18 round's ExLlamaV2 signal). The floor (two logs below) catches a regression, it is not
-    # the target
-    assert seventeenth_accuracy() >= 0.89
-
-
-def sixteenth_accuracy() -> float:
-    return folder_accuracy(SIXTEENTH, "sixteenth held-out folder (symptom-searched, labelled before triage ran)")
-
-
-def test_sixteenth_heldout_accuracy_is_reported_and_does_not_regress():
-    # 34/40 = 85.0% when the folder was closed, run once on the signals and the back-off of the
-    # heldout15 round (30/40 = 75.0% by the signals alone; tests/data/logs/heldout16/README.md
-    # lists the misses). Its misses were then tuned on (the CUDAnative.jl/CUDA.jl, accelerate
-    # device-map, JAX CUDA-library and TensorRT-LLM architecture signals, and the back-off refitted
-    # with it): 34/40 by the signals alone and 39/40 with the back-off after them, no longer a
-    # figure for unseen logs. The floor (two logs below) catches a regression, it is not the target
-    assert sixteenth_accuracy() >= 0.92
-
-
-def fifteenth_accuracy() -> float:
-    return folder_accuracy(FIFTEENTH, "fifteenth held-out folder (symptom-searched, labelled before triage ran)")
-
-
-def test_fifteenth_heldout_accuracy_is_reported_and_does_not_regress():
-    # 47/52 = 90.4% when the folder was closed, run once on the signals and the back-off of the
-    # heldout14 round, the same by the signals alone (tests/data/logs/heldout15/README.md lists the
-    # misses). Its misses were then tuned on (the nvidia-container-cli NVML mismatch reading, RPM
-    # Fusion's nouveau fallback, Ollama's runner exit, Triton's fp8e4nv assertion and NCCL's
-    # allocation family, and the back-off refitted with it): 52/52 by the signals alone and 52/52
-    # with the back-off after them, no longer a figure for unseen logs.
+    TWELFTH: 0.78,
+    # 39/60 = 65.0% when the folder was closed, run once on the signals of "Triage: transformers
+    # missing flash-attn or accelerate" (tests/data/logs/heldout13/README.md lists the 21 misses);
+    # 47/60 = 78.3% with the lexical back-off, fitted without it and run on it once when frozen.
+    # Its misses were then tuned on (the NGC entrypoint, PTX-version, DKMS, enroot, Apptainer,
+    # TensorRT OOM, FP8/FP4 and peer-access signals, and the back-off refitted with it): 54/60 by
+    # the signals alone and 59/60 with the back-off after them, no longer a figure for unseen logs.
     # The floor (two logs below) catches a regression, it is not the target
-    assert fifteenth_accuracy() >= 0.86
-
-
-def fourteenth_accuracy() -> float:
-    return folder_accuracy(FOURTEENTH, "fourteenth held-out folder (symptom-searched, labelled before triage ran)")
-
-
-def test_fourteenth_heldout_accuracy_is_reported_and_does_not_regress():
+    THIRTEENTH: 0.75,
     # 41/54 = 75.9% when the folder was closed, run once on the signals and the back-off of the
     # heldout13 round (39/54 = 72.2% by the signals alone; tests/data/logs/heldout14/README.md
     # lists the misses). Its misses were then tuned on (the CUDA error 200, dnf kernel-headers,
@@ -723,22 +417,88 @@ def test_fourteenth_heldout_accuracy_is_reported_and_does_not_regress():
     # back-off after them, no longer a figure for unseen logs (48/54 by the signals alone since the
     # heldout18 round's ggml compute-buffer signal).
     # The floor (two logs below) catches a regression, it is not the target
-    assert fourteenth_accuracy() >= 0.72
-
-
-def thirteenth_accuracy() -> float:
-    return folder_accuracy(THIRTEENTH, "thirteenth held-out folder (symptom-searched, labelled before triage ran)")
-
-
-def test_thirteenth_heldout_accuracy_is_reported_and_does_not_regress():
-    # 39/60 = 65.0% when the folder was closed, run once on the signals of "Triage: transformers
-    # missing flash-attn or accelerate" (tests/data/logs/heldout13/README.md lists the 21 misses);
-    # 47/60 = 78.3% with the lexical back-off, fitted without it and run on it once when frozen.
-    # Its misses were then tuned on (the NGC entrypoint, PTX-version, DKMS, enroot, Apptainer,
-    # TensorRT OOM, FP8/FP4 and peer-access signals, and the back-off refitted with it): 54/60 by
-    # the signals alone and 59/60 with the back-off after them, no longer a figure for unseen logs.
+    FOURTEENTH: 0.72,
+    # 47/52 = 90.4% when the folder was closed, run once on the signals and the back-off of the
+    # heldout14 round, the same by the signals alone (tests/data/logs/heldout15/README.md lists the
+    # misses). Its misses were then tuned on (the nvidia-container-cli NVML mismatch reading, RPM
+    # Fusion's nouveau fallback, Ollama's runner exit, Triton's fp8e4nv assertion and NCCL's
+    # allocation family, and the back-off refitted with it): 52/52 by the signals alone and 52/52
+    # with the back-off after them, no longer a figure for unseen logs.
     # The floor (two logs below) catches a regression, it is not the target
-    assert thirteenth_accuracy() >= 0.75
+    FIFTEENTH: 0.86,
+    # 34/40 = 85.0% when the folder was closed, run once on the signals and the back-off of the
+    # heldout15 round (30/40 = 75.0% by the signals alone; tests/data/logs/heldout16/README.md
+    # lists the misses). Its misses were then tuned on (the CUDAnative.jl/CUDA.jl, accelerate
+    # device-map, JAX CUDA-library and TensorRT-LLM architecture signals, and the back-off refitted
+    # with it): 34/40 by the signals alone and 39/40 with the back-off after them, no longer a
+    # figure for unseen logs. The floor (two logs below) catches a regression, it is not the target
+    SIXTEENTH: 0.92,
+    # 38/46 = 82.6% when the folder was closed, run once on the signals and the back-off of the
+    # heldout16 round (36/46 = 78.3% by the signals alone; tests/data/logs/heldout17/README.md
+    # lists the misses). Its misses were then tuned on (the cuda-python libcuda dlopen, sinfo's cut
+    # GPU-count reason, SGLang sm75, llama-cpp-python CPU-build and ONNX Runtime provider-library
+    # signals, and the back-off refitted with it): 39/46 by the signals alone and 43/46 with the
+    # back-off after them, no longer a figure for unseen logs (40/46 by the signals alone since the
+    # heldout18 round's ExLlamaV2 signal). The floor (two logs below) catches a regression, it is not
+    # the target
+    SEVENTEENTH: 0.89,
+    # 39/53 = 73.6% when the folder was closed, run once on the signals and the back-off of the
+    # heldout17 round (35/53 = 66.0% by the signals alone; tests/data/logs/heldout18/README.md
+    # lists the misses). Its misses were then tuned on (the CTranslate2, PyTorch cudaMallocAsync
+    # (ComfyUI), Whisperer, TGI shard-size and Unsloth torch-version signals, and the back-off
+    # refitted with it): 41/53 by the signals alone and 47/53 with the back-off after them (48/53
+    # with the back-off refitted in the heldout23 round), no longer a figure for unseen logs. The
+    # floor (two logs below) catches a regression, it is not the target
+    EIGHTEENTH: 0.84,
+    # 40/48 = 83.3% when the folder was closed, run once on the signals and the back-off of the
+    # heldout18 round (36/48 = 75.0% by the signals alone; tests/data/logs/heldout19/README.md
+    # lists the misses). Its misses were then tuned on (the cut TensorFlow DSO mismatch, XLA's older
+    # "Resource exhausted" status and candle-vllm KV-head division signals, and the back-off refitted
+    # with it): 40/48 by the signals alone and 46/48 with the back-off after them (45/48 with the
+    # back-off refitted in the heldout21 round, 46/48 again with the one refitted in the heldout22
+    # round), no longer a figure for unseen logs. The floor (two logs below) catches a regression, it
+    # is not the target
+    NINETEENTH: 0.91,
+    # 45/53 = 84.9% when the folder was closed, run once on the signals and the back-off of the
+    # heldout19 round (38/53 = 71.7% by the signals alone; tests/data/logs/heldout20/README.md
+    # lists the misses). Its misses were then tuned on (the kernel driver's refusal of a GPU it does
+    # not drive, DCGM's host engine failing NVML and TGI's max_new_tokens limit signals, and the
+    # back-off refitted with it): 40/53 by the signals alone and 49/53 with the back-off after them,
+    # no longer a figure for unseen logs. The floor (two logs below) catches a regression, it is not
+    # the target
+    TWENTIETH: 0.88,
+    # 49/58 = 84.5% when the folder was closed, run once on the signals and the back-off of the
+    # heldout20 round (47/58 = 81.0% by the signals alone; tests/data/logs/heldout21/README.md
+    # lists the misses). Its misses were then tuned on (the TGI warmup, bitsandbytes cuBLASLt and
+    # Warp stub-libcuda signals, and the back-off refitted with it): 50/58 by the signals alone and
+    # 54/58 with the back-off after them, no longer a figure for unseen logs. The floor (two logs
+    # below) catches a regression, it is not the target
+    TWENTY_FIRST: 0.89,
+    # 38/43 = 88.4% when the folder was closed, run once on the signals and the back-off of the
+    # heldout21 round (33/43 = 76.7% by the signals alone; tests/data/logs/heldout22/README.md
+    # lists the misses). Its misses were then tuned on (the dockershim handler, TurboMind
+    # out-of-memory, TensorRT-LLM engine, XLA clique and git signals, and the back-off refitted with
+    # it): 40/43 by the signals alone and 41/43 with the back-off after them, no longer a figure for
+    # unseen logs. The floor (two logs below) catches a regression, it is not the target
+    TWENTY_SECOND: 0.9,
+    # 47/51 = 92.2% when the folder was closed, run once on the signals and the back-off of the
+    # heldout22 round (42/51 = 82.4% by the signals alone; tests/data/logs/heldout23/README.md
+    # lists the misses). Its misses were then tuned on (the typographic-quote reading and the LXC
+    # hook and device-mount, TensorRT and Caffe2 out-of-memory, TGI shard, Ray raylet and jaxlib
+    # signals, and the back-off refitted with it): 50/51 by the signals alone and 50/51 with the
+    # back-off after them, no longer a figure for unseen logs. The floor (two logs below) catches a
+    # regression, it is not the target
+    TWENTY_THIRD: 0.94,
+    # 43/50 = 86.0% when the folder was closed, run once on the signals and the back-off of the
+    # heldout23 round (41/50 = 82.0% by the signals alone; tests/data/logs/heldout24/README.md
+    # lists the misses). The floor (two logs below) catches a regression, it is not the target
+    TWENTY_FOURTH: 0.82,
+}
+
+
+@pytest.mark.parametrize("folder", list(FLOORS), ids=lambda f: f.name)
+def test_heldout_folder_accuracy_is_reported_and_does_not_regress(folder: Path) -> None:
+    assert folder_accuracy(folder, f"held-out folder {folder.name}") >= FLOORS[folder]
 
 
 def never_tuned_on_accuracy() -> float:
