@@ -188,14 +188,21 @@ def test_observe_runs_while_another_rollout_holds_the_lock_but_not_during_its_ow
 
 def test_observe_stops_cleanly_on_sigterm_and_the_journal_stays_whole(tmp_path):
     run_dir = _rollout(tmp_path, {"gpu-01": {}})
-    env = {**os.environ, "K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks")}
+    # PYTHONFAULTHANDLER: a process that hangs after the signal is sent SIGABRT below, and prints
+    # where each of its threads is
+    env = {**os.environ, "K3ROLLOUT_LOCK_DIR": str(tmp_path / "locks"), "PYTHONFAULTHANDLER": "1"}
     p = subprocess.Popen([sys.executable, "-m", "k3rollout", "observe", str(run_dir), "--every", "1s", "--for", "1h"],
                          cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.time() + 600              # a hang guard: it waits for the two observations
     while time.time() < deadline and len(_observations(run_dir)) < 2:
         time.sleep(0.05)
     p.send_signal(signal.SIGTERM)
-    out, err = p.communicate(timeout=600)
+    try:
+        out, err = p.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGABRT)
+        out, err = p.communicate(timeout=60)
+        pytest.fail("observe did not stop within 600 s of SIGTERM; its threads:\n" + err.decode()[-12000:])
     assert p.returncode == 0, err.decode()[-800:]
     assert b"observation stopped" in err
     obs = _observations(run_dir)
