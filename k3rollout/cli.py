@@ -17,7 +17,10 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
+import time
 import traceback
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -996,6 +999,8 @@ def _main(args: argparse.Namespace, clock: Clock) -> int:
         _STOPPING[0] = False
         signal.signal(signal.SIGTERM, _terminate)
         signal.signal(signal.SIGINT, _terminate)
+        _UNRAISABLE[0] = sys.unraisablehook
+        sys.unraisablehook = _stop_was_swallowed
     if args.verb in ("run", "demo", "resume", "rollback"):
         # a closed terminal (its hangup) leaves the run going: the live view falls silent,
         # `watch` shows it from anywhere, Ctrl-C or SIGTERM stop it
@@ -1025,6 +1030,9 @@ def _main(args: argparse.Namespace, clock: Clock) -> int:
         return EXIT_SIGPIPE
     except Exception as exc:  # noqa: BLE001 - the one place an internal error becomes exit 70
         return _internal_error(exc)
+    finally:
+        if _UNRAISABLE[0] is not None:
+            sys.unraisablehook, _UNRAISABLE[0] = _UNRAISABLE[0], None
 
 
 def _root_cause(exc: BaseException) -> tuple[BaseException, OSError | None]:
@@ -1102,6 +1110,8 @@ def _internal_error(exc: Exception) -> int:
 
 
 _STOPPING = [False]
+# the hook _main replaced with _stop_was_swallowed, put back when the command ends
+_UNRAISABLE: list[Callable[[Any], object] | None] = [None]
 
 
 def _silence_stdout() -> None:
@@ -1112,6 +1122,29 @@ def _silence_stdout() -> None:
         os.close(devnull)
     except (OSError, ValueError):
         pass
+
+
+def _stop_was_swallowed(unraisable: Any) -> None:
+    """sys.unraisablehook while a stop handler is installed. Python runs a signal handler between
+    any two bytecodes of the main thread, also inside a garbage-collection callback (a weakref's,
+    a ``__del__``); an exception raised there is handed to this hook and dropped, and the stop's
+    KeyboardInterrupt with it: `observe` went on with its passes after SIGTERM. That one is sent
+    again to the main thread, from another thread, so that it lands once the callback has
+    returned (one that lands in a callback again comes back here); anything else goes to the hook
+    this one replaced."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _STOPPING[0]:
+        _STOPPING[0] = False
+        main = threading.main_thread().ident
+        assert main is not None
+
+        def again() -> None:
+            time.sleep(0.05)        # a signal raised now would run its handler inside this hook
+            signal.pthread_kill(main, signal.SIGTERM)
+
+        threading.Thread(target=again, name="k3rollout-stop", daemon=True).start()
+        return
+    previous = _UNRAISABLE[0] or sys.__unraisablehook__
+    previous(unraisable)
 
 
 def _terminate(signum: int, frame: object) -> None:
