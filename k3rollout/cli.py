@@ -991,21 +991,23 @@ PRIVATE_UMASK = 0o077
 
 
 def _main(args: argparse.Namespace, clock: Clock) -> int:
-    if args.verb in ("run", "demo", "resume", "rollback", "observe"):
-        # SIGTERM (a closed window, a killed tmux) unwinds like Ctrl-C: the lock is released
-        # and the reports are written; the journal already holds everything done so far.
-        # Only the first signal unwinds: later ones (a second Ctrl-C, TERM then TERM) must not
-        # cut short the wait for steps in flight, or the journal would be closed under them
-        _STOPPING[0] = False
-        signal.signal(signal.SIGTERM, _terminate)
-        signal.signal(signal.SIGINT, _terminate)
-        _UNRAISABLE[0] = sys.unraisablehook
-        sys.unraisablehook = _stop_was_swallowed
-    if args.verb in ("run", "demo", "resume", "rollback"):
-        # a closed terminal (its hangup) leaves the run going: the live view falls silent,
-        # `watch` shows it from anywhere, Ctrl-C or SIGTERM stop it
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
+        # the handlers are installed inside the try: a signal that comes just after them is
+        # taken by its KeyboardInterrupt branch below, not left to escape the command
+        if args.verb in ("run", "demo", "resume", "rollback", "observe"):
+            # SIGTERM (a closed window, a killed tmux) unwinds like Ctrl-C: the lock is released
+            # and the reports are written; the journal already holds everything done so far.
+            # Only the first signal unwinds: later ones (a second Ctrl-C, TERM then TERM) must not
+            # cut short the wait for steps in flight, or the journal would be closed under them
+            _STOPPING[0] = False
+            _UNRAISABLE[0] = sys.unraisablehook
+            sys.unraisablehook = _stop_was_swallowed
+            signal.signal(signal.SIGTERM, _terminate)
+            signal.signal(signal.SIGINT, _terminate)
+        if args.verb in ("run", "demo", "resume", "rollback"):
+            # a closed terminal (its hangup) leaves the run going: the live view falls silent,
+            # `watch` shows it from anywhere, Ctrl-C or SIGTERM stop it
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
         code: int = args.fn(args, clock)
         return code
     except K3RolloutError as exc:
@@ -1016,13 +1018,18 @@ def _main(args: argparse.Namespace, clock: Clock) -> int:
         print(f"k3rollout: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("k3rollout: interrupted; continue with `k3rollout resume RUN_DIR`", file=sys.stderr)
+        if args.verb == "observe":
+            # stopped outside its passes (cmd_observe takes a stop during them): there is nothing
+            # to resume, and a stopped observation is not a failure
+            print("k3rollout: observation stopped; the passes so far are in the journal", file=sys.stderr)
+        else:
+            print("k3rollout: interrupted; continue with `k3rollout resume RUN_DIR`", file=sys.stderr)
         # the run is unwound and recorded: a later signal has nothing left to wait for, and
         # must not kill the interpreter while it tears its modules down (the handlers are
         # reset to the default there; one set to ignore stays ignored)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        return EXIT_HALTED
+        return EXIT_OK if args.verb == "observe" else EXIT_HALTED
     except BrokenPipeError:
         # the reader went away (`k3rollout plan ... | head -3`): stop quietly, as a shell tool
         # killed by SIGPIPE does (128 + 13), instead of an internal error

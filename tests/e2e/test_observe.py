@@ -213,6 +213,30 @@ def test_observe_stops_cleanly_on_sigterm_and_the_journal_stays_whole(tmp_path):
     assert main(["observe", str(run_dir), "--once"]) == 0    # so the next observe may start
 
 
+def test_observe_stopped_outside_its_passes_says_so_and_exits_0(tmp_path, capsys, monkeypatch):
+    # a stop that lands before the first pass (while the observer is set up) is taken by the CLI's
+    # own KeyboardInterrupt branch: it says the observation stopped, not "continue with resume"
+    from k3rollout.engine import observe
+
+    run_dir = _rollout(tmp_path, {"gpu-01": {}})
+    before = len(journal(run_dir))
+    capsys.readouterr()
+
+    def stopped(*_a: object, **_k: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(observe, "Observer", stopped)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        assert main(["observe", str(run_dir), "--once"]) == 0
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
+    err = capsys.readouterr().err
+    assert "observation stopped" in err and "resume" not in err, err
+    assert len(journal(run_dir)) == before
+
+
 def test_playbook_rules_decide_and_a_bad_rule_is_refused_with_its_line(tmp_path, capsys):
     run_dir = _rollout(tmp_path, {"gpu-01": {}},
                        observe={"keep_when": ["obs.passes >= 3"], "rollback_when": ["obs.restarts | length > 0"]})
