@@ -971,14 +971,19 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     ("gpu_visibility", "container_runtime", 3.0, r"unknown error initializing cuda driver library",
      "Ollama: cuInit failed with CUDA error 999 (device nodes or cgroup)"),
     # The GPU Operator's validator (NVIDIA/gpu-operator cmd/nvidia-validator/main.go validateComponent:
-    # "error validating driver installation: %w", "error validating toolkit installation: %w";
-    # Plugin.validateGPUResource: "GPU resources are not discovered by the node"): the node's driver,
-    # container toolkit or device plugin does not work, the operands wait on it, 3. Its validation of
-    # nvidia-peermem, MOFED or GDRCopy ("error validating nvidia-peermem driver installation") is the
-    # RDMA stack's and is not taken.
+    # "error validating driver installation: %w", "error validating toolkit installation: %w",
+    # "error validating cuda workload: %w" (the CUDA sample pod that does not run), "error validating
+    # plugin installation: %w"; Plugin.validateGPUResource: "GPU resources are not discovered by the
+    # node", "unable to find any allocatable GPU resource"): the node's driver, container toolkit or
+    # device plugin does not work, the operands wait on it, 3. Its main prints the error with logrus'
+    # Printf ("Error: %v"), at INFO: where that key is kept the line's level damps it to context
+    # (docs/domain.md, "How a line's level is read"). Its validation of nvidia-peermem, MOFED or
+    # GDRCopy ("error validating nvidia-peermem driver installation") is the RDMA stack's and is not
+    # taken.
     ("device_plugin", "container_runtime", 3.0,
-     r"error validating (driver|toolkit) installation|GPU resources are not discovered by the node",
-     "GPU Operator validator: the node's driver, toolkit or GPU resources not ready"),
+     r"error validating (driver|toolkit|plugin) installation|error validating cuda workload"
+     r"|GPU resources are not discovered by the node|unable to find any allocatable GPU resource",
+     "GPU Operator validator: the node's driver, toolkit, device plugin or a CUDA workload not ready"),
     # The driver container generating the running kernel's version string from the kernel package it
     # downloaded (NVIDIA/gpu-driver-container nvidia-driver _install_prerequisites: "Could not locate
     # Linux kernel version string"): no kernel image for the running kernel in the repositories, the
@@ -1005,15 +1010,6 @@ _TABLE: list[tuple[str, str, float, str, str]] = [
     # "Insufficient nvidia.com/gpu", 3.
     ("device_plugin", "container_runtime", 3.0, r"Node didn't have enough resource: nvidia\.com/|OutOfnvidia\.com/",
      "kubelet: the node no longer has the GPUs the pod was scheduled on"),
-    # The GPU Operator's validator, beside the driver and toolkit checks above (NVIDIA/gpu-operator
-    # cmd/nvidia-validator/main.go: "error validating cuda workload: %w", the CUDA sample pod that
-    # does not run; "error validating plugin installation: %w"; validateGPUResource's "unable to find
-    # any allocatable GPU resource"): the node's GPU path is not ready, the operands wait on it, 3. Its
-    # main prints the error with logrus' Printf ("Error: %v"), at INFO: where that key is kept the
-    # line's level damps it to context (docs/domain.md, "How a line's level is read").
-    ("device_plugin", "container_runtime", 3.0,
-     r"error validating (cuda workload|plugin installation)|unable to find any allocatable GPU resource",
-     "GPU Operator validator: a CUDA workload or the device plugin does not work on the node"),
     # The driver manager the driver daemonset runs as its init container (NVIDIA/k8s-driver-manager
     # cmd/driver-manager/main.go: "failed to cleanup NVIDIA driver: %w", "failed to uninstall nvidia
     # driver components: %w") unable to take the old driver off the node before the new one installs,
